@@ -1,0 +1,176 @@
+/* The datasystem KV client (libdatasystem).
+ *
+ * A client talks to one worker. When the worker runs on this host the client
+ * uses its Unix socket and maps the worker's shared-memory arena, so values are
+ * written and read in place; otherwise it speaks the same protocol over TCP.
+ *
+ * Ownership: every pointer the library hands out has a named release function
+ * (ds_free for values from ds_kv_get/ds_kv_mget/ds_kv_generate_key,
+ * ds_buffer_release for buffers, ds_client_close for the client). Keys and
+ * values passed in are only read during the call and may be freed afterwards.
+ *
+ * Thread safety: a ds_client_t may be used by many threads at once; calls from
+ * different threads run concurrently on separate connections to the worker. A
+ * ds_buffer_t may be read from any thread but released once, by one thread.
+ * Buffers stay valid after ds_client_close until they are released.
+ *
+ * Errors: every call returns a ds_status_t; on failure ds_last_error() gives a
+ * message naming what was wrong. */
+#ifndef DATASYSTEM_KV_CLIENT_H
+#define DATASYSTEM_KV_CLIENT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "datasystem/export.h"
+#include "datasystem/status.h"
+#include "datasystem/version.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Limits (DESIGN.md section 3). */
+#define DS_MAX_KEY_LEN 1024
+#define DS_MAX_BATCH 10000
+#define DS_MAX_EXIST_BATCH 100000
+
+typedef enum {
+    DS_WRITE_NONE_L2_CACHE = 0,         /* cache only, never evicted */
+    DS_WRITE_THROUGH_L2_CACHE = 1,      /* needs an L2 backend */
+    DS_WRITE_BACK_L2_CACHE = 2,         /* needs an L2 backend */
+    DS_WRITE_NONE_L2_CACHE_EVICT = 3,   /* volatile: evicted when space is needed */
+    DS_WRITE_BACK_L2_CACHE_EVICT = 4,   /* needs an L2 backend */
+} ds_write_mode_t;
+
+typedef enum {
+    DS_EXISTENCE_NONE = 0, /* overwrite an existing key */
+    DS_EXISTENCE_NX = 1,   /* keep the old value: K_OC_KEY_ALREADY_EXIST */
+} ds_existence_t;
+
+typedef struct {
+    ds_write_mode_t write_mode;
+    uint32_t ttl_second; /* 0 = no expiry */
+    ds_existence_t existence;
+} ds_set_param_t;
+
+#define DS_SET_PARAM_INIT {DS_WRITE_NONE_L2_CACHE, 0, DS_EXISTENCE_NONE}
+
+typedef enum {
+    DS_TRANSPORT_AUTO = 0,  /* shared memory when the worker is on this host, else TCP */
+    DS_TRANSPORT_TCP = 1,   /* always TCP, even to a local worker */
+    DS_TRANSPORT_LOCAL = 2, /* shared memory or fail */
+} ds_transport_t;
+
+typedef struct {
+    const char *host;          /* worker host, e.g. "127.0.0.1" */
+    int port;                  /* worker port, e.g. 31501 */
+    int connect_timeout_ms;    /* default 9000 */
+    int request_timeout_ms;    /* per request; 0 = default 60000. Subscribe waits add theirs. */
+    ds_transport_t transport;  /* default DS_TRANSPORT_AUTO */
+    const char *token;         /* shared secret for authenticated workers, or NULL */
+    const char *unix_socket_dir; /* where the worker's socket lives; NULL = default */
+} ds_client_options_t;
+
+typedef struct ds_client ds_client_t;
+typedef struct ds_buffer ds_buffer_t;
+
+/* One value of a multi-get. status is DS_K_OK with data/len set (free data with
+ * ds_free), or DS_K_NOT_FOUND with data NULL. */
+typedef struct {
+    ds_status_t status;
+    void *data;
+    size_t len;
+} ds_value_t;
+
+/* Fills defaults; host and port still have to be set. */
+DS_EXPORT void ds_client_options_init(ds_client_options_t *opts);
+
+/* Connects (first connection and arena mapping happen here) and checks the
+ * worker answers. *out is NULL on failure. */
+DS_EXPORT ds_status_t ds_client_connect(const ds_client_options_t *opts, ds_client_t **out);
+/* Closes connections. Buffers still held stay valid until released. NULL is fine. */
+DS_EXPORT void ds_client_close(ds_client_t *client);
+/* True when this client reads and writes the worker's arena in place. */
+DS_EXPORT bool ds_client_is_local(const ds_client_t *client);
+DS_EXPORT ds_status_t ds_client_health_check(ds_client_t *client);
+
+/* Frees memory returned by ds_kv_get, ds_kv_mget and ds_kv_generate_key. */
+DS_EXPORT void ds_free(void *p);
+
+/* Set one key. param NULL means DS_SET_PARAM_INIT. */
+DS_EXPORT ds_status_t ds_kv_set(ds_client_t *c, const char *key, const void *val, size_t len,
+                                const ds_set_param_t *param);
+/* Set n keys in one request. statuses (n entries, may be NULL) receives each
+ * key's result; the return value is DS_K_OK when all succeeded, else the first
+ * failure's code. */
+DS_EXPORT ds_status_t ds_kv_mset(ds_client_t *c, size_t n, const char *const *keys,
+                                 const void *const *vals, const size_t *lens,
+                                 const ds_set_param_t *param, ds_status_t *statuses);
+
+/* Get one key into a new allocation (*val, free with ds_free). With
+ * sub_timeout_ms > 0 the worker waits up to that long for the key to be
+ * published; 0 does not wait. A missing key is DS_K_NOT_FOUND. */
+DS_EXPORT ds_status_t ds_kv_get(ds_client_t *c, const char *key, int32_t sub_timeout_ms,
+                                void **val, size_t *len);
+/* Get one key into the caller's buffer. A value larger than cap is
+ * DS_K_INVALID with *len set to the needed size. */
+DS_EXPORT ds_status_t ds_kv_get_into(ds_client_t *c, const char *key, int32_t sub_timeout_ms,
+                                     void *buf, size_t cap, size_t *len);
+/* Get n keys; waits until all are published or the timeout passes, then
+ * returns what there is. Returns DS_K_OK when at least one key was found,
+ * DS_K_NOT_FOUND when none was. */
+DS_EXPORT ds_status_t ds_kv_mget(ds_client_t *c, size_t n, const char *const *keys,
+                                 int32_t sub_timeout_ms, ds_value_t *out);
+
+/* Zero-copy read: out[i] is a buffer pinning the key's current version (it
+ * stays intact if the key is overwritten or deleted) or NULL when missing.
+ * Same return rule as ds_kv_mget. Release each with ds_buffer_release. */
+DS_EXPORT ds_status_t ds_kv_get_buffers(ds_client_t *c, size_t n, const char *const *keys,
+                                        int32_t sub_timeout_ms, ds_buffer_t **out);
+
+/* Zero-copy write: create reserves size bytes (in the worker's arena for a
+ * local client), the caller fills ds_buffer_mutable_data, publish makes it
+ * visible atomically. A buffer released unpublished is discarded. */
+DS_EXPORT ds_status_t ds_kv_create(ds_client_t *c, const char *key, size_t size,
+                                   const ds_set_param_t *param, ds_buffer_t **out);
+DS_EXPORT ds_status_t ds_kv_mcreate(ds_client_t *c, size_t n, const char *const *keys,
+                                    const size_t *sizes, const ds_set_param_t *param,
+                                    ds_buffer_t **out);
+/* Publishes a created buffer. The buffer can still be read afterwards and must
+ * still be released. */
+DS_EXPORT ds_status_t ds_kv_publish(ds_client_t *c, ds_buffer_t *buf);
+DS_EXPORT ds_status_t ds_kv_mpublish(ds_client_t *c, size_t n, ds_buffer_t *const *bufs,
+                                     ds_status_t *statuses);
+
+DS_EXPORT const void *ds_buffer_data(const ds_buffer_t *buf);
+/* Writable only before publish; NULL after. */
+DS_EXPORT void *ds_buffer_mutable_data(ds_buffer_t *buf);
+DS_EXPORT size_t ds_buffer_size(const ds_buffer_t *buf);
+DS_EXPORT const char *ds_buffer_key(const ds_buffer_t *buf);
+/* Drops the pin (or discards an unpublished buffer). NULL is fine. */
+DS_EXPORT void ds_buffer_release(ds_buffer_t *buf);
+
+/* Delete n keys; a missing key is not an error. */
+DS_EXPORT ds_status_t ds_kv_del(ds_client_t *c, size_t n, const char *const *keys,
+                                ds_status_t *statuses);
+/* exists[i] = whether keys[i] is published. Up to DS_MAX_EXIST_BATCH keys. */
+DS_EXPORT ds_status_t ds_kv_exist(ds_client_t *c, size_t n, const char *const *keys,
+                                  bool *exists);
+/* Set a new TTL (0 removes it). A missing key's status is DS_K_NOT_FOUND. */
+DS_EXPORT ds_status_t ds_kv_expire(ds_client_t *c, size_t n, const char *const *keys,
+                                   uint32_t ttl_second, ds_status_t *statuses);
+/* sizes[i] = value size, or 0 with statuses[i] = DS_K_NOT_FOUND. */
+DS_EXPORT ds_status_t ds_kv_query_size(ds_client_t *c, size_t n, const char *const *keys,
+                                       uint64_t *sizes, ds_status_t *statuses);
+/* A new unique key starting with prefix (may be NULL or ""); free with ds_free. */
+DS_EXPORT ds_status_t ds_kv_generate_key(ds_client_t *c, const char *prefix, char **out);
+
+/* Checks a key against the key rules without talking to the worker. */
+DS_EXPORT ds_status_t ds_key_validate(const char *key, size_t len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

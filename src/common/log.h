@@ -1,0 +1,18 @@
+/* Leveled logging to stderr (the worker redirects stderr to its log file).
+ * Lines look like: 2026-11-30T10:00:00.123Z INFO  worker: listening on ... */
+#ifndef DS_COMMON_LOG_H
+#define DS_COMMON_LOG_H
+
+typedef enum { DS_LOG_DEBUG = 0, DS_LOG_INFO, DS_LOG_WARN, DS_LOG_ERROR } ds_log_level_t;
+
+void ds__log_set_level(ds_log_level_t level);
+/* Parses "debug", "info", "warn", "error"; -1 when unknown. */
+int ds__log_parse_level(const char *s);
+void ds__log(ds_log_level_t level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+#define DS_LOG_DEBUG(...) ds__log(DS_LOG_DEBUG, __VA_ARGS__)
+#define DS_LOG_INFO(...) ds__log(DS_LOG_INFO, __VA_ARGS__)
+#define DS_LOG_WARN(...) ds__log(DS_LOG_WARN, __VA_ARGS__)
+#define DS_LOG_ERROR(...) ds__log(DS_LOG_ERROR, __VA_ARGS__)
+
+#endif

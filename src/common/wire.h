@@ -1,0 +1,153 @@
+/* The wire protocol shared by worker, client, CLI and peer workers.
+ *
+ * A frame is a fixed 32-byte little-endian header, then `meta_len` bytes of
+ * metadata (encoded with the ds__wbuf / ds__rbuf codec below), then `data_len`
+ * bytes of bulk data (values, concatenated in the order the metadata lists them).
+ * Keeping bulk data out of the metadata lets a receiver parse the small part
+ * first and then read the values straight into their destination (the arena on
+ * the worker, the caller's buffer on the client) without staging copies.
+ *
+ * Requests carry a request id that the response echoes; a connection may
+ * pipeline requests. A request with DS_FLAG_NOREPLY gets no response.
+ * The codec does no I/O. Message layouts are documented per opcode in
+ * DS_OPCODE_MAP below; every response's metadata starts with a string holding
+ * the error message (empty on success). */
+#ifndef DS_COMMON_WIRE_H
+#define DS_COMMON_WIRE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define DS_WIRE_MAGIC 0x53445259u /* "YRDS" little-endian */
+#define DS_WIRE_VERSION 1
+#define DS_WIRE_HEADER_LEN 32
+/* Metadata of one frame is bounded: 100,000 keys of 1 KiB plus per-key fields. */
+#define DS_WIRE_MAX_META (128u << 20)
+
+/* Header flags. */
+#define DS_FLAG_RESPONSE 0x01u
+#define DS_FLAG_NOREPLY 0x02u
+
+/* Per-key kinds in a GET response. */
+#define DS_VAL_MISSING 0
+#define DS_VAL_INLINE 1 /* bytes follow in the data section */
+#define DS_VAL_SHM 2    /* bytes are in the arena at offset; pinned by handle */
+
+/* GET request flags. */
+#define DS_GET_WANT_SHM 0x01u /* client mapped the arena; large values may come as DS_VAL_SHM */
+#define DS_GET_PIN 0x02u      /* zero-copy: every found value comes as DS_VAL_SHM, pinned */
+
+/* The operation table, shared by worker, client and CLI: X(name, number, text).
+ * Layouts (req -> resp), "str" = u32 length + bytes, "key" = str, n = u32:
+ *
+ * HELLO   req: u32 proto, u64 session (0 = new), u8 want_shm, str token
+ *         resp: str err, u64 session, u64 arena_size, u32 inline_max, str worker_id,
+ *               u32 pid; when want_shm was granted the arena memfd rides along
+ *               with the response as SCM_RIGHTS.
+ * SET     req: u8 mode, u32 ttl, u8 existence, n, n*(key, u64 len); data = values
+ *         resp: str err, n, n*u32 status
+ * GET     req: i32 sub_timeout_ms, u8 flags, n, n*key
+ *         resp: str err, n, n*(u8 kind, u64 size, [kind SHM: u64 offset, u64 handle]);
+ *               data = the inline values in order
+ * CREATE  req: u8 mode, u32 ttl, u8 existence, n, n*(key, u64 size)
+ *         resp: str err, n, n*(u32 status, u64 offset, u64 handle)
+ * PUBLISH req: n, n*u64 handle            resp: str err, n, n*u32 status
+ * RELEASE req: n, n*u64 handle            resp: str err (usually sent NOREPLY)
+ * DEL     req: n, n*key                   resp: str err, n, n*u32 status
+ * EXIST   req: n, n*key                   resp: str err, n, n*u8 exists
+ * EXPIRE  req: u32 ttl, n, n*key          resp: str err, n, n*u32 status
+ * QSIZE   req: n, n*key                   resp: str err, n, n*(u32 status, u64 size)
+ * GENKEY  req: str prefix                 resp: str err, str key
+ * HEALTH  req: (empty)                    resp: str err
+ * STATS   req: (empty)                    resp: str err, str json
+ * SHUTDOWN req: (empty)                   resp: str err  (accepted on the Unix socket only)
+ */
+#define DS_OPCODE_MAP(X)                                                                           \
+    X(HELLO, 1, "hello")                                                                           \
+    X(SET, 2, "set")                                                                               \
+    X(GET, 3, "get")                                                                               \
+    X(CREATE, 4, "create")                                                                         \
+    X(PUBLISH, 5, "publish")                                                                       \
+    X(RELEASE, 6, "release")                                                                       \
+    X(DEL, 7, "del")                                                                               \
+    X(EXIST, 8, "exist")                                                                           \
+    X(EXPIRE, 9, "expire")                                                                         \
+    X(QSIZE, 10, "query_size")                                                                     \
+    X(GENKEY, 11, "generate_key")                                                                  \
+    X(HEALTH, 12, "health_check")                                                                  \
+    X(STATS, 13, "stats")                                                                          \
+    X(SHUTDOWN, 14, "shutdown")
+
+typedef enum {
+#define DS__OP_ENUM(name, num, text) DS_OP_##name = num,
+    DS_OPCODE_MAP(DS__OP_ENUM)
+#undef DS__OP_ENUM
+        DS_OP__MAX
+} ds_opcode_t;
+
+/* "get" for DS_OP_GET; NULL for an unknown number. */
+const char *ds__opcode_name(unsigned op);
+
+typedef struct {
+    uint32_t magic;
+    uint8_t version;
+    uint8_t flags;
+    uint16_t opcode;
+    uint32_t status;
+    uint32_t meta_len;
+    uint64_t req_id;
+    uint64_t data_len;
+} ds_wire_header_t;
+
+void ds__wire_header_encode(const ds_wire_header_t *h, uint8_t out[DS_WIRE_HEADER_LEN]);
+/* Decodes and validates magic, version, opcode range and meta_len against
+ * DS_WIRE_MAX_META, and data_len against max_data. Returns 0, or -1 with a
+ * message in err (err_cap bytes). */
+int ds__wire_header_decode(const uint8_t in[DS_WIRE_HEADER_LEN], uint64_t max_data,
+                           ds_wire_header_t *h, char *err, size_t err_cap);
+
+/* Growable write buffer for metadata. Allocation failure sets oom and turns
+ * further writes into no-ops; check it once at the end. */
+typedef struct {
+    uint8_t *buf;
+    size_t len;
+    size_t cap;
+    bool oom;
+} ds_wbuf_t;
+
+void ds__wbuf_init(ds_wbuf_t *w);
+void ds__wbuf_free(ds_wbuf_t *w);
+void ds__wbuf_reset(ds_wbuf_t *w);
+void ds__wbuf_u8(ds_wbuf_t *w, uint8_t v);
+void ds__wbuf_u32(ds_wbuf_t *w, uint32_t v);
+void ds__wbuf_i32(ds_wbuf_t *w, int32_t v);
+void ds__wbuf_u64(ds_wbuf_t *w, uint64_t v);
+void ds__wbuf_bytes(ds_wbuf_t *w, const void *p, size_t n); /* raw, no length */
+void ds__wbuf_str(ds_wbuf_t *w, const void *p, size_t n);   /* u32 length + bytes */
+void ds__wbuf_cstr(ds_wbuf_t *w, const char *s);            /* str of strlen(s) */
+/* Reserves n bytes and returns where they go (NULL when oom). */
+uint8_t *ds__wbuf_reserve(ds_wbuf_t *w, size_t n);
+
+/* Bounds-checked reader. Reading past the end sets err and yields zeros / empty
+ * strings, so a parser can read every field and check err once. */
+typedef struct {
+    const uint8_t *p;
+    size_t len;
+    size_t pos;
+    bool err;
+} ds_rbuf_t;
+
+void ds__rbuf_init(ds_rbuf_t *r, const void *p, size_t len);
+uint8_t ds__rbuf_u8(ds_rbuf_t *r);
+uint32_t ds__rbuf_u32(ds_rbuf_t *r);
+int32_t ds__rbuf_i32(ds_rbuf_t *r);
+uint64_t ds__rbuf_u64(ds_rbuf_t *r);
+/* Points *p into the buffer (not NUL-terminated) and returns the length. */
+uint32_t ds__rbuf_str(ds_rbuf_t *r, const char **p);
+/* Reads a count that must be <= max and leave room for at least min_each bytes
+ * per element; otherwise sets err. Guards allocations sized by a peer. */
+uint32_t ds__rbuf_count(ds_rbuf_t *r, uint32_t max, size_t min_each);
+bool ds__rbuf_done(const ds_rbuf_t *r); /* no error and everything consumed */
+
+#endif

@@ -1,0 +1,106 @@
+/* The object store: the key -> object table over the arena, with versions,
+ * reader references, clock eviction of volatile objects and TTL expiry.
+ *
+ * An object (ds_obj_t) is one immutable version of a key's value. Its
+ * reference count holds one reference for the table while it is the key's
+ * current version, one for the client that created it until publish, and one
+ * per reader pin. Overwrite and delete only drop the table's reference: the
+ * arena range is freed when the last reference goes, so a reader's bytes stay
+ * intact for as long as it holds its pin.
+ *
+ * Not thread-safe: the worker's event loop is the only caller. */
+#ifndef DS_WORKER_STORE_H
+#define DS_WORKER_STORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "datasystem/kv_client.h"
+#include "worker/alloc.h"
+#include "worker/arena.h"
+
+typedef enum {
+    DS_OBJ_CREATING = 0, /* reserved, being written, invisible to readers */
+    DS_OBJ_PUBLISHED,    /* the key's current version (in_table) or a superseded one */
+} ds_obj_state_t;
+
+typedef struct ds_obj {
+    struct ds_obj *hnext;                /* hash chain */
+    struct ds_obj *clk_prev, *clk_next;  /* ring of evictable objects (in_table, EVICT mode) */
+    ds_block_t *block;                   /* arena range; NULL for size 0 never happens */
+    uint64_t size;                       /* value size in bytes (<= block size) */
+    uint64_t version;                    /* store-wide increasing publish counter */
+    uint64_t ttl_deadline_ms;            /* monotonic ms; 0 = none */
+    uint32_t refcnt;
+    int32_t heap_idx;                    /* index in the TTL heap, -1 if not there */
+    uint32_t hash;
+    uint16_t keylen;
+    uint8_t write_mode;                  /* ds_write_mode_t */
+    uint8_t state;                       /* ds_obj_state_t */
+    uint8_t clock_bit;                   /* second chance for eviction */
+    uint8_t in_table;
+    uint32_t ttl_second;                 /* as requested; applied at publish */
+    char key[];                          /* keylen bytes + NUL */
+} ds_obj_t;
+
+typedef struct ds_store ds_store_t;
+
+typedef struct {
+    uint64_t objects;      /* keys in the table */
+    uint64_t evictions;
+    uint64_t expirations;
+    uint64_t pinned;       /* objects with references beyond the table's */
+    ds_alloc_stats_t arena;
+} ds_store_stats_t;
+
+/* The arena is borrowed and must outlive the store. NULL on out of memory. */
+ds_store_t *ds__store_create(ds_arena_t *arena);
+/* Frees every object regardless of references. */
+void ds__store_destroy(ds_store_t *s);
+
+/* Pointer to an object's bytes in the worker's mapping. */
+uint8_t *ds__store_data(ds_store_t *s, const ds_obj_t *o);
+uint64_t ds__store_offset(const ds_obj_t *o);
+
+/* The key's current published version, or NULL (also when its TTL passed:
+ * expired objects are removed lazily here as well as by ds__store_expire_due).
+ * Marks the object recently used for the clock. No reference is taken. */
+ds_obj_t *ds__store_lookup(ds_store_t *s, const char *key, size_t keylen, uint64_t now_ms);
+
+/* Reserves arena space for a new version (state CREATING, refcnt 1 owned by the
+ * caller, not yet in the table). Evicts volatile objects that no reader holds,
+ * clock order, until the space fits. DS_K_OUT_OF_MEMORY with a message when it
+ * cannot. Key validity is the caller's job. */
+ds_status_t ds__store_reserve(ds_store_t *s, const char *key, size_t keylen, uint64_t size,
+                              ds_write_mode_t mode, uint32_t ttl_second, ds_obj_t **out,
+                              char *err, size_t err_cap);
+
+/* Makes a CREATING object the key's current version. With DS_EXISTENCE_NX and a
+ * current version present: DS_K_OC_KEY_ALREADY_EXIST, nothing changes. The
+ * superseded version leaves the table (and is freed once unreferenced). The
+ * table takes its own reference; the caller's stays with the caller. The TTL
+ * clock starts here. */
+ds_status_t ds__store_publish(ds_store_t *s, ds_obj_t *o, ds_existence_t existence,
+                              uint64_t now_ms);
+
+void ds__store_ref(ds_obj_t *o);
+/* Drops a reference; frees the arena range and the object at zero. */
+void ds__store_unref(ds_store_t *s, ds_obj_t *o);
+
+/* Removes the key's current version. true if there was one. */
+bool ds__store_delete(ds_store_t *s, const char *key, size_t keylen);
+/* Sets a new TTL from now (0 clears it). DS_K_NOT_FOUND if missing. */
+ds_status_t ds__store_expire(ds_store_t *s, const char *key, size_t keylen, uint32_t ttl_second,
+                             uint64_t now_ms);
+/* Deletes every object whose deadline is <= now_ms. Returns the earliest
+ * remaining deadline, or 0 when none. */
+uint64_t ds__store_expire_due(ds_store_t *s, uint64_t now_ms);
+
+/* Calls fn for every key in the table (for cluster re-registration and
+ * listings). fn must not modify the store. */
+void ds__store_foreach(ds_store_t *s, void (*fn)(void *ctx, ds_obj_t *o), void *ctx);
+
+void ds__store_stats(const ds_store_t *s, ds_store_stats_t *out);
+
+#endif
