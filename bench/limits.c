@@ -1,0 +1,171 @@
+/* The machine's own limits, measured in the same run as the store so that
+ * dsbench reports ratios rather than absolute numbers that drift on a shared
+ * machine: single-thread memcpy into warm memory, a Unix-socket and a TCP
+ * ping-pong round trip between two processes, and a plain loopback TCP stream
+ * into a warm buffer. */
+#include "bench/limits.h"
+
+#include "bench/stats.h"
+#include "common/clock.h"
+#include "common/net.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+double dsb_memcpy_gbps(size_t size, int iters)
+{
+    uint8_t *a = malloc(size), *b = malloc(size);
+    if (a == NULL || b == NULL) {
+        free(a);
+        free(b);
+        return 0;
+    }
+    memset(a, 1, size);
+    memset(b, 2, size); /* warm both: no page faults inside the timed copies */
+    uint64_t *t = calloc((size_t)iters, sizeof(*t));
+    for (int i = 0; t && i < iters; i++) {
+        uint64_t t0 = ds__now_ns();
+        memcpy(b, a, size);
+        __asm__ volatile("" ::"r"(b) : "memory");
+        t[i] = ds__now_ns() - t0;
+    }
+    dsb_lat_t l = {0};
+    if (t) dsb_lat_from(t, (size_t)iters, &l);
+    free(t);
+    free(a);
+    free(b);
+    return l.p50_us > 0 ? (double)size / (l.p50_us * 1e3) : 0;
+}
+
+/* Child echoes msg-sized messages until EOF. */
+static void echo_loop(int fd, size_t msg)
+{
+    char *buf = malloc(msg);
+    while (buf && ds__read_full(fd, buf, msg, 0) == 0)
+        if (ds__write_full(fd, buf, msg, 0) != 0) break;
+    free(buf);
+    _exit(0);
+}
+
+static int pingpong(int fd, size_t msg, int iters, dsb_lat_t *out)
+{
+    char *buf = calloc(1, msg);
+    uint64_t *lat = calloc((size_t)iters, sizeof(*lat));
+    if (buf == NULL || lat == NULL) {
+        free(buf);
+        free(lat);
+        return -1;
+    }
+    for (int i = 0; i < iters; i++) {
+        uint64_t t0 = ds__now_ns();
+        if (ds__write_full(fd, buf, msg, 0) != 0 || ds__read_full(fd, buf, msg, 0) != 0) {
+            free(buf);
+            free(lat);
+            return -1;
+        }
+        lat[i] = ds__now_ns() - t0;
+    }
+    dsb_lat_from(lat, (size_t)iters, out);
+    free(buf);
+    free(lat);
+    return 0;
+}
+
+int dsb_unix_rtt(size_t msg, int iters, dsb_lat_t *out)
+{
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0) return -1;
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(sv[0]);
+        echo_loop(sv[1], msg);
+    }
+    close(sv[1]);
+    int r = pingpong(sv[0], msg, iters, out);
+    close(sv[0]);
+    waitpid(pid, NULL, 0);
+    return r;
+}
+
+/* A listening TCP socket on 127.0.0.1 with an ephemeral port. */
+static int tcp_listener(int *port)
+{
+    int lfd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t sl = sizeof(sa);
+    if (lfd < 0 || bind(lfd, (struct sockaddr *)&sa, sizeof(sa)) != 0 || listen(lfd, 1) != 0 ||
+        getsockname(lfd, (struct sockaddr *)&sa, &sl) != 0) {
+        if (lfd >= 0) close(lfd);
+        return -1;
+    }
+    *port = ntohs(sa.sin_port);
+    return lfd;
+}
+
+int dsb_tcp_rtt(const char *bind_host, size_t msg, int iters, dsb_lat_t *out)
+{
+    (void)bind_host;
+    int port;
+    int lfd = tcp_listener(&port);
+    if (lfd < 0) return -1;
+    pid_t pid = fork();
+    if (pid == 0) {
+        int fd = accept(lfd, NULL, NULL);
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        echo_loop(fd, msg);
+    }
+    close(lfd);
+    char err[256];
+    int fd = ds__tcp_connect("127.0.0.1", port, 5000, err, sizeof(err));
+    int r = fd < 0 ? -1 : pingpong(fd, msg, iters, out);
+    if (fd >= 0) close(fd);
+    waitpid(pid, NULL, 0);
+    return r;
+}
+
+double dsb_tcp_stream_gbps(size_t size, int iters)
+{
+    int port;
+    int lfd = tcp_listener(&port);
+    if (lfd < 0) return 0;
+    pid_t pid = fork();
+    if (pid == 0) {
+        int fd = accept(lfd, NULL, NULL);
+        uint8_t *buf = malloc(size);
+        memset(buf, 7, size);
+        for (int i = 0; i < iters; i++)
+            if (ds__write_full(fd, buf, size, 0) != 0) break;
+        _exit(0);
+    }
+    close(lfd);
+    char err[256];
+    int fd = ds__tcp_connect("127.0.0.1", port, 5000, err, sizeof(err));
+    uint8_t *buf = malloc(size);
+    uint64_t *t = calloc((size_t)iters, sizeof(*t));
+    int done = 0;
+    if (fd >= 0 && buf && t) {
+        memset(buf, 0, size); /* warm, like the store's get_into buffer */
+        for (; done < iters; done++) {
+            uint64_t t0 = ds__now_ns();
+            if (ds__read_full(fd, buf, size, 0) != 0) break;
+            t[done] = ds__now_ns() - t0;
+        }
+    }
+    dsb_lat_t l = {0};
+    if (done > 0) dsb_lat_from(t, (size_t)done, &l);
+    free(t);
+    free(buf);
+    if (fd >= 0) close(fd);
+    kill(pid, SIGTERM);
+    waitpid(pid, NULL, 0);
+    return l.p50_us > 0 ? (double)size / (l.p50_us * 1e3) : 0;
+}

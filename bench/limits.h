@@ -1,0 +1,15 @@
+/* Machine limits measured by dsbench in the same run (see limits.c). GB/s
+ * figures are bytes per nanosecond at the median iteration. */
+#ifndef DS_BENCH_LIMITS_H
+#define DS_BENCH_LIMITS_H
+
+#include <stddef.h>
+
+#include "bench/stats.h"
+
+double dsb_memcpy_gbps(size_t size, int iters);
+int dsb_unix_rtt(size_t msg, int iters, dsb_lat_t *out);
+int dsb_tcp_rtt(const char *bind_host, size_t msg, int iters, dsb_lat_t *out);
+double dsb_tcp_stream_gbps(size_t size, int iters);
+
+#endif

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages the project builds, tests and benchmarks
+# with. Idempotent: apt-get runs only when something is missing.
+set -euo pipefail
+
+PKGS=(build-essential cmake pkg-config libyaml-dev libmsgpack-dev libcurl4-openssl-dev
+      libcjson-dev libcmocka-dev libssl-dev libhiredis-dev etcd-server etcd-client
+      redis-server redis-tools python3 python3-pytest python3-numpy python3-msgpack
+      python3-yaml python3-setuptools python3-pip python3-dev clang llvm valgrind iproute2 gnuplot-nox procps)
+
+missing=()
+for p in "${PKGS[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "setup: installing ${missing[*]}"
+    SUDO=""
+    [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+# Debian starts etcd and redis as services on install; the project starts its
+# own on private loopback ports and never uses those.

@@ -1,0 +1,27 @@
+/* datasystem_worker: parses flags, runs the server until SIGTERM/SIGINT or a
+ * SHUTDOWN request, exits 0 on a clean stop and 1 with a message otherwise. */
+#include "worker/server.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+int main(int argc, char **argv)
+{
+    ds_worker_config_t cfg;
+    char err[512];
+    int r = ds__flags_parse(&cfg, argc, argv, err, sizeof(err));
+    if (r == 1) return 0;
+    if (r != 0) {
+        fprintf(stderr, "datasystem_worker: %s\n", err);
+        return 2;
+    }
+    static ds_server_t srv;
+    if (ds__server_init(&srv, &cfg, err, sizeof(err)) != 0) {
+        fprintf(stderr, "datasystem_worker: %s\n", err);
+        ds__server_destroy(&srv);
+        return 1;
+    }
+    ds__server_run(&srv);
+    ds__server_destroy(&srv);
+    return 0;
+}
