@@ -103,4 +103,13 @@ void ds__store_foreach(ds_store_t *s, void (*fn)(void *ctx, ds_obj_t *o), void *
 
 void ds__store_stats(const ds_store_t *s, ds_store_stats_t *out);
 
+/* Called when an object leaves the table by eviction or TTL expiry (not by
+ * overwrite or delete, which the caller already knows about), before its
+ * table reference is dropped; the cluster uses it to tell the key's owner. */
+typedef void (*ds_store_gone_fn)(void *ctx, const ds_obj_t *o);
+void ds__store_set_gone_hook(ds_store_t *s, ds_store_gone_fn fn, void *ctx);
+/* Walks the table, clock ring, TTL heap and allocator and checks that they
+ * agree with each other. 0 when sound; for tests. */
+int ds__store_check(const ds_store_t *s);
+
 #endif

@@ -1,0 +1,626 @@
+/* The object store: key table, clock eviction, TTL heap and version lifetimes.
+ *
+ * The table is a chained hash table (MurmurHash3) that grows by doubling with
+ * an incremental rehash in the manner of Redis's dict: while two bucket arrays
+ * coexist, every insert, lookup and delete moves a few buckets across, so a
+ * table of millions of keys never stalls the event loop for a full rehash.
+ *
+ * Every object is in exactly one of two places: the table (in_table, holding
+ * the table's reference) or the limbo list (CREATING objects and superseded
+ * versions that readers still pin). Both lists reuse clk_prev/clk_next: the
+ * clock ring only ever holds in-table objects, limbo only the others. Limbo
+ * exists so that destroy can free everything and stats can count pins.
+ *
+ * The clock ring holds in-table NONE_L2_CACHE_EVICT objects. New objects enter
+ * just behind the hand with their bit clear, so without lookups eviction is
+ * FIFO; a lookup sets the bit and buys one more revolution. Pinned objects
+ * (refcnt > 1) are passed over, never evicted.
+ *
+ * Memory per key beyond the key and value bytes: the ds_obj_t (80 bytes) and
+ * its malloc header and rounding (about 20), the allocator's block struct
+ * (48) and one to two bucket pointers (8-16): about 156 bytes, measured by
+ * the million-key unit test.
+ *
+ * Versions: a store-wide counter, incremented at each successful publish and
+ * stored in the object; 0 means never published. Later publishes of any key
+ * carry strictly larger versions. */
+#include "worker/store.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/error.h"
+#include "common/hash.h"
+
+#define DS_HASH_SEED 0x9747b28cu
+#define DS_HT_INITIAL 1024u
+#define DS_REHASH_BUCKETS 4u /* buckets moved per table operation */
+
+typedef struct {
+    ds_obj_t **b;
+    uint64_t size; /* power of two, or 0 when unused */
+    uint64_t used;
+} ds_ht_t;
+
+struct ds_store {
+    ds_arena_t *arena;
+    ds_alloc_t *alloc;
+    ds_ht_t ht[2];
+    int64_t rehash_idx; /* next ht[0] bucket to move, -1 when not rehashing */
+    ds_obj_t *hand;     /* clock hand: next eviction candidate */
+    uint64_t ring_count;
+    uint64_t ring_bytes;
+    ds_obj_t *limbo;
+    uint64_t limbo_count;
+    ds_obj_t **heap;
+    uint32_t heap_len, heap_cap;
+    uint64_t last_version;
+    uint64_t evictions;
+    ds_store_gone_fn gone;
+    void *gone_ctx;
+    uint64_t expirations;
+};
+
+typedef enum { UNLINK_DELETE, UNLINK_EVICT, UNLINK_EXPIRE } unlink_reason_t;
+
+static bool mode_evictable(uint8_t mode)
+{
+    return mode == DS_WRITE_NONE_L2_CACHE_EVICT;
+}
+
+/* ---- hash table ---- */
+
+static void ht_rehash_step(ds_store_t *s, unsigned buckets)
+{
+    unsigned empty_visits = buckets * 10;
+    while (s->rehash_idx >= 0 && buckets > 0) {
+        ds_ht_t *from = &s->ht[0], *to = &s->ht[1];
+        while ((uint64_t)s->rehash_idx < from->size && from->b[s->rehash_idx] == NULL) {
+            s->rehash_idx++;
+            if (--empty_visits == 0) return;
+        }
+        if ((uint64_t)s->rehash_idx < from->size) {
+            ds_obj_t *o = from->b[s->rehash_idx];
+            while (o != NULL) {
+                ds_obj_t *next = o->hnext;
+                uint64_t i = o->hash & (to->size - 1);
+                o->hnext = to->b[i];
+                to->b[i] = o;
+                from->used--;
+                to->used++;
+                o = next;
+            }
+            from->b[s->rehash_idx++] = NULL;
+            buckets--;
+        }
+        if ((uint64_t)s->rehash_idx >= from->size) {
+            free(from->b);
+            s->ht[0] = s->ht[1];
+            memset(&s->ht[1], 0, sizeof(s->ht[1]));
+            s->rehash_idx = -1;
+        }
+    }
+}
+
+static ds_obj_t *ht_find(ds_store_t *s, const char *key, size_t keylen, uint32_t hash)
+{
+    ht_rehash_step(s, DS_REHASH_BUCKETS);
+    for (int t = 0; t < 2; t++) {
+        const ds_ht_t *ht = &s->ht[t];
+        if (ht->size == 0) continue;
+        for (ds_obj_t *o = ht->b[hash & (ht->size - 1)]; o != NULL; o = o->hnext)
+            if (o->hash == hash && o->keylen == keylen && memcmp(o->key, key, keylen) == 0)
+                return o;
+        if (s->rehash_idx < 0) break;
+    }
+    return NULL;
+}
+
+static void ht_insert(ds_store_t *s, ds_obj_t *o)
+{
+    ht_rehash_step(s, DS_REHASH_BUCKETS);
+    if (s->rehash_idx < 0 && s->ht[0].used >= s->ht[0].size) {
+        /* If the bigger array cannot be had, chains just grow longer. */
+        ds_obj_t **b = calloc(s->ht[0].size * 2, sizeof(*b));
+        if (b != NULL) {
+            s->ht[1].b = b;
+            s->ht[1].size = s->ht[0].size * 2;
+            s->ht[1].used = 0;
+            s->rehash_idx = 0;
+        }
+    }
+    ds_ht_t *ht = s->rehash_idx >= 0 ? &s->ht[1] : &s->ht[0];
+    uint64_t i = o->hash & (ht->size - 1);
+    o->hnext = ht->b[i];
+    ht->b[i] = o;
+    ht->used++;
+}
+
+static void ht_remove(ds_store_t *s, ds_obj_t *o)
+{
+    for (int t = 0; t < 2; t++) {
+        ds_ht_t *ht = &s->ht[t];
+        if (ht->size == 0) continue;
+        for (ds_obj_t **pp = &ht->b[o->hash & (ht->size - 1)]; *pp != NULL; pp = &(*pp)->hnext) {
+            if (*pp == o) {
+                *pp = o->hnext;
+                o->hnext = NULL;
+                ht->used--;
+                return;
+            }
+        }
+    }
+}
+
+/* ---- clock ring and limbo list (both through clk_prev/clk_next) ---- */
+
+static void ring_add(ds_store_t *s, ds_obj_t *o)
+{
+    if (s->hand == NULL) {
+        o->clk_prev = o->clk_next = o;
+        s->hand = o;
+    } else {
+        o->clk_next = s->hand;
+        o->clk_prev = s->hand->clk_prev;
+        s->hand->clk_prev->clk_next = o;
+        s->hand->clk_prev = o;
+    }
+    o->clock_bit = 0;
+    s->ring_count++;
+    s->ring_bytes += ds__block_size(o->block);
+}
+
+static void ring_del(ds_store_t *s, ds_obj_t *o)
+{
+    if (o->clk_next == o) {
+        s->hand = NULL;
+    } else {
+        o->clk_prev->clk_next = o->clk_next;
+        o->clk_next->clk_prev = o->clk_prev;
+        if (s->hand == o) s->hand = o->clk_next;
+    }
+    o->clk_prev = o->clk_next = NULL;
+    s->ring_count--;
+    s->ring_bytes -= ds__block_size(o->block);
+}
+
+static void limbo_add(ds_store_t *s, ds_obj_t *o)
+{
+    o->clk_prev = NULL;
+    o->clk_next = s->limbo;
+    if (s->limbo != NULL) s->limbo->clk_prev = o;
+    s->limbo = o;
+    s->limbo_count++;
+}
+
+static void limbo_del(ds_store_t *s, ds_obj_t *o)
+{
+    if (o->clk_prev != NULL)
+        o->clk_prev->clk_next = o->clk_next;
+    else
+        s->limbo = o->clk_next;
+    if (o->clk_next != NULL) o->clk_next->clk_prev = o->clk_prev;
+    o->clk_prev = o->clk_next = NULL;
+    s->limbo_count--;
+}
+
+/* ---- TTL min-heap on ttl_deadline_ms ---- */
+
+static void heap_set(ds_store_t *s, uint32_t i, ds_obj_t *o)
+{
+    s->heap[i] = o;
+    o->heap_idx = (int32_t)i;
+}
+
+static void heap_up(ds_store_t *s, uint32_t i)
+{
+    ds_obj_t *o = s->heap[i];
+    while (i > 0) {
+        uint32_t parent = (i - 1) / 2;
+        if (s->heap[parent]->ttl_deadline_ms <= o->ttl_deadline_ms) break;
+        heap_set(s, i, s->heap[parent]);
+        i = parent;
+    }
+    heap_set(s, i, o);
+}
+
+static void heap_down(ds_store_t *s, uint32_t i)
+{
+    ds_obj_t *o = s->heap[i];
+    for (;;) {
+        uint32_t c = 2 * i + 1;
+        if (c >= s->heap_len) break;
+        if (c + 1 < s->heap_len && s->heap[c + 1]->ttl_deadline_ms < s->heap[c]->ttl_deadline_ms)
+            c++;
+        if (o->ttl_deadline_ms <= s->heap[c]->ttl_deadline_ms) break;
+        heap_set(s, i, s->heap[c]);
+        i = c;
+    }
+    heap_set(s, i, o);
+}
+
+/* Room for one more entry; false when the private heap is exhausted. */
+static bool heap_reserve(ds_store_t *s)
+{
+    if (s->heap_len < s->heap_cap) return true;
+    uint32_t cap = s->heap_cap ? s->heap_cap * 2 : 256;
+    ds_obj_t **h = realloc(s->heap, cap * sizeof(*h));
+    if (h == NULL) return false;
+    s->heap = h;
+    s->heap_cap = cap;
+    return true;
+}
+
+/* Inserts or repositions o; heap_reserve must have succeeded if o is new. */
+static void heap_update(ds_store_t *s, ds_obj_t *o)
+{
+    if (o->heap_idx < 0) {
+        s->heap_len++;
+        heap_set(s, s->heap_len - 1, o);
+        heap_up(s, s->heap_len - 1);
+        return;
+    }
+    heap_up(s, (uint32_t)o->heap_idx);
+    heap_down(s, (uint32_t)o->heap_idx);
+}
+
+static void heap_remove(ds_store_t *s, ds_obj_t *o)
+{
+    uint32_t i = (uint32_t)o->heap_idx;
+    o->heap_idx = -1;
+    ds_obj_t *last = s->heap[--s->heap_len];
+    if (last == o) return;
+    heap_set(s, i, last);
+    heap_up(s, i);
+    heap_down(s, (uint32_t)last->heap_idx);
+}
+
+/* ---- object lifetime ---- */
+
+static void obj_free(ds_store_t *s, ds_obj_t *o)
+{
+    ds__alloc_free(s->alloc, o->block);
+    free(o);
+}
+
+/* Takes o out of the table and drops the table's reference. */
+static void table_unlink(ds_store_t *s, ds_obj_t *o, unlink_reason_t why)
+{
+    ht_remove(s, o);
+    if (o->clk_next != NULL) ring_del(s, o);
+    if (o->heap_idx >= 0) heap_remove(s, o);
+    o->in_table = 0;
+    if (why == UNLINK_EVICT)
+        s->evictions++;
+    else if (why == UNLINK_EXPIRE)
+        s->expirations++;
+    if ((why == UNLINK_EVICT || why == UNLINK_EXPIRE) && s->gone) s->gone(s->gone_ctx, o);
+    if (--o->refcnt == 0) {
+        obj_free(s, o);
+        return;
+    }
+    limbo_add(s, o);
+}
+
+static bool expired(const ds_obj_t *o, uint64_t now_ms)
+{
+    return o->ttl_deadline_ms != 0 && o->ttl_deadline_ms <= now_ms;
+}
+
+/* Evicts the first unpinned, not recently used object in clock order. */
+static bool evict_one(ds_store_t *s)
+{
+    uint64_t limit = 2 * s->ring_count + 1;
+    for (uint64_t step = 0; s->hand != NULL && step < limit; step++) {
+        ds_obj_t *o = s->hand;
+        s->hand = o->clk_next;
+        if (o->refcnt > 1) continue;
+        if (o->clock_bit) {
+            o->clock_bit = 0;
+            continue;
+        }
+        table_unlink(s, o, UNLINK_EVICT);
+        return true;
+    }
+    return false;
+}
+
+static uint64_t evictable_bytes(const ds_store_t *s)
+{
+    uint64_t bytes = 0;
+    const ds_obj_t *o = s->hand;
+    for (uint64_t i = 0; i < s->ring_count; i++, o = o->clk_next)
+        if (o->refcnt <= 1) bytes += ds__block_size(o->block);
+    return bytes;
+}
+
+static void oom_message(const ds_store_t *s, const char *key, size_t keylen, uint64_t size,
+                        char *err, size_t err_cap)
+{
+    if (err == NULL || err_cap == 0) return;
+    ds_alloc_stats_t st;
+    ds__alloc_stats(s->alloc, &st);
+    uint64_t held = st.used - evictable_bytes(s);
+    snprintf(err, err_cap,
+             "out of shared memory for key '%.*s': asked %llu bytes, %llu free (largest free "
+             "range %llu), %llu held by pinned or non-evictable objects, arena %llu",
+             (int)(keylen > 64 ? 64 : keylen), key, (unsigned long long)size,
+             (unsigned long long)st.free, (unsigned long long)st.largest_free,
+             (unsigned long long)held, (unsigned long long)st.total);
+}
+
+/* ---- public API ---- */
+
+ds_store_t *ds__store_create(ds_arena_t *arena)
+{
+    ds_store_t *s = calloc(1, sizeof(*s));
+    if (s == NULL) return NULL;
+    s->arena = arena;
+    s->rehash_idx = -1;
+    s->alloc = ds__alloc_create(arena->size);
+    s->ht[0].b = calloc(DS_HT_INITIAL, sizeof(ds_obj_t *));
+    if (s->alloc == NULL || s->ht[0].b == NULL) {
+        ds__alloc_destroy(s->alloc);
+        free(s->ht[0].b);
+        free(s);
+        return NULL;
+    }
+    s->ht[0].size = DS_HT_INITIAL;
+    return s;
+}
+
+void ds__store_destroy(ds_store_t *s)
+{
+    if (s == NULL) return;
+    for (int t = 0; t < 2; t++) {
+        for (uint64_t i = 0; i < s->ht[t].size; i++) {
+            ds_obj_t *o = s->ht[t].b[i];
+            while (o != NULL) {
+                ds_obj_t *next = o->hnext;
+                free(o);
+                o = next;
+            }
+        }
+        free(s->ht[t].b);
+    }
+    while (s->limbo != NULL) {
+        ds_obj_t *next = s->limbo->clk_next;
+        free(s->limbo);
+        s->limbo = next;
+    }
+    free(s->heap);
+    ds__alloc_destroy(s->alloc);
+    free(s);
+}
+
+uint8_t *ds__store_data(ds_store_t *s, const ds_obj_t *o)
+{
+    return s->arena->base + ds__block_offset(o->block);
+}
+
+uint64_t ds__store_offset(const ds_obj_t *o)
+{
+    return ds__block_offset(o->block);
+}
+
+ds_obj_t *ds__store_lookup(ds_store_t *s, const char *key, size_t keylen, uint64_t now_ms)
+{
+    ds_obj_t *o = ht_find(s, key, keylen, ds__murmur3_32(key, keylen, DS_HASH_SEED));
+    if (o == NULL) return NULL;
+    if (expired(o, now_ms)) {
+        table_unlink(s, o, UNLINK_EXPIRE);
+        return NULL;
+    }
+    o->clock_bit = 1;
+    return o;
+}
+
+ds_status_t ds__store_reserve(ds_store_t *s, const char *key, size_t keylen, uint64_t size,
+                              ds_write_mode_t mode, uint32_t ttl_second, ds_obj_t **out, char *err,
+                              size_t err_cap)
+{
+    *out = NULL;
+    if (size == 0 || keylen == 0 || keylen > UINT16_MAX) {
+        if (err != NULL && err_cap > 0)
+            snprintf(err, err_cap, "cannot reserve %llu bytes for a %zu-byte key",
+                     (unsigned long long)size, keylen);
+        return DS_K_INVALID;
+    }
+    uint64_t total = s->arena->size & ~(uint64_t)(DS_ALLOC_ALIGN - 1);
+    if (size > total || (size + DS_ALLOC_ALIGN - 1) / DS_ALLOC_ALIGN * DS_ALLOC_ALIGN > total) {
+        if (err != NULL && err_cap > 0)
+            snprintf(err, err_cap,
+                     "value of %llu bytes for key '%.*s' exceeds the whole shared-memory arena "
+                     "(%llu bytes)",
+                     (unsigned long long)size, (int)(keylen > 64 ? 64 : keylen), key,
+                     (unsigned long long)total);
+        return DS_K_OUT_OF_MEMORY;
+    }
+    ds_obj_t *o = malloc(sizeof(*o) + keylen + 1);
+    if (o == NULL) {
+        if (err != NULL && err_cap > 0)
+            snprintf(err, err_cap, "worker out of private memory for key '%.*s'",
+                     (int)(keylen > 64 ? 64 : keylen), key);
+        return DS_K_OUT_OF_MEMORY;
+    }
+    ds_block_t *b = ds__alloc_alloc(s->alloc, size);
+    while (b == NULL) {
+        /* Evicting cannot help when even the free space plus every evictable
+         * byte falls short; failing early keeps the cache intact. */
+        ds_alloc_stats_t st;
+        ds__alloc_stats(s->alloc, &st);
+        if (size > st.free + s->ring_bytes || !evict_one(s)) {
+            oom_message(s, key, keylen, size, err, err_cap);
+            free(o);
+            return DS_K_OUT_OF_MEMORY;
+        }
+        b = ds__alloc_alloc(s->alloc, size);
+    }
+    memset(o, 0, sizeof(*o));
+    o->block = b;
+    o->size = size;
+    o->refcnt = 1;
+    o->heap_idx = -1;
+    o->hash = ds__murmur3_32(key, keylen, DS_HASH_SEED);
+    o->keylen = (uint16_t)keylen;
+    o->write_mode = (uint8_t)mode;
+    o->state = DS_OBJ_CREATING;
+    o->ttl_second = ttl_second;
+    memcpy(o->key, key, keylen);
+    o->key[keylen] = '\0';
+    limbo_add(s, o);
+    *out = o;
+    return DS_K_OK;
+}
+
+ds_status_t ds__store_publish(ds_store_t *s, ds_obj_t *o, ds_existence_t existence, uint64_t now_ms)
+{
+    if (o->state != DS_OBJ_CREATING || o->in_table)
+        return ds__set_error(DS_K_INVALID, "object for key '%s' was already published", o->key);
+    ds_obj_t *cur = ht_find(s, o->key, o->keylen, o->hash);
+    if (cur != NULL && expired(cur, now_ms)) {
+        table_unlink(s, cur, UNLINK_EXPIRE);
+        cur = NULL;
+    }
+    if (cur != NULL && existence == DS_EXISTENCE_NX)
+        return ds__set_error(DS_K_OC_KEY_ALREADY_EXIST, "key '%s' already exists", o->key);
+    if (o->ttl_second != 0 && !heap_reserve(s))
+        return ds__set_error(DS_K_OUT_OF_MEMORY, "worker out of private memory for the TTL of '%s'",
+                             o->key);
+    if (cur != NULL) table_unlink(s, cur, UNLINK_DELETE);
+    limbo_del(s, o);
+    o->state = DS_OBJ_PUBLISHED;
+    o->version = ++s->last_version;
+    o->in_table = 1;
+    o->refcnt++;
+    ht_insert(s, o);
+    if (mode_evictable(o->write_mode)) ring_add(s, o);
+    if (o->ttl_second != 0) {
+        o->ttl_deadline_ms = now_ms + (uint64_t)o->ttl_second * 1000u;
+        heap_update(s, o);
+    }
+    return DS_K_OK;
+}
+
+void ds__store_ref(ds_obj_t *o)
+{
+    o->refcnt++;
+}
+
+void ds__store_unref(ds_store_t *s, ds_obj_t *o)
+{
+    if (o == NULL || o->refcnt == 0) return;
+    if (--o->refcnt == 0 && !o->in_table) {
+        limbo_del(s, o);
+        obj_free(s, o);
+    }
+}
+
+bool ds__store_delete(ds_store_t *s, const char *key, size_t keylen)
+{
+    ds_obj_t *o = ht_find(s, key, keylen, ds__murmur3_32(key, keylen, DS_HASH_SEED));
+    if (o == NULL) return false;
+    table_unlink(s, o, UNLINK_DELETE);
+    return true;
+}
+
+ds_status_t ds__store_expire(ds_store_t *s, const char *key, size_t keylen, uint32_t ttl_second,
+                             uint64_t now_ms)
+{
+    ds_obj_t *o = ds__store_lookup(s, key, keylen, now_ms);
+    if (o == NULL)
+        return ds__set_error(DS_K_NOT_FOUND, "key '%.*s' not found",
+                             (int)(keylen > 64 ? 64 : keylen), key);
+    if (ttl_second == 0) {
+        if (o->heap_idx >= 0) heap_remove(s, o);
+        o->ttl_deadline_ms = 0;
+        o->ttl_second = 0;
+        return DS_K_OK;
+    }
+    if (o->heap_idx < 0 && !heap_reserve(s))
+        return ds__set_error(DS_K_OUT_OF_MEMORY, "worker out of private memory for the TTL of '%s'",
+                             o->key);
+    o->ttl_second = ttl_second;
+    o->ttl_deadline_ms = now_ms + (uint64_t)ttl_second * 1000u;
+    heap_update(s, o);
+    return DS_K_OK;
+}
+
+uint64_t ds__store_expire_due(ds_store_t *s, uint64_t now_ms)
+{
+    while (s->heap_len > 0 && s->heap[0]->ttl_deadline_ms <= now_ms)
+        table_unlink(s, s->heap[0], UNLINK_EXPIRE);
+    return s->heap_len > 0 ? s->heap[0]->ttl_deadline_ms : 0;
+}
+
+void ds__store_foreach(ds_store_t *s, void (*fn)(void *ctx, ds_obj_t *o), void *ctx)
+{
+    for (int t = 0; t < 2; t++)
+        for (uint64_t i = 0; i < s->ht[t].size; i++)
+            for (ds_obj_t *o = s->ht[t].b[i]; o != NULL; o = o->hnext)
+                fn(ctx, o);
+}
+
+void ds__store_stats(const ds_store_t *s, ds_store_stats_t *out)
+{
+    memset(out, 0, sizeof(*out));
+    out->objects = s->ht[0].used + s->ht[1].used;
+    out->evictions = s->evictions;
+    out->expirations = s->expirations;
+    /* ds__store_ref has no store to report to, so in-table pins are counted
+     * here by a walk; limbo objects are pinned by definition. */
+    out->pinned = s->limbo_count;
+    for (int t = 0; t < 2; t++)
+        for (uint64_t i = 0; i < s->ht[t].size; i++)
+            for (const ds_obj_t *o = s->ht[t].b[i]; o != NULL; o = o->hnext)
+                if (o->refcnt > 1) out->pinned++;
+    ds__alloc_stats(s->alloc, &out->arena);
+}
+
+int ds__store_check(const ds_store_t *s)
+{
+    if (ds__alloc_check(s->alloc) != 0) return -1;
+    uint64_t in_ring = 0, in_heap = 0;
+    for (int t = 0; t < 2; t++) {
+        uint64_t n = 0;
+        for (uint64_t i = 0; i < s->ht[t].size; i++) {
+            for (const ds_obj_t *o = s->ht[t].b[i]; o != NULL; o = o->hnext) {
+                if ((o->hash & (s->ht[t].size - 1)) != i || !o->in_table || o->refcnt < 1 ||
+                    o->state != DS_OBJ_PUBLISHED || o->version == 0 || o->version > s->last_version)
+                    return -2;
+                if (mode_evictable(o->write_mode) != (o->clk_next != NULL)) return -3;
+                in_ring += o->clk_next != NULL;
+                if ((o->ttl_deadline_ms != 0) != (o->heap_idx >= 0)) return -4;
+                in_heap += o->heap_idx >= 0;
+                n++;
+            }
+        }
+        if (n != s->ht[t].used) return -5;
+    }
+    if (in_ring != s->ring_count || in_heap != s->heap_len) return -6;
+    uint64_t bytes = 0;
+    const ds_obj_t *o = s->hand;
+    for (uint64_t i = 0; i < s->ring_count; i++, o = o->clk_next) {
+        if (o->clk_next->clk_prev != o || !o->in_table) return -7;
+        bytes += ds__block_size(o->block);
+    }
+    if (o != s->hand || bytes != s->ring_bytes) return -7;
+    for (uint32_t i = 0; i < s->heap_len; i++) {
+        if (s->heap[i]->heap_idx != (int32_t)i) return -8;
+        if (i > 0 && s->heap[(i - 1) / 2]->ttl_deadline_ms > s->heap[i]->ttl_deadline_ms) return -8;
+    }
+    uint64_t limbo = 0;
+    for (o = s->limbo; o != NULL; o = o->clk_next) {
+        if (o->in_table || o->refcnt < 1 || (o->clk_next != NULL && o->clk_next->clk_prev != o))
+            return -9;
+        limbo++;
+    }
+    return limbo == s->limbo_count ? 0 : -9;
+}
+
+void ds__store_set_gone_hook(ds_store_t *s, ds_store_gone_fn fn, void *ctx)
+{
+    s->gone = fn;
+    s->gone_ctx = ctx;
+}
