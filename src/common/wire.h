@@ -28,6 +28,8 @@
 /* Header flags. */
 #define DS_FLAG_RESPONSE 0x01u
 #define DS_FLAG_NOREPLY 0x02u
+/* From a peer worker: act on the local store only, no cluster logic. */
+#define DS_FLAG_PEER 0x04u
 
 /* Per-key kinds in a GET response. */
 #define DS_VAL_MISSING 0
@@ -62,6 +64,18 @@
  * HEALTH  req: (empty)                    resp: str err
  * STATS   req: (empty)                    resp: str err, str json
  * SHUTDOWN req: (empty)                   resp: str err  (accepted on the Unix socket only)
+ *
+ * Cluster (worker to worker; see src/worker/cluster.c):
+ * LOCATE  req: i32 wait_ms, n, n*key      (to the key's owner; waits until every key is known)
+ *         resp: str err, n, n*(u8 found, u64 size, u64 version, str location)
+ * META_PUT req: str location, n, n*(key, u64 size, u64 version)
+ *         resp: str err, n, n*u32 status  (after superseded copies elsewhere were dropped)
+ * META_DEL req: str location, u8 everywhere, n, n*(key, u64 version)
+ *         everywhere=0: the copy at location (that version) is gone (evicted, expired);
+ *         everywhere=1: delete the key on every worker but location (which did it itself)
+ *         resp: str err, n, n*u32 status
+ * DROP    req: n, n*(key, u64 max_version) resp: str err, n, n*u32 status
+ *         delete the local copy if its version <= max_version; tell nobody
  */
 #define DS_OPCODE_MAP(X)                                                                           \
     X(HELLO, 1, "hello")                                                                           \
@@ -77,7 +91,11 @@
     X(GENKEY, 11, "generate_key")                                                                  \
     X(HEALTH, 12, "health_check")                                                                  \
     X(STATS, 13, "stats")                                                                          \
-    X(SHUTDOWN, 14, "shutdown")
+    X(SHUTDOWN, 14, "shutdown")                                                                     \
+    X(LOCATE, 15, "locate")                                                                        \
+    X(META_PUT, 16, "meta_put")                                                                    \
+    X(META_DEL, 17, "meta_del")                                                                    \
+    X(DROP, 18, "drop")
 
 typedef enum {
 #define DS__OP_ENUM(name, num, text) DS_OP_##name = num,

@@ -11,8 +11,10 @@
  * bounded. A malformed frame gets an error answer and closes that connection. */
 #include "worker/server.h"
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "common/net.h"
+#include "worker/cluster.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -94,6 +96,11 @@ void ds__conn_close(ds_conn_t *c, const char *why)
     ds__loop_del(srv->loop, &c->io);
     close(c->io.fd);
     if (c->wait) ds__subs_cancel(srv, c->wait);
+    if (c->cpend) {
+        /* Its jobs still finish (and free what they hold); nobody is answered. */
+        c->cpend->conn = NULL;
+        c->cpend = NULL;
+    }
     ds__conn_release_pending(c);
     free(c->meta);
     c->meta = NULL;
@@ -217,6 +224,10 @@ void ds__conn_reply(ds_conn_t *c, uint64_t req_id, uint16_t op, ds_status_t st,
     o->nrefs = nrefs;
     o->fd = fd;
     if (st != DS_K_OK && op < DS_OP__MAX) srv->ctr.errors[op]++;
+    if (c->req_start_ns && req_id == c->h.req_id) {
+        ds__metrics_observe(srv, op, ds__now_ns() - c->req_start_ns);
+        c->req_start_ns = 0;
+    }
     if (c->out_tail)
         c->out_tail->next = o;
     else
@@ -295,6 +306,7 @@ static void header_complete(ds_conn_t *c)
     }
     c->hdr_got = 0;
     c->meta_got = 0;
+    c->req_start_ns = ds__now_ns();
     if (c->h.meta_len == 0) {
         meta_complete(c);
         return;

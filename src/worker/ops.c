@@ -8,6 +8,7 @@
 #include "common/clock.h"
 #include "common/keys.h"
 #include "common/log.h"
+#include "worker/cluster.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -67,21 +68,45 @@ static bool mode_ok(uint8_t mode, char *msg, size_t cap)
     return false;
 }
 
-static void reply_statuses(ds_conn_t *c, uint16_t op, const uint32_t *st, uint32_t n,
-                           const char *first_err)
+/* Status-list answer: str err, n, n*u32. Returns the overall status. */
+static ds_status_t build_statuses(ds_wbuf_t *w, const uint32_t *st, uint32_t n,
+                                  const char *first_err)
 {
-    ds_wbuf_t w;
-    ds__wbuf_init(&w);
     ds_status_t overall = DS_K_OK;
     for (uint32_t i = 0; i < n; i++)
         if (st[i] != DS_K_OK) {
             overall = (ds_status_t)st[i];
             break;
         }
-    ds__wbuf_cstr(&w, overall == DS_K_OK ? "" : first_err);
-    ds__wbuf_u32(&w, n);
-    for (uint32_t i = 0; i < n; i++) ds__wbuf_u32(&w, st[i]);
+    ds__wbuf_cstr(w, overall == DS_K_OK ? "" : first_err);
+    ds__wbuf_u32(w, n);
+    for (uint32_t i = 0; i < n; i++) ds__wbuf_u32(w, st[i]);
+    return overall;
+}
+
+static void reply_statuses(ds_conn_t *c, uint16_t op, const uint32_t *st, uint32_t n,
+                           const char *first_err)
+{
+    ds_wbuf_t w;
+    ds__wbuf_init(&w);
+    ds_status_t overall = build_statuses(&w, st, n, first_err);
     ds__conn_reply(c, c->h.req_id, op, overall, &w, NULL, 0, NULL, 0, -1);
+    ds__wbuf_free(&w);
+}
+
+/* After local publishes: in a cluster the owners learn the new copies
+ * before the client hears back; standalone the answer goes out now. */
+static void answer_published(ds_conn_t *c, uint16_t op, ds_obj_t **published, const uint32_t *st,
+                             uint32_t n, const char *first_err)
+{
+    if (c->srv->cluster == NULL || (c->h.flags & DS_FLAG_PEER)) {
+        reply_statuses(c, op, st, n, first_err);
+        return;
+    }
+    ds_wbuf_t w;
+    ds__wbuf_init(&w);
+    ds_status_t overall = build_statuses(&w, st, n, first_err);
+    ds__cluster_published(c, published, n, &w, overall);
     ds__wbuf_free(&w);
 }
 
@@ -201,6 +226,7 @@ void ds__ops_set_finish(ds_conn_t *c)
         ds__conn_release_pending(c);
         return;
     }
+    ds_obj_t **published = calloc(c->npend, sizeof(*published));
     for (uint32_t i = 0; i < c->npend; i++) {
         ds_obj_t *o = c->pend[i];
         if (o == NULL) continue;
@@ -208,49 +234,43 @@ void ds__ops_set_finish(ds_conn_t *c)
         c->pend_status[i] = (uint32_t)st;
         if (st == DS_K_OK) {
             ds__subs_publish(srv, o->key, o->keylen);
+            if (published) published[i] = o;
         } else if (c->pend_err[0] == '\0') {
             snprintf(c->pend_err, sizeof(c->pend_err), "key '%s' already exists (NX)", o->key);
         }
     }
-    reply_statuses(c, DS_OP_SET, c->pend_status, c->npend, c->pend_err);
+    if (published)
+        answer_published(c, DS_OP_SET, published, c->pend_status, c->npend, c->pend_err);
+    else
+        ds__conn_reply_err(c, c->h.req_id, DS_OP_SET, DS_K_OUT_OF_MEMORY, "out of memory");
+    free(published);
     ds__conn_release_pending(c);
 }
 
 /* ---- GET ---- */
 
-void ds__ops_get_answer(ds_conn_t *c, uint64_t req_id, const uint8_t *meta, uint32_t meta_len)
+void ds__ops_get_reply(ds_conn_t *c, uint64_t req_id, uint8_t flags, const char *const *keys,
+                       const uint32_t *lens, uint32_t n, ds_obj_t **objs)
 {
     ds_server_t *srv = c->srv;
-    ds_rbuf_t r;
-    ds__rbuf_init(&r, meta, meta_len);
-    (void)ds__rbuf_i32(&r);
-    uint8_t flags = ds__rbuf_u8(&r);
-    key_t_ *keys = NULL;
-    uint32_t n = 0;
-    char msg[256];
-    if (read_keys(&r, DS_MAX_BATCH, &keys, &n, msg, sizeof(msg)) != 0) {
-        ds__conn_reply_err(c, req_id, DS_OP_GET, DS_K_INVALID, "%s", msg);
-        return;
-    }
     bool shm_ok = c->session && c->session->shm;
-    struct iovec *segs = malloc(n * sizeof(*segs));
-    ds_obj_t **refs = malloc(n * sizeof(*refs));
-    ds_wbuf_t w;
-    ds__wbuf_init(&w);
+    struct iovec *segs = malloc((n ? n : 1) * sizeof(*segs));
+    ds_obj_t **refs = malloc((n ? n : 1) * sizeof(*refs));
     if (segs == NULL || refs == NULL) {
         free(segs);
         free(refs);
-        free(keys);
         ds__conn_reply_err(c, req_id, DS_OP_GET, DS_K_OUT_OF_MEMORY, "out of memory");
         return;
     }
+    ds_wbuf_t w;
+    ds__wbuf_init(&w);
     uint32_t nseg = 0, found = 0;
-    uint64_t now = ds__now_ms();
+    char msg[256];
     ds__wbuf_cstr(&w, "");
     size_t err_at = w.len; /* the error string is rewritten below if nothing is found */
     ds__wbuf_u32(&w, n);
     for (uint32_t i = 0; i < n; i++) {
-        ds_obj_t *o = ds__store_lookup(srv->store, keys[i].p, keys[i].len, now);
+        ds_obj_t *o = objs[i];
         if (o == NULL) {
             ds__wbuf_u8(&w, DS_VAL_MISSING);
             ds__wbuf_u64(&w, 0);
@@ -282,7 +302,7 @@ void ds__ops_get_answer(ds_conn_t *c, uint64_t req_id, const uint8_t *meta, uint
         ds_wbuf_t e;
         ds__wbuf_init(&e);
         if (n == 1)
-            snprintf(msg, sizeof(msg), "key '%.*s' not found", (int)keys[0].len, keys[0].p);
+            snprintf(msg, sizeof(msg), "key '%.*s' not found", (int)lens[0], keys[0]);
         else
             snprintf(msg, sizeof(msg), "none of the %u keys was found", n);
         ds__wbuf_cstr(&e, msg);
@@ -300,6 +320,39 @@ void ds__ops_get_answer(ds_conn_t *c, uint64_t req_id, const uint8_t *meta, uint
     ds__wbuf_free(&w);
     free(segs);
     free(refs);
+}
+
+void ds__ops_get_answer(ds_conn_t *c, uint64_t req_id, const uint8_t *meta, uint32_t meta_len)
+{
+    ds_server_t *srv = c->srv;
+    ds_rbuf_t r;
+    ds__rbuf_init(&r, meta, meta_len);
+    (void)ds__rbuf_i32(&r);
+    uint8_t flags = ds__rbuf_u8(&r);
+    key_t_ *keys = NULL;
+    uint32_t n = 0;
+    char msg[256];
+    if (read_keys(&r, DS_MAX_BATCH, &keys, &n, msg, sizeof(msg)) != 0) {
+        ds__conn_reply_err(c, req_id, DS_OP_GET, DS_K_INVALID, "%s", msg);
+        return;
+    }
+    const char **kp = malloc(n * sizeof(*kp));
+    uint32_t *kl = malloc(n * sizeof(*kl));
+    ds_obj_t **objs = malloc(n * sizeof(*objs));
+    if (kp == NULL || kl == NULL || objs == NULL) {
+        ds__conn_reply_err(c, req_id, DS_OP_GET, DS_K_OUT_OF_MEMORY, "out of memory");
+    } else {
+        uint64_t now = ds__now_ms();
+        for (uint32_t i = 0; i < n; i++) {
+            kp[i] = keys[i].p;
+            kl[i] = keys[i].len;
+            objs[i] = ds__store_lookup(srv->store, keys[i].p, keys[i].len, now);
+        }
+        ds__ops_get_reply(c, req_id, flags, kp, kl, n, objs);
+    }
+    free(kp);
+    free(kl);
+    free(objs);
     free(keys);
 }
 
@@ -309,7 +362,7 @@ static void op_get(ds_conn_t *c)
     ds_rbuf_t r;
     ds__rbuf_init(&r, c->meta, c->h.meta_len);
     int32_t timeout = ds__rbuf_i32(&r);
-    (void)ds__rbuf_u8(&r);
+    uint8_t gflags = ds__rbuf_u8(&r);
     key_t_ *keys = NULL;
     uint32_t n = 0;
     char msg[256];
@@ -336,6 +389,24 @@ static void op_get(ds_conn_t *c)
             return;
         }
     }
+    if (srv->cluster && !(c->h.flags & DS_FLAG_PEER)) {
+        /* Keys missing here may live on another worker: ask their owners. */
+        const char **kp = malloc(n * sizeof(*kp));
+        uint32_t *kl = malloc(n * sizeof(*kl));
+        if (kp && kl) {
+            for (uint32_t i = 0; i < n; i++) {
+                kp[i] = keys[i].p;
+                kl[i] = keys[i].len;
+            }
+            ds__cluster_get(c, timeout, gflags, kp, kl, n);
+        } else {
+            ds__conn_reply_err(c, c->h.req_id, DS_OP_GET, DS_K_OUT_OF_MEMORY, "out of memory");
+        }
+        free(kp);
+        free(kl);
+        free(keys);
+        return;
+    }
     if (timeout > 0) {
         uint64_t now = ds__now_ms();
         const char **mk = malloc(n * sizeof(*mk));
@@ -349,7 +420,7 @@ static void op_get(ds_conn_t *c)
         }
         bool parked = false;
         if (mk && ml && nm > 0) {
-            parked = ds__subs_wait(srv, c, c->h.req_id, c->meta, c->h.meta_len, mk, ml, nm,
+            parked = ds__subs_wait(srv, c, DS_OP_GET, c->h.req_id, c->meta, c->h.meta_len, mk, ml, nm,
                                    now + (uint64_t)timeout);
             if (!parked)
                 DS_LOG_WARN("subscription limit (%" PRId64 ") reached; answering at once",
@@ -521,6 +592,7 @@ static void op_publish_release(ds_conn_t *c, bool publish)
         return;
     }
     uint32_t *st = calloc(n ? n : 1, sizeof(*st));
+    ds_obj_t **published = calloc(n ? n : 1, sizeof(*published));
     char first[256] = "";
     uint64_t now = ds__now_ms();
     for (uint32_t i = 0; st && i < n; i++) {
@@ -539,19 +611,21 @@ static void op_publish_release(ds_conn_t *c, bool publish)
         }
         ds_status_t s = ds__store_publish(srv->store, sl->obj, (ds_existence_t)sl->existence, now);
         st[i] = (uint32_t)s;
-        if (s == DS_K_OK)
+        if (s == DS_K_OK) {
             ds__subs_publish(srv, sl->obj->key, sl->obj->keylen);
-        else if (!first[0])
+            if (published) published[i] = sl->obj;
+        } else if (!first[0])
             snprintf(first, sizeof(first), "key '%s' already exists (NX)", sl->obj->key);
     }
     if (!noreply) {
-        if (st == NULL)
+        if (st == NULL || published == NULL)
             ds__conn_reply_err(c, c->h.req_id, op, DS_K_OUT_OF_MEMORY, "out of memory");
         else if (!publish)
             ds__conn_reply_err(c, c->h.req_id, op, DS_K_OK, "%s", "");
         else
-            reply_statuses(c, op, st, n, first);
+            answer_published(c, op, published, st, n, first);
     }
+    free(published);
     free(st);
 }
 
@@ -574,6 +648,26 @@ static void op_keys(ds_conn_t *c)
     }
     if (rc != 0) {
         ds__conn_reply_err(c, c->h.req_id, op, DS_K_INVALID, "%s", msg);
+        return;
+    }
+    if (srv->cluster && !(c->h.flags & DS_FLAG_PEER)) {
+        const char **kp = malloc(n * sizeof(*kp));
+        uint32_t *kl = malloc(n * sizeof(*kl));
+        int bad = -1;
+        for (uint32_t i = 0; kp && kl && i < n && bad < 0; i++) {
+            kp[i] = keys[i].p;
+            kl[i] = keys[i].len;
+            if (ds__key_check(keys[i].p, keys[i].len, msg, sizeof(msg)) != 0) bad = (int)i;
+        }
+        if (!kp || !kl)
+            ds__conn_reply_err(c, c->h.req_id, op, DS_K_OUT_OF_MEMORY, "out of memory");
+        else if (bad >= 0)
+            ds__conn_reply_err(c, c->h.req_id, op, DS_K_INVALID, "%s", msg);
+        else
+            ds__cluster_keys_op(c, op, kp, kl, n, ttl);
+        free(kp);
+        free(kl);
+        free(keys);
         return;
     }
     uint64_t now = ds__now_ms();
@@ -700,6 +794,18 @@ void ds__ops_dispatch(ds_conn_t *c)
         break;
     case DS_OP_STATS:
         op_stats(c);
+        break;
+    case DS_OP_LOCATE:
+        ds__cluster_op_locate(c);
+        break;
+    case DS_OP_META_PUT:
+        ds__cluster_op_meta_put(c);
+        break;
+    case DS_OP_META_DEL:
+        ds__cluster_op_meta_del(c);
+        break;
+    case DS_OP_DROP:
+        ds__cluster_op_drop(c);
         break;
     case DS_OP_SHUTDOWN:
         if (!c->is_unix) {

@@ -8,6 +8,7 @@
 #include "common/hash.h"
 #include "common/log.h"
 #include "common/net.h"
+#include "worker/cluster.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -112,6 +113,9 @@ int ds__server_init(ds_server_t *srv, const ds_worker_config_t *cfg, char *err, 
     srv->unix_fd = ds__unix_listen(srv->sock_path, err, err_cap);
     if (srv->unix_fd < 0) return -1;
 
+    if (ds__metrics_init(srv, err, err_cap) != 0) return -1;
+    if (ds__cluster_init(srv, err, err_cap) != 0) return -1;
+
     sigset_t mask;
     sigemptyset(&mask);
     sigaddset(&mask, SIGTERM);
@@ -177,6 +181,7 @@ void ds__server_destroy(ds_server_t *srv)
 {
     while (srv->conns) ds__conn_close(srv->conns, "worker shutting down");
     free_dead(srv);
+    ds__cluster_destroy(srv);
     while (srv->sessions) ds__session_free(srv, srv->sessions);
     ds__subs_destroy(srv);
     if (srv->tcp_fd >= 0) close(srv->tcp_fd);
@@ -185,6 +190,7 @@ void ds__server_destroy(ds_server_t *srv)
         unlink(srv->sock_path);
     }
     if (srv->sig_fd >= 0) close(srv->sig_fd);
+    ds__metrics_destroy(srv);
     if (srv->store) ds__store_destroy(srv->store);
     if (srv->arena.fd >= 0) ds__arena_destroy(&srv->arena);
     ds__loop_destroy(srv->loop);
@@ -201,7 +207,16 @@ char *ds__server_stats_json(ds_server_t *srv)
     cJSON_AddStringToObject(root, "worker_id", srv->worker_id);
     cJSON_AddNumberToObject(root, "pid", getpid());
     cJSON_AddNumberToObject(root, "uptime_s", (double)(ds__now_ms() - srv->start_ms) / 1000.0);
-    cJSON_AddStringToObject(root, "mode", srv->cfg.etcd_address[0] ? "cluster" : "standalone");
+    cJSON_AddStringToObject(root, "mode", srv->cluster ? "cluster" : "standalone");
+    if (srv->cluster) {
+        char members[4096];
+        size_t nm = ds__cluster_members(srv, members, sizeof(members));
+        cJSON *cl = cJSON_AddObjectToObject(root, "cluster");
+        cJSON_AddStringToObject(cl, "name", srv->cfg.cluster_name);
+        cJSON_AddNumberToObject(cl, "members", (double)nm);
+        cJSON_AddStringToObject(cl, "member_list", members);
+        cJSON_AddNumberToObject(cl, "owned_keys", (double)ds__meta_count(ds__cluster_meta(srv)));
+    }
     cJSON *arena = cJSON_AddObjectToObject(root, "arena");
     cJSON_AddNumberToObject(arena, "total_bytes", (double)st.arena.total);
     cJSON_AddNumberToObject(arena, "used_bytes", (double)st.arena.used);

@@ -109,6 +109,8 @@ struct ds_conn {
     char pend_err[256];
 
     ds_wait_t *wait;
+    struct ds_pend *cpend; /* a cluster operation waiting for peers */
+    uint64_t req_start_ns; /* when the current request's header arrived */
 
     ds_out_t *out_head, *out_tail;
     uint64_t out_bytes;
@@ -139,6 +141,9 @@ void ds__ops_dispatch(ds_conn_t *c);
 void ds__ops_set_begin(ds_conn_t *c);
 /* For SET: after all data arrived, publishes and answers. */
 void ds__ops_set_finish(ds_conn_t *c);
+/* Answers a GET from objs[i] (NULL = missing); takes its own references. */
+void ds__ops_get_reply(ds_conn_t *c, uint64_t req_id, uint8_t flags, const char *const *keys,
+                       const uint32_t *lens, uint32_t n, ds_obj_t **objs);
 /* Answers a GET (used directly and when a wait completes). */
 void ds__ops_get_answer(ds_conn_t *c, uint64_t req_id, const uint8_t *meta, uint32_t meta_len);
 
@@ -146,6 +151,7 @@ void ds__ops_get_answer(ds_conn_t *c, uint64_t req_id, const uint8_t *meta, uint
 
 struct ds_wait {
     ds_conn_t *conn;
+    uint16_t op; /* GET or LOCATE: which answer to give */
     uint64_t req_id;
     uint64_t deadline_ms;
     uint8_t *meta; /* the GET's metadata, kept to answer later */
@@ -158,7 +164,7 @@ struct ds_wait {
 
 /* Parks c on the missing keys of a GET. Takes over meta. false if the
  * subscription limit is reached (the caller answers at once instead). */
-bool ds__subs_wait(ds_server_t *srv, ds_conn_t *c, uint64_t req_id, uint8_t *meta,
+bool ds__subs_wait(ds_server_t *srv, ds_conn_t *c, uint16_t op, uint64_t req_id, uint8_t *meta,
                    uint32_t meta_len, const char **keys, const uint32_t *lens, uint32_t nkeys,
                    uint64_t deadline_ms);
 /* A key was published: wakes waits that now have everything. */
@@ -169,6 +175,15 @@ uint64_t ds__subs_expire(ds_server_t *srv, uint64_t now_ms);
 void ds__subs_cancel(ds_server_t *srv, ds_wait_t *w);
 void ds__subs_init(ds_server_t *srv);
 void ds__subs_destroy(ds_server_t *srv);
+
+/* ---- metrics.c: Prometheus /metrics endpoint and latency histograms ---- */
+
+/* Creates the histograms, and the HTTP listener on --metrics_port when it is
+ * not 0 (bound to the worker's host). 0, or -1 with a message. */
+int ds__metrics_init(ds_server_t *srv, char *err, size_t err_cap);
+void ds__metrics_destroy(ds_server_t *srv);
+/* Records one request's latency (header arrival -> response queued). */
+void ds__metrics_observe(ds_server_t *srv, uint16_t op, uint64_t ns);
 
 /* ---- server.c ---- */
 
@@ -185,6 +200,7 @@ struct ds_server {
     int port;
     char sock_path[300];
     char worker_id[64];
+    char auth_token[256]; /* shared secret from --auth_token_file; empty = none */
     ds_loop_t *loop;
     ds_arena_t arena;
     ds_store_t *store;
@@ -207,6 +223,9 @@ struct ds_server {
     uint32_t sub_nbuckets, sub_count;
     ds_wait_t **wait_heap;
     uint32_t wait_n, wait_cap;
+
+    struct ds_metrics *metrics;
+    struct ds_cluster *cluster; /* NULL when standalone */ /* metrics.c: histograms and the /metrics listener */
 
     uint64_t genkey_counter;
     uint64_t start_ms;

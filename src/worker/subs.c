@@ -6,6 +6,7 @@
 #include "worker/server.h"
 
 #include "common/hash.h"
+#include "worker/cluster.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -128,7 +129,7 @@ static void free_wait(ds_server_t *srv, ds_wait_t *w)
     free(w);
 }
 
-bool ds__subs_wait(ds_server_t *srv, ds_conn_t *c, uint64_t req_id, uint8_t *meta,
+bool ds__subs_wait(ds_server_t *srv, ds_conn_t *c, uint16_t op, uint64_t req_id, uint8_t *meta,
                    uint32_t meta_len, const char **keys, const uint32_t *lens, uint32_t nkeys,
                    uint64_t deadline_ms)
 {
@@ -154,6 +155,7 @@ bool ds__subs_wait(ds_server_t *srv, ds_conn_t *c, uint64_t req_id, uint8_t *met
         if (srv->sub_nbuckets == before) break;
     }
     w->conn = c;
+    w->op = op;
     w->req_id = req_id;
     w->deadline_ms = deadline_ms;
     w->meta = meta;
@@ -179,7 +181,10 @@ static void complete(ds_server_t *srv, ds_wait_t *w)
 {
     ds_conn_t *c = w->conn;
     c->wait = NULL;
-    ds__ops_get_answer(c, w->req_id, w->meta, w->meta_len);
+    if (w->op == DS_OP_LOCATE)
+        ds__cluster_locate_answer(c, w->req_id, w->meta, w->meta_len);
+    else
+        ds__ops_get_answer(c, w->req_id, w->meta, w->meta_len);
     free_wait(srv, w);
     ds__conn_unpark(c);
 }

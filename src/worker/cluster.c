@@ -1,0 +1,545 @@
+/* Cluster plumbing (see cluster.h): the membership and watch threads, the job
+ * thread pool with its completion eventfd, pending operations, and the ring
+ * rebuilt from each member list the watch delivers. */
+#include "worker/cluster.h"
+
+#include "common/clock.h"
+#include "common/etcd.h"
+#include "common/log.h"
+#include "worker/peer.h"
+#include "worker/ring.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#define DS_JOB_THREADS 4
+#define DS_MAX_MEMBERS 256
+
+typedef struct {
+    char addr[300];
+    char id[64];
+} member_t;
+
+struct ds_cluster {
+    ds_server_t *srv;
+    char self[300];
+    char prefix[256];
+    char member_key[600];
+    char member_value[512];
+    ds_peers_t *peers;
+    ds_meta_t *meta;
+    ds_ring_t *ring;
+    member_t members[DS_MAX_MEMBERS];
+    size_t nmembers;
+
+    pthread_t job_threads[DS_JOB_THREADS];
+    pthread_t member_thread, watch_thread;
+    bool threads_started;
+    atomic_bool stop;
+    pthread_mutex_t mu; /* guards the queues and the posted member list */
+    pthread_cond_t cv;
+    ds_job_t *todo_head, *todo_tail;
+    ds_job_t *done_head, *done_tail;
+    int efd;
+    ds_io_t eio;
+    member_t posted[DS_MAX_MEMBERS];
+    size_t nposted;
+    bool have_posted;
+    ds_etcd_t *etcd_member, *etcd_watch, *etcd_range;
+    atomic_int registered;
+};
+
+/* ---- jobs ---- */
+
+ds_job_t *ds__job_new(ds_pend_t *p, const char *addr, uint16_t op, void (*done)(ds_job_t *))
+{
+    ds_job_t *j = calloc(1, sizeof(*j));
+    if (j == NULL) return NULL;
+    j->pend = p;
+    j->done = done;
+    j->op = op;
+    j->timeout_ms = 30000;
+    snprintf(j->addr, sizeof(j->addr), "%s", addr);
+    ds__wbuf_init(&j->req);
+    return j;
+}
+
+static void job_free(ds_job_t *j)
+{
+    ds__wbuf_free(&j->req);
+    free(j->idx);
+    free(j->resp);
+    free(j);
+}
+
+void ds__job_submit(ds_server_t *srv, ds_job_t *j)
+{
+    struct ds_cluster *cl = srv->cluster;
+    if (j->pend) j->pend->outstanding++;
+    pthread_mutex_lock(&cl->mu);
+    if (cl->todo_tail)
+        cl->todo_tail->next = j;
+    else
+        cl->todo_head = j;
+    cl->todo_tail = j;
+    pthread_cond_signal(&cl->cv);
+    pthread_mutex_unlock(&cl->mu);
+}
+
+/* A pull: the response is a one-key GET whose value goes straight into dst. */
+static void run_pull(ds_pconn_t *pc, ds_job_t *j, ds_peer_resp_t *resp, uint64_t dl)
+{
+    uint32_t n = ds__rbuf_u32(&resp->r);
+    uint8_t kind = ds__rbuf_u8(&resp->r);
+    uint64_t size = ds__rbuf_u64(&resp->r);
+    if (resp->r.err || n != 1 || kind != DS_VAL_INLINE || size != j->dst_len ||
+        resp->data_len != size) {
+        j->status = DS_K_NOT_FOUND; /* replaced or gone since the owner answered */
+        snprintf(j->err, sizeof(j->err), "key changed on %.200s during the pull", j->addr);
+        if (ds__peer_read(pc, resp, NULL, resp->data_len, dl) != 0) j->transport_failed = 1;
+        return;
+    }
+    if (ds__peer_read(pc, resp, j->dst, size, dl) != 0) {
+        j->transport_failed = 1;
+        snprintf(j->err, sizeof(j->err), "pulling from worker %.200s failed mid-transfer", j->addr);
+    }
+}
+
+static void run_job(struct ds_cluster *cl, ds_job_t *j)
+{
+    char err[256];
+    uint64_t dl = ds__now_ms() + j->timeout_ms;
+    ds_pconn_t *pc = ds__peer_acquire(cl->peers, j->addr, dl, err, sizeof(err));
+    if (pc == NULL) {
+        j->transport_failed = 1;
+        snprintf(j->err, sizeof(j->err), "%s", err);
+        return;
+    }
+    ds_peer_resp_t resp;
+    if (ds__peer_request(pc, j->op, &j->req, NULL, 0, dl, &resp) != 0) {
+        j->transport_failed = 1;
+        snprintf(j->err, sizeof(j->err), "%s", resp.err[0] ? resp.err : "peer request failed");
+        ds__peer_resp_free(&resp);
+        ds__peer_release(cl->peers, pc, false);
+        return;
+    }
+    j->status = resp.status;
+    snprintf(j->err, sizeof(j->err), "%s", resp.err);
+    if (j->dst && resp.status == DS_K_OK) run_pull(pc, j, &resp, dl);
+    else if (resp.data_len && ds__peer_read(pc, &resp, NULL, resp.data_len, dl) != 0)
+        j->transport_failed = 1;
+    /* Keep the metadata for the loop-side handler; it reads after the error. */
+    j->resp = resp.meta;
+    j->resp_len = resp.meta_len;
+    j->r = resp.r;
+    resp.meta = NULL;
+    ds__peer_release(cl->peers, pc, !j->transport_failed);
+}
+
+static void *job_thread(void *arg)
+{
+    struct ds_cluster *cl = arg;
+    for (;;) {
+        pthread_mutex_lock(&cl->mu);
+        while (cl->todo_head == NULL && !atomic_load(&cl->stop))
+            pthread_cond_wait(&cl->cv, &cl->mu);
+        ds_job_t *j = cl->todo_head;
+        if (j == NULL) {
+            pthread_mutex_unlock(&cl->mu);
+            return NULL;
+        }
+        cl->todo_head = j->next;
+        if (cl->todo_head == NULL) cl->todo_tail = NULL;
+        pthread_mutex_unlock(&cl->mu);
+        j->next = NULL;
+        run_job(cl, j);
+        pthread_mutex_lock(&cl->mu);
+        if (cl->done_tail)
+            cl->done_tail->next = j;
+        else
+            cl->done_head = j;
+        cl->done_tail = j;
+        pthread_mutex_unlock(&cl->mu);
+        uint64_t one = 1;
+        ssize_t w = write(cl->efd, &one, sizeof(one));
+        (void)w;
+    }
+}
+
+/* ---- pending operations ---- */
+
+ds_pend_t *ds__pend_new(ds_conn_t *c, void (*finish)(ds_pend_t *))
+{
+    ds_pend_t *p = calloc(1, sizeof(*p));
+    if (p == NULL) return NULL;
+    p->srv = c->srv;
+    p->conn = c;
+    p->req_id = c->h.req_id;
+    p->op = c->h.opcode;
+    p->flags = c->h.flags;
+    p->finish = finish;
+    ds__wbuf_init(&p->reply);
+    return p;
+}
+
+void ds__pend_free(ds_pend_t *p)
+{
+    for (uint32_t i = 0; i < p->n; i++) {
+        if (p->keys) free(p->keys[i]);
+        if (p->objs && p->objs[i]) ds__store_unref(p->srv->store, p->objs[i]);
+    }
+    free(p->keys);
+    free(p->keylens);
+    free(p->objs);
+    free(p->status);
+    free(p->sizes);
+    ds__wbuf_free(&p->reply);
+    free(p);
+}
+
+static void pend_done(ds_pend_t *p)
+{
+    ds_conn_t *c = p->conn;
+    if (c) c->cpend = NULL;
+    p->finish(p); /* answers when c is still there */
+    ds__pend_free(p);
+    if (c && c->state == CONN_PARKED) ds__conn_unpark(c);
+}
+
+void ds__pend_start(ds_pend_t *p)
+{
+    if (p->outstanding == 0) {
+        pend_done(p);
+        return;
+    }
+    p->conn->cpend = p;
+    p->conn->state = CONN_PARKED;
+}
+
+static void on_completions(void *ctx, uint32_t events)
+{
+    struct ds_cluster *cl = ctx;
+    (void)events;
+    uint64_t v;
+    ssize_t r = read(cl->efd, &v, sizeof(v));
+    (void)r;
+    pthread_mutex_lock(&cl->mu);
+    ds_job_t *list = cl->done_head;
+    cl->done_head = cl->done_tail = NULL;
+    pthread_mutex_unlock(&cl->mu);
+    while (list) {
+        ds_job_t *j = list;
+        list = j->next;
+        if (j->transport_failed) ds__peers_forget(cl->peers, j->addr);
+        if (j->done) j->done(j);
+        ds_pend_t *p = j->pend;
+        job_free(j);
+        if (p && --p->outstanding == 0) pend_done(p);
+    }
+}
+
+/* ---- membership ---- */
+
+static void post_members(struct ds_cluster *cl)
+{
+    char err[256];
+    ds_etcd_kv_t *kvs = NULL;
+    size_t n = 0;
+    if (ds__etcd_range_prefix(cl->etcd_range, cl->prefix, &kvs, &n, err, sizeof(err)) != 0) {
+        DS_LOG_WARN("cluster: cannot read members: %s", err);
+        return;
+    }
+    member_t *m = malloc(DS_MAX_MEMBERS * sizeof(*m));
+    size_t k = 0;
+    for (size_t i = 0; m && i < n && k < DS_MAX_MEMBERS; i++) {
+        cJSON *j = cJSON_Parse(kvs[i].value);
+        const cJSON *a = cJSON_GetObjectItemCaseSensitive(j, "address");
+        const cJSON *id = cJSON_GetObjectItemCaseSensitive(j, "worker_id");
+        if (cJSON_IsString(a) && cJSON_IsString(id)) {
+            snprintf(m[k].addr, sizeof(m[k].addr), "%s", a->valuestring);
+            snprintf(m[k].id, sizeof(m[k].id), "%s", id->valuestring);
+            k++;
+        }
+        cJSON_Delete(j);
+    }
+    ds__etcd_kvs_free(kvs, n);
+    if (m == NULL) return;
+    pthread_mutex_lock(&cl->mu);
+    memcpy(cl->posted, m, k * sizeof(*m));
+    cl->nposted = k;
+    cl->have_posted = true;
+    pthread_mutex_unlock(&cl->mu);
+    free(m);
+    uint64_t one = 1;
+    ssize_t w = write(cl->efd, &one, sizeof(one));
+    (void)w;
+}
+
+static void on_watch_event(void *ctx)
+{
+    post_members(ctx);
+}
+
+static void nap(struct ds_cluster *cl, uint64_t ms)
+{
+    uint64_t until = ds__now_ms() + ms;
+    while (!atomic_load(&cl->stop) && ds__now_ms() < until) usleep(20000);
+}
+
+static void *watch_thread(void *arg)
+{
+    struct ds_cluster *cl = arg;
+    char err[256];
+    while (!atomic_load(&cl->stop)) {
+        post_members(cl);
+        if (ds__etcd_watch(cl->etcd_watch, cl->prefix, on_watch_event, cl, &cl->stop, err,
+                           sizeof(err)) != 0) {
+            DS_LOG_DEBUG("cluster: %s; retrying", err);
+            nap(cl, 500);
+        }
+    }
+    return NULL;
+}
+
+/* Registers under a lease and keeps it alive. When etcd is unreachable the
+ * worker keeps serving on the last ring; once etcd answers again and the
+ * lease is gone, it registers anew (which the others see as a rejoin). */
+static void *member_thread(void *arg)
+{
+    struct ds_cluster *cl = arg;
+    ds_server_t *srv = cl->srv;
+    char err[256];
+    int64_t lease = 0;
+    bool warned = false;
+    while (!atomic_load(&cl->stop)) {
+        if (!atomic_load(&cl->registered)) {
+            if (ds__etcd_grant(cl->etcd_member, (int)srv->cfg.node_timeout_s, &lease, err,
+                               sizeof(err)) == 0 &&
+                ds__etcd_put(cl->etcd_member, cl->member_key, cl->member_value, lease, err,
+                             sizeof(err)) == 0) {
+                atomic_store(&cl->registered, 1);
+                DS_LOG_INFO("cluster: registered %s (lease %lld)", cl->member_key,
+                            (long long)lease);
+                warned = false;
+            } else if (!warned) {
+                DS_LOG_WARN("cluster: cannot register with etcd: %s; retrying", err);
+                warned = true;
+            }
+        } else {
+            int64_t ttl = 0;
+            if (ds__etcd_keepalive(cl->etcd_member, lease, &ttl, err, sizeof(err)) != 0) {
+                if (!warned) DS_LOG_WARN("cluster: keep-alive failed: %s", err);
+                warned = true;
+            } else if (ttl <= 0) {
+                DS_LOG_WARN("cluster: lease %lld expired; registering again", (long long)lease);
+                atomic_store(&cl->registered, 0);
+                continue;
+            } else {
+                warned = false;
+            }
+        }
+        nap(cl, (uint64_t)srv->cfg.heartbeat_interval_ms);
+    }
+    if (atomic_load(&cl->registered)) ds__etcd_revoke(cl->etcd_member, lease);
+    return NULL;
+}
+
+static int cmp_member(const void *a, const void *b)
+{
+    return strcmp(((const member_t *)a)->addr, ((const member_t *)b)->addr);
+}
+
+/* In the loop: adopt a member list posted by the watch thread. */
+static void adopt_members(struct ds_cluster *cl)
+{
+    member_t *m = malloc(DS_MAX_MEMBERS * sizeof(*m));
+    if (m == NULL) return;
+    pthread_mutex_lock(&cl->mu);
+    bool have = cl->have_posted;
+    size_t n = cl->nposted;
+    memcpy(m, cl->posted, n * sizeof(*m));
+    cl->have_posted = false;
+    pthread_mutex_unlock(&cl->mu);
+    if (!have) {
+        free(m);
+        return;
+    }
+    qsort(m, n, sizeof(*m), cmp_member);
+    bool same = n == cl->nmembers;
+    for (size_t i = 0; same && i < n; i++)
+        same = !strcmp(m[i].addr, cl->members[i].addr) && !strcmp(m[i].id, cl->members[i].id);
+    if (same) {
+        free(m);
+        return;
+    }
+    /* Members that left or restarted (new worker id) lost their data. */
+    for (size_t i = 0; i < cl->nmembers; i++) {
+        bool kept = false;
+        for (size_t k = 0; k < n; k++)
+            kept |= !strcmp(m[k].addr, cl->members[i].addr) && !strcmp(m[k].id, cl->members[i].id);
+        if (!kept) {
+            DS_LOG_INFO("cluster: member %s (%s) left", cl->members[i].addr, cl->members[i].id);
+            ds__meta_prune(cl->meta, cl->srv, cl->members[i].addr);
+            ds__peers_forget(cl->peers, cl->members[i].addr);
+        }
+    }
+    const char **addrs = malloc((n ? n : 1) * sizeof(*addrs));
+    for (size_t i = 0; addrs && i < n; i++) addrs[i] = m[i].addr;
+    ds_ring_t *ring = addrs ? ds__ring_build(addrs, n) : NULL;
+    free(addrs);
+    if (ring == NULL) {
+        free(m);
+        return;
+    }
+    ds_ring_t *old = cl->ring;
+    /* A restarted member keeps its address but lost its metadata: treat it
+     * as absent from the old ring so keys it owns are registered again. */
+    const char **kept = malloc((cl->nmembers ? cl->nmembers : 1) * sizeof(*kept));
+    size_t nk = 0;
+    for (size_t i = 0; kept && i < cl->nmembers; i++)
+        for (size_t k = 0; k < n; k++)
+            if (!strcmp(m[k].addr, cl->members[i].addr) && !strcmp(m[k].id, cl->members[i].id))
+                kept[nk++] = cl->members[i].addr;
+    ds_ring_t *old_alive = kept ? ds__ring_build(kept, nk) : NULL;
+    free(kept);
+    memcpy(cl->members, m, n * sizeof(*m));
+    cl->nmembers = n;
+    cl->ring = ring;
+    free(m);
+    DS_LOG_INFO("cluster: %zu members", n);
+    ds__meta_prune(cl->meta, cl->srv, NULL);
+    ds__cluster_ring_changed(cl->srv, old_alive);
+    ds__ring_free(old_alive);
+    ds__ring_free(old);
+}
+
+static void on_eventfd(void *ctx, uint32_t events)
+{
+    struct ds_cluster *cl = ctx;
+    on_completions(cl, events);
+    adopt_members(cl);
+}
+
+static void on_gone(void *ctx, const ds_obj_t *o)
+{
+    ds__cluster_gone(ctx, o);
+}
+
+const char *ds__cluster_owner(ds_server_t *srv, const char *key, size_t len)
+{
+    return ds__ring_owner(srv->cluster->ring, key, len);
+}
+
+const char *ds__cluster_self(ds_server_t *srv)
+{
+    return srv->cluster->self;
+}
+
+ds_meta_t *ds__cluster_meta(ds_server_t *srv)
+{
+    return srv->cluster->meta;
+}
+
+size_t ds__cluster_members(ds_server_t *srv, char *out, size_t cap)
+{
+    struct ds_cluster *cl = srv->cluster;
+    size_t off = 0;
+    if (cap) out[0] = '\0';
+    for (size_t i = 0; i < cl->nmembers && off < cap; i++)
+        off += (size_t)snprintf(out + off, cap - off, "%s%s", i ? "," : "", cl->members[i].addr);
+    return cl->nmembers;
+}
+
+int ds__cluster_init(ds_server_t *srv, char *err, size_t err_cap)
+{
+    if (srv->cfg.etcd_address[0] == '\0') return 0;
+    struct ds_cluster *cl = calloc(1, sizeof(*cl));
+    if (cl == NULL) {
+        snprintf(err, err_cap, "out of memory");
+        return -1;
+    }
+    srv->cluster = cl;
+    cl->srv = srv;
+    cl->efd = -1;
+    snprintf(cl->self, sizeof(cl->self), "%s:%d", srv->host, srv->port);
+    snprintf(cl->prefix, sizeof(cl->prefix), "/datasystem/%s/cluster/", srv->cfg.cluster_name);
+    snprintf(cl->member_key, sizeof(cl->member_key), "%s%s", cl->prefix, cl->self);
+    snprintf(cl->member_value, sizeof(cl->member_value),
+             "{\"address\": \"%s\", \"worker_id\": \"%s\", \"state\": \"ready\", \"pid\": %d}",
+             cl->self, srv->worker_id, (int)getpid());
+    pthread_mutex_init(&cl->mu, NULL);
+    pthread_cond_init(&cl->cv, NULL);
+    cl->peers = ds__peers_new(srv->auth_token);
+    cl->meta = ds__meta_new();
+    cl->etcd_member = ds__etcd_new(srv->cfg.etcd_address, err, err_cap);
+    if (cl->etcd_member == NULL) return -1;
+    cl->etcd_watch = ds__etcd_new(srv->cfg.etcd_address, err, err_cap);
+    cl->etcd_range = ds__etcd_new(srv->cfg.etcd_address, err, err_cap);
+    cl->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (!cl->peers || !cl->meta || !cl->etcd_watch || !cl->etcd_range || cl->efd < 0 ||
+        ds__loop_add(srv->loop, &cl->eio, cl->efd, EPOLLIN, on_eventfd, cl) != 0) {
+        snprintf(err, err_cap, "cannot set up the cluster: %s", strerror(errno));
+        return -1;
+    }
+    ds__store_set_gone_hook(srv->store, on_gone, srv);
+    /* Start with ourselves so keys can be served before etcd answers. */
+    const char *self = cl->self;
+    cl->ring = ds__ring_build(&self, 1);
+    snprintf(cl->members[0].addr, sizeof(cl->members[0].addr), "%s", cl->self);
+    snprintf(cl->members[0].id, sizeof(cl->members[0].id), "%s", srv->worker_id);
+    cl->nmembers = 1;
+    for (int i = 0; i < DS_JOB_THREADS; i++)
+        pthread_create(&cl->job_threads[i], NULL, job_thread, cl);
+    pthread_create(&cl->member_thread, NULL, member_thread, cl);
+    pthread_create(&cl->watch_thread, NULL, watch_thread, cl);
+    cl->threads_started = true;
+    DS_LOG_INFO("cluster '%s': joining through etcd %s as %s", srv->cfg.cluster_name,
+                srv->cfg.etcd_address, cl->self);
+    return 0;
+}
+
+void ds__cluster_destroy(ds_server_t *srv)
+{
+    struct ds_cluster *cl = srv->cluster;
+    if (cl == NULL) return;
+    atomic_store(&cl->stop, true);
+    if (cl->threads_started) {
+        pthread_mutex_lock(&cl->mu);
+        pthread_cond_broadcast(&cl->cv);
+        pthread_mutex_unlock(&cl->mu);
+        for (int i = 0; i < DS_JOB_THREADS; i++) pthread_join(cl->job_threads[i], NULL);
+        pthread_join(cl->member_thread, NULL);
+        pthread_join(cl->watch_thread, NULL);
+    }
+    /* Jobs never run are dropped; their pends go with the connections. */
+    on_completions(cl, 0);
+    while (cl->todo_head) {
+        ds_job_t *j = cl->todo_head;
+        cl->todo_head = j->next;
+        if (j->obj) ds__store_unref(srv->store, j->obj);
+        ds_pend_t *p = j->pend;
+        job_free(j);
+        if (p && --p->outstanding == 0) pend_done(p);
+    }
+    if (cl->efd >= 0) {
+        ds__loop_del(srv->loop, &cl->eio);
+        close(cl->efd);
+    }
+    ds__etcd_free(cl->etcd_member);
+    ds__etcd_free(cl->etcd_watch);
+    ds__etcd_free(cl->etcd_range);
+    ds__peers_free(cl->peers);
+    ds__meta_free(cl->meta);
+    ds__ring_free(cl->ring);
+    pthread_mutex_destroy(&cl->mu);
+    pthread_cond_destroy(&cl->cv);
+    free(cl);
+    srv->cluster = NULL;
+}

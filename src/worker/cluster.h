@@ -1,0 +1,138 @@
+/* Many machines: a worker with --etcd_address joins a cluster.
+ *
+ * Membership (cluster.c): a membership thread registers
+ * /datasystem/<cluster>/cluster/<ip:port> under an etcd lease and keeps it
+ * alive; a watch thread follows the prefix and hands each new member list to
+ * the event loop, which rebuilds the hash ring (ring.c).
+ *
+ * Data stays on the worker that wrote it; the key's ring owner keeps its
+ * locations (a metadata table, cluster_meta.c). The event loop never blocks
+ * on a peer: every worker-to-worker call is a job run by a small thread pool
+ * (blocking RPC, peer.c) whose result comes back to the loop through an
+ * eventfd. A request that needs peers becomes a pending operation
+ * (ds_pend_t) that parks its connection and answers when its last job is
+ * done (cluster_ops.c). Job threads never touch the store: a pull writes
+ * into an arena range the loop reserved for it before the job started.
+ *
+ * Consistency: a SET returns after the owner recorded the new location and
+ * dropped every superseded copy; a DEL after every copy was dropped. Reads
+ * are served by the owner's current location, so nothing stale is served
+ * once a write or delete has returned. */
+#ifndef DS_WORKER_CLUSTER_H
+#define DS_WORKER_CLUSTER_H
+
+#include "worker/server.h"
+
+#include "worker/ring.h"
+
+typedef struct ds_pend ds_pend_t;
+typedef struct ds_job ds_job_t;
+typedef struct ds_meta ds_meta_t;
+
+/* A client request waiting for jobs. conn is NULL once the client left. */
+struct ds_pend {
+    ds_server_t *srv;
+    ds_conn_t *conn;
+    uint64_t req_id;
+    uint16_t op;
+    uint8_t flags;
+    int outstanding;
+    void (*finish)(ds_pend_t *p);
+    /* per-operation state */
+    uint32_t n;
+    char **keys;
+    uint32_t *keylens;
+    ds_obj_t **objs;
+    uint32_t *status;
+    uint64_t *sizes;
+    uint32_t ttl;
+    ds_status_t err_status;
+    char err[256];
+    ds_wbuf_t reply; /* a prepared answer (SET) */
+    ds_status_t reply_status;
+};
+
+struct ds_job {
+    ds_job_t *next;
+    ds_pend_t *pend; /* may be NULL: fire-and-forget */
+    void (*done)(ds_job_t *j);
+    char addr[300];
+    uint16_t op;
+    ds_wbuf_t req;
+    uint64_t timeout_ms;
+    uint32_t *idx; /* which keys of the pend this job's entries are */
+    uint32_t nidx;
+    /* pulls: read the single value into dst when it is dst_len bytes */
+    uint8_t *dst;
+    uint64_t dst_len;
+    uint32_t index; /* which key of the pend */
+    ds_obj_t *obj;
+    /* result */
+    int transport_failed;
+    uint32_t status;
+    uint8_t *resp;
+    uint32_t resp_len;
+    ds_rbuf_t r; /* over resp, after the error string */
+    char err[256];
+};
+
+/* cluster.c */
+int ds__cluster_init(ds_server_t *srv, char *err, size_t err_cap);
+void ds__cluster_destroy(ds_server_t *srv);
+/* The ring owner of a key, or NULL when the ring is empty. */
+const char *ds__cluster_owner(ds_server_t *srv, const char *key, size_t len);
+const char *ds__cluster_self(ds_server_t *srv);
+ds_meta_t *ds__cluster_meta(ds_server_t *srv);
+/* Comma-separated member addresses into out; returns the member count. */
+size_t ds__cluster_members(ds_server_t *srv, char *out, size_t cap);
+ds_job_t *ds__job_new(ds_pend_t *p, const char *addr, uint16_t op, void (*done)(ds_job_t *));
+/* Queues the job (counting it in its pend). */
+void ds__job_submit(ds_server_t *srv, ds_job_t *j);
+ds_pend_t *ds__pend_new(ds_conn_t *c, void (*finish)(ds_pend_t *));
+/* Parks the connection until the pend finishes (or finishes it now if no
+ * job was submitted). */
+void ds__pend_start(ds_pend_t *p);
+void ds__pend_free(ds_pend_t *p);
+
+/* cluster_meta.c: the owner's location table */
+ds_meta_t *ds__meta_new(void);
+void ds__meta_free(ds_meta_t *m);
+/* Location of a key: 1 with loc, size and version set, 0 when unknown. */
+int ds__meta_find(ds_meta_t *m, const char *key, size_t len, const char **loc, uint64_t *size,
+                  uint64_t *version);
+/* Records loc as the key's current copy; the superseded locations and their
+ * versions go to cb (to be dropped). */
+void ds__meta_put(ds_meta_t *m, const char *key, size_t len, const char *loc, uint64_t size,
+                  uint64_t version,
+                  void (*cb)(void *ctx, const char *loc, uint64_t version), void *ctx);
+/* Removes one location (if its version is <= version) or, loc NULL, the
+ * whole key, reporting the removed locations to cb. */
+void ds__meta_del(ds_meta_t *m, const char *key, size_t len, const char *loc, uint64_t version,
+                  void (*cb)(void *ctx, const char *loc, uint64_t version), void *ctx);
+/* Forgets every location on a member, and every key this worker no longer owns. */
+void ds__meta_prune(ds_meta_t *m, ds_server_t *srv, const char *dead_member);
+uint64_t ds__meta_count(const ds_meta_t *m);
+
+/* cluster_ops.c: the operations that consult peers */
+/* A GET in cluster mode: local hits, then LOCATE at the owners (waiting up
+ * to wait_ms) and pulls from where the keys live. */
+void ds__cluster_get(ds_conn_t *c, int32_t wait_ms, uint8_t flags, const char *const *keys,
+                     const uint32_t *lens, uint32_t n);
+/* After a local publish: tells the owners, then sends reply. Takes over reply. */
+void ds__cluster_published(ds_conn_t *c, ds_obj_t **objs, uint32_t n, ds_wbuf_t *reply,
+                           ds_status_t st);
+/* DEL, EXIST, EXPIRE and QSIZE across the cluster. */
+void ds__cluster_keys_op(ds_conn_t *c, uint16_t op, const char *const *keys, const uint32_t *lens,
+                         uint32_t n, uint32_t ttl);
+void ds__cluster_op_locate(ds_conn_t *c);
+void ds__cluster_locate_answer(ds_conn_t *c, uint64_t req_id, const uint8_t *meta,
+                               uint32_t meta_len);
+void ds__cluster_op_meta_put(ds_conn_t *c);
+void ds__cluster_op_meta_del(ds_conn_t *c);
+void ds__cluster_op_drop(ds_conn_t *c);
+/* A local copy left the table by eviction or expiry: tell its owner. */
+void ds__cluster_gone(ds_server_t *srv, const ds_obj_t *o);
+/* The member list changed: re-register local keys whose owner changed. */
+void ds__cluster_ring_changed(ds_server_t *srv, const ds_ring_t *old_ring);
+
+#endif

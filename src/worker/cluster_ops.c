@@ -1,0 +1,485 @@
+/* Operations that consult peers (see cluster.h). Each client request that
+ * needs another worker becomes a ds_pend_t; its jobs run on the job threads
+ * and their done-handlers (here, on the loop) may queue further jobs - a GET
+ * first LOCATEs its keys at their owners, then pulls each from where it
+ * lives into an arena range reserved for it. The pend answers when its last
+ * job is done. The owner side (LOCATE, META_PUT, META_DEL) and DROP are
+ * ordinary request handlers. */
+#include "worker/cluster.h"
+
+#include "common/clock.h"
+#include "common/keys.h"
+#include "common/log.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DS_META_BATCH 10000
+
+/* Copies the request's keys into the pend. */
+static bool pend_keys(ds_pend_t *p, const char *const *keys, const uint32_t *lens, uint32_t n)
+{
+    p->keys = calloc(n, sizeof(*p->keys));
+    p->keylens = calloc(n, sizeof(*p->keylens));
+    p->objs = calloc(n, sizeof(*p->objs));
+    p->status = calloc(n, sizeof(*p->status));
+    p->sizes = calloc(n, sizeof(*p->sizes));
+    if (!p->keys || !p->keylens || !p->objs || !p->status || !p->sizes) return false;
+    p->n = n;
+    for (uint32_t i = 0; i < n; i++) {
+        p->keys[i] = strndup(keys[i], lens[i]);
+        if (p->keys[i] == NULL) return false;
+        p->keylens[i] = lens[i];
+    }
+    return true;
+}
+
+/* Groups keys (indices into the pend) by their owner and submits one job
+ * per owner, built by `build` for that owner's keys. */
+static void per_owner(ds_pend_t *p, const uint32_t *which, uint32_t nw, uint16_t op,
+                      void (*build)(ds_pend_t *p, ds_job_t *j), void (*done)(ds_job_t *))
+{
+    ds_server_t *srv = p->srv;
+    bool *taken = calloc(nw ? nw : 1, sizeof(*taken));
+    for (uint32_t a = 0; taken && a < nw; a++) {
+        if (taken[a]) continue;
+        const char *owner = ds__cluster_owner(srv, p->keys[which[a]], p->keylens[which[a]]);
+        if (owner == NULL) continue;
+        ds_job_t *j = ds__job_new(p, owner, op, done);
+        if (j == NULL) continue;
+        j->idx = malloc(nw * sizeof(*j->idx));
+        for (uint32_t b = a; j->idx && b < nw; b++) {
+            if (taken[b]) continue;
+            const char *o2 = ds__cluster_owner(srv, p->keys[which[b]], p->keylens[which[b]]);
+            if (o2 && strcmp(o2, owner) == 0) {
+                taken[b] = true;
+                j->idx[j->nidx++] = which[b];
+            }
+        }
+        build(p, j);
+        ds__job_submit(srv, j);
+    }
+    free(taken);
+}
+
+static uint32_t *missing_indices(ds_pend_t *p, uint32_t *nm)
+{
+    uint32_t *m = malloc((p->n ? p->n : 1) * sizeof(*m));
+    *nm = 0;
+    for (uint32_t i = 0; m && i < p->n; i++)
+        if (p->objs[i] == NULL) m[(*nm)++] = i;
+    return m;
+}
+
+static void build_locate(ds_pend_t *p, ds_job_t *j)
+{
+    ds__wbuf_i32(&j->req, (int32_t)p->ttl); /* the GET's wait, or 0 */
+    ds__wbuf_u32(&j->req, j->nidx);
+    for (uint32_t i = 0; i < j->nidx; i++)
+        ds__wbuf_str(&j->req, p->keys[j->idx[i]], p->keylens[j->idx[i]]);
+    j->timeout_ms = p->ttl + 10000u;
+}
+
+/* ---- GET ---- */
+
+static void pull_done(ds_job_t *j)
+{
+    ds_pend_t *p = j->pend;
+    if (j->status == DS_K_OK && !j->transport_failed) {
+        p->objs[j->index] = j->obj; /* the pend keeps the reference */
+        j->obj = NULL;
+        return;
+    }
+    ds__store_unref(p->srv->store, j->obj);
+    j->obj = NULL;
+    if (j->transport_failed) {
+        p->err_status = DS_K_RPC_UNAVAILABLE;
+        snprintf(p->err, sizeof(p->err), "key '%.64s': %.180s", p->keys[j->index], j->err);
+    }
+}
+
+static void locate_done(ds_job_t *j)
+{
+    ds_pend_t *p = j->pend;
+    ds_server_t *srv = p->srv;
+    if (j->transport_failed || j->status != DS_K_OK) {
+        /* An unreachable owner (dead, not yet dropped from the ring) means
+         * the keys read as missing rather than hanging the reader. */
+        DS_LOG_DEBUG("cluster: locate at %s: %s", j->addr, j->err);
+        return;
+    }
+    uint32_t n = ds__rbuf_u32(&j->r);
+    uint64_t now = ds__now_ms();
+    for (uint32_t e = 0; e < n && e < j->nidx && !j->r.err; e++) {
+        uint32_t i = j->idx[e];
+        uint8_t found = ds__rbuf_u8(&j->r);
+        uint64_t size = ds__rbuf_u64(&j->r);
+        (void)ds__rbuf_u64(&j->r);
+        const char *loc;
+        uint32_t ll = ds__rbuf_str(&j->r, &loc);
+        if (!found || j->r.err || p->objs[i]) continue;
+        char where[300];
+        snprintf(where, sizeof(where), "%.*s", (int)ll, loc);
+        if (strcmp(where, ds__cluster_self(srv)) == 0) {
+            ds_obj_t *o = ds__store_lookup(srv->store, p->keys[i], p->keylens[i], now);
+            if (o) {
+                ds__store_ref(o);
+                p->objs[i] = o;
+            }
+            continue;
+        }
+        ds_obj_t *o = NULL;
+        char err[256];
+        if (ds__store_reserve(srv->store, p->keys[i], p->keylens[i], size,
+                              DS_WRITE_NONE_L2_CACHE_EVICT, 0, &o, err, sizeof(err)) != DS_K_OK) {
+            p->err_status = DS_K_OUT_OF_MEMORY;
+            snprintf(p->err, sizeof(p->err), "no room to receive key '%.64s': %.150s", p->keys[i], err);
+            continue;
+        }
+        ds_job_t *pull = ds__job_new(p, where, DS_OP_GET, pull_done);
+        if (pull == NULL) {
+            ds__store_unref(srv->store, o);
+            continue;
+        }
+        ds__wbuf_i32(&pull->req, 0);
+        ds__wbuf_u8(&pull->req, 0);
+        ds__wbuf_u32(&pull->req, 1);
+        ds__wbuf_str(&pull->req, p->keys[i], p->keylens[i]);
+        pull->obj = o;
+        pull->dst = ds__store_data(srv->store, o);
+        pull->dst_len = size;
+        pull->index = i;
+        ds__job_submit(srv, pull);
+    }
+}
+
+static void get_finish(ds_pend_t *p)
+{
+    if (p->conn == NULL) return;
+    if (p->err_status != DS_K_OK) {
+        ds__conn_reply_err(p->conn, p->req_id, DS_OP_GET, p->err_status, "%s", p->err);
+        return;
+    }
+    ds__ops_get_reply(p->conn, p->req_id, p->flags, (const char *const *)p->keys, p->keylens,
+                      p->n, p->objs);
+}
+
+void ds__cluster_get(ds_conn_t *c, int32_t wait_ms, uint8_t flags, const char *const *keys,
+                     const uint32_t *lens, uint32_t n)
+{
+    ds_server_t *srv = c->srv;
+    ds_pend_t *p = ds__pend_new(c, get_finish);
+    if (p == NULL || !pend_keys(p, keys, lens, n)) {
+        if (p) ds__pend_free(p);
+        ds__conn_reply_err(c, c->h.req_id, DS_OP_GET, DS_K_OUT_OF_MEMORY, "out of memory");
+        return;
+    }
+    p->flags = flags; /* the GET's own flags (shm, pin), not the header's */
+    p->ttl = (uint32_t)wait_ms;
+    uint64_t now = ds__now_ms();
+    for (uint32_t i = 0; i < n; i++) {
+        ds_obj_t *o = ds__store_lookup(srv->store, keys[i], lens[i], now);
+        if (o) {
+            ds__store_ref(o);
+            p->objs[i] = o;
+        }
+    }
+    uint32_t nm;
+    uint32_t *m = missing_indices(p, &nm);
+    if (m && nm) per_owner(p, m, nm, DS_OP_LOCATE, build_locate, locate_done);
+    free(m);
+    ds__pend_start(p);
+}
+
+/* ---- after a local publish: tell the owners ---- */
+
+static void build_meta_put(ds_pend_t *p, ds_job_t *j)
+{
+    ds__wbuf_cstr(&j->req, ds__cluster_self(p->srv));
+    ds__wbuf_u32(&j->req, j->nidx);
+    for (uint32_t i = 0; i < j->nidx; i++) {
+        uint32_t k = j->idx[i];
+        ds__wbuf_str(&j->req, p->keys[k], p->keylens[k]);
+        ds__wbuf_u64(&j->req, p->sizes[k]);
+        ds__wbuf_u64(&j->req, p->objs[k] ? p->objs[k]->version : 0);
+    }
+}
+
+static void meta_put_done(ds_job_t *j)
+{
+    if (j->transport_failed || j->status != DS_K_OK)
+        DS_LOG_WARN("cluster: owner %s did not record %u keys: %s (they are registered again "
+                    "when the ring changes)",
+                    j->addr, j->nidx, j->err);
+}
+
+static void reply_finish(ds_pend_t *p)
+{
+    if (p->conn == NULL) return;
+    ds__conn_reply(p->conn, p->req_id, p->op, p->reply_status, &p->reply, NULL, 0, NULL, 0, -1);
+}
+
+void ds__cluster_published(ds_conn_t *c, ds_obj_t **objs, uint32_t n, ds_wbuf_t *reply,
+                           ds_status_t st)
+{
+    ds_pend_t *p = ds__pend_new(c, reply_finish);
+    uint32_t np = 0;
+    for (uint32_t i = 0; i < n; i++) np += objs[i] != NULL;
+    const char **kp = calloc(np ? np : 1, sizeof(*kp));
+    uint32_t *kl = calloc(np ? np : 1, sizeof(*kl));
+    if (p == NULL || kp == NULL || kl == NULL) {
+        free(kp);
+        free(kl);
+        if (p) ds__pend_free(p);
+        ds__conn_reply(c, c->h.req_id, c->h.opcode, st, reply, NULL, 0, NULL, 0, -1);
+        ds__wbuf_free(reply);
+        return;
+    }
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < n; i++)
+        if (objs[i]) {
+            kp[k] = objs[i]->key;
+            kl[k++] = objs[i]->keylen;
+        }
+    p->reply = *reply;
+    ds__wbuf_init(reply);
+    p->reply_status = st;
+    if (pend_keys(p, kp, kl, np)) {
+        uint32_t *all = malloc((np ? np : 1) * sizeof(*all));
+        k = 0;
+        for (uint32_t i = 0; i < n; i++)
+            if (objs[i]) {
+                ds__store_ref(objs[i]);
+                p->objs[k] = objs[i];
+                p->sizes[k] = objs[i]->size;
+                all[k] = k;
+                k++;
+            }
+        if (all && np) per_owner(p, all, np, DS_OP_META_PUT, build_meta_put, meta_put_done);
+        free(all);
+    }
+    free(kp);
+    free(kl);
+    ds__pend_start(p);
+}
+
+/* ---- DEL, EXIST, EXPIRE, QSIZE ---- */
+
+static void build_meta_del(ds_pend_t *p, ds_job_t *j)
+{
+    ds__wbuf_cstr(&j->req, ds__cluster_self(p->srv));
+    ds__wbuf_u8(&j->req, 1);
+    ds__wbuf_u32(&j->req, j->nidx);
+    for (uint32_t i = 0; i < j->nidx; i++) {
+        ds__wbuf_str(&j->req, p->keys[j->idx[i]], p->keylens[j->idx[i]]);
+        ds__wbuf_u64(&j->req, UINT64_MAX);
+    }
+}
+
+static void owner_failed(ds_job_t *j)
+{
+    ds_pend_t *p = j->pend;
+    if (!j->transport_failed && j->status == DS_K_OK) return;
+    p->err_status = j->transport_failed ? DS_K_RPC_UNAVAILABLE : (ds_status_t)j->status;
+    snprintf(p->err, sizeof(p->err), "owner %.64s: %.180s", j->addr, j->err);
+}
+
+static void expire_done(ds_job_t *j)
+{
+    ds_pend_t *p = j->pend;
+    uint32_t n = ds__rbuf_u32(&j->r);
+    uint32_t st = n == 1 ? ds__rbuf_u32(&j->r) : DS_K_NOT_FOUND;
+    p->status[j->index] = j->transport_failed ? DS_K_RPC_UNAVAILABLE : st;
+}
+
+/* EXIST/QSIZE/EXPIRE: what the owners know about the keys missing here. */
+static void keys_locate_done(ds_job_t *j)
+{
+    ds_pend_t *p = j->pend;
+    if (j->transport_failed || j->status != DS_K_OK) return; /* unknown: missing */
+    uint32_t n = ds__rbuf_u32(&j->r);
+    for (uint32_t e = 0; e < n && e < j->nidx && !j->r.err; e++) {
+        uint32_t i = j->idx[e];
+        uint8_t found = ds__rbuf_u8(&j->r);
+        uint64_t size = ds__rbuf_u64(&j->r);
+        (void)ds__rbuf_u64(&j->r);
+        const char *loc;
+        uint32_t ll = ds__rbuf_str(&j->r, &loc);
+        if (!found || j->r.err) continue;
+        p->status[i] = DS_K_OK;
+        p->sizes[i] = size;
+        if (p->op != DS_OP_EXPIRE) continue;
+        char where[300];
+        snprintf(where, sizeof(where), "%.*s", (int)ll, loc);
+        ds_job_t *x = ds__job_new(p, where, DS_OP_EXPIRE, expire_done);
+        if (x == NULL) continue;
+        ds__wbuf_u32(&x->req, p->ttl);
+        ds__wbuf_u32(&x->req, 1);
+        ds__wbuf_str(&x->req, p->keys[i], p->keylens[i]);
+        x->index = i;
+        ds__job_submit(p->srv, x);
+    }
+}
+
+static void keys_finish(ds_pend_t *p)
+{
+    if (p->conn == NULL) return;
+    if (p->err_status != DS_K_OK) {
+        ds__conn_reply_err(p->conn, p->req_id, p->op, p->err_status, "%s", p->err);
+        return;
+    }
+    ds_wbuf_t w;
+    ds__wbuf_init(&w);
+    ds_status_t overall = DS_K_OK;
+    uint32_t first = 0;
+    for (uint32_t i = 0; i < p->n && p->op == DS_OP_EXPIRE; i++)
+        if (p->status[i] != DS_K_OK && overall == DS_K_OK) {
+            overall = (ds_status_t)p->status[i];
+            first = i;
+        }
+    char msg[300] = "";
+    if (overall != DS_K_OK) snprintf(msg, sizeof(msg), "key '%s' not found", p->keys[first]);
+    ds__wbuf_cstr(&w, msg);
+    ds__wbuf_u32(&w, p->n);
+    for (uint32_t i = 0; i < p->n; i++) {
+        if (p->op == DS_OP_EXIST) {
+            ds__wbuf_u8(&w, p->status[i] == DS_K_OK);
+        } else if (p->op == DS_OP_QSIZE) {
+            ds__wbuf_u32(&w, p->status[i]);
+            ds__wbuf_u64(&w, p->status[i] == DS_K_OK ? p->sizes[i] : 0);
+        } else {
+            ds__wbuf_u32(&w, p->status[i]);
+        }
+    }
+    ds__conn_reply(p->conn, p->req_id, p->op, overall, &w, NULL, 0, NULL, 0, -1);
+    ds__wbuf_free(&w);
+}
+
+void ds__cluster_keys_op(ds_conn_t *c, uint16_t op, const char *const *keys, const uint32_t *lens,
+                         uint32_t n, uint32_t ttl)
+{
+    ds_server_t *srv = c->srv;
+    ds_pend_t *p = ds__pend_new(c, keys_finish);
+    if (p == NULL || !pend_keys(p, keys, lens, n)) {
+        if (p) ds__pend_free(p);
+        ds__conn_reply_err(c, c->h.req_id, op, DS_K_OUT_OF_MEMORY, "out of memory");
+        return;
+    }
+    p->ttl = ttl;
+    uint64_t now = ds__now_ms();
+    uint32_t *m = malloc(n * sizeof(*m));
+    uint32_t nm = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        p->status[i] = DS_K_NOT_FOUND;
+        if (op == DS_OP_DEL) {
+            /* Deleted here at once; the owner drops every other copy. */
+            ds__store_delete(srv->store, keys[i], lens[i]);
+            p->status[i] = DS_K_OK;
+            if (m) m[nm++] = i;
+            continue;
+        }
+        ds_obj_t *o = ds__store_lookup(srv->store, keys[i], lens[i], now);
+        if (o == NULL) {
+            if (m) m[nm++] = i;
+            continue;
+        }
+        p->sizes[i] = o->size;
+        p->status[i] = op == DS_OP_EXPIRE ? ds__store_expire(srv->store, keys[i], lens[i], ttl, now)
+                                          : DS_K_OK;
+    }
+    if (m && nm) {
+        if (op == DS_OP_DEL)
+            per_owner(p, m, nm, DS_OP_META_DEL, build_meta_del, owner_failed);
+        else {
+            p->ttl = 0; /* LOCATE without waiting */
+            per_owner(p, m, nm, DS_OP_LOCATE, build_locate, keys_locate_done);
+            p->ttl = ttl;
+        }
+    }
+    free(m);
+    ds__pend_start(p);
+}
+
+/* ---- eviction, expiry and ring changes: keep the owners' tables right ---- */
+
+void ds__cluster_gone(ds_server_t *srv, const ds_obj_t *o)
+{
+    const char *owner = ds__cluster_owner(srv, o->key, o->keylen);
+    if (owner == NULL) return;
+    if (strcmp(owner, ds__cluster_self(srv)) == 0) {
+        ds__meta_del(ds__cluster_meta(srv), o->key, o->keylen, ds__cluster_self(srv), o->version,
+                     NULL, NULL);
+        return;
+    }
+    ds_job_t *j = ds__job_new(NULL, owner, DS_OP_META_DEL, NULL);
+    if (j == NULL) return;
+    ds__wbuf_cstr(&j->req, ds__cluster_self(srv));
+    ds__wbuf_u8(&j->req, 0);
+    ds__wbuf_u32(&j->req, 1);
+    ds__wbuf_str(&j->req, o->key, o->keylen);
+    ds__wbuf_u64(&j->req, o->version);
+    ds__job_submit(srv, j);
+}
+
+/* One META_PUT batch per new owner; the entry count is patched in at the end. */
+typedef struct {
+    ds_job_t *job;
+    uint32_t count;
+    size_t count_at;
+} batch_t;
+
+typedef struct {
+    ds_server_t *srv;
+    const ds_ring_t *old;
+    batch_t batch[64];
+    uint32_t total;
+} rereg_t;
+
+static void batch_flush(ds_server_t *srv, batch_t *b)
+{
+    if (b->job == NULL) return;
+    uint8_t *p = b->job->req.buf + b->count_at;
+    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(b->count >> (8 * i));
+    ds__job_submit(srv, b->job);
+    b->job = NULL;
+    b->count = 0;
+}
+
+static void rereg_one(void *ctx, ds_obj_t *o)
+{
+    rereg_t *r = ctx;
+    const char *now_owner = ds__cluster_owner(r->srv, o->key, o->keylen);
+    const char *was = r->old ? ds__ring_owner(r->old, o->key, o->keylen) : NULL;
+    if (now_owner == NULL || (was && strcmp(was, now_owner) == 0)) return;
+    batch_t *b = NULL;
+    for (size_t i = 0; i < sizeof(r->batch) / sizeof(r->batch[0]) && b == NULL; i++)
+        if (r->batch[i].job == NULL || strcmp(r->batch[i].job->addr, now_owner) == 0)
+            b = &r->batch[i];
+    if (b == NULL) { /* more owners than batches: flush one and reuse it */
+        b = &r->batch[0];
+        batch_flush(r->srv, b);
+    }
+    if (b->job && b->count >= DS_META_BATCH) batch_flush(r->srv, b);
+    if (b->job == NULL) {
+        b->job = ds__job_new(NULL, now_owner, DS_OP_META_PUT, meta_put_done);
+        if (b->job == NULL) return;
+        ds__wbuf_cstr(&b->job->req, ds__cluster_self(r->srv));
+        b->count_at = b->job->req.len;
+        ds__wbuf_u32(&b->job->req, 0);
+    }
+    ds__wbuf_str(&b->job->req, o->key, o->keylen);
+    ds__wbuf_u64(&b->job->req, o->size);
+    ds__wbuf_u64(&b->job->req, o->version);
+    b->count++;
+    r->total++;
+}
+
+void ds__cluster_ring_changed(ds_server_t *srv, const ds_ring_t *old_ring)
+{
+    rereg_t r = {.srv = srv, .old = old_ring};
+    ds__store_foreach(srv->store, rereg_one, &r);
+    for (size_t i = 0; i < sizeof(r.batch) / sizeof(r.batch[0]); i++) batch_flush(srv, &r.batch[i]);
+    if (r.total) DS_LOG_INFO("cluster: registered %u keys with their new owners", r.total);
+}

@@ -1,0 +1,229 @@
+/* The owner's side of the cluster protocol, and DROP: LOCATE answers where
+ * keys live (waiting, like a subscribe-get, until every key is known or the
+ * time is up), META_PUT records a new copy and drops the superseded ones
+ * before answering, META_DEL forgets copies (and for a delete drops them
+ * everywhere), DROP deletes a local copy no newer than the owner says. */
+#include "worker/cluster.h"
+
+#include "common/clock.h"
+#include "common/keys.h"
+#include "common/log.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Reads "n, n*key" (LOCATE) into arrays pointing into the metadata. */
+static int read_key_list(ds_rbuf_t *r, const char ***keys, uint32_t **lens, uint32_t *n)
+{
+    *n = ds__rbuf_count(r, DS_MAX_EXIST_BATCH, 5);
+    if (r->err || *n == 0) return -1;
+    *keys = malloc(*n * sizeof(**keys));
+    *lens = malloc(*n * sizeof(**lens));
+    if (*keys == NULL || *lens == NULL) return -1;
+    for (uint32_t i = 0; i < *n; i++) (*lens)[i] = ds__rbuf_str(r, &(*keys)[i]);
+    return r->err ? -1 : 0;
+}
+
+void ds__cluster_locate_answer(ds_conn_t *c, uint64_t req_id, const uint8_t *meta,
+                               uint32_t meta_len)
+{
+    ds_server_t *srv = c->srv;
+    ds_rbuf_t r;
+    ds__rbuf_init(&r, meta, meta_len);
+    (void)ds__rbuf_i32(&r);
+    const char **keys = NULL;
+    uint32_t *lens = NULL, n = 0;
+    if (read_key_list(&r, &keys, &lens, &n) != 0) {
+        free(keys);
+        free(lens);
+        ds__conn_reply_err(c, req_id, DS_OP_LOCATE, DS_K_INVALID, "malformed LOCATE");
+        return;
+    }
+    ds_wbuf_t w;
+    ds__wbuf_init(&w);
+    ds__wbuf_cstr(&w, "");
+    ds__wbuf_u32(&w, n);
+    for (uint32_t i = 0; i < n; i++) {
+        const char *loc = "";
+        uint64_t size = 0, version = 0;
+        int found = ds__meta_find(ds__cluster_meta(srv), keys[i], lens[i], &loc, &size, &version);
+        ds__wbuf_u8(&w, (uint8_t)found);
+        ds__wbuf_u64(&w, size);
+        ds__wbuf_u64(&w, version);
+        ds__wbuf_cstr(&w, found ? loc : "");
+    }
+    ds__conn_reply(c, req_id, DS_OP_LOCATE, DS_K_OK, &w, NULL, 0, NULL, 0, -1);
+    ds__wbuf_free(&w);
+    free(keys);
+    free(lens);
+}
+
+void ds__cluster_op_locate(ds_conn_t *c)
+{
+    ds_server_t *srv = c->srv;
+    if (srv->cluster == NULL) {
+        ds__conn_reply_err(c, c->h.req_id, DS_OP_LOCATE, DS_K_NOT_SUPPORTED,
+                           "this worker is not in a cluster");
+        return;
+    }
+    ds_rbuf_t r;
+    ds__rbuf_init(&r, c->meta, c->h.meta_len);
+    int32_t wait = ds__rbuf_i32(&r);
+    const char **keys = NULL;
+    uint32_t *lens = NULL, n = 0;
+    if (read_key_list(&r, &keys, &lens, &n) != 0 || wait < 0) {
+        free(keys);
+        free(lens);
+        ds__conn_reply_err(c, c->h.req_id, DS_OP_LOCATE, DS_K_INVALID, "malformed LOCATE");
+        return;
+    }
+    uint32_t nm = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        const char *loc;
+        uint64_t size, version;
+        if (!ds__meta_find(ds__cluster_meta(srv), keys[i], lens[i], &loc, &size, &version)) {
+            keys[nm] = keys[i];
+            lens[nm++] = lens[i];
+        }
+    }
+    if (nm > 0 && wait > 0 &&
+        ds__subs_wait(srv, c, DS_OP_LOCATE, c->h.req_id, c->meta, c->h.meta_len, keys, lens, nm,
+                      ds__now_ms() + (uint64_t)wait)) {
+        c->meta = NULL; /* the wait owns it */
+        c->state = CONN_PARKED;
+    } else {
+        ds__cluster_locate_answer(c, c->h.req_id, c->meta, c->h.meta_len);
+    }
+    free(keys);
+    free(lens);
+}
+
+/* ---- dropping superseded copies ---- */
+
+typedef struct {
+    ds_pend_t *p;
+    const char *key;
+    uint32_t keylen;
+    const char *except; /* the worker that asked: it has handled its own copy */
+} drop_ctx_t;
+
+static void drop_done(ds_job_t *j)
+{
+    if (j->transport_failed || j->status != DS_K_OK)
+        DS_LOG_WARN("cluster: dropping a superseded copy on %s failed: %s", j->addr, j->err);
+}
+
+static void queue_drop(void *ctx, const char *loc, uint64_t version)
+{
+    drop_ctx_t *d = ctx;
+    if (d->except && strcmp(loc, d->except) == 0) return;
+    ds_server_t *srv = d->p->srv;
+    if (strcmp(loc, ds__cluster_self(srv)) == 0) {
+        ds_obj_t *o = ds__store_lookup(srv->store, d->key, d->keylen, ds__now_ms());
+        if (o && o->version <= version) ds__store_delete(srv->store, d->key, d->keylen);
+        return;
+    }
+    ds_job_t *j = ds__job_new(d->p, loc, DS_OP_DROP, drop_done);
+    if (j == NULL) return;
+    ds__wbuf_u32(&j->req, 1);
+    ds__wbuf_str(&j->req, d->key, d->keylen);
+    ds__wbuf_u64(&j->req, version);
+    ds__job_submit(srv, j);
+}
+
+static void statuses_finish(ds_pend_t *p)
+{
+    if (p->conn == NULL) return;
+    ds_wbuf_t w;
+    ds__wbuf_init(&w);
+    ds__wbuf_cstr(&w, "");
+    ds__wbuf_u32(&w, p->n);
+    for (uint32_t i = 0; i < p->n; i++) ds__wbuf_u32(&w, DS_K_OK);
+    ds__conn_reply(p->conn, p->req_id, p->op, DS_K_OK, &w, NULL, 0, NULL, 0, -1);
+    ds__wbuf_free(&w);
+}
+
+/* META_PUT and META_DEL share their shape: location, [everywhere], entries. */
+static void meta_update(ds_conn_t *c, bool put)
+{
+    ds_server_t *srv = c->srv;
+    uint16_t op = put ? DS_OP_META_PUT : DS_OP_META_DEL;
+    if (srv->cluster == NULL) {
+        ds__conn_reply_err(c, c->h.req_id, op, DS_K_NOT_SUPPORTED, "this worker is not in a cluster");
+        return;
+    }
+    ds_rbuf_t r;
+    ds__rbuf_init(&r, c->meta, c->h.meta_len);
+    const char *loc;
+    uint32_t ll = ds__rbuf_str(&r, &loc);
+    uint8_t everywhere = put ? 0 : ds__rbuf_u8(&r);
+    uint32_t n = ds__rbuf_count(&r, 10 * DS_MAX_BATCH, 13);
+    char where[300];
+    if (r.err || ll == 0 || ll >= sizeof(where)) {
+        ds__conn_reply_err(c, c->h.req_id, op, DS_K_INVALID, "malformed %s", ds__opcode_name(op));
+        return;
+    }
+    snprintf(where, sizeof(where), "%.*s", (int)ll, loc);
+    ds_pend_t *p = ds__pend_new(c, statuses_finish);
+    if (p == NULL) {
+        ds__conn_reply_err(c, c->h.req_id, op, DS_K_OUT_OF_MEMORY, "out of memory");
+        return;
+    }
+    p->n = n;
+    for (uint32_t i = 0; i < n && !r.err; i++) {
+        const char *k;
+        uint32_t kl = ds__rbuf_str(&r, &k);
+        uint64_t size = put ? ds__rbuf_u64(&r) : 0;
+        uint64_t version = ds__rbuf_u64(&r);
+        if (r.err) break;
+        drop_ctx_t d = {p, k, kl, where};
+        if (put) {
+            ds__meta_put(ds__cluster_meta(srv), k, kl, where, size, version, queue_drop, &d);
+            ds__subs_publish(srv, k, kl); /* wakes LOCATEs waiting for this key */
+        } else if (everywhere) {
+            ds__meta_del(ds__cluster_meta(srv), k, kl, NULL, 0, queue_drop, &d);
+        } else {
+            ds__meta_del(ds__cluster_meta(srv), k, kl, where, version, NULL, NULL);
+        }
+    }
+    ds__pend_start(p);
+}
+
+void ds__cluster_op_meta_put(ds_conn_t *c)
+{
+    meta_update(c, true);
+}
+
+void ds__cluster_op_meta_del(ds_conn_t *c)
+{
+    meta_update(c, false);
+}
+
+void ds__cluster_op_drop(ds_conn_t *c)
+{
+    ds_server_t *srv = c->srv;
+    ds_rbuf_t r;
+    ds__rbuf_init(&r, c->meta, c->h.meta_len);
+    uint32_t n = ds__rbuf_count(&r, 10 * DS_MAX_BATCH, 13);
+    ds_wbuf_t w;
+    ds__wbuf_init(&w);
+    ds__wbuf_cstr(&w, "");
+    ds__wbuf_u32(&w, n);
+    uint64_t now = ds__now_ms();
+    for (uint32_t i = 0; i < n && !r.err; i++) {
+        const char *k;
+        uint32_t kl = ds__rbuf_str(&r, &k);
+        uint64_t maxv = ds__rbuf_u64(&r);
+        if (r.err) break;
+        ds_obj_t *o = ds__store_lookup(srv->store, k, kl, now);
+        if (o && o->version <= maxv) ds__store_delete(srv->store, k, kl);
+        ds__wbuf_u32(&w, DS_K_OK);
+    }
+    if (r.err)
+        ds__conn_reply_err(c, c->h.req_id, DS_OP_DROP, DS_K_INVALID, "malformed DROP");
+    else
+        ds__conn_reply(c, c->h.req_id, DS_OP_DROP, DS_K_OK, &w, NULL, 0, NULL, 0, -1);
+    ds__wbuf_free(&w);
+}

@@ -1,0 +1,205 @@
+/* Worker-to-worker RPC (see peer.h). */
+#include "worker/peer.h"
+
+#include "common/net.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+struct ds_pconn {
+    ds_pconn_t *next;
+    int fd;
+    uint64_t next_req;
+    char addr[300];
+};
+
+struct ds_peers {
+    pthread_mutex_t mu;
+    ds_pconn_t *idle;
+    char *token;
+};
+
+ds_peers_t *ds__peers_new(const char *token)
+{
+    ds_peers_t *p = calloc(1, sizeof(*p));
+    if (p == NULL) return NULL;
+    pthread_mutex_init(&p->mu, NULL);
+    p->token = strdup(token ? token : "");
+    return p;
+}
+
+void ds__peers_free(ds_peers_t *p)
+{
+    if (p == NULL) return;
+    while (p->idle) {
+        ds_pconn_t *c = p->idle;
+        p->idle = c->next;
+        close(c->fd);
+        free(c);
+    }
+    pthread_mutex_destroy(&p->mu);
+    free(p->token);
+    free(p);
+}
+
+void ds__peers_forget(ds_peers_t *p, const char *addr)
+{
+    pthread_mutex_lock(&p->mu);
+    for (ds_pconn_t **pp = &p->idle; *pp;) {
+        if (strcmp((*pp)->addr, addr) == 0) {
+            ds_pconn_t *c = *pp;
+            *pp = c->next;
+            close(c->fd);
+            free(c);
+        } else {
+            pp = &(*pp)->next;
+        }
+    }
+    pthread_mutex_unlock(&p->mu);
+}
+
+static int send_frame(ds_pconn_t *c, uint16_t op, uint8_t flags, const ds_wbuf_t *meta,
+                      const struct iovec *data, int ndata, uint64_t deadline_ms)
+{
+    uint64_t dl = 0;
+    for (int i = 0; i < ndata; i++) dl += data[i].iov_len;
+    ds_wire_header_t h = {.magic = DS_WIRE_MAGIC, .version = DS_WIRE_VERSION, .flags = flags,
+                          .opcode = op, .meta_len = meta ? (uint32_t)meta->len : 0,
+                          .req_id = ++c->next_req, .data_len = dl};
+    uint8_t hb[DS_WIRE_HEADER_LEN];
+    ds__wire_header_encode(&h, hb);
+    if (ds__write_full(c->fd, hb, sizeof(hb), deadline_ms) != 0) return -1;
+    if (meta && meta->len && ds__write_full(c->fd, meta->buf, meta->len, deadline_ms) != 0)
+        return -1;
+    for (int i = 0; i < ndata; i++)
+        if (ds__write_full(c->fd, data[i].iov_base, data[i].iov_len, deadline_ms) != 0) return -1;
+    return 0;
+}
+
+static int read_resp(ds_pconn_t *c, ds_peer_resp_t *resp, uint64_t deadline_ms)
+{
+    uint8_t hb[DS_WIRE_HEADER_LEN];
+    ds_wire_header_t h;
+    memset(resp, 0, sizeof(*resp));
+    if (ds__read_full(c->fd, hb, sizeof(hb), deadline_ms) != 0) {
+        snprintf(resp->err, sizeof(resp->err), "peer %.200s: %s", c->addr,
+                 errno == ETIMEDOUT ? "timed out" : "connection lost");
+        return -1;
+    }
+    if (ds__wire_header_decode(hb, UINT64_MAX, &h, resp->err, sizeof(resp->err)) != 0 ||
+        !(h.flags & DS_FLAG_RESPONSE) || h.req_id != c->next_req)
+        return -1;
+    resp->status = h.status;
+    resp->meta_len = h.meta_len;
+    resp->data_len = h.data_len;
+    resp->meta = malloc(h.meta_len ? h.meta_len : 1);
+    if (resp->meta == NULL || ds__read_full(c->fd, resp->meta, h.meta_len, deadline_ms) != 0) {
+        snprintf(resp->err, sizeof(resp->err), "peer %.200s: connection lost", c->addr);
+        return -1;
+    }
+    ds__rbuf_init(&resp->r, resp->meta, h.meta_len);
+    const char *e;
+    uint32_t el = ds__rbuf_str(&resp->r, &e);
+    snprintf(resp->err, sizeof(resp->err), "%.*s", (int)el, e);
+    return 0;
+}
+
+ds_pconn_t *ds__peer_acquire(ds_peers_t *p, const char *addr, uint64_t deadline_ms, char *err,
+                             size_t err_cap)
+{
+    pthread_mutex_lock(&p->mu);
+    for (ds_pconn_t **pp = &p->idle; *pp; pp = &(*pp)->next) {
+        if (strcmp((*pp)->addr, addr) == 0) {
+            ds_pconn_t *c = *pp;
+            *pp = c->next;
+            pthread_mutex_unlock(&p->mu);
+            return c;
+        }
+    }
+    pthread_mutex_unlock(&p->mu);
+    char host[256];
+    int port;
+    if (ds__parse_hostport(addr, host, sizeof(host), &port, err, err_cap) != 0) return NULL;
+    int fd = ds__tcp_connect(host, port, 2000, err, err_cap);
+    if (fd < 0) return NULL;
+    ds_pconn_t *c = calloc(1, sizeof(*c));
+    if (c == NULL) {
+        close(fd);
+        snprintf(err, err_cap, "out of memory");
+        return NULL;
+    }
+    c->fd = fd;
+    snprintf(c->addr, sizeof(c->addr), "%s", addr);
+    ds_wbuf_t m;
+    ds__wbuf_init(&m);
+    ds__wbuf_u32(&m, DS_WIRE_VERSION);
+    ds__wbuf_u64(&m, 0);
+    ds__wbuf_u8(&m, 0);
+    ds__wbuf_cstr(&m, p->token);
+    ds_peer_resp_t r;
+    int rc = send_frame(c, DS_OP_HELLO, 0, &m, NULL, 0, deadline_ms);
+    if (rc == 0) rc = read_resp(c, &r, deadline_ms);
+    ds__wbuf_free(&m);
+    if (rc != 0 || r.status != 0) {
+        snprintf(err, err_cap, "peer %s refused HELLO: %s", addr, rc ? "connection lost" : r.err);
+        if (rc == 0) ds__peer_resp_free(&r);
+        close(fd);
+        free(c);
+        return NULL;
+    }
+    ds__peer_resp_free(&r);
+    return c;
+}
+
+int ds__peer_request(ds_pconn_t *c, uint16_t op, const ds_wbuf_t *meta, const struct iovec *data,
+                     int ndata, uint64_t deadline_ms, ds_peer_resp_t *resp)
+{
+    memset(resp, 0, sizeof(*resp));
+    if (send_frame(c, op, DS_FLAG_PEER, meta, data, ndata, deadline_ms) != 0) {
+        snprintf(resp->err, sizeof(resp->err), "peer %.200s: connection lost", c->addr);
+        return -1;
+    }
+    return read_resp(c, resp, deadline_ms);
+}
+
+int ds__peer_read(ds_pconn_t *c, ds_peer_resp_t *resp, void *dst, uint64_t n,
+                  uint64_t deadline_ms)
+{
+    if (n > resp->data_len) return -1;
+    if (dst) {
+        if (ds__read_full(c->fd, dst, n, deadline_ms) != 0) return -1;
+    } else {
+        char junk[65536];
+        for (uint64_t left = n; left > 0;) {
+            size_t k = left > sizeof(junk) ? sizeof(junk) : (size_t)left;
+            if (ds__read_full(c->fd, junk, k, deadline_ms) != 0) return -1;
+            left -= k;
+        }
+    }
+    resp->data_len -= n;
+    return 0;
+}
+
+void ds__peer_resp_free(ds_peer_resp_t *resp)
+{
+    free(resp->meta);
+    resp->meta = NULL;
+}
+
+void ds__peer_release(ds_peers_t *p, ds_pconn_t *c, bool ok)
+{
+    if (c == NULL) return;
+    if (!ok) {
+        close(c->fd);
+        free(c);
+        return;
+    }
+    pthread_mutex_lock(&p->mu);
+    c->next = p->idle;
+    p->idle = c;
+    pthread_mutex_unlock(&p->mu);
+}
