@@ -371,6 +371,19 @@ static void adopt_members(struct ds_cluster *cl)
         free(m);
         return;
     }
+    /* This worker serves whatever etcd says (it may not have registered yet,
+     * or its lease may be renewing): it is always on its own ring. */
+    bool self_listed = false;
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(m[i].addr, cl->self) != 0) continue;
+        self_listed = true; /* an old registration of ours may still show a stale id */
+        snprintf(m[i].id, sizeof(m[i].id), "%s", cl->srv->worker_id);
+    }
+    if (!self_listed && n < DS_MAX_MEMBERS) {
+        snprintf(m[n].addr, sizeof(m[n].addr), "%s", cl->self);
+        snprintf(m[n].id, sizeof(m[n].id), "%s", cl->srv->worker_id);
+        n++;
+    }
     qsort(m, n, sizeof(*m), cmp_member);
     bool same = n == cl->nmembers;
     for (size_t i = 0; same && i < n; i++)
@@ -399,14 +412,20 @@ static void adopt_members(struct ds_cluster *cl)
         return;
     }
     ds_ring_t *old = cl->ring;
-    /* A restarted member keeps its address but lost its metadata: treat it
-     * as absent from the old ring so keys it owns are registered again. */
+    /* Keys are registered again where their owner changed: the old ring is
+     * the previous members, those that left included (their keys move to
+     * new owners). A restarted member keeps its address but lost its
+     * metadata: leave it out of the old ring so keys it owns are registered
+     * with it again. */
     const char **kept = malloc((cl->nmembers ? cl->nmembers : 1) * sizeof(*kept));
     size_t nk = 0;
-    for (size_t i = 0; kept && i < cl->nmembers; i++)
+    for (size_t i = 0; kept && i < cl->nmembers; i++) {
+        bool restarted = false;
         for (size_t k = 0; k < n; k++)
-            if (!strcmp(m[k].addr, cl->members[i].addr) && !strcmp(m[k].id, cl->members[i].id))
-                kept[nk++] = cl->members[i].addr;
+            restarted |= !strcmp(m[k].addr, cl->members[i].addr) &&
+                         strcmp(m[k].id, cl->members[i].id) != 0;
+        if (!restarted) kept[nk++] = cl->members[i].addr;
+    }
     ds_ring_t *old_alive = kept ? ds__ring_build(kept, nk) : NULL;
     free(kept);
     memcpy(cl->members, m, n * sizeof(*m));

@@ -58,9 +58,16 @@ static void update_interest(ds_conn_t *c)
 {
     if (c->state == CONN_CLOSED) return;
     /* EPOLLRDHUP: a client that dies while its subscribe-get waits is noticed
-     * at once, not when the wait times out. */
-    uint32_t ev = EPOLLRDHUP;
-    if (c->state != CONN_PARKED && c->out_bytes < DS_OUT_HIGH) ev |= EPOLLIN;
+     * at once, not when the wait times out. It is level-triggered, so it is
+     * only asked for when it leads somewhere: while parked (the hang-up closes
+     * the connection) or while reading (the read sees EOF). A client that
+     * half-closes while its answers back up would otherwise make every loop
+     * turn return at once: a busy loop. Its writes still fail once it is
+     * fully gone. */
+    uint32_t ev = 0;
+    bool reading = c->state != CONN_PARKED && c->out_bytes < DS_OUT_HIGH && !c->close_after_write;
+    if (reading) ev |= EPOLLIN;
+    if (reading || c->state == CONN_PARKED) ev |= EPOLLRDHUP;
     if (c->out_head) ev |= EPOLLOUT;
     ds__loop_mod(c->srv->loop, &c->io, ev);
 }
@@ -271,6 +278,15 @@ static void meta_complete(ds_conn_t *c)
     ds_server_t *srv = c->srv;
     if (c->h.opcode < DS_OP__MAX) srv->ctr.ops[c->h.opcode]++;
     if (!c->hello_done && c->h.opcode != DS_OP_HELLO) {
+        if (!c->authed) {
+            /* Unauthenticated: K_NOT_AUTHORIZED and nothing else. */
+            srv->ctr.auth_failures++;
+            c->close_after_write = true;
+            c->state = CONN_READ_HEADER;
+            ds__conn_reply_err(c, c->h.req_id, c->h.opcode, DS_K_NOT_AUTHORIZED,
+                               "not authenticated: send HELLO and answer its challenge first");
+            return;
+        }
         protocol_error(c, "the first request on a connection must be HELLO");
         return;
     }
@@ -478,6 +494,7 @@ void ds__conn_accept(ds_server_t *srv, int lfd, bool is_unix)
         ds_conn_t *c = &f->c;
         c->srv = srv;
         c->is_unix = is_unix;
+        c->authed = is_unix || srv->auth_token[0] == '\0';
         c->id = ++srv->next_conn_id;
         c->state = CONN_READ_HEADER;
         if (ds__loop_add(srv->loop, &c->io, fd, EPOLLIN | EPOLLRDHUP, on_io, c) != 0) {

@@ -5,6 +5,7 @@
  * the connection stays usable because the frame's boundaries are known. */
 #include "worker/server.h"
 
+#include "common/auth.h"
 #include "common/clock.h"
 #include "common/keys.h"
 #include "common/log.h"
@@ -441,6 +442,39 @@ static void op_get(ds_conn_t *c)
 
 /* ---- the rest ---- */
 
+/* The challenge-response of common/auth.h. true once the connection is
+ * authenticated; otherwise it has answered (a challenge or a refusal). */
+static bool hello_auth(ds_conn_t *c, const char *token, uint32_t tlen)
+{
+    ds_server_t *srv = c->srv;
+    if (c->challenge[0] && tlen > 0) {
+        bool ok = ds__auth_verify(srv->auth_token, c->challenge, token, tlen);
+        c->challenge[0] = '\0'; /* one answer per challenge */
+        if (ok) {
+            c->authed = true;
+            return true;
+        }
+        srv->ctr.auth_failures++;
+        if (++c->auth_failures >= 3) c->close_after_write = true;
+        DS_LOG_WARN("conn %" PRIu64 ": wrong authentication proof", c->id);
+        ds__conn_reply_err(c, c->h.req_id, DS_OP_HELLO, DS_K_NOT_AUTHORIZED,
+                           "authentication failed: wrong proof for the challenge");
+        return false;
+    }
+    if (ds__auth_challenge(c->challenge) != 0) {
+        ds__conn_reply_err(c, c->h.req_id, DS_OP_HELLO, DS_K_RUNTIME_ERROR,
+                           "no randomness for an authentication challenge");
+        return false;
+    }
+    ds_wbuf_t w;
+    ds__wbuf_init(&w);
+    ds__wbuf_cstr(&w, "authentication required: answer the challenge");
+    ds__wbuf_cstr(&w, c->challenge);
+    ds__conn_reply(c, c->h.req_id, DS_OP_HELLO, DS_K_NOT_AUTHORIZED, &w, NULL, 0, NULL, 0, -1);
+    ds__wbuf_free(&w);
+    return false;
+}
+
 static void op_hello(ds_conn_t *c)
 {
     ds_server_t *srv = c->srv;
@@ -450,7 +484,7 @@ static void op_hello(ds_conn_t *c)
     uint64_t sid = ds__rbuf_u64(&r);
     uint8_t want_shm = ds__rbuf_u8(&r);
     const char *token;
-    (void)ds__rbuf_str(&r, &token);
+    uint32_t tlen = ds__rbuf_str(&r, &token);
     if (r.err) {
         ds__conn_reply_err(c, c->h.req_id, DS_OP_HELLO, DS_K_INVALID, "malformed HELLO");
         return;
@@ -464,6 +498,7 @@ static void op_hello(ds_conn_t *c)
         ds__conn_reply_err(c, c->h.req_id, DS_OP_HELLO, DS_K_INVALID, "HELLO sent twice");
         return;
     }
+    if (!c->authed && !hello_auth(c, token, tlen)) return;
     ds_session_t *s;
     if (sid != 0) {
         s = ds__session_find(srv, sid);

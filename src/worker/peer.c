@@ -1,7 +1,9 @@
 /* Worker-to-worker RPC (see peer.h). */
 #include "worker/peer.h"
 
+#include "common/auth.h"
 #include "common/net.h"
+#include "datasystem/status.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -139,11 +141,28 @@ ds_pconn_t *ds__peer_acquire(ds_peers_t *p, const char *addr, uint64_t deadline_
     ds__wbuf_u32(&m, DS_WIRE_VERSION);
     ds__wbuf_u64(&m, 0);
     ds__wbuf_u8(&m, 0);
-    ds__wbuf_cstr(&m, p->token);
+    ds__wbuf_cstr(&m, "");
     ds_peer_resp_t r;
     int rc = send_frame(c, DS_OP_HELLO, 0, &m, NULL, 0, deadline_ms);
     if (rc == 0) rc = read_resp(c, &r, deadline_ms);
     ds__wbuf_free(&m);
+    if (rc == 0 && r.status == DS_K_NOT_AUTHORIZED && p->token[0]) {
+        /* Answer the worker's challenge with a second HELLO. */
+        const char *ch;
+        uint32_t cl = ds__rbuf_str(&r.r, &ch);
+        char chal[DS_AUTH_HEX_LEN + 1], proof[DS_AUTH_HEX_LEN + 1];
+        snprintf(chal, sizeof(chal), "%.*s", (int)cl, ch);
+        ds__auth_prove(p->token, chal, proof);
+        ds__peer_resp_free(&r);
+        ds__wbuf_init(&m);
+        ds__wbuf_u32(&m, DS_WIRE_VERSION);
+        ds__wbuf_u64(&m, 0);
+        ds__wbuf_u8(&m, 0);
+        ds__wbuf_cstr(&m, proof);
+        rc = send_frame(c, DS_OP_HELLO, 0, &m, NULL, 0, deadline_ms);
+        if (rc == 0) rc = read_resp(c, &r, deadline_ms);
+        ds__wbuf_free(&m);
+    }
     if (rc != 0 || r.status != 0) {
         snprintf(err, err_cap, "peer %s refused HELLO: %s", addr, rc ? "connection lost" : r.err);
         if (rc == 0) ds__peer_resp_free(&r);

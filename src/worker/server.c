@@ -4,6 +4,7 @@
  * deadlines. */
 #include "worker/server.h"
 
+#include "common/auth.h"
 #include "common/clock.h"
 #include "common/hash.h"
 #include "common/log.h"
@@ -75,6 +76,10 @@ int ds__server_init(ds_server_t *srv, const ds_worker_config_t *cfg, char *err, 
     ds__log_set_level((ds_log_level_t)lvl);
     if (ds__parse_hostport(cfg->worker_address, srv->host, sizeof(srv->host), &srv->port, err,
                            err_cap) != 0)
+        return -1;
+    if (cfg->auth_token_file[0] &&
+        ds__auth_read_secret(cfg->auth_token_file, srv->auth_token, sizeof(srv->auth_token), err,
+                             err_cap) != 0)
         return -1;
     srv->max_data = (uint64_t)cfg->max_frame_mb << 20;
     srv->inline_max = (uint32_t)(cfg->inline_max_kb * 1024);
@@ -235,6 +240,7 @@ char *ds__server_stats_json(ds_server_t *srv)
     cJSON_AddNumberToObject(cl, "accepted", (double)srv->ctr.conns_accepted);
     cJSON_AddNumberToObject(cl, "rejected", (double)srv->ctr.conns_rejected);
     cJSON_AddNumberToObject(cl, "protocol_errors", (double)srv->ctr.protocol_errors);
+    cJSON_AddNumberToObject(cl, "auth_failures", (double)srv->ctr.auth_failures);
     cJSON_AddNumberToObject(root, "subscriptions_waiting", srv->sub_count);
     cJSON *ops = cJSON_AddObjectToObject(root, "operations");
     cJSON *errs = cJSON_AddObjectToObject(root, "errors");

@@ -87,7 +87,9 @@ struct ds_conn {
     ds_conn_state_t state;
     bool is_unix;
     bool hello_done;
-    bool authed;
+    bool authed;    /* Unix socket, no secret configured, or the challenge answered */
+    uint8_t auth_failures;
+    char challenge[68]; /* outstanding auth challenge, "" = none */
     bool close_after_write;
     ds_session_t *session;
     uint64_t id;
@@ -191,7 +193,7 @@ typedef struct {
     uint64_t ops[DS_OP__MAX];
     uint64_t errors[DS_OP__MAX];
     uint64_t bytes_in, bytes_out;
-    uint64_t conns_accepted, conns_rejected, protocol_errors;
+    uint64_t conns_accepted, conns_rejected, protocol_errors, auth_failures;
 } ds_counters_t;
 
 struct ds_server {

@@ -2,6 +2,7 @@
 #include "harness.h"
 
 #include "common/clock.h"
+#include "common/etcd.h"
 #include "common/net.h"
 #include "common/wire.h"
 
@@ -10,7 +11,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <sched.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,8 +27,11 @@
 #endif
 
 #define MAX_STARTED 32
+#define MAX_NETNS 16
 static pid_t started[MAX_STARTED];
 static bool atexit_set;
+static char netns_made[MAX_NETNS][64];
+static char etcd_dirs[MAX_STARTED][256];
 
 static void kill_all(void)
 {
@@ -35,6 +41,19 @@ static void kill_all(void)
             waitpid(started[i], NULL, 0);
             started[i] = 0;
         }
+    /* Namespaces go after their processes, then etcd's data directories. */
+    for (int i = 0; i < MAX_NETNS; i++)
+        if (netns_made[i][0]) dst_netns_del(netns_made[i]);
+    for (int i = 0; i < MAX_STARTED; i++)
+        if (etcd_dirs[i][0]) {
+            dst_sh("rm -rf '%s'", etcd_dirs[i]);
+            etcd_dirs[i][0] = '\0';
+        }
+}
+
+void dst_cleanup_all(void)
+{
+    kill_all();
 }
 
 static void track(pid_t pid, bool add)
@@ -62,11 +81,12 @@ const char *dst_build_path(const char *rel, char *out, size_t cap)
     return out;
 }
 
-static int free_port(void)
+static int free_port(const char *host)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     socklen_t sl = sizeof(sa);
+    if (host && inet_pton(AF_INET, host, &sa.sin_addr) != 1) sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0 ||
         getsockname(fd, (struct sockaddr *)&sa, &sl) != 0) {
         if (fd >= 0) close(fd);
@@ -136,6 +156,7 @@ static int spawn(dst_worker_t *w)
         o.port = w->port;
         o.transport = DS_TRANSPORT_TCP;
         o.connect_timeout_ms = 500;
+        o.token = getenv("DS_TEST_TOKEN");
         ds_client_t *c = NULL;
         if (ds_client_connect(&o, &c) == DS_K_OK) {
             ds_status_t st = ds_client_health_check(c);
@@ -164,14 +185,20 @@ int dst_worker_start(dst_worker_t *w, int arena_mb, const char *extra)
         if (dir) snprintf(w->sockdir, sizeof(w->sockdir), "%s", dir);
         return 0;
     }
-    snprintf(w->host, sizeof(w->host), "127.0.0.1");
+    return dst_worker_start_on(w, "127.0.0.1", arena_mb, extra);
+}
+
+int dst_worker_start_on(dst_worker_t *w, const char *host, int arena_mb, const char *extra)
+{
+    memset(w, 0, sizeof(*w));
+    snprintf(w->host, sizeof(w->host), "%s", host);
     w->arena_mb = arena_mb;
     snprintf(w->extra, sizeof(w->extra), "%s", extra ? extra : "");
     snprintf(w->sockdir, sizeof(w->sockdir), "/tmp/dst-XXXXXX");
     if (mkdtemp(w->sockdir) == NULL) return -1;
     snprintf(w->logpath, sizeof(w->logpath), "%s/worker.log", w->sockdir);
     for (int attempt = 0; attempt < 5; attempt++) {
-        w->port = free_port();
+        w->port = free_port(w->host);
         if (w->port > 0 && spawn(w) == 0) return 0;
     }
     return -1;
@@ -222,6 +249,7 @@ ds_client_t *dst_connect(const dst_worker_t *w, ds_transport_t t)
     o.host = w->host;
     o.port = w->port;
     o.transport = t;
+    o.token = getenv("DS_TEST_TOKEN");
     o.unix_socket_dir = w->sockdir[0] ? w->sockdir : NULL;
     ds_client_t *c = NULL;
     if (ds_client_connect(&o, &c) != DS_K_OK) {
@@ -231,11 +259,15 @@ ds_client_t *dst_connect(const dst_worker_t *w, ds_transport_t t)
     return c;
 }
 
-/* One raw request over TCP: HELLO then STATS, parsed with the wire codec. */
+/* One raw request: HELLO then STATS, parsed with the wire codec. */
 double dst_stat(const dst_worker_t *w, const char *path)
 {
-    char err[256];
-    int fd = ds__tcp_connect(w->host, w->port, 2000, err, sizeof(err));
+    char err[256], sock[300];
+    /* The Unix socket needs no secret, even on an authenticated worker. */
+    int fd = -1;
+    if (w->sockdir[0] && ds__socket_path(w->sockdir, w->host, w->port, sock, sizeof(sock)) == 0)
+        fd = ds__unix_connect(sock, 2000, err, sizeof(err));
+    if (fd < 0) fd = ds__tcp_connect(w->host, w->port, 2000, err, sizeof(err));
     if (fd < 0) return -1;
     double result = -1;
     uint64_t dl = ds__now_ms() + 5000;
@@ -312,4 +344,209 @@ bool dst_check(const void *buf, size_t len, uint64_t seed)
         if (p[i] != (uint8_t)(x >> ((i & 7) * 8))) return false;
     }
     return true;
+}
+
+/* ---- clusters ---- */
+
+int dst_wait_members(const dst_worker_t *w, int n, int timeout_ms)
+{
+    uint64_t t0 = ds__now_ms();
+    do {
+        if ((int)dst_stat(w, "cluster.members") == n) return (int)(ds__now_ms() - t0);
+        usleep(50000);
+    } while (ds__now_ms() - t0 < (uint64_t)timeout_ms);
+    return -1;
+}
+
+int dst_sh(const char *fmt, ...)
+{
+    char cmd[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof(cmd), fmt, ap);
+    va_end(ap);
+    int rc = system(cmd);
+    return rc == -1 || !WIFEXITED(rc) ? -1 : WEXITSTATUS(rc);
+}
+
+int dst_etcd_count(const dst_etcd_t *e, const char *prefix)
+{
+    char err[256];
+    ds_etcd_t *c = ds__etcd_new(e->address, err, sizeof(err));
+    if (c == NULL) return -1;
+    ds_etcd_kv_t *kvs = NULL;
+    size_t n = 0;
+    int rc = ds__etcd_range_prefix(c, prefix, &kvs, &n, err, sizeof(err));
+    ds__etcd_kvs_free(kvs, n);
+    ds__etcd_free(c);
+    return rc == 0 ? (int)n : -1;
+}
+
+static void print_file(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (f == NULL) return;
+    char line[1024];
+    fprintf(stderr, "---- %s ----\n", path);
+    while (fgets(line, sizeof(line), f)) fputs(line, stderr);
+    fclose(f);
+}
+
+static int etcd_spawn(dst_etcd_t *e)
+{
+    char name[32], data[300], client[128], peer[128], initial[160];
+    snprintf(name, sizeof(name), "dst%d", (int)getpid());
+    snprintf(data, sizeof(data), "%s/data", e->dir);
+    snprintf(client, sizeof(client), "http://%s:%d", e->host, e->client_port);
+    snprintf(peer, sizeof(peer), "http://%s:%d", e->host, e->peer_port);
+    snprintf(initial, sizeof(initial), "%s=%s", name, peer);
+    char *argv[] = {"/usr/bin/etcd", "--name", name, "--data-dir", data,
+                    "--listen-client-urls", client, "--advertise-client-urls", client,
+                    "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+                    "--initial-cluster", initial, "--initial-cluster-state", "new", NULL};
+    pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        int fd = open(e->logpath, O_WRONLY | O_CREAT | O_APPEND, 0600);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+        }
+        execv(argv[0], argv);
+        fprintf(stderr, "exec %s: %s\n", argv[0], strerror(errno));
+        _exit(127);
+    }
+    e->pid = pid;
+    track(pid, true);
+    uint64_t deadline = ds__now_ms() + 20000;
+    while (ds__now_ms() < deadline) {
+        int status;
+        if (waitpid(pid, &status, WNOHANG) == pid) {
+            track(pid, false);
+            e->pid = 0;
+            fprintf(stderr, "etcd exited during start (status %d)\n", status);
+            print_file(e->logpath);
+            return -1;
+        }
+        if (dst_etcd_count(e, "/") >= 0) return 0;
+        usleep(50000);
+    }
+    fprintf(stderr, "etcd did not answer within 20 s\n");
+    print_file(e->logpath);
+    dst_etcd_kill(e);
+    return -1;
+}
+
+int dst_etcd_start(dst_etcd_t *e, const char *host)
+{
+    memset(e, 0, sizeof(*e));
+    snprintf(e->host, sizeof(e->host), "%s", host ? host : "127.0.0.1");
+    snprintf(e->dir, sizeof(e->dir), "/tmp/dst-etcd-XXXXXX");
+    if (mkdtemp(e->dir) == NULL) return -1;
+    for (int i = 0; i < MAX_STARTED; i++)
+        if (etcd_dirs[i][0] == '\0') {
+            snprintf(etcd_dirs[i], sizeof(etcd_dirs[i]), "%s", e->dir);
+            break;
+        }
+    snprintf(e->logpath, sizeof(e->logpath), "%s/etcd.log", e->dir);
+    for (int attempt = 0; attempt < 5; attempt++) {
+        e->client_port = free_port(e->host);
+        do e->peer_port = free_port(e->host);
+        while (e->peer_port == e->client_port);
+        snprintf(e->address, sizeof(e->address), "%s:%d", e->host, e->client_port);
+        if (e->client_port > 0 && e->peer_port > 0 && etcd_spawn(e) == 0) return 0;
+        dst_sh("rm -rf '%s/data'", e->dir);
+    }
+    return -1;
+}
+
+void dst_etcd_stop(dst_etcd_t *e)
+{
+    if (e->pid <= 0) return;
+    kill(e->pid, SIGTERM);
+    uint64_t deadline = ds__now_ms() + 10000;
+    while (ds__now_ms() < deadline && waitpid(e->pid, NULL, WNOHANG) != e->pid) usleep(10000);
+    if (ds__now_ms() >= deadline) {
+        kill(e->pid, SIGKILL);
+        waitpid(e->pid, NULL, 0);
+    }
+    track(e->pid, false);
+    e->pid = 0;
+}
+
+void dst_etcd_kill(dst_etcd_t *e)
+{
+    if (e->pid <= 0) return;
+    kill(e->pid, SIGKILL);
+    waitpid(e->pid, NULL, 0);
+    track(e->pid, false);
+    e->pid = 0;
+}
+
+int dst_etcd_restart(dst_etcd_t *e, bool wipe)
+{
+    if (e->pid > 0) dst_etcd_stop(e);
+    if (wipe) dst_sh("rm -rf '%s/data'", e->dir);
+    for (int attempt = 0; attempt < 20; attempt++) {
+        if (etcd_spawn(e) == 0) return 0;
+        usleep(200000); /* the ports may linger briefly */
+    }
+    return -1;
+}
+
+void dst_etcd_destroy(dst_etcd_t *e)
+{
+    dst_etcd_stop(e);
+    if (e->dir[0] == '\0') return;
+    dst_sh("rm -rf '%s'", e->dir);
+    for (int i = 0; i < MAX_STARTED; i++)
+        if (strcmp(etcd_dirs[i], e->dir) == 0) etcd_dirs[i][0] = '\0';
+    e->dir[0] = '\0';
+}
+
+/* ---- network namespaces ---- */
+
+static int netns_home = -1; /* the namespace the process started in */
+
+int dst_netns_add(const char *name)
+{
+    if (!atexit_set) {
+        atexit(kill_all);
+        atexit_set = true;
+    }
+    if (dst_sh("ip netns add '%s' 2>/dev/null", name) != 0) return -1;
+    for (int i = 0; i < MAX_NETNS; i++)
+        if (netns_made[i][0] == '\0') {
+            snprintf(netns_made[i], sizeof(netns_made[i]), "%s", name);
+            break;
+        }
+    return dst_sh("ip -n '%s' link set lo up", name) == 0 ? 0 : -1;
+}
+
+void dst_netns_del(const char *name)
+{
+    char copy[64];
+    snprintf(copy, sizeof(copy), "%s", name);
+    for (int i = 0; i < MAX_NETNS; i++)
+        if (strcmp(netns_made[i], copy) == 0) netns_made[i][0] = '\0';
+    dst_sh("ip netns del '%s' 2>/dev/null", copy);
+}
+
+int dst_netns_enter(const char *name)
+{
+    if (netns_home < 0) {
+        netns_home = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
+        if (netns_home < 0) return -1;
+    }
+    int fd = netns_home;
+    if (name) {
+        char path[128];
+        snprintf(path, sizeof(path), "/run/netns/%s", name);
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0) return -1;
+    }
+    int rc = setns(fd, CLONE_NEWNET);
+    if (fd != netns_home) close(fd);
+    return rc;
 }

@@ -1,0 +1,60 @@
+/* The dscli command table: each command with its usage line, its flags (name,
+ * short form, whether it takes a value, whether `start` hands it to the
+ * worker, default, help) and the function that runs it. */
+#include "cli/cli.h"
+
+#include <string.h>
+
+static const cli_flag_t start_flags[] = {
+    {"worker", 'w', false, false, NULL, "start a worker (the only kind dscli starts)"},
+    {"worker_address", 0, true, true, CLI_DEFAULT_WORKER_ADDRESS, "host:port the worker serves on"},
+    {"etcd_address", 0, true, true, NULL, "etcd host:port; omit for a standalone worker"},
+    {"shared_memory_size_mb", 0, true, true, "1024", "size of the worker's shared memory, MiB"},
+    {"unix_socket_dir", 0, true, true, NULL,
+     "directory of the worker's Unix socket (default $DS_UNIX_SOCKET_DIR or "
+     "/tmp/yr-datasystem-<uid>)"},
+    {"auth_token_file", 0, true, true, NULL,
+     "file with the shared secret the worker requires of TCP clients"},
+    {"log_dir", 0, true, false, NULL,
+     "where the worker's log goes (default <socket dir>/logs); file worker-<host>-<port>.log"},
+    {"timeout", 't', true, false, CLI_DEFAULT_TIMEOUT_S,
+     "seconds to wait for the worker to answer before giving up"},
+};
+
+static const cli_flag_t stop_flags[] = {
+    {"worker_address", 0, true, false, CLI_DEFAULT_WORKER_ADDRESS, "host:port of the worker"},
+    {"unix_socket_dir", 0, true, false, NULL, "directory of the worker's Unix socket"},
+    {"timeout", 't', true, false, CLI_DEFAULT_TIMEOUT_S, "seconds to wait for the worker to exit"},
+};
+
+static const cli_flag_t status_flags[] = {
+    {"worker_address", 0, true, false, CLI_DEFAULT_WORKER_ADDRESS, "host:port of the worker"},
+    {"unix_socket_dir", 0, true, false, NULL, "directory of the worker's Unix socket"},
+    {"timeout", 't', true, false, "10", "seconds to wait for the answer"},
+};
+
+#define ROWS(a) a, sizeof(a) / sizeof(a[0])
+
+static const cli_cmd_t commands[] = {
+    {"start", "Start a datasystem worker in the background and wait until it serves.",
+     "dscli start -w --worker_address H:P [--etcd_address E:P] --shared_memory_size_mb N "
+     "[--worker_flag V ...] [-t SECONDS]",
+     ROWS(start_flags), true, cli_cmd_start},
+    {"stop", "Ask the worker on this host to shut down and wait until it has exited.",
+     "dscli stop --worker_address H:P [-t SECONDS]", ROWS(stop_flags), false, cli_cmd_stop},
+    {"status", "Print the worker's statistics as JSON.", "dscli status --worker_address H:P",
+     ROWS(status_flags), false, cli_cmd_status},
+};
+
+const cli_cmd_t *cli_commands(size_t *n)
+{
+    *n = sizeof(commands) / sizeof(commands[0]);
+    return commands;
+}
+
+const cli_cmd_t *cli_find_command(const char *name)
+{
+    for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+        if (strcmp(commands[i].name, name) == 0) return &commands[i];
+    return NULL;
+}

@@ -1,0 +1,219 @@
+/* `dscli stop` and `dscli status`: administrative requests the client API
+ * does not offer (SHUTDOWN, STATS), spoken directly in the wire protocol over
+ * one plain connection. SHUTDOWN is only accepted on the Unix socket, which is
+ * what limits stopping a worker to its own host. */
+#include "cli/cli.h"
+
+#include "common/clock.h"
+#include "common/net.h"
+#include "common/wire.h"
+#include "datasystem/status.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef struct {
+    int fd;
+    uint64_t req;
+    uint32_t pid;
+    ds_wire_header_t rh;
+    uint8_t *meta;
+    ds_rbuf_t r;
+} ctl_conn_t;
+
+/* Sends one request and reads its response; 0, or -1 with a message. A
+ * worker-side failure is returned in *st with its message in err. */
+static int ctl_call(ctl_conn_t *c, ds_opcode_t op, const ds_wbuf_t *meta, uint64_t deadline,
+                    ds_status_t *st, char *err, size_t cap)
+{
+    uint8_t hb[DS_WIRE_HEADER_LEN];
+    ds_wire_header_t h = {.magic = DS_WIRE_MAGIC,
+                          .version = DS_WIRE_VERSION,
+                          .opcode = (uint16_t)op,
+                          .meta_len = meta ? (uint32_t)meta->len : 0,
+                          .req_id = ++c->req};
+    ds__wire_header_encode(&h, hb);
+    if (ds__write_full(c->fd, hb, sizeof(hb), deadline) != 0 ||
+        (meta && ds__write_full(c->fd, meta->buf, meta->len, deadline) != 0) ||
+        ds__read_full(c->fd, hb, sizeof(hb), deadline) != 0) {
+        snprintf(err, cap, "%s failed: %s", ds__opcode_name(op),
+                 errno == ETIMEDOUT ? "the worker did not answer in time" : strerror(errno));
+        return -1;
+    }
+    char e[160];
+    if (ds__wire_header_decode(hb, 1u << 20, &c->rh, e, sizeof(e)) != 0 ||
+        !(c->rh.flags & DS_FLAG_RESPONSE)) {
+        snprintf(err, cap, "malformed %s response", ds__opcode_name(op));
+        return -1;
+    }
+    free(c->meta);
+    c->meta = malloc(c->rh.meta_len + c->rh.data_len + 1);
+    if (c->meta == NULL ||
+        ds__read_full(c->fd, c->meta, c->rh.meta_len + c->rh.data_len, deadline) != 0) {
+        snprintf(err, cap, "%s failed: %s", ds__opcode_name(op),
+                 c->meta ? strerror(errno) : "out of memory");
+        return -1;
+    }
+    ds__rbuf_init(&c->r, c->meta, c->rh.meta_len);
+    const char *m;
+    uint32_t ml = ds__rbuf_str(&c->r, &m);
+    *st = (ds_status_t)c->rh.status;
+    if (*st != DS_K_OK && ml)
+        snprintf(err, cap, "%.*s (%s)", (int)ml, m, ds_status_name(*st));
+    else if (*st != DS_K_OK)
+        snprintf(err, cap, "%s (%s)", ds_status_message(*st), ds_status_name(*st));
+    return 0;
+}
+
+/* Connects (Unix socket; TCP too when allowed) and says HELLO. */
+static int ctl_open(const cli_cmd_t *cmd, const cli_args_t *a, bool tcp_ok, uint64_t deadline,
+                    ctl_conn_t *c, char *err, size_t cap)
+{
+    memset(c, 0, sizeof(*c));
+    c->fd = -1;
+    char host[256], path[PATH_MAX], e[256];
+    int port;
+    const char *addr = cli_value(cmd, a, "worker_address");
+    if (ds__parse_hostport(addr, host, sizeof(host), &port, e, sizeof(e)) != 0) {
+        snprintf(err, cap, "--worker_address: %s", e);
+        return CLI_EXIT_USAGE;
+    }
+    if (ds__socket_path(cli_value(cmd, a, "unix_socket_dir"), host, port, path, sizeof(path)) !=
+        0) {
+        snprintf(err, cap, "the socket path for %s:%d is too long", host, port);
+        return CLI_EXIT_USAGE;
+    }
+    int timeout = (int)(deadline - ds__now_ms());
+    c->fd = ds__unix_connect(path, timeout, e, sizeof(e));
+    if (c->fd < 0 && tcp_ok) c->fd = ds__tcp_connect(host, port, timeout, e, sizeof(e));
+    if (c->fd < 0) {
+        snprintf(err, cap, "no worker is running at %.100s:%d (%.200s)", host, port, e);
+        return CLI_EXIT_FAIL;
+    }
+    ds_wbuf_t w;
+    ds__wbuf_init(&w);
+    ds__wbuf_u32(&w, DS_WIRE_VERSION);
+    ds__wbuf_u64(&w, 0);
+    ds__wbuf_u8(&w, 0);
+    ds__wbuf_cstr(&w, "");
+    ds_status_t st;
+    int r = ctl_call(c, DS_OP_HELLO, &w, deadline, &st, err, cap);
+    ds__wbuf_free(&w);
+    if (r != 0 || st != DS_K_OK) return CLI_EXIT_FAIL;
+    const char *wid;
+    (void)ds__rbuf_u64(&c->r);
+    (void)ds__rbuf_u64(&c->r);
+    (void)ds__rbuf_u32(&c->r);
+    (void)ds__rbuf_str(&c->r, &wid);
+    c->pid = ds__rbuf_u32(&c->r);
+    if (c->r.err) {
+        snprintf(err, cap, "malformed hello response");
+        return CLI_EXIT_FAIL;
+    }
+    return CLI_EXIT_OK;
+}
+
+static void ctl_close(ctl_conn_t *c)
+{
+    if (c->fd >= 0) close(c->fd);
+    free(c->meta);
+}
+
+/* Gone, or a zombie waiting for its parent to reap it. */
+static bool pid_alive(pid_t pid)
+{
+    if (kill(pid, 0) != 0 && errno == ESRCH) return false;
+    char p[64], buf[512];
+    snprintf(p, sizeof(p), "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(p, "r");
+    if (f == NULL) return errno != ENOENT;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *rp = strrchr(buf, ')');
+    return !(rp && rp[1] == ' ' && (rp[2] == 'Z' || rp[2] == 'X'));
+}
+
+static bool timeout_arg(const cli_cmd_t *cmd, const cli_args_t *a, const char *verb, long *ms)
+{
+    char err[256];
+    if (cli_parse_seconds(cli_value(cmd, a, "timeout"), ms, err, sizeof(err)) == 0) return true;
+    fprintf(stderr, "dscli %s: -t: %s\n", verb, err);
+    return false;
+}
+
+int cli_cmd_stop(const cli_cmd_t *cmd, const cli_args_t *a)
+{
+    long timeout_ms;
+    if (!timeout_arg(cmd, a, "stop", &timeout_ms)) return CLI_EXIT_USAGE;
+    uint64_t deadline = ds__now_ms() + (uint64_t)timeout_ms;
+    const char *addr = cli_value(cmd, a, "worker_address");
+    ctl_conn_t c;
+    char err[512];
+    int rc = ctl_open(cmd, a, false, deadline, &c, err, sizeof(err));
+    if (rc != CLI_EXIT_OK) {
+        fprintf(stderr, "dscli stop: %s\n", err);
+        ctl_close(&c);
+        return rc;
+    }
+    ds_status_t st = DS_K_OK;
+    /* The worker may close the connection as soon as it took the request;
+     * whether the process exits is what counts, checked below. */
+    if (ctl_call(&c, DS_OP_SHUTDOWN, NULL, deadline, &st, err, sizeof(err)) == 0 && st != DS_K_OK) {
+        fprintf(stderr, "dscli stop: the worker at %s refused to shut down: %s\n", addr, err);
+        ctl_close(&c);
+        return CLI_EXIT_FAIL;
+    }
+    ctl_close(&c);
+    pid_t pid = (pid_t)c.pid;
+    while (pid > 0 && pid_alive(pid)) {
+        if (ds__now_ms() >= deadline) {
+            fprintf(stderr, "dscli stop: the worker at %s (pid %d) is still running after %.1f s\n",
+                    addr, (int)pid, timeout_ms / 1000.0);
+            return CLI_EXIT_FAIL;
+        }
+        struct timespec ts = {0, 20 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    printf("worker %s stopped\n", addr);
+    return CLI_EXIT_OK;
+}
+
+int cli_cmd_status(const cli_cmd_t *cmd, const cli_args_t *a)
+{
+    long timeout_ms;
+    if (!timeout_arg(cmd, a, "status", &timeout_ms)) return CLI_EXIT_USAGE;
+    uint64_t deadline = ds__now_ms() + (uint64_t)timeout_ms;
+    ctl_conn_t c;
+    char err[512];
+    int rc = ctl_open(cmd, a, true, deadline, &c, err, sizeof(err));
+    ds_status_t st = DS_K_OK;
+    if (rc == CLI_EXIT_OK && ctl_call(&c, DS_OP_STATS, NULL, deadline, &st, err, sizeof(err)) != 0)
+        rc = CLI_EXIT_FAIL;
+    if (rc == CLI_EXIT_OK && st != DS_K_OK) rc = CLI_EXIT_FAIL;
+    if (rc != CLI_EXIT_OK) {
+        fprintf(stderr, "dscli status: %s\n", err);
+        ctl_close(&c);
+        return rc;
+    }
+    const char *json;
+    uint32_t jl = ds__rbuf_str(&c.r, &json);
+    char *copy = strndup(json, jl);
+    cJSON *doc = copy ? cJSON_Parse(copy) : NULL;
+    char *pretty = doc ? cJSON_Print(doc) : NULL;
+    if (pretty)
+        printf("%s\n", pretty);
+    else
+        printf("%.*s\n", (int)jl, json);
+    free(pretty);
+    cJSON_Delete(doc);
+    free(copy);
+    ctl_close(&c);
+    return CLI_EXIT_OK;
+}

@@ -1,0 +1,270 @@
+/* `dscli start`: find datasystem_worker, run it detached (its own session,
+ * output to a log file) with the given flags, and wait until it answers a
+ * health check through the client library, exits, or runs out of time.
+ *
+ * The health check goes over TCP on purpose: a local client would map the
+ * whole arena just to say hello, which for a large --shared_memory_size_mb is
+ * the slowest part of starting. */
+#include "cli/cli.h"
+
+#include "common/net.h"
+#include "datasystem/kv_client.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define WORKER_BIN "datasystem_worker"
+
+static bool executable(const char *p)
+{
+    struct stat st;
+    return stat(p, &st) == 0 && S_ISREG(st.st_mode) && access(p, X_OK) == 0;
+}
+
+int cli_find_worker(const char *self, char *out, size_t cap, char *err, size_t err_cap)
+{
+    const char *env = getenv("DS_WORKER_BIN");
+    if (env && *env) {
+        if (executable(env)) {
+            snprintf(out, cap, "%s", env);
+            return 0;
+        }
+        snprintf(err, err_cap, "DS_WORKER_BIN=%s is not an executable file", env);
+        return -1;
+    }
+    char dir[PATH_MAX] = "";
+    if (self && strrchr(self, '/')) {
+        snprintf(dir, sizeof(dir), "%.*s", (int)(strrchr(self, '/') - self), self);
+        const char *rel[] = {"/" WORKER_BIN, "/../worker/" WORKER_BIN};
+        for (size_t i = 0; i < 2; i++) {
+            if ((size_t)snprintf(out, cap, "%s%s", dir, rel[i]) < cap && executable(out)) return 0;
+        }
+    }
+    const char *path = getenv("PATH");
+    for (const char *p = path; p && *p;) {
+        const char *colon = strchr(p, ':');
+        size_t n = colon ? (size_t)(colon - p) : strlen(p);
+        if (n > 0 && (size_t)snprintf(out, cap, "%.*s/%s", (int)n, p, WORKER_BIN) < cap &&
+            executable(out))
+            return 0;
+        p = colon ? colon + 1 : p + n;
+    }
+    snprintf(err, err_cap,
+             "cannot find %s: set DS_WORKER_BIN, or put it next to dscli (%s), in %s/../worker/, "
+             "or on PATH",
+             WORKER_BIN, dir[0] ? dir : "?", dir[0] ? dir : "?");
+    return -1;
+}
+
+void cli_log_tail(const char *path, long from, int max_lines, char *out, size_t cap)
+{
+    out[0] = '\0';
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return;
+    off_t end = lseek(fd, 0, SEEK_END);
+    off_t start = end - (off_t)(cap - 1);
+    if (start < from) start = from;
+    if (start < 0) start = 0;
+    ssize_t n = end > start ? pread(fd, out, (size_t)(end - start), start) : 0;
+    close(fd);
+    if (n <= 0) return;
+    out[n] = '\0';
+    /* Keep the last max_lines lines (ignoring a trailing newline). */
+    char *p = out + n;
+    if (p > out && p[-1] == '\n') *--p = '\0';
+    int lines = 0;
+    while (p > out) {
+        if (p[-1] == '\n' && ++lines == max_lines) break;
+        p--;
+    }
+    memmove(out, p, strlen(p) + 1);
+}
+
+/* True when a worker answers HELLO and HEALTH at host:port over TCP. */
+static bool worker_answers(const char *host, int port, const char *token)
+{
+    ds_client_options_t o;
+    ds_client_options_init(&o);
+    o.host = host;
+    o.port = port;
+    o.transport = DS_TRANSPORT_TCP;
+    o.connect_timeout_ms = 500;
+    o.request_timeout_ms = 1000;
+    o.token = token;
+    ds_client_t *c = NULL;
+    if (ds_client_connect(&o, &c) != DS_K_OK) return false;
+    bool ok = ds_client_health_check(c) == DS_K_OK;
+    ds_client_close(c);
+    return ok;
+}
+
+static int read_token(const char *file, char *out, size_t cap)
+{
+    FILE *f = fopen(file, "r");
+    if (f == NULL) return -1;
+    size_t n = fread(out, 1, cap - 1, f);
+    fclose(f);
+    while (n > 0 && (out[n - 1] == '\n' || out[n - 1] == '\r' || out[n - 1] == ' '))
+        n--;
+    out[n] = '\0';
+    return 0;
+}
+
+static int mkdirs(const char *dir)
+{
+    char p[PATH_MAX];
+    snprintf(p, sizeof(p), "%s", dir);
+    for (char *s = p + 1; *s; s++) {
+        if (*s != '/') continue;
+        *s = '\0';
+        if (mkdir(p, 0700) != 0 && errno != EEXIST) return -1;
+        *s = '/';
+    }
+    return mkdir(p, 0700) != 0 && errno != EEXIST ? -1 : 0;
+}
+
+static void sleep_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static long now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
+}
+
+static void stop_child(pid_t pid)
+{
+    kill(pid, SIGTERM);
+    for (int i = 0; i < 40; i++) {
+        if (waitpid(pid, NULL, WNOHANG) == pid) return;
+        sleep_ms(50);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+}
+
+int cli_cmd_start(const cli_cmd_t *cmd, const cli_args_t *a)
+{
+    char host[256], err[512];
+    int port;
+    const char *addr = cli_value(cmd, a, "worker_address");
+    if (ds__parse_hostport(addr, host, sizeof(host), &port, err, sizeof(err)) != 0) {
+        fprintf(stderr, "dscli start: --worker_address: %s\n", err);
+        return CLI_EXIT_USAGE;
+    }
+    long timeout_ms;
+    if (cli_parse_seconds(cli_value(cmd, a, "timeout"), &timeout_ms, err, sizeof(err)) != 0) {
+        fprintf(stderr, "dscli start: -t: %s\n", err);
+        return CLI_EXIT_USAGE;
+    }
+    char token[1024] = "";
+    const char *token_file = cli_value(cmd, a, "auth_token_file");
+    if (token_file && read_token(token_file, token, sizeof(token)) != 0) {
+        fprintf(stderr, "dscli start: cannot read --auth_token_file %s: %s\n", token_file,
+                strerror(errno));
+        return CLI_EXIT_FAIL;
+    }
+
+    char self[PATH_MAX], bin[PATH_MAX];
+    ssize_t sl = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    self[sl > 0 ? sl : 0] = '\0';
+    if (cli_find_worker(self, bin, sizeof(bin), err, sizeof(err)) != 0) {
+        fprintf(stderr, "dscli start: %s\n", err);
+        return CLI_EXIT_FAIL;
+    }
+    if (worker_answers(host, port, token)) {
+        fprintf(stderr, "dscli start: a worker is already running at %s:%d\n", host, port);
+        return CLI_EXIT_FAIL;
+    }
+
+    char logdir[PATH_MAX], logfile[PATH_MAX + 64];
+    if (cli_given(cmd, a, "log_dir")) {
+        snprintf(logdir, sizeof(logdir), "%s", cli_value(cmd, a, "log_dir"));
+    } else {
+        char sock[PATH_MAX - 8];
+        ds__default_socket_dir(sock, sizeof(sock));
+        snprintf(logdir, sizeof(logdir), "%s/logs", sock);
+    }
+    if ((size_t)snprintf(logfile, sizeof(logfile), "%s/worker-%s-%d.log", logdir, host, port) >=
+        sizeof(logfile)) {
+        fprintf(stderr, "dscli start: the log path under %s is too long\n", logdir);
+        return CLI_EXIT_USAGE;
+    }
+    int logfd = -1;
+    if (mkdirs(logdir) != 0 ||
+        (logfd = open(logfile, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600)) < 0) {
+        fprintf(stderr, "dscli start: cannot open the log %s: %s\n", logfile, strerror(errno));
+        return CLI_EXIT_FAIL;
+    }
+    long log_from = (long)lseek(logfd, 0, SEEK_END);
+
+    const char *wargv[CLI_MAX_FWD + 2];
+    wargv[0] = bin;
+    for (int i = 0; i < a->nfwd; i++)
+        wargv[i + 1] = a->fwd[i];
+    wargv[a->nfwd + 1] = NULL;
+
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) {
+        fprintf(stderr, "dscli start: fork: %s\n", strerror(errno));
+        close(logfd);
+        return CLI_EXIT_FAIL;
+    }
+    if (pid == 0) {
+        /* The worker outlives dscli and the terminal: its own session, no
+         * stdin, output to the log. */
+        setsid();
+        int nul = open("/dev/null", O_RDONLY);
+        if (nul >= 0) dup2(nul, STDIN_FILENO);
+        dup2(logfd, STDOUT_FILENO);
+        dup2(logfd, STDERR_FILENO);
+        execv(bin, (char *const *)wargv);
+        dprintf(STDERR_FILENO, "dscli: cannot run %s: %s\n", bin, strerror(errno));
+        _exit(127);
+    }
+    close(logfd);
+
+    long deadline = now_ms() + timeout_ms;
+    char tail[4096];
+    for (;;) {
+        int wst;
+        if (waitpid(pid, &wst, WNOHANG) == pid) {
+            cli_log_tail(logfile, log_from, 20, tail, sizeof(tail));
+            if (WIFEXITED(wst))
+                fprintf(stderr, "dscli start: the worker exited with status %d before serving",
+                        WEXITSTATUS(wst));
+            else
+                fprintf(stderr, "dscli start: the worker was killed by signal %d before serving",
+                        WTERMSIG(wst));
+            fprintf(stderr, "; last lines of %s:\n%s\n", logfile, tail[0] ? tail : "(empty)");
+            return CLI_EXIT_FAIL;
+        }
+        if (worker_answers(host, port, token)) {
+            printf("worker %s:%d started, pid %d, log %s\n", host, port, (int)pid, logfile);
+            return CLI_EXIT_OK;
+        }
+        if (now_ms() >= deadline) {
+            stop_child(pid);
+            cli_log_tail(logfile, log_from, 20, tail, sizeof(tail));
+            fprintf(stderr,
+                    "dscli start: the worker did not answer at %s:%d within %.1f s and was "
+                    "stopped; last lines of %s:\n%s\n",
+                    host, port, timeout_ms / 1000.0, logfile, tail[0] ? tail : "(empty)");
+            return CLI_EXIT_FAIL;
+        }
+        sleep_ms(50);
+    }
+}

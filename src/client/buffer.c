@@ -1,0 +1,376 @@
+/* Zero-copy buffers: ds_kv_get_buffers, ds_kv_create/mcreate,
+ * ds_kv_publish/mpublish and the ds_buffer_* accessors.
+ *
+ * On a local client a buffer is a window into the worker's arena: a read
+ * buffer pins one published version (GET with DS_GET_PIN), a created buffer is
+ * a reservation the caller fills before PUBLISH. Either way the buffer holds a
+ * reference on its session, which keeps the arena mapped and the pin alive
+ * until ds_buffer_release drops it, even after the client is closed or has
+ * moved on to a new session.
+ *
+ * On a remote client the same calls work on heap memory: a read buffer holds
+ * the bytes received, a created buffer is filled locally and sent as a SET on
+ * publish. Heap buffers are 64-byte aligned so tensor views over them are as
+ * well aligned as arena ones. */
+#include "client/client_internal.h"
+
+#include "common/error.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define KQ 64
+/* Status of a buffer not yet published in this call (not a wire value). */
+#define PENDING ((ds_status_t)-1)
+
+static ds_buffer_t *buf_new(const char *key, ds_buf_kind_t kind)
+{
+    size_t kl = strlen(key);
+    ds_buffer_t *b = calloc(1, sizeof(*b) + kl + 1);
+    if (b == NULL) return NULL;
+    memcpy(b->key, key, kl + 1);
+    b->kind = kind;
+    return b;
+}
+
+static uint8_t *heap_alloc(size_t size)
+{
+    void *p = NULL;
+    if (posix_memalign(&p, 64, size ? size : 1) != 0) return NULL;
+    return p;
+}
+
+void ds_buffer_release(ds_buffer_t *b)
+{
+    if (b == NULL) return;
+    if (b->kind == DS_BUF_SHM) {
+        if (b->handle) ds__sess_release(b->sess, &b->handle, 1);
+        ds__sess_unref(b->sess);
+    } else {
+        free(b->data);
+    }
+    free(b);
+}
+
+const void *ds_buffer_data(const ds_buffer_t *b)
+{
+    return b ? b->data : NULL;
+}
+
+void *ds_buffer_mutable_data(ds_buffer_t *b)
+{
+    return b && !b->published ? b->data : NULL;
+}
+
+size_t ds_buffer_size(const ds_buffer_t *b)
+{
+    return b ? b->size : 0;
+}
+
+const char *ds_buffer_key(const ds_buffer_t *b)
+{
+    return b ? b->key : NULL;
+}
+
+static void release_all(ds_buffer_t **out, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        ds_buffer_release(out[i]);
+        out[i] = NULL;
+    }
+}
+
+ds_status_t ds_kv_get_buffers(ds_client_t *c, size_t n, const char *const *keys,
+                              int32_t sub_timeout_ms, ds_buffer_t **out)
+{
+    ds__clear_error();
+    if (c == NULL || out == NULL) return ds__set_error(DS_K_INVALID, "client or out is NULL");
+    ds_status_t st = ds__check_keys(n, keys, DS_MAX_BATCH);
+    if (st != DS_K_OK) return st;
+    if (sub_timeout_ms < 0)
+        return ds__set_error(DS_K_INVALID, "sub_timeout_ms %d is negative", (int)sub_timeout_ms);
+    for (size_t i = 0; i < n; i++)
+        out[i] = NULL;
+    ds_getent_t *ents = malloc(n * sizeof(*ents));
+    if (ents == NULL) return ds__set_error(DS_K_OUT_OF_MEMORY, "out of memory getting %zu keys", n);
+    uint64_t deadline = ds__client_deadline(c, sub_timeout_ms);
+    ds_conn_t *conn;
+    if ((st = ds__client_acquire(c, &deadline, &conn)) != DS_K_OK) {
+        free(ents);
+        return st;
+    }
+    ds_sess_t *s = conn->sess;
+    st = ds__get_request(conn, n, keys, sub_timeout_ms, DS_GET_PIN, deadline, ents);
+    if (st == DS_K_OK) {
+        size_t found = 0;
+        for (size_t i = 0; i < n && st == DS_K_OK; i++) {
+            ds_getent_t *e = &ents[i];
+            if (e->kind == DS_VAL_MISSING) continue;
+            ds_buffer_t *b = buf_new(keys[i], e->kind == DS_VAL_SHM ? DS_BUF_SHM : DS_BUF_HEAP);
+            if (b == NULL) {
+                st = ds__set_error(DS_K_OUT_OF_MEMORY, "out of memory");
+                break;
+            }
+            b->size = e->size;
+            b->published = true;
+            out[i] = b;
+            found++;
+            if (e->kind == DS_VAL_SHM) {
+                ds__sess_ref(s);
+                b->sess = s;
+                b->data = s->base + e->off;
+                b->handle = e->handle;
+                e->kind = DS_VAL_MISSING; /* the pin now belongs to the buffer */
+                continue;
+            }
+            b->data = heap_alloc(e->size);
+            if (b->data == NULL)
+                st = ds__set_error(DS_K_OUT_OF_MEMORY, "out of memory for a value of %llu bytes",
+                                   (unsigned long long)e->size);
+            else
+                st = ds__conn_read_data(conn, b->data, e->size, deadline);
+        }
+        if (st != DS_K_OK) {
+            release_all(out, n);
+            ds__release_entries(s, ents, n);
+            ds__conn_drain(conn, deadline);
+        } else if (found == 0) {
+            st = n == 1 ? ds__set_error(DS_K_NOT_FOUND, "key '%.*s' not found", KQ, keys[0])
+                        : ds__set_error(DS_K_NOT_FOUND, "none of the %zu keys was found", n);
+        }
+    }
+    ds__client_put(c, conn);
+    free(ents);
+    return st;
+}
+
+/* Reserves arena space for every key, or for none: a partial result would
+ * need per-key statuses the API does not have. */
+static ds_status_t create_in_arena(ds_conn_t *conn, size_t n, const char *const *keys,
+                                   const size_t *sizes, const ds_set_param_t *p, ds_buffer_t **out,
+                                   uint64_t deadline)
+{
+    ds_sess_t *s = conn->sess;
+    ds__conn_begin(conn);
+    ds__wbuf_u8(&conn->w, (uint8_t)p->write_mode);
+    ds__wbuf_u32(&conn->w, p->ttl_second);
+    ds__wbuf_u8(&conn->w, (uint8_t)p->existence);
+    ds__wbuf_u32(&conn->w, (uint32_t)n);
+    for (size_t i = 0; i < n; i++) {
+        ds__wbuf_cstr(&conn->w, keys[i]);
+        ds__wbuf_u64(&conn->w, sizes[i]);
+    }
+    ds_status_t st = ds__conn_call(conn, DS_OP_CREATE, false, deadline);
+    if (conn->state != DS_CONN_OK || (st != DS_K_OK && conn->r.pos == conn->r.len)) return st;
+    uint32_t m = ds__rbuf_count(&conn->r, (uint32_t)n, 20);
+    ds_status_t first = DS_K_OK;
+    size_t first_i = 0;
+    for (uint32_t i = 0; i < m && m == n; i++) {
+        ds_status_t ks = (ds_status_t)ds__rbuf_u32(&conn->r);
+        uint64_t off = ds__rbuf_u64(&conn->r);
+        uint64_t handle = ds__rbuf_u64(&conn->r);
+        if (conn->r.err) break;
+        if (ks != DS_K_OK) {
+            if (first == DS_K_OK) {
+                first = ks;
+                first_i = i;
+            }
+            continue;
+        }
+        ds_buffer_t *b = buf_new(keys[i], DS_BUF_SHM);
+        if (b == NULL) {
+            ds__sess_release(s, &handle, 1);
+            if (first == DS_K_OK) first = ds__set_error(DS_K_OUT_OF_MEMORY, "out of memory");
+            continue;
+        }
+        ds__sess_ref(s);
+        b->sess = s;
+        b->handle = handle;
+        b->size = sizes[i];
+        out[i] = b;
+        if (off > s->size || sizes[i] > s->size - off) {
+            conn->r.err = true;
+            break;
+        }
+        b->data = s->base + off;
+    }
+    if (conn->r.err || m != n) {
+        release_all(out, n);
+        return ds__conn_protocol_error(conn, "create");
+    }
+    if (first != DS_K_OK) {
+        /* Dropping the reservations that did succeed discards them. */
+        release_all(out, n);
+        if (st == DS_K_OK || ds_last_error()[0] == '\0')
+            ds__set_error(first, "create of key '%.*s' failed: %s", KQ, keys[first_i],
+                          ds_status_message(first));
+        return first;
+    }
+    return DS_K_OK;
+}
+
+ds_status_t ds_kv_mcreate(ds_client_t *c, size_t n, const char *const *keys, const size_t *sizes,
+                          const ds_set_param_t *param, ds_buffer_t **out)
+{
+    ds__clear_error();
+    if (c == NULL || out == NULL || sizes == NULL)
+        return ds__set_error(DS_K_INVALID, "client, sizes or out is NULL");
+    ds_status_t st = ds__check_keys(n, keys, DS_MAX_BATCH);
+    if (st != DS_K_OK) return st;
+    for (size_t i = 0; i < n; i++)
+        if (sizes[i] == 0)
+            return ds__set_error(DS_K_INVALID, "the size for key '%.*s' is 0", KQ, keys[i]);
+    ds_set_param_t p = DS_SET_PARAM_INIT;
+    if (param) p = *param;
+    if ((st = ds__check_param(&p)) != DS_K_OK) return st;
+    for (size_t i = 0; i < n; i++)
+        out[i] = NULL;
+
+    uint64_t deadline = ds__client_deadline(c, 0);
+    ds_conn_t *conn;
+    if ((st = ds__client_acquire(c, &deadline, &conn)) != DS_K_OK) return st;
+    if (conn->sess->base) {
+        st = create_in_arena(conn, n, keys, sizes, &p, out, deadline);
+        ds__conn_drain(conn, deadline);
+        ds__client_put(c, conn);
+        return st;
+    }
+    ds__client_put(c, conn);
+    for (size_t i = 0; i < n; i++) {
+        ds_buffer_t *b = buf_new(keys[i], DS_BUF_HEAP);
+        if (b && (b->data = heap_alloc(sizes[i])) == NULL) {
+            free(b);
+            b = NULL;
+        }
+        if (b == NULL) {
+            release_all(out, n);
+            return ds__set_error(DS_K_OUT_OF_MEMORY, "out of memory for a buffer of %zu bytes",
+                                 sizes[i]);
+        }
+        b->size = sizes[i];
+        b->param = p;
+        out[i] = b;
+    }
+    return DS_K_OK;
+}
+
+ds_status_t ds_kv_create(ds_client_t *c, const char *key, size_t size, const ds_set_param_t *param,
+                         ds_buffer_t **out)
+{
+    if (out) *out = NULL;
+    return ds_kv_mcreate(c, 1, &key, &size, param, out);
+}
+
+static bool same_param(const ds_set_param_t *a, const ds_set_param_t *b)
+{
+    return a->write_mode == b->write_mode && a->ttl_second == b->ttl_second &&
+           a->existence == b->existence;
+}
+
+/* Publishes the buffers whose status is PENDING over conn: arena buffers in one PUBLISH, heap
+ * buffers in one SET per distinct parameter set. */
+static void publish_on(ds_conn_t *conn, size_t n, ds_buffer_t *const *bufs, const char **keys,
+                       const void **vals, size_t *lens, size_t *idx, ds_status_t *sts,
+                       uint64_t deadline)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (sts[i] == PENDING && bufs[i]->kind == DS_BUF_SHM) idx[k++] = i;
+    if (k > 0) {
+        ds__conn_begin(conn);
+        ds__wbuf_u32(&conn->w, (uint32_t)k);
+        for (size_t i = 0; i < k; i++)
+            ds__wbuf_u64(&conn->w, bufs[idx[i]]->handle);
+        ds_status_t st = ds__conn_call(conn, DS_OP_PUBLISH, false, deadline);
+        if (conn->state != DS_CONN_OK || (st != DS_K_OK && conn->r.pos == conn->r.len)) {
+            for (size_t i = 0; i < k; i++)
+                sts[idx[i]] = st;
+        } else {
+            uint32_t m = ds__rbuf_count(&conn->r, (uint32_t)k, 4);
+            for (uint32_t i = 0; i < m && m == k; i++)
+                sts[idx[i]] = (ds_status_t)ds__rbuf_u32(&conn->r);
+            if (conn->r.err || m != k) {
+                st = ds__conn_protocol_error(conn, "publish");
+                for (size_t i = 0; i < k; i++)
+                    sts[idx[i]] = st;
+            }
+        }
+        ds__conn_drain(conn, deadline);
+    }
+    for (size_t first = 0; first < n && conn->state == DS_CONN_OK; first++) {
+        if (sts[first] != PENDING || bufs[first]->kind != DS_BUF_HEAP) continue;
+        k = 0;
+        for (size_t i = first; i < n; i++)
+            if (sts[i] == PENDING && bufs[i]->kind == DS_BUF_HEAP &&
+                same_param(&bufs[i]->param, &bufs[first]->param))
+                idx[k++] = i;
+        ds__set_values(conn, &bufs[first]->param, k, idx, keys, vals, lens, sts, deadline);
+        /* A failed request leaves some statuses at TRY_AGAIN only if the
+         * worker lied about the count; do not loop on them. */
+        for (size_t i = 0; i < k; i++)
+            if (sts[idx[i]] == PENDING) sts[idx[i]] = DS_K_RUNTIME_ERROR;
+    }
+}
+
+ds_status_t ds_kv_mpublish(ds_client_t *c, size_t n, ds_buffer_t *const *bufs,
+                           ds_status_t *statuses)
+{
+    ds__clear_error();
+    if (c == NULL || bufs == NULL) return ds__set_error(DS_K_INVALID, "client or bufs is NULL");
+    if (n == 0 || n > DS_MAX_BATCH)
+        return ds__set_error(DS_K_INVALID, "a batch of %zu buffers is not in 1..%d", n,
+                             DS_MAX_BATCH);
+    for (size_t i = 0; i < n; i++)
+        if (bufs[i] == NULL) return ds__set_error(DS_K_INVALID, "buffer #%zu is NULL", i);
+    ds_status_t *sts = statuses ? statuses : malloc(n * sizeof(*sts));
+    const char **keys = malloc(n * sizeof(*keys));
+    const void **vals = malloc(n * sizeof(*vals));
+    size_t *lens = malloc(n * sizeof(*lens));
+    size_t *idx = malloc(n * sizeof(*idx));
+    ds_status_t st = DS_K_OK;
+    if (sts == NULL || keys == NULL || vals == NULL || lens == NULL || idx == NULL) {
+        st = ds__set_error(DS_K_OUT_OF_MEMORY, "out of memory publishing %zu buffers", n);
+        goto out;
+    }
+    uint64_t deadline = ds__client_deadline(c, 0);
+    ds_conn_t *conn;
+    st = ds__client_acquire(c, &deadline, &conn);
+    for (size_t i = 0; i < n; i++) {
+        ds_buffer_t *b = bufs[i];
+        keys[i] = b->key;
+        vals[i] = b->data;
+        lens[i] = b->size;
+        if (st != DS_K_OK)
+            sts[i] = st;
+        else if (b->published)
+            sts[i] = ds__set_error(DS_K_INVALID, "the buffer of key '%.*s' is already published",
+                                   KQ, b->key);
+        else if (b->kind == DS_BUF_SHM && b->sess != conn->sess)
+            sts[i] = ds__set_error(DS_K_CLIENT_WORKER_DISCONNECT,
+                                   "the buffer of key '%.*s' was created before the connection "
+                                   "to the worker was lost; create it again",
+                                   KQ, b->key);
+        else
+            sts[i] = PENDING;
+    }
+    if (st == DS_K_OK) {
+        publish_on(conn, n, bufs, keys, vals, lens, idx, sts, deadline);
+        ds__client_put(c, conn);
+    }
+    for (size_t i = 0; i < n; i++)
+        if (sts[i] == DS_K_OK) bufs[i]->published = true;
+    st = ds__first_failure(n, keys, sts, "publish");
+out:
+    if (sts != statuses) free(sts);
+    free(keys);
+    free((void *)vals);
+    free(lens);
+    free(idx);
+    return st;
+}
+
+ds_status_t ds_kv_publish(ds_client_t *c, ds_buffer_t *buf)
+{
+    ds_status_t st;
+    return ds_kv_mpublish(c, 1, &buf, &st);
+}

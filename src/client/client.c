@@ -1,0 +1,483 @@
+/* The client object: options, the pool of connections to the worker, the
+ * worker session with its arena mapping, and recovery after the worker goes
+ * away (see client_internal.h for the session and locking model).
+ *
+ * Recovery. A call that loses its connection fails with
+ * DS_K_CLIENT_WORKER_DISCONNECT and, on its way out, checks the idle
+ * connections and the session anchor: the ones the worker closed are dropped,
+ * and if the anchor is gone the session is detached. The next call then finds
+ * no session and says HELLO afresh, getting a new session and a new arena
+ * mapping; buffers of the old session keep their own mapping until released.
+ * If a call instead joins a session the worker no longer knows (it restarted
+ * between calls), the worker hands out a different session id or refuses,
+ * and the client starts a new session right there. */
+#include "client/client_internal.h"
+
+#include "common/clock.h"
+#include "common/error.h"
+#include "common/net.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+void ds_free(void *p)
+{
+    free(p);
+}
+
+void ds_client_options_init(ds_client_options_t *opts)
+{
+    if (opts == NULL) return;
+    memset(opts, 0, sizeof(*opts));
+    opts->connect_timeout_ms = DS_CLIENT_DEFAULT_CONNECT_MS;
+    opts->request_timeout_ms = DS_CLIENT_DEFAULT_REQUEST_MS;
+    opts->transport = DS_TRANSPORT_AUTO;
+}
+
+uint64_t ds__client_deadline(const ds_client_t *c, int32_t sub_timeout_ms)
+{
+    uint64_t extra = sub_timeout_ms > 0 ? (uint64_t)sub_timeout_ms : 0;
+    return ds__now_ms() + (uint64_t)c->request_timeout_ms + extra;
+}
+
+/* ---- sessions ---- */
+
+void ds__sess_ref(ds_sess_t *s)
+{
+    atomic_fetch_add(&s->refs, 1);
+}
+
+void ds__sess_unref(ds_sess_t *s)
+{
+    if (s == NULL || atomic_fetch_sub(&s->refs, 1) != 1) return;
+    /* Closing the anchor ends the worker session (if no pool connection of it
+     * is left), which drops every pin; only then is unmapping safe to do. */
+    if (s->anchor_fd >= 0) close(s->anchor_fd);
+    if (s->base) munmap(s->base, s->size);
+    pthread_mutex_destroy(&s->anchor_mu);
+    free(s);
+}
+
+void ds__sess_release(ds_sess_t *s, const uint64_t *handles, size_t n)
+{
+    if (s == NULL || n == 0 || s->anchor_fd < 0 || atomic_load(&s->anchor_dead)) return;
+    ds_wbuf_t w;
+    ds__wbuf_init(&w);
+    ds__wbuf_reserve(&w, DS_WIRE_HEADER_LEN);
+    ds__wbuf_u32(&w, (uint32_t)n);
+    for (size_t i = 0; i < n; i++)
+        ds__wbuf_u64(&w, handles[i]);
+    /* Out of memory here leaves the pins to be dropped with the session: a
+     * release has no way to report failure. */
+    if (!w.oom) {
+        pthread_mutex_lock(&s->anchor_mu);
+        ds_wire_header_t h = {.magic = DS_WIRE_MAGIC,
+                              .version = DS_WIRE_VERSION,
+                              .flags = DS_FLAG_NOREPLY,
+                              .opcode = DS_OP_RELEASE,
+                              .meta_len = (uint32_t)(w.len - DS_WIRE_HEADER_LEN),
+                              .req_id = ++s->anchor_req};
+        ds__wire_header_encode(&h, w.buf);
+        /* Release frames are tiny; a worker that does not take one within
+         * seconds is gone or wedged, and the session with it. */
+        if (ds__write_full(s->anchor_fd, w.buf, w.len, ds__now_ms() + 10000) != 0)
+            atomic_store(&s->anchor_dead, true);
+        pthread_mutex_unlock(&s->anchor_mu);
+    }
+    ds__wbuf_free(&w);
+}
+
+/* True when the worker has closed fd (or sent something unasked, which on an
+ * idle connection means the same: its state is unknown). */
+static bool peer_closed(int fd)
+{
+    struct pollfd p = {.fd = fd, .events = POLLIN | POLLRDHUP};
+    return poll(&p, 1, 0) > 0;
+}
+
+/* True when the session's anchor is gone, and with it (the worker holds the
+ * session while any connection of it is open, and the anchor is the one that
+ * never times out) most likely the worker. Needs no lock. */
+static bool anchor_gone(ds_sess_t *s)
+{
+    if (!atomic_load(&s->anchor_dead) && peer_closed(s->anchor_fd))
+        atomic_store(&s->anchor_dead, true);
+    return atomic_load(&s->anchor_dead);
+}
+
+static bool sess_gone_locked(ds_sess_t *s)
+{
+    return s->anchor_fd >= 0 ? anchor_gone(s) : s->nconns == 0;
+}
+
+static void close_conn_locked(ds_client_t *c, ds_conn_t *conn)
+{
+    c->nconns--;
+    conn->sess->nconns--;
+    ds__conn_free(conn);
+}
+
+/* Forgets session s: later calls start a new one. Idle connections of s are
+ * closed; busy ones are closed when returned. */
+static void detach_locked(ds_client_t *c, ds_sess_t *s)
+{
+    for (ds_conn_t **pp = &c->idle; *pp;) {
+        ds_conn_t *conn = *pp;
+        if (conn->sess == s) {
+            *pp = conn->next;
+            close_conn_locked(c, conn);
+        } else {
+            pp = &conn->next;
+        }
+    }
+    if (c->sess == s) {
+        c->sess = NULL;
+        ds__sess_unref(s);
+    }
+    pthread_cond_broadcast(&c->cv);
+}
+
+static void detach(ds_client_t *c, ds_sess_t *s)
+{
+    pthread_mutex_lock(&c->mu);
+    detach_locked(c, s);
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* Builds a session from a HELLO that created it. For a local session the
+ * dialled socket becomes the anchor and *fd is set to -1; otherwise the
+ * socket stays the caller's, to serve as the first pool connection. */
+static ds_status_t sess_new(const ds_hello_t *h, int *fd, ds_sess_t **out)
+{
+    ds_sess_t *s = calloc(1, sizeof(*s));
+    if (s == NULL) return ds__set_error(DS_K_OUT_OF_MEMORY, "out of memory creating a session");
+    atomic_init(&s->refs, 1);
+    atomic_init(&s->anchor_dead, false);
+    pthread_mutex_init(&s->anchor_mu, NULL);
+    s->id = h->session;
+    s->inline_max = h->inline_max;
+    s->worker_pid = h->pid;
+    s->anchor_fd = -1;
+    snprintf(s->worker_id, sizeof(s->worker_id), "%s", h->worker_id);
+    if (h->arena_fd >= 0) {
+        /* MAP_POPULATE: faulting pages in lazily costs far more than the
+         * copies themselves on this kind of machine. */
+        void *base = mmap(NULL, h->arena_size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE,
+                          h->arena_fd, 0);
+        if (base == MAP_FAILED) {
+            int e = errno;
+            ds__sess_unref(s);
+            return ds__set_error(DS_K_OUT_OF_MEMORY,
+                                 "cannot map the worker's arena of %llu bytes: %s",
+                                 (unsigned long long)h->arena_size, strerror(e));
+        }
+        s->base = base;
+        s->size = h->arena_size;
+        s->anchor_fd = *fd;
+        *fd = -1;
+    }
+    *out = s;
+    return DS_K_OK;
+}
+
+static bool transport_failure(ds_status_t st)
+{
+    return st == DS_K_RPC_UNAVAILABLE || st == DS_K_RPC_DEADLINE_EXCEEDED ||
+           st == DS_K_OUT_OF_MEMORY;
+}
+
+/* Opens one pool connection, creating a session first when there is none. */
+static ds_status_t open_conn(ds_client_t *c, ds_conn_t **out)
+{
+    ds_status_t st = DS_K_OK;
+    pthread_mutex_lock(&c->open_mu);
+    for (int attempt = 0; attempt < 2; attempt++) {
+        pthread_mutex_lock(&c->mu);
+        ds_sess_t *s = c->sess;
+        if (s) ds__sess_ref(s);
+        bool closed = c->closed;
+        pthread_mutex_unlock(&c->mu);
+        if (closed) {
+            ds__sess_unref(s);
+            st = ds__set_error(DS_K_INVALID, "the client is closed");
+            break;
+        }
+
+        int fd = -1;
+        ds_hello_t h;
+        st = ds__conn_dial(c, s ? s->id : 0, &fd, &h);
+        if (st != DS_K_OK) {
+            if (s && !transport_failure(st) && (s->anchor_fd < 0 || anchor_gone(s))) {
+                /* The worker refused to let us join and the session's anchor
+                 * is gone too: the worker no longer knows the session. Start
+                 * a new one. (With the anchor alive the refusal is about
+                 * something else, e.g. a connection limit, and is returned.) */
+                detach(c, s);
+                ds__sess_unref(s);
+                continue;
+            }
+            ds__sess_unref(s);
+            break;
+        }
+        if (s && h.session != s->id) {
+            detach(c, s);
+            ds__sess_unref(s);
+            s = NULL;
+        }
+        if (s == NULL) {
+            if (c->require_local && h.arena_fd < 0) {
+                close(fd);
+                st = ds__set_error(DS_K_NOT_SUPPORTED,
+                                   "the worker at %s did not share its memory arena", c->addr);
+                break;
+            }
+            st = sess_new(&h, &fd, &s);
+            if (h.arena_fd >= 0) close(h.arena_fd);
+            if (st != DS_K_OK) {
+                if (fd >= 0) close(fd);
+                break;
+            }
+            pthread_mutex_lock(&c->mu);
+            if (c->sess) detach_locked(c, c->sess);
+            c->sess = s; /* the client's reference; ours is taken below */
+            atomic_store(&c->local, s->base != NULL);
+            ds__sess_ref(s);
+            pthread_mutex_unlock(&c->mu);
+            if (fd < 0) {
+                /* The first socket became the anchor; join for a pool one. */
+                st = ds__conn_dial(c, s->id, &fd, &h);
+                if (st == DS_K_OK && h.arena_fd >= 0) close(h.arena_fd);
+                if (st == DS_K_OK && h.session != s->id) {
+                    close(fd);
+                    st = ds__set_error(DS_K_RUNTIME_ERROR,
+                                       "the worker at %s did not let a connection join its "
+                                       "session",
+                                       c->addr);
+                }
+                if (st != DS_K_OK) {
+                    ds__sess_unref(s);
+                    break;
+                }
+            }
+        } else if (h.arena_fd >= 0) {
+            close(h.arena_fd);
+        }
+        ds_conn_t *conn = ds__conn_new(fd, s, c->addr);
+        ds__sess_unref(s);
+        if (conn == NULL) {
+            close(fd);
+            st = ds__set_error(DS_K_OUT_OF_MEMORY, "out of memory opening a connection");
+            break;
+        }
+        pthread_mutex_lock(&c->mu);
+        s->nconns++;
+        pthread_mutex_unlock(&c->mu);
+        *out = conn;
+        st = DS_K_OK;
+        break;
+    }
+    pthread_mutex_unlock(&c->open_mu);
+    return st;
+}
+
+static ds_status_t acquire(ds_client_t *c, uint64_t deadline, ds_conn_t **out)
+{
+    pthread_mutex_lock(&c->mu);
+    for (;;) {
+        if (c->closed) {
+            pthread_mutex_unlock(&c->mu);
+            return ds__set_error(DS_K_INVALID, "the client is closed");
+        }
+        if (c->idle) {
+            ds_conn_t *conn = c->idle;
+            c->idle = conn->next;
+            pthread_mutex_unlock(&c->mu);
+            conn->next = NULL;
+            *out = conn;
+            return DS_K_OK;
+        }
+        if (c->nconns < DS_CLIENT_MAX_CONNS) {
+            c->nconns++;
+            pthread_mutex_unlock(&c->mu);
+            ds_conn_t *conn = NULL;
+            ds_status_t st = open_conn(c, &conn);
+            if (st != DS_K_OK) {
+                pthread_mutex_lock(&c->mu);
+                c->nconns--;
+                pthread_cond_signal(&c->cv);
+                pthread_mutex_unlock(&c->mu);
+                return st;
+            }
+            *out = conn;
+            return DS_K_OK;
+        }
+        struct timespec ts = {.tv_sec = (time_t)(deadline / 1000),
+                              .tv_nsec = (long)(deadline % 1000) * 1000000L};
+        if (pthread_cond_timedwait(&c->cv, &c->mu, &ts) == ETIMEDOUT && c->idle == NULL &&
+            c->nconns >= DS_CLIENT_MAX_CONNS) {
+            pthread_mutex_unlock(&c->mu);
+            return ds__set_error(DS_K_RPC_DEADLINE_EXCEEDED,
+                                 "timed out waiting for one of the client's %d connections to "
+                                 "the worker at %s",
+                                 DS_CLIENT_MAX_CONNS, c->addr);
+        }
+    }
+}
+
+ds_status_t ds__client_acquire(ds_client_t *c, uint64_t *deadline, ds_conn_t **out)
+{
+    uint64_t t0 = ds__now_ms();
+    ds_status_t st = acquire(c, *deadline, out);
+    if (st == DS_K_OK) *deadline += ds__now_ms() - t0;
+    return st;
+}
+
+void ds__client_put(ds_client_t *c, ds_conn_t *conn)
+{
+    if (conn == NULL) return;
+    pthread_mutex_lock(&c->mu);
+    ds_sess_t *s = conn->sess;
+    if (conn->state == DS_CONN_OK && conn->data_left == 0 && !c->closed && s == c->sess) {
+        conn->next = c->idle;
+        c->idle = conn;
+        pthread_cond_signal(&c->cv);
+        pthread_mutex_unlock(&c->mu);
+        return;
+    }
+    bool lost = conn->state == DS_CONN_LOST;
+    ds__sess_ref(s);
+    close_conn_locked(c, conn);
+    if (lost) {
+        /* The worker may be gone: drop every idle connection it closed, so
+         * the next call does not fail on one of them a second time. */
+        for (ds_conn_t **pp = &c->idle; *pp;) {
+            ds_conn_t *x = *pp;
+            if (peer_closed(x->fd)) {
+                *pp = x->next;
+                close_conn_locked(c, x);
+            } else {
+                pp = &x->next;
+            }
+        }
+    }
+    if (s == c->sess && (lost || s->anchor_fd < 0) && sess_gone_locked(s)) detach_locked(c, s);
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    ds__sess_unref(s);
+}
+
+ds_status_t ds_client_connect(const ds_client_options_t *opts, ds_client_t **out)
+{
+    ds__clear_error();
+    if (out == NULL) return ds__set_error(DS_K_INVALID, "out is NULL");
+    *out = NULL;
+    if (opts == NULL) return ds__set_error(DS_K_INVALID, "options are NULL");
+    if (opts->host == NULL || *opts->host == '\0')
+        return ds__set_error(DS_K_INVALID, "worker host is not set");
+    if (strlen(opts->host) >= sizeof(((ds_client_t *)0)->host))
+        return ds__set_error(DS_K_INVALID, "worker host '%.64s...' is too long", opts->host);
+    if (opts->port <= 0 || opts->port > 65535)
+        return ds__set_error(DS_K_INVALID, "worker port %d is not in 1..65535", opts->port);
+    if (opts->transport < DS_TRANSPORT_AUTO || opts->transport > DS_TRANSPORT_LOCAL)
+        return ds__set_error(DS_K_INVALID, "unknown transport %d", (int)opts->transport);
+    if (opts->connect_timeout_ms < 0 || opts->request_timeout_ms < 0)
+        return ds__set_error(DS_K_INVALID, "timeouts must not be negative");
+
+    ds_client_t *c = calloc(1, sizeof(*c));
+    if (c == NULL) return ds__set_error(DS_K_OUT_OF_MEMORY, "out of memory creating a client");
+    snprintf(c->host, sizeof(c->host), "%s", opts->host);
+    c->port = opts->port;
+    snprintf(c->addr, sizeof(c->addr), "%s:%d", c->host, c->port);
+    c->connect_timeout_ms =
+        opts->connect_timeout_ms ? opts->connect_timeout_ms : DS_CLIENT_DEFAULT_CONNECT_MS;
+    c->request_timeout_ms =
+        opts->request_timeout_ms ? opts->request_timeout_ms : DS_CLIENT_DEFAULT_REQUEST_MS;
+    if (opts->token && (c->token = strdup(opts->token)) == NULL) {
+        free(c);
+        return ds__set_error(DS_K_OUT_OF_MEMORY, "out of memory creating a client");
+    }
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&c->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_mutex_init(&c->open_mu, NULL);
+
+    bool have_path = ds__socket_path(opts->unix_socket_dir, c->host, c->port, c->sock_path,
+                                     sizeof(c->sock_path)) == 0;
+    ds_status_t st;
+    if (opts->transport == DS_TRANSPORT_LOCAL && !have_path) {
+        st = ds__set_error(DS_K_INVALID, "the Unix socket path for %s is too long", c->addr);
+        goto fail;
+    }
+    c->use_unix = opts->transport == DS_TRANSPORT_LOCAL ||
+                  (opts->transport == DS_TRANSPORT_AUTO && have_path && ds__host_is_local(c->host));
+    c->require_local = opts->transport == DS_TRANSPORT_LOCAL;
+
+    ds_conn_t *conn = NULL;
+    uint64_t deadline = ds__now_ms() + (uint64_t)c->connect_timeout_ms;
+    st = ds__client_acquire(c, &deadline, &conn);
+    if (st == DS_K_RPC_UNAVAILABLE && c->use_unix && !c->require_local) {
+        /* AUTO: the worker may be local but started with another socket
+         * directory, or be on this host only through a forwarded port. */
+        c->use_unix = false;
+        st = ds__client_acquire(c, &deadline, &conn);
+    }
+    if (st != DS_K_OK) goto fail;
+    ds__client_put(c, conn);
+    *out = c;
+    return DS_K_OK;
+fail:
+    ds_client_close(c);
+    return st;
+}
+
+void ds_client_close(ds_client_t *c)
+{
+    if (c == NULL) return;
+    pthread_mutex_lock(&c->mu);
+    c->closed = true;
+    while (c->idle) {
+        ds_conn_t *conn = c->idle;
+        c->idle = conn->next;
+        close_conn_locked(c, conn);
+    }
+    ds_sess_t *s = c->sess;
+    c->sess = NULL;
+    pthread_mutex_unlock(&c->mu);
+    /* Buffers still hold the session (and so its mapping and anchor) until
+     * they are released. */
+    ds__sess_unref(s);
+    pthread_cond_destroy(&c->cv);
+    pthread_mutex_destroy(&c->mu);
+    pthread_mutex_destroy(&c->open_mu);
+    free(c->token);
+    free(c);
+}
+
+bool ds_client_is_local(const ds_client_t *c)
+{
+    return c != NULL && atomic_load(&((ds_client_t *)c)->local);
+}
+
+ds_status_t ds_client_health_check(ds_client_t *c)
+{
+    ds__clear_error();
+    if (c == NULL) return ds__set_error(DS_K_INVALID, "client is NULL");
+    uint64_t deadline = ds__client_deadline(c, 0);
+    ds_conn_t *conn;
+    ds_status_t st = ds__client_acquire(c, &deadline, &conn);
+    if (st != DS_K_OK) return st;
+    ds__conn_begin(conn);
+    st = ds__conn_call(conn, DS_OP_HEALTH, false, deadline);
+    ds__conn_drain(conn, deadline);
+    ds__client_put(c, conn);
+    return st;
+}

@@ -1,0 +1,216 @@
+/* Internal types of the client library, shared by its files and nothing else.
+ *
+ * Layering (hiredis style): conn.c frames requests and responses over one
+ * socket and does no policy; client.c owns the connection pool, the worker
+ * session and reconnection; kv.c and buffer.c implement the public calls on
+ * top of a borrowed connection.
+ *
+ * Sessions. The worker ties pins (GET with PIN/WANT_SHM) and CREATE
+ * reservations to a session, which lasts while any of its connections is
+ * open. A local session therefore owns one extra "anchor" connection that is
+ * never used for requests: it keeps the session, and with it every pin the
+ * caller's buffers hold, alive even when a request times out and its pool
+ * connection is closed. RELEASE frames go out on the anchor as NOREPLY, so a
+ * buffer can be released without a pool connection, and even after
+ * ds_client_close. A session object (ds_sess_t) is refcounted by the client
+ * (while it is current), by every pool connection and by every buffer; the
+ * arena mapping and the anchor are dropped with the last reference, so bytes
+ * a buffer points at stay mapped until it is released.
+ *
+ * Locking: ds_client_t.mu guards the pool, the current session and every
+ * session's nconns; open_mu serializes opening connections so two threads
+ * never create two sessions; ds_sess_t.anchor_mu serializes writes on the
+ * anchor. Order: open_mu -> mu; anchor_mu is never held with the others.
+ * A function whose name ends in _locked runs with mu held. */
+#ifndef DS_CLIENT_INTERNAL_H
+#define DS_CLIENT_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/wire.h"
+#include "datasystem/kv_client.h"
+
+/* Connections per client; a thread finding none idle and the cap reached
+ * waits for one until its request deadline. */
+#define DS_CLIENT_MAX_CONNS 64
+/* Values at most this long are copied into the request's own buffer instead
+ * of getting an iovec of their own (fewer, larger writes for many small keys). */
+#define DS_CLIENT_COALESCE_MAX 4096
+/* Sanity bound on a response's data section. */
+#define DS_CLIENT_MAX_RESP_DATA (UINT64_C(1) << 42)
+#define DS_CLIENT_DEFAULT_REQUEST_MS 60000
+#define DS_CLIENT_DEFAULT_CONNECT_MS 9000
+
+typedef struct ds_sess {
+    atomic_int refs;
+    uint64_t id;
+    uint8_t *base; /* arena mapping; NULL for a remote (TCP) session */
+    size_t size;
+    uint32_t inline_max;
+    uint32_t worker_pid;
+    char worker_id[128];
+    int nconns; /* pool connections of this session; under ds_client_t.mu */
+    pthread_mutex_t anchor_mu;
+    int anchor_fd; /* local sessions only, else -1 */
+    uint64_t anchor_req;
+    atomic_bool anchor_dead;
+} ds_sess_t;
+
+/* One piece of a request's data section: user memory, or bytes coalesced
+ * into the connection's data buffer (an offset, since that buffer grows). */
+typedef struct {
+    const uint8_t *p;
+    size_t off;
+    size_t len;
+} ds_seg_t;
+
+typedef enum {
+    DS_CONN_OK = 0,
+    DS_CONN_BROKEN, /* unusable (timeout, protocol error): close it */
+    DS_CONN_LOST,   /* the worker closed it: it may be gone altogether */
+} ds_conn_state_t;
+
+typedef struct ds_conn {
+    struct ds_conn *next; /* idle list */
+    int fd;
+    ds_conn_state_t state;
+    uint64_t next_req;
+    ds_sess_t *sess;
+    ds_wbuf_t w; /* header + metadata of the request being built */
+    ds_wbuf_t d; /* coalesced small values */
+    ds_seg_t *segs;
+    size_t nsegs, segcap;
+    uint8_t *meta; /* response metadata */
+    size_t meta_cap;
+    ds_wire_header_t rh; /* response header */
+    ds_rbuf_t r;         /* reader over meta, positioned after the err string */
+    uint64_t data_left;  /* unread bytes of the response data section */
+    const char *peer;    /* "host:port" of the worker, for messages */
+} ds_conn_t;
+
+struct ds_client {
+    char host[256];
+    int port;
+    char addr[300]; /* "host:port", for messages */
+    int connect_timeout_ms;
+    int request_timeout_ms;
+    bool use_unix;
+    bool require_local; /* DS_TRANSPORT_LOCAL: a session without the arena is an error */
+    atomic_bool local;  /* the current session maps the arena */
+    char sock_path[128];
+    char *token;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    pthread_mutex_t open_mu;
+    ds_conn_t *idle;
+    int nconns;
+    bool closed;
+    ds_sess_t *sess; /* current session, or NULL until the next connection makes one */
+};
+
+typedef enum { DS_BUF_SHM = 0, DS_BUF_HEAP } ds_buf_kind_t;
+
+struct ds_buffer {
+    ds_sess_t *sess; /* holds the mapping (and anchor) alive; NULL for heap buffers */
+    uint8_t *data;
+    size_t size;
+    uint64_t handle; /* pin or reservation in sess; 0 = none */
+    ds_buf_kind_t kind;
+    bool published;
+    ds_set_param_t param; /* remote create: how publish will SET it */
+    char key[];
+};
+
+/* ---- conn.c: framing over one socket ---- */
+
+/* Opens a socket to the worker (Unix or TCP per the client) and says HELLO,
+ * joining session_id (0 = new). On success *fd, the response fields and, when
+ * the worker sent the arena, *arena_fd (else -1). */
+typedef struct {
+    uint64_t session;
+    uint64_t arena_size;
+    uint32_t inline_max;
+    uint32_t pid;
+    char worker_id[128];
+    int arena_fd;
+} ds_hello_t;
+ds_status_t ds__conn_dial(const ds_client_t *c, uint64_t session_id, int *fd, ds_hello_t *out);
+
+/* Wraps a connected socket; takes a reference on sess. */
+ds_conn_t *ds__conn_new(int fd, ds_sess_t *sess, const char *peer);
+void ds__conn_free(ds_conn_t *conn);
+/* Starts a request: resets buffers, reserves the header. Metadata then goes
+ * into conn->w with the ds__wbuf_* writers. */
+void ds__conn_begin(ds_conn_t *conn);
+/* Appends a value to the data section (copied when small, else referenced:
+ * p must stay valid until the request has been sent). */
+void ds__conn_add_data(ds_conn_t *conn, const void *p, size_t len);
+/* Sends the request and, unless noreply, reads the response header and
+ * metadata. Returns the response's status with ds_last_error set from its
+ * message, or a transport status (conn->state says whether it is usable).
+ * On DS_K_OK or a worker error, conn->r reads the rest of the metadata. */
+ds_status_t ds__conn_call(ds_conn_t *conn, ds_opcode_t op, bool noreply, uint64_t deadline);
+/* Reads n bytes of the response data section into dst. */
+ds_status_t ds__conn_read_data(ds_conn_t *conn, void *dst, size_t n, uint64_t deadline);
+/* Reads and drops the next n bytes of the data section. */
+ds_status_t ds__conn_skip(ds_conn_t *conn, uint64_t n, uint64_t deadline);
+/* Reads and drops whatever of the data section is left, so the connection can
+ * serve the next request. Marks it broken if that fails. */
+void ds__conn_drain(ds_conn_t *conn, uint64_t deadline);
+/* Marks the connection broken after a malformed response and says so. */
+ds_status_t ds__conn_protocol_error(ds_conn_t *conn, const char *what);
+
+/* ---- client.c: pool and sessions ---- */
+
+/* Deadline (monotonic ms) for a request that may wait sub_timeout_ms on top. */
+uint64_t ds__client_deadline(const ds_client_t *c, int32_t sub_timeout_ms);
+/* Borrows a connection (opening one, or a new session, when needed), waiting
+ * for a free one at most until *deadline. Time spent waiting or connecting is
+ * added to *deadline: the request timeout covers the request itself, so a
+ * busy pool does not eat into a subscribe-get's wait. */
+ds_status_t ds__client_acquire(ds_client_t *c, uint64_t *deadline, ds_conn_t **out);
+/* Returns a borrowed connection; a broken or lost one is closed, and a lost
+ * one makes the client check whether the worker went away. */
+void ds__client_put(ds_client_t *c, ds_conn_t *conn);
+void ds__sess_ref(ds_sess_t *s);
+void ds__sess_unref(ds_sess_t *s);
+/* Drops pins / reservations of s (NOREPLY over its anchor). A session whose
+ * anchor is gone has nothing left to release. */
+void ds__sess_release(ds_sess_t *s, const uint64_t *handles, size_t n);
+
+/* ---- kv.c: argument checks and GET, shared with buffer.c ---- */
+
+ds_status_t ds__check_keys(size_t n, const char *const *keys, size_t max);
+ds_status_t ds__check_param(const ds_set_param_t *param);
+
+/* One SET carrying keys[idx[i]] (idx NULL = 0..n-1) with their values in the
+ * data section; per-key results go to sts[idx[i]]. */
+void ds__set_values(ds_conn_t *conn, const ds_set_param_t *p, size_t n, const size_t *idx,
+                    const char *const *keys, const void *const *vals, const size_t *lens,
+                    ds_status_t *sts, uint64_t deadline);
+/* The first failed status among sts[0..n), with a message naming its key
+ * when the worker gave none; DS_K_OK when every key succeeded. */
+ds_status_t ds__first_failure(size_t n, const char *const *keys, const ds_status_t *sts,
+                              const char *verb);
+
+/* One key of a GET response. */
+typedef struct {
+    uint8_t kind; /* DS_VAL_* */
+    uint64_t size;
+    uint64_t off;    /* DS_VAL_SHM: where in the arena */
+    uint64_t handle; /* DS_VAL_SHM: the pin to release */
+} ds_getent_t;
+/* Sends GET for n keys and parses the entries. On DS_K_OK the connection's
+ * data section holds the inline values in entry order, and every SHM entry
+ * is pinned until released; on failure nothing is left pinned or unread. */
+ds_status_t ds__get_request(ds_conn_t *conn, size_t n, const char *const *keys,
+                            int32_t sub_timeout_ms, uint8_t flags, uint64_t deadline,
+                            ds_getent_t *ents);
+/* Releases the pins of the SHM entries among e[0..n) in one frame. */
+void ds__release_entries(ds_sess_t *s, const ds_getent_t *e, size_t n);
+
+#endif

@@ -1,0 +1,424 @@
+/* Framing of requests and responses over one connection to the worker.
+ *
+ * A request is built in place: the 32-byte header slot and the metadata go
+ * into conn->w, the data section is a list of segments (small values copied
+ * into conn->d, large ones referenced where the caller keeps them), and the
+ * whole frame leaves in as few sendmsg calls as the iovec limit allows. A
+ * response is read in two steps: header and metadata here, the data section by
+ * the caller, straight into wherever the values belong.
+ *
+ * This file knows nothing about pools or sessions; it reports what happened to
+ * the socket through conn->state and lets client.c decide. */
+#include "client/client_internal.h"
+
+#include "common/auth.h"
+#include "common/clock.h"
+#include "common/error.h"
+#include "common/net.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+static int wait_fd(int fd, short events, uint64_t deadline)
+{
+    for (;;) {
+        uint64_t now = ds__now_ms();
+        if (now >= deadline) {
+            errno = ETIMEDOUT;
+            return -1;
+        }
+        struct pollfd p = {.fd = fd, .events = events};
+        int r = poll(&p, 1, (int)(deadline - now > INT_MAX ? INT_MAX : deadline - now));
+        if (r > 0) return 0;
+        if (r == 0) {
+            errno = ETIMEDOUT;
+            return -1;
+        }
+        if (errno != EINTR) return -1;
+    }
+}
+
+/* Writes every byte the iovecs describe, advancing them as it goes. */
+static int send_iov(int fd, struct iovec *iov, size_t n, uint64_t deadline)
+{
+    while (n > 0) {
+        struct msghdr m = {.msg_iov = iov, .msg_iovlen = n > IOV_MAX ? IOV_MAX : n};
+        ssize_t w = sendmsg(fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK) {
+                if (wait_fd(fd, POLLOUT, deadline) != 0) return -1;
+                continue;
+            }
+            return -1;
+        }
+        size_t left = (size_t)w;
+        while (n > 0 && left >= iov->iov_len) {
+            left -= iov->iov_len;
+            iov++;
+            n--;
+        }
+        if (n > 0) {
+            iov->iov_base = (uint8_t *)iov->iov_base + left;
+            iov->iov_len -= left;
+        }
+    }
+    return 0;
+}
+
+/* Reads exactly len bytes with recvmsg so that a file descriptor riding along
+ * with any of them is caught (a plain recv would silently drop it). */
+static int read_full_fd(int fd, void *buf, size_t len, uint64_t deadline, int *got_fd)
+{
+    uint8_t *p = buf;
+    while (len > 0) {
+        if (wait_fd(fd, POLLIN, deadline) != 0) return -1;
+        int afd = -1;
+        ssize_t r = ds__recv_with_fd(fd, p, len, &afd);
+        if (afd >= 0) {
+            if (*got_fd >= 0) close(*got_fd);
+            *got_fd = afd;
+        }
+        if (r == 0) {
+            errno = ECONNRESET;
+            return -1;
+        }
+        if (r < 0) {
+            if (errno == EINTR || errno == EAGAIN) continue;
+            return -1;
+        }
+        p += r;
+        len -= (size_t)r;
+    }
+    return 0;
+}
+
+/* Closes what a failed hello leaves open; the caller sets the error. */
+static void dial_cleanup(int fd, int afd, uint8_t *meta)
+{
+    if (fd >= 0) close(fd);
+    if (afd >= 0) close(afd);
+    free(meta);
+}
+
+static const char *hello_io_reason(void)
+{
+    return errno == ETIMEDOUT ? "timed out" : "connection closed";
+}
+
+/* One HELLO round trip carrying token; on success *meta (malloc'd) holds the
+ * response metadata and *rh its header. The arena fd, when granted, rides on
+ * the first bytes of the response. */
+static ds_status_t hello_once(const ds_client_t *c, int fd, uint64_t session_id, const char *token,
+                              uint64_t deadline, ds_wire_header_t *rh, uint8_t **meta, int *afd)
+{
+    char err[256];
+    ds_wbuf_t w;
+    ds__wbuf_init(&w);
+    ds__wbuf_reserve(&w, DS_WIRE_HEADER_LEN);
+    ds__wbuf_u32(&w, DS_WIRE_VERSION); /* protocol */
+    ds__wbuf_u64(&w, session_id);
+    ds__wbuf_u8(&w, c->use_unix ? 1 : 0);
+    ds__wbuf_cstr(&w, token);
+    if (w.oom) {
+        ds__wbuf_free(&w);
+        return ds__set_error(DS_K_OUT_OF_MEMORY, "out of memory building hello");
+    }
+    ds_wire_header_t h = {.magic = DS_WIRE_MAGIC,
+                          .version = DS_WIRE_VERSION,
+                          .opcode = DS_OP_HELLO,
+                          .meta_len = (uint32_t)(w.len - DS_WIRE_HEADER_LEN),
+                          .req_id = 1};
+    ds__wire_header_encode(&h, w.buf);
+    int wr = ds__write_full(fd, w.buf, w.len, deadline);
+    ds__wbuf_free(&w);
+    if (wr != 0)
+        return ds__set_error(DS_K_RPC_UNAVAILABLE, "worker at %s did not take hello: %s", c->addr,
+                             strerror(errno));
+    uint8_t hb[DS_WIRE_HEADER_LEN];
+    if (read_full_fd(fd, hb, sizeof(hb), deadline, afd) != 0)
+        return ds__set_error(DS_K_RPC_UNAVAILABLE, "worker at %s did not answer hello: %s", c->addr,
+                             hello_io_reason());
+    if (ds__wire_header_decode(hb, 0, rh, err, sizeof(err)) != 0 ||
+        !(rh->flags & DS_FLAG_RESPONSE) || rh->opcode != DS_OP_HELLO)
+        return ds__set_error(DS_K_RUNTIME_ERROR, "worker at %s sent a malformed hello response",
+                             c->addr);
+    *meta = malloc(rh->meta_len ? rh->meta_len : 1);
+    if (*meta == NULL) return ds__set_error(DS_K_OUT_OF_MEMORY, "out of memory reading hello");
+    if (read_full_fd(fd, *meta, rh->meta_len, deadline, afd) != 0)
+        return ds__set_error(DS_K_RPC_UNAVAILABLE, "worker at %s did not answer hello: %s", c->addr,
+                             hello_io_reason());
+    return DS_K_OK;
+}
+
+ds_status_t ds__conn_dial(const ds_client_t *c, uint64_t session_id, int *out_fd, ds_hello_t *out)
+{
+    char err[256];
+    int fd = c->use_unix
+                 ? ds__unix_connect(c->sock_path, c->connect_timeout_ms, err, sizeof(err))
+                 : ds__tcp_connect(c->host, c->port, c->connect_timeout_ms, err, sizeof(err));
+    if (fd < 0)
+        return ds__set_error(DS_K_RPC_UNAVAILABLE, "cannot reach the worker at %s: %s", c->addr,
+                             err);
+    uint64_t deadline = ds__now_ms() + (uint64_t)c->connect_timeout_ms;
+    int afd = -1;
+    uint8_t *meta = NULL;
+    ds_wire_header_t rh;
+    ds_status_t st = hello_once(c, fd, session_id, "", deadline, &rh, &meta, &afd);
+    ds_rbuf_t r;
+    const char *msg = "";
+    uint32_t ml = 0;
+    if (st == DS_K_OK) {
+        ds__rbuf_init(&r, meta, rh.meta_len);
+        ml = ds__rbuf_str(&r, &msg);
+    }
+    if (st == DS_K_OK && rh.status == DS_K_NOT_AUTHORIZED && c->token && c->token[0]) {
+        /* The worker wants proof of the shared secret: answer its challenge
+         * (common/auth.h); the secret itself never crosses the wire. */
+        const char *ch;
+        uint32_t cl = ds__rbuf_str(&r, &ch);
+        char chal[DS_AUTH_HEX_LEN + 1], proof[DS_AUTH_HEX_LEN + 1];
+        snprintf(chal, sizeof(chal), "%.*s", (int)cl, ch);
+        ds__auth_prove(c->token, chal, proof);
+        free(meta);
+        meta = NULL;
+        st = hello_once(c, fd, session_id, proof, deadline, &rh, &meta, &afd);
+        if (st == DS_K_OK) {
+            ds__rbuf_init(&r, meta, rh.meta_len);
+            ml = ds__rbuf_str(&r, &msg);
+        }
+    }
+    if (st != DS_K_OK) {
+        dial_cleanup(fd, afd, meta);
+        return st;
+    }
+    if (rh.status != DS_K_OK) {
+        st = ds__set_error((ds_status_t)rh.status, "worker at %s refused the connection: %.*s%s",
+                           c->addr, (int)ml, msg,
+                           rh.status == DS_K_NOT_AUTHORIZED && !(c->token && c->token[0])
+                               ? " (this worker needs the shared secret: set the client token)"
+                               : "");
+        dial_cleanup(fd, afd, meta);
+        return st;
+    }
+    memset(out, 0, sizeof(*out));
+    out->session = ds__rbuf_u64(&r);
+    out->arena_size = ds__rbuf_u64(&r);
+    out->inline_max = ds__rbuf_u32(&r);
+    const char *wid;
+    uint32_t wl = ds__rbuf_str(&r, &wid);
+    out->pid = ds__rbuf_u32(&r);
+    snprintf(out->worker_id, sizeof(out->worker_id), "%.*s", (int)wl, wid);
+    if (r.err) {
+        dial_cleanup(fd, afd, meta);
+        return ds__set_error(DS_K_RUNTIME_ERROR, "worker at %s sent a malformed hello response",
+                             c->addr);
+    }
+    free(meta);
+    out->arena_fd = afd;
+    *out_fd = fd;
+    return DS_K_OK;
+}
+
+ds_conn_t *ds__conn_new(int fd, ds_sess_t *sess, const char *peer)
+{
+    ds_conn_t *conn = calloc(1, sizeof(*conn));
+    if (conn == NULL) return NULL;
+    conn->fd = fd;
+    conn->sess = sess;
+    conn->peer = peer;
+    conn->next_req = 1;
+    ds__sess_ref(sess);
+    return conn;
+}
+
+void ds__conn_free(ds_conn_t *conn)
+{
+    if (conn == NULL) return;
+    if (conn->fd >= 0) close(conn->fd);
+    ds__wbuf_free(&conn->w);
+    ds__wbuf_free(&conn->d);
+    free(conn->segs);
+    free(conn->meta);
+    if (conn->sess) ds__sess_unref(conn->sess);
+    free(conn);
+}
+
+void ds__conn_begin(ds_conn_t *conn)
+{
+    ds__wbuf_reset(&conn->w);
+    ds__wbuf_reset(&conn->d);
+    conn->nsegs = 0;
+    ds__wbuf_reserve(&conn->w, DS_WIRE_HEADER_LEN);
+}
+
+void ds__conn_add_data(ds_conn_t *conn, const void *p, size_t len)
+{
+    if (len == 0) return;
+    bool copy = len <= DS_CLIENT_COALESCE_MAX;
+    /* Consecutive copied values extend one segment. */
+    if (copy && conn->nsegs > 0 && conn->segs[conn->nsegs - 1].p == NULL) {
+        ds__wbuf_bytes(&conn->d, p, len);
+        conn->segs[conn->nsegs - 1].len += len;
+        return;
+    }
+    if (conn->nsegs == conn->segcap) {
+        size_t cap = conn->segcap ? conn->segcap * 2 : 16;
+        ds_seg_t *ns = realloc(conn->segs, cap * sizeof(*ns));
+        if (ns == NULL) {
+            conn->d.oom = true;
+            return;
+        }
+        conn->segs = ns;
+        conn->segcap = cap;
+    }
+    ds_seg_t *s = &conn->segs[conn->nsegs++];
+    s->len = len;
+    if (copy) {
+        s->p = NULL;
+        s->off = conn->d.len;
+        ds__wbuf_bytes(&conn->d, p, len);
+    } else {
+        s->p = p;
+        s->off = 0;
+    }
+}
+
+ds_status_t ds__conn_protocol_error(ds_conn_t *conn, const char *what)
+{
+    conn->state = DS_CONN_BROKEN;
+    return ds__set_error(DS_K_RUNTIME_ERROR, "malformed %s response from the worker at %s", what,
+                         conn->peer);
+}
+
+static ds_status_t io_error(ds_conn_t *conn, const char *op, int err)
+{
+    if (err == ETIMEDOUT) {
+        conn->state = DS_CONN_BROKEN;
+        return ds__set_error(DS_K_RPC_DEADLINE_EXCEEDED,
+                             "%s request to the worker at %s timed out; its connection was closed",
+                             op, conn->peer);
+    }
+    conn->state = DS_CONN_LOST;
+    return ds__set_error(DS_K_CLIENT_WORKER_DISCONNECT,
+                         "lost the connection to the worker at %s during %s (%s); the next call "
+                         "reconnects",
+                         conn->peer, op, strerror(err));
+}
+
+static ds_status_t send_request(ds_conn_t *conn, ds_opcode_t op, bool noreply, uint64_t deadline)
+{
+    const char *name = ds__opcode_name(op);
+    if (conn->w.oom || conn->d.oom)
+        return ds__set_error(DS_K_OUT_OF_MEMORY, "out of memory building a %s request", name);
+    uint64_t data_len = 0;
+    for (size_t i = 0; i < conn->nsegs; i++)
+        data_len += conn->segs[i].len;
+    size_t meta_len = conn->w.len - DS_WIRE_HEADER_LEN;
+    if (meta_len > DS_WIRE_MAX_META)
+        return ds__set_error(DS_K_INVALID, "%s request metadata of %zu bytes exceeds %u", name,
+                             meta_len, DS_WIRE_MAX_META);
+    ds_wire_header_t h = {.magic = DS_WIRE_MAGIC,
+                          .version = DS_WIRE_VERSION,
+                          .flags = noreply ? DS_FLAG_NOREPLY : 0,
+                          .opcode = (uint16_t)op,
+                          .meta_len = (uint32_t)meta_len,
+                          .req_id = conn->next_req++,
+                          .data_len = data_len};
+    ds__wire_header_encode(&h, conn->w.buf);
+
+    struct iovec small[17];
+    struct iovec *iov = small;
+    if (conn->nsegs + 1 > sizeof(small) / sizeof(small[0])) {
+        iov = malloc((conn->nsegs + 1) * sizeof(*iov));
+        if (iov == NULL)
+            return ds__set_error(DS_K_OUT_OF_MEMORY, "out of memory sending a %s request", name);
+    }
+    iov[0].iov_base = conn->w.buf;
+    iov[0].iov_len = conn->w.len;
+    for (size_t i = 0; i < conn->nsegs; i++) {
+        const ds_seg_t *s = &conn->segs[i];
+        iov[i + 1].iov_base = (void *)(s->p ? s->p : conn->d.buf + s->off);
+        iov[i + 1].iov_len = s->len;
+    }
+    int r = send_iov(conn->fd, iov, conn->nsegs + 1, deadline);
+    int err = errno;
+    if (iov != small) free(iov);
+    if (r != 0) return io_error(conn, name, err);
+    return DS_K_OK;
+}
+
+ds_status_t ds__conn_call(ds_conn_t *conn, ds_opcode_t op, bool noreply, uint64_t deadline)
+{
+    const char *name = ds__opcode_name(op);
+    uint64_t req = conn->next_req;
+    ds_status_t st = send_request(conn, op, noreply, deadline);
+    if (st != DS_K_OK || noreply) return st;
+
+    uint8_t hb[DS_WIRE_HEADER_LEN];
+    if (ds__read_full(conn->fd, hb, sizeof(hb), deadline) != 0) return io_error(conn, name, errno);
+    char err[160];
+    if (ds__wire_header_decode(hb, DS_CLIENT_MAX_RESP_DATA, &conn->rh, err, sizeof(err)) != 0 ||
+        !(conn->rh.flags & DS_FLAG_RESPONSE) || conn->rh.opcode != op || conn->rh.req_id != req)
+        return ds__conn_protocol_error(conn, name);
+    if (conn->rh.meta_len > conn->meta_cap) {
+        uint8_t *nm = realloc(conn->meta, conn->rh.meta_len);
+        if (nm == NULL) {
+            /* The response cannot be consumed, so the connection is unusable. */
+            conn->state = DS_CONN_BROKEN;
+            return ds__set_error(DS_K_OUT_OF_MEMORY, "out of memory reading a %s response", name);
+        }
+        conn->meta = nm;
+        conn->meta_cap = conn->rh.meta_len;
+    }
+    if (ds__read_full(conn->fd, conn->meta, conn->rh.meta_len, deadline) != 0)
+        return io_error(conn, name, errno);
+    conn->data_left = conn->rh.data_len;
+    ds__rbuf_init(&conn->r, conn->meta, conn->rh.meta_len);
+    const char *msg;
+    uint32_t ml = ds__rbuf_str(&conn->r, &msg);
+    if (conn->r.err) return ds__conn_protocol_error(conn, name);
+    if (conn->rh.status == DS_K_OK) return DS_K_OK;
+    if (ml == 0) return ds__set_error((ds_status_t)conn->rh.status, NULL);
+    return ds__set_error((ds_status_t)conn->rh.status, "worker: %.*s", (int)ml, msg);
+}
+
+ds_status_t ds__conn_read_data(ds_conn_t *conn, void *dst, size_t n, uint64_t deadline)
+{
+    if (n > conn->data_left) return ds__conn_protocol_error(conn, ds__opcode_name(conn->rh.opcode));
+    if (ds__read_full(conn->fd, dst, n, deadline) != 0) return io_error(conn, "read", errno);
+    conn->data_left -= n;
+    return DS_K_OK;
+}
+
+ds_status_t ds__conn_skip(ds_conn_t *conn, uint64_t n, uint64_t deadline)
+{
+    if (n > conn->data_left) return ds__conn_protocol_error(conn, ds__opcode_name(conn->rh.opcode));
+    uint8_t scratch[16384];
+    while (n > 0) {
+        size_t k = n < sizeof(scratch) ? (size_t)n : sizeof(scratch);
+        if (ds__read_full(conn->fd, scratch, k, deadline) != 0)
+            return io_error(conn, "read", errno);
+        conn->data_left -= k;
+        n -= k;
+    }
+    return DS_K_OK;
+}
+
+void ds__conn_drain(ds_conn_t *conn, uint64_t deadline)
+{
+    if (conn->state != DS_CONN_OK || conn->data_left == 0) return;
+    /* Draining happens on paths that already carry an error for the caller;
+     * a failure here only decides the connection's fate. */
+    char saved[512];
+    snprintf(saved, sizeof(saved), "%s", ds_last_error());
+    ds_status_t st = ds__conn_skip(conn, conn->data_left, deadline);
+    if (st != DS_K_OK) ds__set_error(st, "%s", saved);
+}
