@@ -69,6 +69,8 @@ int ds__socket_path(const char *dir, const char *host, int port, char *out, size
         ds__default_socket_dir(d, sizeof(d));
         dir = d;
     }
+    /* "localhost" and 127.0.0.1 name the same worker: one socket name. */
+    if (strcmp(host, "localhost") == 0) host = "127.0.0.1";
     int n = snprintf(out, cap, "%s/worker-%s-%d.sock", dir, host, port);
     if (n < 0 || (size_t)n >= cap || (size_t)n >= sizeof(((struct sockaddr_un *)0)->sun_path))
         return -1;

@@ -46,6 +46,7 @@ struct ds_pend {
     uint32_t *status;
     uint64_t *sizes;
     uint32_t ttl;
+    uint32_t relocates; /* GET: pulls that found the key moved and asked again */
     ds_status_t err_status;
     char err[256];
     ds_wbuf_t reply; /* a prepared answer (SET) */

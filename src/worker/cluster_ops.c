@@ -84,6 +84,8 @@ static void build_locate(ds_pend_t *p, ds_job_t *j)
 
 /* ---- GET ---- */
 
+static void locate_done(ds_job_t *j);
+
 static void pull_done(ds_job_t *j)
 {
     ds_pend_t *p = j->pend;
@@ -97,6 +99,15 @@ static void pull_done(ds_job_t *j)
     if (j->transport_failed) {
         p->err_status = DS_K_RPC_UNAVAILABLE;
         snprintf(p->err, sizeof(p->err), "key '%.64s': %.180s", p->keys[j->index], j->err);
+    } else if (j->status == DS_K_NOT_FOUND && p->relocates < 2 * p->n + 2) {
+        /* Overwritten elsewhere (or deleted) between LOCATE and the pull:
+         * ask the owner again rather than report a key that exists as
+         * missing. Without waiting: the key was published. */
+        uint32_t i = j->index, wait = p->ttl;
+        p->relocates++;
+        p->ttl = 0;
+        per_owner(p, &i, 1, DS_OP_LOCATE, build_locate, locate_done);
+        p->ttl = wait;
     }
 }
 

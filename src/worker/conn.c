@@ -27,6 +27,7 @@
 #define DS_RBUF 65536u
 #define DS_OUT_HIGH (16u << 20)
 #define DS_MAX_IOV 64
+#define DS_CONNS_PER_CLIENT 70 /* the client library's pool (64) plus its anchor, with room */
 
 struct ds_out {
     ds_out_t *next;
@@ -467,12 +468,14 @@ void ds__conn_accept(ds_server_t *srv, int lfd, bool is_unix)
     for (int i = 0; i < 64; i++) {
         int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) return;
-        if (srv->nconns >= (uint32_t)srv->cfg.max_client_num) {
+        /* --max_client_num bounds clients (sessions, checked at HELLO); each
+         * client may open a pool of connections, bounded here. */
+        if (srv->nconns >= (uint32_t)srv->cfg.max_client_num * DS_CONNS_PER_CLIENT) {
             srv->ctr.conns_rejected++;
             /* Tell the client why before closing; best effort. */
             ds_wbuf_t w;
             ds__wbuf_init(&w);
-            ds__wbuf_cstr(&w, "worker has reached --max_client_num connections");
+            ds__wbuf_cstr(&w, "worker has reached its connection limit (70 per --max_client_num)");
             uint8_t hdr[DS_WIRE_HEADER_LEN];
             ds_wire_header_t h = {.magic = DS_WIRE_MAGIC, .version = DS_WIRE_VERSION,
                                   .flags = DS_FLAG_RESPONSE, .opcode = DS_OP_HELLO,

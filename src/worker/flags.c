@@ -34,7 +34,7 @@ static const flag_def_t flags[] = {
     STR(log_level, "info", "debug, info, warn or error"),
     STR(auth_token_file, "", "file holding the shared secret TCP clients and peers must prove"),
     INT(shared_memory_size_mb, 1024, 1, 1 << 20, "size of the shared-memory arena in MiB"),
-    INT(max_client_num, 200, 1, 100000, "most client connections served at once"),
+    INT(max_client_num, 200, 1, 100000, "most clients served at once (each may pool up to 70 connections)"),
     INT(node_timeout_s, 10, 1, 3600, "cluster lease: a silent worker is dropped after this"),
     INT(heartbeat_interval_ms, 1000, 50, 600000, "cluster lease keep-alive period"),
     INT(max_frame_mb, 2048, 1, 1 << 20, "largest request data section accepted, MiB"),

@@ -65,7 +65,8 @@ void ds__metrics_observe(ds_server_t *srv, uint16_t op, uint64_t ns)
     /* Bucket b holds ns <= 2^b us; compare in ns so 1.5 us is not rounded
      * down into the 1 us bucket. */
     int b = 0;
-    while (b < DS_HIST_FINITE && ns > (1000ull << b)) b++;
+    while (b < DS_HIST_FINITE && ns > (1000ull << b))
+        b++;
     m->bucket[op][b]++;
 }
 
@@ -155,7 +156,8 @@ static char *render(struct ds_metrics *m, size_t *len)
         uint64_t cum = 0;
         for (int b = 0; b < DS_HIST_FINITE; b++) {
             cum += m->bucket[op][b];
-            emit(&t, "ds_worker_request_duration_seconds_bucket{op=\"%s\",le=\"%.6f\"} %" PRIu64 "\n",
+            emit(&t,
+                 "ds_worker_request_duration_seconds_bucket{op=\"%s\",le=\"%.6f\"} %" PRIu64 "\n",
                  name, (double)(1ull << b) / 1e6, cum);
         }
         cum += m->bucket[op][DS_HIST_FINITE];
@@ -190,7 +192,8 @@ static char *render(struct ds_metrics *m, size_t *len)
           srv->sub_count);
 
     uint64_t nsess = 0;
-    for (ds_session_t *s = srv->sessions; s; s = s->next) nsess++;
+    for (ds_session_t *s = srv->sessions; s; s = s->next)
+        nsess++;
     gauge(&t, "ds_worker_clients", "Open client connections.", srv->nconns);
     gauge(&t, "ds_worker_sessions", "Client sessions (a client's connections share one).", nsess);
     counter(&t, "ds_worker_connections_accepted_total", "Client connections accepted.",
@@ -198,8 +201,8 @@ static char *render(struct ds_metrics *m, size_t *len)
     counter(&t, "ds_worker_connections_rejected_total",
             "Client connections refused because --max_client_num was reached.",
             srv->ctr.conns_rejected);
-    counter(&t, "ds_worker_protocol_errors_total",
-            "Malformed frames (each closed its connection).", srv->ctr.protocol_errors);
+    counter(&t, "ds_worker_protocol_errors_total", "Malformed frames (each closed its connection).",
+            srv->ctr.protocol_errors);
     counter(&t, "ds_worker_metrics_scrapes_total", "GET /metrics requests answered.",
             m->scrapes + 1);
     if (t.oom) {
@@ -263,13 +266,12 @@ static void answer(mconn_t *mc, const char *status, char *body, size_t body_len)
     if (body == NULL) {
         body_len = (size_t)snprintf(fallback, sizeof(fallback), "%s\n", status);
     }
-    int hl = snprintf(head, sizeof(head),
-                      "HTTP/1.1 %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
-                      "Connection: close\r\n\r\n",
-                      status,
-                      body ? "text/plain; version=0.0.4; charset=utf-8"
-                           : "text/plain; charset=utf-8",
-                      body_len);
+    int hl = snprintf(
+        head, sizeof(head),
+        "HTTP/1.1 %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
+        "Connection: close\r\n\r\n",
+        status, body ? "text/plain; version=0.0.4; charset=utf-8" : "text/plain; charset=utf-8",
+        body_len);
     mc->resp = malloc((size_t)hl + body_len);
     if (mc->resp == NULL) {
         free(body);
@@ -426,7 +428,8 @@ void ds__metrics_destroy(ds_server_t *srv)
 {
     struct ds_metrics *m = srv->metrics;
     if (m == NULL) return;
-    while (m->head) mconn_close(m->head);
+    while (m->head)
+        mconn_close(m->head);
     if (m->lfd >= 0) {
         ds__loop_del(srv->loop, &m->lio);
         close(m->lfd);

@@ -508,6 +508,16 @@ static void op_hello(ds_conn_t *c)
             return;
         }
     } else {
+        uint32_t nsess = 0;
+        for (ds_session_t *x = srv->sessions; x; x = x->next) nsess++;
+        if (nsess >= (uint32_t)srv->cfg.max_client_num) {
+            srv->ctr.conns_rejected++;
+            c->close_after_write = true;
+            ds__conn_reply_err(c, c->h.req_id, DS_OP_HELLO, DS_K_RUNTIME_ERROR,
+                               "worker has reached --max_client_num (%lld) clients",
+                               (long long)srv->cfg.max_client_num);
+            return;
+        }
         s = ds__session_new(srv);
         if (s == NULL) {
             ds__conn_reply_err(c, c->h.req_id, DS_OP_HELLO, DS_K_OUT_OF_MEMORY, "out of memory");
@@ -527,8 +537,9 @@ static void op_hello(ds_conn_t *c)
     ds__wbuf_u32(&w, srv->inline_max);
     ds__wbuf_cstr(&w, srv->worker_id);
     ds__wbuf_u32(&w, (uint32_t)getpid());
+    /* A joining connection's client mapped the arena already. */
     ds__conn_reply(c, c->h.req_id, DS_OP_HELLO, DS_K_OK, &w, NULL, 0, NULL, 0,
-                   grant ? srv->arena.fd : -1);
+                   grant && sid == 0 ? srv->arena.fd : -1);
     ds__wbuf_free(&w);
 }
 
