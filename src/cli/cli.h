@@ -77,5 +77,6 @@ void cli_log_tail(const char *path, long from, int max_lines, char *out, size_t 
 int cli_cmd_start(const cli_cmd_t *cmd, const cli_args_t *a);
 int cli_cmd_stop(const cli_cmd_t *cmd, const cli_args_t *a);
 int cli_cmd_status(const cli_cmd_t *cmd, const cli_args_t *a);
+int cli_cmd_query_cluster(const cli_cmd_t *cmd, const cli_args_t *a);
 
 #endif

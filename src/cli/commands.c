@@ -33,6 +33,12 @@ static const cli_flag_t status_flags[] = {
     {"timeout", 't', true, false, "10", "seconds to wait for the answer"},
 };
 
+static const cli_flag_t query_cluster_flags[] = {
+    {"etcd_address", 0, true, false, NULL, "etcd host:port[,host:port...] of the cluster"},
+    {"cluster_name", 0, true, false, "default", "the workers' --cluster_name"},
+    {"timeout", 't', true, false, "5", "seconds to wait for each answer"},
+};
+
 #define ROWS(a) a, sizeof(a) / sizeof(a[0])
 
 static const cli_cmd_t commands[] = {
@@ -44,6 +50,11 @@ static const cli_cmd_t commands[] = {
      "dscli stop --worker_address H:P [-t SECONDS]", ROWS(stop_flags), false, cli_cmd_stop},
     {"status", "Print the worker's statistics as JSON.", "dscli status --worker_address H:P",
      ROWS(status_flags), false, cli_cmd_status},
+    {"query cluster", "Print the cluster's members (from etcd) and whether each answers, as JSON.",
+     "dscli query cluster --etcd_address E:P [--cluster_name NAME]", ROWS(query_cluster_flags),
+     false, cli_cmd_query_cluster},
+    {"query worker", "Print one worker's statistics and metrics as JSON (same as status).",
+     "dscli query worker --worker_address H:P", ROWS(status_flags), false, cli_cmd_status},
 };
 
 const cli_cmd_t *cli_commands(size_t *n)

@@ -23,7 +23,15 @@ int main(int argc, char **argv)
         printf("dscli %s\n", DS_VERSION_STRING);
         return CLI_EXIT_OK;
     }
-    const cli_cmd_t *cmd = cli_find_command(name);
+    /* Two-word commands ("query cluster") come first. */
+    int skip = 2;
+    const cli_cmd_t *cmd = NULL;
+    if (argc >= 3) {
+        char two[128];
+        snprintf(two, sizeof(two), "%s %s", name, argv[2]);
+        if ((cmd = cli_find_command(two)) != NULL) skip = 3;
+    }
+    if (cmd == NULL) cmd = cli_find_command(name);
     if (cmd == NULL) {
         size_t n;
         const cli_cmd_t *cmds = cli_commands(&n);
@@ -36,7 +44,7 @@ int main(int argc, char **argv)
     }
     cli_args_t args;
     char err[512];
-    int r = cli_parse(cmd, argc - 2, argv + 2, &args, err, sizeof(err));
+    int r = cli_parse(cmd, argc - skip, argv + skip, &args, err, sizeof(err));
     if (r == 1) {
         cli_print_usage(stdout, cmd);
         return CLI_EXIT_OK;
