@@ -336,6 +336,21 @@ static void header_complete(ds_conn_t *c)
     c->state = CONN_READ_META;
 }
 
+/* n more data bytes landed in the current sink: move on, and finish the SET
+ * once every value has arrived. */
+static void sink_advance(ds_conn_t *c, uint64_t n)
+{
+    c->sink_off += n;
+    if (c->sink_off == c->sinks[c->sink_idx].len) {
+        c->sink_idx++;
+        c->sink_off = 0;
+    }
+    if (c->sink_idx == c->nsinks) {
+        ds__ops_set_finish(c);
+        if (c->state != CONN_CLOSED) c->state = CONN_READ_HEADER;
+    }
+}
+
 /* Moves bytes from the read buffer into the current frame part. */
 static void consume(ds_conn_t *c)
 {
@@ -367,16 +382,8 @@ static void consume(ds_conn_t *c)
             uint64_t n = s->len - c->sink_off;
             if (n > avail) n = avail;
             memcpy(s->p ? s->p + c->sink_off : discard, p, n);
-            c->sink_off += n;
             f->rpos += (uint32_t)n;
-            if (c->sink_off == s->len) {
-                c->sink_idx++;
-                c->sink_off = 0;
-            }
-            if (c->sink_idx == c->nsinks) {
-                ds__ops_set_finish(c);
-                if (c->state != CONN_CLOSED) c->state = CONN_READ_HEADER;
-            }
+            sink_advance(c, n);
             break;
         }
         default:
@@ -401,17 +408,7 @@ static void process_input(ds_conn_t *c)
             if (want > budget) want = budget;
             if (s->p == NULL && want > sizeof(discard)) want = sizeof(discard);
             r = recv(c->io.fd, s->p ? s->p + c->sink_off : discard, want, MSG_DONTWAIT);
-            if (r > 0) {
-                c->sink_off += (uint64_t)r;
-                if (c->sink_off == s->len) {
-                    c->sink_idx++;
-                    c->sink_off = 0;
-                }
-                if (c->sink_idx == c->nsinks) {
-                    ds__ops_set_finish(c);
-                    if (c->state != CONN_CLOSED) c->state = CONN_READ_HEADER;
-                }
-            }
+            if (r > 0) sink_advance(c, (uint64_t)r);
         } else {
             f->rpos = f->rlen = 0;
             r = recv(c->io.fd, f->rbuf, DS_RBUF, MSG_DONTWAIT);

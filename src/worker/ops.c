@@ -111,6 +111,18 @@ static void answer_published(ds_conn_t *c, uint16_t op, ds_obj_t **published, co
     ds__wbuf_free(&w);
 }
 
+/* Answers are built with an empty error string in front (4 bytes: length
+ * 0); once a per-key failure is known, this puts its message there. */
+static void set_leading_error(ds_wbuf_t *w, const char *msg)
+{
+    ds_wbuf_t e;
+    ds__wbuf_init(&e);
+    ds__wbuf_cstr(&e, msg);
+    ds__wbuf_bytes(&e, w->buf + 4, w->len - 4);
+    ds__wbuf_free(w);
+    *w = e;
+}
+
 /* ---- SET ---- */
 
 static void set_fail(ds_conn_t *c, const char *msg)
@@ -268,7 +280,6 @@ void ds__ops_get_reply(ds_conn_t *c, uint64_t req_id, uint8_t flags, const char 
     uint32_t nseg = 0, found = 0;
     char msg[256];
     ds__wbuf_cstr(&w, "");
-    size_t err_at = w.len; /* the error string is rewritten below if nothing is found */
     ds__wbuf_u32(&w, n);
     for (uint32_t i = 0; i < n; i++) {
         ds_obj_t *o = objs[i];
@@ -299,17 +310,12 @@ void ds__ops_get_reply(ds_conn_t *c, uint64_t req_id, uint8_t flags, const char 
     }
     ds_status_t st = DS_K_OK;
     if (found == 0) {
-        /* Rebuild with the message in front: "not found" must say which key. */
-        ds_wbuf_t e;
-        ds__wbuf_init(&e);
+        /* "not found" must say which key. */
         if (n == 1)
             snprintf(msg, sizeof(msg), "key '%.*s' not found", (int)lens[0], keys[0]);
         else
             snprintf(msg, sizeof(msg), "none of the %u keys was found", n);
-        ds__wbuf_cstr(&e, msg);
-        ds__wbuf_bytes(&e, w.buf + err_at, w.len - err_at);
-        ds__wbuf_free(&w);
-        w = e;
+        set_leading_error(&w, msg);
         st = DS_K_NOT_FOUND;
     }
     if (w.oom) {
@@ -610,15 +616,7 @@ static void op_create(ds_conn_t *c)
         ds__wbuf_u64(&w, st == DS_K_OK ? ds__store_offset(o) : 0);
         ds__wbuf_u64(&w, handle);
     }
-    if (overall != DS_K_OK) {
-        /* Put the first error message in front. */
-        ds_wbuf_t e;
-        ds__wbuf_init(&e);
-        ds__wbuf_cstr(&e, first);
-        ds__wbuf_bytes(&e, w.buf + 4, w.len - 4);
-        ds__wbuf_free(&w);
-        w = e;
-    }
+    if (overall != DS_K_OK) set_leading_error(&w, first);
     ds__conn_reply(c, c->h.req_id, DS_OP_CREATE, overall, &w, NULL, 0, NULL, 0, -1);
     ds__wbuf_free(&w);
 }
@@ -751,14 +749,7 @@ static void op_keys(ds_conn_t *c)
         }
     }
     free(keys);
-    if (overall != DS_K_OK) {
-        ds_wbuf_t e;
-        ds__wbuf_init(&e);
-        ds__wbuf_cstr(&e, first);
-        ds__wbuf_bytes(&e, w.buf + 4, w.len - 4);
-        ds__wbuf_free(&w);
-        w = e;
-    }
+    if (overall != DS_K_OK) set_leading_error(&w, first);
     ds__conn_reply(c, c->h.req_id, op, overall, &w, NULL, 0, NULL, 0, -1);
     ds__wbuf_free(&w);
 }
