@@ -1,0 +1,16 @@
+/* The connectors libomniconn ships, which the factory registers before its
+ * first use so that a spec naming one of them works without any setup. */
+#ifndef OMNI_CONNECTOR_BUILTINS_H
+#define OMNI_CONNECTOR_BUILTINS_H
+
+#include "omni/connector.h"
+
+typedef struct {
+    const char *name;
+    omni_connector_ctor_t ctor;
+} omni__builtin_t;
+
+/* Terminated by an entry whose name is NULL. */
+extern const omni__builtin_t omni__builtins[];
+
+#endif
