@@ -1,0 +1,1 @@
+"""The ``yr`` namespace: ``yr.datasystem`` is the datasystem client."""

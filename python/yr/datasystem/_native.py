@@ -1,0 +1,522 @@
+"""ctypes binding of libdatasystem (include/datasystem/kv_client.h, status.h).
+
+This module is the only place that knows the C ABI. It finds and loads the
+shared library, declares every function's prototype, and offers three helpers
+the Python API is built from:
+
+* ``DsError`` (a RuntimeError carrying ``.code``), raised by ``check``;
+* ``borrow`` / ``BorrowedBuffers``: the address of a bytes-like object's memory,
+  held through the buffer protocol for the length of one C call, so values are
+  handed to the library without a copy;
+* ``pinned_view``: a zero-copy memoryview over library-owned memory that keeps a
+  ``Pin`` (and so the C buffer handle) alive for as long as any view, slice or
+  numpy array derived from it is alive.
+
+Every foreign call goes through ``ctypes.CDLL``, which releases the GIL for the
+duration of the call, so a get that waits for a subscription never blocks other
+Python threads.
+"""
+
+import ctypes
+import ctypes.util
+import os
+import sys
+import threading
+import weakref
+
+# ---------------------------------------------------------------------------
+# Status codes (include/datasystem/status.h). Kept here so that errors can be
+# named even before the library is loaded.
+
+K_OK = 0
+K_DUPLICATED = 1
+K_INVALID = 2
+K_NOT_FOUND = 3
+K_RUNTIME_ERROR = 5
+K_OUT_OF_MEMORY = 6
+K_IO_ERROR = 7
+K_NOT_READY = 8
+K_NOT_AUTHORIZED = 9
+K_TRY_AGAIN = 19
+K_SHUTTING_DOWN = 21
+K_CLIENT_WORKER_DISCONNECT = 23
+K_WORKER_TIMEOUT = 24
+K_NOT_SUPPORTED = 36
+K_RPC_DEADLINE_EXCEEDED = 1001
+K_RPC_UNAVAILABLE = 1002
+K_OC_KEY_ALREADY_EXIST = 2004
+
+STATUS_NAMES = {
+    K_OK: "K_OK",
+    K_DUPLICATED: "K_DUPLICATED",
+    K_INVALID: "K_INVALID",
+    K_NOT_FOUND: "K_NOT_FOUND",
+    K_RUNTIME_ERROR: "K_RUNTIME_ERROR",
+    K_OUT_OF_MEMORY: "K_OUT_OF_MEMORY",
+    K_IO_ERROR: "K_IO_ERROR",
+    K_NOT_READY: "K_NOT_READY",
+    K_NOT_AUTHORIZED: "K_NOT_AUTHORIZED",
+    K_TRY_AGAIN: "K_TRY_AGAIN",
+    K_SHUTTING_DOWN: "K_SHUTTING_DOWN",
+    K_CLIENT_WORKER_DISCONNECT: "K_CLIENT_WORKER_DISCONNECT",
+    K_WORKER_TIMEOUT: "K_WORKER_TIMEOUT",
+    K_NOT_SUPPORTED: "K_NOT_SUPPORTED",
+    K_RPC_DEADLINE_EXCEEDED: "K_RPC_DEADLINE_EXCEEDED",
+    K_RPC_UNAVAILABLE: "K_RPC_UNAVAILABLE",
+    K_OC_KEY_ALREADY_EXIST: "K_OC_KEY_ALREADY_EXIST",
+}
+
+# Limits (kv_client.h).
+MAX_KEY_LEN = 1024
+MAX_BATCH = 10000
+MAX_EXIST_BATCH = 100000
+
+INT32_MAX = 2**31 - 1
+UINT32_MAX = 2**32 - 1
+
+TRANSPORT_AUTO = 0
+TRANSPORT_TCP = 1
+TRANSPORT_LOCAL = 2
+
+
+def status_name(code):
+    return STATUS_NAMES.get(code, "K_UNKNOWN")
+
+
+class DsError(RuntimeError):
+    """A failed datasystem call: a RuntimeError with the status code.
+
+    ``code`` is the number (status.h), ``name`` its symbol ("K_NOT_FOUND") and
+    ``message`` the library's explanation.
+    """
+
+    def __init__(self, code, message=""):
+        self.code = int(code)
+        self.name = status_name(self.code)
+        self.message = message or ""
+        super().__init__("%s(%d): %s" % (self.name, self.code, self.message))
+
+    def __reduce__(self):
+        return (DsError, (self.code, self.message))
+
+
+class LibraryNotFound(ImportError, RuntimeError):
+    """libdatasystem could not be loaded (an ImportError and a RuntimeError)."""
+
+
+# ---------------------------------------------------------------------------
+# C structures.
+
+
+class ClientOptions(ctypes.Structure):
+    _fields_ = [
+        ("host", ctypes.c_char_p),
+        ("port", ctypes.c_int),
+        ("connect_timeout_ms", ctypes.c_int),
+        ("request_timeout_ms", ctypes.c_int),
+        ("transport", ctypes.c_int),
+        ("token", ctypes.c_char_p),
+        ("unix_socket_dir", ctypes.c_char_p),
+    ]
+
+
+class SetParamC(ctypes.Structure):
+    _fields_ = [
+        ("write_mode", ctypes.c_int),
+        ("ttl_second", ctypes.c_uint32),
+        ("existence", ctypes.c_int),
+    ]
+
+
+class ValueC(ctypes.Structure):
+    _fields_ = [
+        ("status", ctypes.c_int),
+        ("data", ctypes.c_void_p),
+        ("len", ctypes.c_size_t),
+    ]
+
+
+class _PyBuffer(ctypes.Structure):
+    _fields_ = [
+        ("buf", ctypes.c_void_p),
+        ("obj", ctypes.c_void_p),
+        ("len", ctypes.c_ssize_t),
+        ("itemsize", ctypes.c_ssize_t),
+        ("readonly", ctypes.c_int),
+        ("ndim", ctypes.c_int),
+        ("format", ctypes.c_char_p),
+        ("shape", ctypes.c_void_p),
+        ("strides", ctypes.c_void_p),
+        ("suboffsets", ctypes.c_void_p),
+        ("internal", ctypes.c_void_p),
+    ]
+
+
+c_client_p = ctypes.c_void_p
+c_buffer_p = ctypes.c_void_p
+c_status = ctypes.c_int
+c_keys_p = ctypes.POINTER(ctypes.c_char_p)
+
+_PROTOTYPES = {
+    "ds_status_name": (ctypes.c_char_p, [ctypes.c_int]),
+    "ds_status_message": (ctypes.c_char_p, [ctypes.c_int]),
+    "ds_last_error": (ctypes.c_char_p, []),
+    "ds_client_options_init": (None, [ctypes.POINTER(ClientOptions)]),
+    "ds_client_connect": (c_status, [ctypes.POINTER(ClientOptions), ctypes.POINTER(c_client_p)]),
+    "ds_client_close": (None, [c_client_p]),
+    "ds_client_is_local": (ctypes.c_bool, [c_client_p]),
+    "ds_client_health_check": (c_status, [c_client_p]),
+    "ds_free": (None, [ctypes.c_void_p]),
+    "ds_kv_set": (
+        c_status,
+        [c_client_p, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(SetParamC)],
+    ),
+    "ds_kv_mset": (
+        c_status,
+        [
+            c_client_p,
+            ctypes.c_size_t,
+            c_keys_p,
+            ctypes.POINTER(ctypes.c_void_p),
+            ctypes.POINTER(ctypes.c_size_t),
+            ctypes.POINTER(SetParamC),
+            ctypes.POINTER(c_status),
+        ],
+    ),
+    "ds_kv_get": (
+        c_status,
+        [
+            c_client_p,
+            ctypes.c_char_p,
+            ctypes.c_int32,
+            ctypes.POINTER(ctypes.c_void_p),
+            ctypes.POINTER(ctypes.c_size_t),
+        ],
+    ),
+    "ds_kv_get_into": (
+        c_status,
+        [
+            c_client_p,
+            ctypes.c_char_p,
+            ctypes.c_int32,
+            ctypes.c_void_p,
+            ctypes.c_size_t,
+            ctypes.POINTER(ctypes.c_size_t),
+        ],
+    ),
+    "ds_kv_mget": (
+        c_status,
+        [c_client_p, ctypes.c_size_t, c_keys_p, ctypes.c_int32, ctypes.POINTER(ValueC)],
+    ),
+    "ds_kv_get_buffers": (
+        c_status,
+        [c_client_p, ctypes.c_size_t, c_keys_p, ctypes.c_int32, ctypes.POINTER(c_buffer_p)],
+    ),
+    "ds_kv_create": (
+        c_status,
+        [
+            c_client_p,
+            ctypes.c_char_p,
+            ctypes.c_size_t,
+            ctypes.POINTER(SetParamC),
+            ctypes.POINTER(c_buffer_p),
+        ],
+    ),
+    "ds_kv_mcreate": (
+        c_status,
+        [
+            c_client_p,
+            ctypes.c_size_t,
+            c_keys_p,
+            ctypes.POINTER(ctypes.c_size_t),
+            ctypes.POINTER(SetParamC),
+            ctypes.POINTER(c_buffer_p),
+        ],
+    ),
+    "ds_kv_publish": (c_status, [c_client_p, c_buffer_p]),
+    "ds_kv_mpublish": (
+        c_status,
+        [c_client_p, ctypes.c_size_t, ctypes.POINTER(c_buffer_p), ctypes.POINTER(c_status)],
+    ),
+    "ds_buffer_data": (ctypes.c_void_p, [c_buffer_p]),
+    "ds_buffer_mutable_data": (ctypes.c_void_p, [c_buffer_p]),
+    "ds_buffer_size": (ctypes.c_size_t, [c_buffer_p]),
+    "ds_buffer_key": (ctypes.c_char_p, [c_buffer_p]),
+    "ds_buffer_release": (None, [c_buffer_p]),
+    "ds_kv_del": (c_status, [c_client_p, ctypes.c_size_t, c_keys_p, ctypes.POINTER(c_status)]),
+    "ds_kv_exist": (
+        c_status,
+        [c_client_p, ctypes.c_size_t, c_keys_p, ctypes.POINTER(ctypes.c_bool)],
+    ),
+    "ds_kv_expire": (
+        c_status,
+        [c_client_p, ctypes.c_size_t, c_keys_p, ctypes.c_uint32, ctypes.POINTER(c_status)],
+    ),
+    "ds_kv_query_size": (
+        c_status,
+        [
+            c_client_p,
+            ctypes.c_size_t,
+            c_keys_p,
+            ctypes.POINTER(ctypes.c_uint64),
+            ctypes.POINTER(c_status),
+        ],
+    ),
+    "ds_kv_generate_key": (
+        c_status,
+        [c_client_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p)],
+    ),
+    "ds_key_validate": (c_status, [ctypes.c_char_p, ctypes.c_size_t]),
+}
+
+# ---------------------------------------------------------------------------
+# Finding the library.
+
+_LIB_NAMES = ("libdatasystem.so", "libdatasystem.so.0")
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _source_root():
+    """The repository root when running from a checkout (python/yr/datasystem)."""
+    root = os.path.normpath(os.path.join(_HERE, "..", "..", ".."))
+    if os.path.isfile(os.path.join(root, "include", "datasystem", "kv_client.h")):
+        return root
+    return None
+
+
+def candidate_paths():
+    """Where libdatasystem is looked for, in order.
+
+    1. ``DS_LIBRARY``: the full path of the library file.
+    2. ``DS_LIBDIR``: a folder holding it.
+    3. ``DS_BUILD_DIR``: a CMake build tree (its ``src/client``).
+    4. The copy bundled into the installed package (``yr/datasystem/lib``).
+    5. The build trees of the checkout this package sits in: ``build``,
+       ``build-py``, then any other ``build*`` folder.
+    6. The system's library path (``libdatasystem.so.0`` via the dynamic loader).
+    """
+    paths = []
+    env_lib = os.environ.get("DS_LIBRARY")
+    if env_lib:
+        paths.append(env_lib)
+    dirs = []
+    if os.environ.get("DS_LIBDIR"):
+        dirs.append(os.environ["DS_LIBDIR"])
+    if os.environ.get("DS_BUILD_DIR"):
+        dirs.append(os.path.join(os.environ["DS_BUILD_DIR"], "src", "client"))
+    dirs.append(os.path.join(_HERE, "lib"))
+    root = _source_root()
+    if root:
+        preferred = ["build", "build-py"]
+        others = []
+        try:
+            others = sorted(
+                d for d in os.listdir(root) if d.startswith("build") and d not in preferred
+            )
+        except OSError:
+            pass
+        for d in preferred + others:
+            dirs.append(os.path.join(root, d, "src", "client"))
+    for d in dirs:
+        for name in _LIB_NAMES:
+            paths.append(os.path.join(d, name))
+    return paths
+
+
+_lib = None
+_lib_path = None
+_lib_lock = threading.Lock()
+
+
+def _declare(lib):
+    for name, (restype, argtypes) in _PROTOTYPES.items():
+        fn = getattr(lib, name, None)
+        if fn is None:
+            continue
+        fn.restype = restype
+        fn.argtypes = argtypes
+
+
+def load():
+    """Loads libdatasystem once; raises ImportError naming where it looked."""
+    global _lib, _lib_path
+    if _lib is not None:
+        return _lib
+    with _lib_lock:
+        if _lib is not None:
+            return _lib
+        tried = []
+        explicit = bool(os.environ.get("DS_LIBRARY"))
+        for path in candidate_paths():
+            if not os.path.isfile(path):
+                tried.append(path)
+                continue
+            try:
+                lib = ctypes.CDLL(path)
+            except OSError as e:
+                tried.append("%s (%s)" % (path, e))
+                if explicit:
+                    break
+                continue
+            _declare(lib)
+            _lib, _lib_path = lib, path
+            return lib
+        for name in ("libdatasystem.so.0", "datasystem"):
+            found = name if name.startswith("lib") else ctypes.util.find_library(name)
+            if not found:
+                continue
+            try:
+                lib = ctypes.CDLL(found)
+            except OSError as e:
+                tried.append("%s (%s)" % (found, e))
+                continue
+            _declare(lib)
+            _lib, _lib_path = lib, found
+            return lib
+        raise LibraryNotFound(
+            "libdatasystem not found; set DS_LIBDIR (or DS_LIBRARY, DS_BUILD_DIR). Tried: "
+            + ", ".join(tried)
+        )
+
+
+def library_path():
+    load()
+    return _lib_path
+
+
+def last_error():
+    msg = load().ds_last_error()
+    return msg.decode("utf-8", "replace") if msg else ""
+
+
+def check(code, what=None):
+    """Raises DsError for a non-zero status, with the thread's last message."""
+    if code != K_OK:
+        msg = last_error()
+        if not msg:
+            msg = (load().ds_status_message(code) or b"").decode("utf-8", "replace")
+        if what:
+            msg = "%s: %s" % (what, msg) if msg else what
+        raise DsError(code, msg)
+
+
+# ---------------------------------------------------------------------------
+# Borrowing a bytes-like object's memory for one call.
+
+_PyObject_GetBuffer = ctypes.pythonapi.PyObject_GetBuffer
+_PyObject_GetBuffer.argtypes = [ctypes.py_object, ctypes.POINTER(_PyBuffer), ctypes.c_int]
+_PyObject_GetBuffer.restype = ctypes.c_int
+_PyBuffer_Release = ctypes.pythonapi.PyBuffer_Release
+_PyBuffer_Release.argtypes = [ctypes.POINTER(_PyBuffer)]
+_PyBuffer_Release.restype = None
+_PYBUF_SIMPLE = 0
+
+
+class BorrowedBuffers:
+    """Holds buffer exports of several objects until ``release`` (or ``with`` exit).
+
+    While held, a bytearray cannot be resized under the C call (it raises
+    BufferError instead), so the addresses stay valid with the GIL released.
+    """
+
+    __slots__ = ("_views", "_keep")
+
+    def __init__(self):
+        self._views = []
+        self._keep = []
+
+    def add(self, obj):
+        """Returns (address, length) of obj's bytes; copies only when obj is not contiguous."""
+        if isinstance(obj, bytes):
+            # A bytes object is immutable; its data pointer is stable while we hold it.
+            self._keep.append(obj)
+            n = len(obj)
+            addr = ctypes.cast(ctypes.c_char_p(obj), ctypes.c_void_p).value if n else None
+            return addr, n
+        view = _PyBuffer()
+        try:
+            _PyObject_GetBuffer(obj, ctypes.byref(view), _PYBUF_SIMPLE)
+        except BufferError:
+            # Not C-contiguous (a strided memoryview, say): take a packed copy.
+            return self.add(memoryview(obj).tobytes())
+        self._views.append(view)
+        return view.buf, view.len
+
+    def release(self):
+        views, self._views = self._views, []
+        for view in views:
+            _PyBuffer_Release(ctypes.byref(view))
+        self._keep = []
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.release()
+
+    def __del__(self):
+        self.release()
+
+
+# ---------------------------------------------------------------------------
+# Zero-copy views over library memory.
+
+# One array type as large as the address space: from_address() on it costs no
+# allocation and, unlike ``c_ubyte * n``, does not grow ctypes' per-length type
+# cache with every distinct value size.
+_Span = ctypes.c_ubyte * sys.maxsize
+
+
+class Pin:
+    """Owns one ds_buffer_t*; releases it once nothing refers to the pin.
+
+    Views made by ``pinned_view`` refer to the pin through their exporting
+    ctypes object, so the buffer outlives every memoryview (and every slice or
+    numpy array built on one) taken from it. ``release`` drops it early.
+    """
+
+    __slots__ = ("handle", "_finalizer", "__weakref__")
+
+    def __init__(self, handle):
+        self.handle = handle
+        self._finalizer = weakref.finalize(self, _release_handle, handle, os.getpid())
+
+    def release(self):
+        self.handle = None
+        self._finalizer()
+
+    @property
+    def alive(self):
+        return self._finalizer.alive
+
+
+def _release_handle(handle, pid):
+    # A forked child inherits the parent's pins but not its connections: only
+    # the process that took a buffer releases it.
+    lib = _lib
+    if lib is not None and handle and os.getpid() == pid:
+        lib.ds_buffer_release(handle)
+
+
+def pinned_view(pin, addr, size, readonly=True):
+    """A memoryview of ``size`` bytes at ``addr`` that keeps ``pin`` alive."""
+    if size == 0 or not addr:
+        return memoryview(b"") if readonly else memoryview(bytearray())
+    span = _Span.from_address(addr)
+    span._ds_pin = pin
+    view = memoryview(span).cast("B")[:size]
+    return view.toreadonly() if readonly else view
+
+
+def string_at(addr, size):
+    """bytes copied from C memory (one copy)."""
+    if size == 0:
+        return b""
+    return ctypes.string_at(addr, size)
+
+
+def keys_array(encoded_keys):
+    """A C ``const char *const *`` over already-encoded key bytes."""
+    arr = (ctypes.c_char_p * len(encoded_keys))()
+    arr[:] = encoded_keys
+    return arr
