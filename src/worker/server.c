@@ -103,8 +103,6 @@ int ds__server_init(ds_server_t *srv, const ds_worker_config_t *cfg, char *err, 
     }
     ds__subs_init(srv);
 
-    srv->tcp_fd = ds__tcp_listen(srv->host, srv->port, err, err_cap);
-    if (srv->tcp_fd < 0) return -1;
     char dir[256];
     if (cfg->unix_socket_dir[0])
         snprintf(dir, sizeof(dir), "%s", cfg->unix_socket_dir);
@@ -117,6 +115,10 @@ int ds__server_init(ds_server_t *srv, const ds_worker_config_t *cfg, char *err, 
     }
     srv->unix_fd = ds__unix_listen(srv->sock_path, err, err_cap);
     if (srv->unix_fd < 0) return -1;
+    /* TCP last: a client that reaches the worker over TCP (readiness probes,
+     * AUTO clients) then finds the Unix socket already there. */
+    srv->tcp_fd = ds__tcp_listen(srv->host, srv->port, err, err_cap);
+    if (srv->tcp_fd < 0) return -1;
 
     if (ds__metrics_init(srv, err, err_cap) != 0) return -1;
     if (ds__cluster_init(srv, err, err_cap) != 0) return -1;
