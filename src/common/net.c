@@ -246,6 +246,16 @@ int ds__unix_listen(const char *path, char *err, size_t err_cap)
         snprintf(err, err_cap, "socket: %s", strerror(errno));
         return -1;
     }
+    /* Only a stale socket may be removed: if something answers on it, a
+     * live worker owns this address. */
+    int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (probe >= 0 && connect(probe, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
+        close(probe);
+        close(fd);
+        snprintf(err, err_cap, "a worker already serves %s", path);
+        return -1;
+    }
+    if (probe >= 0) close(probe);
     unlink(path);
     if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0 || listen(fd, 512) != 0) {
         snprintf(err, err_cap, "cannot listen on %s: %s", path, strerror(errno));
