@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The whole test suite, as the README's second command and CI run it:
 # installs what is missing, builds a release and an ASan+UBSan flavour, runs
-# the unit and integration suites under ctest in both, the Python suite, and
-# a formatting check. Every test starts and stops its own processes.
+# the unit and integration suites under ctest in both, the worker under
+# valgrind memcheck, the libFuzzer targets for DS_FUZZ_SECONDS each (default
+# 20), the Python suite, and a formatting check. Every test starts and stops
+# its own processes.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh || exit 1
@@ -20,6 +22,8 @@ step "build (asan+ubsan)" bash scripts/build.sh asan
 step "ctest (release)" ctest --test-dir build --output-on-failure -j 2 --timeout 300
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     step "ctest (asan+ubsan)" ctest --test-dir build-asan --output-on-failure -j 2 --timeout 600
+step "valgrind (worker under memcheck)" bash scripts/valgrind.sh build
+step "fuzz (${DS_FUZZ_SECONDS:-20} s per target)" bash scripts/fuzz.sh "${DS_FUZZ_SECONDS:-20}"
 if [ -d tests/python ] && ls tests/python/test_*.py >/dev/null 2>&1; then
     DS_BUILD_DIR=$PWD/build PYTHONPATH=$PWD/python \
         step "pytest" /usr/bin/python3 -m pytest -q tests/python -p no:cacheprovider

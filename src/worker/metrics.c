@@ -414,8 +414,12 @@ int ds__metrics_init(ds_server_t *srv, char *err, size_t err_cap)
     m->lfd = -1;
     srv->metrics = m;
     if (srv->cfg.metrics_port <= 0) return 0;
-    m->lfd = ds__tcp_listen(srv->host, (int)srv->cfg.metrics_port, err, err_cap);
-    if (m->lfd < 0) return -1;
+    char why[256];
+    m->lfd = ds__tcp_listen(srv->host, (int)srv->cfg.metrics_port, why, sizeof(why));
+    if (m->lfd < 0) {
+        snprintf(err, err_cap, "--metrics_port: %s", why);
+        return -1;
+    }
     if (ds__loop_add(srv->loop, &m->lio, m->lfd, EPOLLIN, on_accept, m) != 0) {
         snprintf(err, err_cap, "cannot watch the metrics listener: %s", strerror(errno));
         return -1;

@@ -1,0 +1,199 @@
+#!/usr/bin/python3
+"""Writes the seed corpora of the fuzz targets into tests/fuzz/corpus/<target>/.
+
+Seeds are small valid (and a few nearly valid) inputs for every message
+layout wire.h documents, for the worker's request path, for both transfer-config
+schemas in YAML and JSON, and for OmniSerializer documents with each marker
+map. Regression inputs found by fuzzing live next to them under names starting
+with "crash-" or "regress-" and are never rewritten by this script.
+
+Usage: /usr/bin/python3 tests/fuzz/make_seeds.py   (needs python3-msgpack)
+"""
+import os
+import struct
+
+import msgpack
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CORPUS = os.path.join(HERE, "corpus")
+DATA = os.path.join(HERE, "..", "data")
+
+MAGIC = 0x53445259
+OPS = {"HELLO": 1, "SET": 2, "GET": 3, "CREATE": 4, "PUBLISH": 5, "RELEASE": 6, "DEL": 7,
+       "EXIST": 8, "EXPIRE": 9, "QSIZE": 10, "GENKEY": 11, "HEALTH": 12, "STATS": 13,
+       "SHUTDOWN": 14, "LOCATE": 15, "META_PUT": 16, "META_DEL": 17, "DROP": 18}
+RESPONSE, NOREPLY = 1, 2
+
+
+def u8(v): return struct.pack("<B", v)
+def u32(v): return struct.pack("<I", v)
+def i32(v): return struct.pack("<i", v)
+def u64(v): return struct.pack("<Q", v)
+def s(b): return u32(len(b)) + b
+
+
+def keys(ks): return u32(len(ks)) + b"".join(s(k) for k in ks)
+
+
+def frame(op, meta=b"", data=b"", flags=0, status=0, req=1):
+    hdr = u32(MAGIC) + u8(1) + u8(flags) + struct.pack("<H", OPS[op]) + u32(status) + \
+        u32(len(meta)) + u64(req) + u64(len(data))
+    return hdr + meta + data
+
+
+def hello(shm=0, sid=0, token=b""):
+    return u32(1) + u64(sid) + u8(shm) + s(token)
+
+
+def set_meta(kv, mode=0, ttl=0, nx=0):
+    return u8(mode) + u32(ttl) + u8(nx) + u32(len(kv)) + \
+        b"".join(s(k) + u64(len(v)) for k, v in kv)
+
+
+REQUESTS = {
+    "hello": frame("HELLO", hello(1)),
+    "set": frame("SET", set_meta([(b"k1", b"v1"), (b"k2", b"hello")]), b"v1hello"),
+    "set_ttl_nx": frame("SET", set_meta([(b"a.b-c_d", b"x" * 40)], mode=3, ttl=5, nx=1), b"x" * 40),
+    "get": frame("GET", i32(0) + u8(0) + keys([b"k1", b"missing"])),
+    "get_wait": frame("GET", i32(50) + u8(1) + keys([b"k1"])),
+    "get_pin": frame("GET", i32(0) + u8(2) + keys([b"k1"])),
+    "create": frame("CREATE", set_meta([(b"zc", b"0" * 4096)])),
+    "publish": frame("PUBLISH", u32(2) + u64(1) + u64(1 << 32 | 1)),
+    "release": frame("RELEASE", u32(1) + u64(1), flags=NOREPLY),
+    "del": frame("DEL", keys([b"k1", b"k2"])),
+    "exist": frame("EXIST", keys([b"k1", b"nope"])),
+    "expire": frame("EXPIRE", u32(3) + keys([b"k1"])),
+    "qsize": frame("QSIZE", keys([b"k2"])),
+    "genkey": frame("GENKEY", s(b"pre_")),
+    "health": frame("HEALTH"),
+    "stats": frame("STATS"),
+    "shutdown": frame("SHUTDOWN"),
+    "locate": frame("LOCATE", i32(10) + keys([b"k1"])),
+    "meta_put": frame("META_PUT", s(b"127.0.0.1:31501") + u32(1) + s(b"k1") + u64(2) + u64(7)),
+    "meta_del": frame("META_DEL", s(b"127.0.0.1:31501") + u8(1) + u32(1) + s(b"k1") + u64(7)),
+    "drop": frame("DROP", u32(1) + s(b"k1") + u64(9)),
+}
+
+RESPONSES = {
+    "r_hello": frame("HELLO", s(b"") + u64(7) + u64(1 << 20) + u32(65536) + s(b"abcd1234") + u32(99),
+                     flags=RESPONSE),
+    "r_set": frame("SET", s(b"") + u32(2) + u32(0) + u32(0), flags=RESPONSE),
+    "r_get": frame("GET", s(b"") + u32(3) + u8(1) + u64(2) + u8(0) + u64(0) + u8(2) + u64(10) +
+                   u64(4096) + u64(1 << 32 | 1), b"v1", flags=RESPONSE),
+    "r_create": frame("CREATE", s(b"") + u32(1) + u32(0) + u64(0) + u64(1), flags=RESPONSE),
+    "r_exist": frame("EXIST", s(b"") + u32(2) + u8(1) + u8(0), flags=RESPONSE),
+    "r_qsize": frame("QSIZE", s(b"") + u32(1) + u32(0) + u64(5), flags=RESPONSE),
+    "r_genkey": frame("GENKEY", s(b"") + s(b"pre_abcd-0001"), flags=RESPONSE),
+    "r_stats": frame("STATS", s(b"") + s(b'{"objects":{"count":1}}'), flags=RESPONSE),
+    "r_err": frame("GET", s(b"key 'k' not found"), flags=RESPONSE, status=3),
+    "r_locate": frame("LOCATE", s(b"") + u32(1) + u8(1) + u64(5) + u64(3) + s(b"127.0.0.1:1"),
+                      flags=RESPONSE),
+}
+
+
+def write(target, name, data):
+    d = os.path.join(CORPUS, target)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(data)
+
+
+def main():
+    for name, data in {**REQUESTS, **RESPONSES}.items():
+        write("fuzz_wire", name, data)
+    # fuzz_worker: control byte (1 = HELLO first, 2 = ask for the arena,
+    # 4 = TCP, 8 = fire deadlines) then a request stream.
+    r = REQUESTS
+    write("fuzz_worker", "set_get", b"\x01" + r["set"] + r["get"] + r["exist"] + r["qsize"])
+    write("fuzz_worker", "local_create", b"\x03" + r["create"] + r["publish"] + r["get_pin"] +
+          r["release"])
+    write("fuzz_worker", "tcp_mixed", b"\x05" + r["set_ttl_nx"] + r["expire"] + r["del"] +
+          r["genkey"] + r["health"] + r["stats"])
+    write("fuzz_worker", "wait", b"\x09" + r["get_wait"] + r["set"])
+    write("fuzz_worker", "wait_expire", b"\x0b" + frame("GET", i32(100000) + u8(1) +
+          keys([b"never"])))
+    write("fuzz_worker", "raw_hello", b"\x00" + r["hello"] + r["set"])
+    write("fuzz_worker", "half_set", b"\x01" + r["set"][:-3])
+    write("fuzz_worker", "bad_first", b"\x00" + r["get"])
+    write("fuzz_worker", "cluster_ops", b"\x01" + r["locate"] + r["meta_put"] + r["meta_del"] +
+          r["drop"])
+    write("fuzz_worker", "shutdown", b"\x03" + r["shutdown"] + r["health"])
+
+    for fn in sorted(os.listdir(DATA)):
+        if fn.endswith((".yaml", ".yml")):
+            with open(os.path.join(DATA, fn), "rb") as f:
+                write("fuzz_transfer_config", "yaml_" + fn, b"\x00" + f.read())
+    write("fuzz_transfer_config", "yaml_new",
+          b"\x00connectors:\n  yr: {name: YuanrongConnector, extra: {host: 127.0.0.1, port: 35001}}\n"
+          b"stages:\n  - stage_id: 0\n    output_connectors: {to_stage_1: yr}\n"
+          b"  - stage_id: 1\n    input_connectors: {from_stage_0: yr}\n    engine_input_source: [0]\n")
+    write("fuzz_transfer_config", "yaml_anchor",
+          b"\x02base: &b {name: SharedMemoryConnector, extra: {shm_threshold_bytes: 65536}}\n"
+          b"runtime:\n  connectors:\n    a: *b\n    c:\n      <<: *b\n      name: YuanrongConnector\n"
+          b"  edges:\n    - {from: 0, to: 1}\n"
+          b"stage_args:\n  - {stage_id: 0, output_connectors: {to_stage_1: a}}\n")
+    write("fuzz_transfer_config", "json_legacy",
+          b'\x01{"stage_args":[{"stage_id":0,"output_connectors":{"to_stage_1":"yr"}},'
+          b'{"stage_id":1,"input_connectors":{"from_stage_0":"yr"},"engine_input_source":[0]}],'
+          b'"runtime":{"connectors":{"yr":{"name":"YuanrongConnector","extra":{"port":35001,'
+          b'"get_sub_timeout_ms":1000,"nested":{"a":[1,2,null]}}}},"edges":[{"from":1,"to":2}]}}')
+    write("fuzz_transfer_config", "json_new",
+          b'\x03{"connectors":{"m":{"name":"MooncakeConnector"}},"stages":[{"stage_id":"0",'
+          b'"output_connectors":{"to_stage_1":{"name":"MooncakeConnector","extra":{"x":true}}}}]}')
+
+    f32 = struct.pack("<4f", 1.0, 2.0, 3.0, 4.0)
+    docs = {
+        "tensor": {"__tensor__": True, "dtype": "float32", "shape": [2, 2], "data": f32},
+        "ndarray": {"__ndarray__": True, "dtype": "<f4", "shape": [4], "data": f32},
+        "image": {"__pil_image__": True, "mode": "RGB", "shape": [1, 2, 3], "data": bytes(6)},
+        "payload": {"request_id": "req-1", "ids": [1, -2, 300, 70000, 2 ** 40, -(2 ** 40)],
+                    "hidden": {"__tensor__": True, "dtype": "bfloat16", "shape": [3],
+                               "data": bytes(6)},
+                    "meta": {"ok": True, "none": None, "f": 0.5, "s": "text" * 10},
+                    "list": [[], {}, b"bin", 1.5]},
+        "scalar_tensor": {"__tensor__": True, "dtype": "int64", "shape": [], "data": bytes(8)},
+        "empty_tensor": {"__tensor__": True, "dtype": "uint8", "shape": [0, 3], "data": b""},
+    }
+    for name, doc in docs.items():
+        write("fuzz_serializer", name, msgpack.packb(doc, use_bin_type=True))
+    write("fuzz_serializer", "ext", msgpack.packb([msgpack.ExtType(5, b"abc"), 2 ** 64 - 1],
+                                                  use_bin_type=True))
+    write("fuzz_serializer", "float32", b"\xca\x3f\x80\x00\x00")
+
+    # fuzz_client: control byte, four call numbers (see fuzz_client.c), then
+    # the fake worker's answers, each a u16 length and a frame.
+    def resp(op, meta, data=b"", status=0):
+        return frame(op, meta, data, flags=RESPONSE, status=status)
+
+    def statuses(n):
+        return s(b"") + u32(n) + b"".join(u32(0) for _ in range(n))
+
+    answers = {
+        0: resp("SET", statuses(1)),
+        1: resp("SET", statuses(3)),
+        2: resp("GET", s(b"") + u32(1) + u8(1) + u64(3), b"one"),
+        3: resp("GET", s(b"") + u32(3) + u8(1) + u64(3) + u8(0) + u64(0) + u8(1) + u64(5),
+                b"onefive!"),
+        4: resp("GET", s(b"") + u32(1) + u8(1) + u64(7), b"two-two"),
+        5: resp("GET", s(b"") + u32(2) + u8(1) + u64(2) + u8(1) + u64(1), b"abc"),
+        6: resp("SET", statuses(1)),
+        7: resp("DEL", statuses(2)),
+        8: resp("EXIST", s(b"") + u32(3) + u8(1) + u8(0) + u8(1)),
+        9: resp("EXPIRE", statuses(2)),
+        10: resp("QSIZE", s(b"") + u32(2) + u32(0) + u64(3) + u32(3) + u64(0)),
+        11: resp("GENKEY", s(b"") + s(b"pre-0001")),
+        12: resp("HEALTH", s(b"")),
+        13: resp("GET", s(b"key missing"), status=3),
+    }
+    for name, calls in {"set_get_exist_genkey": [0, 2, 8, 11], "mset_mget_into_buffers": [1, 3, 4, 5],
+                        "create_del_expire_qsize": [6, 7, 9, 10], "health_wait": [12, 13, 2, 0]}.items():
+        body = b"".join(struct.pack("<H", len(answers[k])) + answers[k] for k in calls)
+        write("fuzz_client", name, b"\x00" + bytes(calls) + body)
+    hello_answer = resp("HELLO", s(b"") + u64(1) + u64(0) + u32(65536) + s(b"w") + u32(1))
+    write("fuzz_client", "fuzzed_hello", b"\x01" + bytes([12, 2, 0, 0]) +
+          struct.pack("<H", len(hello_answer)) + hello_answer +
+          struct.pack("<H", len(answers[12])) + answers[12])
+
+
+if __name__ == "__main__":
+    main()
