@@ -56,7 +56,7 @@ static int iters_for(size_t size, bool quick)
     do {                                                                                           \
         ds_status_t st_ = (expr);                                                                  \
         if (st_ != DS_K_OK) {                                                                      \
-            fprintf(stderr, "dsbench: %s failed: %s: %s\n", #expr, ds_status_name(st_),           \
+            fprintf(stderr, "dsbench: %s failed: %s: %s\n", #expr, ds_status_name(st_),            \
                     ds_last_error());                                                              \
             exit(1);                                                                               \
         }                                                                                          \
@@ -176,8 +176,10 @@ int main(int argc, char **argv)
     printf("dsbench against %s (%s)\n\n", addr, quick ? "quick" : "full");
     printf("%-7s %-16s %10s %11s %11s %9s\n", "path", "operation", "bytes", "p50_us", "p99_us",
            "GB/s");
-    for (size_t i = 0; i < 3; i++) bench_transport(local, "local", sizes[i], quick);
-    for (size_t i = 0; i < 3; i++) bench_transport(remote, "remote", sizes[i], quick);
+    for (size_t i = 0; i < 3; i++)
+        bench_transport(local, "local", sizes[i], quick);
+    for (size_t i = 0; i < 3; i++)
+        bench_transport(remote, "remote", sizes[i], quick);
     ds_client_close(local);
     ds_client_close(remote);
 
@@ -208,8 +210,8 @@ int main(int argc, char **argv)
         target_t *t = &targets[i];
         bool ok = t->higher_is_better ? t->value >= t->target : t->value <= t->target;
         met += ok;
-        printf("%-44s %9.4f %s%8.4f  %s\n", t->name, t->value, t->higher_is_better ? ">=" : "<=",
-               t->target, ok ? "yes" : "NO");
+        printf("%-44s %9.4f %s%8.4f  %s\n", t->name, t->value,
+               t->higher_is_better ? ">=" : "<=", t->target, ok ? "yes" : "NO");
     }
 
     FILE *f = fopen(json, "w");
@@ -217,16 +219,17 @@ int main(int argc, char **argv)
         perror(json);
         return 1;
     }
-    fprintf(f, "{\n  \"worker_address\": \"%s\",\n  \"limits\": {\"memcpy_gbps\": %.4f, "
-               "\"unix_rtt_p50_us\": %.3f, \"tcp_rtt_p50_us\": %.3f, \"tcp_stream_gbps\": %.4f},\n"
-               "  \"rows\": [\n",
+    fprintf(f,
+            "{\n  \"worker_address\": \"%s\",\n  \"limits\": {\"memcpy_gbps\": %.4f, "
+            "\"unix_rtt_p50_us\": %.3f, \"tcp_rtt_p50_us\": %.3f, \"tcp_stream_gbps\": %.4f},\n"
+            "  \"rows\": [\n",
             addr, memcpy_gbps, unix_rtt.p50_us, tcp_rtt.p50_us, tcp_gbps);
     for (int i = 0; i < nrows; i++)
         fprintf(f,
                 "    {\"path\": \"%s\", \"operation\": \"%s\", \"size\": %zu, \"p50_us\": %.3f, "
                 "\"p99_us\": %.3f, \"gbps\": %.4f}%s\n",
-                rows[i].transport, rows[i].op, rows[i].size, rows[i].lat.p50_us,
-                rows[i].lat.p99_us, rows[i].gbps, i + 1 < nrows ? "," : "");
+                rows[i].transport, rows[i].op, rows[i].size, rows[i].lat.p50_us, rows[i].lat.p99_us,
+                rows[i].gbps, i + 1 < nrows ? "," : "");
     fprintf(f, "  ],\n  \"targets\": [\n");
     size_t nt = sizeof(targets) / sizeof(targets[0]);
     for (size_t i = 0; i < nt; i++) {

@@ -18,7 +18,8 @@ void dsb_lat_from(uint64_t *ns, size_t n, dsb_lat_t *out)
     }
     qsort(ns, n, sizeof(*ns), cmp_u64);
     double sum = 0;
-    for (size_t i = 0; i < n; i++) sum += (double)ns[i];
+    for (size_t i = 0; i < n; i++)
+        sum += (double)ns[i];
     out->mean_us = sum / (double)n / 1e3;
     out->p50_us = (double)ns[n / 2] / 1e3;
     size_t i99 = (n * 99) / 100;

@@ -37,11 +37,11 @@ extern "C" {
 #define DS_MAX_EXIST_BATCH 100000
 
 typedef enum {
-    DS_WRITE_NONE_L2_CACHE = 0,         /* cache only, never evicted */
-    DS_WRITE_THROUGH_L2_CACHE = 1,      /* needs an L2 backend */
-    DS_WRITE_BACK_L2_CACHE = 2,         /* needs an L2 backend */
-    DS_WRITE_NONE_L2_CACHE_EVICT = 3,   /* volatile: evicted when space is needed */
-    DS_WRITE_BACK_L2_CACHE_EVICT = 4,   /* needs an L2 backend */
+    DS_WRITE_NONE_L2_CACHE = 0,       /* cache only, never evicted */
+    DS_WRITE_THROUGH_L2_CACHE = 1,    /* needs an L2 backend */
+    DS_WRITE_BACK_L2_CACHE = 2,       /* needs an L2 backend */
+    DS_WRITE_NONE_L2_CACHE_EVICT = 3, /* volatile: evicted when space is needed */
+    DS_WRITE_BACK_L2_CACHE_EVICT = 4, /* needs an L2 backend */
 } ds_write_mode_t;
 
 typedef enum {
@@ -55,7 +55,10 @@ typedef struct {
     ds_existence_t existence;
 } ds_set_param_t;
 
-#define DS_SET_PARAM_INIT {DS_WRITE_NONE_L2_CACHE, 0, DS_EXISTENCE_NONE}
+#define DS_SET_PARAM_INIT                                                                          \
+    {                                                                                              \
+        DS_WRITE_NONE_L2_CACHE, 0, DS_EXISTENCE_NONE                                               \
+    }
 
 typedef enum {
     DS_TRANSPORT_AUTO = 0,  /* shared memory when the worker is on this host, else TCP */
@@ -64,12 +67,12 @@ typedef enum {
 } ds_transport_t;
 
 typedef struct {
-    const char *host;          /* worker host, e.g. "127.0.0.1" */
-    int port;                  /* worker port, e.g. 31501 */
-    int connect_timeout_ms;    /* default 9000 */
-    int request_timeout_ms;    /* per request; 0 = default 60000. Subscribe waits add theirs. */
-    ds_transport_t transport;  /* default DS_TRANSPORT_AUTO */
-    const char *token;         /* shared secret for authenticated workers, or NULL */
+    const char *host;            /* worker host, e.g. "127.0.0.1" */
+    int port;                    /* worker port, e.g. 31501 */
+    int connect_timeout_ms;      /* default 9000 */
+    int request_timeout_ms;      /* per request; 0 = default 60000. Subscribe waits add theirs. */
+    ds_transport_t transport;    /* default DS_TRANSPORT_AUTO */
+    const char *token;           /* shared secret for authenticated workers, or NULL */
     const char *unix_socket_dir; /* where the worker's socket lives; NULL = default */
 } ds_client_options_t;
 
@@ -112,8 +115,8 @@ DS_EXPORT ds_status_t ds_kv_mset(ds_client_t *c, size_t n, const char *const *ke
 /* Get one key into a new allocation (*val, free with ds_free). With
  * sub_timeout_ms > 0 the worker waits up to that long for the key to be
  * published; 0 does not wait. A missing key is DS_K_NOT_FOUND. */
-DS_EXPORT ds_status_t ds_kv_get(ds_client_t *c, const char *key, int32_t sub_timeout_ms,
-                                void **val, size_t *len);
+DS_EXPORT ds_status_t ds_kv_get(ds_client_t *c, const char *key, int32_t sub_timeout_ms, void **val,
+                                size_t *len);
 /* Get one key into the caller's buffer. A value larger than cap is
  * DS_K_INVALID with *len set to the needed size. */
 DS_EXPORT ds_status_t ds_kv_get_into(ds_client_t *c, const char *key, int32_t sub_timeout_ms,
@@ -156,8 +159,7 @@ DS_EXPORT void ds_buffer_release(ds_buffer_t *buf);
 DS_EXPORT ds_status_t ds_kv_del(ds_client_t *c, size_t n, const char *const *keys,
                                 ds_status_t *statuses);
 /* exists[i] = whether keys[i] is published. Up to DS_MAX_EXIST_BATCH keys. */
-DS_EXPORT ds_status_t ds_kv_exist(ds_client_t *c, size_t n, const char *const *keys,
-                                  bool *exists);
+DS_EXPORT ds_status_t ds_kv_exist(ds_client_t *c, size_t n, const char *const *keys, bool *exists);
 /* Set a new TTL (0 removes it). A missing key's status is DS_K_NOT_FOUND. */
 DS_EXPORT ds_status_t ds_kv_expire(ds_client_t *c, size_t n, const char *const *keys,
                                    uint32_t ttl_second, ds_status_t *statuses);

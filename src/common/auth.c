@@ -57,7 +57,8 @@ int ds__auth_read_secret(const char *path, char *out, size_t cap, char *err, siz
     if (fgets(out, (int)cap, f) == NULL) out[0] = '\0';
     fclose(f);
     size_t n = strlen(out);
-    while (n && (out[n - 1] == '\n' || out[n - 1] == '\r' || out[n - 1] == ' ')) out[--n] = '\0';
+    while (n && (out[n - 1] == '\n' || out[n - 1] == '\r' || out[n - 1] == ' '))
+        out[--n] = '\0';
     if (n == 0) {
         snprintf(err, err_cap, "auth token file %s is empty", path);
         return -1;

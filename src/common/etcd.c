@@ -82,7 +82,8 @@ ds_etcd_t *ds__etcd_new(const char *endpoints, char *err, size_t err_cap)
     char *save = NULL;
     for (char *tok = strtok_r(copy, ",", &save); tok && e->n < MAX_ENDPOINTS;
          tok = strtok_r(NULL, ",", &save)) {
-        while (*tok == ' ') tok++;
+        while (*tok == ' ')
+            tok++;
         if (strncmp(tok, "http://", 7) == 0) tok += 7;
         if (*tok == '\0' || strchr(tok, ':') == NULL) {
             snprintf(err, err_cap, "etcd endpoint '%s' is not host:port", tok);
@@ -104,7 +105,8 @@ ds_etcd_t *ds__etcd_new(const char *endpoints, char *err, size_t err_cap)
 void ds__etcd_free(ds_etcd_t *e)
 {
     if (e == NULL) return;
-    for (int i = 0; i < e->n; i++) free(e->endpoints[i]);
+    for (int i = 0; i < e->n; i++)
+        free(e->endpoints[i]);
     free(e);
 }
 
@@ -122,7 +124,8 @@ static size_t on_body(char *p, size_t sz, size_t nm, void *ud)
     size_t n = sz * nm;
     if (b->len + n + 1 > b->cap) {
         size_t cap = b->cap ? b->cap : 4096;
-        while (cap < b->len + n + 1) cap *= 2;
+        while (cap < b->len + n + 1)
+            cap *= 2;
         if (cap > (64u << 20)) return 0; /* refuse absurd answers */
         char *nb = realloc(b->buf, cap);
         if (nb == NULL) return 0;
@@ -384,8 +387,7 @@ int ds__etcd_watch(ds_etcd_t *e, const char *prefix, void (*on_event)(void *ctx)
     free(json);
     free(b.buf);
     if (atomic_load(stop)) return 0;
-    snprintf(err, err_cap, "etcd watch on %s ended: %s", e->endpoints[idx],
-             curl_easy_strerror(rc));
+    snprintf(err, err_cap, "etcd watch on %s ended: %s", e->endpoints[idx], curl_easy_strerror(rc));
     e->current = (idx + 1) % e->n;
     return -1;
 }

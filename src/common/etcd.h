@@ -26,8 +26,7 @@ void ds__etcd_free(ds_etcd_t *e);
 /* Each returns 0 on success, -1 with a message (unreachable, bad answer). */
 int ds__etcd_grant(ds_etcd_t *e, int ttl_s, int64_t *lease, char *err, size_t err_cap);
 /* *ttl_left = 0 means the lease no longer exists. */
-int ds__etcd_keepalive(ds_etcd_t *e, int64_t lease, int64_t *ttl_left, char *err,
-                       size_t err_cap);
+int ds__etcd_keepalive(ds_etcd_t *e, int64_t lease, int64_t *ttl_left, char *err, size_t err_cap);
 int ds__etcd_revoke(ds_etcd_t *e, int64_t lease);
 int ds__etcd_put(ds_etcd_t *e, const char *key, const char *value, int64_t lease, char *err,
                  size_t err_cap);

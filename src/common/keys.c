@@ -20,8 +20,7 @@ int ds__key_check(const char *key, size_t len, char *msg, size_t cap)
         return -1;
     }
     if (len > DS_MAX_KEY_LEN) {
-        snprintf(msg, cap, "key of %zu bytes is longer than the limit of %d", len,
-                 DS_MAX_KEY_LEN);
+        snprintf(msg, cap, "key of %zu bytes is longer than the limit of %d", len, DS_MAX_KEY_LEN);
         return -1;
     }
     for (size_t i = 0; i < len; i++) {

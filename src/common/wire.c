@@ -21,25 +21,29 @@ const char *ds__opcode_name(unsigned op)
 
 static void put32(uint8_t *p, uint32_t v)
 {
-    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
 }
 
 static void put64(uint8_t *p, uint64_t v)
 {
-    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
 }
 
 static uint32_t get32(const uint8_t *p)
 {
     uint32_t v = 0;
-    for (int i = 3; i >= 0; i--) v = (v << 8) | p[i];
+    for (int i = 3; i >= 0; i--)
+        v = (v << 8) | p[i];
     return v;
 }
 
 static uint64_t get64(const uint8_t *p)
 {
     uint64_t v = 0;
-    for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
+    for (int i = 7; i >= 0; i--)
+        v = (v << 8) | p[i];
     return v;
 }
 
@@ -68,8 +72,7 @@ int ds__wire_header_decode(const uint8_t in[DS_WIRE_HEADER_LEN], uint64_t max_da
     h->req_id = get64(in + 16);
     h->data_len = get64(in + 24);
     if (h->magic != DS_WIRE_MAGIC) {
-        snprintf(err, err_cap, "bad frame magic 0x%08x (expected 0x%08x)", h->magic,
-                 DS_WIRE_MAGIC);
+        snprintf(err, err_cap, "bad frame magic 0x%08x (expected 0x%08x)", h->magic, DS_WIRE_MAGIC);
         return -1;
     }
     if (h->version != DS_WIRE_VERSION) {
@@ -116,7 +119,8 @@ uint8_t *ds__wbuf_reserve(ds_wbuf_t *w, size_t n)
     if (w->oom) return NULL;
     if (w->len + n > w->cap) {
         size_t cap = w->cap ? w->cap : 256;
-        while (cap < w->len + n) cap *= 2;
+        while (cap < w->len + n)
+            cap *= 2;
         uint8_t *nb = realloc(w->buf, cap);
         if (nb == NULL) {
             w->oom = true;

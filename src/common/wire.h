@@ -68,8 +68,10 @@
  * Cluster (worker to worker; see src/worker/cluster.c):
  * LOCATE  req: i32 wait_ms, n, n*key      (to the key's owner; waits until every key is known)
  *         resp: str err, n, n*(u8 found, u64 size, u64 version, str location)
- * META_PUT req: str location, n, n*(key, u64 size, u64 version)
+ * META_PUT req: str location, u8 only_if_unknown, n, n*(key, u64 size, u64 version)
  *         resp: str err, n, n*u32 status  (after superseded copies elsewhere were dropped)
+ *         only_if_unknown=1 (a re-registration): a key with a copy elsewhere is left
+ *         alone and answered K_DUPLICATED (the sender's copy is older: it drops it)
  * META_DEL req: str location, u8 everywhere, n, n*(key, u64 version)
  *         everywhere=0: the copy at location (that version) is gone (evicted, expired);
  *         everywhere=1: delete the key on every worker but location (which did it itself)
@@ -91,7 +93,7 @@
     X(GENKEY, 11, "generate_key")                                                                  \
     X(HEALTH, 12, "health_check")                                                                  \
     X(STATS, 13, "stats")                                                                          \
-    X(SHUTDOWN, 14, "shutdown")                                                                     \
+    X(SHUTDOWN, 14, "shutdown")                                                                    \
     X(LOCATE, 15, "locate")                                                                        \
     X(META_PUT, 16, "meta_put")                                                                    \
     X(META_DEL, 17, "meta_del")                                                                    \

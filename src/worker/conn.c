@@ -75,7 +75,8 @@ static void update_interest(ds_conn_t *c)
 
 static void free_out(ds_server_t *srv, ds_out_t *o)
 {
-    for (uint32_t i = 0; i < o->nrefs; i++) ds__store_unref(srv->store, o->refs[i]);
+    for (uint32_t i = 0; i < o->nrefs; i++)
+        ds__store_unref(srv->store, o->refs[i]);
     free(o->refs);
     free(o->head);
     free(o);
@@ -182,7 +183,8 @@ static void flush_out(ds_conn_t *c)
             c->out_head = o->next;
             if (c->out_head == NULL) c->out_tail = NULL;
             uint64_t total = 0;
-            for (uint32_t i = 0; i < o->nseg; i++) total += o->segs[i].iov_len;
+            for (uint32_t i = 0; i < o->nseg; i++)
+                total += o->segs[i].iov_len;
             c->out_bytes -= total;
             o->fd = -1;
             free_out(c->srv, o);
@@ -195,9 +197,9 @@ static void flush_out(ds_conn_t *c)
     update_interest(c);
 }
 
-void ds__conn_reply(ds_conn_t *c, uint64_t req_id, uint16_t op, ds_status_t st,
-                    const ds_wbuf_t *w, const struct iovec *segs, uint32_t nseg,
-                    ds_obj_t **refs, uint32_t nrefs, int fd)
+void ds__conn_reply(ds_conn_t *c, uint64_t req_id, uint16_t op, ds_status_t st, const ds_wbuf_t *w,
+                    const struct iovec *segs, uint32_t nseg, ds_obj_t **refs, uint32_t nrefs,
+                    int fd)
 {
     ds_server_t *srv = c->srv;
     ds_out_t *o = calloc(1, sizeof(*o) + (nseg + 1) * sizeof(struct iovec));
@@ -208,15 +210,21 @@ void ds__conn_reply(ds_conn_t *c, uint64_t req_id, uint16_t op, ds_status_t st,
         free(o);
         free(head);
         free(r);
-        for (uint32_t i = 0; i < nrefs; i++) ds__store_unref(srv->store, refs[i]);
+        for (uint32_t i = 0; i < nrefs; i++)
+            ds__store_unref(srv->store, refs[i]);
         ds__conn_close(c, "out of memory queueing a response");
         return;
     }
     uint64_t data_len = 0;
-    for (uint32_t i = 0; i < nseg; i++) data_len += segs[i].iov_len;
-    ds_wire_header_t h = {.magic = DS_WIRE_MAGIC, .version = DS_WIRE_VERSION,
-                          .flags = DS_FLAG_RESPONSE, .opcode = op, .status = (uint32_t)st,
-                          .meta_len = (uint32_t)meta_len, .req_id = req_id,
+    for (uint32_t i = 0; i < nseg; i++)
+        data_len += segs[i].iov_len;
+    ds_wire_header_t h = {.magic = DS_WIRE_MAGIC,
+                          .version = DS_WIRE_VERSION,
+                          .flags = DS_FLAG_RESPONSE,
+                          .opcode = op,
+                          .status = (uint32_t)st,
+                          .meta_len = (uint32_t)meta_len,
+                          .req_id = req_id,
                           .data_len = data_len};
     ds__wire_header_encode(&h, head);
     if (meta_len) memcpy(head + DS_WIRE_HEADER_LEN, w->buf, meta_len);
@@ -245,8 +253,8 @@ void ds__conn_reply(ds_conn_t *c, uint64_t req_id, uint16_t op, ds_status_t st,
     flush_out(c);
 }
 
-void ds__conn_reply_err(ds_conn_t *c, uint64_t req_id, uint16_t op, ds_status_t st,
-                        const char *fmt, ...)
+void ds__conn_reply_err(ds_conn_t *c, uint64_t req_id, uint16_t op, ds_status_t st, const char *fmt,
+                        ...)
 {
     char msg[512];
     va_list ap;
@@ -474,12 +482,16 @@ void ds__conn_accept(ds_server_t *srv, int lfd, bool is_unix)
             ds__wbuf_init(&w);
             ds__wbuf_cstr(&w, "worker has reached its connection limit (70 per --max_client_num)");
             uint8_t hdr[DS_WIRE_HEADER_LEN];
-            ds_wire_header_t h = {.magic = DS_WIRE_MAGIC, .version = DS_WIRE_VERSION,
-                                  .flags = DS_FLAG_RESPONSE, .opcode = DS_OP_HELLO,
-                                  .status = DS_K_RUNTIME_ERROR, .meta_len = (uint32_t)w.len};
+            ds_wire_header_t h = {.magic = DS_WIRE_MAGIC,
+                                  .version = DS_WIRE_VERSION,
+                                  .flags = DS_FLAG_RESPONSE,
+                                  .opcode = DS_OP_HELLO,
+                                  .status = DS_K_RUNTIME_ERROR,
+                                  .meta_len = (uint32_t)w.len};
             ds__wire_header_encode(&h, hdr);
             ssize_t wr = send(fd, hdr, sizeof(hdr), MSG_NOSIGNAL | MSG_DONTWAIT);
-            if (wr == (ssize_t)sizeof(hdr)) wr = send(fd, w.buf, w.len, MSG_NOSIGNAL | MSG_DONTWAIT);
+            if (wr == (ssize_t)sizeof(hdr))
+                wr = send(fd, w.buf, w.len, MSG_NOSIGNAL | MSG_DONTWAIT);
             (void)wr;
             ds__wbuf_free(&w);
             close(fd);

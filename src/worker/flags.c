@@ -21,26 +21,34 @@ typedef struct {
 } flag_def_t;
 
 #define STR(field, def, help)                                                                      \
-    {#field, FLAG_STR, offsetof(ds_worker_config_t, field),                                        \
-     sizeof(((ds_worker_config_t *)0)->field), def, 0, 0, help}
+    {                                                                                              \
+#field, FLAG_STR, offsetof(ds_worker_config_t, field),                                     \
+            sizeof(((ds_worker_config_t *)0)->field), def, 0, 0, help                              \
+    }
 #define INT(field, def, lo, hi, help)                                                              \
-    {#field, FLAG_INT, offsetof(ds_worker_config_t, field), 0, #def, lo, hi, help}
+    {                                                                                              \
+#field, FLAG_INT, offsetof(ds_worker_config_t, field), 0, #def, lo, hi, help               \
+    }
 
 static const flag_def_t flags[] = {
     STR(worker_address, "127.0.0.1:31501", "host:port the worker serves TCP clients on"),
     STR(etcd_address, "", "etcd endpoints host:port[,host:port...]; empty = standalone"),
-    STR(unix_socket_dir, "", "directory of the worker's Unix socket (default /tmp/yr-datasystem-<uid>)"),
+    STR(unix_socket_dir, "",
+        "directory of the worker's Unix socket (default /tmp/yr-datasystem-<uid>)"),
     STR(cluster_name, "default", "cluster name (etcd key prefix)"),
     STR(log_level, "info", "debug, info, warn or error"),
     STR(auth_token_file, "", "file holding the shared secret TCP clients and peers must prove"),
     INT(shared_memory_size_mb, 1024, 1, 1 << 20, "size of the shared-memory arena in MiB"),
-    INT(max_client_num, 200, 1, 100000, "most clients served at once (each may pool up to 70 connections)"),
+    INT(max_client_num, 200, 1, 100000,
+        "most clients served at once (each may pool up to 70 connections)"),
     INT(node_timeout_s, 10, 1, 3600, "cluster lease: a silent worker is dropped after this"),
     INT(heartbeat_interval_ms, 1000, 50, 600000, "cluster lease keep-alive period"),
     INT(max_frame_mb, 2048, 1, 1 << 20, "largest request data section accepted, MiB"),
-    INT(inline_max_kb, 64, 0, 1 << 20, "values up to this size travel inline to local clients, KiB"),
+    INT(inline_max_kb, 64, 0, 1 << 20,
+        "values up to this size travel inline to local clients, KiB"),
     INT(max_pending_subscriptions, 100000, 1, 100000000, "most keys waited on by subscribe-gets"),
-    INT(metrics_port, 0, 0, 65535, "port of the Prometheus /metrics endpoint on the worker host; 0 = off"),
+    INT(metrics_port, 0, 0, 65535,
+        "port of the Prometheus /metrics endpoint on the worker host; 0 = off"),
 };
 #define NFLAGS (sizeof(flags) / sizeof(flags[0]))
 
@@ -64,8 +72,8 @@ static int set_flag(ds_worker_config_t *cfg, const flag_def_t *f, const char *va
         return -1;
     }
     if (v < f->min || v > f->max) {
-        snprintf(err, err_cap, "--%s: %lld is outside %lld..%lld", f->name, v,
-                 (long long)f->min, (long long)f->max);
+        snprintf(err, err_cap, "--%s: %lld is outside %lld..%lld", f->name, v, (long long)f->min,
+                 (long long)f->max);
         return -1;
     }
     memcpy(dst, &(int64_t){v}, sizeof(int64_t));

@@ -24,8 +24,7 @@ typedef struct {
 
 /* Reads n keys (n bounded by max). On any invalid key fills msg and returns
  * -1 (bad) or -2 (malformed metadata). keys is malloc'd on success. */
-static int read_keys(ds_rbuf_t *r, uint32_t max, key_t_ **keys, uint32_t *n, char *msg,
-                     size_t cap)
+static int read_keys(ds_rbuf_t *r, uint32_t max, key_t_ **keys, uint32_t *n, char *msg, size_t cap)
 {
     uint32_t cnt = ds__rbuf_u32(r);
     if (r->err) {
@@ -81,7 +80,8 @@ static ds_status_t build_statuses(ds_wbuf_t *w, const uint32_t *st, uint32_t n,
         }
     ds__wbuf_cstr(w, overall == DS_K_OK ? "" : first_err);
     ds__wbuf_u32(w, n);
-    for (uint32_t i = 0; i < n; i++) ds__wbuf_u32(w, st[i]);
+    for (uint32_t i = 0; i < n; i++)
+        ds__wbuf_u32(w, st[i]);
     return overall;
 }
 
@@ -191,8 +191,8 @@ void ds__ops_set_begin(ds_conn_t *c)
         free(lens);
         ds__conn_release_pending(c);
         snprintf(msg, sizeof(msg),
-                 "malformed SET: value sizes add up to %" PRIu64 " but the data section has %" PRIu64
-                 " bytes",
+                 "malformed SET: value sizes add up to %" PRIu64
+                 " but the data section has %" PRIu64 " bytes",
                  total, c->h.data_len);
         set_fail(c, msg);
         return;
@@ -225,7 +225,8 @@ void ds__ops_set_begin(ds_conn_t *c)
     free(keys);
     free(lens);
     /* Skip zero-length sinks so the data phase ends exactly with the bytes. */
-    while (c->sink_idx < c->nsinks && c->sinks[c->sink_idx].len == 0) c->sink_idx++;
+    while (c->sink_idx < c->nsinks && c->sinks[c->sink_idx].len == 0)
+        c->sink_idx++;
     c->state = CONN_READ_DATA;
 }
 
@@ -319,7 +320,8 @@ void ds__ops_get_reply(ds_conn_t *c, uint64_t req_id, uint8_t flags, const char 
         st = DS_K_NOT_FOUND;
     }
     if (w.oom) {
-        for (uint32_t i = 0; i < nseg; i++) ds__store_unref(srv->store, refs[i]);
+        for (uint32_t i = 0; i < nseg; i++)
+            ds__store_unref(srv->store, refs[i]);
         ds__conn_reply_err(c, req_id, DS_OP_GET, DS_K_OUT_OF_MEMORY, "out of memory");
     } else {
         ds__conn_reply(c, req_id, DS_OP_GET, st, &w, segs, nseg, refs, nseg, -1);
@@ -385,8 +387,8 @@ static void op_get(ds_conn_t *c)
     }
     if (timeout < 0) {
         free(keys);
-        ds__conn_reply_err(c, c->h.req_id, DS_OP_GET, DS_K_INVALID,
-                           "sub_timeout_ms %d is negative", timeout);
+        ds__conn_reply_err(c, c->h.req_id, DS_OP_GET, DS_K_INVALID, "sub_timeout_ms %d is negative",
+                           timeout);
         return;
     }
     for (uint32_t i = 0; i < n; i++) {
@@ -427,8 +429,8 @@ static void op_get(ds_conn_t *c)
         }
         bool parked = false;
         if (mk && ml && nm > 0) {
-            parked = ds__subs_wait(srv, c, DS_OP_GET, c->h.req_id, c->meta, c->h.meta_len, mk, ml, nm,
-                                   now + (uint64_t)timeout);
+            parked = ds__subs_wait(srv, c, DS_OP_GET, c->h.req_id, c->meta, c->h.meta_len, mk, ml,
+                                   nm, now + (uint64_t)timeout);
             if (!parked)
                 DS_LOG_WARN("subscription limit (%" PRId64 ") reached; answering at once",
                             srv->cfg.max_pending_subscriptions);
@@ -515,7 +517,8 @@ static void op_hello(ds_conn_t *c)
         }
     } else {
         uint32_t nsess = 0;
-        for (ds_session_t *x = srv->sessions; x; x = x->next) nsess++;
+        for (ds_session_t *x = srv->sessions; x; x = x->next)
+            nsess++;
         if (nsess >= (uint32_t)srv->cfg.max_client_num) {
             srv->ctr.conns_rejected++;
             c->close_after_write = true;
@@ -740,8 +743,8 @@ static void op_keys(ds_conn_t *c)
             bool ex = st == DS_K_OK && ds__store_lookup(srv->store, keys[i].p, keys[i].len, now);
             ds__wbuf_u8(&w, ex);
         } else if (op == DS_OP_QSIZE) {
-            ds_obj_t *o = st == DS_K_OK ? ds__store_lookup(srv->store, keys[i].p, keys[i].len, now)
-                                        : NULL;
+            ds_obj_t *o =
+                st == DS_K_OK ? ds__store_lookup(srv->store, keys[i].p, keys[i].len, now) : NULL;
             ds__wbuf_u32(&w, o ? DS_K_OK : (st == DS_K_OK ? DS_K_NOT_FOUND : st));
             ds__wbuf_u64(&w, o ? o->size : 0);
         } else {
@@ -773,8 +776,8 @@ static void op_genkey(ds_conn_t *c)
     }
     char key[DS_MAX_KEY_LEN + 1];
     uint64_t ctr = ++srv->genkey_counter;
-    snprintf(key, sizeof(key), "%.*s%s-%016" PRIx64 "-%08x", (int)pl, prefix, srv->worker_id,
-             ctr, (unsigned)(ctr * 2654435761u));
+    snprintf(key, sizeof(key), "%.*s%s-%016" PRIx64 "-%08x", (int)pl, prefix, srv->worker_id, ctr,
+             (unsigned)(ctr * 2654435761u));
     ds_wbuf_t w;
     ds__wbuf_init(&w);
     ds__wbuf_cstr(&w, "");

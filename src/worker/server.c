@@ -70,16 +70,16 @@ int ds__server_init(ds_server_t *srv, const ds_worker_config_t *cfg, char *err, 
     srv->start_ms = ds__now_ms();
     int lvl = ds__log_parse_level(cfg->log_level);
     if (lvl < 0) {
-        snprintf(err, err_cap, "--log_level '%s' is not debug, info, warn or error", cfg->log_level);
+        snprintf(err, err_cap, "--log_level '%s' is not debug, info, warn or error",
+                 cfg->log_level);
         return -1;
     }
     ds__log_set_level((ds_log_level_t)lvl);
     if (ds__parse_hostport(cfg->worker_address, srv->host, sizeof(srv->host), &srv->port, err,
                            err_cap) != 0)
         return -1;
-    if (cfg->auth_token_file[0] &&
-        ds__auth_read_secret(cfg->auth_token_file, srv->auth_token, sizeof(srv->auth_token), err,
-                             err_cap) != 0)
+    if (cfg->auth_token_file[0] && ds__auth_read_secret(cfg->auth_token_file, srv->auth_token,
+                                                        sizeof(srv->auth_token), err, err_cap) != 0)
         return -1;
     srv->max_data = (uint64_t)cfg->max_frame_mb << 20;
     srv->inline_max = (uint32_t)(cfg->inline_max_kb * 1024);
@@ -176,7 +176,8 @@ void ds__server_run(ds_server_t *srv)
     uint64_t until = ds__now_ms() + 200;
     for (;;) {
         bool pending = false;
-        for (ds_conn_t *c = srv->conns; c; c = c->next) pending |= c->out_head != NULL;
+        for (ds_conn_t *c = srv->conns; c; c = c->next)
+            pending |= c->out_head != NULL;
         if (!pending || ds__now_ms() >= until) break;
         ds__loop_run_once(srv->loop, 10);
         free_dead(srv);
@@ -186,10 +187,12 @@ void ds__server_run(ds_server_t *srv)
 
 void ds__server_destroy(ds_server_t *srv)
 {
-    while (srv->conns) ds__conn_close(srv->conns, "worker shutting down");
+    while (srv->conns)
+        ds__conn_close(srv->conns, "worker shutting down");
     free_dead(srv);
     ds__cluster_destroy(srv);
-    while (srv->sessions) ds__session_free(srv, srv->sessions);
+    while (srv->sessions)
+        ds__session_free(srv, srv->sessions);
     ds__subs_destroy(srv);
     if (srv->tcp_fd >= 0) close(srv->tcp_fd);
     if (srv->unix_fd >= 0) {
@@ -235,7 +238,8 @@ char *ds__server_stats_json(ds_server_t *srv)
     cJSON_AddNumberToObject(objs, "evictions", (double)st.evictions);
     cJSON_AddNumberToObject(objs, "expirations", (double)st.expirations);
     uint32_t nsess = 0;
-    for (ds_session_t *s = srv->sessions; s; s = s->next) nsess++;
+    for (ds_session_t *s = srv->sessions; s; s = s->next)
+        nsess++;
     cJSON *cl = cJSON_AddObjectToObject(root, "clients");
     cJSON_AddNumberToObject(cl, "connections", srv->nconns);
     cJSON_AddNumberToObject(cl, "sessions", nsess);

@@ -87,7 +87,7 @@ struct ds_conn {
     ds_conn_state_t state;
     bool is_unix;
     bool hello_done;
-    bool authed;    /* Unix socket, no secret configured, or the challenge answered */
+    bool authed; /* Unix socket, no secret configured, or the challenge answered */
     uint8_t auth_failures;
     char challenge[68]; /* outstanding auth challenge, "" = none */
     bool close_after_write;
@@ -121,12 +121,12 @@ struct ds_conn {
 /* Queues a response: header + meta from w, then nseg data segments. refs are
  * object references the frame holds until sent (taken over). fd >= 0 rides
  * along as SCM_RIGHTS. Frees nothing of w. */
-void ds__conn_reply(ds_conn_t *c, uint64_t req_id, uint16_t op, ds_status_t st,
-                    const ds_wbuf_t *w, const struct iovec *segs, uint32_t nseg,
-                    ds_obj_t **refs, uint32_t nrefs, int fd);
+void ds__conn_reply(ds_conn_t *c, uint64_t req_id, uint16_t op, ds_status_t st, const ds_wbuf_t *w,
+                    const struct iovec *segs, uint32_t nseg, ds_obj_t **refs, uint32_t nrefs,
+                    int fd);
 /* A response carrying only the error string. */
-void ds__conn_reply_err(ds_conn_t *c, uint64_t req_id, uint16_t op, ds_status_t st,
-                        const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+void ds__conn_reply_err(ds_conn_t *c, uint64_t req_id, uint16_t op, ds_status_t st, const char *fmt,
+                        ...) __attribute__((format(printf, 5, 6)));
 void ds__conn_close(ds_conn_t *c, const char *why);
 /* Drops a SET's reserved objects and sinks. */
 void ds__conn_release_pending(ds_conn_t *c);
@@ -227,7 +227,8 @@ struct ds_server {
     uint32_t wait_n, wait_cap;
 
     struct ds_metrics *metrics;
-    struct ds_cluster *cluster; /* NULL when standalone */ /* metrics.c: histograms and the /metrics listener */
+    struct ds_cluster *cluster;
+        /* NULL when standalone */ /* metrics.c: histograms and the /metrics listener */
 
     uint64_t genkey_counter;
     uint64_t start_ms;

@@ -26,31 +26,31 @@ typedef enum {
 } ds_obj_state_t;
 
 typedef struct ds_obj {
-    struct ds_obj *hnext;                /* hash chain */
-    struct ds_obj *clk_prev, *clk_next;  /* ring of evictable objects (in_table, EVICT mode) */
-    ds_block_t *block;                   /* arena range; NULL for size 0 never happens */
-    uint64_t size;                       /* value size in bytes (<= block size) */
-    uint64_t version;                    /* store-wide increasing publish counter */
-    uint64_t ttl_deadline_ms;            /* monotonic ms; 0 = none */
+    struct ds_obj *hnext;               /* hash chain */
+    struct ds_obj *clk_prev, *clk_next; /* ring of evictable objects (in_table, EVICT mode) */
+    ds_block_t *block;                  /* arena range; NULL for size 0 never happens */
+    uint64_t size;                      /* value size in bytes (<= block size) */
+    uint64_t version;                   /* store-wide increasing publish counter */
+    uint64_t ttl_deadline_ms;           /* monotonic ms; 0 = none */
     uint32_t refcnt;
-    int32_t heap_idx;                    /* index in the TTL heap, -1 if not there */
+    int32_t heap_idx; /* index in the TTL heap, -1 if not there */
     uint32_t hash;
     uint16_t keylen;
-    uint8_t write_mode;                  /* ds_write_mode_t */
-    uint8_t state;                       /* ds_obj_state_t */
-    uint8_t clock_bit;                   /* second chance for eviction */
+    uint8_t write_mode; /* ds_write_mode_t */
+    uint8_t state;      /* ds_obj_state_t */
+    uint8_t clock_bit;  /* second chance for eviction */
     uint8_t in_table;
-    uint32_t ttl_second;                 /* as requested; applied at publish */
-    char key[];                          /* keylen bytes + NUL */
+    uint32_t ttl_second; /* as requested; applied at publish */
+    char key[];          /* keylen bytes + NUL */
 } ds_obj_t;
 
 typedef struct ds_store ds_store_t;
 
 typedef struct {
-    uint64_t objects;      /* keys in the table */
+    uint64_t objects; /* keys in the table */
     uint64_t evictions;
     uint64_t expirations;
-    uint64_t pinned;       /* objects with references beyond the table's */
+    uint64_t pinned; /* objects with references beyond the table's */
     ds_alloc_stats_t arena;
 } ds_store_stats_t;
 
@@ -73,8 +73,8 @@ ds_obj_t *ds__store_lookup(ds_store_t *s, const char *key, size_t keylen, uint64
  * clock order, until the space fits. DS_K_OUT_OF_MEMORY with a message when it
  * cannot. Key validity is the caller's job. */
 ds_status_t ds__store_reserve(ds_store_t *s, const char *key, size_t keylen, uint64_t size,
-                              ds_write_mode_t mode, uint32_t ttl_second, ds_obj_t **out,
-                              char *err, size_t err_cap);
+                              ds_write_mode_t mode, uint32_t ttl_second, ds_obj_t **out, char *err,
+                              size_t err_cap);
 
 /* Makes a CREATING object the key's current version. With DS_EXISTENCE_NX and a
  * current version present: DS_K_OC_KEY_ALREADY_EXIST, nothing changes. The

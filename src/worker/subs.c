@@ -123,7 +123,8 @@ static void heap_remove(ds_server_t *srv, ds_wait_t *w)
 static void free_wait(ds_server_t *srv, ds_wait_t *w)
 {
     heap_remove(srv, w);
-    for (uint32_t i = 0; i < w->nsubs; i++) unlink_sub(srv, &w->subs[i]);
+    for (uint32_t i = 0; i < w->nsubs; i++)
+        unlink_sub(srv, &w->subs[i]);
     free(w->subs);
     free(w->meta);
     free(w);
@@ -215,7 +216,8 @@ void ds__subs_publish(ds_server_t *srv, const char *key, size_t len)
                 ready[nready++] = s->w;
             }
         }
-        for (uint32_t i = 0; i < nready; i++) complete(srv, ready[i]);
+        for (uint32_t i = 0; i < nready; i++)
+            complete(srv, ready[i]);
     }
 }
 
@@ -234,7 +236,8 @@ void ds__subs_cancel(ds_server_t *srv, ds_wait_t *w)
 
 void ds__subs_destroy(ds_server_t *srv)
 {
-    while (srv->wait_n > 0) ds__subs_cancel(srv, srv->wait_heap[0]);
+    while (srv->wait_n > 0)
+        ds__subs_cancel(srv, srv->wait_heap[0]);
     free(srv->wait_heap);
     free(srv->sub_buckets);
 }

@@ -102,8 +102,10 @@ static void test_raw_requests_refused(void **state)
         int fd = ds__tcp_connect(W.host, W.port, 2000, err, sizeof(err));
         assert_true(fd >= 0);
         uint8_t hb[DS_WIRE_HEADER_LEN];
-        ds_wire_header_t h = {.magic = DS_WIRE_MAGIC, .version = DS_WIRE_VERSION,
-                              .opcode = (uint16_t)op, .req_id = 7};
+        ds_wire_header_t h = {.magic = DS_WIRE_MAGIC,
+                              .version = DS_WIRE_VERSION,
+                              .opcode = (uint16_t)op,
+                              .req_id = 7};
         ds__wire_header_encode(&h, hb);
         assert_int_equal(ds__write_full(fd, hb, sizeof(hb), ds__now_ms() + 2000), 0);
         assert_int_equal(ds__read_full(fd, hb, sizeof(hb), ds__now_ms() + 2000), 0);

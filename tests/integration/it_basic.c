@@ -111,10 +111,11 @@ static void test_batch_ops(void **state)
             dst_fill(vals[i], lens[i], (uint64_t)i * 7 + (uint64_t)t);
         }
         ds_status_t st[N];
-        assert_int_equal(ds_kv_mset(c, N, (const char *const *)keys, (const void *const *)vals,
-                                    lens, NULL, st),
-                         DS_K_OK);
-        for (int i = 0; i < N; i++) assert_int_equal(st[i], DS_K_OK);
+        assert_int_equal(
+            ds_kv_mset(c, N, (const char *const *)keys, (const void *const *)vals, lens, NULL, st),
+            DS_K_OK);
+        for (int i = 0; i < N; i++)
+            assert_int_equal(st[i], DS_K_OK);
         ds_value_t out[N];
         assert_int_equal(ds_kv_mget(c, N, (const char *const *)keys, 0, out), DS_K_OK);
         for (int i = 0; i < N; i++) {
@@ -125,20 +126,24 @@ static void test_batch_ops(void **state)
         }
         bool ex[N];
         assert_int_equal(ds_kv_exist(c, N, (const char *const *)keys, ex), DS_K_OK);
-        for (int i = 0; i < N; i++) assert_true(ex[i]);
+        for (int i = 0; i < N; i++)
+            assert_true(ex[i]);
         /* delete every other key, including one that never existed */
         const char *dk[N / 2 + 1];
-        for (int i = 0; i < N / 2; i++) dk[i] = keys[2 * i];
+        for (int i = 0; i < N / 2; i++)
+            dk[i] = keys[2 * i];
         dk[N / 2] = "batch-never-existed";
         assert_int_equal(ds_kv_del(c, N / 2 + 1, dk, NULL), DS_K_OK);
         assert_int_equal(ds_kv_exist(c, N, (const char *const *)keys, ex), DS_K_OK);
-        for (int i = 0; i < N; i++) assert_int_equal(ex[i], i % 2 == 1);
+        for (int i = 0; i < N; i++)
+            assert_int_equal(ex[i], i % 2 == 1);
         /* mget with some missing: found ones come back, missing are NOT_FOUND */
         assert_int_equal(ds_kv_mget(c, 4, (const char *const *)keys, 0, out), DS_K_OK);
         assert_int_equal(out[0].status, DS_K_NOT_FOUND);
         assert_null(out[0].data);
         assert_int_equal(out[1].status, DS_K_OK);
-        for (int i = 0; i < 4; i++) ds_free(out[i].data);
+        for (int i = 0; i < 4; i++)
+            ds_free(out[i].data);
         /* all missing */
         assert_int_equal(ds_kv_mget(c, 1, dk, 0, out), DS_K_NOT_FOUND);
         for (int i = 0; i < N; i++) {
@@ -205,13 +210,15 @@ static void test_bad_input(void **state)
         /* oversized batches */
         size_t n = DS_MAX_BATCH + 1;
         const char **keys = malloc(n * sizeof(*keys));
-        for (size_t i = 0; i < n; i++) keys[i] = "keep-me";
+        for (size_t i = 0; i < n; i++)
+            keys[i] = "keep-me";
         ds_value_t *out = calloc(n, sizeof(*out));
         assert_int_equal(ds_kv_mget(c, n, keys, 0, out), DS_K_INVALID);
         assert_int_equal(ds_kv_del(c, n, keys, NULL), DS_K_INVALID);
         bool *ex = calloc(DS_MAX_EXIST_BATCH + 1, sizeof(*ex));
         const char **ek = malloc((DS_MAX_EXIST_BATCH + 1) * sizeof(*ek));
-        for (size_t i = 0; i <= DS_MAX_EXIST_BATCH; i++) ek[i] = "keep-me";
+        for (size_t i = 0; i <= DS_MAX_EXIST_BATCH; i++)
+            ek[i] = "keep-me";
         assert_int_equal(ds_kv_exist(c, DS_MAX_EXIST_BATCH + 1, ek, ex), DS_K_INVALID);
         assert_int_equal(ds_kv_exist(c, DS_MAX_EXIST_BATCH, ek, ex), DS_K_OK);
         assert_true(ex[0] && ex[DS_MAX_EXIST_BATCH - 1]);
@@ -231,8 +238,8 @@ static void test_bad_input(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_roundtrip_local),   cmocka_unit_test(test_roundtrip_tcp),
-        cmocka_unit_test(test_batch_ops),         cmocka_unit_test(test_nx_and_generate_key),
+        cmocka_unit_test(test_roundtrip_local), cmocka_unit_test(test_roundtrip_tcp),
+        cmocka_unit_test(test_batch_ops),       cmocka_unit_test(test_nx_and_generate_key),
         cmocka_unit_test(test_bad_input),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

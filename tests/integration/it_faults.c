@@ -91,8 +91,7 @@ static void send_raw(int fd, const void *p, size_t n)
         while (have - pos >= DS_WIRE_HEADER_LEN) {
             ds_wire_header_t h;
             char err[128];
-            assert_int_equal(ds__wire_header_decode(resp + pos, 1u << 30, &h, err, sizeof(err)),
-                             0);
+            assert_int_equal(ds__wire_header_decode(resp + pos, 1u << 30, &h, err, sizeof(err)), 0);
             assert_true(h.flags & DS_FLAG_RESPONSE);
             if (h.status != DS_K_OK) return;
             assert_int_equal(h.opcode, DS_OP_HELLO);
@@ -100,7 +99,7 @@ static void send_raw(int fd, const void *p, size_t n)
             pos += DS_WIRE_HEADER_LEN + h.meta_len + h.data_len;
         }
         ssize_t got = recv(fd, resp + have, sizeof(resp) - have, MSG_DONTWAIT);
-        if (got == 0) return; /* closed by the worker */
+        if (got == 0) return;                                           /* closed by the worker */
         if (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK) return; /* reset */
         if (got > 0) {
             have += (size_t)got;
@@ -121,8 +120,12 @@ static int raw_conn(bool unix_sock)
 
 static void header(uint8_t *out, uint16_t op, uint32_t meta_len, uint64_t data_len)
 {
-    ds_wire_header_t h = {.magic = DS_WIRE_MAGIC, .version = DS_WIRE_VERSION, .opcode = op,
-                          .meta_len = meta_len, .req_id = 1, .data_len = data_len};
+    ds_wire_header_t h = {.magic = DS_WIRE_MAGIC,
+                          .version = DS_WIRE_VERSION,
+                          .opcode = op,
+                          .meta_len = meta_len,
+                          .req_id = 1,
+                          .data_len = data_len};
     ds__wire_header_encode(&h, out);
 }
 

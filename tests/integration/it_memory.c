@@ -253,7 +253,8 @@ static void test_killed_reader_gives_back(void **state)
     kill(pid, SIGKILL);
     waitpid(pid, NULL, 0);
     uint64_t t0 = ds__now_ms();
-    while (dst_stat(&W, "objects.pinned") != 0 && ds__now_ms() - t0 < 3000) usleep(20000);
+    while (dst_stat(&W, "objects.pinned") != 0 && ds__now_ms() - t0 < 3000)
+        usleep(20000);
     assert_int_equal((int)dst_stat(&W, "objects.pinned"), 0);
     assert_true(dst_stat(&W, "arena.used_bytes") <= used_before);
     bool ex = true;

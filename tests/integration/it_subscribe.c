@@ -155,8 +155,8 @@ static void *wait_thread(void *arg)
     waiter_t *w = arg;
     const char *k = "fanout-key";
     ds_buffer_t *b = NULL;
-    if (ds_kv_get_buffers(w->c, 1, &k, 10000, &b) == DS_K_OK && b &&
-        ds_buffer_size(b) == 4096 && dst_check(ds_buffer_data(b), 4096, 4096))
+    if (ds_kv_get_buffers(w->c, 1, &k, 10000, &b) == DS_K_OK && b && ds_buffer_size(b) == 4096 &&
+        dst_check(ds_buffer_data(b), 4096, 4096))
         w->ok = 1;
     ds_buffer_release(b);
     return NULL;
@@ -179,9 +179,11 @@ static void test_many_waiters_one_publish(void **state)
     assert_true(dst_stat(&W, "subscriptions_waiting") >= 1);
     pid_t p = set_later("fanout-key", 4096, 0, DS_TRANSPORT_LOCAL);
     uint64_t t0 = ds__now_ms();
-    for (int i = 0; i < N; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < N; i++)
+        pthread_join(th[i], NULL);
     assert_true(ds__now_ms() - t0 < 5000);
-    for (int i = 0; i < N; i++) assert_int_equal(ws[i].ok, 1);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(ws[i].ok, 1);
     expect_child_ok(p);
     assert_int_equal((int)dst_stat(&W, "subscriptions_waiting"), 0);
     ds_client_close(c);
@@ -205,7 +207,8 @@ static void test_waiter_dies(void **state)
     kill(pid, SIGKILL);
     waitpid(pid, NULL, 0);
     uint64_t t0 = ds__now_ms();
-    while (dst_stat(&W, "subscriptions_waiting") != 0 && ds__now_ms() - t0 < 3000) usleep(20000);
+    while (dst_stat(&W, "subscriptions_waiting") != 0 && ds__now_ms() - t0 < 3000)
+        usleep(20000);
     assert_int_equal((int)dst_stat(&W, "subscriptions_waiting"), 0);
 }
 

@@ -57,9 +57,8 @@ static void test_hostport(void **state)
     (void)state;
     char host[64], err[128];
     int port = 0;
-    assert_int_equal(ds__parse_hostport("127.0.0.2:31501", host, sizeof(host), &port, err,
-                                        sizeof(err)),
-                     0);
+    assert_int_equal(
+        ds__parse_hostport("127.0.0.2:31501", host, sizeof(host), &port, err, sizeof(err)), 0);
     assert_string_equal(host, "127.0.0.2");
     assert_int_equal(port, 31501);
     assert_int_equal(ds__parse_hostport(":5", host, sizeof(host), &port, err, sizeof(err)), 0);
@@ -68,8 +67,7 @@ static void test_hostport(void **state)
     assert_int_equal(ds__parse_hostport("h:0", host, sizeof(host), &port, err, sizeof(err)), -1);
     assert_int_equal(ds__parse_hostport("h:70000", host, sizeof(host), &port, err, sizeof(err)),
                      -1);
-    assert_int_equal(ds__parse_hostport("h:12x", host, sizeof(host), &port, err, sizeof(err)),
-                     -1);
+    assert_int_equal(ds__parse_hostport("h:12x", host, sizeof(host), &port, err, sizeof(err)), -1);
     assert_true(ds__host_is_local("127.0.0.1"));
     assert_true(ds__host_is_local("127.3.4.5"));
     assert_true(ds__host_is_local("localhost"));

@@ -12,9 +12,13 @@
 static void test_header_roundtrip(void **state)
 {
     (void)state;
-    ds_wire_header_t h = {.magic = DS_WIRE_MAGIC, .version = DS_WIRE_VERSION,
-                          .flags = DS_FLAG_RESPONSE | DS_FLAG_NOREPLY, .opcode = DS_OP_GET,
-                          .status = 2004, .meta_len = 77, .req_id = 0x0102030405060708ull,
+    ds_wire_header_t h = {.magic = DS_WIRE_MAGIC,
+                          .version = DS_WIRE_VERSION,
+                          .flags = DS_FLAG_RESPONSE | DS_FLAG_NOREPLY,
+                          .opcode = DS_OP_GET,
+                          .status = 2004,
+                          .meta_len = 77,
+                          .req_id = 0x0102030405060708ull,
                           .data_len = 1ull << 33};
     uint8_t b[DS_WIRE_HEADER_LEN];
     ds__wire_header_encode(&h, b);
@@ -33,8 +37,11 @@ static void test_header_roundtrip(void **state)
 static void test_header_rejects(void **state)
 {
     (void)state;
-    ds_wire_header_t h = {.magic = DS_WIRE_MAGIC, .version = DS_WIRE_VERSION,
-                          .opcode = DS_OP_SET, .meta_len = 10, .data_len = 100};
+    ds_wire_header_t h = {.magic = DS_WIRE_MAGIC,
+                          .version = DS_WIRE_VERSION,
+                          .opcode = DS_OP_SET,
+                          .meta_len = 10,
+                          .data_len = 100};
     uint8_t b[DS_WIRE_HEADER_LEN];
     ds_wire_header_t g;
     char err[128];
@@ -71,7 +78,8 @@ static void test_meta_roundtrip(void **state)
     ds__wbuf_u64(&w, 1ull << 60);
     ds__wbuf_cstr(&w, "hello");
     ds__wbuf_str(&w, "", 0);
-    for (int i = 0; i < 1000; i++) ds__wbuf_u32(&w, (uint32_t)i); /* forces growth */
+    for (int i = 0; i < 1000; i++)
+        ds__wbuf_u32(&w, (uint32_t)i); /* forces growth */
     assert_false(w.oom);
     ds_rbuf_t r;
     ds__rbuf_init(&r, w.buf, w.len);
@@ -83,7 +91,8 @@ static void test_meta_roundtrip(void **state)
     assert_int_equal(ds__rbuf_str(&r, &s), 5);
     assert_memory_equal(s, "hello", 5);
     assert_int_equal(ds__rbuf_str(&r, &s), 0);
-    for (int i = 0; i < 1000; i++) assert_int_equal(ds__rbuf_u32(&r), (uint32_t)i);
+    for (int i = 0; i < 1000; i++)
+        assert_int_equal(ds__rbuf_u32(&r), (uint32_t)i);
     assert_true(ds__rbuf_done(&r));
     ds__wbuf_free(&w);
 }
