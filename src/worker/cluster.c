@@ -54,6 +54,11 @@ struct ds_cluster {
     bool have_posted;
     ds_etcd_t *etcd_member, *etcd_watch, *etcd_range;
     atomic_int registered;
+    /* This worker was out of the others' rings (its lease was lost, or a
+     * member list without it was seen): they forgot where its keys live, so
+     * it registers every local key again once it is back. */
+    atomic_bool reannounce;
+    bool self_missing; /* loop only */
 };
 
 /* ---- jobs ---- */
@@ -317,7 +322,7 @@ static void *member_thread(void *arg)
     ds_server_t *srv = cl->srv;
     char err[256];
     int64_t lease = 0;
-    bool warned = false;
+    bool warned = false, ever = false;
     while (!atomic_load(&cl->stop)) {
         if (!atomic_load(&cl->registered)) {
             if (ds__etcd_grant(cl->etcd_member, (int)srv->cfg.node_timeout_s, &lease, err,
@@ -328,6 +333,14 @@ static void *member_thread(void *arg)
                 DS_LOG_INFO("cluster: registered %s (lease %lld)", cl->member_key,
                             (long long)lease);
                 warned = false;
+                if (ever) {
+                    /* The lease was lost: the others dropped this worker. */
+                    atomic_store(&cl->reannounce, true);
+                    uint64_t one = 1;
+                    ssize_t w = write(cl->efd, &one, sizeof(one));
+                    (void)w;
+                }
+                ever = true;
             } else if (!warned) {
                 DS_LOG_WARN("cluster: cannot register with etcd: %s; retrying", err);
                 warned = true;
@@ -378,6 +391,13 @@ static void adopt_members(struct ds_cluster *cl)
         if (strcmp(m[i].addr, cl->self) != 0) continue;
         self_listed = true; /* an old registration of ours may still show a stale id */
         snprintf(m[i].id, sizeof(m[i].id), "%s", cl->srv->worker_id);
+    }
+    /* Listed again after a list without us: the others may have dropped us
+     * meanwhile (the first list, before our registration, does not count). */
+    if (!self_listed && atomic_load(&cl->registered) && cl->nmembers > 1) cl->self_missing = true;
+    if (self_listed && cl->self_missing) {
+        cl->self_missing = false;
+        atomic_store(&cl->reannounce, true);
     }
     if (!self_listed && n < DS_MAX_MEMBERS) {
         snprintf(m[n].addr, sizeof(m[n].addr), "%s", cl->self);
@@ -444,6 +464,10 @@ static void on_eventfd(void *ctx, uint32_t events)
     struct ds_cluster *cl = ctx;
     on_completions(cl, events);
     adopt_members(cl);
+    if (atomic_exchange(&cl->reannounce, false)) {
+        DS_LOG_INFO("cluster: back in the ring; registering every local key again");
+        ds__cluster_ring_changed(cl->srv, NULL);
+    }
 }
 
 static void on_gone(void *ctx, const ds_obj_t *o)

@@ -56,6 +56,7 @@ struct ds_pend {
 struct ds_job {
     ds_job_t *next;
     ds_pend_t *pend; /* may be NULL: fire-and-forget */
+    void *ctx;       /* for a done-handler without a pend */
     void (*done)(ds_job_t *j);
     char addr[300];
     uint16_t op;
@@ -133,7 +134,9 @@ void ds__cluster_op_meta_del(ds_conn_t *c);
 void ds__cluster_op_drop(ds_conn_t *c);
 /* A local copy left the table by eviction or expiry: tell its owner. */
 void ds__cluster_gone(ds_server_t *srv, const ds_obj_t *o);
-/* The member list changed: re-register local keys whose owner changed. */
+/* The member list changed: re-register local keys whose owner changed
+ * (old_ring NULL: every local key, after this worker was out of the ring).
+ * A re-registration never supersedes a copy published elsewhere meanwhile. */
 void ds__cluster_ring_changed(ds_server_t *srv, const ds_ring_t *old_ring);
 
 #endif

@@ -1,8 +1,9 @@
 /* Operations that consult peers (see cluster.h). Each client request that
  * needs another worker becomes a ds_pend_t; its jobs run on the job threads
  * and their done-handlers (here, on the loop) may queue further jobs - a GET
- * first LOCATEs its keys at their owners, then pulls each from where it
- * lives into an arena range reserved for it. The pend answers when its last
+ * first LOCATEs its keys at their owners (or, for keys this worker owns, looks
+ * in its own table), then pulls each from where it lives into an arena range
+ * reserved for it. The pend answers when its last
  * job is done. The owner side (LOCATE, META_PUT, META_DEL) and DROP are
  * ordinary request handlers. */
 #include "worker/cluster.h"
@@ -85,6 +86,7 @@ static void build_locate(ds_pend_t *p, ds_job_t *j)
 /* ---- GET ---- */
 
 static void locate_done(ds_job_t *j);
+static void locate_keys(ds_pend_t *p, uint32_t *which, uint32_t n);
 
 static void pull_done(ds_job_t *j)
 {
@@ -106,15 +108,79 @@ static void pull_done(ds_job_t *j)
         uint32_t i = j->index, wait = p->ttl;
         p->relocates++;
         p->ttl = 0;
-        per_owner(p, &i, 1, DS_OP_LOCATE, build_locate, locate_done);
+        locate_keys(p, &i, 1);
         p->ttl = wait;
     }
+}
+
+/* Key i of the GET lives at `where` (size bytes): take it from the local
+ * store, or reserve room for it and pull it. */
+static void located(ds_pend_t *p, uint32_t i, uint64_t size, const char *where)
+{
+    ds_server_t *srv = p->srv;
+    if (strcmp(where, ds__cluster_self(srv)) == 0) {
+        ds_obj_t *o = ds__store_lookup(srv->store, p->keys[i], p->keylens[i], ds__now_ms());
+        if (o) {
+            ds__store_ref(o);
+            p->objs[i] = o;
+        }
+        return;
+    }
+    ds_obj_t *o = NULL;
+    char err[256];
+    if (ds__store_reserve(srv->store, p->keys[i], p->keylens[i], size, DS_WRITE_NONE_L2_CACHE_EVICT,
+                          0, &o, err, sizeof(err)) != DS_K_OK) {
+        p->err_status = DS_K_OUT_OF_MEMORY;
+        snprintf(p->err, sizeof(p->err), "no room to receive key '%.64s': %.150s", p->keys[i], err);
+        return;
+    }
+    ds_job_t *pull = ds__job_new(p, where, DS_OP_GET, pull_done);
+    if (pull == NULL) {
+        ds__store_unref(srv->store, o);
+        return;
+    }
+    ds__wbuf_i32(&pull->req, 0);
+    ds__wbuf_u8(&pull->req, 0);
+    ds__wbuf_u32(&pull->req, 1);
+    ds__wbuf_str(&pull->req, p->keys[i], p->keylens[i]);
+    pull->obj = o;
+    pull->dst = ds__store_data(srv->store, o);
+    pull->dst_len = size;
+    pull->index = i;
+    ds__job_submit(srv, pull);
+}
+
+/* Finds where the keys `which` of the GET live: keys this worker owns are
+ * looked up in its own table (no round trip; only a wait for a key it does
+ * not know yet goes through a LOCATE to itself), the others are LOCATEd at
+ * their owners. which[] is reused. */
+static void locate_keys(ds_pend_t *p, uint32_t *which, uint32_t n)
+{
+    ds_server_t *srv = p->srv;
+    uint32_t k = 0;
+    for (uint32_t a = 0; a < n; a++) {
+        uint32_t i = which[a];
+        const char *owner = ds__cluster_owner(srv, p->keys[i], p->keylens[i]);
+        if (owner && strcmp(owner, ds__cluster_self(srv)) == 0) {
+            const char *loc;
+            uint64_t size, version;
+            if (ds__meta_find(ds__cluster_meta(srv), p->keys[i], p->keylens[i], &loc, &size,
+                              &version)) {
+                char where[300];
+                snprintf(where, sizeof(where), "%s", loc);
+                located(p, i, size, where);
+                continue;
+            }
+            if (p->ttl == 0) continue; /* unknown to its owner: missing */
+        }
+        which[k++] = i;
+    }
+    if (k) per_owner(p, which, k, DS_OP_LOCATE, build_locate, locate_done);
 }
 
 static void locate_done(ds_job_t *j)
 {
     ds_pend_t *p = j->pend;
-    ds_server_t *srv = p->srv;
     if (j->transport_failed || j->status != DS_K_OK) {
         /* An unreachable owner (dead, not yet dropped from the ring) means
          * the keys read as missing rather than hanging the reader. */
@@ -122,7 +188,6 @@ static void locate_done(ds_job_t *j)
         return;
     }
     uint32_t n = ds__rbuf_u32(&j->r);
-    uint64_t now = ds__now_ms();
     for (uint32_t e = 0; e < n && e < j->nidx && !j->r.err; e++) {
         uint32_t i = j->idx[e];
         uint8_t found = ds__rbuf_u8(&j->r);
@@ -133,36 +198,7 @@ static void locate_done(ds_job_t *j)
         if (!found || j->r.err || p->objs[i]) continue;
         char where[300];
         snprintf(where, sizeof(where), "%.*s", (int)ll, loc);
-        if (strcmp(where, ds__cluster_self(srv)) == 0) {
-            ds_obj_t *o = ds__store_lookup(srv->store, p->keys[i], p->keylens[i], now);
-            if (o) {
-                ds__store_ref(o);
-                p->objs[i] = o;
-            }
-            continue;
-        }
-        ds_obj_t *o = NULL;
-        char err[256];
-        if (ds__store_reserve(srv->store, p->keys[i], p->keylens[i], size,
-                              DS_WRITE_NONE_L2_CACHE_EVICT, 0, &o, err, sizeof(err)) != DS_K_OK) {
-            p->err_status = DS_K_OUT_OF_MEMORY;
-            snprintf(p->err, sizeof(p->err), "no room to receive key '%.64s': %.150s", p->keys[i], err);
-            continue;
-        }
-        ds_job_t *pull = ds__job_new(p, where, DS_OP_GET, pull_done);
-        if (pull == NULL) {
-            ds__store_unref(srv->store, o);
-            continue;
-        }
-        ds__wbuf_i32(&pull->req, 0);
-        ds__wbuf_u8(&pull->req, 0);
-        ds__wbuf_u32(&pull->req, 1);
-        ds__wbuf_str(&pull->req, p->keys[i], p->keylens[i]);
-        pull->obj = o;
-        pull->dst = ds__store_data(srv->store, o);
-        pull->dst_len = size;
-        pull->index = i;
-        ds__job_submit(srv, pull);
+        located(p, i, size, where);
     }
 }
 
@@ -199,7 +235,7 @@ void ds__cluster_get(ds_conn_t *c, int32_t wait_ms, uint8_t flags, const char *c
     }
     uint32_t nm;
     uint32_t *m = missing_indices(p, &nm);
-    if (m && nm) per_owner(p, m, nm, DS_OP_LOCATE, build_locate, locate_done);
+    if (m && nm) locate_keys(p, m, nm);
     free(m);
     ds__pend_start(p);
 }
@@ -209,6 +245,7 @@ void ds__cluster_get(ds_conn_t *c, int32_t wait_ms, uint8_t flags, const char *c
 static void build_meta_put(ds_pend_t *p, ds_job_t *j)
 {
     ds__wbuf_cstr(&j->req, ds__cluster_self(p->srv));
+    ds__wbuf_u8(&j->req, 0); /* a fresh publish supersedes every other copy */
     ds__wbuf_u32(&j->req, j->nidx);
     for (uint32_t i = 0; i < j->nidx; i++) {
         uint32_t k = j->idx[i];
@@ -458,6 +495,42 @@ static void batch_flush(ds_server_t *srv, batch_t *b)
     b->count = 0;
 }
 
+/* The owner refused some re-registered copies (K_DUPLICATED): the key was
+ * published elsewhere meanwhile, so the copy here is older. Drop it unless
+ * it was replaced here since. The request names the keys and versions. */
+static void rereg_done(ds_job_t *j)
+{
+    if (j->transport_failed || j->status != DS_K_OK) {
+        meta_put_done(j);
+        return;
+    }
+    ds_server_t *srv = j->ctx;
+    uint32_t n = ds__rbuf_u32(&j->r);
+    ds_rbuf_t q;
+    ds__rbuf_init(&q, j->req.buf, j->req.len);
+    const char *loc;
+    (void)ds__rbuf_str(&q, &loc);
+    (void)ds__rbuf_u8(&q);
+    uint32_t nq = ds__rbuf_u32(&q);
+    uint64_t now = ds__now_ms();
+    uint32_t dropped = 0;
+    for (uint32_t i = 0; i < n && i < nq && !j->r.err && !q.err; i++) {
+        uint32_t st = ds__rbuf_u32(&j->r);
+        const char *k;
+        uint32_t kl = ds__rbuf_str(&q, &k);
+        (void)ds__rbuf_u64(&q);
+        uint64_t version = ds__rbuf_u64(&q);
+        if (st != DS_K_DUPLICATED || q.err) continue;
+        ds_obj_t *o = ds__store_lookup(srv->store, k, kl, now);
+        if (o && o->version == version) {
+            ds__store_delete(srv->store, k, kl);
+            dropped++;
+        }
+    }
+    if (dropped)
+        DS_LOG_INFO("cluster: dropped %u copies superseded on other workers meanwhile", dropped);
+}
+
 static void rereg_one(void *ctx, ds_obj_t *o)
 {
     rereg_t *r = ctx;
@@ -474,9 +547,11 @@ static void rereg_one(void *ctx, ds_obj_t *o)
     }
     if (b->job && b->count >= DS_META_BATCH) batch_flush(r->srv, b);
     if (b->job == NULL) {
-        b->job = ds__job_new(NULL, now_owner, DS_OP_META_PUT, meta_put_done);
+        b->job = ds__job_new(NULL, now_owner, DS_OP_META_PUT, rereg_done);
         if (b->job == NULL) return;
+        b->job->ctx = r->srv;
         ds__wbuf_cstr(&b->job->req, ds__cluster_self(r->srv));
+        ds__wbuf_u8(&b->job->req, 1); /* only where no other copy is known */
         b->count_at = b->job->req.len;
         ds__wbuf_u32(&b->job->req, 0);
     }

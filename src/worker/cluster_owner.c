@@ -1,7 +1,8 @@
 /* The owner's side of the cluster protocol, and DROP: LOCATE answers where
  * keys live (waiting, like a subscribe-get, until every key is known or the
  * time is up), META_PUT records a new copy and drops the superseded ones
- * before answering, META_DEL forgets copies (and for a delete drops them
+ * before answering (a re-registration only records a copy of a key with no
+ * other known copy), META_DEL forgets copies (and for a delete drops them
  * everywhere), DROP deletes a local copy no newer than the owner says. */
 #include "worker/cluster.h"
 
@@ -60,6 +61,48 @@ void ds__cluster_locate_answer(ds_conn_t *c, uint64_t req_id, const uint8_t *met
     free(lens);
 }
 
+/* A LOCATE waits for the owner to learn a key's location, which is when a
+ * META_PUT records it - not when the key is published on this worker (its
+ * own META_PUT is still on the way then). So LOCATE waits subscribe to the
+ * key behind a tag byte no key may hold, which only META_PUT publishes. */
+#define LOCATE_TAG '\x01'
+
+static size_t tagged_len(const uint32_t *lens, uint32_t n)
+{
+    size_t t = 0;
+    for (uint32_t i = 0; i < n; i++)
+        t += 1 + (size_t)lens[i];
+    return t;
+}
+
+/* The LOCATE's metadata with the tagged keys appended (the answer parses
+ * only the front); keys[] and lens[] are pointed at the tagged copies. */
+static uint8_t *tagged_meta(const uint8_t *meta, uint32_t meta_len, const char **keys,
+                            uint32_t *lens, uint32_t n)
+{
+    uint8_t *m = malloc(meta_len + tagged_len(lens, n));
+    if (m == NULL) return NULL;
+    memcpy(m, meta, meta_len);
+    size_t off = meta_len;
+    for (uint32_t i = 0; i < n; i++) {
+        m[off] = LOCATE_TAG;
+        memcpy(m + off + 1, keys[i], lens[i]);
+        keys[i] = (const char *)m + off;
+        lens[i] += 1;
+        off += lens[i];
+    }
+    return m;
+}
+
+static void wake_locates(ds_server_t *srv, const char *key, uint32_t len)
+{
+    char tagged[1 + DS_MAX_KEY_LEN];
+    if (len > DS_MAX_KEY_LEN) return;
+    tagged[0] = LOCATE_TAG;
+    memcpy(tagged + 1, key, len);
+    ds__subs_publish(srv, tagged, (size_t)len + 1);
+}
+
 void ds__cluster_op_locate(ds_conn_t *c)
 {
     ds_server_t *srv = c->srv;
@@ -88,12 +131,14 @@ void ds__cluster_op_locate(ds_conn_t *c)
             lens[nm++] = lens[i];
         }
     }
-    if (nm > 0 && wait > 0 &&
-        ds__subs_wait(srv, c, DS_OP_LOCATE, c->h.req_id, c->meta, c->h.meta_len, keys, lens, nm,
-                      ds__now_ms() + (uint64_t)wait)) {
-        c->meta = NULL; /* the wait owns it */
-        c->state = CONN_PARKED;
+    uint8_t *wmeta =
+        nm > 0 && wait > 0 ? tagged_meta(c->meta, c->h.meta_len, keys, lens, nm) : NULL;
+    if (wmeta && ds__subs_wait(srv, c, DS_OP_LOCATE, c->h.req_id, wmeta,
+                               c->h.meta_len + tagged_len(lens, nm), keys, lens, nm,
+                               ds__now_ms() + (uint64_t)wait)) {
+        c->state = CONN_PARKED; /* the wait owns wmeta */
     } else {
+        free(wmeta);
         ds__cluster_locate_answer(c, c->h.req_id, c->meta, c->h.meta_len);
     }
     free(keys);
@@ -140,7 +185,8 @@ static void statuses_finish(ds_pend_t *p)
     ds__wbuf_init(&w);
     ds__wbuf_cstr(&w, "");
     ds__wbuf_u32(&w, p->n);
-    for (uint32_t i = 0; i < p->n; i++) ds__wbuf_u32(&w, DS_K_OK);
+    for (uint32_t i = 0; i < p->n; i++)
+        ds__wbuf_u32(&w, p->status ? p->status[i] : DS_K_OK);
     ds__conn_reply(p->conn, p->req_id, p->op, DS_K_OK, &w, NULL, 0, NULL, 0, -1);
     ds__wbuf_free(&w);
 }
@@ -158,7 +204,9 @@ static void meta_update(ds_conn_t *c, bool put)
     ds__rbuf_init(&r, c->meta, c->h.meta_len);
     const char *loc;
     uint32_t ll = ds__rbuf_str(&r, &loc);
+    /* META_PUT: only_if_unknown (a re-registration); META_DEL: everywhere */
     uint8_t everywhere = put ? 0 : ds__rbuf_u8(&r);
+    uint8_t only_if_unknown = put ? ds__rbuf_u8(&r) : 0;
     uint32_t n = ds__rbuf_count(&r, 10 * DS_MAX_BATCH, 13);
     char where[300];
     if (r.err || ll == 0 || ll >= sizeof(where)) {
@@ -172,6 +220,7 @@ static void meta_update(ds_conn_t *c, bool put)
         return;
     }
     p->n = n;
+    p->status = calloc(n ? n : 1, sizeof(*p->status)); /* DS_K_OK is 0 */
     for (uint32_t i = 0; i < n && !r.err; i++) {
         const char *k;
         uint32_t kl = ds__rbuf_str(&r, &k);
@@ -179,9 +228,20 @@ static void meta_update(ds_conn_t *c, bool put)
         uint64_t version = ds__rbuf_u64(&r);
         if (r.err) break;
         drop_ctx_t d = {p, k, kl, where};
+        const char *cur;
+        uint64_t cur_size, cur_version;
+        if (only_if_unknown &&
+            ds__meta_find(ds__cluster_meta(srv), k, kl, &cur, &cur_size, &cur_version) &&
+            strcmp(cur, where) != 0) {
+            /* A copy registered again (after a ring change or a lost lease)
+             * never supersedes one published elsewhere meanwhile: the
+             * sender drops its older copy instead. */
+            if (p->status) p->status[i] = DS_K_DUPLICATED;
+            continue;
+        }
         if (put) {
             ds__meta_put(ds__cluster_meta(srv), k, kl, where, size, version, queue_drop, &d);
-            ds__subs_publish(srv, k, kl); /* wakes LOCATEs waiting for this key */
+            wake_locates(srv, k, kl); /* the LOCATEs waiting for this key */
         } else if (everywhere) {
             ds__meta_del(ds__cluster_meta(srv), k, kl, NULL, 0, queue_drop, &d);
         } else {

@@ -10,6 +10,7 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <glob.h>
 #include <netinet/in.h>
 #include <sched.h>
 #include <signal.h>
@@ -86,7 +87,8 @@ static int free_port(const char *host)
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     socklen_t sl = sizeof(sa);
-    if (host && inet_pton(AF_INET, host, &sa.sin_addr) != 1) sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (host && inet_pton(AF_INET, host, &sa.sin_addr) != 1)
+        sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0 ||
         getsockname(fd, (struct sockaddr *)&sa, &sl) != 0) {
         if (fd >= 0) close(fd);
@@ -388,7 +390,8 @@ static void print_file(const char *path)
     if (f == NULL) return;
     char line[1024];
     fprintf(stderr, "---- %s ----\n", path);
-    while (fgets(line, sizeof(line), f)) fputs(line, stderr);
+    while (fgets(line, sizeof(line), f))
+        fputs(line, stderr);
     fclose(f);
 }
 
@@ -400,10 +403,21 @@ static int etcd_spawn(dst_etcd_t *e)
     snprintf(client, sizeof(client), "http://%s:%d", e->host, e->client_port);
     snprintf(peer, sizeof(peer), "http://%s:%d", e->host, e->peer_port);
     snprintf(initial, sizeof(initial), "%s=%s", name, peer);
-    char *argv[] = {"/usr/bin/etcd", "--name", name, "--data-dir", data,
-                    "--listen-client-urls", client, "--advertise-client-urls", client,
-                    "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-                    "--initial-cluster", initial, "--initial-cluster-state", "new", NULL};
+    char *const flags[][2] = {
+        {"--name", name},
+        {"--data-dir", data},
+        {"--listen-client-urls", client},
+        {"--advertise-client-urls", client},
+        {"--listen-peer-urls", peer},
+        {"--initial-advertise-peer-urls", peer},
+        {"--initial-cluster", initial},
+        {"--initial-cluster-state", "new"},
+    };
+    char *argv[2 * sizeof(flags) / sizeof(flags[0]) + 2] = {"/usr/bin/etcd"};
+    for (size_t i = 0; i < sizeof(flags) / sizeof(flags[0]); i++) {
+        argv[1 + 2 * i] = flags[i][0];
+        argv[2 + 2 * i] = flags[i][1];
+    }
     pid_t pid = fork();
     if (pid < 0) return -1;
     if (pid == 0) {
@@ -438,11 +452,27 @@ static int etcd_spawn(dst_etcd_t *e)
     return -1;
 }
 
+/* Removes the data directories of etcds whose test process died unseen
+ * (SIGKILL: no atexit), found by the pid in their name. */
+static void sweep_etcd_dirs(void)
+{
+    glob_t g;
+    if (glob("/tmp/dst-etcd-*-*", 0, NULL, &g) != 0) return;
+    for (size_t i = 0; i < g.gl_pathc; i++) {
+        int pid = 0;
+        if (sscanf(g.gl_pathv[i], "/tmp/dst-etcd-%d-", &pid) != 1 || pid <= 0) continue;
+        if (pid != (int)getpid() && kill(pid, 0) != 0 && errno == ESRCH)
+            dst_sh("rm -rf '%s'", g.gl_pathv[i]);
+    }
+    globfree(&g);
+}
+
 int dst_etcd_start(dst_etcd_t *e, const char *host)
 {
     memset(e, 0, sizeof(*e));
+    sweep_etcd_dirs();
     snprintf(e->host, sizeof(e->host), "%s", host ? host : "127.0.0.1");
-    snprintf(e->dir, sizeof(e->dir), "/tmp/dst-etcd-XXXXXX");
+    snprintf(e->dir, sizeof(e->dir), "/tmp/dst-etcd-%d-XXXXXX", (int)getpid());
     if (mkdtemp(e->dir) == NULL) return -1;
     for (int i = 0; i < MAX_STARTED; i++)
         if (etcd_dirs[i][0] == '\0') {
@@ -452,8 +482,9 @@ int dst_etcd_start(dst_etcd_t *e, const char *host)
     snprintf(e->logpath, sizeof(e->logpath), "%s/etcd.log", e->dir);
     for (int attempt = 0; attempt < 5; attempt++) {
         e->client_port = free_port(e->host);
-        do e->peer_port = free_port(e->host);
-        while (e->peer_port == e->client_port);
+        e->peer_port = free_port(e->host);
+        for (int i = 0; i < 10 && e->peer_port == e->client_port; i++)
+            e->peer_port = free_port(e->host);
         snprintf(e->address, sizeof(e->address), "%s:%d", e->host, e->client_port);
         if (e->client_port > 0 && e->peer_port > 0 && etcd_spawn(e) == 0) return 0;
         dst_sh("rm -rf '%s/data'", e->dir);
@@ -466,7 +497,8 @@ void dst_etcd_stop(dst_etcd_t *e)
     if (e->pid <= 0) return;
     kill(e->pid, SIGTERM);
     uint64_t deadline = ds__now_ms() + 10000;
-    while (ds__now_ms() < deadline && waitpid(e->pid, NULL, WNOHANG) != e->pid) usleep(10000);
+    while (ds__now_ms() < deadline && waitpid(e->pid, NULL, WNOHANG) != e->pid)
+        usleep(10000);
     if (ds__now_ms() >= deadline) {
         kill(e->pid, SIGKILL);
         waitpid(e->pid, NULL, 0);

@@ -3,7 +3,9 @@
  * connect clients to it, restart or kill it, and always stop it by PID, even
  * when the test fails (the worker also dies with the test process through
  * PR_SET_PDEATHSIG). DS_TEST_WORKER=host:port points the tests at a worker
- * that is already running instead (tests that restart or kill it skip). */
+ * that is already running instead (tests that restart or kill it skip).
+ * Cluster tests also start private etcd servers, workers on other 127.0.0.x
+ * hosts, and network namespaces, all undone at exit. */
 #ifndef DS_TESTS_HARNESS_H
 #define DS_TESTS_HARNESS_H
 
@@ -43,5 +45,50 @@ bool dst_check(const void *buf, size_t len, uint64_t seed);
 
 /* Path of a built binary next to the tests (e.g. "src/worker/datasystem_worker"). */
 const char *dst_build_path(const char *rel, char *out, size_t cap);
+
+/* ---- clusters (tests/cluster) ---- */
+
+/* Like dst_worker_start, on a given host (a 127.0.0.x address, or an address
+ * of the network namespace the calling thread is in); never external. */
+int dst_worker_start_on(dst_worker_t *w, const char *host, int arena_mb, const char *extra);
+/* Polls the worker's STATS until "cluster.members" is n; the milliseconds it
+ * took, or -1 after timeout_ms. */
+int dst_wait_members(const dst_worker_t *w, int n, int timeout_ms);
+
+/* A private etcd server (/usr/bin/etcd) with its own data directory. */
+typedef struct {
+    pid_t pid; /* 0 when stopped */
+    char host[64];
+    int client_port, peer_port;
+    char dir[256]; /* temp dir holding data/ and etcd.log */
+    char logpath[320];
+    char address[96]; /* host:client_port, for --etcd_address */
+} dst_etcd_t;
+
+/* Starts etcd on host (NULL = 127.0.0.1) on free ports and waits until it
+ * answers. 0 or -1 (message and log on stderr). */
+int dst_etcd_start(dst_etcd_t *e, const char *host);
+/* SIGTERM, then SIGKILL after 10 s. */
+void dst_etcd_stop(dst_etcd_t *e);
+void dst_etcd_kill(dst_etcd_t *e);
+/* Starts it again on the same ports; wipe = with an empty data directory
+ * (every registration and lease lost). */
+int dst_etcd_restart(dst_etcd_t *e, bool wipe);
+/* Stops it and removes its directory. */
+void dst_etcd_destroy(dst_etcd_t *e);
+/* How many keys etcd holds under prefix, or -1 when it does not answer. */
+int dst_etcd_count(const dst_etcd_t *e, const char *prefix);
+
+/* Network namespaces (needs root). Names are tracked: every namespace made
+ * here is deleted at exit, after the processes started here are killed. */
+int dst_netns_add(const char *name);
+void dst_netns_del(const char *name);
+/* Moves the calling thread into the namespace (NULL: back to the one it
+ * started in); sockets and processes started afterwards live there. */
+int dst_netns_enter(const char *name);
+/* Runs a shell command line; its exit status, or -1. */
+int dst_sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Kills and forgets every process and namespace the harness started. */
+void dst_cleanup_all(void);
 
 #endif

@@ -1,0 +1,130 @@
+/* Cluster test helpers (see cluster_util.h). */
+#include "cluster_util.h"
+
+#include "common/clock.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static void worker_flags(const ct_cluster_t *c, char *out, size_t cap)
+{
+    snprintf(out, cap,
+             "--etcd_address %s --cluster_name %s --node_timeout_s %d --heartbeat_interval_ms %d",
+             c->etcd.address, c->name, CT_NODE_TIMEOUT_S, CT_HEARTBEAT_MS);
+}
+
+int ct_cluster_start(ct_cluster_t *c, int n, const int *arena_mb)
+{
+    memset(c, 0, sizeof(*c));
+    if (n > CT_MAX_WORKERS) return -1;
+    c->n = n;
+    snprintf(c->name, sizeof(c->name), "ct%d", (int)getpid());
+    if (dst_etcd_start(&c->etcd, NULL) != 0) return -1;
+    char flags[512];
+    worker_flags(c, flags, sizeof(flags));
+    for (int i = 0; i < n; i++) {
+        char host[32];
+        snprintf(host, sizeof(host), "127.0.0.%d", 11 + i);
+        c->arena_mb[i] = arena_mb ? arena_mb[i] : 64;
+        if (dst_worker_start_on(&c->w[i], host, c->arena_mb[i], flags) != 0) {
+            fprintf(stderr, "worker %d on %s did not start\n", i, host);
+            return -1;
+        }
+    }
+    if (ct_wait_members(c, n, 15000) < 0) {
+        fprintf(stderr, "the workers did not all see %d members\n", n);
+        return -1;
+    }
+    return 0;
+}
+
+int ct_worker_restart(ct_cluster_t *c, int i)
+{
+    return dst_worker_restart(&c->w[i]);
+}
+
+int ct_wait_members(ct_cluster_t *c, int n, int timeout_ms)
+{
+    uint64_t t0 = ds__now_ms();
+    for (int i = 0; i < c->n; i++) {
+        if (c->w[i].pid <= 0) continue;
+        int left = timeout_ms - (int)(ds__now_ms() - t0);
+        if (left < 0 || dst_wait_members(&c->w[i], n, left) < 0) {
+            fprintf(stderr, "worker %s:%d sees %d members, not %d\n", c->w[i].host, c->w[i].port,
+                    (int)dst_stat(&c->w[i], "cluster.members"), n);
+            return -1;
+        }
+    }
+    return (int)(ds__now_ms() - t0);
+}
+
+void ct_cluster_stop(ct_cluster_t *c)
+{
+    for (int i = 0; i < c->n; i++)
+        if (c->w[i].pid > 0) dst_worker_stop(&c->w[i]);
+    dst_etcd_destroy(&c->etcd);
+}
+
+ds_client_t *ct_client(ct_cluster_t *c, int i, ds_transport_t t)
+{
+    return dst_connect(&c->w[i], t);
+}
+
+ds_status_t ct_set(ds_client_t *cl, const char *key, size_t len, uint64_t seed)
+{
+    uint8_t *v = malloc(len);
+    if (v == NULL) return DS_K_OUT_OF_MEMORY;
+    dst_fill(v, len, seed);
+    ds_status_t st = ds_kv_set(cl, key, v, len, NULL);
+    free(v);
+    return st;
+}
+
+bool ct_read_ok(ds_client_t *cl, const char *key, size_t len, uint64_t seed, int32_t wait_ms)
+{
+    void *v = NULL;
+    size_t got = 0;
+    ds_status_t st = ds_kv_get(cl, key, wait_ms, &v, &got);
+    bool ok = st == DS_K_OK && got == len && dst_check(v, got, seed);
+    if (!ok)
+        fprintf(stderr, "read '%s': status %d (%s), %zu bytes (want %zu), pattern %s\n", key,
+                (int)st, st == DS_K_OK ? "" : ds_last_error(), got, len,
+                st == DS_K_OK && got == len ? "wrong" : "-");
+    ds_free(v);
+    return ok;
+}
+
+bool ct_read_buffer_ok(ds_client_t *cl, const char *key, size_t len, uint64_t seed)
+{
+    ds_buffer_t *b = NULL;
+    ds_status_t st = ds_kv_get_buffers(cl, 1, &key, 0, &b);
+    bool ok =
+        st == DS_K_OK && b && ds_buffer_size(b) == len && dst_check(ds_buffer_data(b), len, seed);
+    if (!ok)
+        fprintf(stderr, "buffer '%s': status %d (%s), %zu bytes (want %zu)\n", key, (int)st,
+                st == DS_K_OK ? "" : ds_last_error(), b ? ds_buffer_size(b) : 0, len);
+    ds_buffer_release(b);
+    return ok;
+}
+
+int ct_set_find_owner(ct_cluster_t *c, ds_client_t *cl, const char *key, size_t len, uint64_t seed)
+{
+    double before[CT_MAX_WORKERS];
+    for (int n = 0; n < c->n; n++)
+        before[n] = dst_stat(&c->w[n], "cluster.owned_keys");
+    if (ct_set(cl, key, len, seed) != DS_K_OK) return -1;
+    for (int n = 0; n < c->n; n++)
+        if (dst_stat(&c->w[n], "cluster.owned_keys") == before[n] + 1) return n;
+    return -1;
+}
+
+ds_status_t ct_get_status(ds_client_t *cl, const char *key, int32_t wait_ms)
+{
+    void *v = NULL;
+    size_t got = 0;
+    ds_status_t st = ds_kv_get(cl, key, wait_ms, &v, &got);
+    ds_free(v);
+    return st;
+}

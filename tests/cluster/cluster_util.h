@@ -1,0 +1,48 @@
+/* Shared pieces of the cluster tests: a private etcd plus N workers on
+ * distinct 127.0.0.x hosts with short leases, clients to any of them, and
+ * checksummed reads that fail the test with the key named. Values are
+ * dst_fill patterns: a seed per key and version, so an old version, a
+ * neighbour's value or torn bytes never pass as the expected one. */
+#ifndef DS_TESTS_CLUSTER_UTIL_H
+#define DS_TESTS_CLUSTER_UTIL_H
+
+#include "harness.h"
+
+#define CT_MAX_WORKERS 4
+/* Short leases so that failures show within seconds. */
+#define CT_NODE_TIMEOUT_S 2
+#define CT_HEARTBEAT_MS 300
+
+typedef struct {
+    dst_etcd_t etcd;
+    dst_worker_t w[CT_MAX_WORKERS];
+    int arena_mb[CT_MAX_WORKERS];
+    int n;
+    char name[64]; /* cluster name */
+} ct_cluster_t;
+
+/* Starts etcd and n workers on 127.0.0.(11+i) and waits until each sees n
+ * members. arena_mb may be NULL (64 MiB each). 0 or -1. */
+int ct_cluster_start(ct_cluster_t *c, int n, const int *arena_mb);
+/* Starts worker i again (on its address; a fresh process and worker id). */
+int ct_worker_restart(ct_cluster_t *c, int i);
+/* Waits until every running worker sees n members; ms taken or -1. */
+int ct_wait_members(ct_cluster_t *c, int n, int timeout_ms);
+void ct_cluster_stop(ct_cluster_t *c);
+
+/* A client of worker i (LOCAL: Unix socket + shared memory, or TCP). */
+ds_client_t *ct_client(ct_cluster_t *c, int i, ds_transport_t t);
+
+/* Sets key to len bytes of pattern seed; the status. */
+ds_status_t ct_set(ds_client_t *cl, const char *key, size_t len, uint64_t seed);
+/* Reads key by copy and checks its size and pattern: true when it matches. */
+bool ct_read_ok(ds_client_t *cl, const char *key, size_t len, uint64_t seed, int32_t wait_ms);
+/* The same through a zero-copy buffer (ds_kv_get_buffers). */
+bool ct_read_buffer_ok(ds_client_t *cl, const char *key, size_t len, uint64_t seed);
+/* Sets key through cl and returns the index of the worker whose
+ * cluster.owned_keys grew: the key's metadata owner; -1 if none did. */
+int ct_set_find_owner(ct_cluster_t *c, ds_client_t *cl, const char *key, size_t len, uint64_t seed);
+/* The status a copy-get of key returns (the value is dropped). */
+ds_status_t ct_get_status(ds_client_t *cl, const char *key, int32_t wait_ms);
+
+#endif

@@ -1,0 +1,295 @@
+/* The cluster across network namespaces: each worker in its own namespace
+ * (h1, h2, h3) joined by veth pairs to a "hub" namespace that holds a bridge
+ * and etcd, addresses 198.18.0.0/24 existing only inside these namespaces.
+ * The clients run inside the namespaces too (ct_node via `ip netns exec`):
+ * a value set on h1 is read on h2 (TCP and local clients, checksummed), a
+ * consumer waiting on h3 is woken by a publish on h1, and a wait for a key
+ * that never comes times out promptly. Namespace names carry this process's
+ * pid and are deleted at the end, on failure and on SIGTERM/SIGINT too;
+ * leftovers of earlier runs that died are swept first. Skipped, with a
+ * message, when the kernel refuses namespaces (not root, EPERM). */
+#include "cluster_util.h"
+
+#include "common/clock.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#define NS_PREFIX "dsct"
+
+static char hub[64], hosts[3][64];
+static char addr_ip[3][32];
+static dst_etcd_t E;
+static dst_worker_t W[3];
+static char unavailable[256]; /* why the namespaces could not be made */
+static char node_bin[512];
+
+static void on_signal(int sig)
+{
+    dst_cleanup_all();
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+/* Deletes namespaces of earlier runs of this test whose process is gone. */
+static void sweep_stale(void)
+{
+    FILE *f = popen("ip netns list 2>/dev/null", "r");
+    if (f == NULL) return;
+    char line[256];
+    while (fgets(line, sizeof(line), f)) {
+        int pid;
+        char rest[64];
+        if (sscanf(line, NS_PREFIX "%d-%63s", &pid, rest) != 2) continue;
+        if (pid == (int)getpid() || kill(pid, 0) == 0 || errno != ESRCH) continue;
+        dst_sh("ip netns del '" NS_PREFIX "%d-%s' 2>/dev/null", pid, rest);
+    }
+    pclose(f);
+}
+
+static int make_network(void)
+{
+    if (geteuid() != 0) {
+        snprintf(unavailable, sizeof(unavailable), "not root (euid %d)", (int)geteuid());
+        return -1;
+    }
+    sweep_stale();
+    snprintf(hub, sizeof(hub), NS_PREFIX "%d-hub", (int)getpid());
+    if (dst_netns_add(hub) != 0) {
+        snprintf(unavailable, sizeof(unavailable), "the kernel refused 'ip netns add' (EPERM?)");
+        return -1;
+    }
+    if (dst_sh("ip -n %s link add br0 type bridge && ip -n %s addr add 198.18.0.1/24 dev br0 && "
+               "ip -n %s link set br0 up",
+               hub, hub, hub) != 0)
+        return -1;
+    for (int i = 0; i < 3; i++) {
+        snprintf(hosts[i], sizeof(hosts[i]), NS_PREFIX "%d-h%d", (int)getpid(), i + 1);
+        snprintf(addr_ip[i], sizeof(addr_ip[i]), "198.18.0.%d", 11 + i);
+        if (dst_netns_add(hosts[i]) != 0) return -1;
+        /* The veth pair is made inside the hub, its far end moved straight
+         * into the host namespace: nothing touches the root namespace. */
+        if (dst_sh("ip -n %s link add vh%d type veth peer name eth0 netns %s && "
+                   "ip -n %s link set vh%d master br0 up && "
+                   "ip -n %s addr add %s/24 dev eth0 && ip -n %s link set eth0 up",
+                   hub, i + 1, hosts[i], hub, i + 1, hosts[i], addr_ip[i], hosts[i]) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    signal(SIGTERM, on_signal);
+    signal(SIGINT, on_signal);
+    dst_build_path("tests/cluster/ct_node", node_bin, sizeof(node_bin));
+    if (make_network() != 0) {
+        if (unavailable[0] == '\0') {
+            fprintf(stderr, "building the namespace network failed\n");
+            return -1;
+        }
+        return 0; /* every test skips */
+    }
+    if (dst_netns_enter(hub) != 0 || dst_etcd_start(&E, "198.18.0.1") != 0) return -1;
+    char flags[512];
+    snprintf(flags, sizeof(flags),
+             "--etcd_address %s --cluster_name ns%d --node_timeout_s %d --heartbeat_interval_ms %d",
+             E.address, (int)getpid(), CT_NODE_TIMEOUT_S, CT_HEARTBEAT_MS);
+    for (int i = 0; i < 3; i++)
+        if (dst_netns_enter(hosts[i]) != 0 ||
+            dst_worker_start_on(&W[i], addr_ip[i], 64, flags) != 0)
+            return -1;
+    return dst_netns_enter(NULL);
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    for (int i = 0; i < 3; i++)
+        if (W[i].pid > 0) dst_worker_stop(&W[i]);
+    dst_netns_enter(hub);
+    dst_etcd_destroy(&E);
+    dst_netns_enter(NULL);
+    for (int i = 0; i < 3; i++)
+        if (hosts[i][0]) dst_netns_del(hosts[i]);
+    if (hub[0]) dst_netns_del(hub);
+    return 0;
+}
+
+#define SKIP_IF_UNAVAILABLE()                                                                      \
+    do {                                                                                           \
+        if (unavailable[0]) {                                                                      \
+            fprintf(stderr, "  SKIPPED: network namespaces unavailable: %s\n", unavailable);       \
+            skip();                                                                                \
+        }                                                                                          \
+    } while (0)
+
+/* Starts `ip netns exec NS ct_node ARGS...` for node i; its stdout goes to
+ * *out_fd (may be NULL: inherited). */
+static pid_t node_start(int i, int *out_fd, const char *fmt, ...)
+{
+    char args[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof(args), fmt, ap);
+    va_end(ap);
+    char *argv[32] = {"/usr/sbin/ip", "netns", "exec", hosts[i], node_bin};
+    int argc = 5;
+    for (char *tok = strtok(args, " "); tok && argc < 31; tok = strtok(NULL, " "))
+        argv[argc++] = tok;
+    argv[argc] = NULL;
+    int p[2] = {-1, -1};
+    if (out_fd && pipe(p) != 0) return -1;
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (out_fd) {
+            dup2(p[1], 1);
+            close(p[0]);
+            close(p[1]);
+        }
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    if (out_fd) {
+        close(p[1]);
+        *out_fd = p[0];
+    }
+    return pid;
+}
+
+/* Waits for a ct_node (at most timeout_ms, then kills it); its exit status
+ * (-1 on a kill) and its output in out. */
+static int node_wait(pid_t pid, int fd, char *out, size_t cap, int timeout_ms)
+{
+    int status = -1;
+    uint64_t until = ds__now_ms() + (uint64_t)timeout_ms;
+    while (waitpid(pid, &status, WNOHANG) != pid) {
+        if (ds__now_ms() > until) {
+            kill(pid, SIGKILL);
+            waitpid(pid, NULL, 0);
+            status = -1;
+            break;
+        }
+        usleep(10000);
+    }
+    if (out) {
+        ssize_t n = fd >= 0 ? read(fd, out, cap - 1) : -1;
+        out[n > 0 ? n : 0] = '\0';
+    }
+    if (fd >= 0) close(fd);
+    return status >= 0 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static int node_run(int i, char *out, size_t cap, const char *fmt, ...)
+{
+    char args[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof(args), fmt, ap);
+    va_end(ap);
+    int fd = -1;
+    pid_t pid = node_start(i, &fd, "%s", args);
+    if (pid < 0) return -1;
+    char buf[256];
+    int rc = node_wait(pid, fd, out ? out : buf, out ? cap : sizeof(buf), 20000);
+    return rc;
+}
+
+static void test_members_seen_inside_namespaces(void **state)
+{
+    (void)state;
+    SKIP_IF_UNAVAILABLE();
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(node_run(i, NULL, 0, "%s:%d members 3 15000", addr_ip[i], W[i].port), 0);
+}
+
+static void test_set_on_h1_get_on_h2(void **state)
+{
+    (void)state;
+    SKIP_IF_UNAVAILABLE();
+    static const size_t sizes[] = {100, 70000, 6u << 20};
+    for (int s = 0; s < 3; s++) {
+        char key[32], out[256];
+        snprintf(key, sizeof(key), "ns-%d", s);
+        assert_int_equal(node_run(0, NULL, 0, "-t %s -d %s %s:%d set %s %zu %d",
+                                  s % 2 ? "tcp" : "local", W[0].sockdir, addr_ip[0], W[0].port, key,
+                                  sizes[s], 300 + s),
+                         0);
+        for (int t = 0; t < 2; t++) {
+            assert_int_equal(node_run(1, out, sizeof(out), "-t %s -d %s %s:%d get %s %zu %d 0",
+                                      t ? "tcp" : "local", W[1].sockdir, addr_ip[1], W[1].port, key,
+                                      sizes[s], 300 + s),
+                             0);
+            assert_non_null(strstr(out, "ok"));
+        }
+        assert_int_equal(node_run(2, out, sizeof(out), "%s:%d get %s %zu %d 0", addr_ip[2],
+                                  W[2].port, key, sizes[s], 300 + s),
+                         0);
+    }
+}
+
+static void test_consumer_on_h3_woken_by_h1(void **state)
+{
+    (void)state;
+    SKIP_IF_UNAVAILABLE();
+    for (int t = 0; t < 2; t++) {
+        char key[32], out[256];
+        snprintf(key, sizeof(key), "ns-wait-%d", t);
+        int fd = -1;
+        pid_t consumer = node_start(2, &fd, "-t %s -d %s %s:%d get %s 4096 77 10000",
+                                    t ? "tcp" : "local", W[2].sockdir, addr_ip[2], W[2].port, key);
+        assert_true(consumer > 0);
+        usleep(600000); /* the consumer process starts and waits */
+        uint64_t t0 = ds__now_ms();
+        assert_int_equal(node_run(0, NULL, 0, "%s:%d set %s 4096 77", addr_ip[0], W[0].port, key),
+                         0);
+        int rc = node_wait(consumer, fd, out, sizeof(out), 15000);
+        if (rc != 0) fprintf(stderr, "  consumer on h3: exit %d: %s\n", rc, out);
+        assert_int_equal(rc, 0);
+        uint64_t woke = ds__now_ms() - t0;
+        unsigned long long waited = 0;
+        assert_int_equal(sscanf(out, "ok %llu", &waited), 1);
+        fprintf(stderr,
+                "  consumer on h3 waited %llu ms; woken %llu ms after the set on h1 began\n",
+                waited, (unsigned long long)woke);
+        /* Woken by the publish, long before its 10 s timeout. */
+        assert_true(waited >= 300 && waited < 5000);
+        assert_true(woke < 3000);
+    }
+}
+
+static void test_wait_times_out_promptly(void **state)
+{
+    (void)state;
+    SKIP_IF_UNAVAILABLE();
+    char out[256];
+    assert_int_equal(
+        node_run(1, out, sizeof(out), "%s:%d get ns-never 10 1 500", addr_ip[1], W[1].port), 3);
+    unsigned long long ms = 0;
+    assert_int_equal(sscanf(out, "missing %llu", &ms), 1);
+    fprintf(stderr, "  a 500 ms wait on h2 for a missing key returned after %llu ms\n", ms);
+    assert_true(ms >= 490 && ms < 1100);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_members_seen_inside_namespaces),
+        cmocka_unit_test(test_set_on_h1_get_on_h2),
+        cmocka_unit_test(test_consumer_on_h3_woken_by_h1),
+        cmocka_unit_test(test_wait_times_out_promptly),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
