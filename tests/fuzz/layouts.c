@@ -152,6 +152,7 @@ void fz_parse_request(uint16_t op, const uint8_t *meta, size_t len, ds_wbuf_t *e
         break;
     case DS_OP_META_PUT: {
         str(&p);
+        (void)u8(&p); /* only_if_unknown */
         uint32_t n = count(&p, DS_MAX_BATCH, 20);
         for (uint32_t i = 0; i < n && !p.r.err; i++) {
             key(&p);

@@ -69,7 +69,7 @@ REQUESTS = {
     "stats": frame("STATS"),
     "shutdown": frame("SHUTDOWN"),
     "locate": frame("LOCATE", i32(10) + keys([b"k1"])),
-    "meta_put": frame("META_PUT", s(b"127.0.0.1:31501") + u32(1) + s(b"k1") + u64(2) + u64(7)),
+    "meta_put": frame("META_PUT", s(b"127.0.0.1:31501") + u8(0) + u32(1) + s(b"k1") + u64(2) + u64(7)),
     "meta_del": frame("META_DEL", s(b"127.0.0.1:31501") + u8(1) + u32(1) + s(b"k1") + u64(7)),
     "drop": frame("DROP", u32(1) + s(b"k1") + u64(9)),
 }
