@@ -137,7 +137,8 @@ static void run_job(struct ds_cluster *cl, ds_job_t *j)
     }
     j->status = resp.status;
     snprintf(j->err, sizeof(j->err), "%s", resp.err);
-    if (j->dst && resp.status == DS_K_OK) run_pull(pc, j, &resp, dl);
+    if (j->dst && resp.status == DS_K_OK)
+        run_pull(pc, j, &resp, dl);
     else if (resp.data_len && ds__peer_read(pc, &resp, NULL, resp.data_len, dl) != 0)
         j->transport_failed = 1;
     /* Keep the metadata for the loop-side handler; it reads after the error. */
@@ -190,7 +191,6 @@ ds_pend_t *ds__pend_new(ds_conn_t *c, void (*finish)(ds_pend_t *))
     p->op = c->h.opcode;
     p->flags = c->h.flags;
     p->finish = finish;
-    ds__wbuf_init(&p->reply);
     return p;
 }
 
@@ -205,7 +205,8 @@ void ds__pend_free(ds_pend_t *p)
     free(p->objs);
     free(p->status);
     free(p->sizes);
-    ds__wbuf_free(&p->reply);
+    free(p->orig_status);
+    free(p->orig_idx);
     free(p);
 }
 
@@ -295,7 +296,8 @@ static void on_watch_event(void *ctx)
 static void nap(struct ds_cluster *cl, uint64_t ms)
 {
     uint64_t until = ds__now_ms() + ms;
-    while (!atomic_load(&cl->stop) && ds__now_ms() < until) usleep(20000);
+    while (!atomic_load(&cl->stop) && ds__now_ms() < until)
+        usleep(20000);
 }
 
 static void *watch_thread(void *arg)
@@ -424,7 +426,8 @@ static void adopt_members(struct ds_cluster *cl)
         }
     }
     const char **addrs = malloc((n ? n : 1) * sizeof(*addrs));
-    for (size_t i = 0; addrs && i < n; i++) addrs[i] = m[i].addr;
+    for (size_t i = 0; addrs && i < n; i++)
+        addrs[i] = m[i].addr;
     ds_ring_t *ring = addrs ? ds__ring_build(addrs, n) : NULL;
     free(addrs);
     if (ring == NULL) {
@@ -442,8 +445,8 @@ static void adopt_members(struct ds_cluster *cl)
     for (size_t i = 0; kept && i < cl->nmembers; i++) {
         bool restarted = false;
         for (size_t k = 0; k < n; k++)
-            restarted |= !strcmp(m[k].addr, cl->members[i].addr) &&
-                         strcmp(m[k].id, cl->members[i].id) != 0;
+            restarted |=
+                !strcmp(m[k].addr, cl->members[i].addr) && strcmp(m[k].id, cl->members[i].id) != 0;
         if (!restarted) kept[nk++] = cl->members[i].addr;
     }
     ds_ring_t *old_alive = kept ? ds__ring_build(kept, nk) : NULL;
@@ -557,7 +560,8 @@ void ds__cluster_destroy(ds_server_t *srv)
         pthread_mutex_lock(&cl->mu);
         pthread_cond_broadcast(&cl->cv);
         pthread_mutex_unlock(&cl->mu);
-        for (int i = 0; i < DS_JOB_THREADS; i++) pthread_join(cl->job_threads[i], NULL);
+        for (int i = 0; i < DS_JOB_THREADS; i++)
+            pthread_join(cl->job_threads[i], NULL);
         pthread_join(cl->member_thread, NULL);
         pthread_join(cl->watch_thread, NULL);
     }

@@ -49,8 +49,12 @@ struct ds_pend {
     uint32_t relocates; /* GET: pulls that found the key moved and asked again */
     ds_status_t err_status;
     char err[256];
-    ds_wbuf_t reply; /* a prepared answer (SET) */
-    ds_status_t reply_status;
+    /* SET/PUBLISH in a cluster: the client's per-key statuses, answered once
+     * the owners recorded the new copies (and, for NX, agreed). */
+    bool nx;
+    uint32_t norig;
+    uint32_t *orig_status;
+    uint32_t *orig_idx; /* pend key k is the request's key orig_idx[k] */
 };
 
 struct ds_job {
@@ -105,8 +109,8 @@ int ds__meta_find(ds_meta_t *m, const char *key, size_t len, const char **loc, u
 /* Records loc as the key's current copy; the superseded locations and their
  * versions go to cb (to be dropped). */
 void ds__meta_put(ds_meta_t *m, const char *key, size_t len, const char *loc, uint64_t size,
-                  uint64_t version,
-                  void (*cb)(void *ctx, const char *loc, uint64_t version), void *ctx);
+                  uint64_t version, void (*cb)(void *ctx, const char *loc, uint64_t version),
+                  void *ctx);
 /* Removes one location (if its version is <= version) or, loc NULL, the
  * whole key, reporting the removed locations to cb. */
 void ds__meta_del(ds_meta_t *m, const char *key, size_t len, const char *loc, uint64_t version,
@@ -120,9 +124,12 @@ uint64_t ds__meta_count(const ds_meta_t *m);
  * to wait_ms) and pulls from where the keys live. */
 void ds__cluster_get(ds_conn_t *c, int32_t wait_ms, uint8_t flags, const char *const *keys,
                      const uint32_t *lens, uint32_t n);
-/* After a local publish: tells the owners, then sends reply. Takes over reply. */
-void ds__cluster_published(ds_conn_t *c, ds_obj_t **objs, uint32_t n, ds_wbuf_t *reply,
-                           ds_status_t st);
+/* After local publishes (objs[i] NULL where key i failed, with status[i]):
+ * tells the owners, then answers the SET/PUBLISH. With nx the owners refuse
+ * keys that live on another worker; those local copies are rolled back and
+ * answer K_OC_KEY_ALREADY_EXIST. */
+void ds__cluster_published(ds_conn_t *c, ds_obj_t **objs, const uint32_t *status, uint32_t n,
+                           bool nx, const char *first_err);
 /* DEL, EXIST, EXPIRE and QSIZE across the cluster. */
 void ds__cluster_keys_op(ds_conn_t *c, uint16_t op, const char *const *keys, const uint32_t *lens,
                          uint32_t n, uint32_t ttl);

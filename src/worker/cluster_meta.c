@@ -59,7 +59,8 @@ void ds__meta_free(ds_meta_t *m)
             e = n;
         }
     }
-    for (size_t i = 0; i < m->naddrs; i++) free(m->addrs[i]);
+    for (size_t i = 0; i < m->naddrs; i++)
+        free(m->addrs[i]);
     free(m->addrs);
     free(m->b);
     free(m);
@@ -156,8 +157,8 @@ void ds__meta_del(ds_meta_t *m, const char *key, size_t len, const char *loc, ui
     if (e == NULL) return;
     uint32_t k = 0;
     for (uint32_t i = 0; i < e->nlocs; i++) {
-        bool drop = loc == NULL ||
-                    (strcmp(e->locs[i].addr, loc) == 0 && e->locs[i].version <= version);
+        bool drop =
+            loc == NULL || (strcmp(e->locs[i].addr, loc) == 0 && e->locs[i].version <= version);
         if (drop) {
             if (cb) cb(ctx, e->locs[i].addr, e->locs[i].version);
         } else {

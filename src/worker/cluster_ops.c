@@ -209,8 +209,8 @@ static void get_finish(ds_pend_t *p)
         ds__conn_reply_err(p->conn, p->req_id, DS_OP_GET, p->err_status, "%s", p->err);
         return;
     }
-    ds__ops_get_reply(p->conn, p->req_id, p->flags, (const char *const *)p->keys, p->keylens,
-                      p->n, p->objs);
+    ds__ops_get_reply(p->conn, p->req_id, p->flags, (const char *const *)p->keys, p->keylens, p->n,
+                      p->objs);
 }
 
 void ds__cluster_get(ds_conn_t *c, int32_t wait_ms, uint8_t flags, const char *const *keys,
@@ -245,7 +245,8 @@ void ds__cluster_get(ds_conn_t *c, int32_t wait_ms, uint8_t flags, const char *c
 static void build_meta_put(ds_pend_t *p, ds_job_t *j)
 {
     ds__wbuf_cstr(&j->req, ds__cluster_self(p->srv));
-    ds__wbuf_u8(&j->req, 0); /* a fresh publish supersedes every other copy */
+    /* A fresh publish supersedes every other copy, unless it is NX. */
+    ds__wbuf_u8(&j->req, p->nx ? 1 : 0);
     ds__wbuf_u32(&j->req, j->nidx);
     for (uint32_t i = 0; i < j->nidx; i++) {
         uint32_t k = j->idx[i];
@@ -257,43 +258,84 @@ static void build_meta_put(ds_pend_t *p, ds_job_t *j)
 
 static void meta_put_done(ds_job_t *j)
 {
-    if (j->transport_failed || j->status != DS_K_OK)
+    if (j->transport_failed || (j->status != DS_K_OK && j->status != DS_K_DUPLICATED)) {
         DS_LOG_WARN("cluster: owner %s did not record %u keys: %s (they are registered again "
                     "when the ring changes)",
                     j->addr, j->nidx, j->err);
-}
-
-static void reply_finish(ds_pend_t *p)
-{
-    if (p->conn == NULL) return;
-    ds__conn_reply(p->conn, p->req_id, p->op, p->reply_status, &p->reply, NULL, 0, NULL, 0, -1);
-}
-
-void ds__cluster_published(ds_conn_t *c, ds_obj_t **objs, uint32_t n, ds_wbuf_t *reply,
-                           ds_status_t st)
-{
-    ds_pend_t *p = ds__pend_new(c, reply_finish);
-    uint32_t np = 0;
-    for (uint32_t i = 0; i < n; i++) np += objs[i] != NULL;
-    const char **kp = calloc(np ? np : 1, sizeof(*kp));
-    uint32_t *kl = calloc(np ? np : 1, sizeof(*kl));
-    if (p == NULL || kp == NULL || kl == NULL) {
-        free(kp);
-        free(kl);
-        if (p) ds__pend_free(p);
-        ds__conn_reply(c, c->h.req_id, c->h.opcode, st, reply, NULL, 0, NULL, 0, -1);
-        ds__wbuf_free(reply);
         return;
     }
+    ds_pend_t *p = j->pend;
+    if (p == NULL || !p->nx) return;
+    /* NX: the owner refused keys that already live elsewhere. */
+    ds_server_t *srv = p->srv;
+    uint32_t n = ds__rbuf_u32(&j->r);
+    for (uint32_t e = 0; e < n && e < j->nidx; e++) {
+        uint32_t st = ds__rbuf_u32(&j->r);
+        if (j->r.err) break;
+        if (st != DS_K_DUPLICATED) continue;
+        uint32_t k = j->idx[e];
+        ds_obj_t *mine = p->objs[k];
+        if (ds__store_lookup(srv->store, p->keys[k], p->keylens[k], ds__now_ms()) == mine)
+            ds__store_delete(srv->store, p->keys[k], p->keylens[k]);
+        p->orig_status[p->orig_idx[k]] = DS_K_OC_KEY_ALREADY_EXIST;
+        if (p->err[0] == '\0')
+            snprintf(p->err, sizeof(p->err), "key '%.200s' already exists (NX) on another worker",
+                     p->keys[k]);
+    }
+}
+
+static void published_finish(ds_pend_t *p)
+{
+    if (p->conn == NULL) return;
+    ds_wbuf_t w;
+    ds__wbuf_init(&w);
+    ds_status_t overall = DS_K_OK;
+    for (uint32_t i = 0; i < p->norig; i++)
+        if (p->orig_status[i] != DS_K_OK) {
+            overall = (ds_status_t)p->orig_status[i];
+            break;
+        }
+    ds__wbuf_cstr(&w, overall == DS_K_OK ? "" : p->err);
+    ds__wbuf_u32(&w, p->norig);
+    for (uint32_t i = 0; i < p->norig; i++)
+        ds__wbuf_u32(&w, p->orig_status[i]);
+    ds__conn_reply(p->conn, p->req_id, p->op, overall, &w, NULL, 0, NULL, 0, -1);
+    ds__wbuf_free(&w);
+}
+
+void ds__cluster_published(ds_conn_t *c, ds_obj_t **objs, const uint32_t *status, uint32_t n,
+                           bool nx, const char *first_err)
+{
+    ds_pend_t *p = ds__pend_new(c, published_finish);
+    uint32_t np = 0;
+    for (uint32_t i = 0; i < n; i++)
+        np += objs[i] != NULL;
+    const char **kp = calloc(np ? np : 1, sizeof(*kp));
+    uint32_t *kl = calloc(np ? np : 1, sizeof(*kl));
+    uint32_t *orig = p ? calloc(n ? n : 1, sizeof(*orig)) : NULL;
+    uint32_t *idx = p ? calloc(np ? np : 1, sizeof(*idx)) : NULL;
+    if (p == NULL || kp == NULL || kl == NULL || orig == NULL || idx == NULL) {
+        free(kp);
+        free(kl);
+        free(orig);
+        free(idx);
+        if (p) ds__pend_free(p);
+        ds__conn_reply_err(c, c->h.req_id, c->h.opcode, DS_K_OUT_OF_MEMORY, "out of memory");
+        return;
+    }
+    memcpy(orig, status, n * sizeof(*orig));
+    p->orig_status = orig;
+    p->orig_idx = idx;
+    p->norig = n;
+    p->nx = nx;
+    snprintf(p->err, sizeof(p->err), "%s", first_err ? first_err : "");
     uint32_t k = 0;
     for (uint32_t i = 0; i < n; i++)
         if (objs[i]) {
             kp[k] = objs[i]->key;
-            kl[k++] = objs[i]->keylen;
+            kl[k] = objs[i]->keylen;
+            idx[k++] = i;
         }
-    p->reply = *reply;
-    ds__wbuf_init(reply);
-    p->reply_status = st;
     if (pend_keys(p, kp, kl, np)) {
         uint32_t *all = malloc((np ? np : 1) * sizeof(*all));
         k = 0;
@@ -302,7 +344,7 @@ void ds__cluster_published(ds_conn_t *c, ds_obj_t **objs, uint32_t n, ds_wbuf_t 
                 ds__store_ref(objs[i]);
                 p->objs[k] = objs[i];
                 p->sizes[k] = objs[i]->size;
-                all[k] = k;
+                if (all) all[k] = k;
                 k++;
             }
         if (all && np) per_owner(p, all, np, DS_OP_META_PUT, build_meta_put, meta_put_done);
@@ -434,8 +476,8 @@ void ds__cluster_keys_op(ds_conn_t *c, uint16_t op, const char *const *keys, con
             continue;
         }
         p->sizes[i] = o->size;
-        p->status[i] = op == DS_OP_EXPIRE ? ds__store_expire(srv->store, keys[i], lens[i], ttl, now)
-                                          : DS_K_OK;
+        p->status[i] =
+            op == DS_OP_EXPIRE ? ds__store_expire(srv->store, keys[i], lens[i], ttl, now) : DS_K_OK;
     }
     if (m && nm) {
         if (op == DS_OP_DEL)
@@ -489,7 +531,8 @@ static void batch_flush(ds_server_t *srv, batch_t *b)
 {
     if (b->job == NULL) return;
     uint8_t *p = b->job->req.buf + b->count_at;
-    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(b->count >> (8 * i));
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(b->count >> (8 * i));
     ds__job_submit(srv, b->job);
     b->job = NULL;
     b->count = 0;
@@ -566,6 +609,7 @@ void ds__cluster_ring_changed(ds_server_t *srv, const ds_ring_t *old_ring)
 {
     rereg_t r = {.srv = srv, .old = old_ring};
     ds__store_foreach(srv->store, rereg_one, &r);
-    for (size_t i = 0; i < sizeof(r.batch) / sizeof(r.batch[0]); i++) batch_flush(srv, &r.batch[i]);
+    for (size_t i = 0; i < sizeof(r.batch) / sizeof(r.batch[0]); i++)
+        batch_flush(srv, &r.batch[i]);
     if (r.total) DS_LOG_INFO("cluster: registered %u keys with their new owners", r.total);
 }

@@ -23,7 +23,8 @@ static int read_key_list(ds_rbuf_t *r, const char ***keys, uint32_t **lens, uint
     *keys = malloc(*n * sizeof(**keys));
     *lens = malloc(*n * sizeof(**lens));
     if (*keys == NULL || *lens == NULL) return -1;
-    for (uint32_t i = 0; i < *n; i++) (*lens)[i] = ds__rbuf_str(r, &(*keys)[i]);
+    for (uint32_t i = 0; i < *n; i++)
+        (*lens)[i] = ds__rbuf_str(r, &(*keys)[i]);
     return r->err ? -1 : 0;
 }
 
@@ -197,7 +198,8 @@ static void meta_update(ds_conn_t *c, bool put)
     ds_server_t *srv = c->srv;
     uint16_t op = put ? DS_OP_META_PUT : DS_OP_META_DEL;
     if (srv->cluster == NULL) {
-        ds__conn_reply_err(c, c->h.req_id, op, DS_K_NOT_SUPPORTED, "this worker is not in a cluster");
+        ds__conn_reply_err(c, c->h.req_id, op, DS_K_NOT_SUPPORTED,
+                           "this worker is not in a cluster");
         return;
     }
     ds_rbuf_t r;

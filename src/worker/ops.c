@@ -98,17 +98,12 @@ static void reply_statuses(ds_conn_t *c, uint16_t op, const uint32_t *st, uint32
 /* After local publishes: in a cluster the owners learn the new copies
  * before the client hears back; standalone the answer goes out now. */
 static void answer_published(ds_conn_t *c, uint16_t op, ds_obj_t **published, const uint32_t *st,
-                             uint32_t n, const char *first_err)
+                             uint32_t n, bool nx, const char *first_err)
 {
-    if (c->srv->cluster == NULL || (c->h.flags & DS_FLAG_PEER)) {
+    if (c->srv->cluster == NULL || (c->h.flags & DS_FLAG_PEER))
         reply_statuses(c, op, st, n, first_err);
-        return;
-    }
-    ds_wbuf_t w;
-    ds__wbuf_init(&w);
-    ds_status_t overall = build_statuses(&w, st, n, first_err);
-    ds__cluster_published(c, published, n, &w, overall);
-    ds__wbuf_free(&w);
+    else
+        ds__cluster_published(c, published, st, n, nx, first_err);
 }
 
 /* Answers are built with an empty error string in front (4 bytes: length
@@ -254,7 +249,8 @@ void ds__ops_set_finish(ds_conn_t *c)
         }
     }
     if (published)
-        answer_published(c, DS_OP_SET, published, c->pend_status, c->npend, c->pend_err);
+        answer_published(c, DS_OP_SET, published, c->pend_status, c->npend,
+                         c->pend_existence == DS_EXISTENCE_NX, c->pend_err);
     else
         ds__conn_reply_err(c, c->h.req_id, DS_OP_SET, DS_K_OUT_OF_MEMORY, "out of memory");
     free(published);
@@ -640,6 +636,7 @@ static void op_publish_release(ds_conn_t *c, bool publish)
     }
     uint32_t *st = calloc(n ? n : 1, sizeof(*st));
     ds_obj_t **published = calloc(n ? n : 1, sizeof(*published));
+    bool any_nx = false; /* a PUBLISH batch mixing NX and not is treated as NX */
     char first[256] = "";
     uint64_t now = ds__now_ms();
     for (uint32_t i = 0; st && i < n; i++) {
@@ -656,6 +653,7 @@ static void op_publish_release(ds_conn_t *c, bool publish)
                          h);
             continue;
         }
+        any_nx |= sl->existence == DS_EXISTENCE_NX;
         ds_status_t s = ds__store_publish(srv->store, sl->obj, (ds_existence_t)sl->existence, now);
         st[i] = (uint32_t)s;
         if (s == DS_K_OK) {
@@ -670,7 +668,7 @@ static void op_publish_release(ds_conn_t *c, bool publish)
         else if (!publish)
             ds__conn_reply_err(c, c->h.req_id, op, DS_K_OK, "%s", "");
         else
-            answer_published(c, op, published, st, n, first);
+            answer_published(c, op, published, st, n, any_nx, first);
     }
     free(published);
     free(st);

@@ -68,10 +68,15 @@ static int send_frame(ds_pconn_t *c, uint16_t op, uint8_t flags, const ds_wbuf_t
                       const struct iovec *data, int ndata, uint64_t deadline_ms)
 {
     uint64_t dl = 0;
-    for (int i = 0; i < ndata; i++) dl += data[i].iov_len;
-    ds_wire_header_t h = {.magic = DS_WIRE_MAGIC, .version = DS_WIRE_VERSION, .flags = flags,
-                          .opcode = op, .meta_len = meta ? (uint32_t)meta->len : 0,
-                          .req_id = ++c->next_req, .data_len = dl};
+    for (int i = 0; i < ndata; i++)
+        dl += data[i].iov_len;
+    ds_wire_header_t h = {.magic = DS_WIRE_MAGIC,
+                          .version = DS_WIRE_VERSION,
+                          .flags = flags,
+                          .opcode = op,
+                          .meta_len = meta ? (uint32_t)meta->len : 0,
+                          .req_id = ++c->next_req,
+                          .data_len = dl};
     uint8_t hb[DS_WIRE_HEADER_LEN];
     ds__wire_header_encode(&h, hb);
     if (ds__write_full(c->fd, hb, sizeof(hb), deadline_ms) != 0) return -1;
@@ -185,8 +190,7 @@ int ds__peer_request(ds_pconn_t *c, uint16_t op, const ds_wbuf_t *meta, const st
     return read_resp(c, resp, deadline_ms);
 }
 
-int ds__peer_read(ds_pconn_t *c, ds_peer_resp_t *resp, void *dst, uint64_t n,
-                  uint64_t deadline_ms)
+int ds__peer_read(ds_pconn_t *c, ds_peer_resp_t *resp, void *dst, uint64_t n, uint64_t deadline_ms)
 {
     if (n > resp->data_len) return -1;
     if (dst) {

@@ -36,8 +36,7 @@ ds_pconn_t *ds__peer_acquire(ds_peers_t *p, const char *addr, uint64_t deadline_
 int ds__peer_request(ds_pconn_t *c, uint16_t op, const ds_wbuf_t *meta, const struct iovec *data,
                      int ndata, uint64_t deadline_ms, ds_peer_resp_t *resp);
 /* Reads n bytes of the response's data section into dst (NULL = discard). */
-int ds__peer_read(ds_pconn_t *c, ds_peer_resp_t *resp, void *dst, uint64_t n,
-                  uint64_t deadline_ms);
+int ds__peer_read(ds_pconn_t *c, ds_peer_resp_t *resp, void *dst, uint64_t n, uint64_t deadline_ms);
 void ds__peer_resp_free(ds_peer_resp_t *resp);
 /* Back to the pool when ok (and the response fully read), else closed. */
 void ds__peer_release(ds_peers_t *p, ds_pconn_t *c, bool ok);

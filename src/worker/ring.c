@@ -68,7 +68,8 @@ ds_ring_t *ds__ring_build(const char *const *addrs, size_t n)
 void ds__ring_free(ds_ring_t *r)
 {
     if (r == NULL) return;
-    for (size_t i = 0; i < r->n; i++) free(r->members[i]);
+    for (size_t i = 0; i < r->n; i++)
+        free(r->members[i]);
     free(r->members);
     free(r->tokens);
     free(r);

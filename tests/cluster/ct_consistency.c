@@ -8,7 +8,7 @@
  *    exist says false; the key can be set again elsewhere;
  *  - exist and query_size on B and C see keys living on A;
  *  - expire set on C applies to a key living on A; a ttl set on A shows on B;
- *  - NX on B does not replace a key living on A. */
+ *  - NX on B does not replace a key living on A (the owner decides). */
 #include "cluster_util.h"
 
 #include "common/clock.h"
@@ -286,16 +286,9 @@ static void test_nx_across_nodes(void **state)
     uint8_t v[600];
     dst_fill(v, sizeof(v), 51);
     ds_status_t st = ds_kv_set(cl[B][0], "nx-key", v, sizeof(v), &p);
-    fprintf(stderr, "  NX set on B of a key living on A: %d (%s)\n", (int)st,
-            st == DS_K_OK ? "" : ds_last_error());
-    if (st == DS_K_OK) {
-        /* Known gap, reported to the lead: NX is checked against B's own
-         * store only, so B's value replaced A's. Needs the owner to decide
-         * (META_PUT with NX, rolled back on conflict), which the SET and
-         * PUBLISH paths in ops.c have to pass through. */
-        skip();
-    }
+    /* The key's owner decides NX for the whole cluster; B rolls back. */
     assert_int_equal(st, DS_K_OC_KEY_ALREADY_EXIST);
+    assert_non_null(strstr(ds_last_error(), "already exists"));
     for (int node = 0; node < 3; node++)
         assert_true(ct_read_ok(cl[node][1], "nx-key", 500, 50, 0));
     /* NX of a key that exists nowhere succeeds */

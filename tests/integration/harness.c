@@ -109,7 +109,8 @@ static void print_log(const dst_worker_t *w)
     if (f == NULL) return;
     char line[512];
     fprintf(stderr, "---- worker log %s ----\n", w->logpath);
-    while (fgets(line, sizeof(line), f)) fputs(line, stderr);
+    while (fgets(line, sizeof(line), f))
+        fputs(line, stderr);
     fclose(f);
 }
 
@@ -119,8 +120,8 @@ static int spawn(dst_worker_t *w)
     dst_build_path("src/worker/datasystem_worker", bin, sizeof(bin));
     snprintf(addr, sizeof(addr), "%s:%d", w->host, w->port);
     snprintf(mb, sizeof(mb), "%d", w->arena_mb);
-    char *argv[64] = {bin, "--worker_address", addr, "--shared_memory_size_mb", mb,
-                      "--unix_socket_dir", w->sockdir};
+    char *argv[64] = {bin, "--worker_address",  addr,      "--shared_memory_size_mb",
+                      mb,  "--unix_socket_dir", w->sockdir};
     int argc = 7;
     char extra[512];
     snprintf(extra, sizeof(extra), "%s", w->extra);
@@ -282,9 +283,11 @@ double dst_stat(const dst_worker_t *w, const char *path)
             ds__wbuf_u8(&m, 0);
             ds__wbuf_cstr(&m, "");
         }
-        ds_wire_header_t h = {.magic = DS_WIRE_MAGIC, .version = DS_WIRE_VERSION,
+        ds_wire_header_t h = {.magic = DS_WIRE_MAGIC,
+                              .version = DS_WIRE_VERSION,
                               .opcode = step == 0 ? DS_OP_HELLO : DS_OP_STATS,
-                              .meta_len = (uint32_t)m.len, .req_id = (uint64_t)step + 1};
+                              .meta_len = (uint32_t)m.len,
+                              .req_id = (uint64_t)step + 1};
         uint8_t hb[DS_WIRE_HEADER_LEN];
         ds__wire_header_encode(&h, hb);
         int ok = ds__write_full(fd, hb, sizeof(hb), dl) == 0 &&
