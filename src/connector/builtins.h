@@ -13,4 +13,9 @@ typedef struct {
 /* Terminated by an entry whose name is NULL. */
 extern const omni__builtin_t omni__builtins[];
 
+/* The built-in constructors (yuanrong.c, shm.c). */
+ds_status_t omni__yuanrong_create(const omni_connector_spec_t *spec, void *user,
+                                  omni_connector_t **out);
+ds_status_t omni__shm_create(const omni_connector_spec_t *spec, void *user, omni_connector_t **out);
+
 #endif
