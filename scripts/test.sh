@@ -9,12 +9,38 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh || exit 1
 
+LOGS=build/test-logs
+mkdir -p "$LOGS"
 failed=()
-passed=()
-step() { # step NAME CMD...
+npass=0
+nfail=0
+# step NAME CMD...: runs one step, its output shown and kept in $LOGS. The
+# count of individual tests comes from ctest's and pytest's own summaries;
+# any other step counts as one check.
+step() {
     local name=$1; shift
+    local log="$LOGS/$(echo "$name" | tr -c 'a-zA-Z0-9' '_').log"
     echo "==== $name"
-    if "$@"; then passed+=("$name"); else failed+=("$name"); fi
+    "$@" 2>&1 | tee "$log"
+    local rc=${PIPESTATUS[0]}
+    local p f total
+    if total=$(grep -oE 'tests passed, [0-9]+ tests? failed out of [0-9]+' "$log" | tail -1) &&
+        [ -n "$total" ]; then
+        f=$(echo "$total" | grep -oE '[0-9]+' | head -1)
+        p=$(( $(echo "$total" | grep -oE '[0-9]+' | tail -1) - f ))
+    elif total=$(grep -E '^[0-9]+ (passed|failed)|[0-9]+ passed' "$log" | tail -1) &&
+        [ -n "$total" ]; then
+        p=$(echo "$total" | grep -oE '[0-9]+ passed' | grep -oE '[0-9]+' || echo 0)
+        f=$(echo "$total" | grep -oE '[0-9]+ failed' | grep -oE '[0-9]+' || echo 0)
+    elif [ "$rc" -eq 0 ]; then
+        p=1; f=0
+    else
+        p=0; f=1
+    fi
+    [ "$rc" -ne 0 ] && [ "$f" -eq 0 ] && f=1
+    npass=$((npass + p))
+    nfail=$((nfail + f))
+    [ "$rc" -eq 0 ] || failed+=("$name")
 }
 
 step "build (release)" bash scripts/build.sh release
@@ -24,13 +50,11 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:ha
     step "ctest (asan+ubsan)" ctest --test-dir build-asan --output-on-failure -j 2 --timeout 600
 step "valgrind (worker under memcheck)" bash scripts/valgrind.sh build
 step "fuzz (${DS_FUZZ_SECONDS:-20} s per target)" bash scripts/fuzz.sh "${DS_FUZZ_SECONDS:-20}"
-if [ -d tests/python ] && ls tests/python/test_*.py >/dev/null 2>&1; then
-    DS_BUILD_DIR=$PWD/build PYTHONPATH=$PWD/python \
-        step "pytest" /usr/bin/python3 -m pytest -q tests/python -p no:cacheprovider
-fi
+DS_BUILD_DIR=$PWD/build PYTHONPATH=$PWD/python \
+    step "pytest" /usr/bin/python3 -m pytest -q tests/python -p no:cacheprovider
 step "clang-format" bash -c 'git ls-files "*.c" "*.h" | xargs clang-format --dry-run -Werror'
 
 echo
-echo "suite steps: ${#passed[@]} passed, ${#failed[@]} failed"
-for f in "${failed[@]}"; do echo "  FAILED: $f"; done
+for f in "${failed[@]}"; do echo "FAILED step: $f (log in $LOGS)"; done
+echo "tests: $npass passed, $nfail failed"
 [ ${#failed[@]} -eq 0 ]
