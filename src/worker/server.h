@@ -228,7 +228,7 @@ struct ds_server {
 
     struct ds_metrics *metrics;
     struct ds_cluster *cluster;
-        /* NULL when standalone */ /* metrics.c: histograms and the /metrics listener */
+    /* NULL when standalone */ /* metrics.c: histograms and the /metrics listener */
 
     uint64_t genkey_counter;
     uint64_t start_ms;
