@@ -1,0 +1,214 @@
+/* sbs: the side-by-side benchmark. Starts its own datasystem_worker and
+ * redis-server on free loopback ports, runs the phases (a million resident
+ * keys, single client at six value sizes with the machine's limits and
+ * vLLM-Omni's shared-memory path, the connector, 1-64 concurrent clients, and
+ * head-of-line blocking), stops both servers by PID, and reports a table,
+ * the targets as ratios from this run, a JSON file and the plot data.
+ * scripts/bench.sh builds it, runs it, plots and writes docs/performance.md.
+ *
+ *   sbs [--quick] [--build-dir DIR] [--out-dir DIR] [--python PATH]
+ *       [--shm-script PATH] [--redis-server PATH] [--arena-mb N]
+ *       [--phases resident,single,connector,scale,hol]
+ *
+ * Exit status: 0 when every phase ran (targets missed or not: a benchmark
+ * reports, it does not assert), 1 when a phase failed, 2 on bad usage. */
+#include "bench/side_by_side/out.h"
+#include "bench/side_by_side/sbs.h"
+
+#include "common/clock.h"
+
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static void on_signal(int sig)
+{
+    sbs_proc_kill_all();
+    _exit(128 + sig);
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: sbs [--quick] [--build-dir DIR] [--out-dir DIR] [--python PATH]\n"
+               "           [--shm-script PATH] [--redis-server PATH] [--arena-mb N]\n"
+               "           [--phases resident,single,connector,scale,hol]\n");
+}
+
+static bool want(const char *phases, const char *name)
+{
+    size_t n = strlen(name);
+    for (const char *p = phases; p && *p;) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        if (len == n && strncmp(p, name, n) == 0) return true;
+        p = comma ? comma + 1 : p + len;
+    }
+    return false;
+}
+
+static uint64_t phase_done(const char *name, uint64_t since)
+{
+    uint64_t now = ds__now_ns();
+    double load[3] = {0, 0, 0};
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (f) {
+        if (fscanf(f, "%lf %lf %lf", &load[0], &load[1], &load[2]) != 3) load[0] = -1;
+        fclose(f);
+    }
+    printf("sbs: phase %s done in %.1f s (load average %.2f)\n", name, (double)(now - since) / 1e9,
+           load[0]);
+    return now;
+}
+
+static void cleanup_tmp(const sbs_opts_t *o)
+{
+    const char *files[] = {"worker.log", "redis.log", "redis.sock"};
+    char p[400];
+    for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+        snprintf(p, sizeof(p), "%s/%s", o->tmp_dir, files[i]);
+        unlink(p);
+    }
+    rmdir(o->tmp_dir);
+}
+
+int main(int argc, char **argv)
+{
+    sbs_opts_t o = {.build_dir = "build",
+                    .out_dir = "bench/results",
+                    .python = "/usr/bin/python3",
+                    .shm_script = "bench/side_by_side/shm_bench.py",
+                    .redis_bin = "redis-server",
+                    .arena_mb = 1536};
+    const char *phases = "resident,single,connector,scale,hol";
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--quick")) {
+            o.quick = true;
+            continue;
+        }
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        }
+        const char **dst = !strcmp(a, "--build-dir")      ? &o.build_dir
+                           : !strcmp(a, "--out-dir")      ? &o.out_dir
+                           : !strcmp(a, "--python")       ? &o.python
+                           : !strcmp(a, "--shm-script")   ? &o.shm_script
+                           : !strcmp(a, "--redis-server") ? &o.redis_bin
+                           : !strcmp(a, "--phases")       ? &phases
+                                                          : NULL;
+        bool is_arena = !strcmp(a, "--arena-mb");
+        if (dst == NULL && !is_arena) {
+            fprintf(stderr, "sbs: unknown flag '%s'\n", a);
+            usage(stderr);
+            return 2;
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "sbs: %s needs a value\n", a);
+            return 2;
+        }
+        const char *v = argv[++i];
+        if (is_arena)
+            o.arena_mb = atoi(v);
+        else
+            *dst = v;
+    }
+    if (o.arena_mb < 1024) {
+        fprintf(stderr, "sbs: --arena-mb must be at least 1024 (a million 1 KiB keys)\n");
+        return 2;
+    }
+    if (access(o.shm_script, R_OK) != 0) {
+        fprintf(stderr, "sbs: cannot read --shm-script %s\n", o.shm_script);
+        return 2;
+    }
+    mkdir(o.out_dir, 0755);
+    snprintf(o.tmp_dir, sizeof(o.tmp_dir), "/tmp/sbs-XXXXXX");
+    if (mkdtemp(o.tmp_dir) == NULL) {
+        perror("mkdtemp");
+        return 1;
+    }
+    atexit(sbs_proc_kill_all);
+    struct sigaction sa = {.sa_handler = on_signal};
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    setvbuf(stdout, NULL, _IOLBF, 0);
+
+    uint64_t t0 = ds__now_ns();
+    sbs_proc_t worker, redis;
+    printf("sbs: %s run; starting datasystem_worker (arena %d MiB) and redis-server\n",
+           o.quick ? "quick" : "full", o.arena_mb);
+    if (sbs_worker_start(&o, &worker) != 0) return 1;
+    if (sbs_redis_start(&o, &redis) != 0) {
+        sbs_proc_stop(&worker);
+        return 1;
+    }
+    printf("sbs: worker pid %d on 127.0.0.1:%d, redis pid %d on 127.0.0.1:%d and %s\n",
+           (int)worker.pid, worker.port, (int)redis.pid, redis.port, redis.unix_path);
+    sbs_env_t env = {&worker, &redis};
+    sbs_limits_t lim;
+    memset(&lim, 0, sizeof(lim));
+    lim.unix_rtt.p50_us = lim.tcp_rtt.p50_us = NAN;
+    for (size_t i = 0; i < 8; i++)
+        lim.memcpy_gbps[i] = lim.tcp_stream_gbps[i] = NAN;
+
+    /* Resident keys first, while both servers' heaps are fresh: memory
+     * growth then belongs to the keys, not to reuse of earlier phases' slack. */
+    int failed = 0;
+    char conn_status[640] = "not run";
+    uint64_t tp = ds__now_ns();
+    if (want(phases, "resident")) {
+        failed += sbs_phase_resident(&o, &env) != 0;
+        tp = phase_done("resident", tp);
+    }
+    if (want(phases, "single")) {
+        failed += sbs_phase_single(&o, &env, &lim) != 0;
+        tp = phase_done("single", tp);
+    }
+    if (want(phases, "connector")) {
+        char why[512] = "";
+        int r = sbs_phase_connector(&o, &env, why, sizeof(why));
+        if (r < 0) failed++;
+        snprintf(conn_status, sizeof(conn_status), "%s%s", r == 1 ? "skipped: " : "", why);
+        printf("  connector: %s\n", conn_status);
+        tp = phase_done("connector", tp);
+    }
+    if (want(phases, "scale")) {
+        failed += sbs_phase_scale(&o, &env) != 0;
+        tp = phase_done("scale", tp);
+    }
+    if (want(phases, "hol")) {
+        failed += sbs_phase_hol(&o, &env) != 0;
+        tp = phase_done("hol", tp);
+    }
+
+    sbs_proc_stop(&redis);
+    sbs_proc_stop(&worker);
+    double wall = (double)(ds__now_ns() - t0) / 1e9;
+
+    sbs_compute_ratios(&lim);
+    sbs_compute_targets(&lim);
+    printf("\n");
+    sbs_print_table(stdout);
+    printf("\nlimits: unix ping-pong 1 KiB p50 %.1f us, tcp ping-pong 1 KiB p50 %.1f us\n",
+           lim.unix_rtt.p50_us, lim.tcp_rtt.p50_us);
+    printf("connector rows: %s\n\n", conn_status);
+    sbs_print_targets(stdout);
+
+    char json[512], dat[512];
+    snprintf(json, sizeof(json), "%s/side_by_side.json", o.out_dir);
+    snprintf(dat, sizeof(dat), "%s/side_by_side_throughput.dat", o.out_dir);
+    if (sbs_write_json(json, &o, &lim, conn_status, wall) != 0 || sbs_write_plot_data(dat) != 0)
+        failed++;
+    printf("\nsbs: results in %s and %s (%.0f s)\n", json, dat, wall);
+    if (failed) {
+        printf("sbs: %d phase(s) failed; server logs kept in %s\n", failed, o.tmp_dir);
+        return 1;
+    }
+    cleanup_tmp(&o);
+    return 0;
+}
