@@ -84,6 +84,11 @@ int dsb_unix_rtt(size_t msg, int iters, dsb_lat_t *out)
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0) return -1;
     pid_t pid = fork();
+    if (pid < 0) {
+        close(sv[0]);
+        close(sv[1]);
+        return -1;
+    }
     if (pid == 0) {
         close(sv[0]);
         echo_loop(sv[1], msg);
@@ -117,6 +122,10 @@ int dsb_tcp_rtt(const char *bind_host, size_t msg, int iters, dsb_lat_t *out)
     int lfd = tcp_listener(&port);
     if (lfd < 0) return -1;
     pid_t pid = fork();
+    if (pid < 0) {
+        close(lfd);
+        return -1;
+    }
     if (pid == 0) {
         int fd = accept(lfd, NULL, NULL);
         int one = 1;
@@ -138,7 +147,12 @@ double dsb_tcp_stream_gbps(size_t size, int iters)
     int lfd = tcp_listener(&port);
     if (lfd < 0) return 0;
     pid_t pid = fork();
+    if (pid < 0) {
+        close(lfd);
+        return 0;
+    }
     if (pid == 0) {
+        signal(SIGTERM, SIG_DFL); /* the parent's handler must not run here */
         int fd = accept(lfd, NULL, NULL);
         uint8_t *buf = malloc(size);
         memset(buf, 7, size);

@@ -23,7 +23,7 @@
 #include "worker/store.h"
 
 /* Bytes moved per connection per loop turn before yielding to others. */
-#define DS_IO_SLICE (4u << 20)
+#define DS_IO_SLICE (128u << 10)
 
 typedef struct ds_server ds_server_t;
 typedef struct ds_conn ds_conn_t;
