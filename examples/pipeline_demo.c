@@ -3,7 +3,7 @@
  * token ids and audio-code chunks through the connectors a stage config
  * names (examples/pipeline.yaml: YuanrongConnector on both edges).
  *
- *   pipeline_demo --config FILE [--worker_address H:P] [--requests N]
+ *   pipeline_demo --config FILE [--worker_address H:P] [--stage_workers A,B,C] [--requests N]
  *                 [--window N] [--max_wait_s S]
  *
  * The orchestrator (this file) starts the stages (this binary with --stage N,
@@ -67,9 +67,10 @@ static int spawn(const pd_opts_t *o, int stage, child_t *c)
         "pipeline_demo", "--stage", sn, "--config", o->config, "--requests", rq, "--window", wn,
         "--max_wait_s",  mw};
     int argc = 11;
-    if (o->worker_address != NULL) {
+    const char *addr = o->stage_workers[stage] ? o->stage_workers[stage] : o->worker_address;
+    if (addr != NULL) {
         argv[argc++] = "--worker_address";
-        argv[argc++] = o->worker_address;
+        argv[argc++] = addr;
     }
     argv[argc] = NULL;
     fflush(NULL);
@@ -202,14 +203,14 @@ static void progress(const pd_run_t *r, bool final)
 
 static void usage(void)
 {
-    fprintf(stderr, "usage: pipeline_demo --config FILE [--worker_address H:P] [--requests N] "
-                    "[--window N] [--max_wait_s S]\n");
+    fprintf(stderr, "usage: pipeline_demo --config FILE [--worker_address H:P] "
+                    "[--stage_workers H:P,H:P,H:P] [--requests N] [--window N] [--max_wait_s S]\n");
 }
 
 /* The address the edge 0 -> 1 connector uses, for the leftover check. */
 static int store_address(const pd_opts_t *o, char *host, size_t cap, int *port)
 {
-    const char *addr = o->worker_address;
+    const char *addr = o->stage_workers[0] ? o->stage_workers[0] : o->worker_address;
     snprintf(host, cap, "127.0.0.1");
     *port = 35001;
     omni_transfer_config_t *cfg = NULL;
@@ -336,7 +337,8 @@ static bool parse_int(const char *s, int lo, int hi, int *out)
 
 int main(int argc, char **argv)
 {
-    pd_opts_t o = {NULL, NULL, 200, 32, -1, 30};
+    pd_opts_t o = {NULL, NULL, 200, 32, -1, 30, {NULL}};
+    static char workers[1024];
     for (int i = 1; i < argc; i += 2) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         bool ok = v != NULL;
@@ -345,6 +347,14 @@ int main(int argc, char **argv)
         else if (ok && strcmp(a, "--worker_address") == 0) {
             o.worker_address = v;
             ok = strchr(v, ':') != NULL;
+        } else if (ok && strcmp(a, "--stage_workers") == 0) {
+            snprintf(workers, sizeof(workers), "%s", v);
+            char *save = NULL;
+            int k = 0;
+            for (char *t = strtok_r(workers, ",", &save); t && k < PD_STAGES;
+                 t = strtok_r(NULL, ",", &save))
+                o.stage_workers[k++] = t;
+            ok = k == PD_STAGES;
         } else if (ok && strcmp(a, "--requests") == 0)
             ok = parse_int(v, 1, 1000000, &o.requests);
         else if (ok && strcmp(a, "--window") == 0)

@@ -34,6 +34,9 @@ typedef struct {
     int window; /* requests the thinker may have in flight */
     int stage;  /* -1: orchestrator */
     int max_wait_s;
+    /* --stage_workers A,B,C: stage i talks to worker i of a cluster (so
+     * every edge crosses workers); NULL entries fall back to worker_address. */
+    const char *stage_workers[PD_STAGES];
 } pd_opts_t;
 
 /* The stage names, by stage id. */
