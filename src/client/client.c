@@ -111,6 +111,30 @@ static bool anchor_gone(ds_sess_t *s)
     return atomic_load(&s->anchor_dead);
 }
 
+ds_sess_t *ds__client_index_session(ds_client_t *c)
+{
+    if (!atomic_load_explicit(&c->local, memory_order_relaxed)) return NULL;
+    pthread_mutex_lock(&c->mu);
+    ds_sess_t *s = c->sess;
+    if (s && s->ix.hdr && !atomic_load(&s->anchor_dead))
+        ds__sess_ref(s);
+    else
+        s = NULL;
+    pthread_mutex_unlock(&c->mu);
+    if (s == NULL) return NULL;
+    /* A worker that crashed cannot mark its index dead; its closed anchor
+     * says so instead. Checking costs a poll, hence at most once per ms. */
+    uint64_t now = ds__now_ms();
+    if (now - atomic_load_explicit(&s->ix_checked_ms, memory_order_relaxed) >= 1) {
+        if (anchor_gone(s)) {
+            ds__sess_unref(s);
+            return NULL;
+        }
+        atomic_store_explicit(&s->ix_checked_ms, now, memory_order_relaxed);
+    }
+    return s;
+}
+
 static bool sess_gone_locked(ds_sess_t *s)
 {
     return s->anchor_fd >= 0 ? anchor_gone(s) : s->nconns == 0;
@@ -179,6 +203,9 @@ static ds_status_t sess_new(const ds_hello_t *h, int *fd, ds_sess_t **out)
         }
         s->base = base;
         s->size = h->arena_size;
+        if (h->index_slots)
+            ds__shm_index_attach(&s->ix, base, h->arena_size, h->index_offset, h->index_slots,
+                                 h->index_keymax);
         s->anchor_fd = *fd;
         *fd = -1;
     }

@@ -31,6 +31,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/shm_index.h"
 #include "common/wire.h"
 #include "datasystem/kv_client.h"
 
@@ -58,6 +59,8 @@ typedef struct ds_sess {
     int anchor_fd; /* local sessions only, else -1 */
     uint64_t anchor_req;
     atomic_bool anchor_dead;
+    ds_shm_index_t ix;              /* the worker's GET index in the mapping; ix.hdr NULL = none */
+    _Atomic uint64_t ix_checked_ms; /* when the anchor was last seen open */
 } ds_sess_t;
 
 /* One piece of a request's data section: user memory, or bytes coalesced
@@ -137,6 +140,9 @@ typedef struct {
     uint32_t pid;
     char worker_id[128];
     int arena_fd;
+    uint64_t index_offset; /* shared GET index; index_slots 0 = none */
+    uint32_t index_slots;
+    uint32_t index_keymax;
 } ds_hello_t;
 ds_status_t ds__conn_dial(const ds_client_t *c, uint64_t session_id, int *fd, ds_hello_t *out);
 
@@ -181,6 +187,12 @@ void ds__sess_unref(ds_sess_t *s);
 /* Drops pins / reservations of s (NOREPLY over its anchor). A session whose
  * anchor is gone has nothing left to release. */
 void ds__sess_release(ds_sess_t *s, const uint64_t *handles, size_t n);
+
+/* The current session, referenced, when it maps the arena and the worker
+ * keeps a GET index in it that can be read now; else NULL. No syscall in the
+ * common case: the anchor is polled at most once a millisecond so that
+ * values of a worker that died are not served for longer than that. */
+ds_sess_t *ds__client_index_session(ds_client_t *c);
 
 /* ---- kv.c: argument checks and GET, shared with buffer.c ---- */
 

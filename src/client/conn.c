@@ -216,6 +216,12 @@ ds_status_t ds__conn_dial(const ds_client_t *c, uint64_t session_id, int *out_fd
     uint32_t wl = ds__rbuf_str(&r, &wid);
     out->pid = ds__rbuf_u32(&r);
     snprintf(out->worker_id, sizeof(out->worker_id), "%.*s", (int)wl, wid);
+    /* The shared GET index fields: absent from older workers' responses. */
+    if (!r.err && r.pos < r.len) {
+        out->index_offset = ds__rbuf_u64(&r);
+        out->index_slots = ds__rbuf_u32(&r);
+        out->index_keymax = ds__rbuf_u32(&r);
+    }
     if (r.err) {
         dial_cleanup(fd, afd, meta);
         return ds__set_error(DS_K_RUNTIME_ERROR, "worker at %s sent a malformed hello response",

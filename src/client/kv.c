@@ -9,7 +9,17 @@
  * Reads: values come inline in the response's data section, read straight
  * into their destination (the caller's buffer or one malloc'd allocation), or
  * for a local client as pinned arena ranges that are copied out and released
- * in one NOREPLY frame per call. */
+ * in one NOREPLY frame per call.
+ *
+ * Local fast path: get_into, get and mget first look the keys up in the
+ * worker's shared GET index (common/shm_index.h) and copy hits straight out
+ * of the arena with no request at all. Anything else (a miss, a long key, a
+ * value over inline_max, a key with a TTL, a read that raced the worker)
+ * takes the normal GET, so results are the same either way. Gets served from
+ * the index never reach the worker, so its statistics and metrics do not
+ * count them (operations.get, latency histograms, the clock bit that keeps
+ * recently read volatile objects from eviction). get_buffer never uses the
+ * index: its buffers need the worker's pins. */
 #include "client/client_internal.h"
 
 #include "common/error.h"
@@ -342,6 +352,54 @@ ds_status_t ds__get_request(ds_conn_t *conn, size_t n, const char *const *keys,
     return st;
 }
 
+/* Copies key's value into buf (cap bytes) from the shared GET index. true
+ * on a hit; false means ask the worker. */
+static bool index_get_into(ds_client_t *c, const char *key, void *buf, size_t cap, size_t *len)
+{
+    ds_sess_t *s = ds__client_index_session(c);
+    if (s == NULL) return false;
+    uint64_t sz = 0;
+    ds_shm_index_res_t r =
+        ds__shm_index_get(&s->ix, s->base, s->size, key, strlen(key), buf, cap, &sz);
+    ds__sess_unref(s);
+    if (r != DS_SHM_INDEX_HIT) return false;
+    *len = (size_t)sz;
+    return true;
+}
+
+/* All n values from the shared GET index, each in its own allocation, or
+ * false (nothing allocated) when any key has to go to the worker. */
+static bool index_mget(ds_client_t *c, size_t n, const char *const *keys, ds_value_t *out)
+{
+    ds_sess_t *s = ds__client_index_session(c);
+    if (s == NULL) return false;
+    size_t i = 0;
+    for (; i < n; i++) {
+        size_t kl = strlen(keys[i]);
+        uint64_t sz = 0;
+        /* The size first, then a copy into an allocation of that size; a
+         * value that changed size meanwhile fails the second read. */
+        if (ds__shm_index_get(&s->ix, s->base, s->size, keys[i], kl, NULL, 0, &sz) !=
+            DS_SHM_INDEX_SMALL)
+            break;
+        void *p = malloc(sz);
+        uint64_t got = 0;
+        if (p == NULL || ds__shm_index_get(&s->ix, s->base, s->size, keys[i], kl, p, sz, &got) !=
+                             DS_SHM_INDEX_HIT) {
+            free(p);
+            break;
+        }
+        out[i] = (ds_value_t){DS_K_OK, p, (size_t)got};
+    }
+    ds__sess_unref(s);
+    if (i == n) return true;
+    while (i-- > 0) {
+        free(out[i].data);
+        out[i] = (ds_value_t){DS_K_NOT_FOUND, NULL, 0};
+    }
+    return false;
+}
+
 /* Copies one found value to dst: from the socket when inline, else from the
  * arena (the pin is left for the caller to release). */
 static ds_status_t copy_value(ds_conn_t *conn, const ds_getent_t *e, void *dst, uint64_t deadline)
@@ -366,6 +424,7 @@ ds_status_t ds_kv_get_into(ds_client_t *c, const char *key, int32_t sub_timeout_
     ds_status_t st = ds__check_keys(1, &key, 1);
     if (st == DS_K_OK) st = check_sub(sub_timeout_ms);
     if (st != DS_K_OK) return st;
+    if (index_get_into(c, key, buf, cap, len)) return DS_K_OK;
     uint64_t deadline = ds__client_deadline(c, sub_timeout_ms);
     ds_conn_t *conn;
     if ((st = ds__client_acquire(c, &deadline, &conn)) != DS_K_OK) return st;
@@ -420,6 +479,7 @@ ds_status_t ds_kv_mget(ds_client_t *c, size_t n, const char *const *keys, int32_
     if (st != DS_K_OK) return st;
     for (size_t i = 0; i < n; i++)
         out[i] = (ds_value_t){DS_K_NOT_FOUND, NULL, 0};
+    if (index_mget(c, n, keys, out)) return DS_K_OK;
     ds_getent_t one;
     ds_getent_t *ents = n == 1 ? &one : malloc(n * sizeof(*ents));
     if (ents == NULL) return ds__set_error(DS_K_OUT_OF_MEMORY, "out of memory getting %zu keys", n);

@@ -45,8 +45,12 @@
  *
  * HELLO   req: u32 proto, u64 session (0 = new), u8 want_shm, str token
  *         resp: str err, u64 session, u64 arena_size, u32 inline_max, str worker_id,
- *               u32 pid; when want_shm was granted the arena memfd rides along
- *               with the response as SCM_RIGHTS.
+ *               u32 pid, u64 index_offset, u32 index_slots, u32 index_keymax;
+ *               when want_shm was granted the arena memfd rides along with
+ *               the response as SCM_RIGHTS, and index_slots > 0 says where
+ *               the shared GET index (common/shm_index.h) lies in the arena.
+ *               The index fields come last so older clients, which stop
+ *               reading after pid, ignore them.
  * SET     req: u8 mode, u32 ttl, u8 existence, n, n*(key, u64 len); data = values
  *         resp: str err, n, n*u32 status
  * GET     req: i32 sub_timeout_ms, u8 flags, n, n*key

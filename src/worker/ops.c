@@ -9,6 +9,7 @@
 #include "common/clock.h"
 #include "common/keys.h"
 #include "common/log.h"
+#include "common/shm_index.h"
 #include "worker/cluster.h"
 
 #include <inttypes.h>
@@ -294,7 +295,7 @@ void ds__ops_get_reply(ds_conn_t *c, uint64_t req_id, uint8_t flags, const char 
             if (handle != 0) {
                 ds__wbuf_u8(&w, DS_VAL_SHM);
                 ds__wbuf_u64(&w, o->size);
-                ds__wbuf_u64(&w, ds__store_offset(o));
+                ds__wbuf_u64(&w, ds__store_offset(srv->store, o));
                 ds__wbuf_u64(&w, handle);
                 continue;
             }
@@ -542,6 +543,11 @@ static void op_hello(ds_conn_t *c)
     ds__wbuf_u32(&w, srv->inline_max);
     ds__wbuf_cstr(&w, srv->worker_id);
     ds__wbuf_u32(&w, (uint32_t)getpid());
+    uint64_t ix_off = 0, ix_slots = 0;
+    if (!grant || !ds__store_index(srv->store, &ix_off, &ix_slots)) ix_off = ix_slots = 0;
+    ds__wbuf_u64(&w, ix_off);
+    ds__wbuf_u32(&w, (uint32_t)ix_slots);
+    ds__wbuf_u32(&w, ix_slots ? DS_SHM_INDEX_KEYMAX : 0);
     /* A joining connection's client mapped the arena already. */
     ds__conn_reply(c, c->h.req_id, DS_OP_HELLO, DS_K_OK, &w, NULL, 0, NULL, 0,
                    grant && sid == 0 ? srv->arena.fd : -1);
@@ -612,7 +618,7 @@ static void op_create(ds_conn_t *c)
             snprintf(first, sizeof(first), "%s", msg);
         }
         ds__wbuf_u32(&w, (uint32_t)st);
-        ds__wbuf_u64(&w, st == DS_K_OK ? ds__store_offset(o) : 0);
+        ds__wbuf_u64(&w, st == DS_K_OK ? ds__store_offset(srv->store, o) : 0);
         ds__wbuf_u64(&w, handle);
     }
     if (overall != DS_K_OK) set_leading_error(&w, first);

@@ -9,6 +9,7 @@
 #include "common/hash.h"
 #include "common/log.h"
 #include "common/net.h"
+#include "common/shm_index.h"
 #include "worker/cluster.h"
 
 #include <cjson/cJSON.h>
@@ -96,7 +97,11 @@ int ds__server_init(ds_server_t *srv, const ds_worker_config_t *cfg, char *err, 
     }
     uint64_t bytes = (uint64_t)cfg->shared_memory_size_mb << 20;
     if (ds__arena_create(&srv->arena, bytes, err, err_cap) != 0) return -1;
-    srv->store = ds__store_create(&srv->arena);
+    /* The shared GET index lets local clients read small values without a
+     * request. Not in a cluster: there the owner decides which copy of a key
+     * is current, and a copy in this worker's table may be a stale one. */
+    uint64_t slots = cfg->etcd_address[0] ? 0 : ds__shm_index_slots_for(srv->arena.size);
+    srv->store = ds__store_create_indexed(&srv->arena, slots, srv->inline_max);
     if (srv->store == NULL) {
         snprintf(err, err_cap, "out of memory creating the object store");
         return -1;

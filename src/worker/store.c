@@ -32,6 +32,7 @@
 
 #include "common/error.h"
 #include "common/hash.h"
+#include "common/shm_index.h"
 
 #define DS_HASH_SEED 0x9747b28cu
 #define DS_HT_INITIAL 1024u
@@ -60,6 +61,13 @@ struct ds_store {
     ds_store_gone_fn gone;
     void *gone_ctx;
     uint64_t expirations;
+    /* The shared GET index at the arena's start, when enabled: objects are
+     * allocated in [base, arena size) and offsets given out are arena
+     * offsets (allocator offset + base). */
+    ds_shm_index_t ix;
+    bool ix_on;
+    uint64_t ix_value_max;
+    uint64_t base;
 };
 
 typedef enum { UNLINK_DELETE, UNLINK_EVICT, UNLINK_EXPIRE } unlink_reason_t;
@@ -276,6 +284,25 @@ static void heap_remove(ds_store_t *s, ds_obj_t *o)
     heap_down(s, (uint32_t)last->heap_idx);
 }
 
+/* ---- shared GET index ---- */
+
+/* Objects enter the index when they become the key's current version and
+ * leave it before their table reference is dropped (table_unlink), so an
+ * indexed range is always allocated to the object the slot names. Objects
+ * with a TTL stay out: a reader in another process has no clock check, and
+ * the worker's GET handles expiry. */
+static void ix_add(ds_store_t *s, const ds_obj_t *o)
+{
+    if (!s->ix_on || o->ttl_deadline_ms != 0 || o->size > s->ix_value_max) return;
+    ds__shm_index_put(&s->ix, o->key, o->keylen, s->base + ds__block_offset(o->block), o->size,
+                      o->version);
+}
+
+static void ix_del(ds_store_t *s, const ds_obj_t *o)
+{
+    if (s->ix_on) ds__shm_index_remove(&s->ix, o->key, o->keylen);
+}
+
 /* ---- object lifetime ---- */
 
 static void obj_free(ds_store_t *s, ds_obj_t *o)
@@ -287,6 +314,7 @@ static void obj_free(ds_store_t *s, ds_obj_t *o)
 /* Takes o out of the table and drops the table's reference. */
 static void table_unlink(ds_store_t *s, ds_obj_t *o, unlink_reason_t why)
 {
+    ix_del(s, o);
     ht_remove(s, o);
     if (o->clk_next != NULL) ring_del(s, o);
     if (o->heap_idx >= 0) heap_remove(s, o);
@@ -354,11 +382,19 @@ static void oom_message(const ds_store_t *s, const char *key, size_t keylen, uin
 
 ds_store_t *ds__store_create(ds_arena_t *arena)
 {
+    return ds__store_create_indexed(arena, 0, 0);
+}
+
+ds_store_t *ds__store_create_indexed(ds_arena_t *arena, uint64_t index_slots, uint64_t value_max)
+{
+    uint64_t base = index_slots ? ds__shm_index_bytes(index_slots) : 0;
+    if (base >= arena->size) return NULL;
     ds_store_t *s = calloc(1, sizeof(*s));
     if (s == NULL) return NULL;
     s->arena = arena;
     s->rehash_idx = -1;
-    s->alloc = ds__alloc_create(arena->size);
+    s->base = base;
+    s->alloc = ds__alloc_create(arena->size - base);
     s->ht[0].b = calloc(DS_HT_INITIAL, sizeof(ds_obj_t *));
     if (s->alloc == NULL || s->ht[0].b == NULL) {
         ds__alloc_destroy(s->alloc);
@@ -367,12 +403,26 @@ ds_store_t *ds__store_create(ds_arena_t *arena)
         return NULL;
     }
     s->ht[0].size = DS_HT_INITIAL;
+    if (index_slots) {
+        ds__shm_index_init(&s->ix, arena->base, index_slots);
+        s->ix_on = true;
+        s->ix_value_max = value_max;
+    }
     return s;
+}
+
+bool ds__store_index(const ds_store_t *s, uint64_t *offset, uint64_t *slots)
+{
+    *offset = 0;
+    *slots = s->ix_on ? s->ix.n + 1 : 0;
+    return s->ix_on;
 }
 
 void ds__store_destroy(ds_store_t *s)
 {
     if (s == NULL) return;
+    /* Clients that still map the arena must stop reading the index now. */
+    if (s->ix_on) ds__shm_index_set_live(&s->ix, false);
     for (int t = 0; t < 2; t++) {
         for (uint64_t i = 0; i < s->ht[t].size; i++) {
             ds_obj_t *o = s->ht[t].b[i];
@@ -396,12 +446,12 @@ void ds__store_destroy(ds_store_t *s)
 
 uint8_t *ds__store_data(ds_store_t *s, const ds_obj_t *o)
 {
-    return s->arena->base + ds__block_offset(o->block);
+    return s->arena->base + s->base + ds__block_offset(o->block);
 }
 
-uint64_t ds__store_offset(const ds_obj_t *o)
+uint64_t ds__store_offset(const ds_store_t *s, const ds_obj_t *o)
 {
-    return ds__block_offset(o->block);
+    return s->base + ds__block_offset(o->block);
 }
 
 ds_obj_t *ds__store_lookup(ds_store_t *s, const char *key, size_t keylen, uint64_t now_ms)
@@ -427,7 +477,7 @@ ds_status_t ds__store_reserve(ds_store_t *s, const char *key, size_t keylen, uin
                      (unsigned long long)size, keylen);
         return DS_K_INVALID;
     }
-    uint64_t total = s->arena->size & ~(uint64_t)(DS_ALLOC_ALIGN - 1);
+    uint64_t total = (s->arena->size - s->base) & ~(uint64_t)(DS_ALLOC_ALIGN - 1);
     if (size > total || (size + DS_ALLOC_ALIGN - 1) / DS_ALLOC_ALIGN * DS_ALLOC_ALIGN > total) {
         if (err != NULL && err_cap > 0)
             snprintf(err, err_cap,
@@ -500,6 +550,7 @@ ds_status_t ds__store_publish(ds_store_t *s, ds_obj_t *o, ds_existence_t existen
         o->ttl_deadline_ms = now_ms + (uint64_t)o->ttl_second * 1000u;
         heap_update(s, o);
     }
+    ix_add(s, o);
     return DS_K_OK;
 }
 
@@ -536,11 +587,13 @@ ds_status_t ds__store_expire(ds_store_t *s, const char *key, size_t keylen, uint
         if (o->heap_idx >= 0) heap_remove(s, o);
         o->ttl_deadline_ms = 0;
         o->ttl_second = 0;
+        ix_add(s, o);
         return DS_K_OK;
     }
     if (o->heap_idx < 0 && !heap_reserve(s))
         return ds__set_error(DS_K_OUT_OF_MEMORY, "worker out of private memory for the TTL of '%s'",
                              o->key);
+    ix_del(s, o);
     o->ttl_second = ttl_second;
     o->ttl_deadline_ms = now_ms + (uint64_t)ttl_second * 1000u;
     heap_update(s, o);
@@ -576,6 +629,9 @@ void ds__store_stats(const ds_store_t *s, ds_store_stats_t *out)
             for (const ds_obj_t *o = s->ht[t].b[i]; o != NULL; o = o->hnext)
                 if (o->refcnt > 1) out->pinned++;
     ds__alloc_stats(s->alloc, &out->arena);
+    /* The GET index is arena space in use: totals stay the arena's size. */
+    out->arena.total += s->base;
+    out->arena.used += s->base;
 }
 
 int ds__store_check(const ds_store_t *s)

@@ -56,12 +56,19 @@ typedef struct {
 
 /* The arena is borrowed and must outlive the store. NULL on out of memory. */
 ds_store_t *ds__store_create(ds_arena_t *arena);
+/* The same, with the shared GET index (common/shm_index.h) of index_slots
+ * slots (a power of two) at the arena's start, listing current objects
+ * without a TTL of at most value_max bytes; objects live in the rest. */
+ds_store_t *ds__store_create_indexed(ds_arena_t *arena, uint64_t index_slots, uint64_t value_max);
+/* Where the index lies in the arena; false (and *slots 0) without one. */
+bool ds__store_index(const ds_store_t *s, uint64_t *offset, uint64_t *slots);
 /* Frees every object regardless of references. */
 void ds__store_destroy(ds_store_t *s);
 
 /* Pointer to an object's bytes in the worker's mapping. */
 uint8_t *ds__store_data(ds_store_t *s, const ds_obj_t *o);
-uint64_t ds__store_offset(const ds_obj_t *o);
+/* The object's offset in the arena (what local clients map). */
+uint64_t ds__store_offset(const ds_store_t *s, const ds_obj_t *o);
 
 /* The key's current published version, or NULL (also when its TTL passed:
  * expired objects are removed lazily here as well as by ds__store_expire_due).

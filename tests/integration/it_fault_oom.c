@@ -147,7 +147,10 @@ static void test_concurrent_writers_fill_arena(void **state)
     assert_int_equal(bad_msg, 0);
     assert_int_equal(ok + oom, NPROC * PER_PROC);
     /* 32 one-MiB values fit at most; fragmentation may cost a few. */
-    assert_true(ok <= ARENA_MB && ok >= ARENA_MB - 4);
+    /* Not every MiB can hold a cache-only value: the volatile writer's
+     * half-size values, and its reservations still receiving bytes, leave
+     * holes between cache-only values that cannot be evicted away. */
+    assert_true(ok <= ARENA_MB && ok >= ARENA_MB - 8);
     assert_true(oom >= NPROC * PER_PROC - ARENA_MB);
 
     /* The worker is healthy, and every acknowledged value is intact. */
@@ -172,7 +175,7 @@ static void test_concurrent_writers_fill_arena(void **state)
         }
     }
     assert_int_equal(verified, ok);
-    assert_true(dst_stat(&W, "arena.free_bytes") < 2.0 * VAL + 1);
+    assert_true(dst_stat(&W, "arena.free_bytes") < 8.0 * VAL + 1); /* the holes above */
     assert_true(dst_stat(&W, "objects.pinned") == 0);
 
     /* Deleting makes room again. */

@@ -72,7 +72,7 @@ static void test_publish_lookup(void **state)
     assert_int_equal(o->state, DS_OBJ_CREATING);
     assert_int_equal(o->refcnt, 1);
     assert_string_equal(o->key, "k1");
-    assert_int_equal(ds__store_offset(o) % DS_ALLOC_ALIGN, 0);
+    assert_int_equal(ds__store_offset(s, o) % DS_ALLOC_ALIGN, 0);
     memcpy(ds__store_data(s, o), "hello", 5);
     assert_false(has(s, "k1", 0)); /* invisible until published */
     assert_int_equal(ds__store_publish(s, o, DS_EXISTENCE_NONE, 0), DS_K_OK);

@@ -1,0 +1,215 @@
+/* The shared-memory GET index (see shm_index.h): the worker's writer and the
+ * client's seqlock reader over the same slot layout. */
+#include "common/shm_index.h"
+
+#include <string.h>
+
+#include "common/hash.h"
+
+/* Same seed as the worker's object table; any fixed value would do. */
+#define DS_SHM_INDEX_SEED 0x9747b28cu
+/* Reads of one slot that may collide with the writer before giving up. */
+#define DS_SHM_INDEX_TRIES 8
+
+uint64_t ds__shm_index_bytes(uint64_t slots)
+{
+    return slots * DS_SHM_INDEX_SLOT;
+}
+
+uint64_t ds__shm_index_slots_for(uint64_t arena_size)
+{
+    /* A small arena keeps every byte for values: there 1/64 would already
+     * cost a whole large value's worth of space to users who sized it. */
+    if (arena_size < DS_SHM_INDEX_MIN_ARENA) return 0;
+    uint64_t want = arena_size / 64;
+    uint64_t slots = 1;
+    while (slots * 2 * DS_SHM_INDEX_SLOT <= want)
+        slots *= 2;
+    return slots;
+}
+
+uint32_t ds__shm_index_hash(const char *key, size_t keylen)
+{
+    return ds__murmur3_32(key, keylen, DS_SHM_INDEX_SEED);
+}
+
+void ds__shm_index_init(ds_shm_index_t *ix, void *region, uint64_t slots)
+{
+    memset(region, 0, ds__shm_index_bytes(slots));
+    ix->hdr = region;
+    ix->slot = (ds_shm_slot_t *)((uint8_t *)region + DS_SHM_INDEX_SLOT);
+    ix->n = slots - 1;
+    ix->hdr->magic = DS_SHM_INDEX_MAGIC;
+    ix->hdr->slots = slots;
+    atomic_store_explicit(&ix->hdr->live, 1, memory_order_release);
+}
+
+void ds__shm_index_set_live(ds_shm_index_t *ix, bool live)
+{
+    atomic_store_explicit(&ix->hdr->live, live ? 1 : 0, memory_order_release);
+}
+
+/* ---- writer ---- */
+
+/* Opens a slot for rewriting: readers that started before see seq change,
+ * readers that start now see it odd. The release fence keeps the field
+ * stores below from becoming visible before the odd seq. */
+static uint64_t slot_begin(ds_shm_slot_t *sl)
+{
+    uint64_t q = atomic_load_explicit(&sl->seq, memory_order_relaxed);
+    atomic_store_explicit(&sl->seq, q + 1, memory_order_relaxed);
+    atomic_thread_fence(memory_order_release);
+    return q + 2;
+}
+
+static void slot_end(ds_shm_slot_t *sl, uint64_t q)
+{
+    atomic_store_explicit(&sl->seq, q, memory_order_release);
+}
+
+static bool slot_is(const ds_shm_slot_t *sl, uint64_t want, const char *key, size_t keylen)
+{
+    return atomic_load_explicit(&sl->hash, memory_order_relaxed) == want &&
+           atomic_load_explicit(&sl->keylen, memory_order_relaxed) == keylen &&
+           memcmp(sl->key, key, keylen) == 0;
+}
+
+bool ds__shm_index_put(ds_shm_index_t *ix, const char *key, size_t keylen, uint64_t offset,
+                       uint64_t size, uint64_t version)
+{
+    if (keylen == 0 || keylen > DS_SHM_INDEX_KEYMAX) return false;
+    uint32_t h = ds__shm_index_hash(key, keylen);
+    uint64_t want = (uint64_t)h + 2;
+    ds_shm_slot_t *dst = NULL;
+    /* The key may sit past tombstones, so the run is searched for it before
+     * the first free slot is taken; an empty slot ends the run. */
+    for (uint64_t i = 0; i < DS_SHM_INDEX_PROBE && i < ix->n; i++) {
+        ds_shm_slot_t *sl = &ix->slot[(h + i) % ix->n];
+        uint64_t hv = atomic_load_explicit(&sl->hash, memory_order_relaxed);
+        if (hv == DS_SHM_INDEX_EMPTY) {
+            if (dst == NULL) dst = sl;
+            break;
+        }
+        if (hv == DS_SHM_INDEX_TOMB) {
+            if (dst == NULL) dst = sl;
+            continue;
+        }
+        if (slot_is(sl, want, key, keylen)) {
+            dst = sl;
+            break;
+        }
+    }
+    if (dst == NULL) return false;
+    uint64_t q = slot_begin(dst);
+    atomic_store_explicit(&dst->hash, want, memory_order_relaxed);
+    atomic_store_explicit(&dst->offset, offset, memory_order_relaxed);
+    atomic_store_explicit(&dst->size, size, memory_order_relaxed);
+    atomic_store_explicit(&dst->version, version, memory_order_relaxed);
+    atomic_store_explicit(&dst->keylen, (uint16_t)keylen, memory_order_relaxed);
+    memcpy(dst->key, key, keylen);
+    slot_end(dst, q);
+    return true;
+}
+
+static void slot_set_hash(ds_shm_slot_t *sl, uint64_t hv)
+{
+    uint64_t q = slot_begin(sl);
+    atomic_store_explicit(&sl->hash, hv, memory_order_relaxed);
+    atomic_store_explicit(&sl->keylen, 0, memory_order_relaxed);
+    slot_end(sl, q);
+}
+
+void ds__shm_index_remove(ds_shm_index_t *ix, const char *key, size_t keylen)
+{
+    if (keylen == 0 || keylen > DS_SHM_INDEX_KEYMAX) return;
+    uint32_t h = ds__shm_index_hash(key, keylen);
+    uint64_t want = (uint64_t)h + 2;
+    for (uint64_t i = 0; i < DS_SHM_INDEX_PROBE && i < ix->n; i++) {
+        uint64_t at = (h + i) % ix->n;
+        ds_shm_slot_t *sl = &ix->slot[at];
+        uint64_t hv = atomic_load_explicit(&sl->hash, memory_order_relaxed);
+        if (hv == DS_SHM_INDEX_EMPTY) return;
+        if (!slot_is(sl, want, key, keylen)) continue;
+        slot_set_hash(sl, DS_SHM_INDEX_TOMB);
+        /* Tombstones right before an empty slot end no probe run that could
+         * reach a live key, so they become empty again: without this, churn
+         * would leave every run a full-length walk over tombstones. */
+        if (atomic_load_explicit(&ix->slot[(at + 1) % ix->n].hash, memory_order_relaxed) !=
+            DS_SHM_INDEX_EMPTY)
+            return;
+        for (uint64_t n = 0; n < ix->n; n++, at = (at + ix->n - 1) % ix->n) {
+            sl = &ix->slot[at];
+            if (atomic_load_explicit(&sl->hash, memory_order_relaxed) != DS_SHM_INDEX_TOMB) break;
+            slot_set_hash(sl, DS_SHM_INDEX_EMPTY);
+        }
+        return;
+    }
+}
+
+/* ---- reader ---- */
+
+bool ds__shm_index_attach(ds_shm_index_t *ix, uint8_t *base, uint64_t map_size, uint64_t offset,
+                          uint64_t slots, uint32_t keymax)
+{
+    memset(ix, 0, sizeof(*ix));
+    if (base == NULL || slots == 0 || (slots & (slots - 1)) != 0 || keymax != DS_SHM_INDEX_KEYMAX ||
+        offset % 64 != 0 || slots > map_size / DS_SHM_INDEX_SLOT || offset > map_size ||
+        ds__shm_index_bytes(slots) > map_size - offset)
+        return false;
+    ds_shm_index_hdr_t *hdr = (ds_shm_index_hdr_t *)(base + offset);
+    if (hdr->magic != DS_SHM_INDEX_MAGIC || hdr->slots != slots) return false;
+    ix->hdr = hdr;
+    ix->slot = (ds_shm_slot_t *)(base + offset + DS_SHM_INDEX_SLOT);
+    ix->n = slots - 1;
+    return true;
+}
+
+/* True when seq still reads s1: everything read since the acquire load of
+ * s1 came from one unchanged version of the slot. */
+static bool slot_stable(const ds_shm_slot_t *sl, uint64_t s1)
+{
+    atomic_thread_fence(memory_order_acquire);
+    return atomic_load_explicit(&sl->seq, memory_order_relaxed) == s1;
+}
+
+ds_shm_index_res_t ds__shm_index_get(const ds_shm_index_t *ix, const uint8_t *base,
+                                     uint64_t map_size, const char *key, size_t keylen, void *dst,
+                                     size_t cap, uint64_t *size)
+{
+    if (ix->hdr == NULL || keylen == 0 || keylen > DS_SHM_INDEX_KEYMAX ||
+        atomic_load_explicit(&ix->hdr->live, memory_order_acquire) != 1)
+        return DS_SHM_INDEX_MISS;
+    uint32_t h = ds__shm_index_hash(key, keylen);
+    uint64_t want = (uint64_t)h + 2;
+    for (uint64_t i = 0; i < DS_SHM_INDEX_PROBE && i < ix->n; i++) {
+        ds_shm_slot_t *sl = &ix->slot[(h + i) % ix->n];
+        int tries = 0;
+        for (;;) {
+            if (++tries > DS_SHM_INDEX_TRIES) return DS_SHM_INDEX_MISS;
+            uint64_t s1 = atomic_load_explicit(&sl->seq, memory_order_acquire);
+            if (s1 & 1) continue;
+            uint64_t hv = atomic_load_explicit(&sl->hash, memory_order_relaxed);
+            uint16_t kl = atomic_load_explicit(&sl->keylen, memory_order_relaxed);
+            bool mine = hv == want && kl == keylen && memcmp(sl->key, key, keylen) == 0;
+            if (!mine) {
+                if (!slot_stable(sl, s1)) continue;
+                if (hv == DS_SHM_INDEX_EMPTY) return DS_SHM_INDEX_MISS;
+                break; /* another key or a tombstone: probe on */
+            }
+            uint64_t off = atomic_load_explicit(&sl->offset, memory_order_relaxed);
+            uint64_t sz = atomic_load_explicit(&sl->size, memory_order_relaxed);
+            /* Other local clients can write the arena: never trust a range. */
+            if (off > map_size || sz > map_size - off) return DS_SHM_INDEX_MISS;
+            if (sz > cap) {
+                if (!slot_stable(sl, s1)) continue;
+                *size = sz;
+                return DS_SHM_INDEX_SMALL;
+            }
+            if (sz > 0) memcpy(dst, base + off, sz);
+            if (!slot_stable(sl, s1)) continue;
+            *size = sz;
+            return DS_SHM_INDEX_HIT;
+        }
+    }
+    return DS_SHM_INDEX_MISS;
+}
