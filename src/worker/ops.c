@@ -69,6 +69,33 @@ static bool mode_ok(uint8_t mode, char *msg, size_t cap)
     return false;
 }
 
+/* The head SET and CREATE share: write mode, TTL, existence, key count. */
+typedef struct {
+    uint8_t mode, existence;
+    uint32_t ttl, n;
+} write_head_t;
+
+/* Reads and checks the head; 0, or -1 with a message naming the problem. */
+static int read_write_head(ds_rbuf_t *r, const char *what, write_head_t *h, char *msg, size_t cap)
+{
+    h->mode = ds__rbuf_u8(r);
+    h->ttl = ds__rbuf_u32(r);
+    h->existence = ds__rbuf_u8(r);
+    h->n = ds__rbuf_u32(r);
+    /* each entry is at least a 4-byte length, one key byte and a u64 */
+    if (r->err || h->n == 0 || h->n > DS_MAX_BATCH || (r->len - r->pos) / 13 < h->n) {
+        snprintf(msg, cap, "malformed %s: %u keys (allowed 1..%u) or metadata too short", what,
+                 h->n, DS_MAX_BATCH);
+        return -1;
+    }
+    if (!mode_ok(h->mode, msg, cap)) return -1;
+    if (h->existence > DS_EXISTENCE_NX) {
+        snprintf(msg, cap, "existence option %u is not NONE(0) or NX(1)", h->existence);
+        return -1;
+    }
+    return 0;
+}
+
 /* Status-list answer: str err, n, n*u32. Returns the overall status. */
 static ds_status_t build_statuses(ds_wbuf_t *w, const uint32_t *st, uint32_t n,
                                   const char *first_err)
@@ -145,26 +172,14 @@ void ds__ops_set_begin(ds_conn_t *c)
     ds_server_t *srv = c->srv;
     ds_rbuf_t r;
     ds__rbuf_init(&r, c->meta, c->h.meta_len);
-    uint8_t mode = ds__rbuf_u8(&r);
-    uint32_t ttl = ds__rbuf_u32(&r);
-    uint8_t existence = ds__rbuf_u8(&r);
-    uint32_t n = ds__rbuf_u32(&r);
+    write_head_t wh;
     char msg[256];
-    if (r.err || n == 0 || n > DS_MAX_BATCH || (r.len - r.pos) / 13 < n) {
-        snprintf(msg, sizeof(msg), "malformed SET: %u keys (allowed 1..%u) or metadata too short",
-                 n, DS_MAX_BATCH);
+    if (read_write_head(&r, "SET", &wh, msg, sizeof(msg)) != 0) {
         set_fail(c, msg);
         return;
     }
-    if (!mode_ok(mode, msg, sizeof(msg))) {
-        set_fail(c, msg);
-        return;
-    }
-    if (existence > DS_EXISTENCE_NX) {
-        snprintf(msg, sizeof(msg), "existence option %u is not NONE(0) or NX(1)", existence);
-        set_fail(c, msg);
-        return;
-    }
+    uint8_t mode = wh.mode, existence = wh.existence;
+    uint32_t ttl = wh.ttl, n = wh.n;
     key_t_ *keys = malloc(n * sizeof(*keys));
     uint64_t *lens = malloc(n * sizeof(*lens));
     c->pend = calloc(n, sizeof(*c->pend));
@@ -559,14 +574,10 @@ static void op_create(ds_conn_t *c)
     ds_server_t *srv = c->srv;
     ds_rbuf_t r;
     ds__rbuf_init(&r, c->meta, c->h.meta_len);
-    uint8_t mode = ds__rbuf_u8(&r);
-    uint32_t ttl = ds__rbuf_u32(&r);
-    uint8_t existence = ds__rbuf_u8(&r);
-    uint32_t n = ds__rbuf_u32(&r);
+    write_head_t wh;
     char msg[256];
-    if (r.err || n == 0 || n > DS_MAX_BATCH || (r.len - r.pos) / 13 < n) {
-        ds__conn_reply_err(c, c->h.req_id, DS_OP_CREATE, DS_K_INVALID,
-                           "malformed CREATE: %u keys (allowed 1..%u)", n, DS_MAX_BATCH);
+    if (read_write_head(&r, "CREATE", &wh, msg, sizeof(msg)) != 0) {
+        ds__conn_reply_err(c, c->h.req_id, DS_OP_CREATE, DS_K_INVALID, "%s", msg);
         return;
     }
     if (!c->session->shm) {
@@ -574,12 +585,8 @@ static void op_create(ds_conn_t *c)
                            "CREATE needs a local client that mapped the arena");
         return;
     }
-    if (!mode_ok(mode, msg, sizeof(msg)) || existence > DS_EXISTENCE_NX) {
-        if (existence > DS_EXISTENCE_NX)
-            snprintf(msg, sizeof(msg), "existence option %u is not NONE(0) or NX(1)", existence);
-        ds__conn_reply_err(c, c->h.req_id, DS_OP_CREATE, DS_K_INVALID, "%s", msg);
-        return;
-    }
+    uint8_t mode = wh.mode, existence = wh.existence;
+    uint32_t ttl = wh.ttl, n = wh.n;
     ds_wbuf_t w;
     ds__wbuf_init(&w);
     ds__wbuf_cstr(&w, "");
