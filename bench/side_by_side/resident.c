@@ -23,7 +23,7 @@
 
 #define BATCH 1000
 #define VAL_SIZE 1024
-#define KEY_FMT "sbs-res-%07zu"
+#define KEY_FMT "sbs-res-%07u"
 #define KEY_LEN 15
 
 static uint64_t xorshift(uint64_t *s)
@@ -135,7 +135,7 @@ int sbs_phase_resident(const sbs_opts_t *o, const sbs_env_t *env)
     sbs_conn_t *ds = sbs_connect(env, SBS_DS_LOCAL), *rd = sbs_connect(env, SBS_REDIS_UNIX);
     int rc = keys && val && dst && l.batch_ns && ds && rd ? 0 : -1;
     for (size_t i = 0; rc == 0 && i < n; i++)
-        snprintf(keys[i], sizeof(keys[i]), KEY_FMT, i);
+        snprintf(keys[i], sizeof(keys[i]), KEY_FMT, (unsigned)(i % 10000000));
     if (rc == 0) {
         memset(val, 0x6b, VAL_SIZE);
         memset(dst, 0, VAL_SIZE);

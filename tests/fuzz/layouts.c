@@ -205,6 +205,12 @@ void fz_parse_response(uint16_t op, const uint8_t *meta, size_t len, ds_wbuf_t *
         (void)u32(&p);
         str(&p);
         (void)u32(&p);
+        /* the arena index (common/shm_index.h), when the worker has one */
+        if (p.r.pos < p.r.len) {
+            (void)u64(&p);
+            (void)u32(&p);
+            (void)u32(&p);
+        }
         break;
     case DS_OP_SET:
     case DS_OP_PUBLISH:
