@@ -296,6 +296,16 @@ static void kill_child(pid_t pid)
     assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
 }
 
+/* Kills a child and waits until the worker has closed its connections (back
+ * to `conns`). Bytes the child wrote before dying may still sit in the
+ * socket; the worker handles them before it sees EOF, so only after this can
+ * a read tell which version the child's last SET left behind. */
+static void kill_child_and_drain(pid_t pid, double conns)
+{
+    kill_child(pid);
+    assert_true(fu_wait_stat(&W, "clients.connections", conns, 10000) == conns);
+}
+
 static void half_zero_copy(int report_fd)
 {
     ds_client_t *c = dst_connect(&W, DS_TRANSPORT_LOCAL);
@@ -396,10 +406,11 @@ static void test_client_killed_mid_tcp_set(void **state)
      * an intact version, and no reservation outlives the writer. */
     uint64_t seed = 99;
     long seen_new = 0;
+    double conns = dst_stat(&W, "clients.connections");
     for (int round = 0; round < 5; round++) {
         pid = start_and_wait(looping_tcp_set);
         usleep(50000 + (useconds_t)(fu_rand(&seed) % 250000));
-        kill_child(pid);
+        kill_child_and_drain(pid, conns);
         assert_int_equal(ds_kv_get(c, "tcp-old", 0, &out, &len), DS_K_OK);
         long ver = fu_check(out, len, 1);
         ds_free(out);
