@@ -34,6 +34,7 @@ struct ds_cluster {
     char member_key[600];
     char member_value[512];
     ds_peers_t *peers;
+    ds_links_t *links;
     ds_meta_t *meta;
     ds_ring_t *ring;
     member_t members[DS_MAX_MEMBERS];
@@ -71,6 +72,7 @@ ds_job_t *ds__job_new(ds_pend_t *p, const char *addr, uint16_t op, void (*done)(
     j->done = done;
     j->op = op;
     j->timeout_ms = 30000;
+    j->conn_fd = -1;
     snprintf(j->addr, sizeof(j->addr), "%s", addr);
     ds__wbuf_init(&j->req);
     return j;
@@ -78,6 +80,7 @@ ds_job_t *ds__job_new(ds_pend_t *p, const char *addr, uint16_t op, void (*done)(
 
 static void job_free(ds_job_t *j)
 {
+    if (j->conn_fd >= 0) close(j->conn_fd);
     ds__wbuf_free(&j->req);
     free(j->idx);
     free(j->resp);
@@ -88,6 +91,11 @@ void ds__job_submit(ds_server_t *srv, ds_job_t *j)
 {
     struct ds_cluster *cl = srv->cluster;
     if (j->pend) j->pend->outstanding++;
+    if (ds__links_submit(cl->links, j)) {
+        srv->ctr.peer_link_requests++;
+        return;
+    }
+    srv->ctr.peer_job_requests++;
     pthread_mutex_lock(&cl->mu);
     if (cl->todo_tail)
         cl->todo_tail->next = j;
@@ -125,6 +133,10 @@ static void run_job(struct ds_cluster *cl, ds_job_t *j)
     if (pc == NULL) {
         j->transport_failed = 1;
         snprintf(j->err, sizeof(j->err), "%s", err);
+        return;
+    }
+    if (j->connect_only) {
+        j->conn_fd = ds__peer_detach(pc);
         return;
     }
     ds_peer_resp_t resp;
@@ -243,12 +255,22 @@ static void on_completions(void *ctx, uint32_t events)
     while (list) {
         ds_job_t *j = list;
         list = j->next;
-        if (j->transport_failed) ds__peers_forget(cl->peers, j->addr);
-        if (j->done) j->done(j);
-        ds_pend_t *p = j->pend;
-        job_free(j);
-        if (p && --p->outstanding == 0) pend_done(p);
+        ds__job_complete(cl->srv, j);
     }
+}
+
+void ds__job_complete(ds_server_t *srv, ds_job_t *j)
+{
+    if (j->transport_failed && !j->connect_only) ds__peers_forget(srv->cluster->peers, j->addr);
+    if (j->done) j->done(j);
+    ds_pend_t *p = j->pend;
+    job_free(j);
+    if (p && --p->outstanding == 0) pend_done(p);
+}
+
+uint64_t ds__cluster_tick(ds_server_t *srv, uint64_t now)
+{
+    return srv->cluster ? ds__links_expire(srv->cluster->links, now) : 0;
 }
 
 /* ---- membership ---- */
@@ -423,6 +445,7 @@ static void adopt_members(struct ds_cluster *cl)
             DS_LOG_INFO("cluster: member %s (%s) left", cl->members[i].addr, cl->members[i].id);
             ds__meta_prune(cl->meta, cl->srv, cl->members[i].addr);
             ds__peers_forget(cl->peers, cl->members[i].addr);
+            ds__links_forget(cl->links, cl->members[i].addr);
         }
     }
     const char **addrs = malloc((n ? n : 1) * sizeof(*addrs));
@@ -523,14 +546,15 @@ int ds__cluster_init(ds_server_t *srv, char *err, size_t err_cap)
     pthread_mutex_init(&cl->mu, NULL);
     pthread_cond_init(&cl->cv, NULL);
     cl->peers = ds__peers_new(srv->auth_token);
+    cl->links = ds__links_new(srv);
     cl->meta = ds__meta_new();
     cl->etcd_member = ds__etcd_new(srv->cfg.etcd_address, err, err_cap);
     if (cl->etcd_member == NULL) return -1;
     cl->etcd_watch = ds__etcd_new(srv->cfg.etcd_address, err, err_cap);
     cl->etcd_range = ds__etcd_new(srv->cfg.etcd_address, err, err_cap);
     cl->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (!cl->peers || !cl->meta || !cl->etcd_watch || !cl->etcd_range || cl->efd < 0 ||
-        ds__loop_add(srv->loop, &cl->eio, cl->efd, EPOLLIN, on_eventfd, cl) != 0) {
+    if (!cl->peers || !cl->links || !cl->meta || !cl->etcd_watch || !cl->etcd_range ||
+        cl->efd < 0 || ds__loop_add(srv->loop, &cl->eio, cl->efd, EPOLLIN, on_eventfd, cl) != 0) {
         snprintf(err, err_cap, "cannot set up the cluster: %s", strerror(errno));
         return -1;
     }
@@ -575,6 +599,7 @@ void ds__cluster_destroy(ds_server_t *srv)
         job_free(j);
         if (p && --p->outstanding == 0) pend_done(p);
     }
+    ds__links_free(cl->links);
     if (cl->efd >= 0) {
         ds__loop_del(srv->loop, &cl->eio);
         close(cl->efd);

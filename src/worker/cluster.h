@@ -7,9 +7,10 @@
  *
  * Data stays on the worker that wrote it; the key's ring owner keeps its
  * locations (a metadata table, cluster_meta.c). The event loop never blocks
- * on a peer: every worker-to-worker call is a job run by a small thread pool
- * (blocking RPC, peer.c) whose result comes back to the loop through an
- * eventfd. A request that needs peers becomes a pending operation
+ * on a peer: every worker-to-worker call is a job. Quick ones (a LOCATE that
+ * does not wait, the pull of a value up to 64 KiB) go from the loop over a
+ * non-blocking link per peer (peer_link.c); the rest run on a small thread
+ * pool (blocking RPC, peer.c) whose results come back through an eventfd. A request that needs peers becomes a pending operation
  * (ds_pend_t) that parks its connection and answers when its last job is
  * done (cluster_ops.c). Job threads never touch the store: a pull writes
  * into an arena range the loop reserved for it before the job started.
@@ -73,6 +74,11 @@ struct ds_job {
     uint64_t dst_len;
     uint32_t index; /* which key of the pend */
     ds_obj_t *obj;
+    bool waits;        /* a LOCATE that may wait at the owner */
+    bool connect_only; /* peer_link.c: connect and HELLO, hand back conn_fd */
+    int conn_fd;
+    uint64_t link_req; /* on a link: the request id and when it is overdue */
+    uint64_t deadline;
     /* result */
     int transport_failed;
     uint32_t status;
@@ -81,6 +87,11 @@ struct ds_job {
     ds_rbuf_t r; /* over resp, after the error string */
     char err[256];
 };
+
+/* A GET's LOCATE asks the owner to send values of up to this many bytes
+ * along with the answer when the owner holds them itself (one round trip
+ * instead of two); at most this many bytes in all per answer. */
+#define DS_LOCATE_INLINE_MAX (64u << 10)
 
 /* cluster.c */
 int ds__cluster_init(ds_server_t *srv, char *err, size_t err_cap);
@@ -92,13 +103,32 @@ ds_meta_t *ds__cluster_meta(ds_server_t *srv);
 /* Comma-separated member addresses into out; returns the member count. */
 size_t ds__cluster_members(ds_server_t *srv, char *out, size_t cap);
 ds_job_t *ds__job_new(ds_pend_t *p, const char *addr, uint16_t op, void (*done)(ds_job_t *));
-/* Queues the job (counting it in its pend). */
+/* Sends the job (counting it in its pend): over the peer's link when it is
+ * quick and the link is up, else through the job threads. */
 void ds__job_submit(ds_server_t *srv, ds_job_t *j);
+/* On the loop, once the job has its result: runs its done-handler, frees it
+ * and finishes its pend when that was the pend's last job. */
+void ds__job_complete(ds_server_t *srv, ds_job_t *j);
+/* Fails overdue link requests; returns the next deadline (0 = none). */
+uint64_t ds__cluster_tick(ds_server_t *srv, uint64_t now);
 ds_pend_t *ds__pend_new(ds_conn_t *c, void (*finish)(ds_pend_t *));
 /* Parks the connection until the pend finishes (or finishes it now if no
  * job was submitted). */
 void ds__pend_start(ds_pend_t *p);
 void ds__pend_free(ds_pend_t *p);
+
+/* peer_link.c: quick requests (a LOCATE that does not wait, the pull of a
+ * small value) sent from the loop over one non-blocking connection per peer,
+ * skipping the job threads' two handoffs. */
+typedef struct ds_links ds_links_t;
+ds_links_t *ds__links_new(ds_server_t *srv);
+/* Closes every link, failing what is in flight. */
+void ds__links_free(ds_links_t *ls);
+/* Sends j when it is quick and addr's link is up (starting one if there is
+ * none); false means the caller runs it on a job thread. */
+bool ds__links_submit(ds_links_t *ls, ds_job_t *j);
+void ds__links_forget(ds_links_t *ls, const char *addr);
+uint64_t ds__links_expire(ds_links_t *ls, uint64_t now);
 
 /* cluster_meta.c: the owner's location table */
 ds_meta_t *ds__meta_new(void);

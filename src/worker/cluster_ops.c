@@ -77,10 +77,12 @@ static uint32_t *missing_indices(ds_pend_t *p, uint32_t *nm)
 static void build_locate(ds_pend_t *p, ds_job_t *j)
 {
     ds__wbuf_i32(&j->req, (int32_t)p->ttl); /* the GET's wait, or 0 */
+    ds__wbuf_u32(&j->req, p->op == DS_OP_GET ? DS_LOCATE_INLINE_MAX : 0);
     ds__wbuf_u32(&j->req, j->nidx);
     for (uint32_t i = 0; i < j->nidx; i++)
         ds__wbuf_str(&j->req, p->keys[j->idx[i]], p->keylens[j->idx[i]]);
     j->timeout_ms = p->ttl + 10000u;
+    j->waits = p->ttl > 0;
 }
 
 /* ---- GET ---- */
@@ -114,8 +116,9 @@ static void pull_done(ds_job_t *j)
 }
 
 /* Key i of the GET lives at `where` (size bytes): take it from the local
- * store, or reserve room for it and pull it. */
-static void located(ds_pend_t *p, uint32_t i, uint64_t size, const char *where)
+ * store, or reserve room for it and copy in the bytes the owner sent along
+ * (val, when it holds the key itself) or pull them. */
+static void located(ds_pend_t *p, uint32_t i, uint64_t size, const char *where, const uint8_t *val)
 {
     ds_server_t *srv = p->srv;
     if (strcmp(where, ds__cluster_self(srv)) == 0) {
@@ -132,6 +135,11 @@ static void located(ds_pend_t *p, uint32_t i, uint64_t size, const char *where)
                           0, &o, err, sizeof(err)) != DS_K_OK) {
         p->err_status = DS_K_OUT_OF_MEMORY;
         snprintf(p->err, sizeof(p->err), "no room to receive key '%.64s': %.150s", p->keys[i], err);
+        return;
+    }
+    if (val) {
+        memcpy(ds__store_data(srv->store, o), val, size);
+        p->objs[i] = o; /* the pend keeps the reference */
         return;
     }
     ds_job_t *pull = ds__job_new(p, where, DS_OP_GET, pull_done);
@@ -168,7 +176,7 @@ static void locate_keys(ds_pend_t *p, uint32_t *which, uint32_t n)
                               &version)) {
                 char where[300];
                 snprintf(where, sizeof(where), "%s", loc);
-                located(p, i, size, where);
+                located(p, i, size, where, NULL);
                 continue;
             }
             if (p->ttl == 0) continue; /* unknown to its owner: missing */
@@ -193,12 +201,13 @@ static void locate_done(ds_job_t *j)
         uint8_t found = ds__rbuf_u8(&j->r);
         uint64_t size = ds__rbuf_u64(&j->r);
         (void)ds__rbuf_u64(&j->r);
-        const char *loc;
+        const char *loc, *val;
         uint32_t ll = ds__rbuf_str(&j->r, &loc);
+        uint32_t vl = ds__rbuf_str(&j->r, &val);
         if (!found || j->r.err || p->objs[i]) continue;
         char where[300];
         snprintf(where, sizeof(where), "%.*s", (int)ll, loc);
-        located(p, i, size, where);
+        located(p, i, size, where, vl > 0 && vl == size ? (const uint8_t *)val : NULL);
     }
 }
 
@@ -395,8 +404,9 @@ static void keys_locate_done(ds_job_t *j)
         uint8_t found = ds__rbuf_u8(&j->r);
         uint64_t size = ds__rbuf_u64(&j->r);
         (void)ds__rbuf_u64(&j->r);
-        const char *loc;
+        const char *loc, *val;
         uint32_t ll = ds__rbuf_str(&j->r, &loc);
+        (void)ds__rbuf_str(&j->r, &val); /* none: this LOCATE asked for no values */
         if (!found || j->r.err) continue;
         p->status[i] = DS_K_OK;
         p->sizes[i] = size;

@@ -35,6 +35,8 @@ void ds__cluster_locate_answer(ds_conn_t *c, uint64_t req_id, const uint8_t *met
     ds_rbuf_t r;
     ds__rbuf_init(&r, meta, meta_len);
     (void)ds__rbuf_i32(&r);
+    uint32_t inline_left = ds__rbuf_u32(&r);
+    if (inline_left > DS_LOCATE_INLINE_MAX) inline_left = DS_LOCATE_INLINE_MAX;
     const char **keys = NULL;
     uint32_t *lens = NULL, n = 0;
     if (read_key_list(&r, &keys, &lens, &n) != 0) {
@@ -55,6 +57,18 @@ void ds__cluster_locate_answer(ds_conn_t *c, uint64_t req_id, const uint8_t *met
         ds__wbuf_u64(&w, size);
         ds__wbuf_u64(&w, version);
         ds__wbuf_cstr(&w, found ? loc : "");
+        /* The value itself, when it is small and this worker holds the
+         * version the table names. */
+        ds_obj_t *o = found && size <= inline_left && strcmp(loc, ds__cluster_self(srv)) == 0
+                          ? ds__store_lookup(srv->store, keys[i], lens[i], ds__now_ms())
+                          : NULL;
+        if (o && o->version == version && o->size == size) {
+            ds__wbuf_str(&w, ds__store_data(srv->store, o), size);
+            inline_left -= (uint32_t)size;
+            srv->ctr.locate_inline_values++;
+        } else {
+            ds__wbuf_str(&w, "", 0);
+        }
     }
     ds__conn_reply(c, req_id, DS_OP_LOCATE, DS_K_OK, &w, NULL, 0, NULL, 0, -1);
     ds__wbuf_free(&w);
@@ -115,6 +129,7 @@ void ds__cluster_op_locate(ds_conn_t *c)
     ds_rbuf_t r;
     ds__rbuf_init(&r, c->meta, c->h.meta_len);
     int32_t wait = ds__rbuf_i32(&r);
+    (void)ds__rbuf_u32(&r); /* how many value bytes to send along: for the answer */
     const char **keys = NULL;
     uint32_t *lens = NULL, n = 0;
     if (read_key_list(&r, &keys, &lens, &n) != 0 || wait < 0) {

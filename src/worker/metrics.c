@@ -203,6 +203,17 @@ static char *render(struct ds_metrics *m, size_t *len)
             srv->ctr.conns_rejected);
     counter(&t, "ds_worker_protocol_errors_total", "Malformed frames (each closed its connection).",
             srv->ctr.protocol_errors);
+    if (srv->cluster) {
+        counter(&t, "ds_worker_peer_link_requests_total",
+                "Requests to peers sent from the event loop over a persistent link.",
+                srv->ctr.peer_link_requests);
+        counter(&t, "ds_worker_peer_job_requests_total",
+                "Requests to peers run by a job thread (large pulls, waits, metadata).",
+                srv->ctr.peer_job_requests);
+        counter(&t, "ds_worker_locate_inline_values_total",
+                "Small values sent along with a LOCATE answer (saving the pull).",
+                srv->ctr.locate_inline_values);
+    }
     counter(&t, "ds_worker_metrics_scrapes_total", "GET /metrics requests answered.",
             m->scrapes + 1);
     if (t.oom) {

@@ -226,3 +226,10 @@ void ds__peer_release(ds_peers_t *p, ds_pconn_t *c, bool ok)
     p->idle = c;
     pthread_mutex_unlock(&p->mu);
 }
+
+int ds__peer_detach(ds_pconn_t *c)
+{
+    int fd = c->fd;
+    free(c);
+    return fd;
+}

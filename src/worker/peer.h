@@ -38,6 +38,8 @@ int ds__peer_request(ds_pconn_t *c, uint16_t op, const ds_wbuf_t *meta, const st
 /* Reads n bytes of the response's data section into dst (NULL = discard). */
 int ds__peer_read(ds_pconn_t *c, ds_peer_resp_t *resp, void *dst, uint64_t n, uint64_t deadline_ms);
 void ds__peer_resp_free(ds_peer_resp_t *resp);
+/* Takes the connected socket out of c (freeing c) for the caller to own. */
+int ds__peer_detach(ds_pconn_t *c);
 /* Back to the pool when ok (and the response fully read), else closed. */
 void ds__peer_release(ds_peers_t *p, ds_pconn_t *c, bool ok);
 

@@ -168,7 +168,9 @@ void ds__server_run(ds_server_t *srv)
         uint64_t now = ds__now_ms();
         uint64_t t1 = ds__store_expire_due(srv->store, now);
         uint64_t t2 = ds__subs_expire(srv, now);
+        uint64_t t3 = ds__cluster_tick(srv, now);
         uint64_t next = t1 && t2 ? (t1 < t2 ? t1 : t2) : (t1 ? t1 : t2);
+        if (t3 && (next == 0 || t3 < next)) next = t3;
         int timeout = -1;
         if (next) {
             now = ds__now_ms();
@@ -231,6 +233,9 @@ char *ds__server_stats_json(ds_server_t *srv)
         cJSON_AddNumberToObject(cl, "members", (double)nm);
         cJSON_AddStringToObject(cl, "member_list", members);
         cJSON_AddNumberToObject(cl, "owned_keys", (double)ds__meta_count(ds__cluster_meta(srv)));
+        cJSON_AddNumberToObject(cl, "peer_link_requests", (double)srv->ctr.peer_link_requests);
+        cJSON_AddNumberToObject(cl, "peer_job_requests", (double)srv->ctr.peer_job_requests);
+        cJSON_AddNumberToObject(cl, "locate_inline_values", (double)srv->ctr.locate_inline_values);
     }
     cJSON *arena = cJSON_AddObjectToObject(root, "arena");
     cJSON_AddNumberToObject(arena, "total_bytes", (double)st.arena.total);

@@ -3,7 +3,9 @@
  * and their pinned handles (session.c) and subscribe-gets (subs.c).
  *
  * Threading model: one thread runs everything, driven by the epoll loop, like
- * Redis. No locks exist, so nothing here needs a lock order. The worker never
+ * Redis. No locks exist, so nothing here needs a lock order (in a cluster,
+ * the membership, watch and job threads of cluster.h never touch this state:
+ * they hand their results to the loop through an eventfd). The worker never
  * copies bulk data itself on the hot path: local clients write and read the
  * arena in place, and TCP bytes move between socket and arena with
  * recv/writev, at most DS_IO_SLICE bytes per connection per turn, so one huge
@@ -194,6 +196,9 @@ typedef struct {
     uint64_t errors[DS_OP__MAX];
     uint64_t bytes_in, bytes_out;
     uint64_t conns_accepted, conns_rejected, protocol_errors, auth_failures;
+    /* cluster: peer requests sent over a link from the loop or by a job
+     * thread, and GET values this owner sent along with a LOCATE answer */
+    uint64_t peer_link_requests, peer_job_requests, locate_inline_values;
 } ds_counters_t;
 
 struct ds_server {

@@ -3,6 +3,8 @@
  *  - a key set on A (copy set or zero-copy create/publish, over the Unix
  *    socket or TCP) is read on B and C, small and multi-MiB, by copy and by
  *    zero-copy buffers, through local and TCP clients, checksummed;
+ *  - small remote values (up to 64 KiB) come with the owner's LOCATE answer
+ *    or over the loop's link to the peer, larger ones by a job thread;
  *  - mget and multi-key get_buffers across keys living on every node and
  *    owned by several owners, with missing keys among them;
  *  - a consumer waiting on B (sub_timeout_ms) is woken promptly by a publish
@@ -319,12 +321,71 @@ static void test_wait_times_out_promptly(void **state)
         assert_int_equal((int)dst_stat(&C.w[i], "subscriptions_waiting"), 0);
 }
 
+/* Small remote values skip the job threads: with the owner holding the key,
+ * its LOCATE answer carries the value (one round trip); otherwise the pull
+ * goes over B's link to A. Values above 64 KiB are pulled by a job thread.
+ * Every read is checksummed; the counters say which path it took. */
+static void test_small_remote_gets_take_the_link(void **state)
+{
+    (void)state;
+    ds_client_t *w = ct_client(&C, A, DS_TRANSPORT_LOCAL);
+    static const size_t sizes[] = {1, 1024, 65536, 65537};
+    for (size_t s = 0; s < 4; s++) {
+        /* One key whose metadata A owns and one B owns, both living on A. */
+        char by_a[64] = "", by_b[64] = "";
+        for (int i = 0; i < 64 && (!by_a[0] || !by_b[0]); i++) {
+            char key[64];
+            snprintf(key, sizeof(key), "link-%zu-%d", sizes[s], i);
+            int owner = ct_set_find_owner(&C, w, key, sizes[s], 500 + s);
+            if (owner == A && !by_a[0]) snprintf(by_a, sizeof(by_a), "%s", key);
+            if (owner == B && !by_b[0]) snprintf(by_b, sizeof(by_b), "%s", key);
+        }
+        assert_true(by_a[0] && by_b[0]);
+        for (size_t t = 0; t < 2; t++) {
+            ds_client_t *r = ct_client(&C, B, transports[t]);
+            /* The link comes up in the background after the first request. */
+            uint64_t dl = ds__now_ms() + 5000;
+            double before = dst_stat(&C.w[B], "cluster.peer_link_requests");
+            while (ds__now_ms() < dl) {
+                assert_true(ct_read_ok(r, by_b, sizes[s], 500 + s, 0));
+                if (dst_stat(&C.w[B], "cluster.peer_link_requests") > before) break;
+                usleep(20000);
+            }
+            double link0 = dst_stat(&C.w[B], "cluster.peer_link_requests");
+            double job0 = dst_stat(&C.w[B], "cluster.peer_job_requests");
+            double inl0 = dst_stat(&C.w[A], "cluster.locate_inline_values");
+            enum { READS = 10 };
+            for (int k = 0; k < READS; k++) {
+                assert_true(ct_read_ok(r, by_a, sizes[s], 500 + s, 0));
+                assert_true(ct_read_ok(r, by_b, sizes[s], 500 + s, 0));
+            }
+            double link = dst_stat(&C.w[B], "cluster.peer_link_requests") - link0;
+            double job = dst_stat(&C.w[B], "cluster.peer_job_requests") - job0;
+            double inl = dst_stat(&C.w[A], "cluster.locate_inline_values") - inl0;
+            if (sizes[s] <= 65536) {
+                /* A-owned: one LOCATE with the value; B-owned: one pull. */
+                assert_true(link == 2 * READS);
+                assert_true(job == 0);
+                assert_true(inl == READS);
+            } else {
+                /* LOCATEs still take the link; every pull a job thread. */
+                assert_true(link == READS);
+                assert_true(job == 2 * READS);
+                assert_true(inl == 0);
+            }
+            ds_client_close(r);
+        }
+    }
+    ds_client_close(w);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_set_on_a_read_everywhere),
         cmocka_unit_test(test_zero_copy_publish_read_remote),
         cmocka_unit_test(test_mget_across_owners),
+        cmocka_unit_test(test_small_remote_gets_take_the_link),
         cmocka_unit_test(test_consumer_on_b_woken_by_a),
         cmocka_unit_test(test_woken_whoever_owns_the_key),
         cmocka_unit_test(test_mget_waits_for_two_producers),

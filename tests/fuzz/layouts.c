@@ -148,6 +148,7 @@ void fz_parse_request(uint16_t op, const uint8_t *meta, size_t len, ds_wbuf_t *e
         break;
     case DS_OP_LOCATE:
         (void)i32(&p);
+        (void)u32(&p);
         keys(&p, DS_MAX_BATCH);
         break;
     case DS_OP_META_PUT: {
@@ -267,11 +268,12 @@ void fz_parse_response(uint16_t op, const uint8_t *meta, size_t len, ds_wbuf_t *
         str(&p);
         break;
     case DS_OP_LOCATE: {
-        uint32_t n = count(&p, UINT32_MAX, 21);
+        uint32_t n = count(&p, UINT32_MAX, 25);
         for (uint32_t i = 0; i < n && !p.r.err; i++) {
             (void)u8(&p);
             (void)u64(&p);
             (void)u64(&p);
+            str(&p);
             str(&p);
         }
         break;
