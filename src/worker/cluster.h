@@ -10,10 +10,10 @@
  * on a peer: every worker-to-worker call is a job. Quick ones (a LOCATE that
  * does not wait, the pull of a value up to 64 KiB) go from the loop over a
  * non-blocking link per peer (peer_link.c); the rest run on a small thread
- * pool (blocking RPC, peer.c) whose results come back through an eventfd. A request that needs peers becomes a pending operation
- * (ds_pend_t) that parks its connection and answers when its last job is
- * done (cluster_ops.c). Job threads never touch the store: a pull writes
- * into an arena range the loop reserved for it before the job started.
+ * pool (blocking RPC, peer.c) whose results come back through an eventfd. A request that needs
+ * peers becomes a pending operation (ds_pend_t) that parks its connection and answers when its last
+ * job is done (cluster_ops.c). Job threads never touch the store: a pull writes into an arena range
+ * the loop reserved for it before the job started.
  *
  * Consistency: a SET returns after the owner recorded the new location and
  * dropped every superseded copy; a DEL after every copy was dropped. Reads

@@ -69,7 +69,7 @@ static void update_interest(ds_conn_t *c)
     bool reading = c->state != CONN_PARKED && c->out_bytes < DS_OUT_HIGH && !c->close_after_write;
     if (reading) ev |= EPOLLIN;
     if (reading || c->state == CONN_PARKED) ev |= EPOLLRDHUP;
-    if (c->out_head) ev |= EPOLLOUT;
+    if (c->out_head && c->bulk_out == NULL) ev |= EPOLLOUT;
     ds__loop_mod(c->srv->loop, &c->io, ev);
 }
 
@@ -96,6 +96,82 @@ void ds__conn_release_pending(ds_conn_t *c)
     c->sink_off = 0;
 }
 
+static uint64_t out_total(const ds_out_t *o)
+{
+    uint64_t total = 0;
+    for (uint32_t i = 0; i < o->nseg; i++)
+        total += o->segs[i].iov_len;
+    return total;
+}
+
+static uint64_t out_left(const ds_out_t *o)
+{
+    uint64_t left = 0;
+    for (uint32_t i = o->seg_idx; i < o->nseg; i++)
+        left += o->segs[i].iov_len - (i == o->seg_idx ? o->seg_off : 0);
+    return left;
+}
+
+int ds__out_iov(const ds_out_t *o, struct iovec *iov, int max)
+{
+    int n = 0;
+    for (uint32_t i = o->seg_idx; i < o->nseg && n < max; i++) {
+        uint64_t off = i == o->seg_idx ? o->seg_off : 0;
+        iov[n].iov_base = (uint8_t *)o->segs[i].iov_base + off;
+        iov[n].iov_len = o->segs[i].iov_len - off;
+        if (iov[n].iov_len) n++;
+    }
+    return n;
+}
+
+bool ds__out_advance(ds_out_t *o, uint64_t n)
+{
+    while (o->seg_idx < o->nseg) {
+        uint64_t room = o->segs[o->seg_idx].iov_len - o->seg_off;
+        if (n < room) {
+            o->seg_off += n;
+            return false;
+        }
+        n -= room;
+        o->seg_idx++;
+        o->seg_off = 0;
+    }
+    return true;
+}
+
+static void unqueue_head(ds_conn_t *c)
+{
+    ds_out_t *o = c->out_head;
+    c->out_head = o->next;
+    if (c->out_head == NULL) c->out_tail = NULL;
+    c->out_bytes -= out_total(o);
+    o->fd = -1;
+    free_out(c->srv, o);
+}
+
+static void flush_out(ds_conn_t *c);
+
+void ds__conn_bulk_done(ds_conn_t *c, ds_out_t *o, uint64_t sent, int err)
+{
+    ds_server_t *srv = c->srv;
+    c->bulk_out = NULL;
+    srv->ctr.bytes_out += sent;
+    if (c->state == CONN_CLOSED) {
+        /* Closed meanwhile: the socket and the connection waited for this. */
+        free_out(srv, o);
+        close(c->io.fd);
+        c->next = srv->dead;
+        srv->dead = c;
+        return;
+    }
+    if (err) {
+        ds__conn_close(c, strerror(err));
+        return;
+    }
+    unqueue_head(c);
+    flush_out(c);
+}
+
 void ds__conn_close(ds_conn_t *c, const char *why)
 {
     if (c->state == CONN_CLOSED) return;
@@ -103,7 +179,12 @@ void ds__conn_close(ds_conn_t *c, const char *why)
     DS_LOG_DEBUG("conn %llu closed: %s", (unsigned long long)c->id, why);
     c->state = CONN_CLOSED;
     ds__loop_del(srv->loop, &c->io);
-    close(c->io.fd);
+    /* The sender thread may be writing this socket: shut it down to fail
+     * that write; it is closed when the frame comes back. */
+    if (c->bulk_out)
+        shutdown(c->io.fd, SHUT_RDWR);
+    else
+        close(c->io.fd);
     if (c->wait) ds__subs_cancel(srv, c->wait);
     if (c->cpend) {
         /* Its jobs still finish (and free what they hold); nobody is answered. */
@@ -116,7 +197,7 @@ void ds__conn_close(ds_conn_t *c, const char *why)
     while (c->out_head) {
         ds_out_t *o = c->out_head;
         c->out_head = o->next;
-        free_out(srv, o);
+        if (o != c->bulk_out) free_out(srv, o);
     }
     c->out_tail = NULL;
     if (c->session && --c->session->nconns == 0) ds__session_free(srv, c->session);
@@ -127,6 +208,7 @@ void ds__conn_close(ds_conn_t *c, const char *why)
         srv->conns = c->next;
     if (c->next) c->next->prev = c->prev;
     srv->nconns--;
+    if (c->bulk_out) return; /* freed by ds__conn_bulk_done */
     c->next = srv->dead;
     srv->dead = c;
 }
@@ -135,10 +217,14 @@ void ds__conn_close(ds_conn_t *c, const char *why)
 static void flush_out(ds_conn_t *c)
 {
     uint64_t budget = DS_IO_SLICE;
-    while (c->out_head && budget > 0) {
+    while (c->out_head && c->bulk_out == NULL && budget > 0) {
         struct iovec iov[DS_MAX_IOV];
         int n = 0;
         ds_out_t *o = c->out_head;
+        if (o->fd < 0 && out_left(o) >= DS_BULK_MIN && ds__bulk_send(c->srv->bulk, c, o)) {
+            c->bulk_out = o;
+            break;
+        }
         for (ds_out_t *f = o; f && n < DS_MAX_IOV; f = f->next) {
             /* A frame carrying an fd must start its own sendmsg. */
             if (f != o && f->fd >= 0) break;
@@ -180,14 +266,7 @@ static void flush_out(ds_conn_t *c)
                 o->seg_off = 0;
                 continue;
             }
-            c->out_head = o->next;
-            if (c->out_head == NULL) c->out_tail = NULL;
-            uint64_t total = 0;
-            for (uint32_t i = 0; i < o->nseg; i++)
-                total += o->segs[i].iov_len;
-            c->out_bytes -= total;
-            o->fd = -1;
-            free_out(c->srv, o);
+            unqueue_head(c);
         }
     }
     if (c->out_head == NULL && c->close_after_write) {

@@ -125,9 +125,10 @@ int ds__server_init(ds_server_t *srv, const ds_worker_config_t *cfg, char *err, 
     srv->tcp_fd = ds__tcp_listen(srv->host, srv->port, err, err_cap);
     if (srv->tcp_fd < 0) return -1;
 
-    if (ds__metrics_init(srv, err, err_cap) != 0) return -1;
-    if (ds__cluster_init(srv, err, err_cap) != 0) return -1;
-
+    /* SIGTERM and SIGINT arrive through the loop's signalfd. Blocked before
+     * any thread starts, so that none inherits them unblocked: the kernel
+     * would deliver a SIGTERM there and its default action kill the worker
+     * without the graceful stop. */
     sigset_t mask;
     sigemptyset(&mask);
     sigaddset(&mask, SIGTERM);
@@ -135,6 +136,10 @@ int ds__server_init(ds_server_t *srv, const ds_worker_config_t *cfg, char *err, 
     sigprocmask(SIG_BLOCK, &mask, NULL);
     signal(SIGPIPE, SIG_IGN);
     srv->sig_fd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
+
+    if (ds__metrics_init(srv, err, err_cap) != 0) return -1;
+    if ((srv->bulk = ds__bulk_new(srv, err, err_cap)) == NULL) return -1;
+    if (ds__cluster_init(srv, err, err_cap) != 0) return -1;
     if (srv->sig_fd < 0 ||
         ds__loop_add(srv->loop, &srv->tcp_io, srv->tcp_fd, EPOLLIN, on_listen, srv) != 0 ||
         ds__loop_add(srv->loop, &srv->unix_io, srv->unix_fd, EPOLLIN, on_listen_unix, srv) != 0 ||
@@ -194,6 +199,8 @@ void ds__server_run(ds_server_t *srv)
 
 void ds__server_destroy(ds_server_t *srv)
 {
+    ds__bulk_free(srv->bulk); /* hands back every frame it held */
+    srv->bulk = NULL;
     while (srv->conns)
         ds__conn_close(srv->conns, "worker shutting down");
     free_dead(srv);

@@ -10,7 +10,10 @@
  * arena in place, and TCP bytes move between socket and arena with
  * recv/writev, at most DS_IO_SLICE bytes per connection per turn, so one huge
  * transfer cannot starve other clients' small operations (no head-of-line
- * blocking). */
+ * blocking). Response frames of DS_BULK_MIN bytes and more are written by a
+ * sender thread instead (bulk.c), which only touches the frame and the socket:
+ * the kernel's copy of a huge value then does not make the loop a CPU-bound
+ * thread that the scheduler makes small requests wait behind. */
 #ifndef DS_WORKER_SERVER_H
 #define DS_WORKER_SERVER_H
 
@@ -26,6 +29,8 @@
 
 /* Bytes moved per connection per loop turn before yielding to others. */
 #define DS_IO_SLICE (128u << 10)
+/* Response frames with at least this many bytes left go to the sender thread. */
+#define DS_BULK_MIN (1u << 20)
 
 typedef struct ds_server ds_server_t;
 typedef struct ds_conn ds_conn_t;
@@ -118,6 +123,10 @@ struct ds_conn {
 
     ds_out_t *out_head, *out_tail;
     uint64_t out_bytes;
+    /* The head frame while the sender thread writes it; nothing else is
+     * written meanwhile, and a closed connection is freed only once it is
+     * back. */
+    ds_out_t *bulk_out;
 };
 
 /* Queues a response: header + meta from w, then nseg data segments. refs are
@@ -130,6 +139,21 @@ void ds__conn_reply(ds_conn_t *c, uint64_t req_id, uint16_t op, ds_status_t st, 
 void ds__conn_reply_err(ds_conn_t *c, uint64_t req_id, uint16_t op, ds_status_t st, const char *fmt,
                         ...) __attribute__((format(printf, 5, 6)));
 void ds__conn_close(ds_conn_t *c, const char *why);
+/* The sender thread is done with c's head frame o: sent bytes, errno or 0. */
+void ds__conn_bulk_done(ds_conn_t *c, ds_out_t *o, uint64_t sent, int err);
+/* The unsent part of a frame as up to max iovecs (0 when all is sent), and
+ * marking n more bytes sent (true once all are). For the sender thread. */
+int ds__out_iov(const ds_out_t *o, struct iovec *iov, int max);
+bool ds__out_advance(ds_out_t *o, uint64_t n);
+
+/* ---- bulk.c: the sender thread for large response frames ---- */
+typedef struct ds_bulk ds_bulk_t;
+ds_bulk_t *ds__bulk_new(ds_server_t *srv, char *err, size_t err_cap);
+/* Stops the thread; every frame it held comes back through
+ * ds__conn_bulk_done (failed when unsent). */
+void ds__bulk_free(ds_bulk_t *b);
+/* Hands c's head frame o to the thread; false when it cannot take it. */
+bool ds__bulk_send(ds_bulk_t *b, ds_conn_t *c, ds_out_t *o);
 /* Drops a SET's reserved objects and sinks. */
 void ds__conn_release_pending(ds_conn_t *c);
 /* Accepts pending connections on a listener. */
@@ -233,6 +257,7 @@ struct ds_server {
 
     struct ds_metrics *metrics;
     struct ds_cluster *cluster;
+    ds_bulk_t *bulk;
     /* NULL when standalone */ /* metrics.c: histograms and the /metrics listener */
 
     uint64_t genkey_counter;

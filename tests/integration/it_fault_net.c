@@ -10,7 +10,9 @@
  *   memory (VmRSS) stays bounded, other clients' small operations stay fast,
  *   and once the client goes, every reference it held is dropped.
  * - The same client half-closing its socket (shutdown(SHUT_WR)) while its
- *   answers back up: the worker must not spin on the hang-up event. */
+ *   answers back up: the worker must not spin on the hang-up event.
+ * - SIGTERM while such answers sit with the sender thread: a prompt, clean
+ *   exit. */
 #include "it_fault_util.h"
 
 #include <pthread.h>
@@ -22,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -338,6 +341,33 @@ static void test_slow_reader_half_closed(void **state)
     slow_reader(false, true);
 }
 
+/* SIGTERM while big answers sit, half sent, with the sender thread for
+ * readers that never read: the worker still stops at once and cleanly (exit
+ * status 0; under ASan, nothing leaked), instead of waiting on them. */
+static void test_stop_with_stuck_big_answers(void **state)
+{
+    (void)state;
+    if (dst_worker_external(&W)) skip();
+    ds_client_t *c = dst_connect(&W, DS_TRANSPORT_TCP);
+    put_value(c, "big", 16u << 20, 7, 1);
+    ds_client_close(c);
+    int fds[2] = {stuck_reader(false, 4), stuck_reader(true, 4)};
+    for (int i = 0; i < 300 && dst_stat(&W, "objects.pinned") < 1; i++)
+        usleep(10000);
+    assert_true(dst_stat(&W, "objects.pinned") >= 1); /* answers under way */
+    usleep(200000);
+    uint64_t t0 = ds__now_ms();
+    int status = dst_worker_stop(&W);
+    uint64_t dt = ds__now_ms() - t0;
+    printf("stopped with two stuck readers of 16 MiB answers in %llu ms, wait status 0x%x\n",
+           (unsigned long long)dt, (unsigned)status);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    assert_true(dt < 5000);
+    for (int i = 0; i < 2; i++)
+        close(fds[i]);
+    assert_int_equal(dst_worker_restart(&W), 0);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -348,6 +378,7 @@ int main(void)
         cmocka_unit_test(test_slow_reader_tcp),
         cmocka_unit_test(test_slow_reader_unix),
         cmocka_unit_test(test_slow_reader_half_closed),
+        cmocka_unit_test(test_stop_with_stuck_big_answers),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
