@@ -14,7 +14,8 @@
  * Local fast path: get_into, get and mget first look the keys up in the
  * worker's shared GET index (common/shm_index.h) and copy hits straight out
  * of the arena with no request at all. Anything else (a miss, a long key, a
- * value over inline_max, a key with a TTL, a read that raced the worker)
+ * value over the worker's --index_value_max_kb, a key with a TTL, a read
+ * that raced the worker)
  * takes the normal GET, so results are the same either way. Gets served from
  * the index never reach the worker, so its statistics and metrics do not
  * count them (operations.get, latency histograms, the clock bit that keeps

@@ -100,8 +100,11 @@ int ds__server_init(ds_server_t *srv, const ds_worker_config_t *cfg, char *err, 
     /* The shared GET index lets local clients read small values without a
      * request. Not in a cluster: there the owner decides which copy of a key
      * is current, and a copy in this worker's table may be a stale one. */
-    uint64_t slots = cfg->etcd_address[0] ? 0 : ds__shm_index_slots_for(srv->arena.size);
-    srv->store = ds__store_create_indexed(&srv->arena, slots, srv->inline_max);
+    uint64_t slots = cfg->etcd_address[0] || cfg->index_value_max_kb == 0
+                         ? 0
+                         : ds__shm_index_slots_for(srv->arena.size);
+    srv->store =
+        ds__store_create_indexed(&srv->arena, slots, (uint64_t)cfg->index_value_max_kb << 10);
     if (srv->store == NULL) {
         snprintf(err, err_cap, "out of memory creating the object store");
         return -1;

@@ -1,5 +1,5 @@
 /* The shared GET index against a real worker: a local client's get of a
- * small value is answered from the arena without a request (the worker's
+ * value up to --index_value_max_kb (4 MiB) is answered from the arena without a request (the worker's
  * operations.get count does not move), and never with anything but the
  * key's current value: overwrite, delete, TTL expiry and eviction all show
  * at once, and a writer overwriting a key while readers loop on it yields
@@ -72,15 +72,22 @@ static void test_hits_skip_the_worker(void **state)
     const char *k = "ix-a";
     assert_int_equal(ds_kv_del(c, 1, &k, NULL), DS_K_OK);
     assert_int_equal(ds_kv_get_into(c, "ix-a", 0, out, sizeof(out), &len), DS_K_NOT_FOUND);
-    /* Values over inline_max and gets of missing keys go to the worker. */
-    before = gets();
-    size_t big = 100 * 1024;
+    /* Values past inline_max (written through the arena) up to
+     * --index_value_max_kb (4 MiB) are index hits too; larger ones go to
+     * the worker. */
+    size_t big = 5u << 20;
     uint8_t *bv = malloc(big), *bo = malloc(big);
-    dst_fill(bv, big, 9);
-    assert_int_equal(ds_kv_set(c, "ix-big", bv, big, NULL), DS_K_OK);
-    assert_int_equal(ds_kv_get_into(c, "ix-big", 0, bo, big, &len), DS_K_OK);
-    assert_true(dst_check(bo, big, 9));
-    assert_true(gets() == before + 1);
+    const size_t sizes[] = {100 * 1024, 4u << 20, (4u << 20) + 1, 5u << 20};
+    for (int s = 0; s < 4; s++) {
+        dst_fill(bv, sizes[s], 9 + (uint64_t)s);
+        assert_int_equal(ds_kv_set(c, "ix-big", bv, sizes[s], NULL), DS_K_OK);
+        before = gets();
+        memset(bo, 0, big);
+        assert_int_equal(ds_kv_get_into(c, "ix-big", 0, bo, big, &len), DS_K_OK);
+        assert_int_equal(len, sizes[s]);
+        assert_true(dst_check(bo, len, 9 + (uint64_t)s));
+        assert_true(gets() == before + (sizes[s] > (4u << 20) ? 1 : 0));
+    }
     free(bv);
     free(bo);
     /* mget: all hits from the index. */
@@ -147,9 +154,9 @@ static void test_eviction_is_seen(void **state)
     ds_client_close(c);
 }
 
-#define PAYLOAD 1024
 typedef struct {
     ds_client_t *c;
+    size_t payload;
     atomic_bool stop;
     long torn, hits;
 } race_t;
@@ -158,52 +165,68 @@ typedef struct {
 static void *reader(void *arg)
 {
     race_t *r = arg;
-    uint8_t out[PAYLOAD];
-    while (!atomic_load(&r->stop)) {
+    uint8_t *out = malloc(r->payload);
+    while (out && !atomic_load(&r->stop)) {
         size_t len = 0;
-        if (ds_kv_get_into(r->c, "ix-hot", 0, out, sizeof(out), &len) != DS_K_OK) continue;
+        if (ds_kv_get_into(r->c, "ix-hot", 0, out, r->payload, &len) != DS_K_OK) continue;
         uint64_t seed;
         memcpy(&seed, out, sizeof(seed));
-        if (len != PAYLOAD || !dst_check(out + 8, PAYLOAD - 8, seed))
+        if (len != r->payload || !dst_check(out + 8, r->payload - 8, seed))
             __atomic_fetch_add(&r->torn, 1, __ATOMIC_RELAXED);
         __atomic_fetch_add(&r->hits, 1, __ATOMIC_RELAXED);
     }
+    free(out);
     return NULL;
+}
+
+/* A writer overwrites one key while three readers loop on it: payload bytes
+ * and `versions` overwrites. A 1 MiB copy out of the index takes long enough
+ * for overwrites to land during it, which the seqlock must catch. */
+static void concurrent_overwrite(size_t payload, uint64_t versions)
+{
+    race_t r = {.c = dst_connect(&W, DS_TRANSPORT_LOCAL), .payload = payload};
+    assert_non_null(r.c);
+    atomic_init(&r.stop, false);
+    ds_client_t *w = dst_connect(&W, DS_TRANSPORT_LOCAL);
+    assert_non_null(w);
+    uint8_t *v = malloc(payload);
+    uint64_t seed = 1;
+    memcpy(v, &seed, 8);
+    dst_fill(v + 8, payload - 8, seed);
+    assert_int_equal(ds_kv_set(w, "ix-hot", v, payload, NULL), DS_K_OK);
+    pthread_t t[3];
+    for (int i = 0; i < 3; i++)
+        pthread_create(&t[i], NULL, reader, &r);
+    double before = gets();
+    for (seed = 2; seed < versions; seed++) {
+        memcpy(v, &seed, 8);
+        dst_fill(v + 8, payload - 8, seed);
+        assert_int_equal(ds_kv_set(w, "ix-hot", v, payload, NULL), DS_K_OK);
+    }
+    atomic_store(&r.stop, true);
+    for (int i = 0; i < 3; i++)
+        pthread_join(t[i], NULL);
+    printf("concurrent overwrite of %zu bytes: %ld reads, %ld torn, %.0f went to the worker\n",
+           payload, r.hits, r.torn, gets() - before);
+    assert_int_equal(r.torn, 0);
+    assert_true(r.hits > 0);
+    /* Most reads were answered from the index. */
+    assert_true(gets() - before < (double)r.hits);
+    free(v);
+    ds_client_close(w);
+    ds_client_close(r.c);
 }
 
 static void test_concurrent_overwrite(void **state)
 {
     (void)state;
-    race_t r = {.c = dst_connect(&W, DS_TRANSPORT_LOCAL)};
-    assert_non_null(r.c);
-    atomic_init(&r.stop, false);
-    ds_client_t *w = dst_connect(&W, DS_TRANSPORT_LOCAL);
-    assert_non_null(w);
-    uint8_t v[PAYLOAD];
-    uint64_t seed = 1;
-    memcpy(v, &seed, 8);
-    dst_fill(v + 8, PAYLOAD - 8, seed);
-    assert_int_equal(ds_kv_set(w, "ix-hot", v, sizeof(v), NULL), DS_K_OK);
-    pthread_t t[3];
-    for (int i = 0; i < 3; i++)
-        pthread_create(&t[i], NULL, reader, &r);
-    double before = gets();
-    for (seed = 2; seed < 3000; seed++) {
-        memcpy(v, &seed, 8);
-        dst_fill(v + 8, PAYLOAD - 8, seed);
-        assert_int_equal(ds_kv_set(w, "ix-hot", v, sizeof(v), NULL), DS_K_OK);
-    }
-    atomic_store(&r.stop, true);
-    for (int i = 0; i < 3; i++)
-        pthread_join(t[i], NULL);
-    printf("concurrent overwrite: %ld reads, %ld torn, %.0f went to the worker\n", r.hits, r.torn,
-           gets() - before);
-    assert_int_equal(r.torn, 0);
-    assert_true(r.hits > 0);
-    /* Most reads were answered from the index. */
-    assert_true(gets() - before < (double)r.hits);
-    ds_client_close(w);
-    ds_client_close(r.c);
+    concurrent_overwrite(1024, 3000);
+}
+
+static void test_concurrent_overwrite_1mib(void **state)
+{
+    (void)state;
+    concurrent_overwrite(1u << 20, 300);
 }
 
 int main(void)
@@ -213,6 +236,7 @@ int main(void)
         cmocka_unit_test(test_ttl_still_expires),
         cmocka_unit_test(test_eviction_is_seen),
         cmocka_unit_test(test_concurrent_overwrite),
+        cmocka_unit_test(test_concurrent_overwrite_1mib),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
