@@ -251,7 +251,9 @@ int sbs_write_json(const char *path, const sbs_opts_t *o, const sbs_limits_t *li
     }
     fprintf(f, "{\n  \"generated_by\": \"bench/side_by_side/sbs\",\n  \"quick\": %s,\n",
             o->quick ? "true" : "false");
-    fprintf(f, "  \"wall_s\": %.1f,\n  \"arena_mb\": %d,\n  \"connector\": ", wall_s, o->arena_mb);
+    fprintf(f,
+            "  \"wall_s\": %.1f,\n  \"arena_mb\": %d,\n  \"busy_poll_us\": %d,\n  \"connector\": ",
+            wall_s, o->arena_mb, o->busy_poll_us);
     json_str(f, connector_status);
     fprintf(f, ",\n  \"limits\": {\"unix_rtt_1k_p50_us\": ");
     json_num(f, lim->unix_rtt.p50_us, "%.3f");

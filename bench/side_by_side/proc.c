@@ -147,16 +147,20 @@ int sbs_worker_start(const sbs_opts_t *o, sbs_proc_t *w)
     memset(w, 0, sizeof(*w));
     snprintf(w->host, sizeof(w->host), "127.0.0.1");
     snprintf(w->log, sizeof(w->log), "%s/worker.log", o->tmp_dir);
-    char bin[512], addr[64], mb[16];
+    char bin[512], addr[64], mb[16], poll[16];
     snprintf(bin, sizeof(bin), "%s/src/worker/datasystem_worker", o->build_dir);
     snprintf(mb, sizeof(mb), "%d", o->arena_mb);
+    snprintf(poll, sizeof(poll), "%d", o->busy_poll_us);
     for (int attempt = 0; attempt < 3; attempt++) {
         w->port = free_port();
         snprintf(addr, sizeof(addr), "127.0.0.1:%d", w->port);
         /* The default Unix socket directory: a connector built from a spec
          * (host and port only) finds the socket there, as every client does. */
-        char *argv[] = {bin, "--worker_address", addr,   "--shared_memory_size_mb",
-                        mb,  "--log_level",      "warn", NULL};
+        char *argv[] = {bin,    "--worker_address",
+                        addr,   "--shared_memory_size_mb",
+                        mb,     "--log_level",
+                        "warn", "--busy_poll_us",
+                        poll,   NULL};
         w->pid = spawn(argv, w->log);
         if (w->pid < 0) return -1;
         if (wait_ready(w, worker_ready, 60000, "datasystem_worker") == 0) return 0;

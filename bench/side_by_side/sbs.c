@@ -8,7 +8,11 @@
  *
  *   sbs [--quick] [--build-dir DIR] [--out-dir DIR] [--python PATH]
  *       [--shm-script PATH] [--redis-server PATH] [--arena-mb N]
- *       [--phases resident,single,connector,scale,hol]
+ *       [--phases resident,single,connector,scale,hol] [--busy-poll-us N]
+ *
+ * --busy-poll-us N runs the worker with --busy_poll_us N and every
+ * datasystem client with DS_BUSY_POLL_US=N (both poll for a while before
+ * sleeping: CPU for latency). Off by default, as in the worker.
  *
  * Exit status: 0 when every phase ran (targets missed or not: a benchmark
  * reports, it does not assert), 1 when a phase failed, 2 on bad usage. */
@@ -35,6 +39,7 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: sbs [--quick] [--build-dir DIR] [--out-dir DIR] [--python PATH]\n"
                "           [--shm-script PATH] [--redis-server PATH] [--arena-mb N]\n"
+               "           [--busy-poll-us N]\n"
                "           [--phases resident,single,connector,scale,hol]\n");
 }
 
@@ -101,8 +106,8 @@ int main(int argc, char **argv)
                            : !strcmp(a, "--redis-server") ? &o.redis_bin
                            : !strcmp(a, "--phases")       ? &phases
                                                           : NULL;
-        bool is_arena = !strcmp(a, "--arena-mb");
-        if (dst == NULL && !is_arena) {
+        bool is_arena = !strcmp(a, "--arena-mb"), is_poll = !strcmp(a, "--busy-poll-us");
+        if (dst == NULL && !is_arena && !is_poll) {
             fprintf(stderr, "sbs: unknown flag '%s'\n", a);
             usage(stderr);
             return 2;
@@ -114,12 +119,25 @@ int main(int argc, char **argv)
         const char *v = argv[++i];
         if (is_arena)
             o.arena_mb = atoi(v);
+        else if (is_poll)
+            o.busy_poll_us = atoi(v);
         else
             *dst = v;
     }
     if (o.arena_mb < 1024) {
         fprintf(stderr, "sbs: --arena-mb must be at least 1024 (a million 1 KiB keys)\n");
         return 2;
+    }
+    if (o.busy_poll_us < 0 || o.busy_poll_us > 1000000) {
+        fprintf(stderr, "sbs: --busy-poll-us must be in 0..1000000\n");
+        return 2;
+    }
+    if (o.busy_poll_us > 0) {
+        /* Every datasystem client of the run, in this process and in the
+         * children it forks, polls for its replies. */
+        char v[16];
+        snprintf(v, sizeof(v), "%d", o.busy_poll_us);
+        setenv("DS_BUSY_POLL_US", v, 1);
     }
     if (access(o.shm_script, R_OK) != 0) {
         fprintf(stderr, "sbs: cannot read --shm-script %s\n", o.shm_script);
@@ -140,8 +158,9 @@ int main(int argc, char **argv)
 
     uint64_t t0 = ds__now_ns();
     sbs_proc_t worker, redis;
-    printf("sbs: %s run; starting datasystem_worker (arena %d MiB) and redis-server\n",
-           o.quick ? "quick" : "full", o.arena_mb);
+    printf("sbs: %s run; starting datasystem_worker (arena %d MiB, busy polling %d us) and "
+           "redis-server\n",
+           o.quick ? "quick" : "full", o.arena_mb, o.busy_poll_us);
     if (sbs_worker_start(&o, &worker) != 0) return 1;
     if (sbs_redis_start(&o, &redis) != 0) {
         sbs_proc_stop(&worker);

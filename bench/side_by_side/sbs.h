@@ -54,6 +54,7 @@ typedef struct {
     const char *shm_script; /* bench/side_by_side/shm_bench.py */
     const char *redis_bin;  /* redis-server */
     int arena_mb;
+    int busy_poll_us;  /* the worker's --busy_poll_us and its clients' DS_BUSY_POLL_US; 0 = off */
     char tmp_dir[256]; /* private directory for sockets and logs */
 } sbs_opts_t;
 

@@ -74,6 +74,11 @@ typedef struct {
     ds_transport_t transport;    /* default DS_TRANSPORT_AUTO */
     const char *token;           /* shared secret for authenticated workers, or NULL */
     const char *unix_socket_dir; /* where the worker's socket lives; NULL = default */
+    /* Busy polling: after sending a request, watch the socket for the reply
+     * this many microseconds before sleeping on it. Trades CPU for latency
+     * (a round trip without the wake-up); pairs with the worker's
+     * --busy_poll_us. 0 = $DS_BUSY_POLL_US, or off. */
+    int busy_poll_us;
 } ds_client_options_t;
 
 typedef struct ds_client ds_client_t;

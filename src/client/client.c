@@ -296,6 +296,7 @@ static ds_status_t open_conn(ds_client_t *c, ds_conn_t **out)
             close(h.arena_fd);
         }
         ds_conn_t *conn = ds__conn_new(fd, s, c->addr);
+        if (conn) conn->busy_poll_us = c->busy_poll_us;
         ds__sess_unref(s);
         if (conn == NULL) {
             close(fd);
@@ -415,6 +416,17 @@ ds_status_t ds_client_connect(const ds_client_options_t *opts, ds_client_t **out
         return ds__set_error(DS_K_INVALID, "unknown transport %d", (int)opts->transport);
     if (opts->connect_timeout_ms < 0 || opts->request_timeout_ms < 0)
         return ds__set_error(DS_K_INVALID, "timeouts must not be negative");
+    int poll_us = opts->busy_poll_us;
+    const char *env = getenv("DS_BUSY_POLL_US");
+    if (poll_us == 0 && env && *env) {
+        char *end;
+        long v = strtol(env, &end, 10);
+        if (*end != '\0' || v < 0 || v > 1000000)
+            return ds__set_error(DS_K_INVALID, "DS_BUSY_POLL_US='%.32s' is not 0..1000000", env);
+        poll_us = (int)v;
+    }
+    if (poll_us < 0 || poll_us > 1000000)
+        return ds__set_error(DS_K_INVALID, "busy_poll_us %d is not in 0..1000000", poll_us);
 
     ds_client_t *c = calloc(1, sizeof(*c));
     if (c == NULL) return ds__set_error(DS_K_OUT_OF_MEMORY, "out of memory creating a client");
@@ -425,6 +437,7 @@ ds_status_t ds_client_connect(const ds_client_options_t *opts, ds_client_t **out
         opts->connect_timeout_ms ? opts->connect_timeout_ms : DS_CLIENT_DEFAULT_CONNECT_MS;
     c->request_timeout_ms =
         opts->request_timeout_ms ? opts->request_timeout_ms : DS_CLIENT_DEFAULT_REQUEST_MS;
+    c->busy_poll_us = (uint32_t)poll_us;
     if (opts->token && (c->token = strdup(opts->token)) == NULL) {
         free(c);
         return ds__set_error(DS_K_OUT_OF_MEMORY, "out of memory creating a client");

@@ -93,6 +93,7 @@ typedef struct ds_conn {
     ds_rbuf_t r;         /* reader over meta, positioned after the err string */
     uint64_t data_left;  /* unread bytes of the response data section */
     const char *peer;    /* "host:port" of the worker, for messages */
+    uint32_t busy_poll_us;
 } ds_conn_t;
 
 struct ds_client {
@@ -101,6 +102,7 @@ struct ds_client {
     char addr[300]; /* "host:port", for messages */
     int connect_timeout_ms;
     int request_timeout_ms;
+    uint32_t busy_poll_us;
     bool use_unix;
     bool require_local; /* DS_TRANSPORT_LOCAL: a session without the arena is an error */
     atomic_bool local;  /* the current session maps the arena */

@@ -19,6 +19,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -369,6 +370,14 @@ ds_status_t ds__conn_call(ds_conn_t *conn, ds_opcode_t op, bool noreply, uint64_
     if (st != DS_K_OK || noreply) return st;
 
     uint8_t hb[DS_WIRE_HEADER_LEN];
+    if (conn->busy_poll_us) {
+        /* Watch for the reply before sleeping on it: a round trip then
+         * costs no wake-up of this thread. */
+        uint64_t until = ds__now_ns() + (uint64_t)conn->busy_poll_us * 1000u;
+        while (recv(conn->fd, hb, 1, MSG_DONTWAIT | MSG_PEEK) < 0 &&
+               (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) && ds__now_ns() < until)
+            sched_yield(); /* a worker sharing this CPU gets to answer */
+    }
     if (ds__read_full(conn->fd, hb, sizeof(hb), deadline) != 0) return io_error(conn, name, errno);
     char err[160];
     if (ds__wire_header_decode(hb, DS_CLIENT_MAX_RESP_DATA, &conn->rh, err, sizeof(err)) != 0 ||

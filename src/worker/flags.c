@@ -48,6 +48,8 @@ static const flag_def_t flags[] = {
         "values up to this size travel inline to local clients, KiB"),
     INT(index_value_max_kb, 4096, 0, 1 << 20,
         "local clients read values up to this size straight from the arena index, KiB; 0 = off"),
+    INT(busy_poll_us, 0, 0, 1000000,
+        "after handling events, poll the sockets this long before sleeping (CPU for latency)"),
     INT(max_pending_subscriptions, 100000, 1, 100000000, "most keys waited on by subscribe-gets"),
     INT(metrics_port, 0, 0, 65535,
         "port of the Prometheus /metrics endpoint on the worker host; 0 = off"),

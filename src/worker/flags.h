@@ -20,6 +20,7 @@ typedef struct {
     int64_t max_frame_mb;
     int64_t inline_max_kb;
     int64_t index_value_max_kb;
+    int64_t busy_poll_us;
     int64_t max_pending_subscriptions;
     int64_t metrics_port;
 } ds_worker_config_t;

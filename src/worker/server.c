@@ -14,6 +14,7 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -172,6 +173,10 @@ static void free_dead(ds_server_t *srv)
 
 void ds__server_run(ds_server_t *srv)
 {
+    /* --busy_poll_us: after a turn that handled events, poll (timeout 0)
+     * until that long has passed without any, so that a client's next
+     * request is picked up without waking the thread. */
+    uint64_t poll_ns = (uint64_t)srv->cfg.busy_poll_us * 1000u, spin_until = 0;
     while (!srv->stopping) {
         uint64_t now = ds__now_ms();
         uint64_t t1 = ds__store_expire_due(srv->store, now);
@@ -184,7 +189,12 @@ void ds__server_run(ds_server_t *srv)
             now = ds__now_ms();
             timeout = next > now ? (int)(next - now) : 0;
         }
-        ds__loop_run_once(srv->loop, timeout);
+        bool spinning = spin_until && ds__now_ns() < spin_until;
+        if (spinning) timeout = 0;
+        if (ds__loop_run_once(srv->loop, timeout) > 0 && poll_ns)
+            spin_until = ds__now_ns() + poll_ns;
+        else if (spinning)
+            sched_yield(); /* a client sharing this CPU gets to send its request */
         free_dead(srv);
     }
     /* Let final replies (e.g. to SHUTDOWN) go out before closing. */

@@ -117,6 +117,7 @@ class ClientOptions(ctypes.Structure):
         ("transport", ctypes.c_int),
         ("token", ctypes.c_char_p),
         ("unix_socket_dir", ctypes.c_char_p),
+        ("busy_poll_us", ctypes.c_int),
     ]
 
 
