@@ -234,16 +234,18 @@ def why_missed(d):
         first = min(s for s in (MIB, 16 * MIB, 64 * MIB, 256 * MIB)
                     if any(human(s) + "," in m for m in big))
         fs, fg, mc = r("ds-local", "set", first), r("ds-local", "get", first), memcpy_us(first)
-        floor = (rtt or 0) + (mc or 0)
+        floor = 2 * (rtt or 0) + (mc or 0)
         notes.append(
             "- **Large set+get vs Redis (5x)** missed at %s. The target needs ours at a fifth "
-            "of Redis's time. Each of our operations is at least one round trip to the worker "
-            "plus one copy: at %s that is %s us + %s us = %s us, where our set took %s us and "
-            "our get %s us; the rest is the worker's request handling and copies that run from "
-            "memory rather than from the caches. Where our p99 is far above the p50 the copies "
-            "hit arena memory that had gone cold (see Method)." % (
-                "; ".join(parts), human(first), num(rtt), num(mc), num(floor),
-                num(fs.get("p50_us")), num(fg.get("p50_us"))))
+            "of Redis's time. A local get of up to 4 MiB is one copy out of the arena index, "
+            "with no round trip (%s us at %s). A set of more than 64 KiB is a CREATE round "
+            "trip, the copy into the arena and a PUBLISH round trip: at least 2 x %s us + %s us "
+            "= %s us, and it took %s us. What would close it: a set in one round trip (a spare "
+            "arena buffer handed out with each answer, written in place and published by the "
+            "next request), and the opt-in busy polling (`--busy_poll_us`), which takes a round "
+            "trip from ~25 us to ~6 us on this machine." % (
+                "; ".join(parts), num(fg.get("p50_us")), human(first), num(rtt), num(mc),
+                num(floor), num(fs.get("p50_us"))))
     if any("vLLM" in m for m in missed):
         o, p = r("ds-local", "set+get", 64 * MIB), r("vllm-omni-shm", "put+get", 64 * MIB)
         notes.append("- **vs vLLM-Omni's path at 64 MiB** missed: ours %s us, theirs %s us." % (
@@ -261,10 +263,11 @@ def why_missed(d):
         notes.append(
             "- **Local set vs memcpy** missed at %s. The memcpy limit (`bench/limits.c`) copies "
             "between the same two warm buffers again and again, so up to a few MiB it runs "
-            "from the CPU caches; a set also pays a round trip to the worker (%s us for a bare "
-            "ping-pong) and writes into arena memory the other sizes' blocks have pushed out "
-            "of the caches. At large sizes a p99 far above the p50 means some sets landed on "
-            "arena ranges that had gone cold (see Method)." % ("; ".join(parts), num(rtt)))
+            "from the CPU caches; a set also pays two round trips to the worker (CREATE and "
+            "PUBLISH, %s us each for a bare ping-pong) and writes into arena memory the other "
+            "sizes' blocks have pushed out of the caches. At large sizes a p99 far above the "
+            "p50 means some sets landed on arena ranges that had gone cold (see Method)."
+            % ("; ".join(parts), num(rtt)))
     hol = [m for m in missed if "p99 during" in m]
     if hol:
         ctl_i = r("limit", "unix_rtt idle", KIB)
