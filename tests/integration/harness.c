@@ -33,6 +33,11 @@ static pid_t started[MAX_STARTED];
 static bool atexit_set;
 static char netns_made[MAX_NETNS][64];
 static char etcd_dirs[MAX_STARTED][256];
+/* Each worker's socket directory (with its log), removed at exit by the
+ * process that made it (not by a forked child that exits) unless
+ * DS_TEST_KEEP_LOGS is set. */
+static char worker_dirs[128][256];
+static pid_t worker_dirs_pid;
 
 static void kill_all(void)
 {
@@ -49,6 +54,13 @@ static void kill_all(void)
         if (etcd_dirs[i][0]) {
             dst_sh("rm -rf '%s'", etcd_dirs[i]);
             etcd_dirs[i][0] = '\0';
+        }
+    const char *keep = getenv("DS_TEST_KEEP_LOGS");
+    for (size_t i = 0;
+         getpid() == worker_dirs_pid && i < sizeof(worker_dirs) / sizeof(worker_dirs[0]); i++)
+        if (worker_dirs[i][0]) {
+            if (!(keep && *keep)) dst_sh("rm -rf '%s'", worker_dirs[i]);
+            worker_dirs[i][0] = '\0';
         }
 }
 
@@ -199,6 +211,19 @@ int dst_worker_start_on(dst_worker_t *w, const char *host, int arena_mb, const c
     snprintf(w->extra, sizeof(w->extra), "%s", extra ? extra : "");
     snprintf(w->sockdir, sizeof(w->sockdir), "/tmp/dst-XXXXXX");
     if (mkdtemp(w->sockdir) == NULL) return -1;
+    if (worker_dirs_pid != getpid()) {
+        memset(worker_dirs, 0, sizeof(worker_dirs)); /* a child's copy of its parent's list */
+        worker_dirs_pid = getpid();
+    }
+    for (size_t i = 0; i < sizeof(worker_dirs) / sizeof(worker_dirs[0]); i++)
+        if (worker_dirs[i][0] == '\0') {
+            snprintf(worker_dirs[i], sizeof(worker_dirs[i]), "%s", w->sockdir);
+            break;
+        }
+    if (!atexit_set) {
+        atexit(kill_all);
+        atexit_set = true;
+    }
     snprintf(w->logpath, sizeof(w->logpath), "%s/worker.log", w->sockdir);
     for (int attempt = 0; attempt < 5; attempt++) {
         w->port = free_port(w->host);
