@@ -1,9 +1,8 @@
 /* The shared GET index against a real worker: a local client's get of a
- * value up to --index_value_max_kb (4 MiB) is answered from the arena without a request (the worker's
- * operations.get count does not move), and never with anything but the
- * key's current value: overwrite, delete, TTL expiry and eviction all show
- * at once, and a writer overwriting a key while readers loop on it yields
- * no torn or stale-mixed value. */
+ * value up to --index_value_max_kb (4 MiB) is answered from the arena without a request (the
+ * worker's operations.get count does not move), and never with anything but the key's current
+ * value: overwrite, delete, TTL expiry and eviction all show at once, and a writer overwriting a
+ * key while readers loop on it yields no torn or stale-mixed value. */
 #include "harness.h"
 
 #include <pthread.h>
