@@ -115,15 +115,77 @@ bool dst_worker_external(const dst_worker_t *w)
     return w->pid == 0;
 }
 
-static void print_log(const dst_worker_t *w)
+static void print_file(const char *path)
 {
-    FILE *f = fopen(w->logpath, "r");
+    FILE *f = fopen(path, "r");
     if (f == NULL) return;
-    char line[512];
-    fprintf(stderr, "---- worker log %s ----\n", w->logpath);
+    char line[1024];
+    fprintf(stderr, "---- %s ----\n", path);
     while (fgets(line, sizeof(line), f))
         fputs(line, stderr);
     fclose(f);
+}
+
+/* Starts argv[0] with stdout and stderr appended to logpath, killed with
+ * this process (PR_SET_PDEATHSIG) and tracked for the exit sweep. */
+static pid_t spawn_logged(char *const argv[], const char *logpath)
+{
+    pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        int fd = open(logpath, O_WRONLY | O_CREAT | O_APPEND, 0600);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+        }
+        execv(argv[0], argv);
+        fprintf(stderr, "exec %s: %s\n", argv[0], strerror(errno));
+        _exit(127);
+    }
+    track(pid, true);
+    return pid;
+}
+
+/* Waits up to 20 s for ready(ctx) while the process lives. 0 when ready;
+ * -1 with its log printed when it exited (*pid is then 0) or never became
+ * ready (the caller kills it). */
+static int wait_ready(pid_t *pid, const char *what, const char *logpath, bool (*ready)(void *),
+                      void *ctx, useconds_t poll_us)
+{
+    uint64_t deadline = ds__now_ms() + 20000;
+    while (ds__now_ms() < deadline) {
+        int status;
+        if (waitpid(*pid, &status, WNOHANG) == *pid) {
+            track(*pid, false);
+            *pid = 0;
+            fprintf(stderr, "%s exited during start (status %d)\n", what, status);
+            print_file(logpath);
+            return -1;
+        }
+        if (ready(ctx)) return 0;
+        usleep(poll_us);
+    }
+    fprintf(stderr, "%s did not answer within 20 s\n", what);
+    print_file(logpath);
+    return -1;
+}
+
+static bool worker_ready(void *ctx)
+{
+    const dst_worker_t *w = ctx;
+    ds_client_options_t o;
+    ds_client_options_init(&o);
+    o.host = w->host;
+    o.port = w->port;
+    o.transport = DS_TRANSPORT_TCP;
+    o.connect_timeout_ms = 500;
+    o.token = getenv("DS_TEST_TOKEN");
+    ds_client_t *c = NULL;
+    if (ds_client_connect(&o, &c) != DS_K_OK) return false;
+    ds_status_t st = ds_client_health_check(c);
+    ds_client_close(c);
+    return st == DS_K_OK;
 }
 
 static int spawn(dst_worker_t *w)
@@ -140,48 +202,12 @@ static int spawn(dst_worker_t *w)
     for (char *tok = strtok(extra, " "); tok && argc < 62; tok = strtok(NULL, " "))
         argv[argc++] = tok;
     argv[argc] = NULL;
-    pid_t pid = fork();
-    if (pid < 0) return -1;
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        int fd = open(w->logpath, O_WRONLY | O_CREAT | O_APPEND, 0600);
-        if (fd >= 0) {
-            dup2(fd, 1);
-            dup2(fd, 2);
-        }
-        execv(bin, argv);
-        fprintf(stderr, "exec %s: %s\n", bin, strerror(errno));
-        _exit(127);
+    w->pid = spawn_logged(argv, w->logpath);
+    if (w->pid < 0) {
+        w->pid = 0;
+        return -1;
     }
-    w->pid = pid;
-    track(pid, true);
-    uint64_t deadline = ds__now_ms() + 20000;
-    while (ds__now_ms() < deadline) {
-        int status;
-        if (waitpid(pid, &status, WNOHANG) == pid) {
-            track(pid, false);
-            w->pid = 0;
-            fprintf(stderr, "worker exited during start (status %d)\n", status);
-            print_log(w);
-            return -1;
-        }
-        ds_client_options_t o;
-        ds_client_options_init(&o);
-        o.host = w->host;
-        o.port = w->port;
-        o.transport = DS_TRANSPORT_TCP;
-        o.connect_timeout_ms = 500;
-        o.token = getenv("DS_TEST_TOKEN");
-        ds_client_t *c = NULL;
-        if (ds_client_connect(&o, &c) == DS_K_OK) {
-            ds_status_t st = ds_client_health_check(c);
-            ds_client_close(c);
-            if (st == DS_K_OK) return 0;
-        }
-        usleep(20000);
-    }
-    fprintf(stderr, "worker did not answer within 20 s\n");
-    print_log(w);
+    if (wait_ready(&w->pid, "worker", w->logpath, worker_ready, w, 20000) == 0) return 0;
     dst_worker_kill(w);
     return -1;
 }
@@ -412,15 +438,9 @@ int dst_etcd_count(const dst_etcd_t *e, const char *prefix)
     return rc == 0 ? (int)n : -1;
 }
 
-static void print_file(const char *path)
+static bool etcd_ready(void *ctx)
 {
-    FILE *f = fopen(path, "r");
-    if (f == NULL) return;
-    char line[1024];
-    fprintf(stderr, "---- %s ----\n", path);
-    while (fgets(line, sizeof(line), f))
-        fputs(line, stderr);
-    fclose(f);
+    return dst_etcd_count(ctx, "/") >= 0;
 }
 
 static int etcd_spawn(dst_etcd_t *e)
@@ -446,36 +466,12 @@ static int etcd_spawn(dst_etcd_t *e)
         argv[1 + 2 * i] = flags[i][0];
         argv[2 + 2 * i] = flags[i][1];
     }
-    pid_t pid = fork();
-    if (pid < 0) return -1;
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        int fd = open(e->logpath, O_WRONLY | O_CREAT | O_APPEND, 0600);
-        if (fd >= 0) {
-            dup2(fd, 1);
-            dup2(fd, 2);
-        }
-        execv(argv[0], argv);
-        fprintf(stderr, "exec %s: %s\n", argv[0], strerror(errno));
-        _exit(127);
+    e->pid = spawn_logged(argv, e->logpath);
+    if (e->pid < 0) {
+        e->pid = 0;
+        return -1;
     }
-    e->pid = pid;
-    track(pid, true);
-    uint64_t deadline = ds__now_ms() + 20000;
-    while (ds__now_ms() < deadline) {
-        int status;
-        if (waitpid(pid, &status, WNOHANG) == pid) {
-            track(pid, false);
-            e->pid = 0;
-            fprintf(stderr, "etcd exited during start (status %d)\n", status);
-            print_file(e->logpath);
-            return -1;
-        }
-        if (dst_etcd_count(e, "/") >= 0) return 0;
-        usleep(50000);
-    }
-    fprintf(stderr, "etcd did not answer within 20 s\n");
-    print_file(e->logpath);
+    if (wait_ready(&e->pid, "etcd", e->logpath, etcd_ready, e, 50000) == 0) return 0;
     dst_etcd_kill(e);
     return -1;
 }
