@@ -14,6 +14,7 @@
  * well aligned as arena ones. */
 #include "client/client_internal.h"
 
+#include "common/bigbuf.h"
 #include "common/error.h"
 
 #include <stdlib.h>
@@ -33,11 +34,12 @@ static ds_buffer_t *buf_new(const char *key, ds_buf_kind_t kind)
     return b;
 }
 
+/* Big heap buffers are huge-page-backed mappings (common/bigbuf.h): a
+ * remote zero-copy get writes its whole buffer at once, and faulting it in
+ * 4 KiB pages cost more than the transfer. */
 static uint8_t *heap_alloc(size_t size)
 {
-    void *p = NULL;
-    if (posix_memalign(&p, 64, size ? size : 1) != 0) return NULL;
-    return p;
+    return ds__bigbuf_alloc(size ? size : 1);
 }
 
 void ds_buffer_release(ds_buffer_t *b)
@@ -47,7 +49,7 @@ void ds_buffer_release(ds_buffer_t *b)
         if (b->handle) ds__sess_release(b->sess, &b->handle, 1);
         ds__sess_unref(b->sess);
     } else {
-        free(b->data);
+        ds__bigbuf_free(b->data);
     }
     free(b);
 }

@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "common/error.h"
-#include "connector/buffer.h"
+#include "common/bigbuf.h"
 
 /* ---- encoding ---- */
 
@@ -199,12 +199,12 @@ ds_status_t omni_value_encode(const omni_value_t *v, void **buf, size_t *len)
     size_t size;
     ds_status_t st = omni_value_encoded_size(v, &size);
     if (st != DS_K_OK) return st;
-    char *p = omni__buf_alloc(size);
+    char *p = ds__bigbuf_alloc(size);
     if (p == NULL)
         return ds__set_error(DS_K_OUT_OF_MEMORY, "out of memory for %zu encoded bytes", size);
     st = omni_value_encode_to(v, p, size, len);
     if (st != DS_K_OK) {
-        omni__buf_free(p);
+        ds__bigbuf_free(p);
         return st;
     }
     *buf = p;

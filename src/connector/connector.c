@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "common/error.h"
-#include "connector/buffer.h"
+#include "common/bigbuf.h"
 #include "connector/value.h"
 
 /* ---- received payloads ---- */
@@ -27,7 +27,7 @@ struct omni_received {
 
 static void free_ctx(void *ctx)
 {
-    omni__buf_free(ctx);
+    ds__bigbuf_free(ctx);
 }
 
 ds_status_t omni_received_new(omni_data_kind_t kind, const void *data, size_t len,
@@ -60,7 +60,7 @@ ds_status_t omni_received_copy(omni_data_kind_t kind, const void *data, size_t l
 {
     if (data == NULL && len > 0)
         return ds__set_error(DS_K_INVALID, "omni_received_copy: data is NULL");
-    void *copy = omni__buf_alloc(len);
+    void *copy = ds__bigbuf_alloc(len);
     if (copy == NULL)
         return ds__set_error(DS_K_OUT_OF_MEMORY, "out of memory copying %zu received bytes", len);
     if (len > 0) memcpy(copy, data, len);

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "common/error.h"
-#include "connector/buffer.h"
+#include "common/bigbuf.h"
 
 static omni_value_t *new_value(omni_type_t type)
 {
@@ -516,5 +516,5 @@ const omni_value_t *omni_map_get(const omni_value_t *map, const char *key)
 
 void omni_free(void *p)
 {
-    omni__buf_free(p);
+    ds__bigbuf_free(p);
 }

@@ -1,14 +1,15 @@
-/* Buffers libomniconn hands to callers (omni_value_encode's output, copies of
- * received payloads), released with omni_free.
+/* Buffers handed to callers: libomniconn's (omni_value_encode's output,
+ * copies of received payloads, released with omni_free) and the client
+ * library's heap buffers of remote zero-copy gets and creates.
  *
  * A big buffer is written once, right after it is allocated, so the cost of
  * first touching fresh memory decides how fast encoding is: on the virtual
  * machines this runs on, faulting in 64 MiB of 4 KiB pages takes ~50x as long
- * as copying into warm memory. Buffers from OMNI__BUF_BIG up are therefore
+ * as copying into warm memory. Buffers from BIG_MIN up are therefore
  * their own mappings, 2 MiB-aligned and advised for transparent huge pages
  * (where the kernel offers them), which cuts the faults 512-fold; smaller ones
  * come from malloc. A header just before the data says which kind it is. */
-#include "connector/buffer.h"
+#include "common/bigbuf.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -25,7 +26,7 @@ typedef struct {
     size_t map_len; /* 0 for malloc */
 } hdr_t;
 
-void *omni__buf_alloc(size_t size)
+void *ds__bigbuf_alloc(size_t size)
 {
     if (size >= BIG_MIN && size <= SIZE_MAX - HUGE - HDR) {
         size_t len = size + HUGE + HDR;
@@ -40,13 +41,14 @@ void *omni__buf_alloc(size_t size)
         }
     }
     if (size > SIZE_MAX - HDR) return NULL;
-    char *p = malloc(size + HDR);
-    if (p == NULL) return NULL;
+    void *base = NULL;
+    if (posix_memalign(&base, HDR, size + HDR) != 0) return NULL; /* malloc only aligns to 16 */
+    char *p = base;
     *(hdr_t *)p = (hdr_t){MAGIC, p, 0};
     return p + HDR;
 }
 
-void omni__buf_free(void *p)
+void ds__bigbuf_free(void *p)
 {
     if (p == NULL) return;
     hdr_t *h = (hdr_t *)((char *)p - HDR);
