@@ -44,6 +44,11 @@ bool ds__auth_verify(const char *secret, const char *challenge, const char *proo
     return len == DS_AUTH_HEX_LEN && CRYPTO_memcmp(want, proof, DS_AUTH_HEX_LEN) == 0;
 }
 
+bool ds__auth_equal(const void *a, const void *b, size_t len)
+{
+    return CRYPTO_memcmp(a, b, len) == 0;
+}
+
 int ds__auth_read_secret(const char *path, char *out, size_t cap, char *err, size_t err_cap)
 {
     FILE *f = fopen(path, "r");

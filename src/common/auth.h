@@ -21,6 +21,8 @@ int ds__auth_challenge(char out[DS_AUTH_HEX_LEN + 1]);
 void ds__auth_prove(const char *secret, const char *challenge, char out[DS_AUTH_HEX_LEN + 1]);
 /* Constant-time check of a proof of length len. */
 bool ds__auth_verify(const char *secret, const char *challenge, const char *proof, size_t len);
+/* Constant-time comparison of two byte strings of length len. */
+bool ds__auth_equal(const void *a, const void *b, size_t len);
 /* Reads a secret file (first line, whitespace trimmed). 0, or -1 with a message. */
 int ds__auth_read_secret(const char *path, char *out, size_t cap, char *err, size_t err_cap);
 

@@ -1,6 +1,6 @@
 /* datasystem_worker: parses flags, runs the server until SIGTERM/SIGINT or a
  * SHUTDOWN request, exits 0 on a clean stop and 1 with a message otherwise. */
-#include "worker/server.h"
+#include "worker/core/server.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,13 +1,13 @@
 /* Cluster plumbing (see cluster.h): the membership and watch threads, the job
  * thread pool with its completion eventfd, pending operations, and the ring
  * rebuilt from each member list the watch delivers. */
-#include "worker/cluster.h"
+#include "worker/cluster/cluster_int.h"
 
 #include "common/clock.h"
 #include "common/etcd.h"
 #include "common/log.h"
-#include "worker/peer.h"
-#include "worker/ring.h"
+#include "worker/cluster/peer.h"
+#include "worker/cluster/ring.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -92,10 +92,10 @@ void ds__job_submit(ds_server_t *srv, ds_job_t *j)
     struct ds_cluster *cl = srv->cluster;
     if (j->pend) j->pend->outstanding++;
     if (ds__links_submit(cl->links, j)) {
-        srv->ctr.peer_link_requests++;
+        srv->cctr.peer_link_requests++;
         return;
     }
-    srv->ctr.peer_job_requests++;
+    srv->cctr.peer_job_requests++;
     pthread_mutex_lock(&cl->mu);
     if (cl->todo_tail)
         cl->todo_tail->next = j;
@@ -193,15 +193,14 @@ static void *job_thread(void *arg)
 
 /* ---- pending operations ---- */
 
-ds_pend_t *ds__pend_new(ds_conn_t *c, void (*finish)(ds_pend_t *))
+ds_pend_t *ds__pend_new(ds_server_t *srv, ds_req_t *r, void (*finish)(ds_pend_t *))
 {
     ds_pend_t *p = calloc(1, sizeof(*p));
     if (p == NULL) return NULL;
-    p->srv = c->srv;
-    p->conn = c;
-    p->req_id = c->h.req_id;
-    p->op = c->h.opcode;
-    p->flags = c->h.flags;
+    p->srv = srv;
+    p->req = r;
+    p->op = r->op;
+    p->flags = r->flags;
     p->finish = finish;
     return p;
 }
@@ -224,21 +223,32 @@ void ds__pend_free(ds_pend_t *p)
 
 static void pend_done(ds_pend_t *p)
 {
-    ds_conn_t *c = p->conn;
-    if (c) c->cpend = NULL;
-    p->finish(p); /* answers when c is still there */
+    if (p->req == NULL)
+        ; /* answered when it could not be deferred */
+    else if (ds__req_gone(p->req))
+        ds__req_drop(p->req); /* the client left: nobody to answer */
+    else
+        p->finish(p);
     ds__pend_free(p);
-    if (c && c->state == CONN_PARKED) ds__conn_unpark(c);
 }
 
 void ds__pend_start(ds_pend_t *p)
 {
-    if (p->outstanding == 0) {
-        pend_done(p);
+    if (p->outstanding > 0) {
+        /* Its jobs finish (and free what they hold) even if the client
+         * leaves meanwhile; the answer then goes nowhere. */
+        ds_req_t *d = ds__req_defer(p->req, NULL, NULL);
+        if (d) {
+            p->req = d;
+            return;
+        }
+        /* Out of memory for the deferred request: fail it now; the jobs
+         * still run to their end. */
+        ds__req_error(p->req, DS_K_OUT_OF_MEMORY, "out of memory");
+        p->req = NULL;
         return;
     }
-    p->conn->cpend = p;
-    p->conn->state = CONN_PARKED;
+    pend_done(p);
 }
 
 static void on_completions(void *ctx, uint32_t events)
@@ -526,6 +536,29 @@ size_t ds__cluster_members(ds_server_t *srv, char *out, size_t cap)
     return cl->nmembers;
 }
 
+static void cluster_stats(ds_server_t *srv, struct cJSON *root)
+{
+    char members[4096];
+    size_t nm = ds__cluster_members(srv, members, sizeof(members));
+    cJSON *cl = cJSON_AddObjectToObject(root, "cluster");
+    cJSON_AddStringToObject(cl, "name", srv->cfg.cluster_name);
+    cJSON_AddNumberToObject(cl, "members", (double)nm);
+    cJSON_AddStringToObject(cl, "member_list", members);
+    cJSON_AddNumberToObject(cl, "owned_keys", (double)ds__meta_count(srv->cluster->meta));
+    cJSON_AddNumberToObject(cl, "peer_link_requests", (double)srv->cctr.peer_link_requests);
+    cJSON_AddNumberToObject(cl, "peer_job_requests", (double)srv->cctr.peer_job_requests);
+    cJSON_AddNumberToObject(cl, "locate_inline_values", (double)srv->cctr.locate_inline_values);
+}
+
+/* What the operations layer hands to the cluster. */
+static const ds_remote_t remote = {
+    .get = ds__cluster_get,
+    .published = ds__cluster_published,
+    .keys_op = ds__cluster_keys_op,
+    .peer_op = ds__cluster_peer_op,
+    .stats = cluster_stats,
+};
+
 int ds__cluster_init(ds_server_t *srv, char *err, size_t err_cap)
 {
     if (srv->cfg.etcd_address[0] == '\0') return 0;
@@ -554,11 +587,12 @@ int ds__cluster_init(ds_server_t *srv, char *err, size_t err_cap)
     cl->etcd_range = ds__etcd_new(srv->cfg.etcd_address, err, err_cap);
     cl->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (!cl->peers || !cl->links || !cl->meta || !cl->etcd_watch || !cl->etcd_range ||
-        cl->efd < 0 || ds__loop_add(srv->loop, &cl->eio, cl->efd, EPOLLIN, on_eventfd, cl) != 0) {
+        cl->efd < 0 || ds__loop_add(srv->net.loop, &cl->eio, cl->efd, EPOLLIN, on_eventfd, cl) != 0) {
         snprintf(err, err_cap, "cannot set up the cluster: %s", strerror(errno));
         return -1;
     }
     ds__store_set_gone_hook(srv->store, on_gone, srv);
+    srv->remote = &remote;
     /* Start with ourselves so keys can be served before etcd answers. */
     const char *self = cl->self;
     cl->ring = ds__ring_build(&self, 1);
@@ -601,7 +635,7 @@ void ds__cluster_destroy(ds_server_t *srv)
     }
     ds__links_free(cl->links);
     if (cl->efd >= 0) {
-        ds__loop_del(srv->loop, &cl->eio);
+        ds__loop_del(srv->net.loop, &cl->eio);
         close(cl->efd);
     }
     ds__etcd_free(cl->etcd_member);
@@ -614,4 +648,5 @@ void ds__cluster_destroy(ds_server_t *srv)
     pthread_cond_destroy(&cl->cv);
     free(cl);
     srv->cluster = NULL;
+    srv->remote = NULL;
 }

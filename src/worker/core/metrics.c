@@ -12,7 +12,7 @@
  * sockets; when that many are open, the oldest is dropped to make room, so a
  * scraper that connects and says nothing cannot lock others out (the loop has
  * no timers of its own to time such clients out). */
-#include "worker/server.h"
+#include "worker/core/server.h"
 
 #include "common/clock.h"
 #include "common/log.h"
@@ -56,8 +56,9 @@ struct ds_metrics {
 
 /* ---- histograms ---- */
 
-void ds__metrics_observe(ds_server_t *srv, uint16_t op, uint64_t ns)
+void ds__metrics_observe(void *ctx, uint16_t op, uint64_t ns)
 {
+    ds_server_t *srv = ctx;
     struct ds_metrics *m = srv->metrics;
     if (m == NULL || op >= DS_OP__MAX) return;
     m->count[op]++;
@@ -142,12 +143,12 @@ static char *render(struct ds_metrics *m, size_t *len)
     family(&t, "ds_worker_operations_total", "counter", "Requests received, by operation.");
     for (unsigned op = 1; op < DS_OP__MAX; op++)
         emit(&t, "ds_worker_operations_total{op=\"%s\"} %" PRIu64 "\n", ds__opcode_name(op),
-             srv->ctr.ops[op]);
+             srv->net.ctr.ops[op]);
     family(&t, "ds_worker_operation_errors_total", "counter",
            "Responses with a status other than K_OK, by operation.");
     for (unsigned op = 1; op < DS_OP__MAX; op++)
         emit(&t, "ds_worker_operation_errors_total{op=\"%s\"} %" PRIu64 "\n", ds__opcode_name(op),
-             srv->ctr.errors[op]);
+             srv->net.ctr.errors[op]);
 
     family(&t, "ds_worker_request_duration_seconds", "histogram",
            "Time from a request's header arriving to its response being queued, by operation.");
@@ -170,9 +171,9 @@ static char *render(struct ds_metrics *m, size_t *len)
     }
 
     counter(&t, "ds_worker_received_bytes_total", "Bytes read from client sockets.",
-            srv->ctr.bytes_in);
+            srv->net.ctr.bytes_in);
     counter(&t, "ds_worker_sent_bytes_total", "Bytes written to client sockets.",
-            srv->ctr.bytes_out);
+            srv->net.ctr.bytes_out);
 
     ds_store_stats_t st;
     ds__store_stats(srv->store, &st);
@@ -189,30 +190,28 @@ static char *render(struct ds_metrics *m, size_t *len)
     counter(&t, "ds_worker_expirations_total", "Objects deleted because their TTL passed.",
             st.expirations);
     gauge(&t, "ds_worker_subscriptions_waiting", "Keys waited on by parked subscribe-gets.",
-          srv->sub_count);
+          srv->subs.count);
 
-    uint64_t nsess = 0;
-    for (ds_session_t *s = srv->sessions; s; s = s->next)
-        nsess++;
-    gauge(&t, "ds_worker_clients", "Open client connections.", srv->nconns);
-    gauge(&t, "ds_worker_sessions", "Client sessions (a client's connections share one).", nsess);
+    gauge(&t, "ds_worker_clients", "Open client connections.", srv->net.nconns);
+    gauge(&t, "ds_worker_sessions", "Client sessions (a client's connections share one).",
+          srv->net.nsessions);
     counter(&t, "ds_worker_connections_accepted_total", "Client connections accepted.",
-            srv->ctr.conns_accepted);
+            srv->net.ctr.conns_accepted);
     counter(&t, "ds_worker_connections_rejected_total",
             "Client connections refused because --max_client_num was reached.",
-            srv->ctr.conns_rejected);
+            srv->net.ctr.conns_rejected);
     counter(&t, "ds_worker_protocol_errors_total", "Malformed frames (each closed its connection).",
-            srv->ctr.protocol_errors);
+            srv->net.ctr.protocol_errors);
     if (srv->cluster) {
         counter(&t, "ds_worker_peer_link_requests_total",
                 "Requests to peers sent from the event loop over a persistent link.",
-                srv->ctr.peer_link_requests);
+                srv->cctr.peer_link_requests);
         counter(&t, "ds_worker_peer_job_requests_total",
                 "Requests to peers run by a job thread (large pulls, waits, metadata).",
-                srv->ctr.peer_job_requests);
+                srv->cctr.peer_job_requests);
         counter(&t, "ds_worker_locate_inline_values_total",
                 "Small values sent along with a LOCATE answer (saving the pull).",
-                srv->ctr.locate_inline_values);
+                srv->cctr.locate_inline_values);
     }
     counter(&t, "ds_worker_metrics_scrapes_total", "GET /metrics requests answered.",
             m->scrapes + 1);
@@ -229,7 +228,7 @@ static char *render(struct ds_metrics *m, size_t *len)
 static void mconn_close(mconn_t *mc)
 {
     struct ds_metrics *m = mc->m;
-    ds__loop_del(m->srv->loop, &mc->io);
+    ds__loop_del(m->srv->net.loop, &mc->io);
     close(mc->io.fd);
     if (mc->prev)
         mc->prev->next = mc->next;
@@ -251,7 +250,7 @@ static void mconn_write(mconn_t *mc)
                          MSG_NOSIGNAL | MSG_DONTWAIT);
         if (w < 0) {
             if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
-                ds__loop_mod(mc->m->srv->loop, &mc->io, EPOLLOUT);
+                ds__loop_mod(mc->m->srv->net.loop, &mc->io, EPOLLOUT);
                 return;
             }
             break;
@@ -294,7 +293,7 @@ static void answer(mconn_t *mc, const char *status, char *body, size_t body_len)
     mc->resp_len = (size_t)hl + body_len;
     free(body);
     /* Input after the request is ignored: stop reading, only write. */
-    ds__loop_mod(mc->m->srv->loop, &mc->io, EPOLLOUT);
+    ds__loop_mod(mc->m->srv->net.loop, &mc->io, EPOLLOUT);
     mconn_write(mc);
 }
 
@@ -399,7 +398,7 @@ static void on_accept(void *ctx, uint32_t events)
             return;
         }
         mc->m = m;
-        if (ds__loop_add(m->srv->loop, &mc->io, fd, EPOLLIN, on_mconn, mc) != 0) {
+        if (ds__loop_add(m->srv->net.loop, &mc->io, fd, EPOLLIN, on_mconn, mc) != 0) {
             close(fd);
             free(mc);
             return;
@@ -431,7 +430,7 @@ int ds__metrics_init(ds_server_t *srv, char *err, size_t err_cap)
         snprintf(err, err_cap, "--metrics_port: %s", why);
         return -1;
     }
-    if (ds__loop_add(srv->loop, &m->lio, m->lfd, EPOLLIN, on_accept, m) != 0) {
+    if (ds__loop_add(srv->net.loop, &m->lio, m->lfd, EPOLLIN, on_accept, m) != 0) {
         snprintf(err, err_cap, "cannot watch the metrics listener: %s", strerror(errno));
         return -1;
     }
@@ -446,7 +445,7 @@ void ds__metrics_destroy(ds_server_t *srv)
     while (m->head)
         mconn_close(m->head);
     if (m->lfd >= 0) {
-        ds__loop_del(srv->loop, &m->lio);
+        ds__loop_del(srv->net.loop, &m->lio);
         close(m->lfd);
     }
     free(m);

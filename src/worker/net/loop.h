@@ -25,6 +25,9 @@ void ds__loop_destroy(ds_loop_t *l);
 int ds__loop_add(ds_loop_t *l, ds_io_t *io, int fd, uint32_t events, ds_io_cb cb, void *ctx);
 int ds__loop_mod(ds_loop_t *l, ds_io_t *io, uint32_t events);
 void ds__loop_del(ds_loop_t *l, ds_io_t *io);
+/* fn(ctx) runs after every dispatched callback: the worker resumes there
+ * the connections whose deferred requests ended during that event. */
+void ds__loop_set_after(ds_loop_t *l, void (*fn)(void *ctx), void *ctx);
 /* Waits up to timeout_ms (-1 = forever) and dispatches ready callbacks.
  * Returns the number dispatched. */
 int ds__loop_run_once(ds_loop_t *l, int timeout_ms);

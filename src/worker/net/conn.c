@@ -1,20 +1,23 @@
 /* One client connection: the state machine that reads frames (header ->
- * metadata -> data), hands complete requests to ops.c, and writes queued
- * responses. Small frames are read through a 64 KiB buffer (one recv per
- * request); large SET values are received straight into their arena range.
- * Responses reference arena bytes directly (holding an object reference until
- * the bytes are on the wire), so no value is ever copied by the worker.
+ * metadata -> data), hands each complete request to the worker's dispatch
+ * callback as a ds_req_t (request.c), and writes queued answers. Small
+ * frames are read through a 64 KiB buffer (one recv per request); large SET
+ * values are received straight into their arena range. Answers reference
+ * arena bytes directly (holding an object reference until the bytes are on
+ * the wire), so no value is ever copied by the worker.
  *
  * A connection never blocks the loop: every read and write is non-blocking and
- * bounded by DS_IO_SLICE per turn. A client that stops reading its responses
+ * bounded by DS_IO_SLICE per turn. A client that stops reading its answers
  * stops being read from once DS_OUT_HIGH bytes are queued, so its backlog is
- * bounded. A malformed frame gets an error answer and closes that connection. */
-#include "worker/server.h"
+ * bounded. A malformed frame gets an error answer and closes that connection.
+ * While a request of the connection is deferred the connection is parked:
+ * its further requests wait (in the socket or the read buffer) until the
+ * loop resumes it. */
+#include "worker/net/conn.h"
 
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/net.h"
-#include "worker/cluster.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -27,7 +30,9 @@
 #define DS_RBUF 65536u
 #define DS_OUT_HIGH (16u << 20)
 #define DS_MAX_IOV 64
-#define DS_CONNS_PER_CLIENT 70 /* the client library's pool (64) plus its anchor, with room */
+/* How long accepting pauses when the process is out of descriptors, unless
+ * one of its own connections closes first. */
+#define DS_ACCEPT_RETRY_MS 250
 
 struct ds_out {
     ds_out_t *next;
@@ -47,7 +52,7 @@ typedef struct {
     uint8_t rbuf[DS_RBUF];
 } conn_full_t;
 
-/* Where skipped data bytes go (the loop is single-threaded). */
+/* Where skipped data bytes go (only the loop's thread reads into it). */
 static uint8_t discard[DS_RBUF];
 
 static inline conn_full_t *full(ds_conn_t *c)
@@ -58,42 +63,28 @@ static inline conn_full_t *full(ds_conn_t *c)
 static void update_interest(ds_conn_t *c)
 {
     if (c->state == CONN_CLOSED) return;
-    /* EPOLLRDHUP: a client that dies while its subscribe-get waits is noticed
-     * at once, not when the wait times out. It is level-triggered, so it is
-     * only asked for when it leads somewhere: while parked (the hang-up closes
-     * the connection) or while reading (the read sees EOF). A client that
-     * half-closes while its answers back up would otherwise make every loop
-     * turn return at once: a busy loop. Its writes still fail once it is
-     * fully gone. */
+    /* EPOLLRDHUP: a client that dies while its request is deferred is
+     * noticed at once, not when the wait times out. It is level-triggered,
+     * so it is only asked for when it leads somewhere: while parked (the
+     * hang-up closes the connection) or while reading (the read sees EOF). A
+     * client that half-closes while its answers back up would otherwise make
+     * every loop turn return at once: a busy loop. Its writes still fail
+     * once it is fully gone. */
     uint32_t ev = 0;
     bool reading = c->state != CONN_PARKED && c->out_bytes < DS_OUT_HIGH && !c->close_after_write;
     if (reading) ev |= EPOLLIN;
     if (reading || c->state == CONN_PARKED) ev |= EPOLLRDHUP;
     if (c->out_head && c->bulk_out == NULL) ev |= EPOLLOUT;
-    ds__loop_mod(c->srv->loop, &c->io, ev);
+    ds__loop_mod(c->net->loop, &c->io, ev);
 }
 
-static void free_out(ds_server_t *srv, ds_out_t *o)
+static void free_out(ds_net_t *net, ds_out_t *o)
 {
     for (uint32_t i = 0; i < o->nrefs; i++)
-        ds__store_unref(srv->store, o->refs[i]);
+        ds__store_unref(net->store, o->refs[i]);
     free(o->refs);
     free(o->head);
     free(o);
-}
-
-void ds__conn_release_pending(ds_conn_t *c)
-{
-    for (uint32_t i = 0; i < c->npend; i++)
-        if (c->pend[i]) ds__store_unref(c->srv->store, c->pend[i]);
-    free(c->pend);
-    free(c->pend_status);
-    free(c->sinks);
-    c->pend = NULL;
-    c->pend_status = NULL;
-    c->sinks = NULL;
-    c->npend = c->nsinks = c->sink_idx = 0;
-    c->sink_off = 0;
 }
 
 static uint64_t out_total(const ds_out_t *o)
@@ -146,22 +137,24 @@ static void unqueue_head(ds_conn_t *c)
     if (c->out_head == NULL) c->out_tail = NULL;
     c->out_bytes -= out_total(o);
     o->fd = -1;
-    free_out(c->srv, o);
+    free_out(c->net, o);
 }
 
 static void flush_out(ds_conn_t *c);
 
 void ds__conn_bulk_done(ds_conn_t *c, ds_out_t *o, uint64_t sent, int err)
 {
-    ds_server_t *srv = c->srv;
+    ds_net_t *net = c->net;
     c->bulk_out = NULL;
-    srv->ctr.bytes_out += sent;
+    net->ctr.bytes_out += sent;
     if (c->state == CONN_CLOSED) {
         /* Closed meanwhile: the socket and the connection waited for this. */
-        free_out(srv, o);
+        free_out(net, o);
         close(c->io.fd);
-        c->next = srv->dead;
-        srv->dead = c;
+        if (!c->queued) {
+            c->next = net->dead;
+            net->dead = c;
+        }
         return;
     }
     if (err) {
@@ -172,45 +165,67 @@ void ds__conn_bulk_done(ds_conn_t *c, ds_out_t *o, uint64_t sent, int err)
     flush_out(c);
 }
 
+/* A descriptor is free again: listeners paused for the lack of one resume. */
+static void resume_listeners(ds_net_t *net)
+{
+    ds_listener_t *ls[2] = {&net->tcp, &net->unix_};
+    for (int i = 0; i < 2; i++) {
+        if (!ls[i]->paused) continue;
+        ls[i]->paused = false;
+        ds__loop_mod(net->loop, &ls[i]->io, EPOLLIN);
+    }
+    net->accept_retry_ms = 0;
+}
+
 void ds__conn_close(ds_conn_t *c, const char *why)
 {
     if (c->state == CONN_CLOSED) return;
-    ds_server_t *srv = c->srv;
+    ds_net_t *net = c->net;
     DS_LOG_DEBUG("conn %llu closed: %s", (unsigned long long)c->id, why);
     c->state = CONN_CLOSED;
-    ds__loop_del(srv->loop, &c->io);
+    ds__loop_del(net->loop, &c->io);
     /* The sender thread may be writing this socket: shut it down to fail
      * that write; it is closed when the frame comes back. */
     if (c->bulk_out)
         shutdown(c->io.fd, SHUT_RDWR);
     else
         close(c->io.fd);
-    if (c->wait) ds__subs_cancel(srv, c->wait);
-    if (c->cpend) {
-        /* Its jobs still finish (and free what they hold); nobody is answered. */
-        c->cpend->conn = NULL;
-        c->cpend = NULL;
+    if (c->deferred) {
+        /* Its owner is told once and ends it when it is done with it. */
+        ds_req_t *d = c->deferred;
+        c->deferred = NULL;
+        d->conn_ = NULL;
+        d->session = NULL;
+        if (d->cancel_) d->cancel_(d, d->cancel_ctx_);
     }
-    ds__conn_release_pending(c);
+    if (c->data_done) {
+        ds_req_data_fn done = c->data_done;
+        c->data_done = NULL;
+        done(c->data_ctx, NULL);
+    }
+    c->sinks = NULL;
     free(c->meta);
     c->meta = NULL;
     while (c->out_head) {
         ds_out_t *o = c->out_head;
         c->out_head = o->next;
-        if (o != c->bulk_out) free_out(srv, o);
+        if (o != c->bulk_out) free_out(net, o);
     }
     c->out_tail = NULL;
-    if (c->session && --c->session->nconns == 0) ds__session_free(srv, c->session);
+    if (c->session && --c->session->nconns == 0) ds__session_free(net, c->session);
     c->session = NULL;
     if (c->prev)
         c->prev->next = c->next;
     else
-        srv->conns = c->next;
+        net->conns = c->next;
     if (c->next) c->next->prev = c->prev;
-    srv->nconns--;
-    if (c->bulk_out) return; /* freed by ds__conn_bulk_done */
-    c->next = srv->dead;
-    srv->dead = c;
+    net->nconns--;
+    resume_listeners(net);
+    /* On the ready list it stays until the list is walked: skipped there as
+     * closed, and freed only after. */
+    if (c->bulk_out || c->queued) return;
+    c->next = net->dead;
+    net->dead = c;
 }
 
 /* Writes as much queued output as the socket takes, up to DS_IO_SLICE. */
@@ -221,7 +236,7 @@ static void flush_out(ds_conn_t *c)
         struct iovec iov[DS_MAX_IOV];
         int n = 0;
         ds_out_t *o = c->out_head;
-        if (o->fd < 0 && out_left(o) >= DS_BULK_MIN && ds__bulk_send(c->srv->bulk, c, o)) {
+        if (o->fd < 0 && out_left(o) >= DS_BULK_MIN && ds__bulk_send(c->net->bulk, c, o)) {
             c->bulk_out = o;
             break;
         }
@@ -248,7 +263,7 @@ static void flush_out(ds_conn_t *c)
             ds__conn_close(c, strerror(errno));
             return;
         }
-        c->srv->ctr.bytes_out += (uint64_t)w;
+        c->net->ctr.bytes_out += (uint64_t)w;
         budget = (uint64_t)w >= budget ? 0 : budget - (uint64_t)w;
         uint64_t left = (uint64_t)w;
         while (left > 0 || (c->out_head && c->out_head->seg_idx == c->out_head->nseg)) {
@@ -276,11 +291,11 @@ static void flush_out(ds_conn_t *c)
     update_interest(c);
 }
 
-void ds__conn_reply(ds_conn_t *c, uint64_t req_id, uint16_t op, ds_status_t st, const ds_wbuf_t *w,
+void ds__conn_queue(ds_conn_t *c, uint64_t req_id, uint16_t op, ds_status_t st, const ds_wbuf_t *w,
                     const struct iovec *segs, uint32_t nseg, ds_obj_t **refs, uint32_t nrefs,
-                    int fd)
+                    int fd, bool flush)
 {
-    ds_server_t *srv = c->srv;
+    ds_net_t *net = c->net;
     ds_out_t *o = calloc(1, sizeof(*o) + (nseg + 1) * sizeof(struct iovec));
     size_t meta_len = w ? w->len : 0;
     uint8_t *head = malloc(DS_WIRE_HEADER_LEN + meta_len);
@@ -290,7 +305,7 @@ void ds__conn_reply(ds_conn_t *c, uint64_t req_id, uint16_t op, ds_status_t st, 
         free(head);
         free(r);
         for (uint32_t i = 0; i < nrefs; i++)
-            ds__store_unref(srv->store, refs[i]);
+            ds__store_unref(net->store, refs[i]);
         ds__conn_close(c, "out of memory queueing a response");
         return;
     }
@@ -318,91 +333,112 @@ void ds__conn_reply(ds_conn_t *c, uint64_t req_id, uint16_t op, ds_status_t st, 
     o->refs = r;
     o->nrefs = nrefs;
     o->fd = fd;
-    if (st != DS_K_OK && op < DS_OP__MAX) srv->ctr.errors[op]++;
-    if (c->req_start_ns && req_id == c->h.req_id) {
-        ds__metrics_observe(srv, op, ds__now_ns() - c->req_start_ns);
-        c->req_start_ns = 0;
-    }
+    if (st != DS_K_OK && op < DS_OP__MAX) net->ctr.errors[op]++;
     if (c->out_tail)
         c->out_tail->next = o;
     else
         c->out_head = o;
     c->out_tail = o;
     c->out_bytes += DS_WIRE_HEADER_LEN + meta_len + data_len;
-    flush_out(c);
+    if (flush) flush_out(c);
 }
 
-void ds__conn_reply_err(ds_conn_t *c, uint64_t req_id, uint16_t op, ds_status_t st, const char *fmt,
-                        ...)
+static void reply_err(ds_conn_t *c, uint16_t op, ds_status_t st, const char *msg)
 {
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
     ds_wbuf_t w;
     ds__wbuf_init(&w);
     ds__wbuf_cstr(&w, msg);
-    ds__conn_reply(c, req_id, op, st, &w, NULL, 0, NULL, 0, -1);
+    ds__conn_queue(c, c->h.req_id, op, st, &w, NULL, 0, NULL, 0, -1, true);
     ds__wbuf_free(&w);
 }
 
 static void protocol_error(ds_conn_t *c, const char *msg)
 {
-    ds_server_t *srv = c->srv;
-    srv->ctr.protocol_errors++;
+    ds_net_t *net = c->net;
+    net->ctr.protocol_errors++;
     DS_LOG_WARN("conn %llu: protocol error: %s", (unsigned long long)c->id, msg);
     c->close_after_write = true;
     c->state = CONN_READ_HEADER;
     /* A frame we could not read answers as a connection-level (HELLO) error
      * unless its opcode was valid, so the reply itself always decodes. */
     uint16_t op = ds__opcode_name(c->h.opcode) ? c->h.opcode : DS_OP_HELLO;
-    ds__conn_reply_err(c, c->h.req_id, op, DS_K_INVALID, "protocol error: %s", msg);
+    char full_msg[320];
+    snprintf(full_msg, sizeof(full_msg), "protocol error: %s", msg);
+    c->h.opcode = op;
+    reply_err(c, op, DS_K_INVALID, full_msg);
 }
 
-/* The metadata is complete: start the data phase or run the request. */
+/* After a request's handler returned: read on, unless it was deferred or the
+ * connection is gone. */
+static void request_handled(ds_conn_t *c)
+{
+    free(c->meta); /* NULL when a deferred request took it over */
+    c->meta = NULL;
+    c->cur.meta = NULL;
+    if (c->state == CONN_CLOSED || c->state == CONN_PARKED) return;
+    if (c->sinks || c->skip) {
+        c->state = CONN_READ_DATA;
+        return;
+    }
+    c->state = CONN_READ_HEADER;
+}
+
+/* The metadata is complete: run the request (a SET's data phase follows). */
 static void meta_complete(ds_conn_t *c)
 {
-    ds_server_t *srv = c->srv;
-    if (c->h.opcode < DS_OP__MAX) srv->ctr.ops[c->h.opcode]++;
+    ds_net_t *net = c->net;
+    if (c->h.opcode < DS_OP__MAX) net->ctr.ops[c->h.opcode]++;
     if (!c->hello_done && c->h.opcode != DS_OP_HELLO) {
         if (!c->authed) {
             /* Unauthenticated: K_NOT_AUTHORIZED and nothing else. */
-            srv->ctr.auth_failures++;
+            net->ctr.auth_failures++;
             c->close_after_write = true;
             c->state = CONN_READ_HEADER;
-            ds__conn_reply_err(c, c->h.req_id, c->h.opcode, DS_K_NOT_AUTHORIZED,
-                               "not authenticated: send HELLO and answer its challenge first");
+            reply_err(c, c->h.opcode, DS_K_NOT_AUTHORIZED,
+                      "not authenticated: send HELLO and answer its challenge first");
             return;
         }
         protocol_error(c, "the first request on a connection must be HELLO");
         return;
     }
-    if (c->h.opcode == DS_OP_SET) {
-        ds__ops_set_begin(c);
-        free(c->meta); /* reserve copied the keys */
-        c->meta = NULL;
-        if (c->state == CONN_READ_DATA && c->sink_idx == c->nsinks) {
-            ds__ops_set_finish(c);
-            if (c->state != CONN_CLOSED) c->state = CONN_READ_HEADER;
-        }
-        return;
-    }
-    if (c->h.data_len != 0) {
+    if (c->h.data_len != 0 && c->h.opcode != DS_OP_SET) {
         protocol_error(c, "this operation carries no data section");
         return;
     }
+    c->cur = (ds_req_t){.conn_id = c->id,
+                        .id = c->h.req_id,
+                        .op = c->h.opcode,
+                        .flags = (uint8_t)c->h.flags,
+                        .is_unix = c->is_unix,
+                        .meta = c->meta,
+                        .meta_len = c->h.meta_len,
+                        .data_len = c->h.data_len,
+                        .session = c->session,
+                        .net_ = net,
+                        .conn_ = c,
+                        .start_ns_ = c->cur.start_ns_};
     c->state = CONN_READ_HEADER;
-    ds__ops_dispatch(c);
-    if (c->state != CONN_CLOSED && c->state != CONN_PARKED) c->state = CONN_READ_HEADER;
-    free(c->meta); /* NULL if a wait took it over */
-    c->meta = NULL;
+    c->skip = c->h.data_len; /* unless the handler names sinks for it */
+    if (c->h.opcode == DS_OP_HELLO)
+        ds__hello(c);
+    else
+        net->dispatch(net->dispatch_ctx, &c->cur);
+    request_handled(c);
+    if (c->state == CONN_READ_DATA && c->sinks && c->sink_idx == c->nsinks && c->skip == 0) {
+        /* Every value is empty: the data phase is already over. */
+        ds_req_data_fn done = c->data_done;
+        c->data_done = NULL;
+        c->sinks = NULL;
+        c->state = CONN_READ_HEADER;
+        done(c->data_ctx, &c->cur);
+        request_handled(c);
+    }
 }
 
 static void header_complete(ds_conn_t *c)
 {
     char err[256];
-    if (ds__wire_header_decode(c->hdr, c->srv->max_data, &c->h, err, sizeof(err)) != 0 ||
+    if (ds__wire_header_decode(c->hdr, c->net->max_data, &c->h, err, sizeof(err)) != 0 ||
         (c->h.flags & DS_FLAG_RESPONSE)) {
         if (c->h.flags & DS_FLAG_RESPONSE) snprintf(err, sizeof(err), "got a response frame");
         protocol_error(c, err);
@@ -410,7 +446,7 @@ static void header_complete(ds_conn_t *c)
     }
     c->hdr_got = 0;
     c->meta_got = 0;
-    c->req_start_ns = ds__now_ns();
+    c->cur.start_ns_ = ds__now_ns();
     if (c->h.meta_len == 0) {
         meta_complete(c);
         return;
@@ -423,19 +459,43 @@ static void header_complete(ds_conn_t *c)
     c->state = CONN_READ_META;
 }
 
-/* n more data bytes landed in the current sink: move on, and finish the SET
- * once every value has arrived. */
-static void sink_advance(ds_conn_t *c, uint64_t n)
+/* n more data bytes were taken (into the current sink, or skipped): move on,
+ * and hand the SET back to its handler once every value has arrived. */
+static void data_advance(ds_conn_t *c, uint64_t n)
 {
+    if (c->sinks == NULL) {
+        c->skip -= n;
+        if (c->skip == 0) c->state = CONN_READ_HEADER;
+        return;
+    }
     c->sink_off += n;
-    if (c->sink_off == c->sinks[c->sink_idx].len) {
+    while (c->sink_idx < c->nsinks && c->sink_off == c->sinks[c->sink_idx].len) {
         c->sink_idx++;
         c->sink_off = 0;
     }
-    if (c->sink_idx == c->nsinks) {
-        ds__ops_set_finish(c);
-        if (c->state != CONN_CLOSED) c->state = CONN_READ_HEADER;
+    if (c->sink_idx < c->nsinks) return;
+    ds_req_data_fn done = c->data_done;
+    c->data_done = NULL;
+    c->sinks = NULL;
+    c->state = CONN_READ_HEADER;
+    c->cur.meta = NULL;
+    c->cur.meta_len = 0;
+    done(c->data_ctx, &c->cur);
+    request_handled(c);
+}
+
+/* Where the next data bytes go, and how many of them at most. */
+static uint8_t *data_dest(ds_conn_t *c, uint64_t *want)
+{
+    if (c->sinks == NULL) {
+        *want = c->skip < sizeof(discard) ? c->skip : sizeof(discard);
+        return discard;
     }
+    ds_sink_t *s = &c->sinks[c->sink_idx];
+    *want = s->len - c->sink_off;
+    if (s->p) return s->p + c->sink_off;
+    if (*want > sizeof(discard)) *want = sizeof(discard);
+    return discard;
 }
 
 /* Moves bytes from the read buffer into the current frame part. */
@@ -465,12 +525,12 @@ static void consume(ds_conn_t *c)
             break;
         }
         case CONN_READ_DATA: {
-            ds_sink_t *s = &c->sinks[c->sink_idx];
-            uint64_t n = s->len - c->sink_off;
+            uint64_t n;
+            uint8_t *dst = data_dest(c, &n);
             if (n > avail) n = avail;
-            memcpy(s->p ? s->p + c->sink_off : discard, p, n);
+            memcpy(dst, p, n);
             f->rpos += (uint32_t)n;
-            sink_advance(c, n);
+            data_advance(c, n);
             break;
         }
         default:
@@ -488,14 +548,13 @@ static void process_input(ds_conn_t *c)
         if (c->state == CONN_CLOSED || c->state == CONN_PARKED || c->close_after_write) break;
         if (budget == 0 || c->out_bytes >= DS_OUT_HIGH) break;
         ssize_t r;
+        uint64_t want = 0;
+        uint8_t *dst = c->state == CONN_READ_DATA ? data_dest(c, &want) : NULL;
         /* Big remaining values are received straight into the arena. */
-        if (c->state == CONN_READ_DATA && c->sinks[c->sink_idx].len - c->sink_off >= DS_RBUF) {
-            ds_sink_t *s = &c->sinks[c->sink_idx];
-            uint64_t want = s->len - c->sink_off;
+        if (dst && want >= DS_RBUF) {
             if (want > budget) want = budget;
-            if (s->p == NULL && want > sizeof(discard)) want = sizeof(discard);
-            r = recv(c->io.fd, s->p ? s->p + c->sink_off : discard, want, MSG_DONTWAIT);
-            if (r > 0) sink_advance(c, (uint64_t)r);
+            r = recv(c->io.fd, dst, want, MSG_DONTWAIT);
+            if (r > 0) data_advance(c, (uint64_t)r);
         } else {
             f->rpos = f->rlen = 0;
             r = recv(c->io.fd, f->rbuf, DS_RBUF, MSG_DONTWAIT);
@@ -510,7 +569,7 @@ static void process_input(ds_conn_t *c)
             ds__conn_close(c, strerror(errno));
             return;
         }
-        c->srv->ctr.bytes_in += (uint64_t)r;
+        c->net->ctr.bytes_in += (uint64_t)r;
         budget = (uint64_t)r >= budget ? 0 : budget - (uint64_t)r;
         /* A short read drained the socket: skip the recv that would only say
          * EAGAIN (level-triggered epoll calls again when more arrives). */
@@ -519,7 +578,7 @@ static void process_input(ds_conn_t *c)
             break;
         }
     }
-    update_interest(c);
+    if (c->state != CONN_CLOSED) update_interest(c);
 }
 
 static void on_io(void *ctx, uint32_t events)
@@ -539,42 +598,106 @@ static void on_io(void *ctx, uint32_t events)
     }
 }
 
-void ds__conn_unpark(ds_conn_t *c)
+void ds__conn_make_ready(ds_conn_t *c)
 {
-    if (c->state != CONN_PARKED) return;
-    c->state = CONN_READ_HEADER;
-    process_input(c);
+    if (c->queued || c->state == CONN_CLOSED) return;
+    ds_net_t *net = c->net;
+    c->queued = true;
+    c->ready_next = NULL;
+    if (net->ready_tail)
+        net->ready_tail->ready_next = c;
+    else
+        net->ready_head = c;
+    net->ready_tail = c;
 }
 
-/* Accepts one connection on a listener (called from server.c). */
-void ds__conn_accept(ds_server_t *srv, int lfd, bool is_unix)
+void ds__net_after_event(void *ctx)
 {
+    ds_net_t *net = ctx;
+    /* Only the connections queued so far: one resumed here may end another
+     * connection's wait, which then runs on the next call, so a chain of
+     * pipelining clients cannot hold the loop. */
+    ds_conn_t *list = net->ready_head;
+    net->ready_head = net->ready_tail = NULL;
+    while (list) {
+        ds_conn_t *c = list;
+        list = c->ready_next;
+        c->queued = false;
+        if (c->state == CONN_CLOSED) {
+            if (c->bulk_out == NULL) {
+                c->next = net->dead;
+                net->dead = c;
+            }
+            continue;
+        }
+        flush_out(c);
+        if (c->state == CONN_PARKED && c->deferred == NULL) {
+            c->state = c->sinks || c->skip ? CONN_READ_DATA : CONN_READ_HEADER;
+            process_input(c);
+        }
+    }
+}
+
+bool ds__net_busy(const ds_net_t *net)
+{
+    return net->ready_head != NULL;
+}
+
+static void reject(ds_net_t *net, int fd)
+{
+    net->ctr.conns_rejected++;
+    /* Tell the client why before closing; best effort. */
+    ds_wbuf_t w;
+    ds__wbuf_init(&w);
+    ds__wbuf_cstr(&w, "worker has reached its connection limit (70 per --max_client_num)");
+    uint8_t hdr[DS_WIRE_HEADER_LEN];
+    ds_wire_header_t h = {.magic = DS_WIRE_MAGIC,
+                          .version = DS_WIRE_VERSION,
+                          .flags = DS_FLAG_RESPONSE,
+                          .opcode = DS_OP_HELLO,
+                          .status = DS_K_RUNTIME_ERROR,
+                          .meta_len = (uint32_t)w.len};
+    ds__wire_header_encode(&h, hdr);
+    ssize_t wr = send(fd, hdr, sizeof(hdr), MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (wr == (ssize_t)sizeof(hdr)) wr = send(fd, w.buf, w.len, MSG_NOSIGNAL | MSG_DONTWAIT);
+    (void)wr;
+    ds__wbuf_free(&w);
+    close(fd);
+    DS_LOG_WARN("rejected a connection: %u connections already", net->nconns);
+}
+
+/* accept4 failed for want of a resource: stop polling the listener (it is
+ * level-triggered and would fire again at once, spinning the loop) until
+ * one of our connections closes or DS_ACCEPT_RETRY_MS pass. */
+static void pause_listener(ds_listener_t *l, int err)
+{
+    ds_net_t *net = l->net;
+    net->ctr.accept_errors++;
+    if (!net->tcp.paused && !net->unix_.paused)
+        DS_LOG_WARN("cannot accept connections on the %s listener: %s (%u connections open); "
+                    "pausing accepts until a descriptor is free",
+                    l->is_unix ? "Unix" : "TCP", strerror(err), net->nconns);
+    l->paused = true;
+    ds__loop_mod(net->loop, &l->io, 0);
+    net->accept_retry_ms = ds__now_ms() + DS_ACCEPT_RETRY_MS;
+}
+
+static void on_accept(void *ctx, uint32_t events)
+{
+    ds_listener_t *l = ctx;
+    ds_net_t *net = l->net;
+    (void)events;
     for (int i = 0; i < 64; i++) {
-        int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0) return;
+        int fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
+                pause_listener(l, errno);
+            return;
+        }
         /* --max_client_num bounds clients (sessions, checked at HELLO); each
          * client may open a pool of connections, bounded here. */
-        if (srv->nconns >= (uint32_t)srv->cfg.max_client_num * DS_CONNS_PER_CLIENT) {
-            srv->ctr.conns_rejected++;
-            /* Tell the client why before closing; best effort. */
-            ds_wbuf_t w;
-            ds__wbuf_init(&w);
-            ds__wbuf_cstr(&w, "worker has reached its connection limit (70 per --max_client_num)");
-            uint8_t hdr[DS_WIRE_HEADER_LEN];
-            ds_wire_header_t h = {.magic = DS_WIRE_MAGIC,
-                                  .version = DS_WIRE_VERSION,
-                                  .flags = DS_FLAG_RESPONSE,
-                                  .opcode = DS_OP_HELLO,
-                                  .status = DS_K_RUNTIME_ERROR,
-                                  .meta_len = (uint32_t)w.len};
-            ds__wire_header_encode(&h, hdr);
-            ssize_t wr = send(fd, hdr, sizeof(hdr), MSG_NOSIGNAL | MSG_DONTWAIT);
-            if (wr == (ssize_t)sizeof(hdr))
-                wr = send(fd, w.buf, w.len, MSG_NOSIGNAL | MSG_DONTWAIT);
-            (void)wr;
-            ds__wbuf_free(&w);
-            close(fd);
-            DS_LOG_WARN("rejected a connection: %u clients already", srv->nconns);
+        if (net->nconns >= net->max_clients * DS_CONNS_PER_CLIENT) {
+            reject(net, fd);
             continue;
         }
         conn_full_t *f = calloc(1, sizeof(*f));
@@ -583,20 +706,37 @@ void ds__conn_accept(ds_server_t *srv, int lfd, bool is_unix)
             return;
         }
         ds_conn_t *c = &f->c;
-        c->srv = srv;
-        c->is_unix = is_unix;
-        c->authed = is_unix || srv->auth_token[0] == '\0';
-        c->id = ++srv->next_conn_id;
+        c->net = net;
+        c->is_unix = l->is_unix;
+        c->authed = l->is_unix || net->auth_token[0] == '\0';
+        c->id = ++net->next_conn_id;
         c->state = CONN_READ_HEADER;
-        if (ds__loop_add(srv->loop, &c->io, fd, EPOLLIN | EPOLLRDHUP, on_io, c) != 0) {
+        if (ds__loop_add(net->loop, &c->io, fd, EPOLLIN | EPOLLRDHUP, on_io, c) != 0) {
             close(fd);
             free(f);
             return;
         }
-        c->next = srv->conns;
-        if (srv->conns) srv->conns->prev = c;
-        srv->conns = c;
-        srv->nconns++;
-        srv->ctr.conns_accepted++;
+        c->next = net->conns;
+        if (net->conns) net->conns->prev = c;
+        net->conns = c;
+        net->nconns++;
+        net->ctr.conns_accepted++;
     }
+}
+
+int ds__net_listen(ds_net_t *net, ds_listener_t *l, int fd, bool is_unix)
+{
+    l->net = net;
+    l->fd = fd;
+    l->is_unix = is_unix;
+    l->paused = false;
+    return ds__loop_add(net->loop, &l->io, fd, EPOLLIN, on_accept, l);
+}
+
+uint64_t ds__net_tick(ds_net_t *net, uint64_t now_ms)
+{
+    if (net->accept_retry_ms == 0) return 0;
+    if (now_ms < net->accept_retry_ms) return net->accept_retry_ms;
+    resume_listeners(net);
+    return 0;
 }

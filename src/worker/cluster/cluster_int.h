@@ -19,22 +19,23 @@
  * dropped every superseded copy; a DEL after every copy was dropped. Reads
  * are served by the owner's current location, so nothing stale is served
  * once a write or delete has returned. */
-#ifndef DS_WORKER_CLUSTER_H
-#define DS_WORKER_CLUSTER_H
+#ifndef DS_WORKER_CLUSTER_CLUSTER_INT_H
+#define DS_WORKER_CLUSTER_CLUSTER_INT_H
 
-#include "worker/server.h"
-
-#include "worker/ring.h"
+#include "worker/cluster/cluster.h"
+#include "worker/cluster/ring.h"
+#include "worker/ops/worker.h"
 
 typedef struct ds_pend ds_pend_t;
 typedef struct ds_job ds_job_t;
 typedef struct ds_meta ds_meta_t;
 
-/* A client request waiting for jobs. conn is NULL once the client left. */
+/* A client request waiting for jobs. req is the handler's request while
+ * the pend is being set up, and deferred once jobs are out (its connection
+ * may then be gone: ds__req_gone). */
 struct ds_pend {
     ds_server_t *srv;
-    ds_conn_t *conn;
-    uint64_t req_id;
+    ds_req_t *req;
     uint16_t op;
     uint8_t flags;
     int outstanding;
@@ -94,14 +95,10 @@ struct ds_job {
 #define DS_LOCATE_INLINE_MAX (64u << 10)
 
 /* cluster.c */
-int ds__cluster_init(ds_server_t *srv, char *err, size_t err_cap);
-void ds__cluster_destroy(ds_server_t *srv);
 /* The ring owner of a key, or NULL when the ring is empty. */
 const char *ds__cluster_owner(ds_server_t *srv, const char *key, size_t len);
 const char *ds__cluster_self(ds_server_t *srv);
 ds_meta_t *ds__cluster_meta(ds_server_t *srv);
-/* Comma-separated member addresses into out; returns the member count. */
-size_t ds__cluster_members(ds_server_t *srv, char *out, size_t cap);
 ds_job_t *ds__job_new(ds_pend_t *p, const char *addr, uint16_t op, void (*done)(ds_job_t *));
 /* Sends the job (counting it in its pend): over the peer's link when it is
  * quick and the link is up, else through the job threads. */
@@ -111,9 +108,9 @@ void ds__job_submit(ds_server_t *srv, ds_job_t *j);
 void ds__job_complete(ds_server_t *srv, ds_job_t *j);
 /* Fails overdue link requests; returns the next deadline (0 = none). */
 uint64_t ds__cluster_tick(ds_server_t *srv, uint64_t now);
-ds_pend_t *ds__pend_new(ds_conn_t *c, void (*finish)(ds_pend_t *));
-/* Parks the connection until the pend finishes (or finishes it now if no
- * job was submitted). */
+ds_pend_t *ds__pend_new(ds_server_t *srv, ds_req_t *r, void (*finish)(ds_pend_t *));
+/* Defers the request until the pend finishes (or finishes it now if no job
+ * was submitted). finish answers p->req, unless its connection is gone. */
 void ds__pend_start(ds_pend_t *p);
 void ds__pend_free(ds_pend_t *p);
 
@@ -149,26 +146,17 @@ void ds__meta_del(ds_meta_t *m, const char *key, size_t len, const char *loc, ui
 void ds__meta_prune(ds_meta_t *m, ds_server_t *srv, const char *dead_member);
 uint64_t ds__meta_count(const ds_meta_t *m);
 
-/* cluster_ops.c: the operations that consult peers */
-/* A GET in cluster mode: local hits, then LOCATE at the owners (waiting up
- * to wait_ms) and pulls from where the keys live. */
-void ds__cluster_get(ds_conn_t *c, int32_t wait_ms, uint8_t flags, const char *const *keys,
-                     const uint32_t *lens, uint32_t n);
-/* After local publishes (objs[i] NULL where key i failed, with status[i]):
- * tells the owners, then answers the SET/PUBLISH. With nx the owners refuse
- * keys that live on another worker; those local copies are rolled back and
- * answer K_OC_KEY_ALREADY_EXIST. */
-void ds__cluster_published(ds_conn_t *c, ds_obj_t **objs, const uint32_t *status, uint32_t n,
-                           bool nx, const char *first_err);
-/* DEL, EXIST, EXPIRE and QSIZE across the cluster. */
-void ds__cluster_keys_op(ds_conn_t *c, uint16_t op, const char *const *keys, const uint32_t *lens,
-                         uint32_t n, uint32_t ttl);
-void ds__cluster_op_locate(ds_conn_t *c);
-void ds__cluster_locate_answer(ds_conn_t *c, uint64_t req_id, const uint8_t *meta,
-                               uint32_t meta_len);
-void ds__cluster_op_meta_put(ds_conn_t *c);
-void ds__cluster_op_meta_del(ds_conn_t *c);
-void ds__cluster_op_drop(ds_conn_t *c);
+/* cluster_ops.c: the operations that consult peers (ds_remote_t's hooks) */
+void ds__cluster_get(ds_server_t *srv, ds_req_t *r, int32_t wait_ms, uint8_t flags,
+                     const char *const *keys, const uint32_t *lens, uint32_t n);
+/* With nx the owners refuse keys that live on another worker; those local
+ * copies are rolled back and answer K_OC_KEY_ALREADY_EXIST. */
+void ds__cluster_published(ds_server_t *srv, ds_req_t *r, ds_obj_t **objs, const uint32_t *status,
+                           uint32_t n, bool nx, const char *first_err);
+void ds__cluster_keys_op(ds_server_t *srv, ds_req_t *r, const char *const *keys,
+                         const uint32_t *lens, uint32_t n, uint32_t ttl);
+/* cluster_owner.c: LOCATE, META_PUT, META_DEL and DROP */
+void ds__cluster_peer_op(ds_server_t *srv, ds_req_t *r);
 /* A local copy left the table by eviction or expiry: tell its owner. */
 void ds__cluster_gone(ds_server_t *srv, const ds_obj_t *o);
 /* The member list changed: re-register local keys whose owner changed

@@ -17,8 +17,8 @@
 #include <stdint.h>
 
 #include "datasystem/kv_client.h"
-#include "worker/alloc.h"
-#include "worker/arena.h"
+#include "worker/store/alloc.h"
+#include "worker/store/arena.h"
 
 typedef enum {
     DS_OBJ_CREATING = 0, /* reserved, being written, invisible to readers */

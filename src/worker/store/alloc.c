@@ -16,7 +16,7 @@
  * allocation succeeds exactly when some free block is large enough. The store
  * relies on that: it evicts until an allocation succeeds, and a false failure
  * would make it evict far more than needed. */
-#include "worker/alloc.h"
+#include "worker/store/alloc.h"
 
 #include <stdbool.h>
 #include <stdlib.h>

@@ -3,7 +3,7 @@
  * per key: a publish elsewhere supersedes the old copy, which is reported so
  * it can be dropped. Addresses are interned (members are few), entries
  * chained in a hash table that doubles as it grows. Loop thread only. */
-#include "worker/cluster.h"
+#include "worker/cluster/cluster_int.h"
 
 #include "common/hash.h"
 

@@ -1,43 +1,66 @@
-/* Client sessions. A client opens several connections (one per concurrent
- * thread) that share one session, so a pin taken on one connection can be
- * released on another. The session owns the references behind its handles;
- * when its last connection closes - including when the client process dies -
- * every reference is dropped, so a crashed reader never leaks arena space. */
-#include "worker/server.h"
+/* Client sessions (see session.h): handles, and ids and keys that nobody
+ * can guess. */
+#include "worker/net/net.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 
 #define NO_SLOT UINT32_MAX
 
-ds_session_t *ds__session_new(ds_server_t *srv)
+static bool random_bytes(void *buf, size_t n)
+{
+    uint8_t *p = buf;
+    while (n > 0) {
+        ssize_t r = getrandom(p, n, 0);
+        if (r <= 0) return false;
+        p += r;
+        n -= (size_t)r;
+    }
+    return true;
+}
+
+ds_session_t *ds__session_new(ds_net_t *net, bool is_unix)
 {
     ds_session_t *s = calloc(1, sizeof(*s));
     if (s == NULL) return NULL;
-    s->id = ++srv->next_session;
+    uint8_t key[DS_SESSION_KEY_HEX / 2];
+    /* 0 means "a new session" on the wire, and ids never repeat in practice. */
+    do {
+        if (!random_bytes(&s->id, sizeof(s->id)) || !random_bytes(key, sizeof(key))) {
+            free(s);
+            return NULL;
+        }
+    } while (s->id == 0 || ds__session_find(net, s->id) != NULL);
+    for (size_t i = 0; i < sizeof(key); i++)
+        snprintf(s->key + 2 * i, 3, "%02x", key[i]);
+    s->is_unix = is_unix;
     s->free_head = NO_SLOT;
-    s->next = srv->sessions;
-    srv->sessions = s;
+    s->next = net->sessions;
+    net->sessions = s;
+    net->nsessions++;
     return s;
 }
 
-ds_session_t *ds__session_find(ds_server_t *srv, uint64_t id)
+ds_session_t *ds__session_find(ds_net_t *net, uint64_t id)
 {
-    for (ds_session_t *s = srv->sessions; s; s = s->next)
+    for (ds_session_t *s = net->sessions; s; s = s->next)
         if (s->id == id) return s;
     return NULL;
 }
 
-void ds__session_free(ds_server_t *srv, ds_session_t *s)
+void ds__session_free(ds_net_t *net, ds_session_t *s)
 {
-    for (ds_session_t **pp = &srv->sessions; *pp; pp = &(*pp)->next) {
+    for (ds_session_t **pp = &net->sessions; *pp; pp = &(*pp)->next) {
         if (*pp == s) {
             *pp = s->next;
+            net->nsessions--;
             break;
         }
     }
     for (uint32_t i = 0; i < s->nslots; i++)
-        if (s->slots[i].obj) ds__store_unref(srv->store, s->slots[i].obj);
+        if (s->slots[i].obj) ds__store_unref(net->store, s->slots[i].obj);
     free(s->slots);
     free(s);
 }
@@ -77,11 +100,11 @@ ds_slot_t *ds__session_slot(ds_session_t *s, uint64_t handle)
     return sl;
 }
 
-bool ds__session_release(ds_server_t *srv, ds_session_t *s, uint64_t handle)
+bool ds__session_release(ds_store_t *store, ds_session_t *s, uint64_t handle)
 {
     ds_slot_t *sl = ds__session_slot(s, handle);
     if (sl == NULL) return false;
-    ds__store_unref(srv->store, sl->obj);
+    ds__store_unref(store, sl->obj);
     sl->obj = NULL;
     uint32_t idx = (uint32_t)(handle >> 32);
     sl->next_free = s->free_head;

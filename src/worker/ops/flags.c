@@ -1,7 +1,7 @@
 /* Worker flags as data: each row names the flag, its type, where it lands in
  * ds_worker_config_t, its default, its limits and its help. Parsing, defaults
  * and --help all come from this one table. */
-#include "worker/flags.h"
+#include "worker/ops/flags.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -1,6 +1,6 @@
 /* epoll event loop (see loop.h). Level-triggered, so a callback that stops
  * early for fairness is simply called again on the next turn. */
-#include "worker/loop.h"
+#include "worker/net/loop.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -10,6 +10,8 @@
 
 struct ds_loop {
     int epfd;
+    void (*after)(void *ctx);
+    void *after_ctx;
 };
 
 ds_loop_t *ds__loop_create(void)
@@ -54,6 +56,12 @@ void ds__loop_del(ds_loop_t *l, ds_io_t *io)
     epoll_ctl(l->epfd, EPOLL_CTL_DEL, io->fd, NULL);
 }
 
+void ds__loop_set_after(ds_loop_t *l, void (*fn)(void *ctx), void *ctx)
+{
+    l->after = fn;
+    l->after_ctx = ctx;
+}
+
 int ds__loop_run_once(ds_loop_t *l, int timeout_ms)
 {
     struct epoll_event evs[DS_LOOP_BATCH];
@@ -62,6 +70,7 @@ int ds__loop_run_once(ds_loop_t *l, int timeout_ms)
     for (int i = 0; i < n; i++) {
         ds_io_t *io = evs[i].data.ptr;
         io->cb(io->ctx, evs[i].events);
+        if (l->after) l->after(l->after_ctx);
     }
     return n;
 }

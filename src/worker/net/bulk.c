@@ -1,4 +1,4 @@
-/* The sender thread for large responses (see server.h).
+/* The sender thread for large responses (see ../THREADS.md).
  *
  * Pushing a 256 MiB value into a TCP socket costs the sending thread the
  * kernel's copy of every byte. Done by the loop in DS_IO_SLICE steps, that
@@ -14,7 +14,7 @@
  * the objects the frame references are released by the loop when the frame
  * comes back through the eventfd. A connection closed meanwhile is shut down
  * (failing the thread's next write) and freed only once its frame is back. */
-#include "worker/server.h"
+#include "worker/net/conn.h"
 
 #include "common/log.h"
 
@@ -41,7 +41,7 @@ typedef struct item {
 } item_t;
 
 struct ds_bulk {
-    ds_server_t *srv;
+    ds_loop_t *loop;
     pthread_t thread;
     bool started, in_loop;
     atomic_bool stop;
@@ -185,19 +185,19 @@ static void on_done(void *ctx, uint32_t events)
     }
 }
 
-ds_bulk_t *ds__bulk_new(ds_server_t *srv, char *err, size_t err_cap)
+ds_bulk_t *ds__bulk_new(ds_loop_t *loop, char *err, size_t err_cap)
 {
     ds_bulk_t *b = calloc(1, sizeof(*b));
     if (b == NULL) {
         snprintf(err, err_cap, "out of memory");
         return NULL;
     }
-    b->srv = srv;
+    b->loop = loop;
     pthread_mutex_init(&b->mu, NULL);
     b->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     b->done_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (b->wake_fd >= 0 && b->done_fd >= 0 &&
-        ds__loop_add(srv->loop, &b->done_io, b->done_fd, EPOLLIN, on_done, b) == 0) {
+        ds__loop_add(loop, &b->done_io, b->done_fd, EPOLLIN, on_done, b) == 0) {
         b->in_loop = true;
         b->started = pthread_create(&b->thread, NULL, bulk_thread, b) == 0;
     }
@@ -220,7 +220,7 @@ void ds__bulk_free(ds_bulk_t *b)
         pthread_join(b->thread, NULL);
         on_done(b, 0); /* every frame it had comes back, failed if unsent */
     }
-    if (b->in_loop) ds__loop_del(b->srv->loop, &b->done_io);
+    if (b->in_loop) ds__loop_del(b->loop, &b->done_io);
     if (b->done_fd >= 0) close(b->done_fd);
     if (b->wake_fd >= 0) close(b->wake_fd);
     pthread_mutex_destroy(&b->mu);

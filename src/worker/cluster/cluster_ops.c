@@ -6,7 +6,7 @@
  * reserved for it. The pend answers when its last
  * job is done. The owner side (LOCATE, META_PUT, META_DEL) and DROP are
  * ordinary request handlers. */
-#include "worker/cluster.h"
+#include "worker/cluster/cluster_int.h"
 
 #include "common/clock.h"
 #include "common/keys.h"
@@ -213,23 +213,21 @@ static void locate_done(ds_job_t *j)
 
 static void get_finish(ds_pend_t *p)
 {
-    if (p->conn == NULL) return;
     if (p->err_status != DS_K_OK) {
-        ds__conn_reply_err(p->conn, p->req_id, DS_OP_GET, p->err_status, "%s", p->err);
+        ds__req_error(p->req, p->err_status, "%s", p->err);
         return;
     }
-    ds__ops_get_reply(p->conn, p->req_id, p->flags, (const char *const *)p->keys, p->keylens, p->n,
+    ds__ops_get_reply(p->srv, p->req, p->flags, (const char *const *)p->keys, p->keylens, p->n,
                       p->objs);
 }
 
-void ds__cluster_get(ds_conn_t *c, int32_t wait_ms, uint8_t flags, const char *const *keys,
-                     const uint32_t *lens, uint32_t n)
+void ds__cluster_get(ds_server_t *srv, ds_req_t *r, int32_t wait_ms, uint8_t flags,
+                     const char *const *keys, const uint32_t *lens, uint32_t n)
 {
-    ds_server_t *srv = c->srv;
-    ds_pend_t *p = ds__pend_new(c, get_finish);
+    ds_pend_t *p = ds__pend_new(srv, r, get_finish);
     if (p == NULL || !pend_keys(p, keys, lens, n)) {
         if (p) ds__pend_free(p);
-        ds__conn_reply_err(c, c->h.req_id, DS_OP_GET, DS_K_OUT_OF_MEMORY, "out of memory");
+        ds__req_error(r, DS_K_OUT_OF_MEMORY, "out of memory");
         return;
     }
     p->flags = flags; /* the GET's own flags (shm, pin), not the header's */
@@ -295,7 +293,6 @@ static void meta_put_done(ds_job_t *j)
 
 static void published_finish(ds_pend_t *p)
 {
-    if (p->conn == NULL) return;
     ds_wbuf_t w;
     ds__wbuf_init(&w);
     ds_status_t overall = DS_K_OK;
@@ -308,14 +305,14 @@ static void published_finish(ds_pend_t *p)
     ds__wbuf_u32(&w, p->norig);
     for (uint32_t i = 0; i < p->norig; i++)
         ds__wbuf_u32(&w, p->orig_status[i]);
-    ds__conn_reply(p->conn, p->req_id, p->op, overall, &w, NULL, 0, NULL, 0, -1);
+    ds__req_reply(p->req, overall, &w, NULL, 0, NULL, 0, -1);
     ds__wbuf_free(&w);
 }
 
-void ds__cluster_published(ds_conn_t *c, ds_obj_t **objs, const uint32_t *status, uint32_t n,
-                           bool nx, const char *first_err)
+void ds__cluster_published(ds_server_t *srv, ds_req_t *r, ds_obj_t **objs, const uint32_t *status,
+                           uint32_t n, bool nx, const char *first_err)
 {
-    ds_pend_t *p = ds__pend_new(c, published_finish);
+    ds_pend_t *p = ds__pend_new(srv, r, published_finish);
     uint32_t np = 0;
     for (uint32_t i = 0; i < n; i++)
         np += objs[i] != NULL;
@@ -329,7 +326,7 @@ void ds__cluster_published(ds_conn_t *c, ds_obj_t **objs, const uint32_t *status
         free(orig);
         free(idx);
         if (p) ds__pend_free(p);
-        ds__conn_reply_err(c, c->h.req_id, c->h.opcode, DS_K_OUT_OF_MEMORY, "out of memory");
+        ds__req_error(r, DS_K_OUT_OF_MEMORY, "out of memory");
         return;
     }
     memcpy(orig, status, n * sizeof(*orig));
@@ -425,9 +422,8 @@ static void keys_locate_done(ds_job_t *j)
 
 static void keys_finish(ds_pend_t *p)
 {
-    if (p->conn == NULL) return;
     if (p->err_status != DS_K_OK) {
-        ds__conn_reply_err(p->conn, p->req_id, p->op, p->err_status, "%s", p->err);
+        ds__req_error(p->req, p->err_status, "%s", p->err);
         return;
     }
     ds_wbuf_t w;
@@ -453,18 +449,18 @@ static void keys_finish(ds_pend_t *p)
             ds__wbuf_u32(&w, p->status[i]);
         }
     }
-    ds__conn_reply(p->conn, p->req_id, p->op, overall, &w, NULL, 0, NULL, 0, -1);
+    ds__req_reply(p->req, overall, &w, NULL, 0, NULL, 0, -1);
     ds__wbuf_free(&w);
 }
 
-void ds__cluster_keys_op(ds_conn_t *c, uint16_t op, const char *const *keys, const uint32_t *lens,
-                         uint32_t n, uint32_t ttl)
+void ds__cluster_keys_op(ds_server_t *srv, ds_req_t *r, const char *const *keys,
+                         const uint32_t *lens, uint32_t n, uint32_t ttl)
 {
-    ds_server_t *srv = c->srv;
-    ds_pend_t *p = ds__pend_new(c, keys_finish);
+    uint16_t op = r->op;
+    ds_pend_t *p = ds__pend_new(srv, r, keys_finish);
     if (p == NULL || !pend_keys(p, keys, lens, n)) {
         if (p) ds__pend_free(p);
-        ds__conn_reply_err(c, c->h.req_id, op, DS_K_OUT_OF_MEMORY, "out of memory");
+        ds__req_error(r, DS_K_OUT_OF_MEMORY, "out of memory");
         return;
     }
     p->ttl = ttl;

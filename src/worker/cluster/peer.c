@@ -1,5 +1,5 @@
 /* Worker-to-worker RPC (see peer.h). */
-#include "worker/peer.h"
+#include "worker/cluster/peer.h"
 
 #include "common/auth.h"
 #include "common/net.h"

@@ -1,5 +1,5 @@
 /* Consistent-hash ring (see ring.h): a sorted token array and a binary search. */
-#include "worker/ring.h"
+#include "worker/cluster/ring.h"
 
 #include "common/hash.h"
 

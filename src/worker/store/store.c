@@ -24,7 +24,7 @@
  * Versions: a store-wide counter, incremented at each successful publish and
  * stored in the object; 0 means never published. Later publishes of any key
  * carry strictly larger versions. */
-#include "worker/store.h"
+#include "worker/store/store.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -20,7 +20,7 @@
  *    leave the first write through each page slow on this hypervisor; only a
  *    real write through the mapping makes it warm, and populating first
  *    halves the cost of those writes. Extra threads did not speed it up. */
-#include "worker/arena.h"
+#include "worker/store/arena.h"
 
 #include <errno.h>
 #include <fcntl.h>

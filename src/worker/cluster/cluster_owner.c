@@ -4,7 +4,7 @@
  * before answering (a re-registration only records a copy of a key with no
  * other known copy), META_DEL forgets copies (and for a delete drops them
  * everywhere), DROP deletes a local copy no newer than the owner says. */
-#include "worker/cluster.h"
+#include "worker/cluster/cluster_int.h"
 
 #include "common/clock.h"
 #include "common/keys.h"
@@ -28,21 +28,19 @@ static int read_key_list(ds_rbuf_t *r, const char ***keys, uint32_t **lens, uint
     return r->err ? -1 : 0;
 }
 
-void ds__cluster_locate_answer(ds_conn_t *c, uint64_t req_id, const uint8_t *meta,
-                               uint32_t meta_len)
+static void locate_answer(ds_server_t *srv, ds_req_t *r)
 {
-    ds_server_t *srv = c->srv;
-    ds_rbuf_t r;
-    ds__rbuf_init(&r, meta, meta_len);
-    (void)ds__rbuf_i32(&r);
-    uint32_t inline_left = ds__rbuf_u32(&r);
+    ds_rbuf_t rb;
+    ds__rbuf_init(&rb, r->meta, r->meta_len);
+    (void)ds__rbuf_i32(&rb);
+    uint32_t inline_left = ds__rbuf_u32(&rb);
     if (inline_left > DS_LOCATE_INLINE_MAX) inline_left = DS_LOCATE_INLINE_MAX;
     const char **keys = NULL;
     uint32_t *lens = NULL, n = 0;
-    if (read_key_list(&r, &keys, &lens, &n) != 0) {
+    if (read_key_list(&rb, &keys, &lens, &n) != 0) {
         free(keys);
         free(lens);
-        ds__conn_reply_err(c, req_id, DS_OP_LOCATE, DS_K_INVALID, "malformed LOCATE");
+        ds__req_error(r, DS_K_INVALID, "malformed LOCATE");
         return;
     }
     ds_wbuf_t w;
@@ -65,12 +63,12 @@ void ds__cluster_locate_answer(ds_conn_t *c, uint64_t req_id, const uint8_t *met
         if (o && o->version == version && o->size == size) {
             ds__wbuf_str(&w, ds__store_data(srv->store, o), size);
             inline_left -= (uint32_t)size;
-            srv->ctr.locate_inline_values++;
+            srv->cctr.locate_inline_values++;
         } else {
             ds__wbuf_str(&w, "", 0);
         }
     }
-    ds__conn_reply(c, req_id, DS_OP_LOCATE, DS_K_OK, &w, NULL, 0, NULL, 0, -1);
+    ds__req_reply(r, DS_K_OK, &w, NULL, 0, NULL, 0, -1);
     ds__wbuf_free(&w);
     free(keys);
     free(lens);
@@ -82,81 +80,57 @@ void ds__cluster_locate_answer(ds_conn_t *c, uint64_t req_id, const uint8_t *met
  * key behind a tag byte no key may hold, which only META_PUT publishes. */
 #define LOCATE_TAG '\x01'
 
-static size_t tagged_len(const uint32_t *lens, uint32_t n)
-{
-    size_t t = 0;
-    for (uint32_t i = 0; i < n; i++)
-        t += 1 + (size_t)lens[i];
-    return t;
-}
-
-/* The LOCATE's metadata with the tagged keys appended (the answer parses
- * only the front); keys[] and lens[] are pointed at the tagged copies. */
-static uint8_t *tagged_meta(const uint8_t *meta, uint32_t meta_len, const char **keys,
-                            uint32_t *lens, uint32_t n)
-{
-    uint8_t *m = malloc(meta_len + tagged_len(lens, n));
-    if (m == NULL) return NULL;
-    memcpy(m, meta, meta_len);
-    size_t off = meta_len;
-    for (uint32_t i = 0; i < n; i++) {
-        m[off] = LOCATE_TAG;
-        memcpy(m + off + 1, keys[i], lens[i]);
-        keys[i] = (const char *)m + off;
-        lens[i] += 1;
-        off += lens[i];
-    }
-    return m;
-}
-
 static void wake_locates(ds_server_t *srv, const char *key, uint32_t len)
 {
     char tagged[1 + DS_MAX_KEY_LEN];
     if (len > DS_MAX_KEY_LEN) return;
     tagged[0] = LOCATE_TAG;
     memcpy(tagged + 1, key, len);
-    ds__subs_publish(srv, tagged, (size_t)len + 1);
+    ds__subs_publish(&srv->subs, tagged, (size_t)len + 1);
 }
 
-void ds__cluster_op_locate(ds_conn_t *c)
+static void locate_wait_done(void *ctx, ds_req_t *d, bool timed_out)
 {
-    ds_server_t *srv = c->srv;
-    if (srv->cluster == NULL) {
-        ds__conn_reply_err(c, c->h.req_id, DS_OP_LOCATE, DS_K_NOT_SUPPORTED,
-                           "this worker is not in a cluster");
-        return;
-    }
-    ds_rbuf_t r;
-    ds__rbuf_init(&r, c->meta, c->h.meta_len);
-    int32_t wait = ds__rbuf_i32(&r);
-    (void)ds__rbuf_u32(&r); /* how many value bytes to send along: for the answer */
+    (void)timed_out;
+    locate_answer(ctx, d);
+}
+
+static void op_locate(ds_server_t *srv, ds_req_t *r)
+{
+    ds_rbuf_t rb;
+    ds__rbuf_init(&rb, r->meta, r->meta_len);
+    int32_t wait = ds__rbuf_i32(&rb);
+    (void)ds__rbuf_u32(&rb); /* how many value bytes to send along: for the answer */
     const char **keys = NULL;
     uint32_t *lens = NULL, n = 0;
-    if (read_key_list(&r, &keys, &lens, &n) != 0 || wait < 0) {
+    if (read_key_list(&rb, &keys, &lens, &n) != 0 || wait < 0) {
         free(keys);
         free(lens);
-        ds__conn_reply_err(c, c->h.req_id, DS_OP_LOCATE, DS_K_INVALID, "malformed LOCATE");
+        ds__req_error(r, DS_K_INVALID, "malformed LOCATE");
         return;
     }
+    /* The keys whose location is unknown yet, tagged (see LOCATE_TAG). */
+    size_t total = 0;
+    for (uint32_t i = 0; i < n; i++)
+        total += 1 + (size_t)lens[i];
+    char *tagged = wait > 0 ? malloc(total) : NULL;
     uint32_t nm = 0;
-    for (uint32_t i = 0; i < n; i++) {
+    size_t off = 0;
+    for (uint32_t i = 0; tagged && i < n; i++) {
         const char *loc;
         uint64_t size, version;
-        if (!ds__meta_find(ds__cluster_meta(srv), keys[i], lens[i], &loc, &size, &version)) {
-            keys[nm] = keys[i];
-            lens[nm++] = lens[i];
-        }
+        if (ds__meta_find(ds__cluster_meta(srv), keys[i], lens[i], &loc, &size, &version))
+            continue;
+        tagged[off] = LOCATE_TAG;
+        memcpy(tagged + off + 1, keys[i], lens[i]);
+        keys[nm] = tagged + off;
+        lens[nm++] = lens[i] + 1;
+        off += 1 + (size_t)lens[i];
     }
-    uint8_t *wmeta =
-        nm > 0 && wait > 0 ? tagged_meta(c->meta, c->h.meta_len, keys, lens, nm) : NULL;
-    if (wmeta && ds__subs_wait(srv, c, DS_OP_LOCATE, c->h.req_id, wmeta,
-                               c->h.meta_len + tagged_len(lens, nm), keys, lens, nm,
-                               ds__now_ms() + (uint64_t)wait)) {
-        c->state = CONN_PARKED; /* the wait owns wmeta */
-    } else {
-        free(wmeta);
-        ds__cluster_locate_answer(c, c->h.req_id, c->meta, c->h.meta_len);
-    }
+    bool waiting = nm > 0 && ds__subs_wait(&srv->subs, r, keys, lens, nm,
+                                           ds__now_ms() + (uint64_t)wait, locate_wait_done, srv);
+    if (!waiting) locate_answer(srv, r);
+    free(tagged);
     free(keys);
     free(lens);
 }
@@ -196,54 +170,47 @@ static void queue_drop(void *ctx, const char *loc, uint64_t version)
 
 static void statuses_finish(ds_pend_t *p)
 {
-    if (p->conn == NULL) return;
     ds_wbuf_t w;
     ds__wbuf_init(&w);
     ds__wbuf_cstr(&w, "");
     ds__wbuf_u32(&w, p->n);
     for (uint32_t i = 0; i < p->n; i++)
         ds__wbuf_u32(&w, p->status ? p->status[i] : DS_K_OK);
-    ds__conn_reply(p->conn, p->req_id, p->op, DS_K_OK, &w, NULL, 0, NULL, 0, -1);
+    ds__req_reply(p->req, DS_K_OK, &w, NULL, 0, NULL, 0, -1);
     ds__wbuf_free(&w);
 }
 
 /* META_PUT and META_DEL share their shape: location, [everywhere], entries. */
-static void meta_update(ds_conn_t *c, bool put)
+static void meta_update(ds_server_t *srv, ds_req_t *r, bool put)
 {
-    ds_server_t *srv = c->srv;
-    uint16_t op = put ? DS_OP_META_PUT : DS_OP_META_DEL;
-    if (srv->cluster == NULL) {
-        ds__conn_reply_err(c, c->h.req_id, op, DS_K_NOT_SUPPORTED,
-                           "this worker is not in a cluster");
-        return;
-    }
-    ds_rbuf_t r;
-    ds__rbuf_init(&r, c->meta, c->h.meta_len);
+    uint16_t op = r->op;
+    ds_rbuf_t rb;
+    ds__rbuf_init(&rb, r->meta, r->meta_len);
     const char *loc;
-    uint32_t ll = ds__rbuf_str(&r, &loc);
+    uint32_t ll = ds__rbuf_str(&rb, &loc);
     /* META_PUT: only_if_unknown (a re-registration); META_DEL: everywhere */
-    uint8_t everywhere = put ? 0 : ds__rbuf_u8(&r);
-    uint8_t only_if_unknown = put ? ds__rbuf_u8(&r) : 0;
-    uint32_t n = ds__rbuf_count(&r, 10 * DS_MAX_BATCH, 13);
+    uint8_t everywhere = put ? 0 : ds__rbuf_u8(&rb);
+    uint8_t only_if_unknown = put ? ds__rbuf_u8(&rb) : 0;
+    uint32_t n = ds__rbuf_count(&rb, 10 * DS_MAX_BATCH, 13);
     char where[300];
-    if (r.err || ll == 0 || ll >= sizeof(where)) {
-        ds__conn_reply_err(c, c->h.req_id, op, DS_K_INVALID, "malformed %s", ds__opcode_name(op));
+    if (rb.err || ll == 0 || ll >= sizeof(where)) {
+        ds__req_error(r, DS_K_INVALID, "malformed %s", ds__opcode_name(op));
         return;
     }
     snprintf(where, sizeof(where), "%.*s", (int)ll, loc);
-    ds_pend_t *p = ds__pend_new(c, statuses_finish);
+    ds_pend_t *p = ds__pend_new(srv, r, statuses_finish);
     if (p == NULL) {
-        ds__conn_reply_err(c, c->h.req_id, op, DS_K_OUT_OF_MEMORY, "out of memory");
+        ds__req_error(r, DS_K_OUT_OF_MEMORY, "out of memory");
         return;
     }
     p->n = n;
     p->status = calloc(n ? n : 1, sizeof(*p->status)); /* DS_K_OK is 0 */
-    for (uint32_t i = 0; i < n && !r.err; i++) {
+    for (uint32_t i = 0; i < n && !rb.err; i++) {
         const char *k;
-        uint32_t kl = ds__rbuf_str(&r, &k);
-        uint64_t size = put ? ds__rbuf_u64(&r) : 0;
-        uint64_t version = ds__rbuf_u64(&r);
-        if (r.err) break;
+        uint32_t kl = ds__rbuf_str(&rb, &k);
+        uint64_t size = put ? ds__rbuf_u64(&rb) : 0;
+        uint64_t version = ds__rbuf_u64(&rb);
+        if (rb.err) break;
         drop_ctx_t d = {p, k, kl, where};
         const char *cur;
         uint64_t cur_size, cur_version;
@@ -268,39 +235,43 @@ static void meta_update(ds_conn_t *c, bool put)
     ds__pend_start(p);
 }
 
-void ds__cluster_op_meta_put(ds_conn_t *c)
+static void op_drop(ds_server_t *srv, ds_req_t *r)
 {
-    meta_update(c, true);
-}
-
-void ds__cluster_op_meta_del(ds_conn_t *c)
-{
-    meta_update(c, false);
-}
-
-void ds__cluster_op_drop(ds_conn_t *c)
-{
-    ds_server_t *srv = c->srv;
-    ds_rbuf_t r;
-    ds__rbuf_init(&r, c->meta, c->h.meta_len);
-    uint32_t n = ds__rbuf_count(&r, 10 * DS_MAX_BATCH, 13);
+    ds_rbuf_t rb;
+    ds__rbuf_init(&rb, r->meta, r->meta_len);
+    uint32_t n = ds__rbuf_count(&rb, 10 * DS_MAX_BATCH, 13);
     ds_wbuf_t w;
     ds__wbuf_init(&w);
     ds__wbuf_cstr(&w, "");
     ds__wbuf_u32(&w, n);
     uint64_t now = ds__now_ms();
-    for (uint32_t i = 0; i < n && !r.err; i++) {
+    for (uint32_t i = 0; i < n && !rb.err; i++) {
         const char *k;
-        uint32_t kl = ds__rbuf_str(&r, &k);
-        uint64_t maxv = ds__rbuf_u64(&r);
-        if (r.err) break;
+        uint32_t kl = ds__rbuf_str(&rb, &k);
+        uint64_t maxv = ds__rbuf_u64(&rb);
+        if (rb.err) break;
         ds_obj_t *o = ds__store_lookup(srv->store, k, kl, now);
         if (o && o->version <= maxv) ds__store_delete(srv->store, k, kl);
         ds__wbuf_u32(&w, DS_K_OK);
     }
-    if (r.err)
-        ds__conn_reply_err(c, c->h.req_id, DS_OP_DROP, DS_K_INVALID, "malformed DROP");
+    if (rb.err)
+        ds__req_error(r, DS_K_INVALID, "malformed DROP");
     else
-        ds__conn_reply(c, c->h.req_id, DS_OP_DROP, DS_K_OK, &w, NULL, 0, NULL, 0, -1);
+        ds__req_reply(r, DS_K_OK, &w, NULL, 0, NULL, 0, -1);
     ds__wbuf_free(&w);
+}
+
+void ds__cluster_peer_op(ds_server_t *srv, ds_req_t *r)
+{
+    switch (r->op) {
+    case DS_OP_LOCATE:
+        op_locate(srv, r);
+        break;
+    case DS_OP_META_PUT:
+    case DS_OP_META_DEL:
+        meta_update(srv, r, r->op == DS_OP_META_PUT);
+        break;
+    default:
+        op_drop(srv, r);
+    }
 }

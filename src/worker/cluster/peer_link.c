@@ -16,11 +16,11 @@
  * (EOF, a bad frame, a response overdue past its job's deadline) is closed
  * and fails every in-flight job as a transport failure, as a dead pooled
  * connection would. */
-#include "worker/cluster.h"
+#include "worker/cluster/cluster_int.h"
 
 #include "common/clock.h"
 #include "common/log.h"
-#include "worker/peer.h"
+#include "worker/cluster/peer.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -93,7 +93,7 @@ static void link_fail(link_t *l, const char *why)
     ds_links_t *ls = l->owner;
     unlink_link(ls, l);
     if (l->fd >= 0) {
-        ds__loop_del(ls->srv->loop, &l->io);
+        ds__loop_del(ls->srv->net.loop, &l->io);
         close(l->fd);
     }
     if (l->head) DS_LOG_DEBUG("cluster: link to %s failed: %s", l->addr, why);
@@ -130,7 +130,7 @@ static void set_events(link_t *l, bool want_out)
 {
     if (l->want_out == want_out) return;
     l->want_out = want_out;
-    (void)ds__loop_mod(l->owner->srv->loop, &l->io, EPOLLIN | (want_out ? EPOLLOUT : 0));
+    (void)ds__loop_mod(l->owner->srv->net.loop, &l->io, EPOLLIN | (want_out ? EPOLLOUT : 0));
 }
 
 /* Writes what the socket takes. A hard error only marks the link: epoll
@@ -263,7 +263,7 @@ static void on_connected(ds_job_t *j)
     if (fd >= 0) {
         int fl = fcntl(fd, F_GETFL);
         if (fl >= 0 && fcntl(fd, F_SETFL, fl | O_NONBLOCK) == 0 &&
-            ds__loop_add(ls->srv->loop, &l->io, fd, EPOLLIN, on_link, l) == 0) {
+            ds__loop_add(ls->srv->net.loop, &l->io, fd, EPOLLIN, on_link, l) == 0) {
             l->fd = fd;
             l->state = LINK_READY;
             return;

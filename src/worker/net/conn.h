@@ -1,0 +1,87 @@
+/* Private to the connection layer (conn.c, request.c, hello.c, bulk.c): one
+ * client connection and its state machine. Nothing outside src/worker/net
+ * includes this header. */
+#ifndef DS_WORKER_NET_CONN_H
+#define DS_WORKER_NET_CONN_H
+
+#include "worker/net/net.h"
+
+#include <sys/uio.h>
+
+typedef enum {
+    CONN_READ_HEADER = 0,
+    CONN_READ_META,
+    CONN_READ_DATA,
+    CONN_PARKED, /* a deferred request is pending; reads resume once it has ended */
+    CONN_CLOSED,
+} ds_conn_state_t;
+
+typedef struct ds_out ds_out_t;
+
+struct ds_conn {
+    ds_io_t io;
+    ds_net_t *net;
+    ds_conn_t *prev, *next;
+    ds_conn_t *ready_next;
+    bool queued; /* on the ready list */
+    ds_conn_state_t state;
+    bool is_unix;
+    bool hello_done;
+    bool authed; /* Unix socket, no secret configured, or the challenge answered */
+    uint8_t auth_failures;
+    char challenge[68]; /* outstanding auth challenge, "" = none */
+    bool close_after_write;
+    ds_session_t *session;
+    uint64_t id;
+
+    uint8_t hdr[DS_WIRE_HEADER_LEN];
+    uint32_t hdr_got;
+    ds_wire_header_t h;
+    uint8_t *meta;
+    uint32_t meta_got;
+    ds_req_t cur; /* the request being read or handled */
+
+    /* data phase of a SET */
+    ds_sink_t *sinks;
+    uint32_t nsinks, sink_idx;
+    uint64_t sink_off;
+    uint64_t skip; /* data bytes nobody asked for: discarded */
+    ds_req_data_fn data_done;
+    void *data_ctx;
+
+    ds_req_t *deferred; /* pending, until its owner ends it */
+
+    ds_out_t *out_head, *out_tail;
+    uint64_t out_bytes;
+    /* The head frame while the sender thread writes it; nothing else is
+     * written meanwhile, and a closed connection is freed only once it is
+     * back. */
+    ds_out_t *bulk_out;
+};
+
+/* Queues a frame on c; flushes at once when flush is set. */
+void ds__conn_queue(ds_conn_t *c, uint64_t req_id, uint16_t op, ds_status_t st, const ds_wbuf_t *w,
+                    const struct iovec *segs, uint32_t nseg, ds_obj_t **refs, uint32_t nrefs,
+                    int fd, bool flush);
+void ds__conn_close(ds_conn_t *c, const char *why);
+/* Puts c on the ready list: resumed after the current event. */
+void ds__conn_make_ready(ds_conn_t *c);
+/* HELLO (hello.c). */
+void ds__hello(ds_conn_t *c);
+
+/* The sender thread is done with c's head frame o: sent bytes, errno or 0. */
+void ds__conn_bulk_done(ds_conn_t *c, ds_out_t *o, uint64_t sent, int err);
+/* The unsent part of a frame as up to max iovecs (0 when all is sent), and
+ * marking n more bytes sent (true once all are). For the sender thread. */
+int ds__out_iov(const ds_out_t *o, struct iovec *iov, int max);
+bool ds__out_advance(ds_out_t *o, uint64_t n);
+
+/* bulk.c: the sender thread for large response frames */
+ds_bulk_t *ds__bulk_new(ds_loop_t *loop, char *err, size_t err_cap);
+/* Stops the thread; every frame it held comes back through
+ * ds__conn_bulk_done (failed when unsent). */
+void ds__bulk_free(ds_bulk_t *b);
+/* Hands c's head frame o to the thread; false when it cannot take it. */
+bool ds__bulk_send(ds_bulk_t *b, ds_conn_t *c, ds_out_t *o);
+
+#endif

@@ -1,0 +1,104 @@
+/* The connection layer: listeners, connections and their frames, client
+ * sessions and HELLO, and the request layer (request.h) through which
+ * everything above answers. It knows nothing of operations: each complete
+ * request goes to the dispatch callback the worker registers.
+ *
+ * Threading: the event loop's thread only, except the sender thread of
+ * bulk.c (see ../THREADS.md). */
+#ifndef DS_WORKER_NET_NET_H
+#define DS_WORKER_NET_NET_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/wire.h"
+#include "worker/net/loop.h"
+#include "worker/net/request.h"
+#include "worker/net/session.h"
+#include "worker/store/store.h"
+
+/* Bytes moved per connection per loop turn before yielding to others. */
+#define DS_IO_SLICE (128u << 10)
+/* Response frames with at least this many bytes left go to the sender thread. */
+#define DS_BULK_MIN (1u << 20)
+/* The client library's pool (64) plus its anchor, with room. */
+#define DS_CONNS_PER_CLIENT 70
+#define DS_WORKER_ID_HEX 16
+
+typedef struct ds_conn ds_conn_t;
+typedef struct ds_bulk ds_bulk_t;
+
+typedef struct {
+    uint64_t ops[DS_OP__MAX];
+    uint64_t errors[DS_OP__MAX];
+    uint64_t bytes_in, bytes_out;
+    uint64_t conns_accepted, conns_rejected, protocol_errors, auth_failures, accept_errors;
+} ds_net_counters_t;
+
+/* What HELLO tells a client about this worker. */
+typedef struct {
+    char worker_id[DS_WORKER_ID_HEX + 1]; /* random per start: the worker's identity */
+    int arena_fd;
+    uint64_t arena_size;
+    uint32_t inline_max;
+    uint64_t index_offset;
+    uint32_t index_slots, index_keymax;
+} ds_hello_info_t;
+
+typedef struct {
+    ds_io_t io;
+    ds_net_t *net;
+    int fd;
+    bool is_unix;
+    bool paused; /* out of descriptors: not polled until one is free */
+} ds_listener_t;
+
+struct ds_net {
+    ds_loop_t *loop;
+    ds_store_t *store; /* answers hold object references */
+    ds_bulk_t *bulk;
+    /* the worker's handler for every complete request but HELLO */
+    void (*dispatch)(void *ctx, ds_req_t *r);
+    void *dispatch_ctx;
+    /* latency of each answered request (may be NULL) */
+    void (*observe)(void *ctx, uint16_t op, uint64_t ns);
+    void *observe_ctx;
+
+    uint64_t max_data;
+    uint32_t max_clients;
+    char auth_token[256]; /* empty = none */
+    ds_hello_info_t hello;
+
+    ds_listener_t tcp, unix_;
+    uint64_t accept_retry_ms; /* when paused listeners try again; 0 = none */
+
+    ds_conn_t *conns;
+    uint32_t nconns;
+    uint64_t next_conn_id;
+    ds_conn_t *dead; /* closed, freed after the current loop turn */
+    ds_conn_t *ready_head, *ready_tail;
+    ds_session_t *sessions;
+    uint32_t nsessions;
+    ds_net_counters_t ctr;
+};
+
+/* Sets up what the fields above do not: the sender thread. The caller fills
+ * loop, store, dispatch, limits and hello first. 0, or -1 with a message. */
+int ds__net_init(ds_net_t *net, char *err, size_t err_cap);
+/* Starts accepting on a listening socket. 0 or -1 with errno. */
+int ds__net_listen(ds_net_t *net, ds_listener_t *l, int fd, bool is_unix);
+/* Resumes connections whose deferred request ended (the loop's after-event
+ * hook). */
+void ds__net_after_event(void *net);
+/* True while connections wait on the ready list (the loop must not sleep). */
+bool ds__net_busy(const ds_net_t *net);
+/* Retries paused listeners when due; the next deadline or 0. */
+uint64_t ds__net_tick(ds_net_t *net, uint64_t now_ms);
+/* Frees connections closed during the turn. */
+void ds__net_free_dead(ds_net_t *net);
+/* True while any connection has answers queued. */
+bool ds__net_output_pending(const ds_net_t *net);
+/* Closes every connection and session, stops the sender thread. */
+void ds__net_destroy(ds_net_t *net);
+
+#endif

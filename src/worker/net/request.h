@@ -1,0 +1,92 @@
+/* The request layer: what a handler (operations, subscribe-waits, the
+ * cluster) sees of a client request, and the only calls it has to answer it.
+ * Handlers never see a connection: only the connection code (conn.c) changes
+ * a connection's state.
+ *
+ * A request is handled in one of three ways:
+ *  - answered at once, from its handler: ds__req_reply / ds__req_error;
+ *  - deferred: ds__req_defer hands back a request object of its own that the
+ *    handler keeps (a subscribe-wait, a cluster operation waiting for peers).
+ *    The connection reads nothing more until that request is ended by exactly
+ *    one ds__req_reply, ds__req_error or ds__req_drop. Ending it queues the
+ *    answer and puts the connection on the ready list; the event loop resumes
+ *    it (writes, then reads its pipelined requests) after the current event,
+ *    never from inside the handler that ended it (Redis's unblocked-clients
+ *    queue). If the connection closes first, the cancel callback given to
+ *    ds__req_defer runs once; the request stays valid until its owner ends
+ *    it, and an answer to it is then simply dropped;
+ *  - for SET, the data section: ds__req_recv_data names where each value's
+ *    bytes go, and the connection calls back once they have all arrived. */
+#ifndef DS_WORKER_NET_REQUEST_H
+#define DS_WORKER_NET_REQUEST_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#include "common/wire.h"
+#include "datasystem/status.h"
+#include "worker/net/session.h"
+#include "worker/store/store.h"
+
+typedef struct ds_req ds_req_t;
+struct ds_conn;
+
+struct ds_req {
+    /* Read-only for handlers. */
+    uint64_t conn_id; /* for logs; never reused */
+    uint64_t id;      /* the frame's request id, echoed by the answer */
+    uint16_t op;
+    uint8_t flags; /* header flags: DS_FLAG_PEER, DS_FLAG_NOREPLY */
+    bool is_unix;  /* arrived on the worker's Unix socket */
+    const uint8_t *meta;
+    uint32_t meta_len;
+    uint64_t data_len;
+    /* The connection's session: set after HELLO, NULL once the connection of
+     * a deferred request is gone. */
+    ds_session_t *session;
+
+    /* The connection layer's own. */
+    struct ds_net *net_;
+    struct ds_conn *conn_;
+    bool deferred_;
+    uint64_t start_ns_;
+    void (*cancel_)(ds_req_t *r, void *ctx);
+    void *cancel_ctx_;
+    uint8_t *meta_own_;
+};
+
+/* Where a SET value's bytes go: an arena range, or nowhere (p NULL). */
+typedef struct {
+    uint8_t *p;
+    uint64_t len;
+} ds_sink_t;
+
+/* Queues the answer: header + w's metadata, then nseg data segments. refs
+ * are object references the frame holds until sent (taken over, also when
+ * the answer is dropped). fd >= 0 rides along as SCM_RIGHTS. w is not freed.
+ * For a deferred request this ends it (r is freed). */
+void ds__req_reply(ds_req_t *r, ds_status_t st, const ds_wbuf_t *w, const struct iovec *segs,
+                   uint32_t nseg, ds_obj_t **refs, uint32_t nrefs, int fd);
+/* An answer carrying only the error string. */
+void ds__req_error(ds_req_t *r, ds_status_t st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+typedef void (*ds_req_cancel_fn)(ds_req_t *d, void *ctx);
+/* Defers the handler's request r: returns the request to keep (r itself
+ * must not be used after), or NULL when out of memory (r is then still the
+ * handler's to answer). The deferred request owns a copy of the metadata. */
+ds_req_t *ds__req_defer(ds_req_t *r, ds_req_cancel_fn cancel, void *ctx);
+/* Ends a deferred request without an answer (its connection resumes). */
+void ds__req_drop(ds_req_t *d);
+/* The deferred request's connection has closed: answers go nowhere. */
+bool ds__req_gone(const ds_req_t *d);
+
+/* done(ctx, r) once every sink is full; done(ctx, NULL) if the connection
+ * closes first (free what ctx holds; there is nobody to answer). sinks are
+ * the caller's and must live until then. Called at most once per SET, from
+ * its handler; without it a SET's data is discarded. */
+typedef void (*ds_req_data_fn)(void *ctx, ds_req_t *r);
+void ds__req_recv_data(ds_req_t *r, ds_sink_t *sinks, uint32_t n, ds_req_data_fn done, void *ctx);
+
+#endif

@@ -1,0 +1,438 @@
+/* The operations: one handler per opcode of the table in common/wire.h (the
+ * writing ones in ops_set.c). Each parses its metadata with the
+ * bounds-checked reader, validates every key and limit (the worker never
+ * trusts a client to have checked), acts on the store and answers through
+ * the request layer. Malformed metadata gets a K_INVALID answer naming the
+ * problem; the connection stays usable because the frame's boundaries are
+ * known. */
+#include "worker/ops/ops_int.h"
+
+#include "common/clock.h"
+#include "common/keys.h"
+#include "common/log.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    const char *p;
+    uint32_t len;
+} key_t_;
+
+/* Reads n keys (n bounded by max). On any invalid key fills msg and returns
+ * -1 (bad) or -2 (malformed metadata). keys is malloc'd on success. */
+static int read_keys(ds_rbuf_t *r, uint32_t max, key_t_ **keys, uint32_t *n, char *msg, size_t cap)
+{
+    uint32_t cnt = ds__rbuf_u32(r);
+    if (r->err) {
+        snprintf(msg, cap, "malformed request: missing key count");
+        return -2;
+    }
+    if (cnt == 0 || cnt > max) {
+        snprintf(msg, cap, "batch of %u keys is outside 1..%u", cnt, max);
+        return -1;
+    }
+    if ((r->len - r->pos) / 5 < cnt) {
+        snprintf(msg, cap, "malformed request: %u keys announced, metadata too short", cnt);
+        return -2;
+    }
+    key_t_ *k = malloc(cnt * sizeof(*k));
+    if (k == NULL) {
+        snprintf(msg, cap, "out of memory");
+        return -1;
+    }
+    for (uint32_t i = 0; i < cnt; i++) {
+        k[i].len = ds__rbuf_str(r, &k[i].p);
+        if (r->err) {
+            free(k);
+            snprintf(msg, cap, "malformed request: key %u truncated", i);
+            return -2;
+        }
+    }
+    *keys = k;
+    *n = cnt;
+    return 0;
+}
+
+void ds__ops_lead_error(ds_wbuf_t *w, const char *msg)
+{
+    ds_wbuf_t e;
+    ds__wbuf_init(&e);
+    ds__wbuf_cstr(&e, msg);
+    ds__wbuf_bytes(&e, w->buf + 4, w->len - 4);
+    ds__wbuf_free(w);
+    *w = e;
+}
+
+/* ---- GET ---- */
+
+void ds__ops_get_reply(ds_server_t *srv, ds_req_t *r, uint8_t flags, const char *const *keys,
+                       const uint32_t *lens, uint32_t n, ds_obj_t **objs)
+{
+    bool shm_ok = r->session && r->session->shm;
+    struct iovec *segs = malloc((n ? n : 1) * sizeof(*segs));
+    ds_obj_t **refs = malloc((n ? n : 1) * sizeof(*refs));
+    if (segs == NULL || refs == NULL) {
+        free(segs);
+        free(refs);
+        ds__req_error(r, DS_K_OUT_OF_MEMORY, "out of memory");
+        return;
+    }
+    ds_wbuf_t w;
+    ds__wbuf_init(&w);
+    uint32_t nseg = 0, found = 0;
+    char msg[256];
+    ds__wbuf_cstr(&w, "");
+    ds__wbuf_u32(&w, n);
+    for (uint32_t i = 0; i < n; i++) {
+        ds_obj_t *o = objs[i];
+        if (o == NULL) {
+            ds__wbuf_u8(&w, DS_VAL_MISSING);
+            ds__wbuf_u64(&w, 0);
+            continue;
+        }
+        found++;
+        bool shm = shm_ok && ((flags & DS_GET_PIN) ||
+                              ((flags & DS_GET_WANT_SHM) && o->size > srv->inline_max));
+        ds__store_ref(o);
+        if (shm) {
+            uint64_t handle = ds__session_add(r->session, o, 0);
+            if (handle != 0) {
+                ds__wbuf_u8(&w, DS_VAL_SHM);
+                ds__wbuf_u64(&w, o->size);
+                ds__wbuf_u64(&w, ds__store_offset(srv->store, o));
+                ds__wbuf_u64(&w, handle);
+                continue;
+            }
+        }
+        ds__wbuf_u8(&w, DS_VAL_INLINE);
+        ds__wbuf_u64(&w, o->size);
+        segs[nseg].iov_base = ds__store_data(srv->store, o);
+        segs[nseg].iov_len = o->size;
+        refs[nseg++] = o;
+    }
+    ds_status_t st = DS_K_OK;
+    if (found == 0) {
+        /* "not found" must say which key. */
+        if (n == 1)
+            snprintf(msg, sizeof(msg), "key '%.*s' not found", (int)lens[0], keys[0]);
+        else
+            snprintf(msg, sizeof(msg), "none of the %u keys was found", n);
+        ds__ops_lead_error(&w, msg);
+        st = DS_K_NOT_FOUND;
+    }
+    if (w.oom) {
+        for (uint32_t i = 0; i < nseg; i++)
+            ds__store_unref(srv->store, refs[i]);
+        ds__req_error(r, DS_K_OUT_OF_MEMORY, "out of memory");
+    } else {
+        ds__req_reply(r, st, &w, segs, nseg, refs, nseg, -1);
+    }
+    ds__wbuf_free(&w);
+    free(segs);
+    free(refs);
+}
+
+static void get_answer(ds_server_t *srv, ds_req_t *r)
+{
+    ds_rbuf_t rb;
+    ds__rbuf_init(&rb, r->meta, r->meta_len);
+    (void)ds__rbuf_i32(&rb);
+    uint8_t flags = ds__rbuf_u8(&rb);
+    key_t_ *keys = NULL;
+    uint32_t n = 0;
+    char msg[256];
+    if (read_keys(&rb, DS_MAX_BATCH, &keys, &n, msg, sizeof(msg)) != 0) {
+        ds__req_error(r, DS_K_INVALID, "%s", msg);
+        return;
+    }
+    const char **kp = malloc(n * sizeof(*kp));
+    uint32_t *kl = malloc(n * sizeof(*kl));
+    ds_obj_t **objs = malloc(n * sizeof(*objs));
+    if (kp == NULL || kl == NULL || objs == NULL) {
+        ds__req_error(r, DS_K_OUT_OF_MEMORY, "out of memory");
+    } else {
+        uint64_t now = ds__now_ms();
+        for (uint32_t i = 0; i < n; i++) {
+            kp[i] = keys[i].p;
+            kl[i] = keys[i].len;
+            objs[i] = ds__store_lookup(srv->store, keys[i].p, keys[i].len, now);
+        }
+        ds__ops_get_reply(srv, r, flags, kp, kl, n, objs);
+    }
+    free(kp);
+    free(kl);
+    free(objs);
+    free(keys);
+}
+
+/* A GET's wait is over: answer with what the store holds now. */
+static void get_wait_done(void *ctx, ds_req_t *d, bool timed_out)
+{
+    (void)timed_out;
+    get_answer(ctx, d);
+}
+
+static void op_get(ds_server_t *srv, ds_req_t *r)
+{
+    ds_rbuf_t rb;
+    ds__rbuf_init(&rb, r->meta, r->meta_len);
+    int32_t timeout = ds__rbuf_i32(&rb);
+    uint8_t gflags = ds__rbuf_u8(&rb);
+    key_t_ *keys = NULL;
+    uint32_t n = 0;
+    char msg[256];
+    int rc = read_keys(&rb, DS_MAX_BATCH, &keys, &n, msg, sizeof(msg));
+    if (rc == 0 && !ds__rbuf_done(&rb)) {
+        snprintf(msg, sizeof(msg), "malformed GET: %zu trailing bytes", rb.len - rb.pos);
+        rc = -2;
+        free(keys);
+    }
+    if (rc != 0) {
+        ds__req_error(r, DS_K_INVALID, "%s", msg);
+        return;
+    }
+    if (timeout < 0) {
+        free(keys);
+        ds__req_error(r, DS_K_INVALID, "sub_timeout_ms %d is negative",
+                           timeout);
+        return;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        if (ds__key_check(keys[i].p, keys[i].len, msg, sizeof(msg)) != 0) {
+            free(keys);
+            ds__req_error(r, DS_K_INVALID, "%s", msg);
+            return;
+        }
+    }
+    if (srv->remote && !(r->flags & DS_FLAG_PEER)) {
+        /* Keys missing here may live on another worker: ask their owners. */
+        const char **kp = malloc(n * sizeof(*kp));
+        uint32_t *kl = malloc(n * sizeof(*kl));
+        if (kp && kl) {
+            for (uint32_t i = 0; i < n; i++) {
+                kp[i] = keys[i].p;
+                kl[i] = keys[i].len;
+            }
+            srv->remote->get(srv, r, timeout, gflags, kp, kl, n);
+        } else {
+            ds__req_error(r, DS_K_OUT_OF_MEMORY, "out of memory");
+        }
+        free(kp);
+        free(kl);
+        free(keys);
+        return;
+    }
+    if (timeout > 0) {
+        uint64_t now = ds__now_ms();
+        const char **mk = malloc(n * sizeof(*mk));
+        uint32_t *ml = malloc(n * sizeof(*ml));
+        uint32_t nm = 0;
+        for (uint32_t i = 0; mk && ml && i < n; i++) {
+            if (ds__store_lookup(srv->store, keys[i].p, keys[i].len, now) == NULL) {
+                mk[nm] = keys[i].p;
+                ml[nm++] = keys[i].len;
+            }
+        }
+        bool parked = false;
+        if (mk && ml && nm > 0) {
+            parked = ds__subs_wait(&srv->subs, r, mk, ml, nm, now + (uint64_t)timeout,
+                                   get_wait_done, srv);
+            if (!parked)
+                DS_LOG_WARN("subscription limit (%" PRId64 ") reached; answering at once",
+                            srv->cfg.max_pending_subscriptions);
+        }
+        free(mk);
+        free(ml);
+        if (parked) {
+            free(keys);
+            return;
+        }
+    }
+    free(keys);
+    get_answer(srv, r);
+}
+
+/* ---- the rest ---- */
+
+static void op_keys(ds_server_t *srv, ds_req_t *r)
+{
+    uint16_t op = r->op;
+    ds_rbuf_t rb;
+    ds__rbuf_init(&rb, r->meta, r->meta_len);
+    uint32_t ttl = op == DS_OP_EXPIRE ? ds__rbuf_u32(&rb) : 0;
+    key_t_ *keys = NULL;
+    uint32_t n = 0;
+    char msg[256];
+    int rc = read_keys(&rb, op == DS_OP_EXIST ? DS_MAX_EXIST_BATCH : DS_MAX_BATCH, &keys, &n, msg,
+                       sizeof(msg));
+    if (rc == 0 && !ds__rbuf_done(&rb)) {
+        free(keys);
+        snprintf(msg, sizeof(msg), "malformed %s: trailing bytes", ds__opcode_name(op));
+        rc = -2;
+    }
+    if (rc != 0) {
+        ds__req_error(r, DS_K_INVALID, "%s", msg);
+        return;
+    }
+    if (srv->remote && !(r->flags & DS_FLAG_PEER)) {
+        const char **kp = malloc(n * sizeof(*kp));
+        uint32_t *kl = malloc(n * sizeof(*kl));
+        int bad = -1;
+        for (uint32_t i = 0; kp && kl && i < n && bad < 0; i++) {
+            kp[i] = keys[i].p;
+            kl[i] = keys[i].len;
+            if (ds__key_check(keys[i].p, keys[i].len, msg, sizeof(msg)) != 0) bad = (int)i;
+        }
+        if (!kp || !kl)
+            ds__req_error(r, DS_K_OUT_OF_MEMORY, "out of memory");
+        else if (bad >= 0)
+            ds__req_error(r, DS_K_INVALID, "%s", msg);
+        else
+            srv->remote->keys_op(srv, r, kp, kl, n, ttl);
+        free(kp);
+        free(kl);
+        free(keys);
+        return;
+    }
+    uint64_t now = ds__now_ms();
+    ds_wbuf_t w;
+    ds__wbuf_init(&w);
+    ds__wbuf_cstr(&w, "");
+    ds__wbuf_u32(&w, n);
+    ds_status_t overall = DS_K_OK;
+    char first[256] = "";
+    for (uint32_t i = 0; i < n; i++) {
+        ds_status_t st = DS_K_OK;
+        if (ds__key_check(keys[i].p, keys[i].len, msg, sizeof(msg)) != 0) {
+            st = DS_K_INVALID;
+        } else if (op == DS_OP_DEL) {
+            ds__store_delete(srv->store, keys[i].p, keys[i].len);
+        } else if (op == DS_OP_EXPIRE) {
+            st = ds__store_expire(srv->store, keys[i].p, keys[i].len, ttl, now);
+            if (st != DS_K_OK)
+                snprintf(msg, sizeof(msg), "key '%.*s' not found", (int)keys[i].len, keys[i].p);
+        }
+        if (st != DS_K_OK && overall == DS_K_OK) {
+            overall = st;
+            snprintf(first, sizeof(first), "%s", msg);
+        }
+        if (op == DS_OP_EXIST) {
+            bool ex = st == DS_K_OK && ds__store_lookup(srv->store, keys[i].p, keys[i].len, now);
+            ds__wbuf_u8(&w, ex);
+        } else if (op == DS_OP_QSIZE) {
+            ds_obj_t *o =
+                st == DS_K_OK ? ds__store_lookup(srv->store, keys[i].p, keys[i].len, now) : NULL;
+            ds__wbuf_u32(&w, o ? DS_K_OK : (st == DS_K_OK ? DS_K_NOT_FOUND : st));
+            ds__wbuf_u64(&w, o ? o->size : 0);
+        } else {
+            ds__wbuf_u32(&w, (uint32_t)st);
+        }
+    }
+    free(keys);
+    if (overall != DS_K_OK) ds__ops_lead_error(&w, first);
+    ds__req_reply(r, overall, &w, NULL, 0, NULL, 0, -1);
+    ds__wbuf_free(&w);
+}
+
+static void op_genkey(ds_server_t *srv, ds_req_t *r)
+{
+    ds_rbuf_t rb;
+    ds__rbuf_init(&rb, r->meta, r->meta_len);
+    const char *prefix;
+    uint32_t pl = ds__rbuf_str(&rb, &prefix);
+    char msg[256];
+    if (rb.err || pl > DS_MAX_KEY_LEN - 40) {
+        ds__req_error(r, DS_K_INVALID,
+                           "prefix is malformed or longer than %d bytes", DS_MAX_KEY_LEN - 40);
+        return;
+    }
+    if (pl > 0 && ds__key_check(prefix, pl, msg, sizeof(msg)) != 0) {
+        ds__req_error(r, DS_K_INVALID, "prefix: %s", msg);
+        return;
+    }
+    char key[DS_MAX_KEY_LEN + 1];
+    uint64_t ctr = ++srv->genkey_counter;
+    snprintf(key, sizeof(key), "%.*s%s-%016" PRIx64 "-%08x", (int)pl, prefix, srv->worker_id, ctr,
+             (unsigned)(ctr * 2654435761u));
+    ds_wbuf_t w;
+    ds__wbuf_init(&w);
+    ds__wbuf_cstr(&w, "");
+    ds__wbuf_cstr(&w, key);
+    ds__req_reply(r, DS_K_OK, &w, NULL, 0, NULL, 0, -1);
+    ds__wbuf_free(&w);
+}
+
+static void op_stats(ds_server_t *srv, ds_req_t *r)
+{
+    char *json = ds__server_stats_json(srv);
+    if (json == NULL) {
+        ds__req_error(r, DS_K_OUT_OF_MEMORY, "out of memory");
+        return;
+    }
+    ds_wbuf_t w;
+    ds__wbuf_init(&w);
+    ds__wbuf_cstr(&w, "");
+    ds__wbuf_cstr(&w, json);
+    ds__req_reply(r, DS_K_OK, &w, NULL, 0, NULL, 0, -1);
+    ds__wbuf_free(&w);
+    free(json);
+}
+
+void ds__ops_dispatch(void *ctx, ds_req_t *r)
+{
+    ds_server_t *srv = ctx;
+    switch (r->op) {
+    case DS_OP_SET:
+        ds__ops_set(srv, r);
+        break;
+    case DS_OP_GET:
+        op_get(srv, r);
+        break;
+    case DS_OP_CREATE:
+        ds__ops_create(srv, r);
+        break;
+    case DS_OP_PUBLISH:
+    case DS_OP_RELEASE:
+        ds__ops_publish_release(srv, r);
+        break;
+    case DS_OP_DEL:
+    case DS_OP_EXIST:
+    case DS_OP_EXPIRE:
+    case DS_OP_QSIZE:
+        op_keys(srv, r);
+        break;
+    case DS_OP_GENKEY:
+        op_genkey(srv, r);
+        break;
+    case DS_OP_HEALTH:
+        ds__req_error(r, DS_K_OK, "%s", "");
+        break;
+    case DS_OP_STATS:
+        op_stats(srv, r);
+        break;
+    case DS_OP_LOCATE:
+    case DS_OP_META_PUT:
+    case DS_OP_META_DEL:
+    case DS_OP_DROP:
+        if (srv->remote)
+            srv->remote->peer_op(srv, r);
+        else
+            ds__req_error(r, DS_K_NOT_SUPPORTED, "this worker is not in a cluster");
+        break;
+    case DS_OP_SHUTDOWN:
+        if (!r->is_unix) {
+            ds__req_error(r, DS_K_NOT_AUTHORIZED,
+                          "SHUTDOWN is accepted on the worker's Unix socket only");
+            break;
+        }
+        DS_LOG_INFO("shutdown requested by a client");
+        ds__req_error(r, DS_K_OK, "%s", "");
+        srv->stopping = true;
+        break;
+    default:
+        ds__req_error(r, DS_K_INVALID, "opcode %u not handled here", r->op);
+    }
+}

@@ -1,0 +1,331 @@
+/* The writing operations: SET (values in the frame's data section, received
+ * straight into arena ranges reserved from the metadata), CREATE / PUBLISH
+ * (a local client writes the reserved range itself) and RELEASE. A value is
+ * invisible until published; a client that lies about lengths or vanishes
+ * mid-value leaves nothing behind but the unpublished reservations, which
+ * are dropped. */
+#include "worker/ops/ops_int.h"
+
+#include "common/clock.h"
+#include "common/keys.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static bool mode_ok(uint8_t mode, char *msg, size_t cap)
+{
+    if (mode == DS_WRITE_NONE_L2_CACHE || mode == DS_WRITE_NONE_L2_CACHE_EVICT) return true;
+    if (mode <= DS_WRITE_BACK_L2_CACHE_EVICT)
+        snprintf(msg, cap, "write mode %u needs an L2 cache backend, and this worker has none",
+                 mode);
+    else
+        snprintf(msg, cap, "write mode %u is not one of 0..4", mode);
+    return false;
+}
+
+/* The head SET and CREATE share: write mode, TTL, existence, key count. */
+typedef struct {
+    uint8_t mode, existence;
+    uint32_t ttl, n;
+} write_head_t;
+
+/* Reads and checks the head; 0, or -1 with a message naming the problem. */
+static int read_write_head(ds_rbuf_t *r, const char *what, write_head_t *h, char *msg, size_t cap)
+{
+    h->mode = ds__rbuf_u8(r);
+    h->ttl = ds__rbuf_u32(r);
+    h->existence = ds__rbuf_u8(r);
+    h->n = ds__rbuf_u32(r);
+    /* each entry is at least a 4-byte length, one key byte and a u64 */
+    if (r->err || h->n == 0 || h->n > DS_MAX_BATCH || (r->len - r->pos) / 13 < h->n) {
+        snprintf(msg, cap, "malformed %s: %u keys (allowed 1..%u) or metadata too short", what,
+                 h->n, DS_MAX_BATCH);
+        return -1;
+    }
+    if (!mode_ok(h->mode, msg, cap)) return -1;
+    if (h->existence > DS_EXISTENCE_NX) {
+        snprintf(msg, cap, "existence option %u is not NONE(0) or NX(1)", h->existence);
+        return -1;
+    }
+    return 0;
+}
+
+void ds__ops_reply_statuses(ds_req_t *r, const uint32_t *st, uint32_t n, const char *first_err)
+{
+    ds_status_t overall = DS_K_OK;
+    for (uint32_t i = 0; i < n; i++)
+        if (st[i] != DS_K_OK) {
+            overall = (ds_status_t)st[i];
+            break;
+        }
+    ds_wbuf_t w;
+    ds__wbuf_init(&w);
+    ds__wbuf_cstr(&w, overall == DS_K_OK ? "" : first_err);
+    ds__wbuf_u32(&w, n);
+    for (uint32_t i = 0; i < n; i++)
+        ds__wbuf_u32(&w, st[i]);
+    ds__req_reply(r, overall, &w, NULL, 0, NULL, 0, -1);
+    ds__wbuf_free(&w);
+}
+
+void ds__ops_answer_published(ds_server_t *srv, ds_req_t *r, ds_obj_t **published,
+                              const uint32_t *st, uint32_t n, bool nx, const char *first_err)
+{
+    if (srv->remote == NULL || (r->flags & DS_FLAG_PEER))
+        ds__ops_reply_statuses(r, st, n, first_err);
+    else
+        srv->remote->published(srv, r, published, st, n, nx, first_err);
+}
+
+/* ---- SET ---- */
+
+/* The whole SET fails: one status (the client reads a status list). */
+static void refuse(ds_req_t *r, ds_status_t st, const char *msg)
+{
+    uint32_t s = (uint32_t)st;
+    ds__ops_reply_statuses(r, &s, 1, msg);
+}
+
+/* A SET between its metadata and its last data byte. */
+typedef struct {
+    ds_server_t *srv;
+    uint32_t n;
+    uint8_t existence;
+    ds_obj_t **pend;    /* reserved objects, one per key (NULL where it failed) */
+    uint32_t *status;   /* per key */
+    ds_sink_t *sinks;   /* where each value's bytes go */
+    char err[256];      /* the first failure's message */
+} set_t;
+
+static void set_free(set_t *s)
+{
+    for (uint32_t i = 0; i < s->n; i++)
+        if (s->pend[i]) ds__store_unref(s->srv->store, s->pend[i]);
+    free(s->pend);
+    free(s->status);
+    free(s->sinks);
+    free(s);
+}
+
+/* Every value has arrived (r), or the connection closed (r NULL). */
+static void set_finish(void *ctx, ds_req_t *r)
+{
+    set_t *s = ctx;
+    ds_server_t *srv = s->srv;
+    if (r == NULL) {
+        set_free(s);
+        return;
+    }
+    uint64_t now = ds__now_ms();
+    ds_obj_t **published = calloc(s->n, sizeof(*published));
+    if (published == NULL) {
+        ds__req_error(r, DS_K_OUT_OF_MEMORY, "out of memory");
+        set_free(s);
+        return;
+    }
+    for (uint32_t i = 0; i < s->n; i++) {
+        ds_obj_t *o = s->pend[i];
+        if (o == NULL) continue;
+        ds_status_t st = ds__store_publish(srv->store, o, (ds_existence_t)s->existence, now);
+        s->status[i] = (uint32_t)st;
+        if (st == DS_K_OK) {
+            ds__subs_publish(&srv->subs, o->key, o->keylen);
+            published[i] = o;
+        } else if (s->err[0] == '\0') {
+            snprintf(s->err, sizeof(s->err), "key '%s' already exists (NX)", o->key);
+        }
+    }
+    ds__ops_answer_published(srv, r, published, s->status, s->n,
+                             s->existence == DS_EXISTENCE_NX, s->err);
+    free(published);
+    set_free(s);
+}
+
+void ds__ops_set(ds_server_t *srv, ds_req_t *r)
+{
+    ds_rbuf_t rb;
+    ds__rbuf_init(&rb, r->meta, r->meta_len);
+    write_head_t wh;
+    char msg[256];
+    if (read_write_head(&rb, "SET", &wh, msg, sizeof(msg)) != 0) {
+        refuse(r, DS_K_INVALID, msg); /* the data section is skipped */
+        return;
+    }
+    uint32_t n = wh.n;
+    set_t *s = calloc(1, sizeof(*s));
+    const char **kp = malloc(n * sizeof(*kp));
+    uint32_t *kl = malloc(n * sizeof(*kl));
+    if (s) {
+        s->srv = srv;
+        s->existence = wh.existence;
+        s->pend = calloc(n, sizeof(*s->pend));
+        s->status = calloc(n, sizeof(*s->status));
+        s->sinks = calloc(n, sizeof(*s->sinks));
+    }
+    if (!s || !kp || !kl || !s->pend || !s->status || !s->sinks) {
+        if (s) set_free(s);
+        free(kp);
+        free(kl);
+        refuse(r, DS_K_OUT_OF_MEMORY, "out of memory");
+        return;
+    }
+    s->n = n;
+    /* Every length is checked against what is left of the data section
+     * before it is added, so no sum can wrap around. */
+    uint64_t left = r->data_len;
+    bool lengths_ok = true;
+    for (uint32_t i = 0; i < n; i++) {
+        kl[i] = ds__rbuf_str(&rb, &kp[i]);
+        s->sinks[i].len = ds__rbuf_u64(&rb);
+        if (s->sinks[i].len > left) lengths_ok = false;
+        if (lengths_ok) left -= s->sinks[i].len;
+    }
+    if (!ds__rbuf_done(&rb) || !lengths_ok || left != 0) {
+        snprintf(msg, sizeof(msg),
+                 "malformed SET: the %u value sizes do not add up to the data section's "
+                 "%" PRIu64 " bytes",
+                 n, r->data_len);
+        refuse(r, DS_K_INVALID, msg);
+        set_free(s);
+        free(kp);
+        free(kl);
+        return;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        ds_status_t st;
+        if (ds__key_check(kp[i], kl[i], msg, sizeof(msg)) != 0) {
+            st = DS_K_INVALID;
+        } else if (s->sinks[i].len == 0) {
+            snprintf(msg, sizeof(msg), "value for key '%.*s' is empty", (int)kl[i], kp[i]);
+            st = DS_K_INVALID;
+        } else {
+            st = ds__store_reserve(srv->store, kp[i], kl[i], s->sinks[i].len,
+                                   (ds_write_mode_t)wh.mode, wh.ttl, &s->pend[i], msg,
+                                   sizeof(msg));
+        }
+        s->status[i] = (uint32_t)st;
+        if (st == DS_K_OK)
+            s->sinks[i].p = ds__store_data(srv->store, s->pend[i]);
+        else if (s->err[0] == '\0')
+            snprintf(s->err, sizeof(s->err), "%s", msg);
+    }
+    free(kp);
+    free(kl);
+    ds__req_recv_data(r, s->sinks, n, set_finish, s);
+}
+
+/* ---- CREATE, PUBLISH, RELEASE ---- */
+
+void ds__ops_create(ds_server_t *srv, ds_req_t *r)
+{
+    ds_rbuf_t rb;
+    ds__rbuf_init(&rb, r->meta, r->meta_len);
+    write_head_t wh;
+    char msg[256];
+    if (read_write_head(&rb, "CREATE", &wh, msg, sizeof(msg)) != 0) {
+        ds__req_error(r, DS_K_INVALID, "%s", msg);
+        return;
+    }
+    if (!r->session->shm) {
+        ds__req_error(r, DS_K_NOT_SUPPORTED, "CREATE needs a local client that mapped the arena");
+        return;
+    }
+    ds_wbuf_t w;
+    ds__wbuf_init(&w);
+    ds__wbuf_cstr(&w, "");
+    ds__wbuf_u32(&w, wh.n);
+    ds_status_t overall = DS_K_OK;
+    char first[256] = "";
+    for (uint32_t i = 0; i < wh.n; i++) {
+        const char *k;
+        uint32_t kl = ds__rbuf_str(&rb, &k);
+        uint64_t size = ds__rbuf_u64(&rb);
+        ds_status_t st = DS_K_OK;
+        ds_obj_t *o = NULL;
+        uint64_t handle = 0;
+        if (rb.err) {
+            snprintf(msg, sizeof(msg), "malformed CREATE: entry %u truncated", i);
+            st = DS_K_INVALID;
+        } else if (ds__key_check(k, kl, msg, sizeof(msg)) != 0) {
+            st = DS_K_INVALID;
+        } else if (size == 0) {
+            snprintf(msg, sizeof(msg), "value for key '%.*s' is empty", (int)kl, k);
+            st = DS_K_INVALID;
+        } else {
+            st = ds__store_reserve(srv->store, k, kl, size, (ds_write_mode_t)wh.mode, wh.ttl, &o,
+                                   msg, sizeof(msg));
+            if (st == DS_K_OK) {
+                handle = ds__session_add(r->session, o, wh.existence);
+                if (handle == 0) {
+                    ds__store_unref(srv->store, o);
+                    snprintf(msg, sizeof(msg), "out of memory");
+                    st = DS_K_OUT_OF_MEMORY;
+                }
+            }
+        }
+        if (st != DS_K_OK && overall == DS_K_OK) {
+            overall = st;
+            snprintf(first, sizeof(first), "%s", msg);
+        }
+        ds__wbuf_u32(&w, (uint32_t)st);
+        ds__wbuf_u64(&w, st == DS_K_OK ? ds__store_offset(srv->store, o) : 0);
+        ds__wbuf_u64(&w, handle);
+    }
+    if (overall != DS_K_OK) ds__ops_lead_error(&w, first);
+    ds__req_reply(r, overall, &w, NULL, 0, NULL, 0, -1);
+    ds__wbuf_free(&w);
+}
+
+void ds__ops_publish_release(ds_server_t *srv, ds_req_t *r)
+{
+    bool publish = r->op == DS_OP_PUBLISH;
+    ds_rbuf_t rb;
+    ds__rbuf_init(&rb, r->meta, r->meta_len);
+    uint32_t n = ds__rbuf_count(&rb, 4 * DS_MAX_BATCH, 8);
+    bool noreply = r->flags & DS_FLAG_NOREPLY;
+    if (rb.err) {
+        if (!noreply) ds__req_error(r, DS_K_INVALID, "malformed %s", ds__opcode_name(r->op));
+        return;
+    }
+    uint32_t *st = calloc(n ? n : 1, sizeof(*st));
+    ds_obj_t **published = calloc(n ? n : 1, sizeof(*published));
+    bool any_nx = false; /* a PUBLISH batch mixing NX and not is treated as NX */
+    char first[256] = "";
+    uint64_t now = ds__now_ms();
+    for (uint32_t i = 0; st && i < n; i++) {
+        uint64_t h = ds__rbuf_u64(&rb);
+        if (!publish) {
+            st[i] = ds__session_release(srv->store, r->session, h) ? DS_K_OK : DS_K_INVALID;
+            continue;
+        }
+        ds_slot_t *sl = ds__session_slot(r->session, h);
+        if (sl == NULL || sl->obj->state != DS_OBJ_CREATING) {
+            st[i] = DS_K_INVALID;
+            if (!first[0])
+                snprintf(first, sizeof(first), "handle %" PRIx64 " is not an unpublished buffer",
+                         h);
+            continue;
+        }
+        any_nx |= sl->existence == DS_EXISTENCE_NX;
+        ds_status_t s = ds__store_publish(srv->store, sl->obj, (ds_existence_t)sl->existence, now);
+        st[i] = (uint32_t)s;
+        if (s == DS_K_OK) {
+            ds__subs_publish(&srv->subs, sl->obj->key, sl->obj->keylen);
+            if (published) published[i] = sl->obj;
+        } else if (!first[0]) {
+            snprintf(first, sizeof(first), "key '%s' already exists (NX)", sl->obj->key);
+        }
+    }
+    if (!noreply) {
+        if (st == NULL || published == NULL)
+            ds__req_error(r, DS_K_OUT_OF_MEMORY, "out of memory");
+        else if (!publish)
+            ds__req_error(r, DS_K_OK, "%s", "");
+        else
+            ds__ops_answer_published(srv, r, published, st, n, any_nx, first);
+    }
+    free(published);
+    free(st);
+}

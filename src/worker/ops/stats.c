@@ -1,0 +1,55 @@
+/* The STATS document (dscli status, the STATS op): one JSON object with
+ * the worker's identity, arena, objects, clients and counters. */
+#include "worker/ops/worker.h"
+
+#include "common/clock.h"
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <unistd.h>
+
+char *ds__server_stats_json(ds_server_t *srv)
+{
+    ds_store_stats_t st;
+    ds__store_stats(srv->store, &st);
+    cJSON *root = cJSON_CreateObject();
+    char addr[300];
+    snprintf(addr, sizeof(addr), "%s:%d", srv->host, srv->port);
+    cJSON_AddStringToObject(root, "worker_address", addr);
+    cJSON_AddStringToObject(root, "worker_id", srv->worker_id);
+    cJSON_AddNumberToObject(root, "pid", getpid());
+    cJSON_AddNumberToObject(root, "uptime_s", (double)(ds__now_ms() - srv->start_ms) / 1000.0);
+    cJSON_AddStringToObject(root, "mode", srv->remote ? "cluster" : "standalone");
+    if (srv->remote) srv->remote->stats(srv, root);
+    cJSON *arena = cJSON_AddObjectToObject(root, "arena");
+    cJSON_AddNumberToObject(arena, "total_bytes", (double)st.arena.total);
+    cJSON_AddNumberToObject(arena, "used_bytes", (double)st.arena.used);
+    cJSON_AddNumberToObject(arena, "free_bytes", (double)st.arena.free);
+    cJSON_AddNumberToObject(arena, "largest_free_bytes", (double)st.arena.largest_free);
+    cJSON *objs = cJSON_AddObjectToObject(root, "objects");
+    cJSON_AddNumberToObject(objs, "count", (double)st.objects);
+    cJSON_AddNumberToObject(objs, "pinned", (double)st.pinned);
+    cJSON_AddNumberToObject(objs, "evictions", (double)st.evictions);
+    cJSON_AddNumberToObject(objs, "expirations", (double)st.expirations);
+    cJSON *cl = cJSON_AddObjectToObject(root, "clients");
+    cJSON_AddNumberToObject(cl, "connections", srv->net.nconns);
+    cJSON_AddNumberToObject(cl, "sessions", srv->net.nsessions);
+    cJSON_AddNumberToObject(cl, "accepted", (double)srv->net.ctr.conns_accepted);
+    cJSON_AddNumberToObject(cl, "rejected", (double)srv->net.ctr.conns_rejected);
+    cJSON_AddNumberToObject(cl, "protocol_errors", (double)srv->net.ctr.protocol_errors);
+    cJSON_AddNumberToObject(cl, "auth_failures", (double)srv->net.ctr.auth_failures);
+    cJSON_AddNumberToObject(root, "subscriptions_waiting", srv->subs.count);
+    cJSON *ops = cJSON_AddObjectToObject(root, "operations");
+    cJSON *errs = cJSON_AddObjectToObject(root, "errors");
+    for (unsigned op = 1; op < DS_OP__MAX; op++) {
+        const char *name = ds__opcode_name(op);
+        if (name == NULL) continue;
+        cJSON_AddNumberToObject(ops, name, (double)srv->net.ctr.ops[op]);
+        cJSON_AddNumberToObject(errs, name, (double)srv->net.ctr.errors[op]);
+    }
+    cJSON_AddNumberToObject(root, "bytes_in", (double)srv->net.ctr.bytes_in);
+    cJSON_AddNumberToObject(root, "bytes_out", (double)srv->net.ctr.bytes_out);
+    char *out = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    return out;
+}

@@ -1,0 +1,95 @@
+/* The worker's state and its operations layer: one handler per opcode
+ * (ops.c, ops_set.c), subscribe-gets (subs.h), and the hooks through which a
+ * cluster (src/worker/cluster) takes over what needs other workers. The
+ * operations see requests (net/request.h), never connections.
+ *
+ * Layers, each using only those below it (see ../THREADS.md):
+ *   store    the arena, its allocator and the object table
+ *   net      the event loop, connections, sessions, HELLO, the request layer
+ *   ops      this: the state below and the operations on it
+ *   cluster  membership, owners, peers; plugs into ops through ds_remote_t
+ *   core     the process: flags, listeners, signals, metrics, the run loop */
+#ifndef DS_WORKER_OPS_WORKER_H
+#define DS_WORKER_OPS_WORKER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "worker/net/net.h"
+#include "worker/ops/flags.h"
+#include "worker/ops/subs.h"
+#include "worker/store/arena.h"
+#include "worker/store/store.h"
+
+typedef struct ds_server ds_server_t;
+struct cJSON;
+
+/* What a cluster takes over (NULL hooks: standalone). Each hook answers r
+ * (at once, or later through ds__req_defer). */
+typedef struct {
+    /* A GET whose keys may live on other workers. */
+    void (*get)(ds_server_t *srv, ds_req_t *r, int32_t wait_ms, uint8_t flags,
+                const char *const *keys, const uint32_t *lens, uint32_t n);
+    /* After local publishes (objs[i] NULL where key i failed with
+     * status[i]): tell the owners, then answer the SET or PUBLISH. */
+    void (*published)(ds_server_t *srv, ds_req_t *r, ds_obj_t **objs, const uint32_t *status,
+                      uint32_t n, bool nx, const char *first_err);
+    /* DEL, EXIST, EXPIRE and QSIZE across the cluster. */
+    void (*keys_op)(ds_server_t *srv, ds_req_t *r, const char *const *keys, const uint32_t *lens,
+                    uint32_t n, uint32_t ttl);
+    /* The worker-to-worker opcodes: LOCATE, META_PUT, META_DEL, DROP. */
+    void (*peer_op)(ds_server_t *srv, ds_req_t *r);
+    /* Adds the "cluster" section to the STATS document (a cJSON object). */
+    void (*stats)(ds_server_t *srv, struct cJSON *root);
+} ds_remote_t;
+
+typedef struct {
+    /* cluster: peer requests sent over a link from the loop or by a job
+     * thread, and GET values this owner sent along with a LOCATE answer */
+    uint64_t peer_link_requests, peer_job_requests, locate_inline_values;
+} ds_cluster_counters_t;
+
+struct ds_server {
+    ds_worker_config_t cfg;
+    char host[256];
+    int port;
+    char sock_path[300];
+    char worker_id[DS_WORKER_ID_HEX + 1];
+    char auth_token[256]; /* shared secret from --auth_token_file; empty = none */
+    ds_arena_t arena;
+    ds_store_t *store;
+    ds_net_t net;
+    ds_subs_t subs;
+    uint32_t inline_max;
+    bool stopping;
+    const ds_remote_t *remote; /* NULL when standalone */
+    struct ds_cluster *cluster;
+    struct ds_metrics *metrics;
+    ds_io_t sig_io;
+    int tcp_fd, unix_fd, sig_fd;
+    uint64_t genkey_counter;
+    uint64_t start_ms;
+    ds_cluster_counters_t cctr;
+};
+
+/* The worker's request handler (registered as the net layer's dispatch). */
+void ds__ops_dispatch(void *srv, ds_req_t *r);
+/* Answers a GET from objs[i] (NULL = missing); takes its own references. */
+void ds__ops_get_reply(ds_server_t *srv, ds_req_t *r, uint8_t flags, const char *const *keys,
+                       const uint32_t *lens, uint32_t n, ds_obj_t **objs);
+/* Stops the run loop after the current turn. */
+void ds__server_stop(ds_server_t *srv);
+/* The stats document (dscli status, STATS op) as a malloc'd JSON string. */
+char *ds__server_stats_json(ds_server_t *srv);
+
+/* ops_set.c */
+void ds__ops_set(ds_server_t *srv, ds_req_t *r);
+/* Status-list answer (str err, n, n*u32); the overall status is the first
+ * failure's. */
+void ds__ops_reply_statuses(ds_req_t *r, const uint32_t *st, uint32_t n, const char *first_err);
+/* After local publishes: the owners learn the new copies (in a cluster)
+ * before the client hears back. */
+void ds__ops_answer_published(ds_server_t *srv, ds_req_t *r, ds_obj_t **published,
+                              const uint32_t *st, uint32_t n, bool nx, const char *first_err);
+
+#endif
