@@ -14,6 +14,18 @@
  * ds_buffer_t may be read from any thread but released once, by one thread.
  * Buffers stay valid after ds_client_close until they are released.
  *
+ * Closing while other threads are in calls: ds_client_close may run while
+ * other threads are inside calls on the same client (a subscribe-get waiting
+ * for a key, a set, anything). Each such call either completes normally or
+ * returns promptly with DS_K_INVALID, "the client is closed"; ds_client_close
+ * does not wait for them, and the client's memory is freed only when the
+ * last of them has returned. What is not defined: starting a call on the
+ * client once ds_client_close has been called (let alone after it returned),
+ * and closing a client twice. The handle may already be freed then, as with
+ * free(3); a program that closes a client other threads use has to stop
+ * those threads from making new calls first (e.g. a flag they check), and
+ * may then close the client to cut short the calls they are blocked in.
+ *
  * Errors: every call returns a ds_status_t; on failure ds_last_error() gives a
  * message naming what was wrong. */
 #ifndef DATASYSTEM_KV_CLIENT_H
@@ -98,7 +110,8 @@ DS_EXPORT void ds_client_options_init(ds_client_options_t *opts);
 /* Connects (first connection and arena mapping happen here) and checks the
  * worker answers. *out is NULL on failure. */
 DS_EXPORT ds_status_t ds_client_connect(const ds_client_options_t *opts, ds_client_t **out);
-/* Closes connections. Buffers still held stay valid until released. NULL is fine. */
+/* Closes connections. Buffers still held stay valid until released. NULL is
+ * fine. Calls in progress on other threads return (see "Closing" above). */
 DS_EXPORT void ds_client_close(ds_client_t *client);
 /* True when this client reads and writes the worker's arena in place. */
 DS_EXPORT bool ds_client_is_local(const ds_client_t *client);

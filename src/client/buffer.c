@@ -82,8 +82,8 @@ static void release_all(ds_buffer_t **out, size_t n)
     }
 }
 
-ds_status_t ds_kv_get_buffers(ds_client_t *c, size_t n, const char *const *keys,
-                              int32_t sub_timeout_ms, ds_buffer_t **out)
+static ds_status_t kv_get_buffers(ds_client_t *c, size_t n, const char *const *keys,
+                                  int32_t sub_timeout_ms, ds_buffer_t **out)
 {
     ds__clear_error();
     if (c == NULL || out == NULL) return ds__set_error(DS_K_INVALID, "client or out is NULL");
@@ -211,8 +211,8 @@ static ds_status_t create_in_arena(ds_conn_t *conn, size_t n, const char *const 
     return DS_K_OK;
 }
 
-ds_status_t ds_kv_mcreate(ds_client_t *c, size_t n, const char *const *keys, const size_t *sizes,
-                          const ds_set_param_t *param, ds_buffer_t **out)
+static ds_status_t kv_mcreate(ds_client_t *c, size_t n, const char *const *keys,
+                              const size_t *sizes, const ds_set_param_t *param, ds_buffer_t **out)
 {
     ds__clear_error();
     if (c == NULL || out == NULL || sizes == NULL)
@@ -314,8 +314,8 @@ static void publish_on(ds_conn_t *conn, size_t n, ds_buffer_t *const *bufs, cons
     }
 }
 
-ds_status_t ds_kv_mpublish(ds_client_t *c, size_t n, ds_buffer_t *const *bufs,
-                           ds_status_t *statuses)
+static ds_status_t kv_mpublish(ds_client_t *c, size_t n, ds_buffer_t *const *bufs,
+                               ds_status_t *statuses)
 {
     ds__clear_error();
     if (c == NULL || bufs == NULL) return ds__set_error(DS_K_INVALID, "client or bufs is NULL");
@@ -375,4 +375,28 @@ ds_status_t ds_kv_publish(ds_client_t *c, ds_buffer_t *buf)
 {
     ds_status_t st;
     return ds_kv_mpublish(c, 1, &buf, &st);
+}
+
+/* ---- entry points: each call holds a reference on the client while it runs,
+ * so ds_client_close on another thread cannot free it underneath ---- */
+
+ds_status_t ds_kv_get_buffers(ds_client_t *c, size_t n, const char *const *keys,
+                              int32_t sub_timeout_ms, ds_buffer_t **out)
+{
+    ds__client_enter(c);
+    return ds__client_leave(c, kv_get_buffers(c, n, keys, sub_timeout_ms, out));
+}
+
+ds_status_t ds_kv_mcreate(ds_client_t *c, size_t n, const char *const *keys, const size_t *sizes,
+                          const ds_set_param_t *param, ds_buffer_t **out)
+{
+    ds__client_enter(c);
+    return ds__client_leave(c, kv_mcreate(c, n, keys, sizes, param, out));
+}
+
+ds_status_t ds_kv_mpublish(ds_client_t *c, size_t n, ds_buffer_t *const *bufs,
+                           ds_status_t *statuses)
+{
+    ds__client_enter(c);
+    return ds__client_leave(c, kv_mpublish(c, n, bufs, statuses));
 }

@@ -15,6 +15,7 @@
 
 #include "common/clock.h"
 #include "common/error.h"
+#include "common/log.h"
 #include "common/net.h"
 
 #include <errno.h>
@@ -23,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -144,6 +146,11 @@ static void close_conn_locked(ds_client_t *c, ds_conn_t *conn)
 {
     c->nconns--;
     conn->sess->nconns--;
+    if (conn->all_prev)
+        conn->all_prev->all_next = conn->all_next;
+    else
+        c->all = conn->all_next;
+    if (conn->all_next) conn->all_next->all_prev = conn->all_prev;
     ds__conn_free(conn);
 }
 
@@ -189,6 +196,7 @@ static ds_status_t sess_new(const ds_hello_t *h, int *fd, ds_sess_t **out)
     s->worker_pid = h->pid;
     s->anchor_fd = -1;
     snprintf(s->worker_id, sizeof(s->worker_id), "%s", h->worker_id);
+    snprintf(s->key, sizeof(s->key), "%s", h->session_key);
     if (h->arena_fd >= 0) {
         /* MAP_POPULATE: faulting pages in lazily costs far more than the
          * copies themselves on this kind of machine. */
@@ -219,6 +227,25 @@ static bool transport_failure(ds_status_t st)
            st == DS_K_OUT_OF_MEMORY;
 }
 
+/* Adds a connection just opened to the pool's books, unless the client was
+ * closed meanwhile (then the connection is freed and the call fails). */
+static ds_status_t add_conn(ds_client_t *c, ds_conn_t *conn)
+{
+    pthread_mutex_lock(&c->mu);
+    if (atomic_load(&c->closed)) {
+        pthread_mutex_unlock(&c->mu);
+        ds__conn_free(conn);
+        return ds__set_error(DS_K_INVALID, "the client is closed");
+    }
+    conn->sess->nconns++;
+    conn->all_prev = NULL;
+    conn->all_next = c->all;
+    if (c->all) c->all->all_prev = conn;
+    c->all = conn;
+    pthread_mutex_unlock(&c->mu);
+    return DS_K_OK;
+}
+
 /* Opens one pool connection, creating a session first when there is none. */
 static ds_status_t open_conn(ds_client_t *c, ds_conn_t **out)
 {
@@ -228,7 +255,7 @@ static ds_status_t open_conn(ds_client_t *c, ds_conn_t **out)
         pthread_mutex_lock(&c->mu);
         ds_sess_t *s = c->sess;
         if (s) ds__sess_ref(s);
-        bool closed = c->closed;
+        bool closed = atomic_load(&c->closed);
         pthread_mutex_unlock(&c->mu);
         if (closed) {
             ds__sess_unref(s);
@@ -238,13 +265,15 @@ static ds_status_t open_conn(ds_client_t *c, ds_conn_t **out)
 
         int fd = -1;
         ds_hello_t h;
-        st = ds__conn_dial(c, s ? s->id : 0, &fd, &h);
+        st = ds__conn_dial(c, s ? s->id : 0, s ? s->key : "", &fd, &h);
         if (st != DS_K_OK) {
             if (s && !transport_failure(st) && (s->anchor_fd < 0 || anchor_gone(s))) {
-                /* The worker refused to let us join and the session's anchor
-                 * is gone too: the worker no longer knows the session. Start
-                 * a new one. (With the anchor alive the refusal is about
-                 * something else, e.g. a connection limit, and is returned.) */
+                /* The worker refused to let us join (an unknown session, or
+                 * a key that does not match one it made since) and the
+                 * session's anchor is gone too: the worker no longer knows
+                 * the session. Start a new one. (With the anchor alive the
+                 * refusal is about something else, e.g. a connection limit
+                 * or a key the worker disputes, and is returned.) */
                 detach(c, s);
                 ds__sess_unref(s);
                 continue;
@@ -252,10 +281,22 @@ static ds_status_t open_conn(ds_client_t *c, ds_conn_t **out)
             ds__sess_unref(s);
             break;
         }
-        if (s && h.session != s->id) {
+        if (s && (h.session != s->id || strcmp(h.worker_id, s->worker_id) != 0)) {
+            /* Another worker identity answered the join (it restarted, and
+             * an older worker may even know a session of that id: someone
+             * else's), or it put us in another session. Either way this
+             * socket is not in our session: never use it, and start anew. */
+            if (strcmp(h.worker_id, s->worker_id) != 0)
+                DS_LOG_INFO("client: the worker at %s restarted (worker id %s, was %s); "
+                            "starting a new session",
+                            c->addr, h.worker_id, s->worker_id);
+            close(fd);
+            if (h.arena_fd >= 0) close(h.arena_fd);
             detach(c, s);
             ds__sess_unref(s);
-            s = NULL;
+            st = ds__set_error(DS_K_CLIENT_WORKER_DISCONNECT,
+                               "the worker at %s restarted; the session was lost", c->addr);
+            continue;
         }
         if (s == NULL) {
             if (c->require_local && h.arena_fd < 0) {
@@ -271,6 +312,13 @@ static ds_status_t open_conn(ds_client_t *c, ds_conn_t **out)
                 break;
             }
             pthread_mutex_lock(&c->mu);
+            if (atomic_load(&c->closed)) {
+                pthread_mutex_unlock(&c->mu);
+                if (fd >= 0) close(fd);
+                ds__sess_unref(s);
+                st = ds__set_error(DS_K_INVALID, "the client is closed");
+                break;
+            }
             if (c->sess) detach_locked(c, c->sess);
             c->sess = s; /* the client's reference; ours is taken below */
             atomic_store(&c->local, s->base != NULL);
@@ -278,9 +326,10 @@ static ds_status_t open_conn(ds_client_t *c, ds_conn_t **out)
             pthread_mutex_unlock(&c->mu);
             if (fd < 0) {
                 /* The first socket became the anchor; join for a pool one. */
-                st = ds__conn_dial(c, s->id, &fd, &h);
+                st = ds__conn_dial(c, s->id, s->key, &fd, &h);
                 if (st == DS_K_OK && h.arena_fd >= 0) close(h.arena_fd);
-                if (st == DS_K_OK && h.session != s->id) {
+                if (st == DS_K_OK &&
+                    (h.session != s->id || strcmp(h.worker_id, s->worker_id) != 0)) {
                     close(fd);
                     st = ds__set_error(DS_K_RUNTIME_ERROR,
                                        "the worker at %s did not let a connection join its "
@@ -303,11 +352,8 @@ static ds_status_t open_conn(ds_client_t *c, ds_conn_t **out)
             st = ds__set_error(DS_K_OUT_OF_MEMORY, "out of memory opening a connection");
             break;
         }
-        pthread_mutex_lock(&c->mu);
-        s->nconns++;
-        pthread_mutex_unlock(&c->mu);
+        if ((st = add_conn(c, conn)) != DS_K_OK) break;
         *out = conn;
-        st = DS_K_OK;
         break;
     }
     pthread_mutex_unlock(&c->open_mu);
@@ -318,7 +364,7 @@ static ds_status_t acquire(ds_client_t *c, uint64_t deadline, ds_conn_t **out)
 {
     pthread_mutex_lock(&c->mu);
     for (;;) {
-        if (c->closed) {
+        if (atomic_load(&c->closed)) {
             pthread_mutex_unlock(&c->mu);
             return ds__set_error(DS_K_INVALID, "the client is closed");
         }
@@ -371,7 +417,8 @@ void ds__client_put(ds_client_t *c, ds_conn_t *conn)
     if (conn == NULL) return;
     pthread_mutex_lock(&c->mu);
     ds_sess_t *s = conn->sess;
-    if (conn->state == DS_CONN_OK && conn->data_left == 0 && !c->closed && s == c->sess) {
+    if (conn->state == DS_CONN_OK && conn->data_left == 0 && !atomic_load(&c->closed) &&
+        s == c->sess) {
         conn->next = c->idle;
         c->idle = conn;
         pthread_cond_signal(&c->cv);
@@ -449,6 +496,8 @@ ds_status_t ds_client_connect(const ds_client_options_t *opts, ds_client_t **out
     pthread_condattr_destroy(&ca);
     pthread_mutex_init(&c->mu, NULL);
     pthread_mutex_init(&c->open_mu, NULL);
+    atomic_init(&c->refs, 1);
+    atomic_init(&c->closed, false);
 
     bool have_path = ds__socket_path(opts->unix_socket_dir, c->host, c->port, c->sock_path,
                                      sizeof(c->sock_path)) == 0;
@@ -479,22 +528,9 @@ fail:
     return st;
 }
 
-void ds_client_close(ds_client_t *c)
+static void client_unref(ds_client_t *c)
 {
-    if (c == NULL) return;
-    pthread_mutex_lock(&c->mu);
-    c->closed = true;
-    while (c->idle) {
-        ds_conn_t *conn = c->idle;
-        c->idle = conn->next;
-        close_conn_locked(c, conn);
-    }
-    ds_sess_t *s = c->sess;
-    c->sess = NULL;
-    pthread_mutex_unlock(&c->mu);
-    /* Buffers still hold the session (and so its mapping and anchor) until
-     * they are released. */
-    ds__sess_unref(s);
+    if (atomic_fetch_sub(&c->refs, 1) != 1) return;
     pthread_cond_destroy(&c->cv);
     pthread_mutex_destroy(&c->mu);
     pthread_mutex_destroy(&c->open_mu);
@@ -502,15 +538,62 @@ void ds_client_close(ds_client_t *c)
     free(c);
 }
 
-bool ds_client_is_local(const ds_client_t *c)
+void ds__client_enter(ds_client_t *c)
 {
-    return c != NULL && atomic_load(&((ds_client_t *)c)->local);
+    if (c) atomic_fetch_add(&c->refs, 1);
 }
 
-ds_status_t ds_client_health_check(ds_client_t *c)
+ds_status_t ds__client_leave(ds_client_t *c, ds_status_t st)
 {
-    ds__clear_error();
-    if (c == NULL) return ds__set_error(DS_K_INVALID, "client is NULL");
+    if (c == NULL) return st;
+    /* Shutting a borrowed connection down reads as a lost worker to the
+     * call that had it; say what really happened. */
+    if ((st == DS_K_CLIENT_WORKER_DISCONNECT || st == DS_K_RPC_UNAVAILABLE ||
+         st == DS_K_RPC_DEADLINE_EXCEEDED) &&
+        atomic_load(&c->closed))
+        st = ds__set_error(DS_K_INVALID, "the client is closed (closed during the call)");
+    client_unref(c);
+    return st;
+}
+
+void ds_client_close(ds_client_t *c)
+{
+    if (c == NULL) return;
+    pthread_mutex_lock(&c->mu);
+    atomic_store(&c->closed, true);
+    while (c->idle) {
+        ds_conn_t *conn = c->idle;
+        c->idle = conn->next;
+        close_conn_locked(c, conn);
+    }
+    /* What is left is borrowed by calls in progress: make their reads and
+     * writes fail now rather than at their deadlines (a subscribe-get may
+     * wait minutes). Each borrower closes its socket when it gives it back. */
+    for (ds_conn_t *conn = c->all; conn; conn = conn->all_next)
+        shutdown(conn->fd, SHUT_RDWR);
+    ds_sess_t *s = c->sess;
+    c->sess = NULL;
+    atomic_store(&c->local, false);
+    pthread_cond_broadcast(&c->cv); /* waiters for a connection see closed */
+    pthread_mutex_unlock(&c->mu);
+    /* Buffers still hold the session (and so its mapping and anchor) until
+     * they are released. */
+    ds__sess_unref(s);
+    client_unref(c);
+}
+
+bool ds_client_is_local(const ds_client_t *client)
+{
+    ds_client_t *c = (ds_client_t *)client;
+    if (c == NULL) return false;
+    ds__client_enter(c);
+    bool local = atomic_load(&c->local);
+    ds__client_leave(c, DS_K_OK);
+    return local;
+}
+
+static ds_status_t health_check(ds_client_t *c)
+{
     uint64_t deadline = ds__client_deadline(c, 0);
     ds_conn_t *conn;
     ds_status_t st = ds__client_acquire(c, &deadline, &conn);
@@ -520,4 +603,12 @@ ds_status_t ds_client_health_check(ds_client_t *c)
     ds__conn_drain(conn, deadline);
     ds__client_put(c, conn);
     return st;
+}
+
+ds_status_t ds_client_health_check(ds_client_t *c)
+{
+    ds__clear_error();
+    if (c == NULL) return ds__set_error(DS_K_INVALID, "client is NULL");
+    ds__client_enter(c);
+    return ds__client_leave(c, health_check(c));
 }

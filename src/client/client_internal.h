@@ -17,11 +17,24 @@
  * arena mapping and the anchor are dropped with the last reference, so bytes
  * a buffer points at stay mapped until it is released.
  *
- * Locking: ds_client_t.mu guards the pool, the current session and every
- * session's nconns; open_mu serializes opening connections so two threads
- * never create two sessions; ds_sess_t.anchor_mu serializes writes on the
- * anchor. Order: open_mu -> mu; anchor_mu is never held with the others.
- * A function whose name ends in _locked runs with mu held. */
+ * Joining a session takes the key the worker gave when it created the
+ * session (ds_sess_t.key), and a session belongs to one worker identity
+ * (ds_sess_t.worker_id): a HELLO that reports another worker_id means the
+ * worker restarted, and the session is dropped rather than joined again.
+ *
+ * Lifetime of the client: ds_client_t.refs counts one reference for the
+ * caller (dropped by ds_client_close) and one per public call in progress
+ * (ds__client_enter / ds__client_leave). ds_client_close marks the client
+ * closed, wakes threads waiting for a connection and shuts down the sockets
+ * of borrowed connections, so calls in progress return promptly; the memory
+ * (mutexes included) is freed by whoever drops the last reference.
+ *
+ * Locking: ds_client_t.mu guards the pool (idle list, list of all
+ * connections), the current session and every session's nconns; open_mu
+ * serializes opening connections so two threads never create two sessions;
+ * ds_sess_t.anchor_mu serializes writes on the anchor. Order: open_mu -> mu;
+ * anchor_mu is never held with the others. A function whose name ends in
+ * _locked runs with mu held. */
 #ifndef DS_CLIENT_INTERNAL_H
 #define DS_CLIENT_INTERNAL_H
 
@@ -45,6 +58,8 @@
 #define DS_CLIENT_MAX_RESP_DATA (UINT64_C(1) << 42)
 #define DS_CLIENT_DEFAULT_REQUEST_MS 60000
 #define DS_CLIENT_DEFAULT_CONNECT_MS 9000
+/* Longest session key accepted from a worker (it sends 32 hex characters). */
+#define DS_SESSION_KEY_MAX 64
 
 typedef struct ds_sess {
     atomic_int refs;
@@ -53,8 +68,9 @@ typedef struct ds_sess {
     size_t size;
     uint32_t inline_max;
     uint32_t worker_pid;
-    char worker_id[128];
-    int nconns; /* pool connections of this session; under ds_client_t.mu */
+    char worker_id[128];              /* the worker's identity when the session was created */
+    char key[DS_SESSION_KEY_MAX + 1]; /* proves the right to join; "" from older workers */
+    int nconns;                       /* pool connections of this session; under ds_client_t.mu */
     pthread_mutex_t anchor_mu;
     int anchor_fd; /* local sessions only, else -1 */
     uint64_t anchor_req;
@@ -78,7 +94,8 @@ typedef enum {
 } ds_conn_state_t;
 
 typedef struct ds_conn {
-    struct ds_conn *next; /* idle list */
+    struct ds_conn *next;                /* idle list */
+    struct ds_conn *all_prev, *all_next; /* every pool connection, idle or borrowed */
     int fd;
     ds_conn_state_t state;
     uint64_t next_req;
@@ -112,9 +129,11 @@ struct ds_client {
     pthread_cond_t cv;
     pthread_mutex_t open_mu;
     ds_conn_t *idle;
+    ds_conn_t *all; /* idle and borrowed connections, for ds_client_close */
     int nconns;
-    bool closed;
-    ds_sess_t *sess; /* current session, or NULL until the next connection makes one */
+    atomic_bool closed; /* written under mu; read without it by ds__client_leave */
+    atomic_int refs;    /* the caller's + one per call in progress */
+    ds_sess_t *sess;    /* current session, or NULL until the next connection makes one */
 };
 
 typedef enum { DS_BUF_SHM = 0, DS_BUF_HEAP } ds_buf_kind_t;
@@ -133,8 +152,8 @@ struct ds_buffer {
 /* ---- conn.c: framing over one socket ---- */
 
 /* Opens a socket to the worker (Unix or TCP per the client) and says HELLO,
- * joining session_id (0 = new). On success *fd, the response fields and, when
- * the worker sent the arena, *arena_fd (else -1). */
+ * joining session_id with session_key (0 and "" = new). On success *fd, the
+ * response fields and, when the worker sent the arena, *arena_fd (else -1). */
 typedef struct {
     uint64_t session;
     uint64_t arena_size;
@@ -145,8 +164,10 @@ typedef struct {
     uint64_t index_offset; /* shared GET index; index_slots 0 = none */
     uint32_t index_slots;
     uint32_t index_keymax;
+    char session_key[DS_SESSION_KEY_MAX + 1]; /* "" from workers that send none */
 } ds_hello_t;
-ds_status_t ds__conn_dial(const ds_client_t *c, uint64_t session_id, int *fd, ds_hello_t *out);
+ds_status_t ds__conn_dial(const ds_client_t *c, uint64_t session_id, const char *session_key,
+                          int *fd, ds_hello_t *out);
 
 /* Wraps a connected socket; takes a reference on sess. */
 ds_conn_t *ds__conn_new(int fd, ds_sess_t *sess, const char *peer);
@@ -173,6 +194,13 @@ void ds__conn_drain(ds_conn_t *conn, uint64_t deadline);
 ds_status_t ds__conn_protocol_error(ds_conn_t *conn, const char *what);
 
 /* ---- client.c: pool and sessions ---- */
+
+/* Every public call that uses a client brackets its work with these: enter
+ * takes a reference (NULL is ignored), leave drops it and returns st, turned
+ * into DS_K_INVALID "the client is closed" when the call failed because
+ * ds_client_close shut its connection down. Nothing may touch c after leave. */
+void ds__client_enter(ds_client_t *c);
+ds_status_t ds__client_leave(ds_client_t *c, ds_status_t st);
 
 /* Deadline (monotonic ms) for a request that may wait sub_timeout_ms on top. */
 uint64_t ds__client_deadline(const ds_client_t *c, int32_t sub_timeout_ms);

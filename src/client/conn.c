@@ -114,11 +114,12 @@ static const char *hello_io_reason(void)
     return errno == ETIMEDOUT ? "timed out" : "connection closed";
 }
 
-/* One HELLO round trip carrying token; on success *meta (malloc'd) holds the
- * response metadata and *rh its header. The arena fd, when granted, rides on
- * the first bytes of the response. */
-static ds_status_t hello_once(const ds_client_t *c, int fd, uint64_t session_id, const char *token,
-                              uint64_t deadline, ds_wire_header_t *rh, uint8_t **meta, int *afd)
+/* One HELLO round trip carrying token and the session key; on success *meta
+ * (malloc'd) holds the response metadata and *rh its header. The arena fd,
+ * when granted, rides on the first bytes of the response. */
+static ds_status_t hello_once(const ds_client_t *c, int fd, uint64_t session_id,
+                              const char *session_key, const char *token, uint64_t deadline,
+                              ds_wire_header_t *rh, uint8_t **meta, int *afd)
 {
     char err[256];
     ds_wbuf_t w;
@@ -128,6 +129,8 @@ static ds_status_t hello_once(const ds_client_t *c, int fd, uint64_t session_id,
     ds__wbuf_u64(&w, session_id);
     ds__wbuf_u8(&w, c->use_unix ? 1 : 0);
     ds__wbuf_cstr(&w, token);
+    /* Workers that predate session keys stop reading after the token. */
+    ds__wbuf_cstr(&w, session_key);
     if (w.oom) {
         ds__wbuf_free(&w);
         return ds__set_error(DS_K_OUT_OF_MEMORY, "out of memory building hello");
@@ -159,7 +162,8 @@ static ds_status_t hello_once(const ds_client_t *c, int fd, uint64_t session_id,
     return DS_K_OK;
 }
 
-ds_status_t ds__conn_dial(const ds_client_t *c, uint64_t session_id, int *out_fd, ds_hello_t *out)
+ds_status_t ds__conn_dial(const ds_client_t *c, uint64_t session_id, const char *session_key,
+                          int *out_fd, ds_hello_t *out)
 {
     char err[256];
     int fd = c->use_unix
@@ -172,7 +176,7 @@ ds_status_t ds__conn_dial(const ds_client_t *c, uint64_t session_id, int *out_fd
     int afd = -1;
     uint8_t *meta = NULL;
     ds_wire_header_t rh;
-    ds_status_t st = hello_once(c, fd, session_id, "", deadline, &rh, &meta, &afd);
+    ds_status_t st = hello_once(c, fd, session_id, session_key, "", deadline, &rh, &meta, &afd);
     ds_rbuf_t r;
     const char *msg = "";
     uint32_t ml = 0;
@@ -190,7 +194,7 @@ ds_status_t ds__conn_dial(const ds_client_t *c, uint64_t session_id, int *out_fd
         ds__auth_prove(c->token, chal, proof);
         free(meta);
         meta = NULL;
-        st = hello_once(c, fd, session_id, proof, deadline, &rh, &meta, &afd);
+        st = hello_once(c, fd, session_id, session_key, proof, deadline, &rh, &meta, &afd);
         if (st == DS_K_OK) {
             ds__rbuf_init(&r, meta, rh.meta_len);
             ml = ds__rbuf_str(&r, &msg);
@@ -222,6 +226,14 @@ ds_status_t ds__conn_dial(const ds_client_t *c, uint64_t session_id, int *out_fd
         out->index_offset = ds__rbuf_u64(&r);
         out->index_slots = ds__rbuf_u32(&r);
         out->index_keymax = ds__rbuf_u32(&r);
+    }
+    /* The session key: absent from workers that predate it, which then
+     * accept a join on the session id alone. */
+    if (!r.err && r.pos < r.len) {
+        const char *key;
+        uint32_t kl = ds__rbuf_str(&r, &key);
+        if (kl > DS_SESSION_KEY_MAX) r.err = true;
+        snprintf(out->session_key, sizeof(out->session_key), "%.*s", (int)kl, key);
     }
     if (r.err) {
         dial_cleanup(fd, afd, meta);

@@ -201,8 +201,9 @@ ds_status_t ds__first_failure(size_t n, const char *const *keys, const ds_status
     return DS_K_OK;
 }
 
-ds_status_t ds_kv_mset(ds_client_t *c, size_t n, const char *const *keys, const void *const *vals,
-                       const size_t *lens, const ds_set_param_t *param, ds_status_t *statuses)
+static ds_status_t kv_mset(ds_client_t *c, size_t n, const char *const *keys,
+                           const void *const *vals, const size_t *lens, const ds_set_param_t *param,
+                           ds_status_t *statuses)
 {
     ds__clear_error();
     if (c == NULL) return ds__set_error(DS_K_INVALID, "client is NULL");
@@ -416,8 +417,8 @@ static ds_status_t skip_value(ds_conn_t *conn, const ds_getent_t *e, uint64_t de
     return e->kind == DS_VAL_INLINE ? ds__conn_skip(conn, e->size, deadline) : DS_K_OK;
 }
 
-ds_status_t ds_kv_get_into(ds_client_t *c, const char *key, int32_t sub_timeout_ms, void *buf,
-                           size_t cap, size_t *len)
+static ds_status_t kv_get_into(ds_client_t *c, const char *key, int32_t sub_timeout_ms, void *buf,
+                               size_t cap, size_t *len)
 {
     ds__clear_error();
     if (c == NULL || len == NULL || (buf == NULL && cap > 0))
@@ -470,8 +471,8 @@ ds_status_t ds_kv_get(ds_client_t *c, const char *key, int32_t sub_timeout_ms, v
     return DS_K_OK;
 }
 
-ds_status_t ds_kv_mget(ds_client_t *c, size_t n, const char *const *keys, int32_t sub_timeout_ms,
-                       ds_value_t *out)
+static ds_status_t kv_mget(ds_client_t *c, size_t n, const char *const *keys,
+                           int32_t sub_timeout_ms, ds_value_t *out)
 {
     ds__clear_error();
     if (c == NULL || out == NULL) return ds__set_error(DS_K_INVALID, "client or out is NULL");
@@ -541,8 +542,8 @@ static ds_status_t keys_request(ds_client_t *c, ds_opcode_t op, const uint32_t *
 }
 
 /* Per-key statuses of DEL and EXPIRE. */
-static ds_status_t status_call(ds_client_t *c, ds_opcode_t op, const uint32_t *pre, size_t n,
-                               const char *const *keys, ds_status_t *statuses, bool missing_ok)
+static ds_status_t status_call_in(ds_client_t *c, ds_opcode_t op, const uint32_t *pre, size_t n,
+                                  const char *const *keys, ds_status_t *statuses, bool missing_ok)
 {
     ds__clear_error();
     if (c == NULL) return ds__set_error(DS_K_INVALID, "client is NULL");
@@ -568,6 +569,13 @@ static ds_status_t status_call(ds_client_t *c, ds_opcode_t op, const uint32_t *p
     return st;
 }
 
+static ds_status_t status_call(ds_client_t *c, ds_opcode_t op, const uint32_t *pre, size_t n,
+                               const char *const *keys, ds_status_t *statuses, bool missing_ok)
+{
+    ds__client_enter(c);
+    return ds__client_leave(c, status_call_in(c, op, pre, n, keys, statuses, missing_ok));
+}
+
 ds_status_t ds_kv_del(ds_client_t *c, size_t n, const char *const *keys, ds_status_t *statuses)
 {
     return status_call(c, DS_OP_DEL, NULL, n, keys, statuses, true);
@@ -579,7 +587,7 @@ ds_status_t ds_kv_expire(ds_client_t *c, size_t n, const char *const *keys, uint
     return status_call(c, DS_OP_EXPIRE, &ttl_second, n, keys, statuses, false);
 }
 
-ds_status_t ds_kv_exist(ds_client_t *c, size_t n, const char *const *keys, bool *exists)
+static ds_status_t kv_exist(ds_client_t *c, size_t n, const char *const *keys, bool *exists)
 {
     ds__clear_error();
     if (c == NULL || exists == NULL) return ds__set_error(DS_K_INVALID, "client or exists is NULL");
@@ -600,8 +608,8 @@ ds_status_t ds_kv_exist(ds_client_t *c, size_t n, const char *const *keys, bool 
     return st;
 }
 
-ds_status_t ds_kv_query_size(ds_client_t *c, size_t n, const char *const *keys, uint64_t *sizes,
-                             ds_status_t *statuses)
+static ds_status_t kv_query_size(ds_client_t *c, size_t n, const char *const *keys, uint64_t *sizes,
+                                 ds_status_t *statuses)
 {
     ds__clear_error();
     if (c == NULL || sizes == NULL) return ds__set_error(DS_K_INVALID, "client or sizes is NULL");
@@ -632,7 +640,7 @@ ds_status_t ds_kv_query_size(ds_client_t *c, size_t n, const char *const *keys, 
     return st;
 }
 
-ds_status_t ds_kv_generate_key(ds_client_t *c, const char *prefix, char **out)
+static ds_status_t kv_generate_key(ds_client_t *c, const char *prefix, char **out)
 {
     ds__clear_error();
     if (c == NULL || out == NULL) return ds__set_error(DS_K_INVALID, "client or out is NULL");
@@ -659,4 +667,47 @@ ds_status_t ds_kv_generate_key(ds_client_t *c, const char *prefix, char **out)
     ds__conn_drain(conn, deadline);
     ds__client_put(c, conn);
     return st;
+}
+
+/* ---- entry points: each call holds a reference on the client while it runs,
+ * so ds_client_close on another thread cannot free it underneath ---- */
+
+ds_status_t ds_kv_mset(ds_client_t *c, size_t n, const char *const *keys, const void *const *vals,
+                       const size_t *lens, const ds_set_param_t *param, ds_status_t *statuses)
+{
+    ds__client_enter(c);
+    return ds__client_leave(c, kv_mset(c, n, keys, vals, lens, param, statuses));
+}
+
+ds_status_t ds_kv_get_into(ds_client_t *c, const char *key, int32_t sub_timeout_ms, void *buf,
+                           size_t cap, size_t *len)
+{
+    ds__client_enter(c);
+    return ds__client_leave(c, kv_get_into(c, key, sub_timeout_ms, buf, cap, len));
+}
+
+ds_status_t ds_kv_mget(ds_client_t *c, size_t n, const char *const *keys, int32_t sub_timeout_ms,
+                       ds_value_t *out)
+{
+    ds__client_enter(c);
+    return ds__client_leave(c, kv_mget(c, n, keys, sub_timeout_ms, out));
+}
+
+ds_status_t ds_kv_exist(ds_client_t *c, size_t n, const char *const *keys, bool *exists)
+{
+    ds__client_enter(c);
+    return ds__client_leave(c, kv_exist(c, n, keys, exists));
+}
+
+ds_status_t ds_kv_query_size(ds_client_t *c, size_t n, const char *const *keys, uint64_t *sizes,
+                             ds_status_t *statuses)
+{
+    ds__client_enter(c);
+    return ds__client_leave(c, kv_query_size(c, n, keys, sizes, statuses));
+}
+
+ds_status_t ds_kv_generate_key(ds_client_t *c, const char *prefix, char **out)
+{
+    ds__client_enter(c);
+    return ds__client_leave(c, kv_generate_key(c, prefix, out));
 }

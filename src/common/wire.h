@@ -43,14 +43,27 @@
 /* The operation table, shared by worker, client and CLI: X(name, number, text).
  * Layouts (req -> resp), "str" = u32 length + bytes, "key" = str, n = u32:
  *
- * HELLO   req: u32 proto, u64 session (0 = new), u8 want_shm, str token
+ * HELLO   req: u32 proto, u64 session (0 = new), u8 want_shm, str token, str session_key
  *         resp: str err, u64 session, u64 arena_size, u32 inline_max, str worker_id,
- *               u32 pid, u64 index_offset, u32 index_slots, u32 index_keymax;
+ *               u32 pid, u64 index_offset, u32 index_slots, u32 index_keymax,
+ *               str session_key;
  *               when want_shm was granted the arena memfd rides along with
  *               the response as SCM_RIGHTS, and index_slots > 0 says where
  *               the shared GET index (common/shm_index.h) lies in the arena.
- *               The index fields come last so older clients, which stop
- *               reading after pid, ignore them.
+ *               Sessions: the session id is a random 64-bit value, and the
+ *               response's session_key (32 lowercase hex characters, 128
+ *               random bits, sent on every successful HELLO) is what a later
+ *               HELLO joining that session must send as its session_key
+ *               (empty when creating one). worker_id (16 lowercase hex
+ *               characters, random per worker start) is the worker's
+ *               identity: a client never keeps a session across two. Refusals:
+ *               unknown session -> K_NOT_FOUND; wrong or missing key, or a
+ *               join over another transport (TCP vs Unix socket) than the
+ *               session was created on -> K_NOT_AUTHORIZED.
+ *               Fields are appended, never reordered: the index fields and
+ *               the session keys come last so older peers, which stop
+ *               reading earlier, ignore them (and a reader parses each group
+ *               only when bytes remain).
  * SET     req: u8 mode, u32 ttl, u8 existence, n, n*(key, u64 len); data = values
  *         resp: str err, n, n*u32 status
  * GET     req: i32 sub_timeout_ms, u8 flags, n, n*key

@@ -110,8 +110,12 @@ static void send_hello(int fd, uint64_t req_id)
     ds__wbuf_u64(&m, 1);
     ds__wbuf_u64(&m, 0);
     ds__wbuf_u32(&m, 65536);
-    ds__wbuf_cstr(&m, "fuzzwork");
+    ds__wbuf_cstr(&m, "0123456789abcdef");
     ds__wbuf_u32(&m, 1);
+    ds__wbuf_u64(&m, 0); /* no shared GET index */
+    ds__wbuf_u32(&m, 0);
+    ds__wbuf_u32(&m, 0);
+    ds__wbuf_cstr(&m, "00112233445566778899aabbccddeeff");
     uint8_t hb[DS_WIRE_HEADER_LEN];
     ds_wire_header_t h = {.magic = DS_WIRE_MAGIC,
                           .version = DS_WIRE_VERSION,

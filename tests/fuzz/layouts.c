@@ -101,6 +101,8 @@ void fz_parse_request(uint16_t op, const uint8_t *meta, size_t len, ds_wbuf_t *e
         (void)u64(&p);
         (void)u8(&p);
         str(&p);
+        /* the session key, from clients that know about session keys */
+        if (p.r.pos < p.r.len) str(&p);
         break;
     case DS_OP_SET:
     case DS_OP_CREATE: {
@@ -212,6 +214,8 @@ void fz_parse_response(uint16_t op, const uint8_t *meta, size_t len, ds_wbuf_t *
             (void)u32(&p);
             (void)u32(&p);
         }
+        /* the session key, from workers that hand keys out */
+        if (p.r.pos < p.r.len) str(&p);
         break;
     case DS_OP_SET:
     case DS_OP_PUBLISH:

@@ -41,8 +41,8 @@ def frame(op, meta=b"", data=b"", flags=0, status=0, req=1):
     return hdr + meta + data
 
 
-def hello(shm=0, sid=0, token=b""):
-    return u32(1) + u64(sid) + u8(shm) + s(token)
+def hello(shm=0, sid=0, token=b"", key=b""):
+    return u32(1) + u64(sid) + u8(shm) + s(token) + s(key)
 
 
 def set_meta(kv, mode=0, ttl=0, nx=0):
@@ -52,6 +52,7 @@ def set_meta(kv, mode=0, ttl=0, nx=0):
 
 REQUESTS = {
     "hello": frame("HELLO", hello(1)),
+    "hello_join": frame("HELLO", hello(0, sid=0x9e3779b97f4a7c15, key=b"00112233445566778899aabbccddeeff")),
     "set": frame("SET", set_meta([(b"k1", b"v1"), (b"k2", b"hello")]), b"v1hello"),
     "set_ttl_nx": frame("SET", set_meta([(b"a.b-c_d", b"x" * 40)], mode=3, ttl=5, nx=1), b"x" * 40),
     "get": frame("GET", i32(0) + u8(0) + keys([b"k1", b"missing"])),
@@ -75,8 +76,8 @@ REQUESTS = {
 }
 
 RESPONSES = {
-    "r_hello": frame("HELLO", s(b"") + u64(7) + u64(1 << 20) + u32(65536) + s(b"abcd1234") + u32(99),
-                     flags=RESPONSE),
+    "r_hello": frame("HELLO", s(b"") + u64(7) + u64(1 << 20) + u32(65536) + s(b"0123456789abcdef") + u32(99) +
+                     u64(0) + u32(0) + u32(0) + s(b"00112233445566778899aabbccddeeff"), flags=RESPONSE),
     "r_set": frame("SET", s(b"") + u32(2) + u32(0) + u32(0), flags=RESPONSE),
     "r_get": frame("GET", s(b"") + u32(3) + u8(1) + u64(2) + u8(0) + u64(0) + u8(2) + u64(10) +
                    u64(4096) + u64(1 << 32 | 1), b"v1", flags=RESPONSE),
@@ -189,7 +190,8 @@ def main():
                         "create_del_expire_qsize": [6, 7, 9, 10], "health_wait": [12, 13, 2, 0]}.items():
         body = b"".join(struct.pack("<H", len(answers[k])) + answers[k] for k in calls)
         write("fuzz_client", name, b"\x00" + bytes(calls) + body)
-    hello_answer = resp("HELLO", s(b"") + u64(1) + u64(0) + u32(65536) + s(b"w") + u32(1))
+    hello_answer = resp("HELLO", s(b"") + u64(1) + u64(0) + u32(65536) + s(b"0123456789abcdef") +
+                        u32(1) + u64(0) + u32(0) + u32(0) + s(b"00112233445566778899aabbccddeeff"))
     write("fuzz_client", "fuzzed_hello", b"\x01" + bytes([12, 2, 0, 0]) +
           struct.pack("<H", len(hello_answer)) + hello_answer +
           struct.pack("<H", len(answers[12])) + answers[12])

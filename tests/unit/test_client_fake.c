@@ -4,7 +4,9 @@
  * with a small memfd arena (local client), keeps values in a tiny table, and
  * can be told to misbehave (stay silent, hang up, send garbage, answer the
  * wrong request) so the client's framing, zero-copy paths, pin releases and
- * failure handling are checked without a real worker. */
+ * failure handling are checked without a real worker. It hands out sessions
+ * with keys and a worker id the way the worker does, and can change its
+ * identity to look restarted. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -55,8 +57,16 @@ typedef struct {
         char key[64];
     } created[64];
     int ncreated;
+    struct {
+        uint64_t id;
+        char key[40];
+    } sess[64];
+    int nsess;
+    char worker_id[24];     /* 16 hex characters, like the worker's */
+    char last_join_key[80]; /* the key the latest join carried */
+    bool legacy_hello;      /* answer HELLO without a session key, like older workers */
     atomic_int mode;
-    atomic_int releases, creates, hellos;
+    atomic_int releases, creates, hellos, sessions_created;
     atomic_bool stop;
     pthread_t th;
 } fake_t;
@@ -139,13 +149,49 @@ static bool serve_one(int fd, bool is_unix, const ds_wire_header_t *h, const uin
         (void)ds__rbuf_u32(&r);
         uint64_t sid = ds__rbuf_u64(&r);
         bool want = ds__rbuf_u8(&r) && is_unix;
+        const char *tok, *key = "";
+        (void)ds__rbuf_str(&r, &tok);
+        uint32_t kl = r.pos < r.len ? ds__rbuf_str(&r, &key) : 0;
+        assert_false(r.err);
         atomic_fetch_add(&F.hellos, 1);
-        ds__wbuf_u64(&w, sid ? sid : 7);
+        int at = -1;
+        if (sid == 0) {
+            /* Random-looking ids and keys, as the worker makes them. */
+            at = F.nsess++ % 64;
+            F.sess[at].id = 0x9e3779b97f4a7c15ull * (uint64_t)F.nsess;
+            snprintf(F.sess[at].key, sizeof(F.sess[at].key), "%016llx%016llx",
+                     (unsigned long long)F.sess[at].id, (unsigned long long)~F.sess[at].id);
+            if (F.legacy_hello) F.sess[at].key[0] = '\0';
+            atomic_fetch_add(&F.sessions_created, 1);
+        } else {
+            for (int i = 0; i < 64 && i < F.nsess; i++)
+                if (F.sess[i].id == sid) at = i;
+            snprintf(F.last_join_key, sizeof(F.last_join_key), "%.*s", (int)kl, key);
+            if (at < 0) {
+                ds__wbuf_reset(&w);
+                ds__wbuf_cstr(&w, "unknown session");
+                status = DS_K_NOT_FOUND;
+                break;
+            }
+            if (strlen(F.sess[at].key) != kl || memcmp(F.sess[at].key, key, kl) != 0) {
+                ds__wbuf_reset(&w);
+                ds__wbuf_cstr(&w, "session key does not match");
+                status = DS_K_NOT_AUTHORIZED;
+                break;
+            }
+        }
+        ds__wbuf_u64(&w, F.sess[at].id);
         ds__wbuf_u64(&w, want ? ARENA : 0);
         ds__wbuf_u32(&w, INLINE_MAX);
-        ds__wbuf_cstr(&w, "fake");
+        ds__wbuf_cstr(&w, F.worker_id);
         ds__wbuf_u32(&w, (uint32_t)getpid());
-        if (want) pass_fd = F.memfd;
+        if (!F.legacy_hello) {
+            ds__wbuf_u64(&w, 0); /* no shared GET index */
+            ds__wbuf_u32(&w, 0);
+            ds__wbuf_u32(&w, 0);
+            ds__wbuf_cstr(&w, F.sess[at].key);
+        }
+        if (want && sid == 0) pass_fd = F.memfd;
         break;
     }
     case DS_OP_SET: {
@@ -305,6 +351,7 @@ static int setup(void **state)
     (void)state;
     memset(&F, 0, sizeof(F));
     pthread_mutex_init(&F.mu, NULL);
+    snprintf(F.worker_id, sizeof(F.worker_id), "0123456789abcdef");
     char err[256];
     snprintf(F.dir, sizeof(F.dir), "/tmp/ds-fake-XXXXXX");
     assert_non_null(mkdtemp(F.dir));
@@ -610,12 +657,104 @@ static void test_argument_checks(void **state)
     ds_buffer_release(NULL);
 }
 
+/* Makes the pool connection the client holds fail, so that its next call
+ * has to open (join with) a new one. The anchor is left alone. */
+static void drop_pool_connection(ds_client_t *c)
+{
+    atomic_store(&F.mode, FAKE_CLOSE);
+    assert_int_equal(ds_kv_set(c, "x.drop", "v", 1, NULL), DS_K_CLIENT_WORKER_DISCONNECT);
+    atomic_store(&F.mode, FAKE_OK);
+}
+
+static void test_session_key(void **state)
+{
+    (void)state;
+    /* A local client creates its session on the anchor and joins it for the
+     * pool connection: the join carries the key the worker gave. */
+    ds_client_t *c = connect_fake(DS_TRANSPORT_AUTO, 0);
+    assert_true(ds_client_is_local(c));
+    pthread_mutex_lock(&F.mu);
+    char key[40];
+    snprintf(key, sizeof(key), "%s", F.sess[(F.nsess - 1) % 64].key);
+    assert_int_equal(strlen(key), 32);
+    assert_string_equal(F.last_join_key, key);
+    pthread_mutex_unlock(&F.mu);
+
+    /* A rejoin after a lost pool connection carries it too. */
+    drop_pool_connection(c);
+    F.last_join_key[0] = '\0';
+    int created = atomic_load(&F.sessions_created);
+    assert_int_equal(ds_kv_set(c, "sk.a", "v", 1, NULL), DS_K_OK);
+    assert_string_equal(F.last_join_key, key);
+    assert_int_equal(atomic_load(&F.sessions_created), created);
+
+    /* A key the worker disputes while the session's anchor is alive is an
+     * error for the call, not a reason to give the session up. */
+    pthread_mutex_lock(&F.mu);
+    F.sess[(F.nsess - 1) % 64].key[0] ^= 1;
+    pthread_mutex_unlock(&F.mu);
+    drop_pool_connection(c);
+    assert_int_equal(ds_kv_set(c, "sk.b", "v", 1, NULL), DS_K_NOT_AUTHORIZED);
+    assert_non_null(strstr(ds_last_error(), "session key does not match"));
+    assert_int_equal(atomic_load(&F.sessions_created), created);
+    pthread_mutex_lock(&F.mu);
+    F.sess[(F.nsess - 1) % 64].key[0] ^= 1;
+    pthread_mutex_unlock(&F.mu);
+    assert_int_equal(ds_kv_set(c, "sk.b", "v", 1, NULL), DS_K_OK);
+    ds_client_close(c);
+
+    /* A worker that sends no key (older than session keys) is joined with
+     * an empty one. */
+    F.legacy_hello = true;
+    c = connect_fake(DS_TRANSPORT_AUTO, 0);
+    assert_true(ds_client_is_local(c));
+    assert_string_equal(F.last_join_key, "");
+    assert_int_equal(ds_kv_set(c, "sk.c", "v", 1, NULL), DS_K_OK);
+    ds_client_close(c);
+    F.legacy_hello = false;
+}
+
+static void test_worker_identity(void **state)
+{
+    (void)state;
+    ds_client_t *c = connect_fake(DS_TRANSPORT_AUTO, 0);
+    assert_int_equal(ds_kv_set(c, "wi.k", "v1", 2, NULL), DS_K_OK);
+    int created = atomic_load(&F.sessions_created);
+    int hellos = atomic_load(&F.hellos);
+
+    /* The worker comes back as another identity that still accepts the old
+     * session id and key (as a worker reusing ids could): the client must
+     * not keep using a session across identities, and starts a new one. */
+    pthread_mutex_lock(&F.mu);
+    snprintf(F.worker_id, sizeof(F.worker_id), "fedcba9876543210");
+    pthread_mutex_unlock(&F.mu);
+    drop_pool_connection(c);
+    void *v = NULL;
+    size_t len = 0;
+    assert_int_equal(ds_kv_get(c, "wi.k", 0, &v, &len), DS_K_OK);
+    assert_int_equal(len, 2);
+    assert_memory_equal(v, "v1", 2);
+    ds_free(v);
+    assert_int_equal(atomic_load(&F.sessions_created), created + 1);
+    /* the join the new identity answered (dropped), the new session's anchor
+     * and its pool connection */
+    assert_int_equal(atomic_load(&F.hellos), hellos + 3);
+    assert_true(ds_client_is_local(c));
+
+    /* Same identity again: joins keep the session. */
+    drop_pool_connection(c);
+    assert_int_equal(ds_kv_set(c, "wi.k", "v2", 2, NULL), DS_K_OK);
+    assert_int_equal(atomic_load(&F.sessions_created), created + 1);
+    ds_client_close(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_remote_roundtrip), cmocka_unit_test(test_remote_create_publish),
         cmocka_unit_test(test_local_paths),      cmocka_unit_test(test_failures),
-        cmocka_unit_test(test_argument_checks),
+        cmocka_unit_test(test_argument_checks),  cmocka_unit_test(test_session_key),
+        cmocka_unit_test(test_worker_identity),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
