@@ -357,17 +357,20 @@ static void test_pipelined_in_order(void **state)
 }
 
 /* While 4 connections wait on a key, another pipelines GET-wait + SET of it
- * and closes (shutdown + close) right after its write; then a setter sets
- * the key. Its SET may or may not have run, so each wait gets "x" or "c";
- * the setter is answered; the worker survives. 10 rounds, alternating TCP
- * and Unix for the closer. */
+ * and closes (shutdown + close) right after its write, and a setter sets the
+ * key: in half the rounds just after the close, in the other half just
+ * before it (so the publish finds the closer parked, with its SET still
+ * unread, and its hang-up comes while it resumes). The closer's SET may or
+ * may not have run, so each wait gets "x" or "c"; the setter is answered;
+ * the worker survives. 12 rounds, alternating TCP and Unix for the closer. */
 static void test_pipelined_then_close(void **state)
 {
     (void)state;
-    enum { NW = 4, ROUNDS = 10 };
+    enum { NW = 4, ROUNDS = 12 };
     int bad = 0;
     const char *legal[] = {"x", "c"};
-    printf("# %d rounds: %d waiters; a closer pipelines GET-wait + SET and closes; SET k=c\n",
+    printf("# %d rounds: %d waiters; a closer pipelines GET-wait + SET and closes; SET k=c "
+           "after (even rounds) or before (odd rounds) the close\n",
            ROUNDS, NW);
     for (int r = 0; r < ROUNDS && worker_alive(); r++) {
         char key[32];
@@ -379,16 +382,21 @@ static void test_pipelined_then_close(void **state)
             wid[i] = hr_get(&w[i], key, 3000, 0);
             assert_int_equal(hr_flush(&w[i]), 0);
         }
-        assert_int_equal(hr_open_hello(&x, &W, r % 2 == 0), 0);
-        assert_int_equal(hr_open_hello(&s, &W, r % 2 == 1), 0);
+        bool set_first = r % 2 == 1;
+        assert_int_equal(hr_open_hello(&x, &W, (r / 2) % 2 == 0), 0);
+        assert_int_equal(hr_open_hello(&s, &W, (r / 2) % 2 == 1), 0);
         usleep(50000);
         (void)hr_get(&x, key, 3000, 0);
         (void)hr_set(&x, key, "x");
         assert_int_equal(hr_flush(&x), 0);
+        uint64_t sid = hr_set(&s, key, "c");
+        if (set_first) {
+            usleep(20000); /* the closer is parked, its SET unread */
+            assert_int_equal(hr_flush(&s), 0);
+        }
         shutdown(x.fd, SHUT_RDWR);
         hr_close(&x);
-        uint64_t sid = hr_set(&s, key, "c");
-        assert_int_equal(hr_flush(&s), 0);
+        if (!set_first) assert_int_equal(hr_flush(&s), 0);
         uint64_t dl = ds__now_ms() + 5000;
         char v[64], line[256];
         int n = snprintf(line, sizeof(line), "#   round %d: waiters", r);
