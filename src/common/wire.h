@@ -82,9 +82,12 @@
  * STATS   req: (empty)                    resp: str err, str json
  * SHUTDOWN req: (empty)                   resp: str err  (accepted on the Unix socket only)
  *
- * Cluster (worker to worker; see src/worker/cluster.c):
- * LOCATE  req: i32 wait_ms, n, n*key      (to the key's owner; waits until every key is known)
- *         resp: str err, n, n*(u8 found, u64 size, u64 version, str location)
+ * Cluster (worker to worker; see src/worker/cluster/cluster_int.h):
+ * LOCATE  req: i32 wait_ms, u32 inline_max, n, n*key
+ *         (to the key's owner; waits until every key is known, up to wait_ms)
+ *         resp: str err, n, n*(u8 found, u64 size, u64 version, str location, str value)
+ *         value: the bytes themselves when the owner holds that version and they fit
+ *         in what is left of inline_max (at most DS_LOCATE_INLINE_MAX), else empty
  * META_PUT req: str location, u8 only_if_unknown, n, n*(key, u64 size, u64 version)
  *         resp: str err, n, n*u32 status  (after superseded copies elsewhere were dropped)
  *         only_if_unknown=1 (a re-registration): a key with a copy elsewhere is left

@@ -1,7 +1,7 @@
 /* The TLSF arena allocator: sizes and alignment, exhaustion, coalescing, the
  * exactness of "largest_free", and a long seeded random workload with the
  * invariant checker run after every step plus fragmentation bounds. */
-#include "worker/alloc.h"
+#include "worker/store/alloc.h"
 
 #include <setjmp.h>
 #include <stdarg.h>

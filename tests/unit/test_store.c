@@ -2,7 +2,7 @@
  * readers keeping superseded bytes, NX, delete, clock eviction (and what it
  * must never evict), TTL expiry, a million keys with the measured per-key
  * memory overhead, and the arena's pre-faulting. */
-#include "worker/store.h"
+#include "worker/store/store.h"
 
 #include <malloc.h>
 #include <setjmp.h>

@@ -587,7 +587,8 @@ int ds__cluster_init(ds_server_t *srv, char *err, size_t err_cap)
     cl->etcd_range = ds__etcd_new(srv->cfg.etcd_address, err, err_cap);
     cl->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (!cl->peers || !cl->links || !cl->meta || !cl->etcd_watch || !cl->etcd_range ||
-        cl->efd < 0 || ds__loop_add(srv->net.loop, &cl->eio, cl->efd, EPOLLIN, on_eventfd, cl) != 0) {
+        cl->efd < 0 ||
+        ds__loop_add(srv->net.loop, &cl->eio, cl->efd, EPOLLIN, on_eventfd, cl) != 0) {
         snprintf(err, err_cap, "cannot set up the cluster: %s", strerror(errno));
         return -1;
     }

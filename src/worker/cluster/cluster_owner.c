@@ -119,8 +119,7 @@ static void op_locate(ds_server_t *srv, ds_req_t *r)
     for (uint32_t i = 0; tagged && i < n; i++) {
         const char *loc;
         uint64_t size, version;
-        if (ds__meta_find(ds__cluster_meta(srv), keys[i], lens[i], &loc, &size, &version))
-            continue;
+        if (ds__meta_find(ds__cluster_meta(srv), keys[i], lens[i], &loc, &size, &version)) continue;
         tagged[off] = LOCATE_TAG;
         memcpy(tagged + off + 1, keys[i], lens[i]);
         keys[nm] = tagged + off;

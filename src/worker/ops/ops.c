@@ -196,8 +196,7 @@ static void op_get(ds_server_t *srv, ds_req_t *r)
     }
     if (timeout < 0) {
         free(keys);
-        ds__req_error(r, DS_K_INVALID, "sub_timeout_ms %d is negative",
-                           timeout);
+        ds__req_error(r, DS_K_INVALID, "sub_timeout_ms %d is negative", timeout);
         return;
     }
     for (uint32_t i = 0; i < n; i++) {
@@ -345,8 +344,8 @@ static void op_genkey(ds_server_t *srv, ds_req_t *r)
     uint32_t pl = ds__rbuf_str(&rb, &prefix);
     char msg[256];
     if (rb.err || pl > DS_MAX_KEY_LEN - 40) {
-        ds__req_error(r, DS_K_INVALID,
-                           "prefix is malformed or longer than %d bytes", DS_MAX_KEY_LEN - 40);
+        ds__req_error(r, DS_K_INVALID, "prefix is malformed or longer than %d bytes",
+                      DS_MAX_KEY_LEN - 40);
         return;
     }
     if (pl > 0 && ds__key_check(prefix, pl, msg, sizeof(msg)) != 0) {

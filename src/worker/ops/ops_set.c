@@ -93,10 +93,10 @@ typedef struct {
     ds_server_t *srv;
     uint32_t n;
     uint8_t existence;
-    ds_obj_t **pend;    /* reserved objects, one per key (NULL where it failed) */
-    uint32_t *status;   /* per key */
-    ds_sink_t *sinks;   /* where each value's bytes go */
-    char err[256];      /* the first failure's message */
+    ds_obj_t **pend;  /* reserved objects, one per key (NULL where it failed) */
+    uint32_t *status; /* per key */
+    ds_sink_t *sinks; /* where each value's bytes go */
+    char err[256];    /* the first failure's message */
 } set_t;
 
 static void set_free(set_t *s)
@@ -137,8 +137,8 @@ static void set_finish(void *ctx, ds_req_t *r)
             snprintf(s->err, sizeof(s->err), "key '%s' already exists (NX)", o->key);
         }
     }
-    ds__ops_answer_published(srv, r, published, s->status, s->n,
-                             s->existence == DS_EXISTENCE_NX, s->err);
+    ds__ops_answer_published(srv, r, published, s->status, s->n, s->existence == DS_EXISTENCE_NX,
+                             s->err);
     free(published);
     set_free(s);
 }
@@ -202,8 +202,7 @@ void ds__ops_set(ds_server_t *srv, ds_req_t *r)
             st = DS_K_INVALID;
         } else {
             st = ds__store_reserve(srv->store, kp[i], kl[i], s->sinks[i].len,
-                                   (ds_write_mode_t)wh.mode, wh.ttl, &s->pend[i], msg,
-                                   sizeof(msg));
+                                   (ds_write_mode_t)wh.mode, wh.ttl, &s->pend[i], msg, sizeof(msg));
         }
         s->status[i] = (uint32_t)st;
         if (st == DS_K_OK)

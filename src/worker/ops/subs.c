@@ -107,10 +107,8 @@ static void heap_down(ds_subs_t *ss, uint32_t i)
 {
     for (;;) {
         uint32_t l = 2 * i + 1, r = l + 1, m = i;
-        if (l < ss->n && ss->heap[l]->deadline_ms < ss->heap[m]->deadline_ms)
-            m = l;
-        if (r < ss->n && ss->heap[r]->deadline_ms < ss->heap[m]->deadline_ms)
-            m = r;
+        if (l < ss->n && ss->heap[l]->deadline_ms < ss->heap[m]->deadline_ms) m = l;
+        if (r < ss->n && ss->heap[r]->deadline_ms < ss->heap[m]->deadline_ms) m = r;
         if (m == i) return;
         heap_swap(ss, i, m);
         i = m;
