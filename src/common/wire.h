@@ -82,7 +82,7 @@
  * STATS   req: (empty)                    resp: str err, str json
  * SHUTDOWN req: (empty)                   resp: str err  (accepted on the Unix socket only)
  *
- * Cluster (worker to worker; see src/worker/cluster.c):
+ * Cluster (worker to worker; see src/worker/cluster/):
  * LOCATE  req: i32 wait_ms, n, n*key      (to the key's owner; waits until every key is known)
  *         resp: str err, n, n*(u8 found, u64 size, u64 version, str location)
  * META_PUT req: str location, u8 only_if_unknown, n, n*(key, u64 size, u64 version)

@@ -1,5 +1,5 @@
 /* The message layouts documented per opcode in src/common/wire.h, read with
- * the same ds__rbuf calls the worker (src/worker/ops.c) and the client make,
+ * the same ds__rbuf calls the worker (src/worker/ops/ops.c) and the client make,
  * for the fuzz targets. Each parse copies every field it reads into a
  * ds_wbuf_t with the matching writer, so a caller can check that the codec
  * round-trips: a message that parses completely must re-encode to the very
