@@ -43,7 +43,7 @@
 extern "C" {
 #endif
 
-/* Limits (DESIGN.md section 3). */
+/* Limits (docs/design.md section 3). */
 #define DS_MAX_KEY_LEN 1024
 #define DS_MAX_BATCH 10000
 #define DS_MAX_EXIST_BATCH 100000

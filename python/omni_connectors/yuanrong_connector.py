@@ -1,12 +1,12 @@
 """YuanrongConnector: stage-to-stage payloads through the datasystem.
 
-The spec (shared/spec/YuanrongConnector.md) in short: the producer ``put``s a
+The spec (docs/spec/YuanrongConnector.md) in short: the producer ``put``s a
 serialized payload under ``{request_id}:{from_stage}_{to_stage}`` with write
 mode NONE_L2_CACHE_EVICT; the consumer rebuilds the key and ``get``s it with
 one subscribe-get that waits up to ``get_sub_timeout_ms``. No metadata travels
 besides the key.
 
-Beyond the spec, as DESIGN.md section 7 asks:
+Beyond the spec, as docs/design.md section 7 asks:
 
 * ``cleanup(request_id)`` deletes the keys this connector wrote (and read) for
   that request on every edge;

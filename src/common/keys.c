@@ -1,4 +1,4 @@
-/* Key rules (DESIGN.md section 3): 1..1024 bytes of [a-zA-Z0-9.-_!@#%^*()+=:;]. */
+/* Key rules (docs/design.md section 3): 1..1024 bytes of [a-zA-Z0-9.-_!@#%^*()+=:;]. */
 #include "common/keys.h"
 
 #include "common/error.h"

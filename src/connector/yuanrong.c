@@ -1,5 +1,5 @@
 /* YuanrongConnector: stage payloads through a datasystem worker, as
- * shared/spec/YuanrongConnector.md designs it.
+ * docs/spec/YuanrongConnector.md designs it.
  *
  *   extra            host ("127.0.0.1"), port (35001), get_sub_timeout_ms (1000;
  *                    0 = do not wait); optionally connect_timeout_ms,
@@ -12,7 +12,7 @@
  *                    DS_K_NOT_FOUND is the spec's None
  *   close            releases the client handle only
  *
- * Beyond the spec (DESIGN.md section 7): cleanup(request_id) deletes the
+ * Beyond the spec (docs/design.md section 7): cleanup(request_id) deletes the
  * request's keys on every edge this connector wrote or read (keytrack.h), so
  * either end may call it; raw bytes and tensors skip the serializer and are
  * written in place into a zero-copy buffer, and a consumer reads every

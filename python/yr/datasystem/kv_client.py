@@ -36,7 +36,7 @@ MAX_FAST_TRANSPORT_MEM_SIZE = 2 * 1024 * 1024 * 1024
 
 
 class WriteMode(IntEnum):
-    """Reliability of an object (DESIGN.md section 3)."""
+    """Reliability of an object (docs/design.md section 3)."""
 
     NONE_L2_CACHE = 0
     WRITE_THROUGH_L2_CACHE = 1
