@@ -207,6 +207,17 @@ static void test_bad_input(void **state)
         p.write_mode = DS_WRITE_THROUGH_L2_CACHE;
         assert_int_equal(ds_kv_set(c, "l2-key", "x", 1, &p), DS_K_INVALID);
         assert_non_null(strstr(ds_last_error(), "L2"));
+        /* ... and for several keys: each key gets the refusal, the
+         * connection stays usable (it used to read as a malformed answer) */
+        const char *mk[3] = {"l2-a", "l2-b", "l2-c"};
+        const void *mv[3] = {"1", "22", "333"};
+        size_t ml[3] = {1, 2, 3};
+        ds_status_t mst[3] = {DS_K_OK, DS_K_OK, DS_K_OK};
+        assert_int_equal(ds_kv_mset(c, 3, mk, mv, ml, &p, mst), DS_K_INVALID);
+        for (int i = 0; i < 3; i++)
+            assert_int_equal(mst[i], DS_K_INVALID);
+        assert_null(strstr(ds_last_error(), "malformed"));
+        assert_int_equal(ds_kv_mset(c, 3, mk, mv, ml, NULL, mst), DS_K_OK);
         /* oversized batches */
         size_t n = DS_MAX_BATCH + 1;
         const char **keys = malloc(n * sizeof(*keys));

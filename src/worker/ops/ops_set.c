@@ -81,11 +81,12 @@ void ds__ops_answer_published(ds_server_t *srv, ds_req_t *r, ds_obj_t **publishe
 
 /* ---- SET ---- */
 
-/* The whole SET fails: one status (the client reads a status list). */
+/* The whole SET fails: an answer with only the message, which the client
+ * applies to every key of the request (a status list would have to match
+ * the request's key count, which a malformed request may not say). */
 static void refuse(ds_req_t *r, ds_status_t st, const char *msg)
 {
-    uint32_t s = (uint32_t)st;
-    ds__ops_reply_statuses(r, &s, 1, msg);
+    ds__req_error(r, st, "%s", msg);
 }
 
 /* A SET between its metadata and its last data byte. */
