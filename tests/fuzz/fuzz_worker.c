@@ -404,10 +404,10 @@ static void print_trace(uint32_t chunk, uint8_t ctl, size_t len)
 {
     const ds_net_counters_t *k = &srv.net.ctr;
     fprintf(stderr,
-            "fuzz_worker: chunk %u (conn %u, %zu bytes%s): conns %u waits %u subscribed %u; "
-            "requests get %llu set %llu del %llu\n",
+            "fuzz_worker: chunk %u (conn %u, %zu bytes%s): conns %u sessions %u waits %u "
+            "subscribed %u; requests get %llu set %llu del %llu\n",
             chunk, (ctl & 3u) % nclients, len, (ctl & 4) ? ", closed" : "", srv.net.nconns,
-            srv.subs.n, srv.subs.count, (unsigned long long)k->ops[DS_OP_GET],
+            srv.net.nsessions, srv.subs.n, srv.subs.count, (unsigned long long)k->ops[DS_OP_GET],
             (unsigned long long)k->ops[DS_OP_SET], (unsigned long long)k->ops[DS_OP_DEL]);
     for (uint32_t i = 0; i < nclients; i++) {
         const reader_t *rd = &clients[i].rd;
