@@ -50,6 +50,64 @@ def set_meta(kv, mode=0, ttl=0, nx=0):
         b"".join(s(k) + u64(len(v)) for k, v in kv)
 
 
+def worker_input(nconn, hello=0xF, shm=0, tcp=0, join=0, fire_end=False, chunks=()):
+    """A fuzz_worker input: nconn connections, bit i of each mask for connection i."""
+    return u8((nconn - 1) | (4 if fire_end else 0)) + u8(hello | shm << 4) + u8(tcp | join << 4) + \
+        b"".join(chunks)
+
+
+def chunk(conn, data, close=False, fire=False, same_turn=False):
+    ctl = conn | (4 if close else 0) | (8 if fire else 0) | (16 if same_turn else 0)
+    return u8(ctl) + struct.pack("<H", len(data)) + data
+
+
+def worker_multi_seeds():
+    """Several connections: a publish on one ends waits parked by others
+    whose connections have requests pipelined behind the wait. The first is
+    the use-after-free the request layer fixed: C's SET completes A's wait,
+    A's pipelined SET then published k again from inside C's publish and
+    freed B's wait, which C's publish still walked."""
+    k = [b"k"]
+    wait = frame("GET", i32(100000) + u8(0) + keys(k), req=2)
+    wait2 = frame("GET", i32(100000) + u8(0) + keys([b"k", b"j"]), req=3)
+    set_k = frame("SET", set_meta([(b"k", b"v1")]), b"v1", req=4)
+    set_j = frame("SET", set_meta([(b"j", b"jj")]), b"jj", req=5)
+    get_k = frame("GET", i32(0) + u8(0) + keys(k), req=6)
+    del_k = frame("DEL", keys(k), req=7)
+    create = frame("CREATE", set_meta([(b"zc", b"0" * 4096)]), req=8)
+    health = frame("HEALTH", req=9)
+    A, B, C, D = 0, 1, 2, 3
+    return {
+        "multi_wait_pipelined_set": worker_input(3, chunks=[
+            chunk(B, wait), chunk(A, wait + set_k), chunk(C, set_k)]),
+        "multi_wait_pipelined_set_tcp": worker_input(3, tcp=0b101, chunks=[
+            chunk(B, wait), chunk(A, wait + set_k), chunk(C, set_k)]),
+        "multi_wait_pipelined_same_turn": worker_input(3, chunks=[
+            chunk(B, wait), chunk(A, wait + set_k, same_turn=True), chunk(C, set_k)]),
+        "multi_waiters": worker_input(4, tcp=0b1000, chunks=[
+            chunk(B, wait), chunk(D, wait + get_k), chunk(A, wait + set_k + get_k),
+            chunk(B, wait), chunk(C, set_k)]),
+        "multi_wait_del_get": worker_input(3, chunks=[
+            chunk(B, wait + del_k + get_k), chunk(A, wait + del_k + get_k + set_k + wait),
+            chunk(C, set_k), chunk(C, del_k + set_k)]),
+        "multi_wait_two_keys": worker_input(3, chunks=[
+            chunk(B, wait2), chunk(A, wait + set_j + set_k), chunk(C, set_k)]),
+        "multi_close_after_pipeline": worker_input(3, chunks=[
+            chunk(B, wait), chunk(A, wait + set_k + del_k, close=True), chunk(C, set_k)]),
+        "multi_close_same_turn": worker_input(3, chunks=[
+            chunk(B, wait), chunk(A, wait + set_k, close=True, same_turn=True),
+            chunk(C, set_k)]),
+        "multi_close_mid_frame": worker_input(3, chunks=[
+            chunk(B, wait), chunk(A, wait + set_k[:40], close=True), chunk(C, set_k),
+            chunk(A, wait + set_k), chunk(C, set_k)]),
+        "multi_wait_expire": worker_input(2, chunks=[
+            chunk(B, wait), chunk(A, wait + set_k + get_k, fire=True), chunk(B, get_k)]),
+        "multi_session_join": worker_input(2, hello=0b11, shm=0b01, join=0b10, chunks=[
+            chunk(A, create), chunk(B, wait + health), chunk(A, set_k, close=True),
+            chunk(B, get_k)]),
+    }
+
+
 REQUESTS = {
     "hello": frame("HELLO", hello(1)),
     "hello_join": frame("HELLO", hello(0, sid=0x9e3779b97f4a7c15, key=b"00112233445566778899aabbccddeeff")),
@@ -102,23 +160,29 @@ def write(target, name, data):
 def main():
     for name, data in {**REQUESTS, **RESPONSES}.items():
         write("fuzz_wire", name, data)
-    # fuzz_worker: control byte (1 = HELLO first, 2 = ask for the arena,
-    # 4 = TCP, 8 = fire deadlines) then a request stream.
+    # fuzz_worker: three setup bytes (connections - 1 and fire-at-end; HELLO
+    # and want-arena bits; TCP and join-session bits), then chunks: a control
+    # byte (connection, close after, fire deadlines after, no loop turn after),
+    # a u16 length and the bytes (see fuzz_worker.c).
     r = REQUESTS
-    write("fuzz_worker", "set_get", b"\x01" + r["set"] + r["get"] + r["exist"] + r["qsize"])
-    write("fuzz_worker", "local_create", b"\x03" + r["create"] + r["publish"] + r["get_pin"] +
-          r["release"])
-    write("fuzz_worker", "tcp_mixed", b"\x05" + r["set_ttl_nx"] + r["expire"] + r["del"] +
-          r["genkey"] + r["health"] + r["stats"])
-    write("fuzz_worker", "wait", b"\x09" + r["get_wait"] + r["set"])
-    write("fuzz_worker", "wait_expire", b"\x0b" + frame("GET", i32(100000) + u8(1) +
-          keys([b"never"])))
-    write("fuzz_worker", "raw_hello", b"\x00" + r["hello"] + r["set"])
-    write("fuzz_worker", "half_set", b"\x01" + r["set"][:-3])
-    write("fuzz_worker", "bad_first", b"\x00" + r["get"])
-    write("fuzz_worker", "cluster_ops", b"\x01" + r["locate"] + r["meta_put"] + r["meta_del"] +
-          r["drop"])
-    write("fuzz_worker", "shutdown", b"\x03" + r["shutdown"] + r["health"])
+    for name, (ctl, stream) in {
+        "set_get": (1, r["set"] + r["get"] + r["exist"] + r["qsize"]),
+        "local_create": (3, r["create"] + r["publish"] + r["get_pin"] + r["release"]),
+        "tcp_mixed": (5, r["set_ttl_nx"] + r["expire"] + r["del"] + r["genkey"] + r["health"] +
+                      r["stats"]),
+        "wait": (9, r["get_wait"] + r["set"]),
+        "wait_expire": (11, frame("GET", i32(100000) + u8(1) + keys([b"never"]))),
+        "raw_hello": (0, r["hello"] + r["set"]),
+        "half_set": (1, r["set"][:-3]),
+        "bad_first": (0, r["get"]),
+        "cluster_ops": (1, r["locate"] + r["meta_put"] + r["meta_del"] + r["drop"]),
+        "shutdown": (3, r["shutdown"] + r["health"]),
+    }.items():
+        write("fuzz_worker", name, worker_input(1, hello=ctl & 1, shm=(ctl >> 1) & 1,
+                                                tcp=(ctl >> 2) & 1, fire_end=bool(ctl & 8),
+                                                chunks=[chunk(0, stream)]))
+    for name, data in worker_multi_seeds().items():
+        write("fuzz_worker", name, data)
 
     for fn in sorted(os.listdir(DATA)):
         if fn.endswith((".yaml", ".yml")):
