@@ -364,7 +364,6 @@ static void protocol_error(ds_conn_t *c, const char *msg)
     uint16_t op = ds__opcode_name(c->h.opcode) ? c->h.opcode : DS_OP_HELLO;
     char full_msg[320];
     snprintf(full_msg, sizeof(full_msg), "protocol error: %s", msg);
-    c->h.opcode = op;
     reply_err(c, op, DS_K_INVALID, full_msg);
 }
 
