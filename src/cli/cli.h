@@ -78,5 +78,15 @@ int cli_cmd_start(const cli_cmd_t *cmd, const cli_args_t *a);
 int cli_cmd_stop(const cli_cmd_t *cmd, const cli_args_t *a);
 int cli_cmd_status(const cli_cmd_t *cmd, const cli_args_t *a);
 int cli_cmd_query_cluster(const cli_cmd_t *cmd, const cli_args_t *a);
+int cli_cmd_generate_config(const cli_cmd_t *cmd, const cli_args_t *a);
+
+/* config.c: Yuanrong-style worker configuration files (start -f). Loads
+ * path into out: a copy of a whose worker flags are the file's entries
+ * (--flag=value) followed by a's own, and whose dscli values (worker_address,
+ * auth_token_file, log_dir) come from the file where a has none. home_dir
+ * (NULL = none) replaces a leading "./" in the file's values. 0, or -1 with a
+ * message. */
+int cli_config_merge(const cli_cmd_t *cmd, const cli_args_t *a, const char *path,
+                     const char *home_dir, cli_args_t *out, char *err, size_t err_cap);
 
 #endif

@@ -7,6 +7,11 @@
 
 static const cli_flag_t start_flags[] = {
     {"worker", 'w', false, false, NULL, "start a worker (the only kind dscli starts)"},
+    {"config_path", 'f', true, false, NULL,
+     "start the worker from a Yuanrong-style JSON configuration file (see generate_config)"},
+    {"worker_config_path", 'W', true, false, NULL, "the same as --config_path"},
+    {"datasystem_home_dir", 'd', true, false, NULL,
+     "with -f: put the file's relative paths (./...) under this directory"},
     {"worker_address", 0, true, true, CLI_DEFAULT_WORKER_ADDRESS, "host:port the worker serves on"},
     {"etcd_address", 0, true, true, NULL, "etcd host:port; omit for a standalone worker"},
     {"shared_memory_size_mb", 0, true, true, "1024", "size of the worker's shared memory, MiB"},
@@ -15,10 +20,14 @@ static const cli_flag_t start_flags[] = {
      "/tmp/yr-datasystem-<uid>)"},
     {"auth_token_file", 0, true, true, NULL,
      "file with the shared secret the worker requires of TCP clients"},
-    {"log_dir", 0, true, false, NULL,
+    {"log_dir", 0, true, true, NULL,
      "where the worker's log goes (default <socket dir>/logs); file worker-<host>-<port>.log"},
     {"timeout", 't', true, false, CLI_DEFAULT_TIMEOUT_S,
      "seconds to wait for the worker to answer before giving up"},
+};
+
+static const cli_flag_t generate_config_flags[] = {
+    {"output_path", 'o', true, false, ".", "directory to write worker_config.json to"},
 };
 
 static const cli_flag_t stop_flags[] = {
@@ -44,8 +53,12 @@ static const cli_flag_t query_cluster_flags[] = {
 static const cli_cmd_t commands[] = {
     {"start", "Start a datasystem worker in the background and wait until it serves.",
      "dscli start -w --worker_address H:P [--etcd_address E:P] --shared_memory_size_mb N "
+     "[--worker_flag V ...] [-t SECONDS]\n       dscli start -f worker_config.json [-d DIR] "
      "[--worker_flag V ...] [-t SECONDS]",
      ROWS(start_flags), true, cli_cmd_start},
+    {"generate_config",
+     "Write worker_config.json (Yuanrong's format) with this worker's flags and defaults.",
+     "dscli generate_config [-o DIR]", ROWS(generate_config_flags), false, cli_cmd_generate_config},
     {"stop", "Ask the worker on this host to shut down and wait until it has exited.",
      "dscli stop --worker_address H:P [-t SECONDS]", ROWS(stop_flags), false, cli_cmd_stop},
     {"status", "Print the worker's statistics as JSON.", "dscli status --worker_address H:P",

@@ -7,6 +7,7 @@
  * the slowest part of starting. */
 #include "cli/cli.h"
 
+#include "common/log.h"
 #include "common/net.h"
 #include "datasystem/kv_client.h"
 
@@ -118,19 +119,6 @@ static int read_token(const char *file, char *out, size_t cap)
     return 0;
 }
 
-static int mkdirs(const char *dir)
-{
-    char p[PATH_MAX];
-    snprintf(p, sizeof(p), "%s", dir);
-    for (char *s = p + 1; *s; s++) {
-        if (*s != '/') continue;
-        *s = '\0';
-        if (mkdir(p, 0700) != 0 && errno != EEXIST) return -1;
-        *s = '/';
-    }
-    return mkdir(p, 0700) != 0 && errno != EEXIST ? -1 : 0;
-}
-
 static void sleep_ms(long ms)
 {
     struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
@@ -159,6 +147,17 @@ int cli_cmd_start(const cli_cmd_t *cmd, const cli_args_t *a)
 {
     char host[256], err[512];
     int port;
+    const char *config = cli_value(cmd, a, "config_path");
+    if (config == NULL) config = cli_value(cmd, a, "worker_config_path");
+    static cli_args_t merged;
+    if (config != NULL) {
+        if (cli_config_merge(cmd, a, config, cli_value(cmd, a, "datasystem_home_dir"), &merged, err,
+                             sizeof(err)) != 0) {
+            fprintf(stderr, "dscli start: -f: %s\n", err);
+            return CLI_EXIT_USAGE;
+        }
+        a = &merged;
+    }
     const char *addr = cli_value(cmd, a, "worker_address");
     if (ds__parse_hostport(addr, host, sizeof(host), &port, err, sizeof(err)) != 0) {
         fprintf(stderr, "dscli start: --worker_address: %s\n", err);
@@ -197,13 +196,12 @@ int cli_cmd_start(const cli_cmd_t *cmd, const cli_args_t *a)
         ds__default_socket_dir(sock, sizeof(sock));
         snprintf(logdir, sizeof(logdir), "%s/logs", sock);
     }
-    if ((size_t)snprintf(logfile, sizeof(logfile), "%s/worker-%s-%d.log", logdir, host, port) >=
-        sizeof(logfile)) {
+    if (ds__log_path(logdir, host, port, logfile, sizeof(logfile)) != 0) {
         fprintf(stderr, "dscli start: the log path under %s is too long\n", logdir);
         return CLI_EXIT_USAGE;
     }
     int logfd = -1;
-    if (mkdirs(logdir) != 0 ||
+    if (ds__mkdirs(logdir) != 0 ||
         (logfd = open(logfile, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600)) < 0) {
         fprintf(stderr, "dscli start: cannot open the log %s: %s\n", logfile, strerror(errno));
         return CLI_EXIT_FAIL;

@@ -2,9 +2,13 @@
  * processes sharing a log file do not interleave. */
 #include "common/log.h"
 
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
@@ -46,4 +50,50 @@ void ds__log(ds_log_level_t level, const char *fmt, ...)
     line[n++] = '\n';
     ssize_t w = write(STDERR_FILENO, line, (size_t)n);
     (void)w;
+}
+
+int ds__mkdirs(const char *dir)
+{
+    char p[PATH_MAX];
+    if ((size_t)snprintf(p, sizeof(p), "%s", dir) >= sizeof(p)) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    for (char *s = p + 1; *s; s++) {
+        if (*s != '/') continue;
+        *s = '\0';
+        if (mkdir(p, 0700) != 0 && errno != EEXIST) return -1;
+        *s = '/';
+    }
+    return mkdir(p, 0700) != 0 && errno != EEXIST ? -1 : 0;
+}
+
+int ds__log_path(const char *dir, const char *host, int port, char *out, size_t cap)
+{
+    int n = snprintf(out, cap, "%s/worker-%s-%d.log", dir, host, port);
+    return n < 0 || (size_t)n >= cap ? -1 : 0;
+}
+
+int ds__log_to_dir(const char *dir, const char *host, int port, char *err, size_t err_cap)
+{
+    char path[PATH_MAX];
+    if (ds__log_path(dir, host, port, path, sizeof(path)) != 0) {
+        snprintf(err, err_cap, "--log_dir: the log path under %s is too long", dir);
+        return -1;
+    }
+    int fd = -1;
+    if (ds__mkdirs(dir) != 0 || (fd = open(path, O_WRONLY | O_CREAT | O_APPEND, 0600)) < 0) {
+        snprintf(err, err_cap, "--log_dir: cannot open %s: %s", path, strerror(errno));
+        return -1;
+    }
+    fflush(NULL);
+    int ok = dup2(fd, STDOUT_FILENO) >= 0 && dup2(fd, STDERR_FILENO) >= 0;
+    int saved = errno;
+    close(fd);
+    if (!ok) {
+        snprintf(err, err_cap, "--log_dir: cannot redirect the log to %s: %s", path,
+                 strerror(saved));
+        return -1;
+    }
+    return 0;
 }

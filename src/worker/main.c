@@ -2,6 +2,9 @@
  * SHUTDOWN request, exits 0 on a clean stop and 1 with a message otherwise. */
 #include "worker/core/server.h"
 
+#include "common/log.h"
+#include "common/net.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -15,6 +18,18 @@ int main(int argc, char **argv)
         fprintf(stderr, "datasystem_worker: %s\n", err);
         return 2;
     }
+    /* The log file first, so that everything after, warnings included, lands there. */
+    if (cfg.log_dir[0]) {
+        char host[256];
+        int port;
+        if (ds__parse_hostport(cfg.worker_address, host, sizeof(host), &port, err, sizeof(err)) !=
+                0 ||
+            ds__log_to_dir(cfg.log_dir, host, port, err, sizeof(err)) != 0) {
+            fprintf(stderr, "datasystem_worker: %s\n", err);
+            return 2;
+        }
+    }
+    ds__flags_warn_compat(&cfg);
     static ds_server_t srv;
     if (ds__server_init(&srv, &cfg, err, sizeof(err)) != 0) {
         fprintf(stderr, "datasystem_worker: %s\n", err);

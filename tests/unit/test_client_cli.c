@@ -78,11 +78,12 @@ static void test_start_passthrough_and_local_flags(void **state)
     assert_string_equal(cli_value(c, &a, "timeout"), "5");
     assert_string_equal(cli_value(c, &a, "log_dir"), "/tmp/x");
     assert_string_equal(cli_value(c, &a, "unix_socket_dir"), "/tmp/s");
-    /* -t and --log_dir are dscli's own; the rest is forwarded as given. */
-    const char *want[] = {"--max_client_num", "50", "--log_level=debug",
-                          "--unix_socket_dir=/tmp/s"};
-    assert_int_equal(a.nfwd, 4);
-    for (int i = 0; i < 4; i++)
+    /* -t is dscli's own; the rest is forwarded as given (--log_dir too: the
+     * worker writes the same log file dscli names). */
+    const char *want[] = {"--max_client_num", "50",     "--log_level=debug",
+                          "--log_dir",        "/tmp/x", "--unix_socket_dir=/tmp/s"};
+    assert_int_equal(a.nfwd, 6);
+    for (int i = 0; i < 6; i++)
         assert_string_equal(a.fwd[i], want[i]);
     assert_string_equal(cli_value(c, &a, "worker_address"), CLI_DEFAULT_WORKER_ADDRESS);
     assert_false(cli_given(c, &a, "worker_address"));

@@ -161,7 +161,12 @@ int ds__server_init(ds_server_t *srv, const ds_worker_config_t *cfg, char *err, 
     DS_LOG_INFO("worker %s listening on %s:%d and %s, arena %lld MiB, pid %d", srv->worker_id,
                 srv->host, srv->port, srv->sock_path, (long long)cfg->shared_memory_size_mb,
                 (int)getpid());
-    return 0;
+    if (cfg->etcd_address[0])
+        DS_LOG_INFO("node_timeout_s %lld (lease), node_dead_timeout_s %lld (a lapsed lease drops "
+                    "the member at once here)",
+                    (long long)cfg->node_timeout_s, (long long)cfg->node_dead_timeout_s);
+    /* Last: the probe files say the worker is up, so only once it is. */
+    return ds__probe_start(srv, err, err_cap);
 }
 
 void ds__server_stop(ds_server_t *srv)
@@ -178,12 +183,13 @@ void ds__server_run(ds_server_t *srv)
     uint64_t poll_ns = (uint64_t)srv->cfg.busy_poll_us * 1000u, spin_until = 0;
     while (!srv->stopping) {
         uint64_t now = ds__now_ms();
-        uint64_t due[4] = {ds__store_expire_due(srv->store, now), ds__subs_expire(&srv->subs, now),
-                           ds__cluster_tick(srv, now), ds__net_tick(net, now)};
+        uint64_t due[5] = {ds__store_expire_due(srv->store, now), ds__subs_expire(&srv->subs, now),
+                           ds__cluster_tick(srv, now), ds__net_tick(net, now),
+                           ds__probe_tick(srv, now)};
         /* Deadline sweeps may have ended deferred requests. */
         ds__net_after_event(net);
         uint64_t next = 0;
-        for (int i = 0; i < 4; i++)
+        for (int i = 0; i < 5; i++)
             if (due[i] && (next == 0 || due[i] < next)) next = due[i];
         int timeout = -1;
         if (next) {
@@ -204,6 +210,7 @@ void ds__server_run(ds_server_t *srv)
         ds__loop_run_once(net->loop, 10);
         ds__net_free_dead(net);
     }
+    ds__probe_stop(srv);
     DS_LOG_INFO("worker stopped");
 }
 

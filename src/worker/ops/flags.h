@@ -1,33 +1,63 @@
 /* The worker's configuration: one typed table of flags with defaults, help
- * text and limits (flags.c), parsed from the command line. */
+ * text and limits (flags.c), parsed from the command line.
+ *
+ * The table also holds every flag name of Yuanrong Datasystem's worker
+ * (its cli/deploy/conf/worker_config.json): those that mean something here
+ * are typed rows, or aliases of ours (unix_domain_socket_dir); the rest are
+ * "compat" rows, whose values are checked for their type and otherwise
+ * ignored, with one warning each at start (ds__flags_warn_compat). */
 #ifndef DS_WORKER_FLAGS_H
 #define DS_WORKER_FLAGS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+
+#define DS_FLAGS_MAX_COMPAT 256
 
 typedef struct {
     char worker_address[300];
     char etcd_address[1024];
     char unix_socket_dir[200];
     char cluster_name[128];
-    char log_level[16];
+    char log_level[16]; /* after parsing: debug, info, warn or error */
+    char log_dir[512];
+    char liveness_check_path[512];
+    char health_check_path[512];
+    char ready_check_path[512];
     char auth_token_file[512];
     int64_t shared_memory_size_mb;
     int64_t max_client_num;
     int64_t node_timeout_s;
+    int64_t node_dead_timeout_s;
     int64_t heartbeat_interval_ms;
+    int64_t liveness_interval_s;
+    int64_t minloglevel;
+    int64_t v;
     int64_t max_frame_mb;
     int64_t inline_max_kb;
     int64_t index_value_max_kb;
     int64_t busy_poll_us;
     int64_t max_pending_subscriptions;
     int64_t metrics_port;
+    /* Accepted-but-ignored flags given, each once, in the order first given. */
+    const char *compat_given[DS_FLAGS_MAX_COMPAT];
+    int ncompat_given;
 } ds_worker_config_t;
 
-/* Fills defaults, then parses argv ("--name value" or "--name=value").
- * Returns 0; 1 when --help was printed; -1 with a message naming the bad flag. */
+/* Fills defaults, then parses argv ("--name value" or "--name=value"; a
+ * boolean may also stand alone, "--name", meaning true). Returns 0; 1 when
+ * --help was printed; -1 with a message naming the bad flag. */
 int ds__flags_parse(ds_worker_config_t *cfg, int argc, char **argv, char *err, size_t err_cap);
 void ds__flags_usage(const char *prog);
+/* Logs one warning per accepted-but-ignored flag that was given. */
+void ds__flags_warn_compat(const ds_worker_config_t *cfg);
+/* Writes the worker's own flags with their defaults as a configuration file
+ * in Yuanrong's worker_config.json shape: {"flag": {"value": "...",
+ * "description": "..."}, ...}. Returns 0, or -1 on a write error. */
+int ds__flags_write_config(FILE *f);
+/* True when `name` (without "--") is a flag the worker accepts. */
+bool ds__flags_known(const char *name);
 
 #endif

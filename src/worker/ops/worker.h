@@ -69,6 +69,8 @@ struct ds_server {
     int tcp_fd, unix_fd, sig_fd;
     uint64_t genkey_counter;
     uint64_t start_ms;
+    uint64_t liveness_due_ms; /* next liveness file refresh; 0 = none (core/probe.c) */
+    bool probes_written;      /* this worker wrote probe files, to remove on a clean stop */
     ds_cluster_counters_t cctr;
 };
 
