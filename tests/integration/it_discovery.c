@@ -40,6 +40,29 @@ static ds_client_t *connect_by_address(const dst_worker_t *w, ds_transport_t t, 
     return c;
 }
 
+/* Connects like connect_by_address, with the client's log (stderr) in log. */
+static ds_client_t *connect_logged(const dst_worker_t *w, ds_transport_t t, char *log, size_t cap)
+{
+    char path[64];
+    snprintf(path, sizeof(path), "/tmp/dst-disc-log-%d", (int)getpid());
+    fflush(stderr);
+    int saved = dup(2);
+    FILE *f = fopen(path, "w+");
+    assert_non_null(f);
+    dup2(fileno(f), 2);
+    ds_client_t *c = connect_by_address(w, t, NULL);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    rewind(f);
+    size_t n = fread(log, 1, cap - 1, f);
+    log[n] = '\0';
+    fclose(f);
+    unlink(path);
+    fprintf(stderr, "client log: %s", log);
+    return c;
+}
+
 static void sock_of(const dst_worker_t *w, char *out, size_t cap)
 {
     assert_int_equal(ds__socket_path(w->sockdir, w->host, w->port, out, cap), 0);
@@ -97,13 +120,18 @@ static void test_unreachable_socket_falls_back(void **state)
     sock_of(&w, sock, sizeof(sock));
     snprintf(moved, sizeof(moved), "%s.moved", sock);
     assert_int_equal(rename(sock, moved), 0);
-    ds_client_t *c = connect_by_address(&w, DS_TRANSPORT_AUTO, NULL);
+    char log[4096];
+    ds_client_t *c = connect_logged(&w, DS_TRANSPORT_AUTO, log, sizeof(log));
     assert_non_null(c);
     assert_false(ds_client_is_local(c));
+    /* It says it chose TCP, and why: the socket the worker named. */
+    assert_non_null(strstr(log, "using TCP"));
+    assert_non_null(strstr(log, sock));
     assert_false(big_roundtrip(c, &w, "fallback.big"));
     ds_client_close(c);
     c = connect_by_address(&w, DS_TRANSPORT_LOCAL, NULL);
     assert_null(c);
+    assert_non_null(strstr(ds_last_error(), sock));
     assert_int_equal(rename(moved, sock), 0);
     dst_worker_stop(&w);
 }
@@ -122,9 +150,12 @@ static void test_other_worker_at_the_path(void **state)
     snprintf(saved, sizeof(saved), "%s.saved", sa);
     assert_int_equal(rename(sa, saved), 0);
     assert_int_equal(rename(sb, sa), 0);
-    ds_client_t *c = connect_by_address(&a, DS_TRANSPORT_AUTO, NULL);
+    char log[4096];
+    ds_client_t *c = connect_logged(&a, DS_TRANSPORT_AUTO, log, sizeof(log));
     assert_non_null(c);
     assert_false(ds_client_is_local(c));
+    assert_non_null(strstr(log, "using TCP"));
+    assert_non_null(strstr(log, "another worker"));
     assert_int_equal(ds_kv_set(c, "only.a", "x", 1, NULL), DS_K_OK);
     ds_client_close(c);
     /* The value went to a (over TCP), not to b. */
