@@ -33,12 +33,16 @@ static const cli_flag_t generate_config_flags[] = {
 static const cli_flag_t stop_flags[] = {
     {"worker_address", 0, true, false, CLI_DEFAULT_WORKER_ADDRESS, "host:port of the worker"},
     {"unix_socket_dir", 0, true, false, NULL, "directory of the worker's Unix socket"},
+    {"auth_token_file", 0, true, false, NULL,
+     "file with the worker's shared secret (needed over TCP when it has one)"},
     {"timeout", 't', true, false, CLI_DEFAULT_TIMEOUT_S, "seconds to wait for the worker to exit"},
 };
 
 static const cli_flag_t status_flags[] = {
     {"worker_address", 0, true, false, CLI_DEFAULT_WORKER_ADDRESS, "host:port of the worker"},
     {"unix_socket_dir", 0, true, false, NULL, "directory of the worker's Unix socket"},
+    {"auth_token_file", 0, true, false, NULL,
+     "file with the worker's shared secret (needed over TCP when it has one)"},
     {"timeout", 't', true, false, "10", "seconds to wait for the answer"},
 };
 

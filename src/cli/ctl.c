@@ -1,9 +1,17 @@
 /* `dscli stop` and `dscli status`: administrative requests the client API
  * does not offer (SHUTDOWN, STATS), spoken directly in the wire protocol over
- * one plain connection. SHUTDOWN is only accepted on the Unix socket, which is
- * what limits stopping a worker to its own host. */
+ * one plain connection. Both find the worker by its address: the Unix socket
+ * where the naming convention puts it, else TCP (with --auth_token_file's
+ * secret when the worker has one), whose HELLO names the worker's socket,
+ * used when this process can reach it and the process there proves it is
+ * that worker. SHUTDOWN is only accepted on the Unix socket, which is what
+ * limits stopping a worker to its own host and to users who can reach the
+ * socket: stop never falls back to signalling a pid a TCP peer reported,
+ * since that pid may name another host's, another namespace's or a reused
+ * process. */
 #include "cli/cli.h"
 
+#include "common/auth.h"
 #include "common/clock.h"
 #include "common/net.h"
 #include "common/wire.h"
@@ -13,6 +21,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -25,6 +34,9 @@ typedef struct {
     ds_wire_header_t rh;
     uint8_t *meta;
     ds_rbuf_t r;
+    char transport[8]; /* "unix" or "tcp" */
+    char socket[PATH_MAX];
+    char why[512]; /* tcp: why not the Unix socket */
 } ctl_conn_t;
 
 /* Sends one request and reads its response; 0, or -1 with a message. A
@@ -71,17 +83,115 @@ static int ctl_call(ctl_conn_t *c, ds_opcode_t op, const ds_wbuf_t *meta, uint64
     return 0;
 }
 
-/* Connects (Unix socket; TCP too when allowed) and says HELLO. */
+static void ctl_close(ctl_conn_t *c)
+{
+    if (c->fd >= 0) close(c->fd);
+    free(c->meta);
+    c->fd = -1;
+    c->meta = NULL;
+}
+
+/* What a HELLO answered (the fields dscli needs). */
+typedef struct {
+    uint64_t session;
+    char worker_id[64];
+    uint32_t pid;
+    char session_key[80];
+    char unix_socket[128];
+    char proof[96];
+} ctl_hello_t;
+
+static void rd_cstr(ds_rbuf_t *r, char *out, size_t cap)
+{
+    const char *p;
+    uint32_t l = ds__rbuf_str(r, &p);
+    if (l >= cap) r->err = true;
+    snprintf(out, cap, "%.*s", r->err ? 0 : (int)l, r->err ? "" : p);
+}
+
+/* HELLO on c->fd, answering the worker's challenge with token when it asks
+ * (TCP to a worker with a secret; common/auth.h); chal non-NULL asks the
+ * worker to prove it holds TCP session proof_sid (discovery, wire.h). */
+static int ctl_hello(ctl_conn_t *c, const char *token, uint64_t proof_sid, const char *chal,
+                     uint64_t deadline, ctl_hello_t *out, char *err, size_t cap)
+{
+    char proof[DS_AUTH_HEX_LEN + 1] = "";
+    for (int round = 0; round < 2; round++) {
+        ds_wbuf_t w;
+        ds__wbuf_init(&w);
+        ds__wbuf_u32(&w, DS_WIRE_VERSION);
+        ds__wbuf_u64(&w, 0);
+        ds__wbuf_u8(&w, 0);
+        ds__wbuf_cstr(&w, proof);
+        ds__wbuf_cstr(&w, "");
+        if (chal) {
+            ds__wbuf_u64(&w, proof_sid);
+            ds__wbuf_cstr(&w, chal);
+        }
+        ds_status_t st;
+        int r = ctl_call(c, DS_OP_HELLO, &w, deadline, &st, err, cap);
+        ds__wbuf_free(&w);
+        if (r != 0) return -1;
+        if (st == DS_K_NOT_AUTHORIZED && round == 0 && token[0]) {
+            char ch[DS_AUTH_HEX_LEN + 1];
+            rd_cstr(&c->r, ch, sizeof(ch));
+            ds__auth_prove(token, ch, proof);
+            continue;
+        }
+        if (st != DS_K_OK) {
+            if (st == DS_K_NOT_AUTHORIZED && !token[0])
+                snprintf(err + strlen(err), cap - strlen(err),
+                         "; the worker needs its secret: pass --auth_token_file");
+            return -1;
+        }
+        break;
+    }
+    memset(out, 0, sizeof(*out));
+    out->session = ds__rbuf_u64(&c->r);
+    (void)ds__rbuf_u64(&c->r);
+    (void)ds__rbuf_u32(&c->r);
+    rd_cstr(&c->r, out->worker_id, sizeof(out->worker_id));
+    out->pid = ds__rbuf_u32(&c->r);
+    if (!c->r.err && c->r.pos < c->r.len) {
+        (void)ds__rbuf_u64(&c->r);
+        (void)ds__rbuf_u32(&c->r);
+        (void)ds__rbuf_u32(&c->r);
+    }
+    if (!c->r.err && c->r.pos < c->r.len)
+        rd_cstr(&c->r, out->session_key, sizeof(out->session_key));
+    if (!c->r.err && c->r.pos < c->r.len)
+        rd_cstr(&c->r, out->unix_socket, sizeof(out->unix_socket));
+    if (!c->r.err && c->r.pos < c->r.len) rd_cstr(&c->r, out->proof, sizeof(out->proof));
+    if (c->r.err) {
+        snprintf(err, cap, "malformed hello response");
+        return -1;
+    }
+    c->pid = out->pid;
+    return 0;
+}
+
+/* Reaches the worker at --worker_address and says HELLO, on its Unix
+ * socket when this process can reach it, else over TCP (only when tcp_ok).
+ * The socket is tried where the naming convention puts it (--unix_socket_dir
+ * or the default directory), then where the worker says it is: the path
+ * its HELLO over TCP names, accepted only when the process there proves it
+ * is that worker (the same worker_id, and an HMAC of our challenge under the
+ * TCP session's key; see wire.h, HELLO). c->transport says what was used. */
 static int ctl_open(const cli_cmd_t *cmd, const cli_args_t *a, bool tcp_ok, uint64_t deadline,
                     ctl_conn_t *c, char *err, size_t cap)
 {
     memset(c, 0, sizeof(*c));
     c->fd = -1;
-    char host[256], path[PATH_MAX], e[256];
+    char host[256], path[PATH_MAX], e[256], token[1024] = "";
     int port;
     const char *addr = cli_value(cmd, a, "worker_address");
     if (ds__parse_hostport(addr, host, sizeof(host), &port, e, sizeof(e)) != 0) {
         snprintf(err, cap, "--worker_address: %s", e);
+        return CLI_EXIT_USAGE;
+    }
+    const char *tf = cli_value(cmd, a, "auth_token_file");
+    if (tf && ds__auth_read_secret(tf, token, sizeof(token), e, sizeof(e)) != 0) {
+        snprintf(err, cap, "--auth_token_file: %s", e);
         return CLI_EXIT_USAGE;
     }
     if (ds__socket_path(cli_value(cmd, a, "unix_socket_dir"), host, port, path, sizeof(path)) !=
@@ -90,39 +200,61 @@ static int ctl_open(const cli_cmd_t *cmd, const cli_args_t *a, bool tcp_ok, uint
         return CLI_EXIT_USAGE;
     }
     int timeout = (int)(deadline - ds__now_ms());
+    ctl_hello_t h;
     c->fd = ds__unix_connect(path, timeout, e, sizeof(e));
-    if (c->fd < 0 && tcp_ok) c->fd = ds__tcp_connect(host, port, timeout, e, sizeof(e));
+    if (c->fd >= 0) {
+        snprintf(c->transport, sizeof(c->transport), "unix");
+        snprintf(c->socket, sizeof(c->socket), "%s", path);
+        return ctl_hello(c, "", 0, NULL, deadline, &h, err, cap) == 0 ? CLI_EXIT_OK : CLI_EXIT_FAIL;
+    }
+    c->fd = ds__tcp_connect(host, port, timeout, e, sizeof(e));
     if (c->fd < 0) {
         snprintf(err, cap, "no worker is running at %.100s:%d (%.200s)", host, port, e);
         return CLI_EXIT_FAIL;
     }
-    ds_wbuf_t w;
-    ds__wbuf_init(&w);
-    ds__wbuf_u32(&w, DS_WIRE_VERSION);
-    ds__wbuf_u64(&w, 0);
-    ds__wbuf_u8(&w, 0);
-    ds__wbuf_cstr(&w, "");
-    ds_status_t st;
-    int r = ctl_call(c, DS_OP_HELLO, &w, deadline, &st, err, cap);
-    ds__wbuf_free(&w);
-    if (r != 0 || st != DS_K_OK) return CLI_EXIT_FAIL;
-    const char *wid;
-    (void)ds__rbuf_u64(&c->r);
-    (void)ds__rbuf_u64(&c->r);
-    (void)ds__rbuf_u32(&c->r);
-    (void)ds__rbuf_str(&c->r, &wid);
-    c->pid = ds__rbuf_u32(&c->r);
-    if (c->r.err) {
-        snprintf(err, cap, "malformed hello response");
-        return CLI_EXIT_FAIL;
+    if (ctl_hello(c, token, 0, NULL, deadline, &h, err, cap) != 0) return CLI_EXIT_FAIL;
+    char chal[DS_AUTH_HEX_LEN + 1];
+    if (h.unix_socket[0] == '\0')
+        snprintf(c->why, sizeof(c->why), "the worker names no Unix socket");
+    else if (h.session_key[0] == '\0' || ds__auth_challenge(chal) != 0)
+        snprintf(c->why, sizeof(c->why), "cannot check who listens at %s", h.unix_socket);
+    else {
+        ctl_conn_t u;
+        memset(&u, 0, sizeof(u));
+        u.fd = ds__unix_connect(h.unix_socket, (int)(deadline - ds__now_ms()), e, sizeof(e));
+        ctl_hello_t uh;
+        char expect[DS_AUTH_HEX_LEN + 1], ue[256];
+        ds__auth_prove(h.session_key, chal, expect);
+        if (u.fd < 0)
+            snprintf(c->why, sizeof(c->why), "cannot reach %s: %s", h.unix_socket, e);
+        else if (ctl_hello(&u, "", h.session, chal, deadline, &uh, ue, sizeof(ue)) != 0)
+            snprintf(c->why, sizeof(c->why), "%s: %s", h.unix_socket, ue);
+        else if (strcmp(uh.worker_id, h.worker_id) != 0)
+            snprintf(c->why, sizeof(c->why), "another worker (id %s) answers at %s", uh.worker_id,
+                     h.unix_socket);
+        else if (strlen(uh.proof) != DS_AUTH_HEX_LEN ||
+                 !ds__auth_equal(uh.proof, expect, DS_AUTH_HEX_LEN))
+            snprintf(c->why, sizeof(c->why), "the process at %s could not prove it is the worker",
+                     h.unix_socket);
+        else {
+            /* The TCP connection stayed open until now: the proof needed
+             * its session. */
+            ctl_close(c);
+            *c = u;
+            snprintf(c->transport, sizeof(c->transport), "unix");
+            snprintf(c->socket, sizeof(c->socket), "%s", h.unix_socket);
+            return CLI_EXIT_OK;
+        }
+        ctl_close(&u);
     }
-    return CLI_EXIT_OK;
-}
-
-static void ctl_close(ctl_conn_t *c)
-{
-    if (c->fd >= 0) close(c->fd);
-    free(c->meta);
+    snprintf(c->transport, sizeof(c->transport), "tcp");
+    if (tcp_ok) return CLI_EXIT_OK;
+    snprintf(err, cap,
+             "the worker at %s:%d (pid %u) accepts SHUTDOWN only on its Unix socket, and this "
+             "process cannot use it: %s; run dscli stop on the worker's host as a user who can "
+             "reach its socket",
+             host, port, h.pid, c->why);
+    return CLI_EXIT_FAIL;
 }
 
 /* Gone, or a zombie waiting for its parent to reap it. */
@@ -206,6 +338,13 @@ int cli_cmd_status(const cli_cmd_t *cmd, const cli_args_t *a)
     uint32_t jl = ds__rbuf_str(&c.r, &json);
     char *copy = strndup(json, jl);
     cJSON *doc = copy ? cJSON_Parse(copy) : NULL;
+    /* How dscli reached the worker, beside what the worker says. */
+    cJSON *tr = doc ? cJSON_AddObjectToObject(doc, "dscli_transport") : NULL;
+    if (tr) {
+        cJSON_AddStringToObject(tr, "used", c.transport);
+        if (c.socket[0]) cJSON_AddStringToObject(tr, "socket", c.socket);
+        if (c.why[0]) cJSON_AddStringToObject(tr, "why_not_unix", c.why);
+    }
     char *pretty = doc ? cJSON_Print(doc) : NULL;
     if (pretty)
         printf("%s\n", pretty);

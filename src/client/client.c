@@ -13,6 +13,7 @@
  * and the client starts a new session right there. */
 #include "client/client_internal.h"
 
+#include "common/auth.h"
 #include "common/clock.h"
 #include "common/error.h"
 #include "common/log.h"
@@ -246,6 +247,117 @@ static ds_status_t add_conn(ds_client_t *c, ds_conn_t *conn)
     return DS_K_OK;
 }
 
+/* ---- choosing the transport ---- */
+
+/* Dials for a new session, choosing its transport, and sets where the
+ * session's later connections dial (c->use_unix, c->unix_path). Runs under
+ * open_mu. The decision:
+ *   1. DS_TRANSPORT_TCP: TCP, nothing else.
+ *   2. The conventional socket (socket directory + host:port), when the host
+ *      is this one (or the transport is LOCAL) and something answers there.
+ *   3. Else TCP, and when the worker's answer names its Unix socket, that
+ *      socket, asking for the arena and for proof that the process there is
+ *      the worker at host:port: the same worker_id, and an HMAC of a fresh
+ *      challenge under the key of the TCP session held open meanwhile (wire.h,
+ *      HELLO). Only when all of that holds does the session move to the Unix
+ *      socket and shared memory; else it stays on TCP (AUTO) or fails
+ *      (LOCAL).
+ * Threat model: the worker_id is random per start and the TCP session key is
+ * told to one TCP connection alone, so a process that merely listens at the
+ * named path (another worker, a stale or planted socket) cannot pass, and the
+ * client never maps the arena of a worker other than the one at host:port. A
+ * process that can connect to the worker's own Unix socket could relay the
+ * proof and hand over another memfd; it already has every right a local
+ * client has, which the socket directory's permissions (0700) decide. */
+static ds_status_t new_session_dial(ds_client_t *c, int *fd, ds_hello_t *h)
+{
+    ds_status_t st, conv_st = DS_K_OK;
+    char conv_err[300] = "";
+    bool local_host = ds__host_is_local(c->host);
+    if (c->transport != DS_TRANSPORT_TCP && c->sock_path[0] &&
+        (local_host || c->transport == DS_TRANSPORT_LOCAL)) {
+        ds_dial_t d = {.unix_path = c->sock_path};
+        st = ds__conn_dial(c, &d, fd, h);
+        if (st == DS_K_OK) {
+            c->use_unix = true;
+            snprintf(c->unix_path, sizeof(c->unix_path), "%s", c->sock_path);
+            DS_LOG_DEBUG("client: using shared memory via %s", c->sock_path);
+            return DS_K_OK;
+        }
+        if (st != DS_K_RPC_UNAVAILABLE) return st; /* a worker there refused us */
+        conv_st = st;
+        snprintf(conv_err, sizeof(conv_err), "%s", ds_last_error());
+    }
+    c->use_unix = false;
+    ds_dial_t td = {.session_key = ""};
+    if ((st = ds__conn_dial(c, &td, fd, h)) != DS_K_OK) {
+        if (c->require_local && conv_st != DS_K_OK)
+            return ds__set_error(conv_st, "%s (and over TCP: %s)", conv_err, ds_last_error());
+        return st;
+    }
+    if (c->transport == DS_TRANSPORT_TCP) return DS_K_OK;
+
+    char why[512], chal[DS_AUTH_HEX_LEN + 1];
+    if (h->unix_socket[0] == '\0') {
+        snprintf(why, sizeof(why), "the worker names no Unix socket (an older worker)");
+    } else if (h->session_key[0] == '\0' || ds__auth_challenge(chal) != 0) {
+        snprintf(why, sizeof(why), "cannot check that %s belongs to the worker", h->unix_socket);
+    } else {
+        ds_dial_t ud = {.unix_path = h->unix_socket,
+                        .session_key = "",
+                        .proof_session = h->session,
+                        .proof_challenge = chal};
+        int ufd = -1;
+        ds_hello_t uh;
+        st = ds__conn_dial(c, &ud, &ufd, &uh);
+        char expect[DS_AUTH_HEX_LEN + 1];
+        ds__auth_prove(h->session_key, chal, expect);
+        if (st != DS_K_OK) {
+            snprintf(why, sizeof(why), "%s", ds_last_error());
+        } else if (strcmp(uh.worker_id, h->worker_id) != 0) {
+            snprintf(why, sizeof(why), "another worker (id %s, not %s) answers at %s", uh.worker_id,
+                     h->worker_id, h->unix_socket);
+        } else if (strlen(uh.local_proof) != DS_AUTH_HEX_LEN ||
+                   !ds__auth_equal(uh.local_proof, expect, DS_AUTH_HEX_LEN)) {
+            snprintf(why, sizeof(why), "the process at %s could not prove it is the worker",
+                     h->unix_socket);
+        } else if (uh.arena_fd < 0) {
+            snprintf(why, sizeof(why), "the worker did not share its memory arena over %s",
+                     h->unix_socket);
+        } else {
+            /* The TCP session ends with its only connection. */
+            close(*fd);
+            *fd = ufd;
+            *h = uh;
+            c->use_unix = true;
+            snprintf(c->unix_path, sizeof(c->unix_path), "%s",
+                     uh.unix_socket[0] ? uh.unix_socket : ud.unix_path);
+            ds__clear_error();
+            DS_LOG_INFO("client: using shared memory via %s (the worker at %s)", c->unix_path,
+                        c->addr);
+            return DS_K_OK;
+        }
+        if (ufd >= 0) close(ufd);
+        if (st == DS_K_OK && uh.arena_fd >= 0) close(uh.arena_fd);
+    }
+    if (c->require_local) {
+        close(*fd);
+        *fd = -1;
+        if (conv_st != DS_K_OK)
+            return ds__set_error(conv_st, "%s (and the socket the worker names: %s)", conv_err,
+                                 why);
+        return ds__set_error(DS_K_NOT_SUPPORTED,
+                             "the worker at %s cannot share its memory with this client: %s",
+                             c->addr, why);
+    }
+    ds__clear_error();
+    if (local_host)
+        DS_LOG_INFO("client: using TCP to the worker at %s: %s", c->addr, why);
+    else
+        DS_LOG_DEBUG("client: using TCP to the worker at %s: %s", c->addr, why);
+    return DS_K_OK;
+}
+
 /* Opens one pool connection, creating a session first when there is none. */
 static ds_status_t open_conn(ds_client_t *c, ds_conn_t **out)
 {
@@ -265,7 +377,14 @@ static ds_status_t open_conn(ds_client_t *c, ds_conn_t **out)
 
         int fd = -1;
         ds_hello_t h;
-        st = ds__conn_dial(c, s ? s->id : 0, s ? s->key : "", &fd, &h);
+        if (s) {
+            ds_dial_t d = {.unix_path = c->use_unix ? c->unix_path : NULL,
+                           .session = s->id,
+                           .session_key = s->key};
+            st = ds__conn_dial(c, &d, &fd, &h);
+        } else {
+            st = new_session_dial(c, &fd, &h);
+        }
         if (st != DS_K_OK) {
             if (s && !transport_failure(st) && (s->anchor_fd < 0 || anchor_gone(s))) {
                 /* The worker refused to let us join (an unknown session, or
@@ -326,7 +445,8 @@ static ds_status_t open_conn(ds_client_t *c, ds_conn_t **out)
             pthread_mutex_unlock(&c->mu);
             if (fd < 0) {
                 /* The first socket became the anchor; join for a pool one. */
-                st = ds__conn_dial(c, s->id, s->key, &fd, &h);
+                ds_dial_t d = {.unix_path = c->unix_path, .session = s->id, .session_key = s->key};
+                st = ds__conn_dial(c, &d, &fd, &h);
                 if (st == DS_K_OK && h.arena_fd >= 0) close(h.arena_fd);
                 if (st == DS_K_OK &&
                     (h.session != s->id || strcmp(h.worker_id, s->worker_id) != 0)) {
@@ -499,26 +619,16 @@ ds_status_t ds_client_connect(const ds_client_options_t *opts, ds_client_t **out
     atomic_init(&c->refs, 1);
     atomic_init(&c->closed, false);
 
-    bool have_path = ds__socket_path(opts->unix_socket_dir, c->host, c->port, c->sock_path,
-                                     sizeof(c->sock_path)) == 0;
-    ds_status_t st;
-    if (opts->transport == DS_TRANSPORT_LOCAL && !have_path) {
-        st = ds__set_error(DS_K_INVALID, "the Unix socket path for %s is too long", c->addr);
-        goto fail;
-    }
-    c->use_unix = opts->transport == DS_TRANSPORT_LOCAL ||
-                  (opts->transport == DS_TRANSPORT_AUTO && have_path && ds__host_is_local(c->host));
+    /* A path too long for a socket leaves only discovery (new_session_dial). */
+    if (ds__socket_path(opts->unix_socket_dir, c->host, c->port, c->sock_path,
+                        sizeof(c->sock_path)) != 0)
+        c->sock_path[0] = '\0';
+    c->transport = opts->transport;
     c->require_local = opts->transport == DS_TRANSPORT_LOCAL;
 
     ds_conn_t *conn = NULL;
     uint64_t deadline = ds__now_ms() + (uint64_t)c->connect_timeout_ms;
-    st = ds__client_acquire(c, &deadline, &conn);
-    if (st == DS_K_RPC_UNAVAILABLE && c->use_unix && !c->require_local) {
-        /* AUTO: the worker may be local but started with another socket
-         * directory, or be on this host only through a forwarded port. */
-        c->use_unix = false;
-        st = ds__client_acquire(c, &deadline, &conn);
-    }
+    ds_status_t st = ds__client_acquire(c, &deadline, &conn);
     if (st != DS_K_OK) goto fail;
     ds__client_put(c, conn);
     *out = c;

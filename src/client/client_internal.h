@@ -120,10 +120,15 @@ struct ds_client {
     int connect_timeout_ms;
     int request_timeout_ms;
     uint32_t busy_poll_us;
+    ds_transport_t transport;
+    bool require_local;  /* DS_TRANSPORT_LOCAL: a session without the arena is an error */
+    atomic_bool local;   /* the current session maps the arena */
+    char sock_path[128]; /* the conventional socket path (socket directory + host:port) */
+    /* Where pool connections of the current session dial: the Unix socket at
+     * unix_path when use_unix, else TCP. Set when a session is created (see
+     * new_session in client.c); under open_mu. */
     bool use_unix;
-    bool require_local; /* DS_TRANSPORT_LOCAL: a session without the arena is an error */
-    atomic_bool local;  /* the current session maps the arena */
-    char sock_path[128];
+    char unix_path[128];
     char *token;
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -151,9 +156,15 @@ struct ds_buffer {
 
 /* ---- conn.c: framing over one socket ---- */
 
-/* Opens a socket to the worker (Unix or TCP per the client) and says HELLO,
- * joining session_id with session_key (0 and "" = new). On success *fd, the
- * response fields and, when the worker sent the arena, *arena_fd (else -1). */
+/* Opens a socket to the worker and says HELLO. On success *fd, the response
+ * fields and, when the worker sent the arena, *arena_fd (else -1). */
+typedef struct {
+    const char *unix_path;       /* the Unix socket to dial (asking for the arena); NULL = TCP */
+    uint64_t session;            /* the session to join; 0 = a new one */
+    const char *session_key;     /* its key; "" for a new one */
+    uint64_t proof_session;      /* discovery: the TCP session the worker must prove it holds */
+    const char *proof_challenge; /* and the challenge to prove it with; NULL = none */
+} ds_dial_t;
 typedef struct {
     uint64_t session;
     uint64_t arena_size;
@@ -165,9 +176,10 @@ typedef struct {
     uint32_t index_slots;
     uint32_t index_keymax;
     char session_key[DS_SESSION_KEY_MAX + 1]; /* "" from workers that send none */
+    char unix_socket[128];                    /* the worker's Unix socket; "" when it names none */
+    char local_proof[96];                     /* its answer to proof_challenge; "" = none */
 } ds_hello_t;
-ds_status_t ds__conn_dial(const ds_client_t *c, uint64_t session_id, const char *session_key,
-                          int *fd, ds_hello_t *out);
+ds_status_t ds__conn_dial(const ds_client_t *c, const ds_dial_t *d, int *fd, ds_hello_t *out);
 
 /* Wraps a connected socket; takes a reference on sess. */
 ds_conn_t *ds__conn_new(int fd, ds_sess_t *sess, const char *peer);

@@ -117,20 +117,24 @@ static const char *hello_io_reason(void)
 /* One HELLO round trip carrying token and the session key; on success *meta
  * (malloc'd) holds the response metadata and *rh its header. The arena fd,
  * when granted, rides on the first bytes of the response. */
-static ds_status_t hello_once(const ds_client_t *c, int fd, uint64_t session_id,
-                              const char *session_key, const char *token, uint64_t deadline,
-                              ds_wire_header_t *rh, uint8_t **meta, int *afd)
+static ds_status_t hello_once(const ds_client_t *c, int fd, const ds_dial_t *d, const char *token,
+                              uint64_t deadline, ds_wire_header_t *rh, uint8_t **meta, int *afd)
 {
     char err[256];
     ds_wbuf_t w;
     ds__wbuf_init(&w);
     ds__wbuf_reserve(&w, DS_WIRE_HEADER_LEN);
     ds__wbuf_u32(&w, DS_WIRE_VERSION); /* protocol */
-    ds__wbuf_u64(&w, session_id);
-    ds__wbuf_u8(&w, c->use_unix ? 1 : 0);
+    ds__wbuf_u64(&w, d->session);
+    ds__wbuf_u8(&w, d->unix_path ? 1 : 0);
     ds__wbuf_cstr(&w, token);
-    /* Workers that predate session keys stop reading after the token. */
-    ds__wbuf_cstr(&w, session_key);
+    /* Workers that predate session keys stop reading after the token, and
+     * those that predate discovery after the key. */
+    ds__wbuf_cstr(&w, d->session_key ? d->session_key : "");
+    if (d->proof_challenge) {
+        ds__wbuf_u64(&w, d->proof_session);
+        ds__wbuf_cstr(&w, d->proof_challenge);
+    }
     if (w.oom) {
         ds__wbuf_free(&w);
         return ds__set_error(DS_K_OUT_OF_MEMORY, "out of memory building hello");
@@ -162,21 +166,30 @@ static ds_status_t hello_once(const ds_client_t *c, int fd, uint64_t session_id,
     return DS_K_OK;
 }
 
-ds_status_t ds__conn_dial(const ds_client_t *c, uint64_t session_id, const char *session_key,
-                          int *out_fd, ds_hello_t *out)
+/* A string field of the response into out (cap bytes); r.err when longer. */
+static void read_cstr(ds_rbuf_t *r, char *out, size_t cap)
+{
+    const char *p;
+    uint32_t l = ds__rbuf_str(r, &p);
+    if (l >= cap) r->err = true;
+    snprintf(out, cap, "%.*s", r->err ? 0 : (int)l, r->err ? "" : p);
+}
+
+ds_status_t ds__conn_dial(const ds_client_t *c, const ds_dial_t *d, int *out_fd, ds_hello_t *out)
 {
     char err[256];
-    int fd = c->use_unix
-                 ? ds__unix_connect(c->sock_path, c->connect_timeout_ms, err, sizeof(err))
+    int fd = d->unix_path
+                 ? ds__unix_connect(d->unix_path, c->connect_timeout_ms, err, sizeof(err))
                  : ds__tcp_connect(c->host, c->port, c->connect_timeout_ms, err, sizeof(err));
     if (fd < 0)
-        return ds__set_error(DS_K_RPC_UNAVAILABLE, "cannot reach the worker at %s: %s", c->addr,
+        return ds__set_error(DS_K_RPC_UNAVAILABLE, "cannot reach the worker at %s%s%s: %s", c->addr,
+                             d->unix_path ? " through " : "", d->unix_path ? d->unix_path : "",
                              err);
     uint64_t deadline = ds__now_ms() + (uint64_t)c->connect_timeout_ms;
     int afd = -1;
     uint8_t *meta = NULL;
     ds_wire_header_t rh;
-    ds_status_t st = hello_once(c, fd, session_id, session_key, "", deadline, &rh, &meta, &afd);
+    ds_status_t st = hello_once(c, fd, d, "", deadline, &rh, &meta, &afd);
     ds_rbuf_t r;
     const char *msg = "";
     uint32_t ml = 0;
@@ -194,7 +207,7 @@ ds_status_t ds__conn_dial(const ds_client_t *c, uint64_t session_id, const char 
         ds__auth_prove(c->token, chal, proof);
         free(meta);
         meta = NULL;
-        st = hello_once(c, fd, session_id, session_key, proof, deadline, &rh, &meta, &afd);
+        st = hello_once(c, fd, d, proof, deadline, &rh, &meta, &afd);
         if (st == DS_K_OK) {
             ds__rbuf_init(&r, meta, rh.meta_len);
             ml = ds__rbuf_str(&r, &msg);
@@ -235,6 +248,9 @@ ds_status_t ds__conn_dial(const ds_client_t *c, uint64_t session_id, const char 
         if (kl > DS_SESSION_KEY_MAX) r.err = true;
         snprintf(out->session_key, sizeof(out->session_key), "%.*s", (int)kl, key);
     }
+    /* Discovery: absent from workers that predate it. */
+    if (!r.err && r.pos < r.len) read_cstr(&r, out->unix_socket, sizeof(out->unix_socket));
+    if (!r.err && r.pos < r.len) read_cstr(&r, out->local_proof, sizeof(out->local_proof));
     if (r.err) {
         dial_cleanup(fd, afd, meta);
         return ds__set_error(DS_K_RUNTIME_ERROR, "worker at %s sent a malformed hello response",

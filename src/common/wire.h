@@ -43,10 +43,21 @@
 /* The operation table, shared by worker, client and CLI: X(name, number, text).
  * Layouts (req -> resp), "str" = u32 length + bytes, "key" = str, n = u32:
  *
- * HELLO   req: u32 proto, u64 session (0 = new), u8 want_shm, str token, str session_key
+ * HELLO   req: u32 proto, u64 session (0 = new), u8 want_shm, str token, str session_key,
+ *              [u64 proof_session, str proof_challenge]
  *         resp: str err, u64 session, u64 arena_size, u32 inline_max, str worker_id,
  *               u32 pid, u64 index_offset, u32 index_slots, u32 index_keymax,
- *               str session_key;
+ *               str session_key, str unix_socket, str local_proof;
+ *               Discovery: unix_socket is the absolute path of the worker's
+ *               Unix socket ("" when it has none). A client that reached the
+ *               worker over TCP connects there and says HELLO with
+ *               proof_session = the id of the TCP session it holds open and
+ *               proof_challenge = 1..64 random hex characters of its own; on
+ *               the Unix socket only, the worker answers local_proof =
+ *               hex(HMAC-SHA256(that TCP session's key, challenge)) (common/
+ *               auth.h), else "". The TCP session key was told to that TCP
+ *               connection alone, so only the worker at host:port can prove
+ *               it: see "Discovery" in docs/design.md for the threat model.
  *               when want_shm was granted the arena memfd rides along with
  *               the response as SCM_RIGHTS, and index_slots > 0 says where
  *               the shared GET index (common/shm_index.h) lies in the arena.

@@ -103,6 +103,11 @@ void fz_parse_request(uint16_t op, const uint8_t *meta, size_t len, ds_wbuf_t *e
         str(&p);
         /* the session key, from clients that know about session keys */
         if (p.r.pos < p.r.len) str(&p);
+        /* discovery: the TCP session to prove and the challenge */
+        if (p.r.pos < p.r.len) {
+            (void)u64(&p);
+            str(&p);
+        }
         break;
     case DS_OP_SET:
     case DS_OP_CREATE: {
@@ -215,6 +220,9 @@ void fz_parse_response(uint16_t op, const uint8_t *meta, size_t len, ds_wbuf_t *
             (void)u32(&p);
         }
         /* the session key, from workers that hand keys out */
+        if (p.r.pos < p.r.len) str(&p);
+        /* discovery: the Unix socket's path and the proof */
+        if (p.r.pos < p.r.len) str(&p);
         if (p.r.pos < p.r.len) str(&p);
         break;
     case DS_OP_SET:

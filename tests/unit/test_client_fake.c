@@ -14,6 +14,7 @@
 
 #include <cmocka.h>
 
+#include "common/auth.h"
 #include "common/clock.h"
 #include "common/net.h"
 #include "common/wire.h"
@@ -65,6 +66,8 @@ typedef struct {
     char worker_id[24];     /* 16 hex characters, like the worker's */
     char last_join_key[80]; /* the key the latest join carried */
     bool legacy_hello;      /* answer HELLO without a session key, like older workers */
+    char name_socket[128];  /* the Unix socket HELLO names for discovery; "" = none */
+    bool bad_proof;         /* answer discovery challenges with a wrong proof */
     atomic_int mode;
     atomic_int releases, creates, hellos, sessions_created;
     atomic_bool stop;
@@ -152,6 +155,13 @@ static bool serve_one(int fd, bool is_unix, const ds_wire_header_t *h, const uin
         const char *tok, *key = "";
         (void)ds__rbuf_str(&r, &tok);
         uint32_t kl = r.pos < r.len ? ds__rbuf_str(&r, &key) : 0;
+        uint64_t proof_sid = 0;
+        const char *chal = "";
+        uint32_t cl = 0;
+        if (r.pos < r.len) {
+            proof_sid = ds__rbuf_u64(&r);
+            cl = ds__rbuf_str(&r, &chal);
+        }
         assert_false(r.err);
         atomic_fetch_add(&F.hellos, 1);
         int at = -1;
@@ -190,6 +200,18 @@ static bool serve_one(int fd, bool is_unix, const ds_wire_header_t *h, const uin
             ds__wbuf_u32(&w, 0);
             ds__wbuf_u32(&w, 0);
             ds__wbuf_cstr(&w, F.sess[at].key);
+            /* Discovery, as the worker does it (wire.h, HELLO). */
+            char proof[DS_AUTH_HEX_LEN + 1] = "", ch[DS_AUTH_HEX_LEN + 1];
+            for (int i = 0;
+                 is_unix && proof_sid && cl && cl <= DS_AUTH_HEX_LEN && i < 64 && i < F.nsess;
+                 i++) {
+                if (F.sess[i].id != proof_sid) continue;
+                snprintf(ch, sizeof(ch), "%.*s", (int)cl, chal);
+                ds__auth_prove(F.sess[i].key, ch, proof);
+                if (F.bad_proof) proof[0] = proof[0] == '0' ? '1' : '0';
+            }
+            ds__wbuf_cstr(&w, F.name_socket);
+            ds__wbuf_cstr(&w, proof);
         }
         if (want && sid == 0) pass_fd = F.memfd;
         break;
@@ -748,13 +770,47 @@ static void test_worker_identity(void **state)
     ds_client_close(c);
 }
 
+/* Discovery: a client that finds no socket where it looks reaches the fake
+ * over TCP, learns the socket's path from HELLO and moves to it only when
+ * the process there proves it holds the TCP session's key. */
+static void test_discovery_proof(void **state)
+{
+    (void)state;
+    ds_client_options_t o;
+    ds_client_options_init(&o);
+    o.host = "127.0.0.1";
+    o.port = F.port;
+    o.unix_socket_dir = "/nonexistent-dir";
+    ds__socket_path(F.dir, "127.0.0.1", F.port, F.name_socket, sizeof(F.name_socket));
+    ds_client_t *c = NULL;
+    assert_int_equal(ds_client_connect(&o, &c), DS_K_OK);
+    assert_true(ds_client_is_local(c));
+    assert_int_equal(ds_kv_set(c, "dp.a", "v", 1, NULL), DS_K_OK);
+    ds_client_close(c);
+
+    /* A process at the path that cannot prove it: TCP for AUTO, an error
+     * for LOCAL. */
+    F.bad_proof = true;
+    assert_int_equal(ds_client_connect(&o, &c), DS_K_OK);
+    assert_false(ds_client_is_local(c));
+    assert_int_equal(ds_kv_set(c, "dp.b", "v", 1, NULL), DS_K_OK);
+    ds_client_close(c);
+    o.transport = DS_TRANSPORT_LOCAL;
+    c = NULL;
+    assert_int_not_equal(ds_client_connect(&o, &c), DS_K_OK);
+    assert_null(c);
+    assert_non_null(strstr(ds_last_error(), "could not prove"));
+    F.bad_proof = false;
+    F.name_socket[0] = '\0';
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_remote_roundtrip), cmocka_unit_test(test_remote_create_publish),
         cmocka_unit_test(test_local_paths),      cmocka_unit_test(test_failures),
         cmocka_unit_test(test_argument_checks),  cmocka_unit_test(test_session_key),
-        cmocka_unit_test(test_worker_identity),
+        cmocka_unit_test(test_worker_identity),  cmocka_unit_test(test_discovery_proof),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

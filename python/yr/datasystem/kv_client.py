@@ -337,9 +337,12 @@ class KVClient:
             default. Subscribe waits add their own timeout.
         service_discovery: an object with ``select_worker() -> (_, host, port, _)``.
         transport (str, keyword): "auto" (shared memory when the worker is on
-            this host), "tcp" or "local".
-        unix_socket_dir (str, keyword): the worker's --unix_socket_dir; None
-            falls back to env DS_UNIX_SOCKET_DIR, then the library's default.
+            this host, its socket found by convention or from the worker's
+            HELLO over TCP; else TCP), "tcp" or "local". ``is_local`` says
+            which was chosen.
+        unix_socket_dir (str, keyword): where to look for the worker's socket
+            first; None falls back to env DS_UNIX_SOCKET_DIR, then the
+            library's default. Not needed: the worker tells its socket.
     """
 
     _TRANSPORTS = {

@@ -13,6 +13,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -144,6 +145,14 @@ int ds__server_init(ds_server_t *srv, const ds_worker_config_t *cfg, char *err, 
     hi->arena_fd = srv->arena.fd;
     hi->arena_size = srv->arena.size;
     hi->inline_max = srv->inline_max;
+    /* Clients learn the socket from HELLO over TCP: a relative
+     * --unix_socket_dir would mean nothing in their working directory. */
+    char cwd[PATH_MAX] = "";
+    if (srv->sock_path[0] != '/' && getcwd(cwd, sizeof(cwd)) == NULL) cwd[0] = '\0';
+    int pl = snprintf(hi->sock_path, sizeof(hi->sock_path), "%s%s%s", cwd, cwd[0] ? "/" : "",
+                      srv->sock_path);
+    if (pl < 0 || (size_t)pl >= sizeof(hi->sock_path) || hi->sock_path[0] != '/')
+        hi->sock_path[0] = '\0';
     uint64_t ix_off = 0, ix_slots = 0;
     if (ds__store_index(srv->store, &ix_off, &ix_slots)) {
         hi->index_offset = ix_off;

@@ -72,6 +72,25 @@ static ds_session_t *join(ds_conn_t *c, uint64_t sid, const char *key, uint32_t 
     return s;
 }
 
+/* Discovery (wire.h, HELLO): a client that reached this worker over TCP and
+ * now talks to it over the Unix socket the TCP answer named asks it to prove
+ * that it is the worker behind that TCP session, whose key only the two of
+ * them know. The proof is made on the Unix socket only, and only for a TCP
+ * session: a Unix session's key proves nothing the client does not already
+ * know. out is "" when there is nothing to prove. */
+static void local_proof(ds_conn_t *c, uint64_t sid, const char *chal, uint32_t clen,
+                        char out[DS_AUTH_HEX_LEN + 1])
+{
+    out[0] = '\0';
+    if (!c->is_unix || sid == 0 || clen == 0 || clen > DS_AUTH_HEX_LEN) return;
+    ds_session_t *ts = ds__session_find(c->net, sid);
+    if (ts == NULL || ts->is_unix) return;
+    char ch[DS_AUTH_HEX_LEN + 1];
+    memcpy(ch, chal, clen);
+    ch[clen] = '\0';
+    ds__auth_prove(ts->key, ch, out);
+}
+
 void ds__hello(ds_conn_t *c)
 {
     ds_net_t *net = c->net;
@@ -81,9 +100,14 @@ void ds__hello(ds_conn_t *c)
     uint32_t proto = ds__rbuf_u32(&rb);
     uint64_t sid = ds__rbuf_u64(&rb);
     uint8_t want_shm = ds__rbuf_u8(&rb);
-    const char *token, *key = "";
-    uint32_t tlen = ds__rbuf_str(&rb, &token), klen = 0;
+    const char *token, *key = "", *chal = "";
+    uint32_t tlen = ds__rbuf_str(&rb, &token), klen = 0, clen = 0;
     if (!rb.err && rb.pos < rb.len) klen = ds__rbuf_str(&rb, &key);
+    uint64_t proof_sid = 0;
+    if (!rb.err && rb.pos < rb.len) {
+        proof_sid = ds__rbuf_u64(&rb);
+        clen = ds__rbuf_str(&rb, &chal);
+    }
     if (rb.err) {
         ds__req_error(r, DS_K_INVALID, "malformed HELLO");
         return;
@@ -134,6 +158,10 @@ void ds__hello(ds_conn_t *c)
     ds__wbuf_u32(&w, ix ? hi->index_slots : 0);
     ds__wbuf_u32(&w, ix ? hi->index_keymax : 0);
     ds__wbuf_cstr(&w, s->key);
+    ds__wbuf_cstr(&w, hi->sock_path);
+    char proof[DS_AUTH_HEX_LEN + 1];
+    local_proof(c, proof_sid, chal, clen, proof);
+    ds__wbuf_cstr(&w, proof);
     /* A joining connection's client mapped the arena already. */
     ds__req_reply(r, DS_K_OK, &w, NULL, 0, NULL, 0, grant && sid == 0 ? hi->arena_fd : -1);
     ds__wbuf_free(&w);

@@ -43,6 +43,7 @@ typedef struct {
     uint32_t inline_max;
     uint64_t index_offset;
     uint32_t index_slots, index_keymax;
+    char sock_path[300]; /* absolute path of the Unix socket, for discovery; "" = none */
 } ds_hello_info_t;
 
 typedef struct {
