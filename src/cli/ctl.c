@@ -250,9 +250,9 @@ static int ctl_open(const cli_cmd_t *cmd, const cli_args_t *a, bool tcp_ok, uint
     snprintf(c->transport, sizeof(c->transport), "tcp");
     if (tcp_ok) return CLI_EXIT_OK;
     snprintf(err, cap,
-             "the worker at %s:%d (pid %u) accepts SHUTDOWN only on its Unix socket, and this "
-             "process cannot use it: %s; run dscli stop on the worker's host as a user who can "
-             "reach its socket",
+             "the worker at %.100s:%d (pid %u) accepts SHUTDOWN only on its Unix socket, and "
+             "this process cannot use it: %.200s; run dscli stop on the worker's host as a user "
+             "who can reach its socket",
              host, port, h.pid, c->why);
     return CLI_EXIT_FAIL;
 }
