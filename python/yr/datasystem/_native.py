@@ -83,21 +83,82 @@ def status_name(code):
     return STATUS_NAMES.get(code, "K_UNKNOWN")
 
 
+# The text Yuanrong's Status::StatusCodeName gives each code; its
+# Status::ToString is "code: [<text>], msg: [<message>]", and the Python SDK
+# raises RuntimeError(status.to_string()).
+STATUS_TEXTS = {
+    K_OK: "OK",
+    K_DUPLICATED: "Key duplicated",
+    K_INVALID: "Invalid parameter",
+    K_NOT_FOUND: "Key not found",
+    K_RUNTIME_ERROR: "Runtime error",
+    K_OUT_OF_MEMORY: "Out of memory",
+    K_IO_ERROR: "IO error",
+    K_NOT_READY: "Not ready",
+    K_NOT_AUTHORIZED: "Not authorized",
+    K_TRY_AGAIN: "Try again",
+    K_SHUTTING_DOWN: "Shutting down",
+    K_CLIENT_WORKER_DISCONNECT: "Client and Worker disconnect",
+    K_WORKER_TIMEOUT: "The worker may timeout",
+    K_NOT_SUPPORTED: "Not supported",
+    K_RPC_DEADLINE_EXCEEDED: "RPC deadline exceeded",
+    K_RPC_UNAVAILABLE: "RPC unavailable",
+    K_OC_KEY_ALREADY_EXIST: "Object already exist error",
+}
+
+
+def status_text(code):
+    return STATUS_TEXTS.get(code, "UNKNOWN_TYPE")
+
+
+# The trace id of the calling thread (``yr.datasystem.util.Context``): as in
+# Yuanrong, an error raised while one is set carries ", traceId: <id>".
+_trace = threading.local()
+
+
+def current_trace_id():
+    return getattr(_trace, "trace_id", "")
+
+
+def set_current_trace_id(trace_id):
+    _trace.trace_id = trace_id
+
+
+def with_trace_id(msg, trace_id=None):
+    """msg as Yuanrong's Status builds it: a trailing '.' gives way to
+    ", traceId: <id>" while a trace id is set and msg does not name it yet."""
+    if trace_id is None:
+        trace_id = current_trace_id()
+    if not trace_id or trace_id in msg:
+        return msg
+    if msg.endswith("."):
+        msg = msg[:-1]
+    return msg + ", traceId: " + trace_id
+
+
+def format_status(code, msg):
+    """Yuanrong's Status::ToString: "code: [Key not found], msg: [...]"."""
+    return "code: [%s], msg: [%s]" % (status_text(code), msg)
+
+
 class DsError(RuntimeError):
     """A failed datasystem call: a RuntimeError with the status code.
 
-    ``code`` is the number (status.h), ``name`` its symbol ("K_NOT_FOUND") and
-    ``message`` the library's explanation.
+    ``str(e)`` is Yuanrong's ``code: [<code text>], msg: [<message>]`` (the
+    message carries ", traceId: <id>" while ``Context.set_trace_id`` is in
+    effect). ``code`` is the number (status.h), ``name`` its symbol
+    ("K_NOT_FOUND") and ``message`` the library's explanation as is.
     """
 
-    def __init__(self, code, message=""):
+    def __init__(self, code, message="", trace_id=None):
         self.code = int(code)
         self.name = status_name(self.code)
         self.message = message or ""
-        super().__init__("%s(%d): %s" % (self.name, self.code, self.message))
+        self.trace_id = current_trace_id() if trace_id is None else trace_id
+        super().__init__(format_status(self.code, with_trace_id(self.message, self.trace_id)))
 
     def __reduce__(self):
-        return (DsError, (self.code, self.message))
+        return (DsError, (self.code, self.message, self.trace_id))
 
 
 class LibraryNotFound(ImportError, RuntimeError):
@@ -391,14 +452,37 @@ def last_error():
 
 
 def check(code, what=None):
-    """Raises DsError for a non-zero status, with the thread's last message."""
+    """Raises DsError for a non-zero status, with the thread's last message.
+
+    The message is the library's text as is (Yuanrong's messages name no
+    operation); ``what`` is used only when the library gave no text.
+    """
     if code != K_OK:
         msg = last_error()
         if not msg:
             msg = (load().ds_status_message(code) or b"").decode("utf-8", "replace")
-        if what:
-            msg = "%s: %s" % (what, msg) if msg else what
+            if what:
+                msg = "%s: %s" % (what, msg) if msg else what
         raise DsError(code, msg)
+
+
+# ---------------------------------------------------------------------------
+# Hooks for native calls another branch adds to this module. When they exist
+# (as functions of this module), the Python API uses them; until then the
+# calls that need them raise K_NOT_SUPPORTED naming the missing hook.
+#
+#   set_trace_id(trace_id: str) -> None
+#       carries the calling thread's trace id to the worker with every request
+#       (Yuanrong's Context::SetTraceId); raises DsError.
+#   kv_read(client_handle, params: list of (key bytes, offset, size))
+#       -> list of ds_buffer_t handles (0 / None for a missing key)
+#       reads part of each value (Yuanrong's KVClient::Read); raises DsError.
+
+
+def hook(name):
+    """The native helper ``name`` of this module, or None while it is missing."""
+    fn = globals().get(name)
+    return fn if callable(fn) else None
 
 
 # ---------------------------------------------------------------------------
