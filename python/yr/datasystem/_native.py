@@ -214,6 +214,14 @@ class _PyBuffer(ctypes.Structure):
     ]
 
 
+class ReadParamC(ctypes.Structure):
+    _fields_ = [
+        ("key", ctypes.c_char_p),
+        ("offset", ctypes.c_uint64),
+        ("size", ctypes.c_uint64),
+    ]
+
+
 c_client_p = ctypes.c_void_p
 c_buffer_p = ctypes.c_void_p
 c_status = ctypes.c_int
@@ -329,6 +337,38 @@ _PROTOTYPES = {
         [c_client_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p)],
     ),
     "ds_key_validate": (c_status, [ctypes.c_char_p, ctypes.c_size_t]),
+    # Yuanrong-compatibility calls (branch wt-sem); declared when the library has them.
+    "ds_context_set_trace_id": (c_status, [ctypes.c_char_p]),
+    "ds_kv_read": (
+        c_status,
+        [
+            c_client_p,
+            ctypes.c_size_t,
+            ctypes.POINTER(ReadParamC),
+            ctypes.POINTER(c_buffer_p),
+            ctypes.POINTER(c_status),
+        ],
+    ),
+    "ds_kv_rlatch": (
+        c_status,
+        [c_client_p, ctypes.c_size_t, c_keys_p, ctypes.c_int32, ctypes.POINTER(c_status)],
+    ),
+    "ds_kv_unrlatch": (
+        c_status,
+        [c_client_p, ctypes.c_size_t, c_keys_p, ctypes.POINTER(c_status)],
+    ),
+    "ds_object_g_increase_ref": (
+        c_status,
+        [c_client_p, ctypes.c_size_t, c_keys_p, ctypes.POINTER(c_status)],
+    ),
+    "ds_object_g_decrease_ref": (
+        c_status,
+        [c_client_p, ctypes.c_size_t, c_keys_p, ctypes.POINTER(c_status)],
+    ),
+    "ds_object_query_global_ref_num": (
+        c_status,
+        [c_client_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_uint32)],
+    ),
 }
 
 # ---------------------------------------------------------------------------
@@ -467,22 +507,113 @@ def check(code, what=None):
 
 
 # ---------------------------------------------------------------------------
-# Hooks for native calls another branch adds to this module. When they exist
-# (as functions of this module), the Python API uses them; until then the
-# calls that need them raise K_NOT_SUPPORTED naming the missing hook.
+# Hooks: the library calls behind Yuanrong's Context.set_trace_id,
+# KVClient.read, ReadOnlyBuffer.rlatch / unrlatch and ObjectClient's global
+# references. They are newer than the rest of the C API (branch wt-sem); a
+# library built without them still loads, and ``hook(name)`` is then None, so
+# the Python API says K_NOT_SUPPORTED (or keeps the feature client-side).
 #
-#   set_trace_id(trace_id: str) -> None
-#       carries the calling thread's trace id to the worker with every request
-#       (Yuanrong's Context::SetTraceId); raises DsError.
-#   kv_read(client_handle, params: list of (key bytes, offset, size))
-#       -> list of ds_buffer_t handles (0 / None for a missing key)
-#       reads part of each value (Yuanrong's KVClient::Read); raises DsError.
+#   set_trace_id(trace_id: str) -> None             ds_context_set_trace_id
+#   kv_read(handle, [(key bytes, offset, size)])
+#       -> list of ds_buffer_t handles (None: missing)   ds_kv_read
+#   kv_rlatch(handle, [key bytes], timeout_ms) -> None     ds_kv_rlatch
+#   kv_unrlatch(handle, [key bytes]) -> None               ds_kv_unrlatch
+#   g_increase_ref / g_decrease_ref(handle, [key bytes])
+#       -> list of per-key statuses                       ds_object_g_*_ref
+#   query_global_ref_num(handle, key bytes) -> int   ds_object_query_global_ref_num
+#
+# Each raises DsError on failure, like ``check``.
+
+_HOOK_SYMBOLS = {
+    "set_trace_id": "ds_context_set_trace_id",
+    "kv_read": "ds_kv_read",
+    "kv_rlatch": "ds_kv_rlatch",
+    "kv_unrlatch": "ds_kv_unrlatch",
+    "g_increase_ref": "ds_object_g_increase_ref",
+    "g_decrease_ref": "ds_object_g_decrease_ref",
+    "query_global_ref_num": "ds_object_query_global_ref_num",
+}
+
+
+def has_symbol(symbol):
+    try:
+        return getattr(load(), symbol, None) is not None
+    except (AttributeError, LibraryNotFound):
+        return False
 
 
 def hook(name):
-    """The native helper ``name`` of this module, or None while it is missing."""
-    fn = globals().get(name)
-    return fn if callable(fn) else None
+    """The helper ``name`` of this module when the library has its C call, else None."""
+    fn = globals().get("_hook_" + name)
+    symbol = _HOOK_SYMBOLS.get(name)
+    if fn is None or symbol is None or not has_symbol(symbol):
+        return None
+    return fn
+
+
+def _hook_set_trace_id(trace_id):
+    check(load().ds_context_set_trace_id(trace_id.encode() if trace_id else None), "set_trace_id")
+
+
+def _statuses_for(n):
+    arr = (c_status * n)()
+    for i in range(n):
+        arr[i] = -1
+    return arr
+
+
+def _hook_kv_read(handle, params):
+    lib = load()
+    n = len(params)
+    arr = (ReadParamC * n)()
+    for i, (key, offset, size) in enumerate(params):
+        arr[i].key = key
+        arr[i].offset = offset
+        arr[i].size = size
+    out = (c_buffer_p * n)()
+    statuses = _statuses_for(n)
+    rc = lib.ds_kv_read(handle, n, arr, out, statuses)
+    if rc != K_OK:
+        err_msg = last_error()
+        for i in range(n):
+            if out[i]:
+                lib.ds_buffer_release(out[i])
+        if rc == K_NOT_FOUND:
+            err_msg = "Cannot get objects from worker"
+        raise DsError(rc, err_msg)
+    return [out[i] or None for i in range(n)]
+
+
+def _hook_kv_rlatch(handle, keys, timeout_ms):
+    check(load().ds_kv_rlatch(handle, len(keys), keys_array(keys), timeout_ms, None), "rlatch")
+
+
+def _hook_kv_unrlatch(handle, keys):
+    check(load().ds_kv_unrlatch(handle, len(keys), keys_array(keys), None), "unrlatch")
+
+
+def _ref_call(symbol, handle, keys):
+    n = len(keys)
+    statuses = _statuses_for(n)
+    rc = getattr(load(), symbol)(handle, n, keys_array(keys), statuses)
+    sts = [int(statuses[i]) for i in range(n)]
+    if rc != K_OK and all(st != K_OK for st in sts):
+        check(rc, symbol)
+    return sts
+
+
+def _hook_g_increase_ref(handle, keys):
+    return _ref_call("ds_object_g_increase_ref", handle, keys)
+
+
+def _hook_g_decrease_ref(handle, keys):
+    return _ref_call("ds_object_g_decrease_ref", handle, keys)
+
+
+def _hook_query_global_ref_num(handle, key):
+    count = ctypes.c_uint32()
+    check(load().ds_object_query_global_ref_num(handle, key, ctypes.byref(count)), "query_global_ref_num")
+    return int(count.value)
 
 
 # ---------------------------------------------------------------------------

@@ -14,7 +14,12 @@ CamelCase ones of the buffers Yuanrong's ``KVClient.mcreate`` returns
 Latches: a published object is immutable here (an overwrite publishes a new
 version; a reader's pin keeps its version's bytes) and an unpublished buffer
 belongs to its creator alone, so no reader can see a concurrent write. The
-latch calls check their arguments as Yuanrong does and then succeed at once.
+latch calls check their arguments as Yuanrong does; ``rlatch`` / ``unrlatch``
+of a published buffer take and drop the worker's read latch on its key
+(writers of the key wait meanwhile) when the library has it
+(``ds_kv_rlatch``), and otherwise succeed at once, as do the write latches.
+``ImmutableData(with_latch=True)`` checks its arguments and takes no latch:
+the view pins its version anyway.
 """
 
 from enum import IntEnum
@@ -191,13 +196,25 @@ class Buffer:
     def unwlatch(self):
         self._handle()
 
-    def rlatch(self, timeout_sec=60):
-        """Read latch: checked, then granted at once (see the module's notes)."""
-        _check_latch_timeout(timeout_sec)
+    def _latch_target(self, name):
         self._handle()
+        native = _n.hook(name)
+        if native is None or not self._published or self._client is None:
+            return None, None
+        return native, self._key.encode("utf-8", "surrogateescape")
+
+    def rlatch(self, timeout_sec=60):
+        """Read latch on the key (see the module's notes)."""
+        _check_latch_timeout(timeout_sec)
+        native, kb = self._latch_target("kv_rlatch")
+        if native is not None:
+            self._client._call(native, [kb], min(timeout_sec * 1000, _LATCH_MAX))
 
     def unrlatch(self):
-        self._handle()
+        """Releases the read latch."""
+        native, kb = self._latch_target("kv_unrlatch")
+        if native is not None:
+            self._client._call(native, [kb])
 
     def release(self):
         """Drops the buffer now (an unpublished one is discarded).
@@ -245,8 +262,9 @@ class ObjectClient:
 
     Objects and KV values are one namespace here: ``put`` / ``create`` +
     ``publish`` write a key a ``KVClient`` reads, and the other way round.
-    Global references (``g_increase_ref`` ...) are not kept by this datasystem:
-    those calls raise K_NOT_SUPPORTED.
+    Global references (``g_increase_ref`` ...) need the library's
+    ``ds_object_g_increase_ref`` & co.; without them those calls raise
+    K_NOT_SUPPORTED (``query_global_ref_num`` answers -1).
     """
 
     def __init__(
@@ -338,23 +356,43 @@ class ObjectClient:
 
     generate_object_key = generate_object_id
 
-    def _no_refs(self, what):
-        raise DsError(
-            _n.K_NOT_SUPPORTED, "%s: this datasystem keeps no global references." % what
-        )
+    def _ref_hook(self, name):
+        native = _n.hook(name)
+        if native is None:
+            raise DsError(
+                _n.K_NOT_SUPPORTED,
+                "%s needs libdatasystem's global references (ds_object_%s), which this build "
+                "lacks." % (name, name),
+            )
+        return native
+
+    def _refs(self, name, object_keys):
+        Validator.check_args_types([["object_keys", object_keys, list]])
+        if not object_keys:
+            raise DsError(_n.K_INVALID, "The input of object_keys list should not be empty")
+        kbs = _c.key_list(object_keys, name="object_keys")
+        statuses = self._kv._call(self._ref_hook(name), kbs)
+        return [k for k, st in zip(object_keys, statuses) if st != _n.K_OK]
 
     def g_increase_ref(self, object_keys):
-        Validator.check_args_types([["object_keys", object_keys, list]])
-        self._no_refs("g_increase_ref")
+        """Adds a global reference to each object; returns the keys that failed."""
+        return self._refs("g_increase_ref", object_keys)
 
     def g_decrease_ref(self, object_keys):
-        Validator.check_args_types([["object_keys", object_keys, list]])
-        self._no_refs("g_decrease_ref")
+        """Drops a global reference from each object (at 0 the object is deleted);
+        returns the keys that failed."""
+        return self._refs("g_decrease_ref", object_keys)
 
     def query_global_ref_num(self, object_key):
-        """-1: this datasystem keeps no global references (Yuanrong's failure value)."""
+        """The object's global reference count; -1 on failure (as Yuanrong)."""
         Validator.check_args_types([["object_key", object_key, str]])
-        return -1
+        native = _n.hook("query_global_ref_num")
+        if native is None or not object_key:
+            return -1
+        try:
+            return self._kv._call(native, object_key.encode("utf-8", "surrogateescape"))
+        except DsError:
+            return -1
 
     def health_check(self):
         return self._kv.health_check()

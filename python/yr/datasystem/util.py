@@ -6,8 +6,9 @@
 * ``Context.set_trace_id(trace_id)``: tags every later call of the calling
   thread with a trace id. Errors raised while it is set carry
   ", traceId: <id>" in their message, as Yuanrong's do. Carrying the id to the
-  worker needs the native hook ``_native.set_trace_id`` (see ``_native.hook``);
-  without it the id stays on the client side.
+  worker needs the library's ``ds_context_set_trace_id`` (``_native.hook``);
+  without it, or for an id the worker's rules refuse, the id stays on the
+  client side.
 * ``Validator``: the argument checks the clients share. Type errors are
   ``TypeError("The input of <name> has invalid type, valid type: [...]")`` and
   range errors ``RuntimeError("Invalid <name> size <v> is set, which should be
@@ -164,7 +165,12 @@ class Context:
             )
         native = _n.hook("set_trace_id")
         if native is not None:
-            native(trace_id)
+            try:
+                native(trace_id)
+            except _n.DsError:
+                # The worker's trace ids are [A-Za-z0-9._:-]; a Yuanrong id outside
+                # that set stays on the client side (in error messages) only.
+                native("")
         _n.set_current_trace_id(trace_id)
 
     @staticmethod
