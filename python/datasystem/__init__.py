@@ -1,16 +1,20 @@
 """Alias of ``yr.datasystem``, the import path vLLM-Omni's YuanrongConnector uses
-(``from datasystem.kv_client import KVClient, SetParam, WriteMode``)."""
+(``from datasystem.kv_client import KVClient, SetParam, WriteMode``).
 
-from yr.datasystem import (  # noqa: F401
-    Buffer,
-    CacheType,
-    DsError,
-    ExistenceOpt,
-    KVClient,
-    LibraryNotFound,
-    SetParam,
-    Status,
-    WriteMode,
-    __all__,
-    __version__,
-)
+``datasystem.<name>`` resolves lazily to ``yr.datasystem.<name>`` (the same
+objects), and ``datasystem.kv_client`` / ``object_client`` / ``util`` are the
+very modules of ``yr.datasystem``.
+"""
+
+import yr.datasystem as _yd
+
+__version__ = _yd.__version__
+__all__ = list(_yd.__all__)
+
+
+def __getattr__(name):
+    return getattr(_yd, name)
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_yd.__all__))

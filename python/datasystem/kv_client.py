@@ -1,4 +1,7 @@
-"""Alias of ``yr.datasystem.kv_client``: the same classes, not copies."""
+"""Alias of ``yr.datasystem.kv_client``: this name is bound to that very module."""
 
-from yr.datasystem.kv_client import *  # noqa: F401,F403
-from yr.datasystem.kv_client import __all__  # noqa: F401
+import sys
+
+from yr.datasystem import kv_client as _module
+
+sys.modules[__name__] = _module

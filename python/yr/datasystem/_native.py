@@ -83,21 +83,82 @@ def status_name(code):
     return STATUS_NAMES.get(code, "K_UNKNOWN")
 
 
+# The text Yuanrong's Status::StatusCodeName gives each code; its
+# Status::ToString is "code: [<text>], msg: [<message>]", and the Python SDK
+# raises RuntimeError(status.to_string()).
+STATUS_TEXTS = {
+    K_OK: "OK",
+    K_DUPLICATED: "Key duplicated",
+    K_INVALID: "Invalid parameter",
+    K_NOT_FOUND: "Key not found",
+    K_RUNTIME_ERROR: "Runtime error",
+    K_OUT_OF_MEMORY: "Out of memory",
+    K_IO_ERROR: "IO error",
+    K_NOT_READY: "Not ready",
+    K_NOT_AUTHORIZED: "Not authorized",
+    K_TRY_AGAIN: "Try again",
+    K_SHUTTING_DOWN: "Shutting down",
+    K_CLIENT_WORKER_DISCONNECT: "Client and Worker disconnect",
+    K_WORKER_TIMEOUT: "The worker may timeout",
+    K_NOT_SUPPORTED: "Not supported",
+    K_RPC_DEADLINE_EXCEEDED: "RPC deadline exceeded",
+    K_RPC_UNAVAILABLE: "RPC unavailable",
+    K_OC_KEY_ALREADY_EXIST: "Object already exist error",
+}
+
+
+def status_text(code):
+    return STATUS_TEXTS.get(code, "UNKNOWN_TYPE")
+
+
+# The trace id of the calling thread (``yr.datasystem.util.Context``): as in
+# Yuanrong, an error raised while one is set carries ", traceId: <id>".
+_trace = threading.local()
+
+
+def current_trace_id():
+    return getattr(_trace, "trace_id", "")
+
+
+def set_current_trace_id(trace_id):
+    _trace.trace_id = trace_id
+
+
+def with_trace_id(msg, trace_id=None):
+    """msg as Yuanrong's Status builds it: a trailing '.' gives way to
+    ", traceId: <id>" while a trace id is set and msg does not name it yet."""
+    if trace_id is None:
+        trace_id = current_trace_id()
+    if not trace_id or trace_id in msg:
+        return msg
+    if msg.endswith("."):
+        msg = msg[:-1]
+    return msg + ", traceId: " + trace_id
+
+
+def format_status(code, msg):
+    """Yuanrong's Status::ToString: "code: [Key not found], msg: [...]"."""
+    return "code: [%s], msg: [%s]" % (status_text(code), msg)
+
+
 class DsError(RuntimeError):
     """A failed datasystem call: a RuntimeError with the status code.
 
-    ``code`` is the number (status.h), ``name`` its symbol ("K_NOT_FOUND") and
-    ``message`` the library's explanation.
+    ``str(e)`` is Yuanrong's ``code: [<code text>], msg: [<message>]`` (the
+    message carries ", traceId: <id>" while ``Context.set_trace_id`` is in
+    effect). ``code`` is the number (status.h), ``name`` its symbol
+    ("K_NOT_FOUND") and ``message`` the library's explanation as is.
     """
 
-    def __init__(self, code, message=""):
+    def __init__(self, code, message="", trace_id=None):
         self.code = int(code)
         self.name = status_name(self.code)
         self.message = message or ""
-        super().__init__("%s(%d): %s" % (self.name, self.code, self.message))
+        self.trace_id = current_trace_id() if trace_id is None else trace_id
+        super().__init__(format_status(self.code, with_trace_id(self.message, self.trace_id)))
 
     def __reduce__(self):
-        return (DsError, (self.code, self.message))
+        return (DsError, (self.code, self.message, self.trace_id))
 
 
 class LibraryNotFound(ImportError, RuntimeError):
@@ -150,6 +211,14 @@ class _PyBuffer(ctypes.Structure):
         ("strides", ctypes.c_void_p),
         ("suboffsets", ctypes.c_void_p),
         ("internal", ctypes.c_void_p),
+    ]
+
+
+class ReadParamC(ctypes.Structure):
+    _fields_ = [
+        ("key", ctypes.c_char_p),
+        ("offset", ctypes.c_uint64),
+        ("size", ctypes.c_uint64),
     ]
 
 
@@ -268,6 +337,38 @@ _PROTOTYPES = {
         [c_client_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p)],
     ),
     "ds_key_validate": (c_status, [ctypes.c_char_p, ctypes.c_size_t]),
+    # Yuanrong-compatibility calls (branch wt-sem); declared when the library has them.
+    "ds_context_set_trace_id": (c_status, [ctypes.c_char_p]),
+    "ds_kv_read": (
+        c_status,
+        [
+            c_client_p,
+            ctypes.c_size_t,
+            ctypes.POINTER(ReadParamC),
+            ctypes.POINTER(c_buffer_p),
+            ctypes.POINTER(c_status),
+        ],
+    ),
+    "ds_kv_rlatch": (
+        c_status,
+        [c_client_p, ctypes.c_size_t, c_keys_p, ctypes.c_int32, ctypes.POINTER(c_status)],
+    ),
+    "ds_kv_unrlatch": (
+        c_status,
+        [c_client_p, ctypes.c_size_t, c_keys_p, ctypes.POINTER(c_status)],
+    ),
+    "ds_object_g_increase_ref": (
+        c_status,
+        [c_client_p, ctypes.c_size_t, c_keys_p, ctypes.POINTER(c_status)],
+    ),
+    "ds_object_g_decrease_ref": (
+        c_status,
+        [c_client_p, ctypes.c_size_t, c_keys_p, ctypes.POINTER(c_status)],
+    ),
+    "ds_object_query_global_ref_num": (
+        c_status,
+        [c_client_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_uint32)],
+    ),
 }
 
 # ---------------------------------------------------------------------------
@@ -391,14 +492,128 @@ def last_error():
 
 
 def check(code, what=None):
-    """Raises DsError for a non-zero status, with the thread's last message."""
+    """Raises DsError for a non-zero status, with the thread's last message.
+
+    The message is the library's text as is (Yuanrong's messages name no
+    operation); ``what`` is used only when the library gave no text.
+    """
     if code != K_OK:
         msg = last_error()
         if not msg:
             msg = (load().ds_status_message(code) or b"").decode("utf-8", "replace")
-        if what:
-            msg = "%s: %s" % (what, msg) if msg else what
+            if what:
+                msg = "%s: %s" % (what, msg) if msg else what
         raise DsError(code, msg)
+
+
+# ---------------------------------------------------------------------------
+# Hooks: the library calls behind Yuanrong's Context.set_trace_id,
+# KVClient.read, ReadOnlyBuffer.rlatch / unrlatch and ObjectClient's global
+# references. They are newer than the rest of the C API (branch wt-sem); a
+# library built without them still loads, and ``hook(name)`` is then None, so
+# the Python API says K_NOT_SUPPORTED (or keeps the feature client-side).
+#
+#   set_trace_id(trace_id: str) -> None             ds_context_set_trace_id
+#   kv_read(handle, [(key bytes, offset, size)])
+#       -> list of ds_buffer_t handles (None: missing)   ds_kv_read
+#   kv_rlatch(handle, [key bytes], timeout_ms) -> None     ds_kv_rlatch
+#   kv_unrlatch(handle, [key bytes]) -> None               ds_kv_unrlatch
+#   g_increase_ref / g_decrease_ref(handle, [key bytes])
+#       -> list of per-key statuses                       ds_object_g_*_ref
+#   query_global_ref_num(handle, key bytes) -> int   ds_object_query_global_ref_num
+#
+# Each raises DsError on failure, like ``check``.
+
+_HOOK_SYMBOLS = {
+    "set_trace_id": "ds_context_set_trace_id",
+    "kv_read": "ds_kv_read",
+    "kv_rlatch": "ds_kv_rlatch",
+    "kv_unrlatch": "ds_kv_unrlatch",
+    "g_increase_ref": "ds_object_g_increase_ref",
+    "g_decrease_ref": "ds_object_g_decrease_ref",
+    "query_global_ref_num": "ds_object_query_global_ref_num",
+}
+
+
+def has_symbol(symbol):
+    try:
+        return getattr(load(), symbol, None) is not None
+    except (AttributeError, LibraryNotFound):
+        return False
+
+
+def hook(name):
+    """The helper ``name`` of this module when the library has its C call, else None."""
+    fn = globals().get("_hook_" + name)
+    symbol = _HOOK_SYMBOLS.get(name)
+    if fn is None or symbol is None or not has_symbol(symbol):
+        return None
+    return fn
+
+
+def _hook_set_trace_id(trace_id):
+    check(load().ds_context_set_trace_id(trace_id.encode() if trace_id else None), "set_trace_id")
+
+
+def _statuses_for(n):
+    arr = (c_status * n)()
+    for i in range(n):
+        arr[i] = -1
+    return arr
+
+
+def _hook_kv_read(handle, params):
+    lib = load()
+    n = len(params)
+    arr = (ReadParamC * n)()
+    for i, (key, offset, size) in enumerate(params):
+        arr[i].key = key
+        arr[i].offset = offset
+        arr[i].size = size
+    out = (c_buffer_p * n)()
+    statuses = _statuses_for(n)
+    rc = lib.ds_kv_read(handle, n, arr, out, statuses)
+    if rc != K_OK:
+        err_msg = last_error()
+        for i in range(n):
+            if out[i]:
+                lib.ds_buffer_release(out[i])
+        if rc == K_NOT_FOUND:
+            err_msg = "Cannot get objects from worker"
+        raise DsError(rc, err_msg)
+    return [out[i] or None for i in range(n)]
+
+
+def _hook_kv_rlatch(handle, keys, timeout_ms):
+    check(load().ds_kv_rlatch(handle, len(keys), keys_array(keys), timeout_ms, None), "rlatch")
+
+
+def _hook_kv_unrlatch(handle, keys):
+    check(load().ds_kv_unrlatch(handle, len(keys), keys_array(keys), None), "unrlatch")
+
+
+def _ref_call(symbol, handle, keys):
+    n = len(keys)
+    statuses = _statuses_for(n)
+    rc = getattr(load(), symbol)(handle, n, keys_array(keys), statuses)
+    sts = [int(statuses[i]) for i in range(n)]
+    if rc != K_OK and all(st != K_OK for st in sts):
+        check(rc, symbol)
+    return sts
+
+
+def _hook_g_increase_ref(handle, keys):
+    return _ref_call("ds_object_g_increase_ref", handle, keys)
+
+
+def _hook_g_decrease_ref(handle, keys):
+    return _ref_call("ds_object_g_decrease_ref", handle, keys)
+
+
+def _hook_query_global_ref_num(handle, key):
+    count = ctypes.c_uint32()
+    check(load().ds_object_query_global_ref_num(handle, key, ctypes.byref(count)), "query_global_ref_num")
+    return int(count.value)
 
 
 # ---------------------------------------------------------------------------

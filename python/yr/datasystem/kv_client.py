@@ -1,28 +1,39 @@
-"""KV client of the datasystem, with Yuanrong Datasystem's Python signatures.
+"""KV client of the datasystem (Yuanrong Datasystem's ``yr.datasystem.kv_client``).
 
 ``KVClient`` talks to one worker through libdatasystem (see ``_native``). A
 worker on this host is reached over its Unix socket and its shared-memory arena
 is mapped, so ``set`` copies a value once into the arena, ``get`` copies it once
-out of it, and ``get_buffers`` / ``mcreate`` + ``mset_buffer`` read and write
-the arena in place.
+out of it, and ``get_buffers`` / ``get_read_only_buffers`` / ``mcreate`` +
+``mset_buffer`` read and write the arena in place.
 
-Errors from the datasystem are ``RuntimeError`` (precisely ``DsError``, whose
-``code`` is the status number of status.h); arguments of the wrong type are
-``TypeError``. Every call that may wait (connect, subscribe-gets, large
-transfers) releases the GIL.
+Names, signatures and messages follow Yuanrong's Python SDK: ``WriteMode`` and
+``CacheType`` come from ``object_client`` (re-exported here), ``ReadParam`` is
+its namedtuple, errors are ``RuntimeError`` whose text is
+``code: [<code text>], msg: [<message>]`` (precisely ``DsError``, with
+``code``, the status number of status.h), arguments of the wrong type are
+``TypeError("The input of <name> has invalid type, valid type: [...]")``.
+Every call that may wait (connect, subscribe-gets, large transfers) releases
+the GIL.
 """
 
 import os
 import sys
 import threading
+import uuid
+from collections import namedtuple
 from enum import IntEnum
 
+from yr.datasystem import _checks as _c
 from yr.datasystem import _native as _n
 from yr.datasystem._native import DsError
+from yr.datasystem.object_client import Buffer, CacheType, WriteMode
+from yr.datasystem.util import Status, Validator
 
 __all__ = [
     "KVClient",
     "SetParam",
+    "ReadParam",
+    "ReadOnlyBuffer",
     "WriteMode",
     "ExistenceOpt",
     "CacheType",
@@ -34,37 +45,32 @@ __all__ = [
 DEFAULT_FAST_TRANSPORT_MEM_SIZE = 256 * 1024 * 1024
 MAX_FAST_TRANSPORT_MEM_SIZE = 2 * 1024 * 1024 * 1024
 
+# Yuanrong's text for the deprecated transactional mset (code K_RUNTIME_ERROR).
+MSETTX_DEPRECATED_MSG = "MSetTx is a deprecated API and is no longer supported."
 
-class WriteMode(IntEnum):
-    """Reliability of an object (docs/design.md section 3)."""
 
-    NONE_L2_CACHE = 0
-    WRITE_THROUGH_L2_CACHE = 1
-    WRITE_BACK_L2_CACHE = 2
-    NONE_L2_CACHE_EVICT = 3
-    WRITE_BACK_L2_CACHE_EVICT = 4
+ReadParam = namedtuple("ReadParam", ["key", "offset", "size"])
+ReadParam.__doc__ = """What ``KVClient.read`` reads of one value.
+
+Args:
+    key (str): the key of the value.
+    offset (int): bytes of the value to skip.
+    size (int): bytes to read from there.
+"""
 
 
 class ExistenceOpt(IntEnum):
-    """What a set does when the key already exists: overwrite, or keep (NX)."""
+    """What a set does when the key already exists: overwrite (NONE) or keep (NX)."""
 
     NONE = 0
     NX = 1
 
 
-class CacheType(IntEnum):
-    """Where data is cached. Only MEMORY is supported by this datasystem."""
-
-    MEMORY = 0
-    DISK = 1
-
-
-# Yuanrong spells it this way; kept so code written against it runs.
-CacheType.MEMEORY = CacheType.MEMORY
-
-
 class SetParam:
-    """The set properties of a key: write_mode, ttl_second, existence."""
+    """The set properties of a key: write_mode, ttl_second, existence, cache_type.
+
+    ``SetParam()`` gives Yuanrong's defaults; the keywords are this package's.
+    """
 
     def __init__(
         self,
@@ -86,136 +92,69 @@ class SetParam:
         )
 
 
-class Status:
-    """Result of ``health_check``: a code and a message."""
+class ReadOnlyBuffer(Buffer):
+    """A value pinned for reading (Yuanrong's ``kv_client.ReadOnlyBuffer``).
 
-    __slots__ = ("code", "message")
+    ``immutable_data(with_latch=False, timeout_sec=60)`` is a read-only
+    memoryview of the pinned version; it stays intact when the key is
+    overwritten or deleted, for as long as the buffer or a view of it lives.
+    ``rlatch`` / ``unrlatch`` are granted at once: published objects are
+    immutable here (see ``object_client``).
+    """
 
-    def __init__(self, code=0, message=""):
-        self.code = int(code)
-        self.message = message
+    __slots__ = ()
 
-    def is_ok(self):
-        return self.code == _n.K_OK
+    def __init__(self, client, handle, key):
+        super().__init__(client, handle, key, published=True)
 
-    def is_error(self):
-        return self.code != _n.K_OK
+    def immutable_data(self, with_latch=False, timeout_sec=60):
+        """A read-only memoryview of the value (with_latch: take the read latch first).
 
-    def to_string(self):
-        if self.is_ok():
-            return "K_OK"
-        return "%s(%d): %s" % (_n.status_name(self.code), self.code, self.message)
+        Raises:
+            TypeError: an argument of the wrong type.
+            RuntimeError: timeout_sec outside [1, 2147483647].
+        """
+        Validator.check_args_types([["with_latch", with_latch, bool], ["timeout_sec", timeout_sec, int]])
+        Validator.check_param_range("timeout_sec", timeout_sec, 1, Validator.INT32_MAX_SIZE)
+        return Buffer.immutable_data(self)
 
-    def __str__(self):
-        return self.to_string()
+    def ImmutableData(self, with_latch=False, timeout_sec=60):  # noqa: N802 - Yuanrong's name
+        return self.immutable_data(with_latch, timeout_sec)
 
     def __repr__(self):
-        return "Status(%s)" % self.to_string()
+        return "ReadOnlyBuffer(key=%r, size=%d)" % (self._key, self._size)
 
 
 # ---------------------------------------------------------------------------
-# Argument checking. Yuanrong raises TypeError for a wrong type; we do too.
+# Arguments (messages in _checks / util.Validator).
 
 
-def _type_name(v):
-    return type(v).__name__
-
-
-def _check_int(name, v, lo, hi):
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise TypeError("%s must be an int, not %s" % (name, _type_name(v)))
-    if v < lo or v > hi:
-        raise ValueError("%s=%d is out of range [%d, %d]" % (name, v, lo, hi))
-    return int(v)
-
-
-def _check_str(name, v):
-    if not isinstance(v, str):
-        raise TypeError("%s must be a str, not %s" % (name, _type_name(v)))
-    return v
-
-
-def _check_bool(name, v):
-    if not isinstance(v, bool):
-        raise TypeError("%s must be a bool, not %s" % (name, _type_name(v)))
-    return v
-
-
-def _write_mode(v):
-    if isinstance(v, WriteMode):
+def _enum_value(v, enum, name):
+    if isinstance(v, enum):
         return v
     if isinstance(v, int) and not isinstance(v, bool):
-        return WriteMode(v)
+        return enum(v)
     # A foreign enum whose .value is one of ours (e.g. another binding's WriteMode).
     value = getattr(v, "value", None)
     if isinstance(value, int) and not isinstance(value, bool) and hasattr(v, "name"):
-        return WriteMode(value)
-    raise TypeError("write_mode must be a WriteMode, not %s" % _type_name(v))
+        return enum(value)
+    raise _c.type_error(name, enum)
 
 
-def _existence(v):
-    if isinstance(v, ExistenceOpt):
-        return v
-    if isinstance(v, int) and not isinstance(v, bool):
-        return ExistenceOpt(v)
-    value = getattr(v, "value", None)
-    if isinstance(value, int) and not isinstance(value, bool) and hasattr(v, "name"):
-        return ExistenceOpt(value)
-    raise TypeError("existence_opt must be an ExistenceOpt, not %s" % _type_name(v))
+def _write_mode(v):
+    return _enum_value(v, WriteMode, "write_mode")
 
 
-def _ttl(v):
-    return _check_int("ttl_second", v, 0, _n.UINT32_MAX)
+def _existence(v, name="existence_opt"):
+    return _enum_value(v, ExistenceOpt, name)
 
 
-def _timeout(name, v):
-    return _check_int(name, v, 0, _n.INT32_MAX)
-
-
-_VALUE_TYPES = (bytes, bytearray, memoryview, str)
-
-
-def _value(name, v):
-    if isinstance(v, str):
-        return v.encode("utf-8")
-    if isinstance(v, (bytes, bytearray, memoryview)):
-        return v
-    raise TypeError(
-        "%s must be bytes, bytearray, memoryview or str, not %s" % (name, _type_name(v))
-    )
-
-
-def _encode_key(k):
-    if not isinstance(k, str):
-        raise TypeError("a key must be a str, not %s" % _type_name(k))
-    b = k.encode("utf-8", "surrogateescape")
-    if b"\0" in b:
-        # A C string cannot carry NUL: let the library's validator name the byte.
-        lib = _n.load()
-        rc = lib.ds_key_validate(b, len(b))
-        _n.check(rc if rc != _n.K_OK else _n.K_INVALID, "invalid key %r" % k)
-    return b
-
-
-def _key_list(keys, limit=_n.MAX_BATCH, name="keys"):
-    if isinstance(keys, (str, bytes)) or not isinstance(keys, (list, tuple)):
-        raise TypeError("%s must be a list of str, not %s" % (name, _type_name(keys)))
-    if not keys:
-        raise DsError(_n.K_INVALID, "%s is empty" % name)
-    if len(keys) > limit:
-        raise DsError(_n.K_INVALID, "%d %s is more than the limit of %d" % (len(keys), name, limit))
-    return [_encode_key(k) for k in keys]
-
-
-def _param(write_mode, ttl_second, existence=ExistenceOpt.NONE):
+def _param(write_mode, ttl_second, existence=ExistenceOpt.NONE, existence_name="existence_opt"):
     p = _n.SetParamC()
     p.write_mode = int(_write_mode(write_mode))
-    p.ttl_second = _ttl(ttl_second)
-    p.existence = int(_existence(existence))
+    p.ttl_second = _c.ttl(ttl_second)
+    p.existence = int(_existence(existence, existence_name))
     return p
-
-
-_UNSET = object()
 
 
 def _statuses(n):
@@ -227,97 +166,15 @@ def _statuses(n):
     return arr
 
 
+def _not_found_or(rc):
+    """DsError for a get that failed as a whole: Yuanrong's text when nothing was found."""
+    if rc == _n.K_NOT_FOUND:
+        return DsError(rc, _c.MSG_NOT_FOUND)
+    msg = _n.last_error()
+    return DsError(rc, msg)
+
+
 # ---------------------------------------------------------------------------
-
-
-class Buffer:
-    """A value being written in place (from ``mcreate``) or read in place.
-
-    ``mutable_data()`` is a writable memoryview over the reserved bytes (in the
-    worker's shared memory for a local client); fill it, then publish with
-    ``KVClient.mset_buffer([...])`` or ``publish()``. The reservation is dropped
-    when the Buffer and every view taken from it are gone, or on ``release()``.
-    """
-
-    __slots__ = ("_client", "_pin", "_key", "_size", "_published", "__weakref__")
-
-    def __init__(self, client, handle, key):
-        self._client = client
-        self._pin = _n.Pin(handle)
-        self._key = key
-        self._size = _n.load().ds_buffer_size(handle)
-        self._published = False
-
-    @property
-    def key(self):
-        return self._key
-
-    @property
-    def size(self):
-        return self._size
-
-    def get_size(self):
-        return self._size
-
-    def __len__(self):
-        return self._size
-
-    @property
-    def published(self):
-        return self._published
-
-    def _handle(self):
-        h = self._pin.handle
-        if not h:
-            raise DsError(_n.K_INVALID, "buffer of key %r was released" % self._key)
-        return h
-
-    def mutable_data(self):
-        """A writable memoryview; only before the buffer is published."""
-        h = self._handle()
-        addr = _n.load().ds_buffer_mutable_data(h)
-        if not addr:
-            raise DsError(_n.K_INVALID, "buffer of key %r is published: it is read-only" % self._key)
-        return _n.pinned_view(self._pin, addr, self._size, readonly=False)
-
-    def immutable_data(self):
-        """A read-only memoryview of the buffer's bytes."""
-        h = self._handle()
-        addr = _n.load().ds_buffer_data(h)
-        return _n.pinned_view(self._pin, addr, self._size, readonly=True)
-
-    def memory_copy(self, value, offset=0):
-        """Copies value (bytes-like or str) into the buffer at offset."""
-        value = _value("value", value)
-        mv = memoryview(value)
-        if not mv.c_contiguous:
-            mv = memoryview(mv.tobytes())
-        if mv.format != "B" or mv.ndim != 1:
-            mv = mv.cast("B")
-        n = len(mv)
-        _check_int("offset", offset, 0, self._size)
-        if offset + n > self._size:
-            raise DsError(
-                _n.K_INVALID,
-                "%d bytes at offset %d do not fit a buffer of %d" % (n, offset, self._size),
-            )
-        self.mutable_data()[offset : offset + n] = mv
-
-    def publish(self):
-        """Makes the buffer's contents visible under its key."""
-        self._client.mset_buffer([self])
-
-    seal = publish
-
-    def release(self):
-        """Drops the buffer now (an unpublished one is discarded).
-
-        Views still held from it must not be used afterwards.
-        """
-        self._pin.release()
-
-    def __repr__(self):
-        return "Buffer(key=%r, size=%d, published=%s)" % (self._key, self._size, self._published)
 
 
 class KVClient:
@@ -376,7 +233,17 @@ class KVClient:
         self._pid = os.getpid()
         self._cv = threading.Condition(threading.Lock())
         self._active = 0  # calls in flight, which close() waits for
-        _check_int("connect_timeout_ms", connect_timeout_ms, 0, _n.INT32_MAX)
+        if service_discovery is not None:
+            if host or port:
+                import warnings
+
+                warnings.warn("host and port are ignored when service_discovery is provided")
+        else:
+            _c.check_str("host", host)
+            if isinstance(port, bool) or not isinstance(port, int):
+                raise _c.type_error("port", int)
+        if isinstance(connect_timeout_ms, bool) or not isinstance(connect_timeout_ms, int):
+            raise _c.type_error("connect_timeout_ms", int)
         for name, v in (
             ("token", token),
             ("client_public_key", client_public_key),
@@ -386,22 +253,28 @@ class KVClient:
             ("secret_key", secret_key),
             ("tenant_id", tenant_id),
         ):
-            _check_str(name, v)
-        _check_bool("enable_cross_node_connection", enable_cross_node_connection)
-        _check_bool("enable_exclusive_connection", enable_exclusive_connection)
-        _check_int("fast_transport_mem_size", fast_transport_mem_size, 1, MAX_FAST_TRANSPORT_MEM_SIZE)
+            _c.check_str(name, v)
+        _c.check_bool("enable_cross_node_connection", enable_cross_node_connection)
+        _c.check_bool("enable_exclusive_connection", enable_exclusive_connection)
+        if isinstance(fast_transport_mem_size, bool) or not isinstance(fast_transport_mem_size, int):
+            raise _c.type_error("fast_transport_mem_size", int)
         if isinstance(req_timeout_ms, bool) or not isinstance(req_timeout_ms, int):
-            raise TypeError("req_timeout_ms must be an int, not %s" % _type_name(req_timeout_ms))
+            raise _c.type_error("req_timeout_ms", int)
+        Validator.check_param_range("connect_timeout_ms", connect_timeout_ms, 0, Validator.INT32_MAX_SIZE)
+        Validator.check_param_range(
+            "fast_transport_mem_size", fast_transport_mem_size, 1, MAX_FAST_TRANSPORT_MEM_SIZE
+        )
         if transport not in self._TRANSPORTS:
             raise ValueError("transport must be one of %s" % sorted(self._TRANSPORTS))
         if unix_socket_dir is not None:
-            _check_str("unix_socket_dir", unix_socket_dir)
+            _c.check_str("unix_socket_dir", unix_socket_dir)
 
         if service_discovery is not None:
             _, host, port, _ = service_discovery.select_worker()
-        _check_str("host", host)
-        if isinstance(port, bool) or not isinstance(port, int):
-            raise TypeError("port must be an int, not %s" % _type_name(port))
+            _c.check_str("host", host)
+        elif bool(host) != (port > 0):
+            # Yuanrong's check; both empty falls back to DATASYSTEM_HOST / _PORT.
+            raise RuntimeError("host and port must be provided together, or use service_discovery")
 
         self._host = host
         self._port = port
@@ -524,12 +397,14 @@ class KVClient:
             existence (ExistenceOpt): NX keeps an existing value and raises
                 RuntimeError with code K_OC_KEY_ALREADY_EXIST (2004).
         """
-        kb = _encode_key(key)
-        v = _value("val", val)
+        _c.check_str("key", key)
+        v = _c.value("val", val)
         if isinstance(write_mode, SetParam):
-            p = _param(write_mode.write_mode, write_mode.ttl_second, write_mode.existence)
+            p = _param(write_mode.write_mode, write_mode.ttl_second, write_mode.existence, "existence")
         else:
-            p = _param(write_mode, ttl_second, existence)
+            p = _param(write_mode, ttl_second, existence, "existence")
+        kb = _c.encode_key(key)
+        _c.nonempty_value("val", v)
         lib = _n.load()
         with _n.BorrowedBuffers() as borrowed:
             addr, n = borrowed.add(v)
@@ -538,7 +413,7 @@ class KVClient:
 
     def set_value(self, val, write_mode=WriteMode.NONE_L2_CACHE, ttl_second=0):
         """Sets val under a newly generated key and returns the key."""
-        _value("val", val)
+        _c.value("val", val)
         _param(write_mode, ttl_second)
         key = self.generate_key()
         self.set(key, val, write_mode, ttl_second)
@@ -556,14 +431,12 @@ class KVClient:
 
         Raises RuntimeError when every key failed.
         """
-        kbs = _key_list(keys)
-        if not isinstance(vals, (list, tuple)):
-            raise TypeError("vals must be a list, not %s" % _type_name(vals))
+        _c.check_list("keys", keys)
+        _c.check_list("vals", vals)
+        kbs = _c.key_list(keys, empty_msg=_c.MSG_EMPTY_KEYS_SET)
         if len(vals) != len(kbs):
-            raise DsError(
-                _n.K_INVALID, "%d keys but %d values" % (len(kbs), len(vals))
-            )
-        vs = [_value("vals[%d]" % i, v) for i, v in enumerate(vals)]
+            raise DsError(_n.K_INVALID, _c.MSG_KEYS_VALUES)
+        vs = [_c.value("vals[%d]" % i, v) for i, v in enumerate(vals)]
         p = _param(write_mode, ttl_second, existence_opt)
         lib = _n.load()
         n = len(kbs)
@@ -590,15 +463,15 @@ class KVClient:
 
         Fill each ``buf.mutable_data()`` and publish them with ``mset_buffer``.
         """
-        kbs = _key_list(keys)
-        if not isinstance(sizes, (list, tuple)):
-            raise TypeError("sizes must be a list, not %s" % _type_name(sizes))
+        _c.check_list("keys", keys)
+        _c.check_list("sizes", sizes)
+        kbs = _c.key_list(keys, empty_msg=_c.MSG_EMPTY_KEYS_SET)
         if len(sizes) != len(kbs):
-            raise DsError(_n.K_INVALID, "%d keys but %d sizes" % (len(kbs), len(sizes)))
+            raise DsError(_n.K_INVALID, "The number of key and size is not the same.")
         n = len(kbs)
         c_sizes = (_n.ctypes.c_size_t * n)()
         for i, s in enumerate(sizes):
-            c_sizes[i] = _check_int("sizes[%d]" % i, s, 0, sys.maxsize)
+            c_sizes[i] = _c.check_int("sizes[%d]" % i, s, 0, sys.maxsize)
         p = _param(write_mode, ttl_second)
         lib = _n.load()
         out = (_n.c_buffer_p * n)()
@@ -618,12 +491,12 @@ class KVClient:
     def mset_buffer(self, buffers):
         """Publishes Buffers from ``mcreate``. Raises RuntimeError if any failed."""
         if not isinstance(buffers, (list, tuple)):
-            raise TypeError("buffers must be a list, not %s" % _type_name(buffers))
+            raise _c.type_error("buffers", list)
         if not buffers:
-            raise DsError(_n.K_INVALID, "buffers is empty")
+            raise DsError(_n.K_INVALID, "The buffers should not be empty.")
         for b in buffers:
             if not isinstance(b, Buffer):
-                raise TypeError("buffers must hold Buffer objects, not %s" % _type_name(b))
+                raise _c.type_error("buffers", Buffer)
             if b._client is not self:
                 raise DsError(_n.K_INVALID, "buffer of key %r was created by another KVClient"
                               % b.key)
@@ -652,13 +525,11 @@ class KVClient:
         out = (_n.c_buffer_p * n)()
         rc = self._call(lib.ds_kv_get_buffers, n, _n.keys_array(kbs), timeout_ms, out)
         if rc != _n.K_OK:
-            msg = _n.last_error()
+            err = _not_found_or(rc)
             for i in range(n):
                 if out[i]:
                     lib.ds_buffer_release(out[i])
-            if rc == _n.K_NOT_FOUND and not msg:
-                msg = "none of the %d keys was found" % n
-            raise DsError(rc, msg)
+            raise err
         return out
 
     def get(self, keys=None, convert_to_str=False, sub_timeout_ms=0):
@@ -669,11 +540,12 @@ class KVClient:
         to be published, then returns what it has. Raises RuntimeError (code
         K_NOT_FOUND) only when no key at all was found.
         """
-        if keys is None:
-            raise DsError(_n.K_INVALID, "The input of keys list should not be empty")
-        kbs = _key_list(keys)
-        _check_bool("convert_to_str", convert_to_str)
-        timeout = _timeout("sub_timeout_ms", sub_timeout_ms)
+        _c.check_list("keys", keys)
+        if isinstance(sub_timeout_ms, bool) or not isinstance(sub_timeout_ms, int):
+            raise _c.type_error("sub_timeout_ms", int)
+        _c.check_bool("convert_to_str", convert_to_str)
+        timeout = _c.timeout("sub_timeout_ms", sub_timeout_ms)
+        kbs = _c.key_list(keys)
         if len(kbs) > 1:
             values = self._mget(kbs, timeout)
         else:
@@ -693,10 +565,7 @@ class KVClient:
         values = []
         try:
             if rc != _n.K_OK:
-                msg = _n.last_error()
-                if rc == _n.K_NOT_FOUND and not msg:
-                    msg = "none of the %d keys was found" % n
-                raise DsError(rc, msg)
+                raise _not_found_or(rc)
             for v in out:
                 values.append(_n.string_at(v.data, v.len) if v.data else None)
         finally:
@@ -734,8 +603,9 @@ class KVClient:
         overwritten or deleted, until the view (and every slice or array made
         from it) is gone. Raises RuntimeError only when no key was found.
         """
-        kbs = _key_list(keys)
-        timeout = _timeout("timeout_ms", timeout_ms)
+        _c.check_list("keys", keys)
+        timeout = _c.timeout("timeout_ms", timeout_ms)
+        kbs = _c.key_list(keys)
         lib = _n.load()
         out = self._get_buffers(kbs, timeout)
         views = []
@@ -750,7 +620,7 @@ class KVClient:
 
     def query_size(self, keys):
         """Sizes of keys' values: a list of int, None for a missing key."""
-        kbs = _key_list(keys)
+        kbs = _c.key_list(keys)
         n = len(kbs)
         sizes = (_n.ctypes.c_uint64 * n)()
         statuses = _statuses(n)
@@ -763,9 +633,7 @@ class KVClient:
 
     def delete(self, keys=None):
         """Deletes keys; a missing key is not an error. Returns the keys that failed."""
-        if keys is None:
-            raise DsError(_n.K_INVALID, "The input of keys list should not be empty")
-        kbs = _key_list(keys)
+        kbs = _c.key_list(keys)
         n = len(kbs)
         statuses = _statuses(n)
         rc = self._call(_n.load().ds_kv_del, n, _n.keys_array(kbs), statuses)
@@ -775,7 +643,7 @@ class KVClient:
 
     def exist(self, keys):
         """Whether each key is published: a list of bool."""
-        kbs = _key_list(keys, limit=_n.MAX_EXIST_BATCH)
+        kbs = _c.key_list(keys, limit=_n.MAX_EXIST_BATCH)
         n = len(kbs)
         out = (_n.ctypes.c_bool * n)()
         rc = self._call(_n.load().ds_kv_exist, n, _n.keys_array(kbs), out)
@@ -785,8 +653,9 @@ class KVClient:
     def expire(self, keys, ttl_second):
         """Sets a new TTL on keys (0 removes it); returns the keys that failed
         (a missing key fails with K_NOT_FOUND). Raises when every key failed."""
-        kbs = _key_list(keys)
-        ttl = _ttl(ttl_second)
+        _c.check_list("keys", keys)
+        ttl = _c.ttl(ttl_second)
+        kbs = _c.key_list(keys)
         n = len(kbs)
         statuses = _statuses(n)
         rc = self._call(_n.load().ds_kv_expire, n, _n.keys_array(kbs), ttl, statuses)
@@ -795,17 +664,113 @@ class KVClient:
         return self._failed(rc, keys, statuses, "expire")
 
     def generate_key(self, prefix=""):
-        """A new unique key starting with prefix."""
-        _check_str("prefix", prefix)
-        pb = prefix.encode("utf-8") if prefix else None
-        lib = _n.load()
-        out = _n.ctypes.c_void_p()
-        rc = self._call(lib.ds_kv_generate_key, pb, out)
-        _n.check(rc, "generate_key")
+        """A unique key for a set, as Yuanrong generates it.
+
+        With no prefix: a random UUID in its 36-character text form
+        ("0a595240-5506-4c7c-b1f7-7abfb1eb4add"). With a prefix: the prefix
+        itself (checked against the key rules).
+        """
+        _c.check_str("prefix", prefix)
+        self._call(lambda h: None)  # raises when the client is not initialized
+        if prefix:
+            _c.encode_key(prefix, "prefix")
+            kb = prefix.encode("utf-8", "surrogateescape")
+            _n.check(_n.load().ds_key_validate(kb, len(kb)), "prefix")
+            return prefix
+        return str(uuid.uuid4())
+
+    # -- Yuanrong calls beyond the KV basics -----------------------------
+
+    def msettx(self, keys, vals, write_mode=WriteMode.NONE_L2_CACHE, ttl_second=0,
+               existence_opt=ExistenceOpt.NONE):
+        """Deprecated in Yuanrong: checks its arguments, then raises RuntimeError
+        "code: [Runtime error], msg: [MSetTx is a deprecated API and is no longer
+        supported.]". Use ``mset``."""
+        _c.check_list("keys", keys)
+        _c.check_list("vals", vals)
+        _write_mode(write_mode)
+        if isinstance(ttl_second, bool) or not isinstance(ttl_second, int):
+            raise _c.type_error("ttl_second", int)
+        _existence(existence_opt)
+        raise DsError(_n.K_RUNTIME_ERROR, MSETTX_DEPRECATED_MSG)
+
+    def _pinned_buffers(self, keys, timeout_ms, cls):
+        """cls(self, handle, key) per found key (None when missing): pinned reads."""
+        kbs = _c.key_list(keys, name="keys" if cls is ReadOnlyBuffer else "object_keys")
+        out = self._get_buffers(kbs, timeout_ms)
+        result = []
         try:
-            return _n.ctypes.string_at(out.value).decode("utf-8")
+            for i, k in enumerate(keys):
+                h = out[i]
+                if not h:
+                    result.append(None)
+                    continue
+                out[i] = None
+                if cls is ReadOnlyBuffer:
+                    result.append(ReadOnlyBuffer(self, h, k))
+                else:
+                    result.append(cls(self, h, k, published=True))
         finally:
-            lib.ds_free(out.value)
+            lib = _n.load()
+            for i in range(len(kbs)):
+                if out[i]:
+                    lib.ds_buffer_release(out[i])
+        return result
+
+    def get_read_only_buffers(self, keys=None, timeout_ms=0):
+        """The values of keys as ReadOnlyBuffers (None for a missing key), zero copy.
+
+        timeout_ms: how long to wait for keys not yet published (0: do not wait).
+        Raises RuntimeError ("Cannot get objects from worker") when no key was found.
+        """
+        Validator.check_args_types([["keys", keys, list, tuple], ["timeout_ms", timeout_ms, int]])
+        timeout = _c.timeout("timeout_ms", timeout_ms)
+        return self._pinned_buffers(keys, timeout, ReadOnlyBuffer)
+
+    def read(self, read_params):
+        """Reads part of values: a ReadOnlyBuffer of ``size`` bytes from ``offset``
+        per ReadParam (None for a missing key).
+
+        Needs the library's partial read (``_native.kv_read``); until this
+        library has it, raises RuntimeError with code K_NOT_SUPPORTED.
+        """
+        Validator.check_args_types([["read_params", read_params, list, tuple]])
+        if not read_params:
+            raise DsError(_n.K_INVALID, "The input of read_param list should not be empty")
+        if len(read_params) > _n.MAX_BATCH:
+            raise DsError(_n.K_INVALID, _c.MSG_TOO_MANY_KEYS % _n.MAX_BATCH)
+        params = []
+        for i, rp in enumerate(read_params):
+            try:
+                key, offset, size = rp.key, rp.offset, rp.size
+            except AttributeError:
+                raise _c.type_error("read_params[%d]" % i, ReadParam)
+            kb = _c.encode_key(key, "read_params[%d].key" % i)
+            offset = _c.check_int("read_params[%d].offset" % i, offset, 0, Validator.UINT64_MAX_SIZE)
+            size = _c.check_int("read_params[%d].size" % i, size, 0, Validator.UINT64_MAX_SIZE)
+            params.append((kb, offset, size))
+        native = _n.hook("kv_read")
+        if native is None:
+            raise DsError(
+                _n.K_NOT_SUPPORTED,
+                "read (a part of a value) needs libdatasystem's partial read, which this build "
+                "lacks (_native.kv_read); get_read_only_buffers reads whole values.",
+            )
+        handles = self._call(native, params)
+        result = []
+        try:
+            for i, h in enumerate(handles):
+                if not h:
+                    result.append(None)
+                    continue
+                handles[i] = None
+                result.append(ReadOnlyBuffer(self, h, read_params[i].key))
+        finally:
+            lib = _n.load()
+            for h in handles:
+                if h:
+                    lib.ds_buffer_release(h)
+        return result
 
     def health_check(self):
         """The worker's health as a Status (``.is_ok()``)."""

@@ -1,0 +1,398 @@
+"""Object cache client (Yuanrong Datasystem's ``yr.datasystem.object_client``).
+
+``WriteMode``, ``ConsistencyType`` and ``CacheType`` live here, as in
+Yuanrong (its KV client imports them from this module). ``Buffer`` is a value
+in the worker's memory: one being written (``KVClient.mcreate``,
+``ObjectClient.create``) or one pinned for reading (``ObjectClient.get``).
+
+A ``Buffer`` answers to both names Yuanrong gives such buffers: the snake_case
+methods of ``object_client.Buffer`` (``mutable_data``, ``immutable_data``,
+``memory_copy``, ``publish``, ``seal``, ``get_size``, ``wlatch`` ...) and the
+CamelCase ones of the buffers Yuanrong's ``KVClient.mcreate`` returns
+(``MutableData``, ``ImmutableData``, ``GetSize``, ``RLatch``, ``UnRLatch``).
+
+Latches: a published object is immutable here (an overwrite publishes a new
+version; a reader's pin keeps its version's bytes) and an unpublished buffer
+belongs to its creator alone, so no reader can see a concurrent write. The
+latch calls check their arguments as Yuanrong does; ``rlatch`` / ``unrlatch``
+of a published buffer take and drop the worker's read latch on its key
+(writers of the key wait meanwhile) when the library has it
+(``ds_kv_rlatch``), and otherwise succeed at once, as do the write latches.
+``ImmutableData(with_latch=True)`` checks its arguments and takes no latch:
+the view pins its version anyway.
+"""
+
+from enum import IntEnum
+
+from yr.datasystem import _checks as _c
+from yr.datasystem import _native as _n
+from yr.datasystem._native import DsError
+from yr.datasystem.util import Status, Validator
+
+__all__ = ["WriteMode", "ConsistencyType", "CacheType", "Buffer", "ObjectClient"]
+
+
+class WriteMode(IntEnum):
+    """Reliability of an object (docs/design.md section 3).
+
+    ===================================  ===========================================
+    ``NONE_L2_CACHE``                    cache only, never evicted (default)
+    ``WRITE_THROUGH_L2_CACHE``           cache, written to L2 synchronously
+    ``WRITE_BACK_L2_CACHE``              cache, written to L2 asynchronously
+    ``NONE_L2_CACHE_EVICT``              volatile: evicted when space is needed
+    ``WRITE_BACK_L2_CACHE_EVICT``        evictable, written to L2 asynchronously
+    ===================================  ===========================================
+    """
+
+    NONE_L2_CACHE = 0
+    WRITE_THROUGH_L2_CACHE = 1
+    WRITE_BACK_L2_CACHE = 2
+    NONE_L2_CACHE_EVICT = 3
+    WRITE_BACK_L2_CACHE_EVICT = 4
+
+
+class ConsistencyType(IntEnum):
+    """Consistency of an object. Published objects are immutable here, so both hold."""
+
+    PRAM = 0
+    CAUSAL = 1
+
+
+class CacheType(IntEnum):
+    """Where data is cached. Only MEMORY is supported by this datasystem.
+
+    ``MEMEORY`` is Yuanrong's spelling, kept as an alias so its code runs.
+    """
+
+    MEMORY = 0
+    MEMEORY = 0
+    DISK = 1
+
+
+_LATCH_MAX = Validator.INT32_MAX_SIZE
+
+
+def _check_latch_timeout(timeout_sec):
+    Validator.check_args_types([["timeout_sec", timeout_sec, int]])
+    Validator.check_param_range("timeout_sec", timeout_sec, 1, _LATCH_MAX)
+
+
+def _check_nested_keys(nested_object_keys):
+    if nested_object_keys is None:
+        return []
+    Validator.check_args_types([["nested_object_keys", nested_object_keys, list]])
+    if not all(isinstance(k, str) for k in nested_object_keys):
+        raise TypeError(
+            "The input of nested_object_keys should be a list of strings. There exists error type."
+        )
+    return nested_object_keys
+
+
+class Buffer:
+    """A value in the worker's memory, written in place or pinned for reading.
+
+    ``mutable_data()`` is a writable memoryview over the reserved bytes (in the
+    worker's shared memory for a local client); fill it, then publish with
+    ``KVClient.mset_buffer([...])`` or ``publish()``. The buffer (a reservation,
+    or the pin of the version read) is dropped when the Buffer and every view
+    taken from it are gone, or on ``release()``.
+    """
+
+    __slots__ = ("_client", "_pin", "_key", "_size", "_published", "__weakref__")
+
+    def __init__(self, client, handle, key, published=False):
+        self._client = client
+        self._pin = _n.Pin(handle)
+        self._key = key
+        self._size = _n.load().ds_buffer_size(handle)
+        self._published = published
+
+    # -- properties of this package ---------------------------------------
+
+    @property
+    def key(self):
+        return self._key
+
+    @property
+    def size(self):
+        return self._size
+
+    @property
+    def published(self):
+        return self._published
+
+    def __len__(self):
+        return self._size
+
+    def _handle(self):
+        h = self._pin.handle
+        if not h:
+            raise DsError(_n.K_INVALID, "The buffer of key %r was released." % self._key)
+        return h
+
+    # -- Yuanrong's object_client.Buffer ------------------------------------
+
+    def get_size(self):
+        """The size of the buffer in bytes."""
+        return self._size
+
+    def mutable_data(self):
+        """A writable memoryview; only before the buffer is published."""
+        h = self._handle()
+        addr = _n.load().ds_buffer_mutable_data(h)
+        if not addr:
+            raise DsError(
+                _n.K_INVALID, "The buffer of key %r is published: it is read-only." % self._key
+            )
+        return _n.pinned_view(self._pin, addr, self._size, readonly=False)
+
+    def immutable_data(self):
+        """A read-only memoryview of the buffer's bytes."""
+        h = self._handle()
+        addr = _n.load().ds_buffer_data(h)
+        return _n.pinned_view(self._pin, addr, self._size, readonly=True)
+
+    def memory_copy(self, value, offset=0):
+        """Copies value (memoryview, bytes, bytearray or str) into the buffer at offset."""
+        value = _c.value("value", value)
+        mv = memoryview(value)
+        if not mv.c_contiguous:
+            mv = memoryview(mv.tobytes())
+        if mv.format != "B" or mv.ndim != 1:
+            mv = mv.cast("B")
+        n = len(mv)
+        _c.check_int("offset", offset, 0, self._size)
+        if offset + n > self._size:
+            raise DsError(
+                _n.K_INVALID,
+                "The data size %d at offset %d exceeds the buffer size %d." % (n, offset, self._size),
+            )
+        self.mutable_data()[offset : offset + n] = mv
+
+    def publish(self, nested_object_keys=None):
+        """Makes the buffer's contents visible under its key.
+
+        nested_object_keys (Yuanrong's object references) is checked and
+        otherwise not used: this datasystem keeps no references between objects.
+        """
+        _check_nested_keys(nested_object_keys)
+        if self._client is None:
+            raise DsError(_n.K_INVALID, "The buffer of key %r is not writable." % self._key)
+        self._client.mset_buffer([self])
+
+    def seal(self, nested_object_keys=None):
+        """Publishes the buffer as immutable (every published object is, here)."""
+        self.publish(nested_object_keys)
+
+    def invalidate_buffer(self):
+        """Drops this client's copy (the buffer); the object stays in the worker."""
+        self.release()
+
+    def wlatch(self, timeout_sec=60):
+        """Write latch: checked, then granted at once (see the module's notes)."""
+        _check_latch_timeout(timeout_sec)
+        self._handle()
+
+    def unwlatch(self):
+        self._handle()
+
+    def _latch_target(self, name):
+        self._handle()
+        native = _n.hook(name)
+        if native is None or not self._published or self._client is None:
+            return None, None
+        return native, self._key.encode("utf-8", "surrogateescape")
+
+    def rlatch(self, timeout_sec=60):
+        """Read latch on the key (see the module's notes)."""
+        _check_latch_timeout(timeout_sec)
+        native, kb = self._latch_target("kv_rlatch")
+        if native is not None:
+            self._client._call(native, [kb], min(timeout_sec * 1000, _LATCH_MAX))
+
+    def unrlatch(self):
+        """Releases the read latch."""
+        native, kb = self._latch_target("kv_unrlatch")
+        if native is not None:
+            self._client._call(native, [kb])
+
+    def release(self):
+        """Drops the buffer now (an unpublished one is discarded).
+
+        Views still held from it must not be used afterwards.
+        """
+        self._pin.release()
+
+    # -- Yuanrong's KV buffer (StateValueBuffer) names -----------------------
+
+    def MutableData(self):  # noqa: N802 - Yuanrong's name
+        return self.mutable_data()
+
+    def ImmutableData(self, with_latch=False, timeout_sec=60):  # noqa: N802
+        """A read-only memoryview of the bytes (with_latch takes the read latch first)."""
+        Validator.check_args_types([["with_latch", with_latch, bool]])
+        if with_latch:
+            _check_latch_timeout(timeout_sec)
+        return self.immutable_data()
+
+    def GetSize(self):  # noqa: N802
+        return self._size
+
+    def RLatch(self, timeout_sec=60):  # noqa: N802
+        """Read latch; returns a Status, as Yuanrong's binding does."""
+        try:
+            self.rlatch(timeout_sec)
+        except DsError as e:
+            return Status(e.code, e.message)
+        return Status()
+
+    def UnRLatch(self):  # noqa: N802
+        try:
+            self.unrlatch()
+        except DsError as e:
+            return Status(e.code, e.message)
+        return Status()
+
+    def __repr__(self):
+        return "Buffer(key=%r, size=%d, published=%s)" % (self._key, self._size, self._published)
+
+
+class ObjectClient:
+    """Object cache client (Yuanrong's ``ObjectClient``) over the same worker.
+
+    Objects and KV values are one namespace here: ``put`` / ``create`` +
+    ``publish`` write a key a ``KVClient`` reads, and the other way round.
+    Global references (``g_increase_ref`` ...) need the library's
+    ``ds_object_g_increase_ref`` & co.; without them those calls raise
+    K_NOT_SUPPORTED (``query_global_ref_num`` answers -1).
+    """
+
+    def __init__(
+        self,
+        host,
+        port,
+        connect_timeout_ms=9000,
+        token="",
+        client_public_key="",
+        client_private_key="",
+        server_public_key="",
+        access_key="",
+        secret_key="",
+        tenant_id="",
+        req_timeout_ms=0,
+        enable_exclusive_connection=False,
+        **kwargs
+    ):
+        from yr.datasystem.kv_client import KVClient
+
+        Validator.check_args_types([["host", host, str], ["port", port, int]])
+        self._kv = KVClient(
+            host,
+            port,
+            connect_timeout_ms,
+            token,
+            client_public_key,
+            client_private_key,
+            server_public_key,
+            access_key,
+            secret_key,
+            tenant_id,
+            False,
+            req_timeout_ms,
+            enable_exclusive_connection,
+            **kwargs
+        )
+
+    @staticmethod
+    def _consistency(param):
+        if param is None:
+            param = {"consistency_type": ConsistencyType.PRAM}
+        Validator.check_args_types([["param", param, dict]])
+        (consistency_type,) = Validator.check_key_exists(param, ["consistency_type"])
+        Validator.check_args_types([["consistency_type", consistency_type, ConsistencyType]])
+        return consistency_type
+
+    def init(self):
+        """Connects to the worker. Raises RuntimeError when it cannot."""
+        self._kv.init()
+
+    def close(self):
+        self._kv.close()
+
+    def __enter__(self):
+        self.init()
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def create(self, object_key, size, param=None):
+        """A writable Buffer of size bytes for object_key; publish() makes it visible."""
+        self._consistency(param)
+        Validator.check_args_types([["object_key", object_key, str], ["size", size, int]])
+        return self._kv.mcreate([object_key], [size])[0]
+
+    def put(self, object_key, value, param=None, nested_object_keys=None):
+        """Writes value (memoryview, bytes or bytearray) under object_key."""
+        self._consistency(param)
+        _check_nested_keys(nested_object_keys)
+        Validator.check_args_types(
+            [["object_key", object_key, str], ["value", value, memoryview, bytes, bytearray]]
+        )
+        self._kv.set(object_key, value)
+
+    def get(self, object_keys, timeout_ms):
+        """Read-only Buffers of object_keys (None for a missing one), waiting up to
+        timeout_ms for them. Raises RuntimeError when none was found."""
+        Validator.check_args_types([["object_keys", object_keys, list], ["timeout_ms", timeout_ms, int]])
+        Validator.check_param_range("timeout_ms", timeout_ms, 0, Validator.INT32_MAX_SIZE)
+        if not object_keys:
+            raise DsError(_n.K_INVALID, "The input of object_keys list should not be empty")
+        return self._kv._pinned_buffers(object_keys, timeout_ms, Buffer)
+
+    def generate_object_id(self, prefix=""):
+        """A random UUID key when prefix is empty; otherwise prefix itself."""
+        return self._kv.generate_key(prefix)
+
+    generate_object_key = generate_object_id
+
+    def _ref_hook(self, name):
+        native = _n.hook(name)
+        if native is None:
+            raise DsError(
+                _n.K_NOT_SUPPORTED,
+                "%s needs libdatasystem's global references (ds_object_%s), which this build "
+                "lacks." % (name, name),
+            )
+        return native
+
+    def _refs(self, name, object_keys):
+        Validator.check_args_types([["object_keys", object_keys, list]])
+        if not object_keys:
+            raise DsError(_n.K_INVALID, "The input of object_keys list should not be empty")
+        kbs = _c.key_list(object_keys, name="object_keys")
+        statuses = self._kv._call(self._ref_hook(name), kbs)
+        return [k for k, st in zip(object_keys, statuses) if st != _n.K_OK]
+
+    def g_increase_ref(self, object_keys):
+        """Adds a global reference to each object; returns the keys that failed."""
+        return self._refs("g_increase_ref", object_keys)
+
+    def g_decrease_ref(self, object_keys):
+        """Drops a global reference from each object (at 0 the object is deleted);
+        returns the keys that failed."""
+        return self._refs("g_decrease_ref", object_keys)
+
+    def query_global_ref_num(self, object_key):
+        """The object's global reference count; -1 on failure (as Yuanrong)."""
+        Validator.check_args_types([["object_key", object_key, str]])
+        native = _n.hook("query_global_ref_num")
+        if native is None or not object_key:
+            return -1
+        try:
+            return self._kv._call(native, object_key.encode("utf-8", "surrogateescape"))
+        except DsError:
+            return -1
+
+    def health_check(self):
+        return self._kv.health_check()
