@@ -15,6 +15,7 @@ transfers) releases the GIL.
 import os
 import sys
 import threading
+from collections import namedtuple
 from enum import IntEnum
 
 from yr.datasystem import _native as _n
@@ -27,6 +28,8 @@ __all__ = [
     "ExistenceOpt",
     "CacheType",
     "Buffer",
+    "ReadOnlyBuffer",
+    "ReadParam",
     "Status",
     "DsError",
 ]
@@ -84,6 +87,11 @@ class SetParam:
             self.ttl_second,
             self.existence,
         )
+
+
+ReadParam = namedtuple("ReadParam", ["key", "offset", "size"])
+ReadParam.__doc__ = """A range to ``read``: size bytes of key's value from offset (size 0:
+to the end; a range past the end is cut there)."""
 
 
 class Status:
@@ -318,6 +326,86 @@ class Buffer:
 
     def __repr__(self):
         return "Buffer(key=%r, size=%d, published=%s)" % (self._key, self._size, self._published)
+
+
+def _timeout_sec(v):
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise TypeError("The input of timeout_sec has invalid type, valid type: (<class 'int'>,)")
+    if not 1 <= v <= _n.INT32_MAX:
+        raise RuntimeError(
+            "Invalid timeout_sec size %d is set, which should be between [1,%d]" % (v, _n.INT32_MAX)
+        )
+    return min(v * 1000, _n.INT32_MAX)
+
+
+class ReadOnlyBuffer:
+    """A read-only value (or range of one) from ``get_read_only_buffers`` or ``read``.
+
+    The bytes stay valid while the buffer (or any view of it) is alive, even if
+    the key is overwritten or deleted. ``rlatch`` / ``unrlatch`` hold writers
+    of the key (set, delete) back while the latch is held (Yuanrong's read latch).
+    """
+
+    __slots__ = ("_client", "_pin", "_key", "_size", "_latched", "__weakref__")
+
+    def __init__(self, client, handle, key):
+        self._client = client
+        self._pin = _n.Pin(handle)
+        self._key = key
+        self._size = _n.load().ds_buffer_size(handle)
+        self._latched = 0
+
+    @property
+    def key(self):
+        return self._key
+
+    @property
+    def size(self):
+        return self._size
+
+    def get_size(self):
+        return self._size
+
+    def __len__(self):
+        return self._size
+
+    def _check_buffer(self):
+        if not self._pin.handle:
+            raise RuntimeError("The buffer is None, please create it first.")
+        return self._pin.handle
+
+    def immutable_data(self, with_latch=False, timeout_sec=60):
+        """A read-only memoryview; with_latch takes the read latch first."""
+        _check_bool("with_latch", with_latch)
+        _timeout_sec(timeout_sec)
+        h = self._check_buffer()
+        if with_latch:
+            self.rlatch(timeout_sec)
+        return _n.pinned_view(self._pin, _n.load().ds_buffer_data(h), self._size)
+
+    def rlatch(self, timeout_sec=60):
+        """Takes the read latch on the key for at most timeout_sec seconds."""
+        ms = _timeout_sec(timeout_sec)
+        self._check_buffer()
+        kb = _encode_key(self._key)
+        rc = self._client._call(_n.load().ds_kv_rlatch, 1, _n.keys_array([kb]), ms, None)
+        _n.check(rc, "rlatch")
+        self._latched += 1
+
+    def unrlatch(self):
+        """Releases the read latch."""
+        self._check_buffer()
+        kb = _encode_key(self._key)
+        rc = self._client._call(_n.load().ds_kv_unrlatch, 1, _n.keys_array([kb]), None)
+        _n.check(rc, "unrlatch")
+        self._latched = max(0, self._latched - 1)
+
+    def release(self):
+        """Drops the buffer now; views taken from it must not be used afterwards."""
+        self._pin.release()
+
+    def __repr__(self):
+        return "ReadOnlyBuffer(key=%r, size=%d)" % (self._key, self._size)
 
 
 class KVClient:
@@ -573,6 +661,18 @@ class KVClient:
             rc = self._call(lib.ds_kv_mset, n, _n.keys_array(kbs), addrs, lens, p, statuses)
         return self._failed(rc, keys, statuses, "mset")
 
+    def msettx(self, keys, vals, write_mode=WriteMode.NONE_L2_CACHE, ttl_second=0,
+               existence_opt=ExistenceOpt.NONE):
+        """Not supported: raises RuntimeError (DsError, K_NOT_SUPPORTED).
+
+        Use ``mset`` (with ``existence_opt=ExistenceOpt.NX`` to keep existing
+        values), which this datasystem applies key by key."""
+        raise DsError(
+            _n.K_NOT_SUPPORTED,
+            "msettx is not supported by this datasystem: use mset (existence_opt=NX keeps "
+            "existing values)",
+        )
+
     @staticmethod
     def _failed(rc, keys, statuses, what):
         failed = [k for k, s in zip(keys, statuses) if s != _n.K_OK]
@@ -744,6 +844,63 @@ class KVClient:
             pin = _n.Pin(b)
             views.append(_n.pinned_view(pin, lib.ds_buffer_data(b), lib.ds_buffer_size(b)))
         return views
+
+    def get_read_only_buffers(self, keys=None, timeout_ms=0):
+        """Zero-copy reads as ReadOnlyBuffer objects (None for a missing key).
+
+        Raises RuntimeError when no key was found.
+        """
+        kbs = _key_list(keys)
+        if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int):
+            raise TypeError("timeout_ms must be an int, not %s" % _type_name(timeout_ms))
+        if not 0 <= timeout_ms <= _n.INT32_MAX:
+            raise RuntimeError(
+                "Invalid timeout_ms size %d is set, which should be between [0,%d]"
+                % (timeout_ms, _n.INT32_MAX)
+            )
+        out = self._get_buffers(kbs, timeout_ms)
+        return [ReadOnlyBuffer(self, out[i], keys[i]) if out[i] else None for i in range(len(kbs))]
+
+    def read(self, read_params):
+        """Reads ranges (a list of ReadParam) without moving whole values:
+        a list of ReadOnlyBuffer, None where a range failed (missing key, or
+        an offset beyond the value's size). Raises RuntimeError when every
+        range failed."""
+        if read_params is None:
+            raise RuntimeError("The input of read_param list should not be empty")
+        if not isinstance(read_params, list):
+            raise TypeError("read_params must be a list, not %s" % _type_name(read_params))
+        if not read_params:
+            raise DsError(_n.K_INVALID, "read_params is empty")
+        if len(read_params) > _n.MAX_BATCH:
+            raise DsError(_n.K_INVALID, "%d ranges is more than the limit of %d"
+                          % (len(read_params), _n.MAX_BATCH))
+        n = len(read_params)
+        params = (_n.ReadParamC * n)()
+        keep = []
+        for i, rp in enumerate(read_params):
+            try:
+                k, off, size = rp.key, rp.offset, rp.size
+            except AttributeError:
+                raise TypeError("read_params must hold ReadParam, not %s" % _type_name(rp))
+            kb = _encode_key(k)
+            keep.append(kb)
+            params[i].key = kb
+            params[i].offset = _check_int("offset", off, 0, 2**64 - 1)
+            params[i].size = _check_int("size", size, 0, 2**64 - 1)
+        lib = _n.load()
+        out = (_n.c_buffer_p * n)()
+        statuses = _statuses(n)
+        rc = self._call(lib.ds_kv_read, n, params, out, statuses)
+        if rc != _n.K_OK:
+            msg = _n.last_error()
+            for i in range(n):
+                if out[i]:
+                    lib.ds_buffer_release(out[i])
+            raise DsError(rc, "read: " + msg)
+        return [
+            ReadOnlyBuffer(self, out[i], read_params[i].key) if out[i] else None for i in range(n)
+        ]
 
     def query_size(self, keys):
         """Sizes of keys' values: a list of int, None for a missing key."""
