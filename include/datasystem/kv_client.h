@@ -50,15 +50,17 @@ extern "C" {
 
 typedef enum {
     DS_WRITE_NONE_L2_CACHE = 0,       /* cache only, never evicted */
-    DS_WRITE_THROUGH_L2_CACHE = 1,    /* needs an L2 backend */
-    DS_WRITE_BACK_L2_CACHE = 2,       /* needs an L2 backend */
+    DS_WRITE_THROUGH_L2_CACHE = 1,    /* no L2 backend yet: cached, never evicted */
+    DS_WRITE_BACK_L2_CACHE = 2,       /* no L2 backend yet: cached, never evicted */
     DS_WRITE_NONE_L2_CACHE_EVICT = 3, /* volatile: evicted when space is needed */
-    DS_WRITE_BACK_L2_CACHE_EVICT = 4, /* needs an L2 backend */
+    DS_WRITE_BACK_L2_CACHE_EVICT = 4, /* no L2 backend yet: cached, never evicted */
 } ds_write_mode_t;
 
 typedef enum {
     DS_EXISTENCE_NONE = 0, /* overwrite an existing key */
-    DS_EXISTENCE_NX = 1,   /* keep the old value: K_OC_KEY_ALREADY_EXIST */
+    /* Set only if the key does not exist. As in Yuanrong, an existing key
+     * is a success (DS_K_OK) that keeps the old value unchanged. */
+    DS_EXISTENCE_NX = 1,
 } ds_existence_t;
 
 typedef struct {
@@ -186,6 +188,62 @@ DS_EXPORT ds_status_t ds_kv_query_size(ds_client_t *c, size_t n, const char *con
                                        uint64_t *sizes, ds_status_t *statuses);
 /* A new unique key starting with prefix (may be NULL or ""); free with ds_free. */
 DS_EXPORT ds_status_t ds_kv_generate_key(ds_client_t *c, const char *prefix, char **out);
+
+/* ---- partial reads (Yuanrong's KVClient.Read with ReadParam) ---- */
+
+/* A range of a value: size bytes from offset; size 0 reads to the end, and a
+ * range past the end is cut there. */
+typedef struct {
+    const char *key;
+    uint64_t offset;
+    uint64_t size;
+} ds_read_param_t;
+
+/* Reads n ranges without moving whole values: a local client gets buffers
+ * over the range in the worker's arena (pinning that version, as
+ * ds_kv_get_buffers), a remote one receives only the range's bytes.
+ * out[i] is the buffer (release with ds_buffer_release) or NULL, with
+ * statuses[i] (may be NULL) saying why: DS_K_NOT_FOUND for a missing key,
+ * DS_K_INVALID for an offset beyond the value's size. Returns DS_K_OK when
+ * any range was read, else the first failure's code. */
+DS_EXPORT ds_status_t ds_kv_read(ds_client_t *c, size_t n, const ds_read_param_t *params,
+                                 ds_buffer_t **out, ds_status_t *statuses);
+
+/* ---- read latches (Yuanrong's ReadOnlyBuffer.rlatch / unrlatch) ---- */
+
+/* Takes a read latch on each key for this client's session, held until
+ * released or until timeout_ms passes (1..INT32_MAX). While a key is
+ * latched, a set, publish or delete of it waits for the latch to go (then
+ * proceeds). Latches are released when the client closes. statuses[i] (may
+ * be NULL): DS_K_NOT_FOUND for a missing key. DS_K_OK when all succeeded. */
+DS_EXPORT ds_status_t ds_kv_rlatch(ds_client_t *c, size_t n, const char *const *keys,
+                                   int32_t timeout_ms, ds_status_t *statuses);
+/* Releases one latch this client holds on each key (none: DS_K_NOT_FOUND). */
+DS_EXPORT ds_status_t ds_kv_unrlatch(ds_client_t *c, size_t n, const char *const *keys,
+                                     ds_status_t *statuses);
+
+/* ---- global references (Yuanrong's ObjectClient) ---- */
+
+/* Adds one global reference to each key (a key may be referenced before it
+ * is put). statuses[i] (may be NULL) is each key's result; DS_K_OK when any
+ * succeeded, else the first failure's code. Standalone workers: in a
+ * cluster the count is kept by the worker this client talks to. */
+DS_EXPORT ds_status_t ds_object_g_increase_ref(ds_client_t *c, size_t n, const char *const *keys,
+                                               ds_status_t *statuses);
+/* Drops one global reference from each key; when a count returns to 0 the
+ * object is deleted. A key without references: DS_K_NOT_FOUND. */
+DS_EXPORT ds_status_t ds_object_g_decrease_ref(ds_client_t *c, size_t n, const char *const *keys,
+                                               ds_status_t *statuses);
+/* The key's global reference count (0 when it has none). */
+DS_EXPORT ds_status_t ds_object_query_global_ref_num(ds_client_t *c, const char *key,
+                                                     uint32_t *count);
+
+/* ---- request context (Yuanrong's Context.set_trace_id) ---- */
+
+/* Sets this thread's trace id: every later request of this thread carries
+ * it and the worker prints it in its log lines about them. 1..128 bytes of
+ * [A-Za-z0-9._:-]; NULL or "" clears it. */
+DS_EXPORT ds_status_t ds_context_set_trace_id(const char *trace_id);
 
 /* Checks a key against the key rules without talking to the worker. */
 DS_EXPORT ds_status_t ds_key_validate(const char *key, size_t len);

@@ -17,6 +17,7 @@
 #include "common/bigbuf.h"
 #include "common/error.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -142,6 +143,132 @@ static ds_status_t kv_get_buffers(ds_client_t *c, size_t n, const char *const *k
         }
     }
     ds__client_put(c, conn);
+    free(ents);
+    return st;
+}
+
+/* READ: ranges of values. SHM entries become buffers over the range (the pin
+ * holds the whole value), inline ones heap buffers holding just the range. */
+static ds_status_t kv_read(ds_client_t *c, size_t n, const ds_read_param_t *params,
+                           ds_buffer_t **out, ds_status_t *statuses)
+{
+    ds__clear_error();
+    if (c == NULL || out == NULL || params == NULL)
+        return ds__set_error(DS_K_INVALID, "client, params or out is NULL");
+    if (n == 0 || n > DS_MAX_BATCH)
+        return ds__set_error(DS_K_INVALID, "a batch of %zu ranges is not in 1..%d", n,
+                             DS_MAX_BATCH);
+    const char **keys = malloc(n * sizeof(*keys));
+    ds_getent_t *ents = malloc(n * sizeof(*ents));
+    ds_status_t *sts = statuses ? statuses : malloc(n * sizeof(*sts));
+    ds_status_t st = DS_K_OK;
+    if (keys == NULL || ents == NULL || sts == NULL) {
+        st = ds__set_error(DS_K_OUT_OF_MEMORY, "out of memory reading %zu ranges", n);
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        keys[i] = params[i].key;
+        out[i] = NULL;
+        sts[i] = DS_K_RUNTIME_ERROR;
+    }
+    if ((st = ds__check_keys(n, keys, DS_MAX_BATCH)) != DS_K_OK) goto out;
+    uint64_t deadline = ds__client_deadline(c, 0);
+    ds_conn_t *conn;
+    if ((st = ds__client_acquire(c, &deadline, &conn)) != DS_K_OK) goto out;
+    ds_sess_t *s = conn->sess;
+    ds__conn_begin(conn);
+    ds__wbuf_u32(&conn->w, (uint32_t)n);
+    for (size_t i = 0; i < n; i++) {
+        ds__wbuf_cstr(&conn->w, params[i].key);
+        ds__wbuf_u64(&conn->w, params[i].offset);
+        ds__wbuf_u64(&conn->w, params[i].size);
+    }
+    st = ds__conn_call(conn, DS_OP_READ, false, deadline);
+    if (conn->state != DS_CONN_OK || (st != DS_K_OK && conn->r.pos == conn->r.len)) {
+        for (size_t i = 0; i < n; i++)
+            sts[i] = st;
+        ds__conn_drain(conn, deadline);
+        ds__client_put(c, conn);
+        goto out;
+    }
+    ds_status_t overall = st;
+    char msg[512];
+    snprintf(msg, sizeof(msg), "%s", ds_last_error());
+    uint32_t m = ds__rbuf_count(&conn->r, (uint32_t)n, 13);
+    uint64_t inline_total = 0;
+    size_t parsed = 0;
+    bool bad = m != n;
+    for (uint32_t i = 0; i < m && !bad; i++) {
+        ds_getent_t *e = &ents[i];
+        sts[i] = (ds_status_t)ds__rbuf_u32(&conn->r);
+        e->kind = ds__rbuf_u8(&conn->r);
+        e->size = ds__rbuf_u64(&conn->r);
+        e->off = e->handle = 0;
+        if (e->kind == DS_VAL_SHM) {
+            e->off = ds__rbuf_u64(&conn->r);
+            e->handle = ds__rbuf_u64(&conn->r);
+        }
+        if (conn->r.err) break;
+        parsed = i + 1;
+        if (e->kind == DS_VAL_INLINE)
+            inline_total += e->size;
+        else if (e->kind == DS_VAL_SHM)
+            bad = s->base == NULL || e->off > s->size || e->size > s->size - e->off;
+        else
+            bad = e->kind != DS_VAL_MISSING;
+        bad = bad || ((e->kind == DS_VAL_MISSING) != (sts[i] != DS_K_OK));
+    }
+    if (bad || conn->r.err || inline_total != conn->rh.data_len) {
+        ds__release_entries(s, ents, parsed);
+        st = ds__conn_protocol_error(conn, "read");
+        for (size_t i = 0; i < n; i++)
+            sts[i] = st;
+        ds__client_put(c, conn);
+        goto out;
+    }
+    for (size_t i = 0; i < n && st == DS_K_OK; i++) {
+        ds_getent_t *e = &ents[i];
+        if (e->kind == DS_VAL_MISSING) continue;
+        ds_buffer_t *b = buf_new(keys[i], e->kind == DS_VAL_SHM ? DS_BUF_SHM : DS_BUF_HEAP);
+        if (b == NULL) {
+            st = ds__set_error(DS_K_OUT_OF_MEMORY, "out of memory");
+            break;
+        }
+        b->size = e->size;
+        b->published = true;
+        out[i] = b;
+        if (e->kind == DS_VAL_SHM) {
+            ds__sess_ref(s);
+            b->sess = s;
+            b->data = s->base + e->off;
+            b->handle = e->handle;
+            e->kind = DS_VAL_MISSING; /* the pin now belongs to the buffer */
+            continue;
+        }
+        b->data = heap_alloc(e->size);
+        if (b->data == NULL)
+            st = ds__set_error(DS_K_OUT_OF_MEMORY, "out of memory for a range of %llu bytes",
+                               (unsigned long long)e->size);
+        else
+            st = ds__conn_read_data(conn, b->data, e->size, deadline);
+    }
+    if (st != DS_K_OK) {
+        release_all(out, n);
+        ds__release_entries(s, ents, n);
+        ds__conn_drain(conn, deadline);
+        for (size_t i = 0; i < n; i++)
+            sts[i] = st;
+    } else {
+        st = overall;
+        if (st != DS_K_OK)
+            ds__set_error(st, "%s", msg);
+        else if (msg[0])
+            ds__set_error(DS_K_OK, "%s", msg); /* what failed, when some ranges did */
+    }
+    ds__client_put(c, conn);
+out:
+    if (sts != statuses) free(sts);
+    free(keys);
     free(ents);
     return st;
 }
@@ -399,4 +526,11 @@ ds_status_t ds_kv_mpublish(ds_client_t *c, size_t n, ds_buffer_t *const *bufs,
 {
     ds__client_enter(c);
     return ds__client_leave(c, kv_mpublish(c, n, bufs, statuses));
+}
+
+ds_status_t ds_kv_read(ds_client_t *c, size_t n, const ds_read_param_t *params, ds_buffer_t **out,
+                       ds_status_t *statuses)
+{
+    ds__client_enter(c);
+    return ds__client_leave(c, kv_read(c, n, params, out, statuses));
 }

@@ -111,6 +111,7 @@ typedef struct ds_conn {
     uint64_t data_left;  /* unread bytes of the response data section */
     const char *peer;    /* "host:port" of the worker, for messages */
     uint32_t busy_poll_us;
+    bool traced; /* the request being built carries DS_FLAG_TRACE */
 } ds_conn_t;
 
 struct ds_client {
@@ -235,6 +236,11 @@ void ds__sess_release(ds_sess_t *s, const uint64_t *handles, size_t n);
  * common case: the anchor is polled at most once a millisecond so that
  * values of a worker that died are not served for longer than that. */
 ds_sess_t *ds__client_index_session(ds_client_t *c);
+
+/* ---- context.c: per-thread request context ---- */
+
+/* This thread's trace id (ds_context_set_trace_id), "" when none. */
+const char *ds__trace_id(void);
 
 /* ---- kv.c: argument checks and GET, shared with buffer.c ---- */
 

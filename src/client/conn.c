@@ -292,6 +292,10 @@ void ds__conn_begin(ds_conn_t *conn)
     ds__wbuf_reset(&conn->d);
     conn->nsegs = 0;
     ds__wbuf_reserve(&conn->w, DS_WIRE_HEADER_LEN);
+    /* This thread's trace id (ds_context_set_trace_id) leads the metadata. */
+    const char *trace = ds__trace_id();
+    conn->traced = trace[0] != '\0';
+    if (conn->traced) ds__wbuf_cstr(&conn->w, trace);
 }
 
 void ds__conn_add_data(ds_conn_t *conn, const void *p, size_t len)
@@ -360,13 +364,14 @@ static ds_status_t send_request(ds_conn_t *conn, ds_opcode_t op, bool noreply, u
     if (meta_len > DS_WIRE_MAX_META)
         return ds__set_error(DS_K_INVALID, "%s request metadata of %zu bytes exceeds %u", name,
                              meta_len, DS_WIRE_MAX_META);
-    ds_wire_header_t h = {.magic = DS_WIRE_MAGIC,
-                          .version = DS_WIRE_VERSION,
-                          .flags = noreply ? DS_FLAG_NOREPLY : 0,
-                          .opcode = (uint16_t)op,
-                          .meta_len = (uint32_t)meta_len,
-                          .req_id = conn->next_req++,
-                          .data_len = data_len};
+    ds_wire_header_t h = {
+        .magic = DS_WIRE_MAGIC,
+        .version = DS_WIRE_VERSION,
+        .flags = (uint8_t)((noreply ? DS_FLAG_NOREPLY : 0) | (conn->traced ? DS_FLAG_TRACE : 0)),
+        .opcode = (uint16_t)op,
+        .meta_len = (uint32_t)meta_len,
+        .req_id = conn->next_req++,
+        .data_len = data_len};
     ds__wire_header_encode(&h, conn->w.buf);
 
     struct iovec small[17];

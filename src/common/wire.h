@@ -30,6 +30,12 @@
 #define DS_FLAG_NOREPLY 0x02u
 /* From a peer worker: act on the local store only, no cluster logic. */
 #define DS_FLAG_PEER 0x04u
+/* Requests only: the metadata starts with `str trace_id` (1..DS_TRACE_ID_MAX
+ * bytes of [A-Za-z0-9._:-]), which the worker takes off before the opcode's
+ * own layout below and prints in its log lines about the request
+ * (Yuanrong's Context.set_trace_id). Frames without the flag are unchanged. */
+#define DS_FLAG_TRACE 0x08u
+#define DS_TRACE_ID_MAX 128
 
 /* Per-key kinds in a GET response. */
 #define DS_VAL_MISSING 0
@@ -93,6 +99,30 @@
  * STATS   req: (empty)                    resp: str err, str json
  * SHUTDOWN req: (empty)                   resp: str err  (accepted on the Unix socket only)
  *
+ * READ    req: n, n*(key, u64 offset, u64 size)  (size 0 = to the end of the value)
+ *         resp: str err, n, n*(u32 status, u8 kind, u64 size, [kind SHM: u64 offset,
+ *               u64 handle]); data = the inline ranges in order
+ *         Only the range's bytes travel: a local client (flag-free: it asks over the
+ *         Unix socket with the arena mapped) gets kind SHM, the arena offset of the
+ *         range's first byte and a pin on the whole value; a remote one gets the
+ *         range inline. A missing key: K_NOT_FOUND, kind MISSING; offset beyond the
+ *         value's size: K_INVALID, kind MISSING; a range past the end is cut at the
+ *         end. The overall status is K_OK when any key was read, else the first
+ *         failure's.
+ * RLATCH  req: u32 timeout_ms, n, n*key   resp: str err, n, n*u32 status
+ *         read latches held by the session for timeout_ms (1..INT32_MAX): a SET,
+ *         PUBLISH or DEL of a latched key waits until every latch on it is released
+ *         or has timed out, then proceeds. A missing key: K_NOT_FOUND. Latches are
+ *         released when the session ends.
+ * UNRLATCH req: n, n*key                  resp: str err, n, n*u32 status
+ *         releases one latch of this session per key (none held: K_NOT_FOUND)
+ * GREF    req: i32 delta, n, n*key        resp: str err, n, n*(u32 status, u32 count)
+ *         global reference counts (ObjectClient.g_increase_ref / g_decrease_ref /
+ *         query_global_ref_num): delta +1, -1 or 0 (query). A key may be
+ *         referenced before it is put. When a count returns to 0 the key is deleted.
+ *         Decreasing a key whose count is 0: K_NOT_FOUND. Standalone only: in a
+ *         cluster the count lives on the worker the client talks to.
+ *
  * Cluster (worker to worker; see src/worker/cluster/cluster_int.h):
  * LOCATE  req: i32 wait_ms, u32 inline_max, n, n*key
  *         (to the key's owner; waits until every key is known, up to wait_ms)
@@ -128,7 +158,11 @@
     X(LOCATE, 15, "locate")                                                                        \
     X(META_PUT, 16, "meta_put")                                                                    \
     X(META_DEL, 17, "meta_del")                                                                    \
-    X(DROP, 18, "drop")
+    X(DROP, 18, "drop")                                                                            \
+    X(READ, 19, "read")                                                                            \
+    X(RLATCH, 20, "rlatch")                                                                        \
+    X(UNRLATCH, 21, "unrlatch")                                                                    \
+    X(GREF, 22, "global_ref")
 
 typedef enum {
 #define DS__OP_ENUM(name, num, text) DS_OP_##name = num,

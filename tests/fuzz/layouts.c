@@ -187,6 +187,26 @@ void fz_parse_request(uint16_t op, const uint8_t *meta, size_t len, ds_wbuf_t *e
         }
         break;
     }
+    case DS_OP_READ: {
+        uint32_t n = count(&p, DS_MAX_BATCH, 21);
+        for (uint32_t i = 0; i < n && !p.r.err; i++) {
+            key(&p);
+            (void)u64(&p);
+            (void)u64(&p);
+        }
+        break;
+    }
+    case DS_OP_RLATCH:
+        (void)u32(&p);
+        keys(&p, DS_MAX_BATCH);
+        break;
+    case DS_OP_UNRLATCH:
+        keys(&p, DS_MAX_BATCH);
+        break;
+    case DS_OP_GREF:
+        (void)i32(&p);
+        keys(&p, DS_MAX_BATCH);
+        break;
     default:
         break;
     }
@@ -232,8 +252,37 @@ void fz_parse_response(uint16_t op, const uint8_t *meta, size_t len, ds_wbuf_t *
     case DS_OP_META_PUT:
     case DS_OP_META_DEL:
     case DS_OP_DROP:
+    case DS_OP_RLATCH:
+    case DS_OP_UNRLATCH:
         statuses(&p);
         break;
+    case DS_OP_READ: {
+        uint32_t n = count(&p, UINT32_MAX, 13);
+        for (uint32_t i = 0; i < n && !p.r.err; i++) {
+            (void)u32(&p);
+            uint8_t kind = u8(&p);
+            uint64_t size = u64(&p);
+            if (kind == DS_VAL_SHM) {
+                (void)u64(&p);
+                (void)u64(&p);
+            } else if (kind == DS_VAL_INLINE) {
+                out->inline_data = out->inline_data + size < out->inline_data
+                                       ? UINT64_MAX
+                                       : out->inline_data + size;
+            } else if (kind != DS_VAL_MISSING) {
+                p.r.err = true;
+            }
+        }
+        break;
+    }
+    case DS_OP_GREF: {
+        uint32_t n = count(&p, UINT32_MAX, 8);
+        for (uint32_t i = 0; i < n && !p.r.err; i++) {
+            (void)u32(&p);
+            (void)u32(&p);
+        }
+        break;
+    }
     case DS_OP_GET: {
         uint32_t n = count(&p, UINT32_MAX, 9);
         for (uint32_t i = 0; i < n && !p.r.err; i++) {

@@ -356,15 +356,15 @@ def test_mset_roundtrip(client, key):
     assert client.get(keys) == [b"b", b"ba", b"mv", b"str", b"z" * 70000]
 
 
-def test_mset_nx_returns_failed_keys(client, key):
+def test_mset_nx_keeps_existing_without_failing(client, key):
+    # As in Yuanrong: existing keys keep their values and are not failed keys.
     keys = [key + ".a", key + ".b"]
     client.set(keys[0], b"old")
     failed = client.mset(keys, [b"new", b"new"], WriteMode.NONE_L2_CACHE, 0, ExistenceOpt.NX)
-    assert failed == [keys[0]]
+    assert failed == []
     assert client.get(keys) == [b"old", b"new"]
-    with pytest.raises(RuntimeError) as ei:
-        client.mset(keys, [b"x", b"y"], existence_opt=ExistenceOpt.NX)
-    assert codes_of(ei) == K_OC_KEY_ALREADY_EXIST
+    assert client.mset(keys, [b"x", b"y"], existence_opt=ExistenceOpt.NX) == []
+    assert client.get(keys) == [b"old", b"new"]
 
 
 def test_mset_argument_errors(client, key):
@@ -383,14 +383,13 @@ def test_mset_argument_errors(client, key):
 
 def test_set_nx(client, key):
     client.set(key, b"first")
-    with pytest.raises(RuntimeError) as ei:
-        client.set(key, b"second", existence=ExistenceOpt.NX)
-    assert codes_of(ei) == K_OC_KEY_ALREADY_EXIST
+    # As in Yuanrong: NX on an existing key succeeds and keeps the old value.
+    client.set(key, b"second", existence=ExistenceOpt.NX)
     assert client.get([key]) == [b"first"]
     p = SetParam()
     p.existence = ExistenceOpt.NX
-    with pytest.raises(RuntimeError):
-        client.set(key, b"third", p)
+    client.set(key, b"third", p)
+    assert client.get([key]) == [b"first"]
     client.set(key + ".new", b"ok", existence=ExistenceOpt.NX)
     assert client.get([key + ".new"]) == [b"ok"]
 
@@ -530,10 +529,14 @@ def test_empty_key_list_is_invalid(client):
         assert codes_of(ei) == K_INVALID
 
 
-def test_l2_write_modes_need_l2(client, key):
-    with pytest.raises(RuntimeError) as ei:
-        client.set(key, b"v", WriteMode.WRITE_THROUGH_L2_CACHE)
-    assert codes_of(ei) == K_INVALID
+def test_l2_write_modes_are_cached(client, key):
+    for mode in (
+        WriteMode.WRITE_THROUGH_L2_CACHE,
+        WriteMode.WRITE_BACK_L2_CACHE,
+        WriteMode.WRITE_BACK_L2_CACHE_EVICT,
+    ):
+        client.set(key, b"v%d" % mode, mode)
+        assert client.get([key]) == [b"v%d" % mode]
 
 
 @pytest.mark.parametrize(

@@ -382,8 +382,11 @@ def test_state_get_read_only_buffers(yclient, tc):
         read_only_buffers[i].rlatch()
         tc.assertEqual(val_list[i].encode(), mem_view.tobytes())
         read_only_buffers[i].unrlatch()
-    # with_latch, and the view outlives an overwrite (it pins its version).
+    # with_latch takes the read latch (writers wait until unrlatch); the view
+    # outlives an overwrite (it pins its version).
     views = [b.immutable_data(with_latch=True) for b in read_only_buffers]
+    for b in read_only_buffers:
+        b.unrlatch()
     yclient.set(key_list[0], "overwritten")
     for i, mem_view in enumerate(views):
         tc.assertEqual(val_list[i].encode(), mem_view.tobytes())

@@ -198,6 +198,14 @@ class ValueC(ctypes.Structure):
     ]
 
 
+class ReadParamC(ctypes.Structure):
+    _fields_ = [
+        ("key", ctypes.c_char_p),
+        ("offset", ctypes.c_uint64),
+        ("size", ctypes.c_uint64),
+    ]
+
+
 class _PyBuffer(ctypes.Structure):
     _fields_ = [
         ("buf", ctypes.c_void_p),
@@ -337,7 +345,6 @@ _PROTOTYPES = {
         [c_client_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p)],
     ),
     "ds_key_validate": (c_status, [ctypes.c_char_p, ctypes.c_size_t]),
-    # Yuanrong-compatibility calls (branch wt-sem); declared when the library has them.
     "ds_context_set_trace_id": (c_status, [ctypes.c_char_p]),
     "ds_kv_read": (
         c_status,
@@ -736,3 +743,15 @@ def keys_array(encoded_keys):
     arr = (ctypes.c_char_p * len(encoded_keys))()
     arr[:] = encoded_keys
     return arr
+
+
+def set_trace_id(trace_id):
+    """Sets this thread's trace id (Yuanrong's ``Context.set_trace_id``): every
+    later request of this thread carries it, and the worker prints it as
+    ``[trace_id]`` in its log lines about them. "" clears it. Raises
+    RuntimeError (DsError, K_INVALID) for an invalid id (1..128 bytes of
+    ``[A-Za-z0-9._:-]``) and TypeError for a non-str."""
+    if not isinstance(trace_id, str):
+        raise TypeError("trace_id must be a str, not %s" % type(trace_id).__name__)
+    check(load().ds_context_set_trace_id(trace_id.encode("utf-8", "surrogateescape")),
+          "set_trace_id")

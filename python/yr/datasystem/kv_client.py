@@ -98,8 +98,8 @@ class ReadOnlyBuffer(Buffer):
     ``immutable_data(with_latch=False, timeout_sec=60)`` is a read-only
     memoryview of the pinned version; it stays intact when the key is
     overwritten or deleted, for as long as the buffer or a view of it lives.
-    ``rlatch`` / ``unrlatch`` are granted at once: published objects are
-    immutable here (see ``object_client``).
+    ``with_latch`` (or ``rlatch``) takes the worker's read latch on the key:
+    writers of the key (set, delete) wait until ``unrlatch`` or the timeout.
     """
 
     __slots__ = ()
@@ -116,6 +116,8 @@ class ReadOnlyBuffer(Buffer):
         """
         Validator.check_args_types([["with_latch", with_latch, bool], ["timeout_sec", timeout_sec, int]])
         Validator.check_param_range("timeout_sec", timeout_sec, 1, Validator.INT32_MAX_SIZE)
+        if with_latch:
+            self.rlatch(timeout_sec)
         return Buffer.immutable_data(self)
 
     def ImmutableData(self, with_latch=False, timeout_sec=60):  # noqa: N802 - Yuanrong's name

@@ -273,7 +273,9 @@ static void meta_put_done(ds_job_t *j)
     }
     ds_pend_t *p = j->pend;
     if (p == NULL || !p->nx) return;
-    /* NX: the owner refused keys that already live elsewhere. */
+    /* NX: the owner refused keys that already live elsewhere. Our copy is
+     * rolled back and, as in Yuanrong, the key counts as a success: the old
+     * value stays. */
     ds_server_t *srv = p->srv;
     uint32_t n = ds__rbuf_u32(&j->r);
     for (uint32_t e = 0; e < n && e < j->nidx; e++) {
@@ -284,10 +286,7 @@ static void meta_put_done(ds_job_t *j)
         ds_obj_t *mine = p->objs[k];
         if (ds__store_lookup(srv->store, p->keys[k], p->keylens[k], ds__now_ms()) == mine)
             ds__store_delete(srv->store, p->keys[k], p->keylens[k]);
-        p->orig_status[p->orig_idx[k]] = DS_K_OC_KEY_ALREADY_EXIST;
-        if (p->err[0] == '\0')
-            snprintf(p->err, sizeof(p->err), "key '%.200s' already exists (NX) on another worker",
-                     p->keys[k]);
+        DS_LOG_DEBUG("cluster: NX set of '%.200s' kept the copy on another worker", p->keys[k]);
     }
 }
 

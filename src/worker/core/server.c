@@ -137,6 +137,8 @@ int ds__server_init(ds_server_t *srv, const ds_worker_config_t *cfg, char *err, 
     net->dispatch_ctx = srv;
     net->observe = ds__metrics_observe;
     net->observe_ctx = srv;
+    net->session_end = ds__latch_session_end;
+    net->session_end_ctx = srv;
     net->max_data = (uint64_t)cfg->max_frame_mb << 20;
     net->max_clients = (uint32_t)cfg->max_client_num;
     snprintf(net->auth_token, sizeof(net->auth_token), "%s", srv->auth_token);
@@ -192,13 +194,13 @@ void ds__server_run(ds_server_t *srv)
     uint64_t poll_ns = (uint64_t)srv->cfg.busy_poll_us * 1000u, spin_until = 0;
     while (!srv->stopping) {
         uint64_t now = ds__now_ms();
-        uint64_t due[5] = {ds__store_expire_due(srv->store, now), ds__subs_expire(&srv->subs, now),
+        uint64_t due[6] = {ds__store_expire_due(srv->store, now), ds__subs_expire(&srv->subs, now),
                            ds__cluster_tick(srv, now), ds__net_tick(net, now),
-                           ds__probe_tick(srv, now)};
+                           ds__probe_tick(srv, now), ds__latch_expire(srv, now)};
         /* Deadline sweeps may have ended deferred requests. */
         ds__net_after_event(net);
         uint64_t next = 0;
-        for (int i = 0; i < 5; i++)
+        for (size_t i = 0; i < sizeof(due) / sizeof(due[0]); i++)
             if (due[i] && (next == 0 || due[i] < next)) next = due[i];
         int timeout = -1;
         if (next) {
@@ -229,6 +231,8 @@ void ds__server_destroy(ds_server_t *srv)
     if (srv->net.loop) ds__net_destroy(&srv->net);
     ds__cluster_destroy(srv);
     ds__subs_destroy(&srv->subs);
+    ds__ops_grefs_free(srv);
+    ds__latch_destroy(srv);
     if (srv->tcp_fd >= 0) close(srv->tcp_fd);
     if (srv->unix_fd >= 0) {
         close(srv->unix_fd);

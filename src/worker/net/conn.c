@@ -382,6 +382,29 @@ static void request_handled(ds_conn_t *c)
     c->state = CONN_READ_HEADER;
 }
 
+/* DS_FLAG_TRACE: takes the leading `str trace_id` off the metadata (moving
+ * the rest to the front, so handlers see the opcode's own layout). 0, or -1
+ * when it is malformed. */
+static int take_trace_id(ds_conn_t *c, char out[DS_TRACE_ID_MAX + 1])
+{
+    ds_rbuf_t rb;
+    ds__rbuf_init(&rb, c->meta, c->h.meta_len);
+    const char *t;
+    uint32_t tl = ds__rbuf_str(&rb, &t);
+    if (rb.err || tl == 0 || tl > DS_TRACE_ID_MAX) return -1;
+    for (uint32_t i = 0; i < tl; i++) {
+        char ch = t[i];
+        bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+                  (ch >= '0' && ch <= '9') || ch == '.' || ch == '_' || ch == ':' || ch == '-';
+        if (!ok) return -1;
+    }
+    memcpy(out, t, tl);
+    out[tl] = '\0';
+    memmove(c->meta, c->meta + rb.pos, c->h.meta_len - rb.pos);
+    c->h.meta_len -= (uint32_t)rb.pos;
+    return 0;
+}
+
 /* The metadata is complete: run the request (a SET's data phase follows). */
 static void meta_complete(ds_conn_t *c)
 {
@@ -404,6 +427,11 @@ static void meta_complete(ds_conn_t *c)
         protocol_error(c, "this operation carries no data section");
         return;
     }
+    char trace[DS_TRACE_ID_MAX + 1] = "";
+    if ((c->h.flags & DS_FLAG_TRACE) && take_trace_id(c, trace) != 0) {
+        protocol_error(c, "malformed trace id (1..128 bytes of [A-Za-z0-9._:-])");
+        return;
+    }
     c->cur = (ds_req_t){.conn_id = c->id,
                         .id = c->h.req_id,
                         .op = c->h.opcode,
@@ -416,6 +444,7 @@ static void meta_complete(ds_conn_t *c)
                         .net_ = net,
                         .conn_ = c,
                         .start_ns_ = c->cur.start_ns_};
+    memcpy(c->cur.trace_id, trace, sizeof(trace));
     c->state = CONN_READ_HEADER;
     c->skip = c->h.data_len; /* unless the handler names sinks for it */
     if (c->h.opcode == DS_OP_HELLO)

@@ -64,6 +64,10 @@ struct ds_net {
     /* latency of each answered request (may be NULL) */
     void (*observe)(void *ctx, uint16_t op, uint64_t ns);
     void *observe_ctx;
+    /* a session is about to be freed (may be NULL): what the worker keeps
+     * per session (read latches) goes with it */
+    void (*session_end)(void *ctx, ds_session_t *s);
+    void *session_end_ctx;
 
     uint64_t max_data;
     uint32_t max_clients;

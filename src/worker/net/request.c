@@ -3,6 +3,8 @@
 #include "worker/net/conn.h"
 
 #include "common/clock.h"
+#include "common/log.h"
+#include "datasystem/status.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -30,10 +32,42 @@ static void end_deferred(ds_req_t *d)
     free(d);
 }
 
+void ds__req_log(const ds_req_t *r, int level, const char *fmt, ...)
+{
+    char msg[768];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    if (r->trace_id[0])
+        ds__log((ds_log_level_t)level, "[%s] %s", r->trace_id, msg);
+    else
+        ds__log((ds_log_level_t)level, "%s", msg);
+}
+
 void ds__req_reply(ds_req_t *r, ds_status_t st, const ds_wbuf_t *w, const struct iovec *segs,
                    uint32_t nseg, ds_obj_t **refs, uint32_t nrefs, int fd)
 {
     ds_conn_t *c = r->conn_;
+    /* A traced request says how it ended, so its trace id finds it in the
+     * log (untraced ones would flood it). */
+    if (r->trace_id[0]) {
+        const char *why = "";
+        if (st != DS_K_OK && w && w->len >= 4) {
+            ds_rbuf_t rb;
+            ds__rbuf_init(&rb, w->buf, w->len);
+            uint32_t el = ds__rbuf_str(&rb, &why);
+            if (rb.err) el = 0;
+            ds__req_log(r, DS_LOG_INFO, "conn %llu %s request %llu: %s%s%.*s",
+                        (unsigned long long)r->conn_id, ds__opcode_name(r->op),
+                        (unsigned long long)r->id, ds_status_name(st), el ? ": " : "", (int)el,
+                        why);
+        } else {
+            ds__req_log(r, DS_LOG_INFO, "conn %llu %s request %llu: %s",
+                        (unsigned long long)r->conn_id, ds__opcode_name(r->op),
+                        (unsigned long long)r->id, ds_status_name(st));
+        }
+    }
     if (c == NULL) {
         /* The connection is gone: nobody to answer, the references go. */
         for (uint32_t i = 0; i < nrefs; i++)

@@ -37,8 +37,11 @@ struct ds_req {
     uint64_t conn_id; /* for logs; never reused */
     uint64_t id;      /* the frame's request id, echoed by the answer */
     uint16_t op;
-    uint8_t flags; /* header flags: DS_FLAG_PEER, DS_FLAG_NOREPLY */
+    uint8_t flags; /* header flags: DS_FLAG_PEER, DS_FLAG_NOREPLY, DS_FLAG_TRACE */
     bool is_unix;  /* arrived on the worker's Unix socket */
+    /* The client's trace id (DS_FLAG_TRACE, taken off the metadata), "" when
+     * none: log lines about the request carry it as "[trace_id]". */
+    char trace_id[DS_TRACE_ID_MAX + 1];
     const uint8_t *meta;
     uint32_t meta_len;
     uint64_t data_len;
@@ -70,6 +73,10 @@ void ds__req_reply(ds_req_t *r, ds_status_t st, const ds_wbuf_t *w, const struct
                    uint32_t nseg, ds_obj_t **refs, uint32_t nrefs, int fd);
 /* An answer carrying only the error string. */
 void ds__req_error(ds_req_t *r, ds_status_t st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* A log line about request r: "[trace_id] " leads it when r has one. */
+void ds__req_log(const ds_req_t *r, int level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 typedef void (*ds_req_cancel_fn)(ds_req_t *d, void *ctx);

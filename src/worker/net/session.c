@@ -52,6 +52,7 @@ ds_session_t *ds__session_find(ds_net_t *net, uint64_t id)
 
 void ds__session_free(ds_net_t *net, ds_session_t *s)
 {
+    if (net->session_end) net->session_end(net->session_end_ctx, s);
     for (ds_session_t **pp = &net->sessions; *pp; pp = &(*pp)->next) {
         if (*pp == s) {
             *pp = s->next;

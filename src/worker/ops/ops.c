@@ -240,7 +240,8 @@ static void op_get(ds_server_t *srv, ds_req_t *r)
             parked = ds__subs_wait(&srv->subs, r, mk, ml, nm, now + (uint64_t)timeout,
                                    get_wait_done, srv);
             if (!parked)
-                DS_LOG_WARN("subscription limit (%" PRId64 ") reached; answering at once",
+                ds__req_log(r, DS_LOG_WARN,
+                            "subscription limit (%" PRId64 ") reached; answering at once",
                             srv->cfg.max_pending_subscriptions);
         }
         free(mk);
@@ -336,6 +337,38 @@ static void op_keys(ds_server_t *srv, ds_req_t *r)
     ds__wbuf_free(&w);
 }
 
+static void resume_keys(ds_server_t *srv, ds_req_t *d, void *ctx)
+{
+    (void)ctx;
+    op_keys(srv, d);
+}
+
+/* A DEL of a key under a read latch waits for the latch (latch.c). */
+static bool del_parked(ds_server_t *srv, ds_req_t *r)
+{
+    if (!ds__latch_any(srv) || (r->flags & DS_FLAG_PEER)) return false;
+    ds_rbuf_t rb;
+    ds__rbuf_init(&rb, r->meta, r->meta_len);
+    key_t_ *keys = NULL;
+    uint32_t n = 0;
+    char msg[256];
+    if (read_keys(&rb, DS_MAX_BATCH, &keys, &n, msg, sizeof(msg)) != 0) return false;
+    const char **kp = malloc(n * sizeof(*kp));
+    uint32_t *kl = malloc(n * sizeof(*kl));
+    bool parked = false;
+    if (kp && kl) {
+        for (uint32_t i = 0; i < n; i++) {
+            kp[i] = keys[i].p;
+            kl[i] = keys[i].len;
+        }
+        parked = ds__latch_park(srv, r, kp, kl, n, resume_keys, NULL, NULL);
+    }
+    free(kp);
+    free(kl);
+    free(keys);
+    return parked;
+}
+
 static void op_genkey(ds_server_t *srv, ds_req_t *r)
 {
     ds_rbuf_t rb;
@@ -398,6 +431,8 @@ void ds__ops_dispatch(void *ctx, ds_req_t *r)
         ds__ops_publish_release(srv, r);
         break;
     case DS_OP_DEL:
+        if (!del_parked(srv, r)) op_keys(srv, r);
+        break;
     case DS_OP_EXIST:
     case DS_OP_EXPIRE:
     case DS_OP_QSIZE:
@@ -405,6 +440,16 @@ void ds__ops_dispatch(void *ctx, ds_req_t *r)
         break;
     case DS_OP_GENKEY:
         op_genkey(srv, r);
+        break;
+    case DS_OP_READ:
+        ds__ops_read(srv, r);
+        break;
+    case DS_OP_GREF:
+        ds__ops_gref(srv, r);
+        break;
+    case DS_OP_RLATCH:
+    case DS_OP_UNRLATCH:
+        ds__ops_latch(srv, r);
         break;
     case DS_OP_HEALTH:
         ds__req_error(r, DS_K_OK, "%s", "");

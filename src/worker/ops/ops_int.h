@@ -12,4 +12,21 @@ void ds__ops_create(ds_server_t *srv, ds_req_t *r);
 /* PUBLISH and RELEASE. */
 void ds__ops_publish_release(ds_server_t *srv, ds_req_t *r);
 
+/* ops_read.c */
+void ds__ops_read(ds_server_t *srv, ds_req_t *r);
+void ds__ops_gref(ds_server_t *srv, ds_req_t *r);
+
+/* latch.c: read latches and the writers waiting for them. */
+typedef void (*ds_latch_resume_fn)(ds_server_t *srv, ds_req_t *d, void *ctx);
+typedef void (*ds_latch_cancel_fn)(void *ctx);
+/* RLATCH and UNRLATCH. */
+void ds__ops_latch(ds_server_t *srv, ds_req_t *r);
+/* True when some latch exists (a write then checks its keys). */
+bool ds__latch_any(const ds_server_t *srv);
+/* When any of the keys is latched: defers r and returns true; resume(srv,
+ * d, ctx) runs (and must end d) once none is, cancel(ctx) instead if the
+ * connection closes first. false: go ahead now. */
+bool ds__latch_park(ds_server_t *srv, ds_req_t *r, const char *const *keys, const uint32_t *lens,
+                    uint32_t n, ds_latch_resume_fn resume, ds_latch_cancel_fn cancel, void *ctx);
+
 #endif

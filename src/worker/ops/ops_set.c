@@ -14,14 +14,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Every write mode of Yuanrong's table is accepted. Without an L2 backend
+ * the L2 modes (WRITE_THROUGH_L2_CACHE, WRITE_BACK_L2_CACHE,
+ * WRITE_BACK_L2_CACHE_EVICT) simply cache the object, and are never evicted:
+ * no L2 copy exists to fall back on (docs/design.md section 3). */
 static bool mode_ok(uint8_t mode, char *msg, size_t cap)
 {
-    if (mode == DS_WRITE_NONE_L2_CACHE || mode == DS_WRITE_NONE_L2_CACHE_EVICT) return true;
-    if (mode <= DS_WRITE_BACK_L2_CACHE_EVICT)
-        snprintf(msg, cap, "write mode %u needs an L2 cache backend, and this worker has none",
-                 mode);
-    else
-        snprintf(msg, cap, "write mode %u is not one of 0..4", mode);
+    if (mode <= DS_WRITE_BACK_L2_CACHE_EVICT) return true;
+    snprintf(msg, cap, "write mode %u is not one of 0..4", mode);
     return false;
 }
 
@@ -110,7 +110,15 @@ static void set_free(set_t *s)
     free(s);
 }
 
-/* Every value has arrived (r), or the connection closed (r NULL). */
+static void set_publish(ds_server_t *srv, ds_req_t *r, void *ctx);
+
+static void set_cancel(void *ctx)
+{
+    set_free(ctx);
+}
+
+/* Every value has arrived (r), or the connection closed (r NULL). A key
+ * under a read latch holds the publish back until the latch goes. */
 static void set_finish(void *ctx, ds_req_t *r)
 {
     set_t *s = ctx;
@@ -119,6 +127,27 @@ static void set_finish(void *ctx, ds_req_t *r)
         set_free(s);
         return;
     }
+    if (ds__latch_any(srv)) {
+        const char **kp = malloc(s->n * sizeof(*kp));
+        uint32_t *kl = malloc(s->n * sizeof(*kl));
+        uint32_t k = 0;
+        for (uint32_t i = 0; kp && kl && i < s->n; i++)
+            if (s->pend[i]) {
+                kp[k] = s->pend[i]->key;
+                kl[k++] = s->pend[i]->keylen;
+            }
+        bool parked =
+            kp && kl && k && ds__latch_park(srv, r, kp, kl, k, set_publish, set_cancel, s);
+        free(kp);
+        free(kl);
+        if (parked) return;
+    }
+    set_publish(srv, r, s);
+}
+
+static void set_publish(ds_server_t *srv, ds_req_t *r, void *ctx)
+{
+    set_t *s = ctx;
     uint64_t now = ds__now_ms();
     ds_obj_t **published = calloc(s->n, sizeof(*published));
     if (published == NULL) {
@@ -130,12 +159,12 @@ static void set_finish(void *ctx, ds_req_t *r)
         ds_obj_t *o = s->pend[i];
         if (o == NULL) continue;
         ds_status_t st = ds__store_publish(srv->store, o, (ds_existence_t)s->existence, now);
-        s->status[i] = (uint32_t)st;
+        /* NX of an existing key keeps the old value and is a success (as in
+         * Yuanrong): the reservation is dropped with the SET. */
+        s->status[i] = DS_K_OK;
         if (st == DS_K_OK) {
             ds__subs_publish(&srv->subs, o->key, o->keylen);
             published[i] = o;
-        } else if (s->err[0] == '\0') {
-            snprintf(s->err, sizeof(s->err), "key '%s' already exists (NX)", o->key);
         }
     }
     ds__ops_answer_published(srv, r, published, s->status, s->n, s->existence == DS_EXISTENCE_NX,
@@ -278,9 +307,40 @@ void ds__ops_create(ds_server_t *srv, ds_req_t *r)
     ds__wbuf_free(&w);
 }
 
+static void publish_resume(ds_server_t *srv, ds_req_t *d, void *ctx)
+{
+    (void)ctx;
+    ds__ops_publish_release(srv, d);
+}
+
+/* A PUBLISH of a key under a read latch waits for the latch (latch.c). */
+static bool publish_parked(ds_server_t *srv, ds_req_t *r)
+{
+    ds_rbuf_t rb;
+    ds__rbuf_init(&rb, r->meta, r->meta_len);
+    uint32_t n = ds__rbuf_count(&rb, 4 * DS_MAX_BATCH, 8);
+    if (rb.err || n == 0 || r->session == NULL) return false;
+    const char **kp = malloc(n * sizeof(*kp));
+    uint32_t *kl = malloc(n * sizeof(*kl));
+    uint32_t k = 0;
+    for (uint32_t i = 0; kp && kl && i < n; i++) {
+        ds_slot_t *sl = ds__session_slot(r->session, ds__rbuf_u64(&rb));
+        if (sl && sl->obj->state == DS_OBJ_CREATING) {
+            kp[k] = sl->obj->key;
+            kl[k++] = sl->obj->keylen;
+        }
+    }
+    bool parked = kp && kl && k && ds__latch_park(srv, r, kp, kl, k, publish_resume, NULL, NULL);
+    free(kp);
+    free(kl);
+    return parked;
+}
+
 void ds__ops_publish_release(ds_server_t *srv, ds_req_t *r)
 {
     bool publish = r->op == DS_OP_PUBLISH;
+    if (publish && !(r->flags & DS_FLAG_NOREPLY) && ds__latch_any(srv) && publish_parked(srv, r))
+        return;
     ds_rbuf_t rb;
     ds__rbuf_init(&rb, r->meta, r->meta_len);
     uint32_t n = ds__rbuf_count(&rb, 4 * DS_MAX_BATCH, 8);
@@ -310,12 +370,11 @@ void ds__ops_publish_release(ds_server_t *srv, ds_req_t *r)
         }
         any_nx |= sl->existence == DS_EXISTENCE_NX;
         ds_status_t s = ds__store_publish(srv->store, sl->obj, (ds_existence_t)sl->existence, now);
-        st[i] = (uint32_t)s;
+        /* NX of an existing key: a success that keeps the old value. */
+        st[i] = DS_K_OK;
         if (s == DS_K_OK) {
             ds__subs_publish(&srv->subs, sl->obj->key, sl->obj->keylen);
             if (published) published[i] = sl->obj;
-        } else if (!first[0]) {
-            snprintf(first, sizeof(first), "key '%s' already exists (NX)", sl->obj->key);
         }
     }
     if (!noreply) {

@@ -72,6 +72,8 @@ struct ds_server {
     uint64_t liveness_due_ms; /* next liveness file refresh; 0 = none (core/probe.c) */
     bool probes_written;      /* this worker wrote probe files, to remove on a clean stop */
     ds_cluster_counters_t cctr;
+    struct ds_grefs *grefs;     /* global reference counts (ops_read.c), lazily made */
+    struct ds_latches *latches; /* read latches and the writers they hold (latch.c) */
 };
 
 /* The worker's request handler (registered as the net layer's dispatch). */
@@ -79,6 +81,13 @@ void ds__ops_dispatch(void *srv, ds_req_t *r);
 /* Answers a GET from objs[i] (NULL = missing); takes its own references. */
 void ds__ops_get_reply(ds_server_t *srv, ds_req_t *r, uint8_t flags, const char *const *keys,
                        const uint32_t *lens, uint32_t n, ds_obj_t **objs);
+/* Read latches (latch.c): expiry (returns the next deadline, 0 = none), a
+ * session's end (the net layer's session_end hook) and teardown. */
+uint64_t ds__latch_expire(ds_server_t *srv, uint64_t now);
+void ds__latch_session_end(void *srv, ds_session_t *s);
+void ds__latch_destroy(ds_server_t *srv);
+/* Frees the global reference counts (ops_read.c). */
+void ds__ops_grefs_free(ds_server_t *srv);
 /* Stops the run loop after the current turn. */
 void ds__server_stop(ds_server_t *srv);
 /* The stats document (dscli status, STATS op) as a malloc'd JSON string. */

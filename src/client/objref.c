@@ -1,0 +1,111 @@
+/* Calls on keys that answer a status per key and change no value: read
+ * latches (RLATCH / UNRLATCH) and global reference counts (GREF). Layouts in
+ * common/wire.h. */
+#include "client/client_internal.h"
+
+#include "common/error.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+
+#define KQ 64
+
+/* Sends op with head (written by put_head) and the keys, and reads n
+ * entries of u32 status (+ u32 count when counts != NULL). any_ok: the
+ * return is DS_K_OK when any key succeeded, else when all did. */
+static ds_status_t keys_call(ds_client_t *c, ds_opcode_t op, int32_t arg, size_t n,
+                             const char *const *keys, ds_status_t *statuses, uint32_t *counts,
+                             bool any_ok)
+{
+    ds__clear_error();
+    if (c == NULL) return ds__set_error(DS_K_INVALID, "client is NULL");
+    ds_status_t st = ds__check_keys(n, keys, DS_MAX_BATCH);
+    if (st != DS_K_OK) return st;
+    ds_status_t *sts = statuses ? statuses : malloc(n * sizeof(*sts));
+    if (sts == NULL) return ds__set_error(DS_K_OUT_OF_MEMORY, "out of memory");
+    uint64_t deadline = ds__client_deadline(c, 0);
+    ds_conn_t *conn;
+    if ((st = ds__client_acquire(c, &deadline, &conn)) != DS_K_OK) {
+        for (size_t i = 0; i < n; i++)
+            sts[i] = st;
+        goto out;
+    }
+    ds__conn_begin(conn);
+    if (op != DS_OP_UNRLATCH) ds__wbuf_i32(&conn->w, arg);
+    ds__wbuf_u32(&conn->w, (uint32_t)n);
+    for (size_t i = 0; i < n; i++)
+        ds__wbuf_cstr(&conn->w, keys[i]);
+    st = ds__conn_call(conn, op, false, deadline);
+    if (conn->state != DS_CONN_OK || (st != DS_K_OK && conn->r.pos == conn->r.len)) {
+        for (size_t i = 0; i < n; i++)
+            sts[i] = st;
+    } else {
+        size_t each = op == DS_OP_GREF ? 8 : 4;
+        uint32_t m = ds__rbuf_count(&conn->r, (uint32_t)n, each);
+        for (uint32_t i = 0; i < m && m == n; i++) {
+            sts[i] = (ds_status_t)ds__rbuf_u32(&conn->r);
+            uint32_t cnt = op == DS_OP_GREF ? ds__rbuf_u32(&conn->r) : 0;
+            if (counts) counts[i] = cnt;
+        }
+        if (conn->r.err || m != n) {
+            st = ds__conn_protocol_error(conn, ds__opcode_name(op));
+            for (size_t i = 0; i < n; i++)
+                sts[i] = st;
+        }
+    }
+    ds__conn_drain(conn, deadline);
+    ds__client_put(c, conn);
+out:;
+    ds_status_t first = DS_K_OK;
+    size_t nok = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (sts[i] == DS_K_OK)
+            nok++;
+        else if (first == DS_K_OK)
+            first = sts[i];
+    }
+    if (first != DS_K_OK && ds_last_error()[0] == '\0')
+        ds__set_error(first, "%s failed: %s", ds__opcode_name(op), ds_status_message(first));
+    if (sts != statuses) free(sts);
+    if (any_ok && nok > 0) return DS_K_OK;
+    return first;
+}
+
+ds_status_t ds_kv_rlatch(ds_client_t *c, size_t n, const char *const *keys, int32_t timeout_ms,
+                         ds_status_t *statuses)
+{
+    if (timeout_ms <= 0)
+        return ds__set_error(DS_K_INVALID, "latch timeout %d ms is not in 1..%d", (int)timeout_ms,
+                             INT32_MAX);
+    ds__client_enter(c);
+    return ds__client_leave(c,
+                            keys_call(c, DS_OP_RLATCH, timeout_ms, n, keys, statuses, NULL, false));
+}
+
+ds_status_t ds_kv_unrlatch(ds_client_t *c, size_t n, const char *const *keys, ds_status_t *statuses)
+{
+    ds__client_enter(c);
+    return ds__client_leave(c, keys_call(c, DS_OP_UNRLATCH, 0, n, keys, statuses, NULL, false));
+}
+
+ds_status_t ds_object_g_increase_ref(ds_client_t *c, size_t n, const char *const *keys,
+                                     ds_status_t *statuses)
+{
+    ds__client_enter(c);
+    return ds__client_leave(c, keys_call(c, DS_OP_GREF, 1, n, keys, statuses, NULL, true));
+}
+
+ds_status_t ds_object_g_decrease_ref(ds_client_t *c, size_t n, const char *const *keys,
+                                     ds_status_t *statuses)
+{
+    ds__client_enter(c);
+    return ds__client_leave(c, keys_call(c, DS_OP_GREF, -1, n, keys, statuses, NULL, true));
+}
+
+ds_status_t ds_object_query_global_ref_num(ds_client_t *c, const char *key, uint32_t *count)
+{
+    if (count == NULL) return ds__set_error(DS_K_INVALID, "count is NULL");
+    *count = 0;
+    ds__client_enter(c);
+    return ds__client_leave(c, keys_call(c, DS_OP_GREF, 0, 1, &key, NULL, count, false));
+}
