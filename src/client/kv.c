@@ -25,6 +25,7 @@
 
 #include "common/error.h"
 #include "common/keys.h"
+#include "common/tsan.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -161,6 +162,7 @@ static void set_in_arena(ds_conn_t *conn, const ds_set_param_t *p, size_t n, con
                 break;
             }
             memcpy(s->base + off, vals[k], lens[k]);
+            DS__TSAN_PUBLISHED(s->base + off);
             ok[nok - 1] = k;
         }
         if (conn->r.err || m != n) {
@@ -406,6 +408,7 @@ static bool index_mget(ds_client_t *c, size_t n, const char *const *keys, ds_val
 static ds_status_t copy_value(ds_conn_t *conn, const ds_getent_t *e, void *dst, uint64_t deadline)
 {
     if (e->kind == DS_VAL_INLINE) return ds__conn_read_data(conn, dst, e->size, deadline);
+    DS__TSAN_READING(conn->sess->base + e->off);
     memcpy(dst, conn->sess->base + e->off, e->size);
     return DS_K_OK;
 }

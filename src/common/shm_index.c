@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "common/hash.h"
+#include "common/tsan.h"
 
 /* Same seed as the worker's object table; any fixed value would do. */
 #define DS_SHM_INDEX_SEED 0x9747b28cu
@@ -233,7 +234,10 @@ ds_shm_index_res_t ds__shm_index_get(const ds_shm_index_t *ix, const uint8_t *ba
                 *size = sz;
                 return DS_SHM_INDEX_SMALL;
             }
-            if (sz > 0) copy_relaxed(dst, base + off, sz);
+            if (sz > 0) {
+                DS__TSAN_READING(base + off);
+                copy_relaxed(dst, base + off, sz);
+            }
             if (!slot_stable(sl, s1)) continue;
             *size = sz;
             return DS_SHM_INDEX_HIT;
