@@ -161,7 +161,7 @@ static void set_in_arena(ds_conn_t *conn, const ds_set_param_t *p, size_t n, con
                 conn->r.err = true;
                 break;
             }
-            memcpy(s->base + off, vals[k], lens[k]);
+            ds__shm_index_copy_in(s->base + off, vals[k], lens[k]);
             DS__TSAN_PUBLISHED(s->base + off);
             ok[nok - 1] = k;
         }

@@ -193,6 +193,21 @@ static void copy_relaxed(uint8_t *dst, const uint8_t *src, size_t n)
         dst[i] = __atomic_load_n(src + i, __ATOMIC_RELAXED);
 }
 
+void ds__shm_index_copy_in(uint8_t *dst, const void *src, size_t n)
+{
+    const uint8_t *from = src;
+    size_t i = 0;
+    for (; i < n && ((uintptr_t)(dst + i) & 7u) != 0; i++)
+        __atomic_store_n(dst + i, from[i], __ATOMIC_RELAXED);
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, from + i, sizeof(w));
+        __atomic_store_n((uint64_t *)(void *)(dst + i), w, __ATOMIC_RELAXED);
+    }
+    for (; i < n; i++)
+        __atomic_store_n(dst + i, from[i], __ATOMIC_RELAXED);
+}
+
 /* True when seq still reads s1: everything read since the acquire load of
  * s1 came from one unchanged version of the slot. */
 static bool slot_stable(const ds_shm_slot_t *sl, uint64_t s1)
