@@ -653,7 +653,8 @@ ds_status_t ds_kv_generate_key(ds_client_t *c, const char *prefix, char **out)
     if (st == DS_K_OK) {
         const char *k;
         uint32_t kl = ds__rbuf_str(&conn->r, &k);
-        if (conn->r.err || kl == 0) {
+        /* A key with a NUL in it would come back shortened, possibly empty. */
+        if (conn->r.err || kl == 0 || memchr(k, '\0', kl) != NULL) {
             st = ds__conn_protocol_error(conn, "generate_key");
         } else if ((*out = strndup(k, kl)) == NULL) {
             st = ds__set_error(DS_K_OUT_OF_MEMORY, "out of memory");
