@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite, as the README's second command and CI run it:
-# installs what is missing, builds a release and an ASan+UBSan flavour, runs
-# the unit and integration suites under ctest in both, the worker under
+# installs what is missing, builds a release, an ASan+UBSan and a TSan
+# flavour, runs the unit and integration suites under ctest in all three
+# (TSan: the worker processes the integration tests start too), the worker under
 # valgrind memcheck, the libFuzzer targets for DS_FUZZ_SECONDS each (default
 # 20), the Python suite, and a formatting check. Every test starts and stops
 # its own processes.
@@ -45,9 +46,18 @@ step() {
 
 step "build (release)" bash scripts/build.sh release
 step "build (asan+ubsan)" bash scripts/build.sh asan
+step "build (tsan)" bash scripts/build.sh tsan
 step "ctest (release)" ctest --test-dir build --output-on-failure -j 2 --timeout 300
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     step "ctest (asan+ubsan)" ctest --test-dir build-asan --output-on-failure -j 2 --timeout 600
+# Unit and integration suites only (the soak included): the cluster tests
+# need root and etcd, the fuzzers ASan. The integration tests start their
+# workers from build-tsan, so the worker runs under TSan too. Any report fails
+# the test: halt_on_error exits non-zero, in a worker too (the harness checks
+# its exit status).
+TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+    step "ctest (tsan)" ctest --test-dir build-tsan --output-on-failure -j 2 --timeout 600 \
+    -L 'unit|integration' -LE cluster
 step "valgrind (worker under memcheck)" bash scripts/valgrind.sh build
 step "fuzz (${DS_FUZZ_SECONDS:-20} s per target)" bash scripts/fuzz.sh "${DS_FUZZ_SECONDS:-20}"
 DS_BUILD_DIR=$PWD/build PYTHONPATH=$PWD/python \

@@ -16,6 +16,7 @@
 
 #include "common/bigbuf.h"
 #include "common/error.h"
+#include "common/tsan.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -122,6 +123,7 @@ static ds_status_t kv_get_buffers(ds_client_t *c, size_t n, const char *const *k
                 ds__sess_ref(s);
                 b->sess = s;
                 b->data = s->base + e->off;
+                DS__TSAN_READING(b->data);
                 b->handle = e->handle;
                 e->kind = DS_VAL_MISSING; /* the pin now belongs to the buffer */
                 continue;
@@ -408,8 +410,10 @@ static void publish_on(ds_conn_t *conn, size_t n, ds_buffer_t *const *bufs, cons
     if (k > 0) {
         ds__conn_begin(conn);
         ds__wbuf_u32(&conn->w, (uint32_t)k);
-        for (size_t i = 0; i < k; i++)
+        for (size_t i = 0; i < k; i++) {
             ds__wbuf_u64(&conn->w, bufs[idx[i]]->handle);
+            DS__TSAN_PUBLISHED(bufs[idx[i]]->data);
+        }
         ds_status_t st = ds__conn_call(conn, DS_OP_PUBLISH, false, deadline);
         if (conn->state != DS_CONN_OK || (st != DS_K_OK && conn->r.pos == conn->r.len)) {
             for (size_t i = 0; i < k; i++)

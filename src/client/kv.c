@@ -25,6 +25,7 @@
 
 #include "common/error.h"
 #include "common/keys.h"
+#include "common/tsan.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -160,7 +161,8 @@ static void set_in_arena(ds_conn_t *conn, const ds_set_param_t *p, size_t n, con
                 conn->r.err = true;
                 break;
             }
-            memcpy(s->base + off, vals[k], lens[k]);
+            ds__shm_index_copy_in(s->base + off, vals[k], lens[k]);
+            DS__TSAN_PUBLISHED(s->base + off);
             ok[nok - 1] = k;
         }
         if (conn->r.err || m != n) {
@@ -407,6 +409,7 @@ static bool index_mget(ds_client_t *c, size_t n, const char *const *keys, ds_val
 static ds_status_t copy_value(ds_conn_t *conn, const ds_getent_t *e, void *dst, uint64_t deadline)
 {
     if (e->kind == DS_VAL_INLINE) return ds__conn_read_data(conn, dst, e->size, deadline);
+    DS__TSAN_READING(conn->sess->base + e->off);
     memcpy(dst, conn->sess->base + e->off, e->size);
     return DS_K_OK;
 }
@@ -658,7 +661,8 @@ static ds_status_t kv_generate_key(ds_client_t *c, const char *prefix, char **ou
     if (st == DS_K_OK) {
         const char *k;
         uint32_t kl = ds__rbuf_str(&conn->r, &k);
-        if (conn->r.err || kl == 0) {
+        /* A key with a NUL in it would come back shortened, possibly empty. */
+        if (conn->r.err || kl == 0 || memchr(k, '\0', kl) != NULL) {
             st = ds__conn_protocol_error(conn, "generate_key");
         } else if ((*out = strndup(k, kl)) == NULL) {
             st = ds__set_error(DS_K_OUT_OF_MEMORY, "out of memory");

@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -13,12 +14,14 @@
 #include <time.h>
 #include <unistd.h>
 
-static ds_log_level_t min_level = DS_LOG_INFO;
+/* Set by the main thread, read by every thread that logs: atomic, and relaxed
+ * because nothing else is published through it. */
+static atomic_int min_level = DS_LOG_INFO;
 static const char *const level_names[] = {"DEBUG", "INFO ", "WARN ", "ERROR"};
 
 void ds__log_set_level(ds_log_level_t level)
 {
-    min_level = level;
+    atomic_store_explicit(&min_level, (int)level, memory_order_relaxed);
 }
 
 int ds__log_parse_level(const char *s)
@@ -31,7 +34,7 @@ int ds__log_parse_level(const char *s)
 
 void ds__log(ds_log_level_t level, const char *fmt, ...)
 {
-    if (level < min_level) return;
+    if ((int)level < atomic_load_explicit(&min_level, memory_order_relaxed)) return;
     char line[2048];
     struct timeval tv;
     gettimeofday(&tv, NULL);

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "common/hash.h"
+#include "common/tsan.h"
 
 /* Same seed as the worker's object table; any fixed value would do. */
 #define DS_SHM_INDEX_SEED 0x9747b28cu
@@ -67,11 +68,21 @@ static void slot_end(ds_shm_slot_t *sl, uint64_t q)
     atomic_store_explicit(&sl->seq, q, memory_order_release);
 }
 
+/* The key bytes, like the slot's other fields, are relaxed atomics: a reader
+ * comparing them while the writer rewrites them is then defined behaviour,
+ * and the seqlock decides whether the comparison counts. */
+static bool key_is(const ds_shm_slot_t *sl, const char *key, size_t keylen)
+{
+    for (size_t i = 0; i < keylen; i++)
+        if (__atomic_load_n(&sl->key[i], __ATOMIC_RELAXED) != key[i]) return false;
+    return true;
+}
+
 static bool slot_is(const ds_shm_slot_t *sl, uint64_t want, const char *key, size_t keylen)
 {
     return atomic_load_explicit(&sl->hash, memory_order_relaxed) == want &&
            atomic_load_explicit(&sl->keylen, memory_order_relaxed) == keylen &&
-           memcmp(sl->key, key, keylen) == 0;
+           key_is(sl, key, keylen);
 }
 
 bool ds__shm_index_put(ds_shm_index_t *ix, const char *key, size_t keylen, uint64_t offset,
@@ -106,7 +117,8 @@ bool ds__shm_index_put(ds_shm_index_t *ix, const char *key, size_t keylen, uint6
     atomic_store_explicit(&dst->size, size, memory_order_relaxed);
     atomic_store_explicit(&dst->version, version, memory_order_relaxed);
     atomic_store_explicit(&dst->keylen, (uint16_t)keylen, memory_order_relaxed);
-    memcpy(dst->key, key, keylen);
+    for (size_t i = 0; i < keylen; i++)
+        __atomic_store_n(&dst->key[i], key[i], __ATOMIC_RELAXED);
     slot_end(dst, q);
     return true;
 }
@@ -164,6 +176,38 @@ bool ds__shm_index_attach(ds_shm_index_t *ix, uint8_t *base, uint64_t map_size, 
     return true;
 }
 
+/* Copies a value the worker (or another client) may be rewriting meanwhile,
+ * with relaxed atomic loads so that the overlap is defined behaviour; the
+ * seqlock throws the copy away when it was torn. Aligned words, and bytes at
+ * the unaligned ends. */
+static void copy_relaxed(uint8_t *dst, const uint8_t *src, size_t n)
+{
+    size_t i = 0;
+    for (; i < n && ((uintptr_t)(src + i) & 7u) != 0; i++)
+        dst[i] = __atomic_load_n(src + i, __ATOMIC_RELAXED);
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w = __atomic_load_n((const uint64_t *)(const void *)(src + i), __ATOMIC_RELAXED);
+        memcpy(dst + i, &w, sizeof(w));
+    }
+    for (; i < n; i++)
+        dst[i] = __atomic_load_n(src + i, __ATOMIC_RELAXED);
+}
+
+void ds__shm_index_copy_in(uint8_t *dst, const void *src, size_t n)
+{
+    const uint8_t *from = src;
+    size_t i = 0;
+    for (; i < n && ((uintptr_t)(dst + i) & 7u) != 0; i++)
+        __atomic_store_n(dst + i, from[i], __ATOMIC_RELAXED);
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, from + i, sizeof(w));
+        __atomic_store_n((uint64_t *)(void *)(dst + i), w, __ATOMIC_RELAXED);
+    }
+    for (; i < n; i++)
+        __atomic_store_n(dst + i, from[i], __ATOMIC_RELAXED);
+}
+
 /* True when seq still reads s1: everything read since the acquire load of
  * s1 came from one unchanged version of the slot. */
 static bool slot_stable(const ds_shm_slot_t *sl, uint64_t s1)
@@ -190,7 +234,7 @@ ds_shm_index_res_t ds__shm_index_get(const ds_shm_index_t *ix, const uint8_t *ba
             if (s1 & 1) continue;
             uint64_t hv = atomic_load_explicit(&sl->hash, memory_order_relaxed);
             uint16_t kl = atomic_load_explicit(&sl->keylen, memory_order_relaxed);
-            bool mine = hv == want && kl == keylen && memcmp(sl->key, key, keylen) == 0;
+            bool mine = hv == want && kl == keylen && key_is(sl, key, keylen);
             if (!mine) {
                 if (!slot_stable(sl, s1)) continue;
                 if (hv == DS_SHM_INDEX_EMPTY) return DS_SHM_INDEX_MISS;
@@ -205,7 +249,10 @@ ds_shm_index_res_t ds__shm_index_get(const ds_shm_index_t *ix, const uint8_t *ba
                 *size = sz;
                 return DS_SHM_INDEX_SMALL;
             }
-            if (sz > 0) memcpy(dst, base + off, sz);
+            if (sz > 0) {
+                DS__TSAN_READING(base + off);
+                copy_relaxed(dst, base + off, sz);
+            }
             if (!slot_stable(sl, s1)) continue;
             *size = sz;
             return DS_SHM_INDEX_HIT;

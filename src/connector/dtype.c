@@ -151,7 +151,7 @@ ds_status_t omni__tensor_nbytes(omni_type_t type, omni_dtype_t dtype, const int6
 ds_status_t omni__check_tensor(omni_type_t type, omni_dtype_t dtype, const int64_t *shape,
                                size_t ndim, const char *mode, size_t nbytes, size_t *numel)
 {
-    size_t n, need;
+    size_t n = 0, need = 0;
     ds_status_t st = omni__tensor_nbytes(type, dtype, shape, ndim, mode, &n, &need);
     if (st != DS_K_OK) return st;
     if (need != nbytes)

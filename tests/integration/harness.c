@@ -582,11 +582,13 @@ int dst_netns_add(const char *name)
 
 void dst_netns_del(const char *name)
 {
-    char copy[64];
-    snprintf(copy, sizeof(copy), "%s", name);
+    /* Delete before forgetting: name may be one of netns_made's own entries. */
+    dst_sh("ip netns del '%s' 2>/dev/null", name);
     for (int i = 0; i < MAX_NETNS; i++)
-        if (strcmp(netns_made[i], copy) == 0) netns_made[i][0] = '\0';
-    dst_sh("ip netns del '%s' 2>/dev/null", copy);
+        if (strcmp(netns_made[i], name) == 0) {
+            netns_made[i][0] = '\0';
+            break;
+        }
 }
 
 int dst_netns_enter(const char *name)

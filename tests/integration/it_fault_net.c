@@ -19,6 +19,7 @@
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -199,7 +200,7 @@ static void test_drop_create_and_partial_get(void **state)
 /* ---- slow readers ---- */
 
 typedef struct {
-    volatile bool stop;
+    atomic_bool stop; /* set by the test's thread while the prober runs */
     uint64_t max_ns, total_ns;
     uint64_t n, failures;
 } prober_t;
@@ -213,7 +214,7 @@ static void *probe(void *arg)
         p->failures++;
         return NULL;
     }
-    while (!p->stop) {
+    while (!atomic_load(&p->stop)) {
         char key[32];
         snprintf(key, sizeof(key), "probe-%llu", (unsigned long long)(p->n % 16));
         uint64_t t0 = ds__now_ns();
@@ -273,7 +274,7 @@ static void slow_reader(bool unix_sock, bool half_close)
     pthread_t th;
     pthread_create(&th, NULL, probe, &base);
     usleep(300000);
-    base.stop = true;
+    atomic_store(&base.stop, true);
     pthread_join(th, NULL);
     assert_int_equal(base.failures, 0);
 
@@ -292,7 +293,7 @@ static void slow_reader(bool unix_sock, bool half_close)
         long r = fu_rss_kb(W.pid);
         if (r > rss_max) rss_max = r;
     }
-    p.stop = true;
+    atomic_store(&p.stop, true);
     pthread_join(th, NULL);
     long cpu1 = fu_cpu_ticks(W.pid);
     long hz = sysconf(_SC_CLK_TCK);

@@ -42,7 +42,8 @@ struct ds_cluster {
 
     pthread_t job_threads[DS_JOB_THREADS];
     pthread_t member_thread, watch_thread;
-    bool threads_started;
+    int njob_threads; /* started, so joined: start-up may fail part way */
+    bool member_started, watch_started;
     atomic_bool stop;
     pthread_mutex_t mu; /* guards the queues and the posted member list */
     pthread_cond_t cv;
@@ -600,11 +601,20 @@ int ds__cluster_init(ds_server_t *srv, char *err, size_t err_cap)
     snprintf(cl->members[0].addr, sizeof(cl->members[0].addr), "%s", cl->self);
     snprintf(cl->members[0].id, sizeof(cl->members[0].id), "%s", srv->worker_id);
     cl->nmembers = 1;
-    for (int i = 0; i < DS_JOB_THREADS; i++)
-        pthread_create(&cl->job_threads[i], NULL, job_thread, cl);
-    pthread_create(&cl->member_thread, NULL, member_thread, cl);
-    pthread_create(&cl->watch_thread, NULL, watch_thread, cl);
-    cl->threads_started = true;
+    /* A thread that cannot start fails start-up; ds__cluster_destroy stops and
+     * joins the ones that did. */
+    int rc = 0;
+    for (int i = 0; i < DS_JOB_THREADS && rc == 0; i++)
+        if ((rc = pthread_create(&cl->job_threads[i], NULL, job_thread, cl)) == 0)
+            cl->njob_threads++;
+    if (rc == 0 && (rc = pthread_create(&cl->member_thread, NULL, member_thread, cl)) == 0)
+        cl->member_started = true;
+    if (rc == 0 && (rc = pthread_create(&cl->watch_thread, NULL, watch_thread, cl)) == 0)
+        cl->watch_started = true;
+    if (rc != 0) {
+        snprintf(err, err_cap, "cannot start the cluster threads: %s", strerror(rc));
+        return -1;
+    }
     DS_LOG_INFO("cluster '%s': joining through etcd %s as %s", srv->cfg.cluster_name,
                 srv->cfg.etcd_address, cl->self);
     return 0;
@@ -615,15 +625,15 @@ void ds__cluster_destroy(ds_server_t *srv)
     struct ds_cluster *cl = srv->cluster;
     if (cl == NULL) return;
     atomic_store(&cl->stop, true);
-    if (cl->threads_started) {
+    if (cl->njob_threads > 0) {
         pthread_mutex_lock(&cl->mu);
         pthread_cond_broadcast(&cl->cv);
         pthread_mutex_unlock(&cl->mu);
-        for (int i = 0; i < DS_JOB_THREADS; i++)
-            pthread_join(cl->job_threads[i], NULL);
-        pthread_join(cl->member_thread, NULL);
-        pthread_join(cl->watch_thread, NULL);
     }
+    for (int i = 0; i < cl->njob_threads; i++)
+        pthread_join(cl->job_threads[i], NULL);
+    if (cl->member_started) pthread_join(cl->member_thread, NULL);
+    if (cl->watch_started) pthread_join(cl->watch_thread, NULL);
     /* Jobs never run are dropped; their pends go with the connections. */
     on_completions(cl, 0);
     while (cl->todo_head) {

@@ -199,7 +199,10 @@ ds_bulk_t *ds__bulk_new(ds_loop_t *loop, char *err, size_t err_cap)
     if (b->wake_fd >= 0 && b->done_fd >= 0 &&
         ds__loop_add(loop, &b->done_io, b->done_fd, EPOLLIN, on_done, b) == 0) {
         b->in_loop = true;
-        b->started = pthread_create(&b->thread, NULL, bulk_thread, b) == 0;
+        /* pthread_create returns its error rather than setting errno. */
+        int rc = pthread_create(&b->thread, NULL, bulk_thread, b);
+        b->started = rc == 0;
+        if (rc != 0) errno = rc;
     }
     if (!b->started) {
         snprintf(err, err_cap, "cannot start the bulk sender: %s", strerror(errno));
