@@ -12,7 +12,6 @@ from yr.datasystem.kv_client import ReadOnlyBuffer, ReadParam
 
 K_INVALID = 2
 K_NOT_FOUND = 3
-K_NOT_SUPPORTED = 36
 
 
 def code(ei):
