@@ -99,10 +99,11 @@ typedef enum {
     DS_SHM_INDEX_SMALL,    /* indexed, but *size bytes do not fit in cap */
 } ds_shm_index_res_t;
 
-/* Copies a value into an arena block with relaxed atomic stores. An index
- * reader in another thread may still be copying the block's previous value
- * (the seqlock then discards its copy); atomic stores make that overlap
- * defined behaviour. */
+/* Copies a value into an arena block. An index reader in another thread may
+ * still be copying the block's previous value (the seqlock then discards its
+ * copy): builds for ThreadSanitizer copy with relaxed atomic stores, so the
+ * overlap is defined there; release builds use memcpy (shm_index.c says
+ * why). */
 void ds__shm_index_copy_in(uint8_t *dst, const void *src, size_t n);
 
 /* Looks the key up and copies its value out of the mapping (base, map_size
