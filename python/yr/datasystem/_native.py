@@ -397,9 +397,12 @@ def candidate_paths():
     """Where libdatasystem is looked for, in order.
 
     1. ``DS_LIBRARY``: the full path of the library file.
-    2. ``DS_LIBDIR``: a folder holding it.
-    3. ``DS_BUILD_DIR``: a CMake build tree (its ``src/client``).
-    4. The copy bundled into the installed package (``yr/datasystem/lib``).
+    2. The copy bundled into the installed package (``yr/datasystem/lib``, put
+       there by the wheel build with the ``dscli`` and ``datasystem_worker`` of
+       the same build), so an installed package uses its own library whatever
+       DS_LIBDIR / DS_BUILD_DIR say. A checkout has no such folder.
+    3. ``DS_LIBDIR``: a folder holding it.
+    4. ``DS_BUILD_DIR``: a CMake build tree (its ``src/client``).
     5. The build trees of the checkout this package sits in: ``build``,
        ``build-py``, then any other ``build*`` folder.
     6. The system's library path (``libdatasystem.so.0`` via the dynamic loader).
@@ -408,12 +411,11 @@ def candidate_paths():
     env_lib = os.environ.get("DS_LIBRARY")
     if env_lib:
         paths.append(env_lib)
-    dirs = []
+    dirs = [os.path.join(_HERE, "lib")]
     if os.environ.get("DS_LIBDIR"):
         dirs.append(os.environ["DS_LIBDIR"])
     if os.environ.get("DS_BUILD_DIR"):
         dirs.append(os.path.join(os.environ["DS_BUILD_DIR"], "src", "client"))
-    dirs.append(os.path.join(_HERE, "lib"))
     root = _source_root()
     if root:
         preferred = ["build", "build-py"]
