@@ -15,9 +15,23 @@ import sys
 BIN_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bin")
 
 
+# Where the CMake build tree keeps each binary (an editable install, `pip
+# install -e ./python`, runs from the checkout: no bundled copies, but the
+# build of python/build/cmake).
+_BUILD_SUBDIR = {"dscli": "cli", "datasystem_worker": "worker"}
+
+
 def binary_path(name):
-    """The bundled binary ``name`` (it may not exist: a pure-Python install)."""
-    return os.path.join(BIN_DIR, name)
+    """The bundled binary ``name``; in a checkout (editable install) without
+    one, the binary of python/build/cmake when that exists."""
+    path = os.path.join(BIN_DIR, name)
+    if not os.path.exists(path):
+        root = os.path.normpath(os.path.join(os.path.dirname(BIN_DIR), "..", "..", ".."))
+        built = os.path.join(root, "python", "build", "cmake", "src", _BUILD_SUBDIR[name], name)
+        if os.path.isfile(os.path.join(root, "include", "datasystem", "kv_client.h")) and \
+                os.path.exists(built):
+            return built
+    return path
 
 
 def _exec(name):

@@ -404,7 +404,8 @@ def candidate_paths():
     3. ``DS_LIBDIR``: a folder holding it.
     4. ``DS_BUILD_DIR``: a CMake build tree (its ``src/client``).
     5. The build trees of the checkout this package sits in: ``build``,
-       ``build-py``, then any other ``build*`` folder.
+       ``build-py``, then any other ``build*`` folder, then ``python/build/cmake``
+       (where ``pip install [-e] ./python`` builds).
     6. The system's library path (``libdatasystem.so.0`` via the dynamic loader).
     """
     paths = []
@@ -428,6 +429,8 @@ def candidate_paths():
             pass
         for d in preferred + others:
             dirs.append(os.path.join(root, d, "src", "client"))
+        # The CMake build of `pip install [-e] ./python` (python/setup.py).
+        dirs.append(os.path.join(root, "python", "build", "cmake", "src", "client"))
     for d in dirs:
         for name in _LIB_NAMES:
             paths.append(os.path.join(d, name))
