@@ -1,18 +1,31 @@
-"""Installs yr.datasystem, its ``datasystem`` alias and omni_connectors.
+"""Build of the ``openyuanrong-datasystem`` wheel (metadata: pyproject.toml).
 
-Offline and with Debian's setuptools only: this is a pure-Python package (the
-binding is ctypes), so no compiler or build isolation is needed:
+One wheel, as Yuanrong Datasystem ships it: the ``yr.datasystem`` SDK (and
+its ``datasystem`` alias), ``omni_connectors``, ``libdatasystem.so``, and the
+``dscli`` and ``datasystem_worker`` commands. Offline, with Debian's
+setuptools and wheel (no build isolation):
 
-    pip install ./python                # in a venv
-    pip install --break-system-packages ./python   # into Debian's python3
+    python3 -m venv --system-site-packages /tmp/v
+    /tmp/v/bin/pip install --no-build-isolation ./python
 
-When a built libdatasystem is found (env DS_LIBDIR, DS_BUILD_DIR, or the
-checkout's build / build-py tree), a copy is bundled into
-yr/datasystem/lib/ so the installed package works without DS_LIBDIR.
+The C code lives outside python/, so the wheel is built from a checkout:
+build_py runs CMake on the repository root (the folder above this one), builds
+the targets datasystem, datasystem_worker and dscli (Release) and copies them
+into the package: yr/datasystem/lib/libdatasystem.so and
+yr/datasystem/bin/{dscli,datasystem_worker}. An sdist carries no C sources and
+is not supported.
+
+Environment, all optional:
+    DS_WHEEL_BUILD_DIR    the CMake build folder (default python/build/cmake;
+                          kept, so a second install rebuilds incrementally)
+    CMAKE_BUILD_PARALLEL_LEVEL  make jobs (default: the number of CPUs, at most 8)
+    DS_WHEEL_NO_NATIVE=1  no CMake: a pure-Python package; libdatasystem is then
+                          found at run time (DS_LIBDIR, DS_BUILD_DIR, system path)
 """
 
 import os
 import shutil
+import subprocess
 
 from setuptools import Distribution, setup
 from setuptools.command.build_py import build_py
@@ -20,45 +33,103 @@ from setuptools.command.build_py import build_py
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
-
-def _find_library():
-    dirs = []
-    if os.environ.get("DS_LIBDIR"):
-        dirs.append(os.environ["DS_LIBDIR"])
-    if os.environ.get("DS_BUILD_DIR"):
-        dirs.append(os.path.join(os.environ["DS_BUILD_DIR"], "src", "client"))
-    for b in ("build", "build-py"):
-        dirs.append(os.path.join(ROOT, b, "src", "client"))
-    for d in dirs:
-        for name in ("libdatasystem.so.0", "libdatasystem.so"):
-            p = os.path.join(d, name)
-            if os.path.isfile(p):
-                return p
-    return None
+# (CMake target, file in the build tree, path inside the yr/datasystem package)
+NATIVE = [
+    ("datasystem", os.path.join("src", "client", "libdatasystem.so"),
+     os.path.join("lib", "libdatasystem.so")),
+    ("datasystem_worker", os.path.join("src", "worker", "datasystem_worker"),
+     os.path.join("bin", "datasystem_worker")),
+    ("dscli", os.path.join("src", "cli", "dscli"), os.path.join("bin", "dscli")),
+]
 
 
-class BuildPyWithLibrary(build_py):
-    """build_py that also copies libdatasystem into the package, when one is built."""
+def _native_wanted():
+    return os.environ.get("DS_WHEEL_NO_NATIVE", "") not in ("1", "true", "yes")
+
+
+def _check_root():
+    if not os.path.isfile(os.path.join(ROOT, "CMakeLists.txt")) or not os.path.isfile(
+        os.path.join(ROOT, "include", "datasystem", "kv_client.h")
+    ):
+        raise SystemExit(
+            "openyuanrong-datasystem: the C sources are not at %s (the folder above "
+            "python/). Build the wheel from a checkout of the repository "
+            "(pip install ./python), not from an sdist; or set DS_WHEEL_NO_NATIVE=1 "
+            "for the pure-Python package." % ROOT
+        )
+
+
+def _cmake_build(announce):
+    """Configures (once) and builds the three targets; returns the build folder."""
+    _check_root()
+    if shutil.which("cmake") is None:
+        raise SystemExit(
+            "openyuanrong-datasystem: cmake not found; on Debian: "
+            "apt-get install cmake build-essential pkg-config libyaml-dev libmsgpack-dev "
+            "libcurl4-openssl-dev libcjson-dev libcmocka-dev libssl-dev "
+            "(or run scripts/setup.sh)"
+        )
+    build = os.path.abspath(
+        os.environ.get("DS_WHEEL_BUILD_DIR") or os.path.join(HERE, "build", "cmake")
+    )
+    if not os.path.isfile(os.path.join(build, "CMakeCache.txt")):
+        announce("configuring %s in %s" % (ROOT, build))
+        subprocess.check_call(
+            ["cmake", "-S", ROOT, "-B", build, "-DCMAKE_BUILD_TYPE=Release"]
+        )
+    jobs = os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL") or str(min(os.cpu_count() or 1, 8))
+    targets = []
+    for target, _, _ in NATIVE:
+        targets += ["--target", target]
+    announce("building %s (-j%s)" % (", ".join(t for t, _, _ in NATIVE), jobs))
+    subprocess.check_call(["cmake", "--build", build, "-j", jobs] + targets)
+    return build
+
+
+class BuildPyWithNative(build_py):
+    """build_py that also builds the C library and binaries into the package."""
 
     def run(self):
         super().run()
-        lib = _find_library()
-        if lib is None:
-            self.announce("libdatasystem not found: the package will look for it at run time "
-                          "(DS_LIBDIR, or the system library path)", level=3)
+        if not _native_wanted():
+            self.announce("DS_WHEEL_NO_NATIVE: no libdatasystem or binaries bundled", level=3)
             return
-        dest = os.path.join(self.build_lib, "yr", "datasystem", "lib")
-        os.makedirs(dest, exist_ok=True)
-        real = os.path.realpath(lib)
-        shutil.copyfile(real, os.path.join(dest, "libdatasystem.so"))
-        self.announce("bundled %s" % real, level=3)
+        build = _cmake_build(lambda msg: self.announce(msg, level=3))
+        pkg = os.path.join(self.build_lib, "yr", "datasystem")
+        for target, src, dest in NATIVE:
+            src = os.path.realpath(os.path.join(build, src))
+            dest = os.path.join(pkg, dest)
+            os.makedirs(os.path.dirname(dest), exist_ok=True)
+            shutil.copyfile(src, dest)
+            os.chmod(dest, 0o755)
+            self.announce("bundled %s -> %s" % (src, dest), level=3)
 
 
 class _Distribution(Distribution):
-    """A wheel carrying libdatasystem is platform-specific, not py3-none-any."""
+    """A wheel carrying native code is platform-specific, not py3-none-any."""
 
     def has_ext_modules(self):
-        return _find_library() is not None
+        return _native_wanted()
+
+
+cmdclass = {"build_py": BuildPyWithNative}
+
+try:
+    from wheel.bdist_wheel import bdist_wheel
+
+    class BdistWheel(bdist_wheel):
+        """Tag py3-none-<platform>: the binaries do not depend on Python's ABI
+        (ctypes, no extension module), only on the platform."""
+
+        def get_tag(self):
+            python, abi, plat = super().get_tag()
+            if _native_wanted():
+                return "py3", "none", plat
+            return python, abi, plat
+
+    cmdclass["bdist_wheel"] = BdistWheel
+except ImportError:  # no wheel package: setuptools still installs
+    pass
 
 
 def _version():
@@ -76,20 +147,7 @@ def _version():
 
 
 setup(
-    name="yr-datasystem-c",
     version=_version(),
-    description="Python client of the C datasystem (yr.datasystem / datasystem) and "
-    "OmniConnectors (omni_connectors)",
-    long_description=open(os.path.join(HERE, "README.md")).read()
-    if os.path.exists(os.path.join(HERE, "README.md"))
-    else "",
-    long_description_content_type="text/markdown",
-    packages=["yr", "yr.datasystem", "datasystem", "omni_connectors"],
-    package_data={"yr.datasystem": ["lib/*.so*"]},
-    python_requires=">=3.9",
-    install_requires=[],
-    extras_require={"connector": ["msgpack", "numpy"]},
-    cmdclass={"build_py": BuildPyWithLibrary},
+    cmdclass=cmdclass,
     distclass=_Distribution,
-    zip_safe=False,
 )

@@ -6,7 +6,11 @@ set -euo pipefail
 PKGS=(build-essential cmake pkg-config libyaml-dev libmsgpack-dev libcurl4-openssl-dev
       libcjson-dev libcmocka-dev libssl-dev libhiredis-dev etcd-server etcd-client
       redis-server redis-tools python3 python3-pytest python3-numpy python3-msgpack
-      python3-yaml python3-setuptools python3-pip python3-dev clang llvm valgrind iproute2 gnuplot-nox procps)
+      python3-yaml python3-setuptools python3-wheel python3-venv python3-pip python3-dev
+      git clang llvm valgrind iproute2 gnuplot-nox procps)
+# python3-venv, python3-wheel, python3-setuptools and git: the README's install
+# (python3 -m venv --system-site-packages; pip install --no-build-isolation
+# ./python), which tests/python/test_packaging.py runs from a fresh clone.
 
 missing=()
 for p in "${PKGS[@]}"; do

@@ -397,23 +397,26 @@ def candidate_paths():
     """Where libdatasystem is looked for, in order.
 
     1. ``DS_LIBRARY``: the full path of the library file.
-    2. ``DS_LIBDIR``: a folder holding it.
-    3. ``DS_BUILD_DIR``: a CMake build tree (its ``src/client``).
-    4. The copy bundled into the installed package (``yr/datasystem/lib``).
+    2. The copy bundled into the installed package (``yr/datasystem/lib``, put
+       there by the wheel build with the ``dscli`` and ``datasystem_worker`` of
+       the same build), so an installed package uses its own library whatever
+       DS_LIBDIR / DS_BUILD_DIR say. A checkout has no such folder.
+    3. ``DS_LIBDIR``: a folder holding it.
+    4. ``DS_BUILD_DIR``: a CMake build tree (its ``src/client``).
     5. The build trees of the checkout this package sits in: ``build``,
-       ``build-py``, then any other ``build*`` folder.
+       ``build-py``, then any other ``build*`` folder, then ``python/build/cmake``
+       (where ``pip install [-e] ./python`` builds).
     6. The system's library path (``libdatasystem.so.0`` via the dynamic loader).
     """
     paths = []
     env_lib = os.environ.get("DS_LIBRARY")
     if env_lib:
         paths.append(env_lib)
-    dirs = []
+    dirs = [os.path.join(_HERE, "lib")]
     if os.environ.get("DS_LIBDIR"):
         dirs.append(os.environ["DS_LIBDIR"])
     if os.environ.get("DS_BUILD_DIR"):
         dirs.append(os.path.join(os.environ["DS_BUILD_DIR"], "src", "client"))
-    dirs.append(os.path.join(_HERE, "lib"))
     root = _source_root()
     if root:
         preferred = ["build", "build-py"]
@@ -426,6 +429,8 @@ def candidate_paths():
             pass
         for d in preferred + others:
             dirs.append(os.path.join(root, d, "src", "client"))
+        # The CMake build of `pip install [-e] ./python` (python/setup.py).
+        dirs.append(os.path.join(root, "python", "build", "cmake", "src", "client"))
     for d in dirs:
         for name in _LIB_NAMES:
             paths.append(os.path.join(d, name))
