@@ -120,11 +120,13 @@ static void op_locate(ds_server_t *srv, ds_req_t *r)
         const char *loc;
         uint64_t size, version;
         if (ds__meta_find(ds__cluster_meta(srv), keys[i], lens[i], &loc, &size, &version)) continue;
+        /* keys[nm] / lens[nm] may be this very entry: read it first. */
+        uint32_t len = lens[i];
         tagged[off] = LOCATE_TAG;
-        memcpy(tagged + off + 1, keys[i], lens[i]);
+        memcpy(tagged + off + 1, keys[i], len);
         keys[nm] = tagged + off;
-        lens[nm++] = lens[i] + 1;
-        off += 1 + (size_t)lens[i];
+        lens[nm++] = len + 1;
+        off += 1 + (size_t)len;
     }
     bool waiting = nm > 0 && ds__subs_wait(&srv->subs, r, keys, lens, nm,
                                            ds__now_ms() + (uint64_t)wait, locate_wait_done, srv);
