@@ -11,6 +11,14 @@ Two cases, measured in one run against one worker:
 * (for information, no target) 64 MiB through the connectors: a
   YuanrongConnector ``put`` + ``get`` of ``{"hidden": <64 MiB float32>, ...}``
   against the same shm path carrying the pickled dict.
+* the connector's one-copy hand-off: a YuanrongConnector ``put`` + ``get`` of
+  a 64 MiB and of a 1 MiB float32 tensor payload (serialized straight into an
+  arena buffer, read back as views of the pinned buffer) against one warm
+  memcpy of the same size (numpy.copyto into a buffer already touched),
+  measured right before and after the row in the same run; the ratio is
+  memcpy time / put+get time (targets: >= 0.5x at 64 MiB, >= 0.3x at 1 MiB).
+  Next to it, for information, the old two-copy path: ``serialize`` + plain
+  ``set``, ``get`` + ``deserialize``.
 
 Each path runs in one process (the consumer's attach happens in the same
 process, which only favours shm: no IPC for the name). The figure is the
@@ -49,7 +57,7 @@ def free_port():
         return s.getsockname()[1]
 
 
-def start_worker(build_dir, shm_mb):
+def start_worker(build_dir, shm_mb, busy_poll_us=0):
     binary = Path(build_dir) / "src" / "worker" / "datasystem_worker"
     if not binary.exists():
         sys.exit("no worker at %s; build it or pass --address" % binary)
@@ -60,7 +68,8 @@ def start_worker(build_dir, shm_mb):
     log = open(os.path.join(tmp, "worker.log"), "wb")
     proc = subprocess.Popen(
         [str(binary), "--worker_address", "127.0.0.1:%d" % port, "--unix_socket_dir", sock_dir,
-         "--shared_memory_size_mb", str(shm_mb), "--log_level", "warn"],
+         "--shared_memory_size_mb", str(shm_mb), "--log_level", "warn"]
+        + (["--busy_poll_us", str(busy_poll_us)] if busy_poll_us else []),
         stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
     )
     sock = os.path.join(sock_dir, "worker-127.0.0.1-%d.sock" % port)
@@ -162,6 +171,86 @@ def connector_put_get(conn, payload):
     return run
 
 
+def connector_put_get_same_key(conn, payload):
+    """put + get under one request id, overwritten each round (no delete in the
+    timed part; the previous version is freed once its views are gone)."""
+
+    def run():
+        ok, size, _ = conn.put("0", "1", "pybench-onecopy", payload)
+        assert ok
+        obj, got = conn.get("0", "1", "pybench-onecopy")
+        assert got == size and obj.shape == payload.shape
+        del obj
+
+    return run
+
+
+def old_path_put_get(client, payload):
+    """What a connector without the one-copy path does: serialize into bytes,
+    plain set (copied into the arena), plain get (copied out), deserialize."""
+    from omni_connectors.serializer import deserialize, serialize
+
+    def run():
+        client.set("pybench-oldpath:0_1", serialize(payload))
+        obj = deserialize(client.get(["pybench-oldpath:0_1"])[0], tensor_type="numpy")
+        assert obj.shape == payload.shape
+
+    return run
+
+
+def warm_memcpy(src):
+    import numpy as np
+
+    dst = np.empty_like(src)
+    np.copyto(dst, src)  # touch every page of dst once
+
+    def run():
+        np.copyto(dst, src)
+
+    return run
+
+
+def onecopy_rows(client, host, port, sock_dir, args):
+    import numpy as np
+
+    from omni_connectors import YuanrongConnector
+
+    conn = YuanrongConnector({"host": host, "port": port, "unix_socket_dir": sock_dir,
+                              "transport": "local"})
+    rows = []
+    try:
+        for name, nbytes, target in (("onecopy64MiB", 64 * MiB, 0.5), ("onecopy1MiB", MiB, 0.3)):
+            iters = args.iters if nbytes > MiB else args.iters * 20
+            warm = args.warmup if nbytes > MiB else args.warmup * 20
+            t = np.random.default_rng(0).standard_normal(nbytes // 4).astype(np.float32)
+            t = t.reshape(-1, 1024)
+            copy = warm_memcpy(t)
+            m0 = timed(copy, warm, iters)
+            conn_t = timed(connector_put_get_same_key(conn, t), warm, iters)
+            m1 = timed(copy, warm, iters)
+            old = timed(old_path_put_get(client, t), warm, iters)
+            memcpy_s = (m0["median_s"] + m1["median_s"]) / 2
+            ratio = memcpy_s / conn_t["median_s"]
+            rows.append({
+                "case": name,
+                "bytes": nbytes,
+                "datasystem": dict(conn_t, path="conn put+get 1-copy",
+                                   gb_per_s=nbytes / conn_t["median_s"] / 1e9),
+                "memcpy": {"median_s": memcpy_s, "before_s": m0["median_s"],
+                           "after_s": m1["median_s"], "gb_per_s": nbytes / memcpy_s / 1e9},
+                "old_path": dict(old, path="serialize+set, get+deserialize",
+                                 gb_per_s=nbytes / old["median_s"] / 1e9),
+                "ratio": ratio,
+                "old_path_ratio": memcpy_s / old["median_s"],
+                "target_ratio": target,
+                "meets_target": ratio >= target,
+            })
+    finally:
+        conn.close()
+        client.delete(["pybench-onecopy:0_1", "pybench-oldpath:0_1"])
+    return rows
+
+
 def shm_pickled(payload):
     import pickle
 
@@ -181,7 +270,14 @@ def main():
     ap.add_argument("--iters", type=int, default=15)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--json", default=str(REPO / "bench" / "results" / "py_bench.json"))
+    ap.add_argument("--onecopy-only", action="store_true",
+                    help="only the connector one-copy rows against memcpy")
+    ap.add_argument("--busy-poll-us", type=int, default=0,
+                    help="opt-in busy polling: the worker's --busy_poll_us and the "
+                         "client's DS_BUSY_POLL_US (default 0: blocking round trips)")
     args = ap.parse_args()
+    if args.busy_poll_us:
+        os.environ["DS_BUSY_POLL_US"] = str(args.busy_poll_us)
 
     os.environ.setdefault("DS_BUILD_DIR", args.build_dir)
     from yr.datasystem import KVClient
@@ -191,7 +287,8 @@ def main():
         host, _, port = args.address.rpartition(":")
         port, sock_dir = int(port), args.unix_socket_dir
     else:
-        proc, host, port, sock_dir, tmp = start_worker(args.build_dir, args.shm_mb)
+        proc, host, port, sock_dir, tmp = start_worker(args.build_dir, args.shm_mb,
+                                                       args.busy_poll_us)
     try:
         # "local": measure the shared-memory path or fail, never a silent TCP fallback.
         client = KVClient(host, port, unix_socket_dir=sock_dir, transport="local")
@@ -199,7 +296,14 @@ def main():
         big = os.urandom(MiB) * 64
         small = os.urandom(MiB)
         cases = []
-        for name, payload, ds_fn, ds_label, target in (
+        onecopy = []
+        try:
+            import numpy  # noqa: F401
+        except ImportError:
+            pass
+        else:
+            onecopy = onecopy_rows(client, host, port, sock_dir, args)
+        for name, payload, ds_fn, ds_label, target in () if args.onecopy_only else (
             ("64MiB", big, ds_set_get_buffers(client, "pybench.64m", big), "set+get_buffers", 50),
             ("1MiB", small, ds_set_get(client, "pybench.1m", small), "set+get", 10),
         ):
@@ -222,7 +326,7 @@ def main():
             from omni_connectors import YuanrongConnector
         except ImportError:
             np = None
-        if np is not None:
+        if np is not None and not args.onecopy_only:
             conn = YuanrongConnector({"host": host, "port": port, "unix_socket_dir": sock_dir,
                                       "transport": "local"})
             payload = {"hidden": np.frombuffer(big, dtype=np.float32).reshape(4096, -1),
@@ -257,6 +361,17 @@ def main():
             c["case"], c["datasystem"]["path"], c["datasystem"]["median_s"] * 1e3,
             c["shared_memory"]["path"], c["shared_memory"]["median_s"] * 1e3, c["ratio"],
             target))
+    if onecopy:
+        print()
+        print("%-13s %10s %10s %8s  %-7s %12s %8s  %s" % (
+            "case", "put+get", "memcpy", "ratio", "target", "old path", "ratio", "memcpy GB/s"))
+    for c in onecopy:
+        print("%-13s %7.3f ms %7.3f ms %7.3fx  >= %.1fx %s %7.3f ms %7.3fx  %.1f (%.3f/%.3f ms)" % (
+            c["case"], c["datasystem"]["median_s"] * 1e3, c["memcpy"]["median_s"] * 1e3,
+            c["ratio"], c["target_ratio"], "ok    " if c["meets_target"] else "MISSED",
+            c["old_path"]["median_s"] * 1e3, c["old_path_ratio"], c["memcpy"]["gb_per_s"],
+            c["memcpy"]["before_s"] * 1e3, c["memcpy"]["after_s"] * 1e3))
+    cases += onecopy
     result = {
         "bench": "py_bench",
         "python": platform.python_version(),
@@ -265,6 +380,7 @@ def main():
         "client_local": local,
         "iters": args.iters,
         "warmup": args.warmup,
+        "busy_poll_us": args.busy_poll_us,
         "cases": cases,
     }
     out = Path(args.json)
