@@ -41,7 +41,13 @@
 #include "datasystem/kv_client.h"
 #include "omni/connector.h"
 
-/* Payloads from this size up are written in place (create + publish). */
+/* Payloads from this size up are written in place (create + publish): one
+ * copy of the data, into the arena. 64 KiB is the worker's default
+ * inline_max: below it a ds_kv_set is one round trip carrying the bytes
+ * inline, the in-place path two (CREATE, PUBLISH), so set is faster; above it
+ * a set is CREATE + copy + PUBLISH itself, after this connector's private
+ * encoding, so in place is never slower and saves a copy. The Python
+ * connector uses the same threshold (_RAW_INPLACE_MIN). */
 #define OMNI__INPLACE_MIN (64u * 1024u)
 /* Longest datasystem key plus its NUL. */
 #define OMNI__KEY_CAP (DS_MAX_KEY_LEN + 1)
