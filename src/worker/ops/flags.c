@@ -96,6 +96,14 @@ static const flag_def_t flags[] = {
     INT(max_pending_subscriptions, 100000, 1, 100000000, "most keys waited on by subscribe-gets"),
     INT(metrics_port, 0, 0, 65535,
         "port of the Prometheus /metrics endpoint on the worker host; 0 = off"),
+    YSTR(l2_cache_type, "none",
+         "second-level cache behind the arena: none, or sfs (a directory, --sfs_path); the "
+         "WRITE_THROUGH / WRITE_BACK write modes persist there and a get that misses memory "
+         "reads it (standalone workers only for now)"),
+    YSTR(sfs_path, "", "directory of the sfs L2 cache (one file per object); created if missing"),
+    YINT(l2_cache_async_write_queue_size, 1000, 1, 10000000,
+         "most objects waiting for the disk I/O thread (write-back, write-through, L2 reads and "
+         "deletes); a write past it answers K_WRITE_BACK_QUEUE_FULL"),
     YR(coordinator_address, COMPAT_STR),
     YR(etcd_username, COMPAT_STR),
     YR(etcd_password, COMPAT_STR),
@@ -157,7 +165,6 @@ static const flag_def_t flags[] = {
     YR(tenant_secret_key, COMPAT_STR),
     YR(request_expire_time_s, COMPAT_INT),
     YR(oc_metadata_header, COMPAT_BOOL),
-    YR(l2_cache_type, COMPAT_STR),
     YR(l2_cache_delete_thread_num, COMPAT_INT),
     YR(object_del_retry_delay_sec, COMPAT_INT),
     YR(rocksdb_store_dir, COMPAT_STR),
@@ -176,7 +183,6 @@ static const flag_def_t flags[] = {
     YR(enable_worker_worker_batch_get, COMPAT_BOOL),
     YR(batch_get_threshold_mb, COMPAT_INT),
     YR(enable_reconciliation, COMPAT_BOOL),
-    YR(l2_cache_async_write_queue_size, COMPAT_INT),
     YR(l2_cache_async_write_rate_limit_mb, COMPAT_INT),
     YR(data_migrate_rate_limit_mb, COMPAT_INT),
     YR(data_migrate_urma_transport_mode, COMPAT_STR),
@@ -186,7 +192,6 @@ static const flag_def_t flags[] = {
     YR(obs_endpoint, COMPAT_STR),
     YR(obs_bucket, COMPAT_STR),
     YR(obs_https_enabled, COMPAT_BOOL),
-    YR(sfs_path, COMPAT_STR),
     YR(distributed_disk_path, COMPAT_STR),
     YR(distributed_disk_max_data_file_size_mb, COMPAT_INT),
     YR(distributed_disk_sync_interval_ms, COMPAT_INT),

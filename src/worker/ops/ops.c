@@ -175,6 +175,15 @@ static void get_wait_done(void *ctx, ds_req_t *d, bool timed_out)
     get_answer(ctx, d);
 }
 
+static void op_get(ds_server_t *srv, ds_req_t *r);
+
+/* Keys a GET missed in memory are back from L2: answer with what the store
+ * holds now (without waiting again). */
+static void get_l2_resume(ds_server_t *srv, ds_req_t *d)
+{
+    get_answer(srv, d);
+}
+
 static void op_get(ds_server_t *srv, ds_req_t *r)
 {
     ds_rbuf_t rb;
@@ -223,6 +232,24 @@ static void op_get(ds_server_t *srv, ds_req_t *r)
         free(kl);
         free(keys);
         return;
+    }
+    if (srv->tier) {
+        const char **kp = malloc(n * sizeof(*kp));
+        uint32_t *kl = malloc(n * sizeof(*kl));
+        bool held = false;
+        if (kp && kl) {
+            for (uint32_t i = 0; i < n; i++) {
+                kp[i] = keys[i].p;
+                kl[i] = keys[i].len;
+            }
+            held = ds__tier_get(srv, r, kp, kl, n, get_l2_resume);
+        }
+        free(kp);
+        free(kl);
+        if (held) {
+            free(keys);
+            return;
+        }
     }
     if (timeout > 0) {
         uint64_t now = ds__now_ms();
@@ -310,6 +337,7 @@ static void op_keys(ds_server_t *srv, ds_req_t *r)
             st = DS_K_INVALID;
         } else if (op == DS_OP_DEL) {
             ds__store_delete(srv->store, keys[i].p, keys[i].len);
+            if (srv->tier) ds__tier_del(srv, keys[i].p, keys[i].len);
         } else if (op == DS_OP_EXPIRE) {
             st = ds__store_expire(srv->store, keys[i].p, keys[i].len, ttl, now);
             if (st != DS_K_OK)
@@ -320,7 +348,8 @@ static void op_keys(ds_server_t *srv, ds_req_t *r)
             snprintf(first, sizeof(first), "%s", msg);
         }
         if (op == DS_OP_EXIST) {
-            bool ex = st == DS_K_OK && ds__store_lookup(srv->store, keys[i].p, keys[i].len, now);
+            bool ex = st == DS_K_OK && (ds__store_lookup(srv->store, keys[i].p, keys[i].len, now) ||
+                                        (srv->tier && ds__tier_has(srv, keys[i].p, keys[i].len)));
             ds__wbuf_u8(&w, ex);
         } else if (op == DS_OP_QSIZE) {
             ds_obj_t *o =

@@ -73,6 +73,7 @@ void ds__ops_reply_statuses(ds_req_t *r, const uint32_t *st, uint32_t n, const c
 void ds__ops_answer_published(ds_server_t *srv, ds_req_t *r, ds_obj_t **published,
                               const uint32_t *st, uint32_t n, bool nx, const char *first_err)
 {
+    if (srv->tier && ds__tier_hold_answer(srv, r, st, n, first_err)) return;
     if (srv->remote == NULL || (r->flags & DS_FLAG_PEER))
         ds__ops_reply_statuses(r, st, n, first_err);
     else
@@ -158,13 +159,24 @@ static void set_publish(ds_server_t *srv, ds_req_t *r, void *ctx)
     for (uint32_t i = 0; i < s->n; i++) {
         ds_obj_t *o = s->pend[i];
         if (o == NULL) continue;
-        ds_status_t st = ds__store_publish(srv->store, o, (ds_existence_t)s->existence, now);
+        ds_status_t st = DS_K_OK;
+        if (srv->tier) {
+            char msg[256];
+            st = ds__tier_admit(srv, o, s->existence == DS_EXISTENCE_NX, msg, sizeof(msg));
+            if (st == DS_K_WRITE_BACK_QUEUE_FULL) {
+                s->status[i] = (uint32_t)st;
+                if (s->err[0] == '\0') snprintf(s->err, sizeof(s->err), "%s", msg);
+                continue;
+            }
+        }
+        if (st == DS_K_OK) st = ds__store_publish(srv->store, o, (ds_existence_t)s->existence, now);
         /* NX of an existing key keeps the old value and is a success (as in
          * Yuanrong): the reservation is dropped with the SET. */
         s->status[i] = DS_K_OK;
         if (st == DS_K_OK) {
             ds__subs_publish(&srv->subs, o->key, o->keylen);
             published[i] = o;
+            if (srv->tier) ds__tier_published(srv, o, i);
         }
     }
     ds__ops_answer_published(srv, r, published, s->status, s->n, s->existence == DS_EXISTENCE_NX,
@@ -369,14 +381,27 @@ void ds__ops_publish_release(ds_server_t *srv, ds_req_t *r)
             continue;
         }
         any_nx |= sl->existence == DS_EXISTENCE_NX;
-        ds_status_t s = ds__store_publish(srv->store, sl->obj, (ds_existence_t)sl->existence, now);
+        ds_status_t s = DS_K_OK;
+        if (srv->tier) {
+            char msg[256];
+            s = ds__tier_admit(srv, sl->obj, sl->existence == DS_EXISTENCE_NX, msg, sizeof(msg));
+            if (s == DS_K_WRITE_BACK_QUEUE_FULL) {
+                st[i] = (uint32_t)s;
+                if (!first[0]) snprintf(first, sizeof(first), "%s", msg);
+                continue;
+            }
+        }
+        if (s == DS_K_OK)
+            s = ds__store_publish(srv->store, sl->obj, (ds_existence_t)sl->existence, now);
         /* NX of an existing key: a success that keeps the old value. */
         st[i] = DS_K_OK;
         if (s == DS_K_OK) {
             ds__subs_publish(&srv->subs, sl->obj->key, sl->obj->keylen);
             if (published) published[i] = sl->obj;
+            if (srv->tier) ds__tier_published(srv, sl->obj, i);
         }
     }
+    if (noreply && srv->tier) ds__tier_no_answer(srv);
     if (!noreply) {
         if (st == NULL || published == NULL)
             ds__req_error(r, DS_K_OUT_OF_MEMORY, "out of memory");
