@@ -264,6 +264,13 @@ static void test_nx_ttl(void **state)
     assert_int_equal(put(c, "ow1", 500, 3, DS_WRITE_THROUGH_L2_CACHE, 0, DS_EXISTENCE_NONE),
                      DS_K_OK);
     assert_int_equal(put(c, "ow1", 600, 4, DS_WRITE_NONE_L2_CACHE, 0, DS_EXISTENCE_NONE), DS_K_OK);
+    /* EXPIRE reaches the L2 copy: a TTL set later, and one cleared */
+    assert_int_equal(put(c, "exp1", 500, 5, DS_WRITE_THROUGH_L2_CACHE, 0, DS_EXISTENCE_NONE),
+                     DS_K_OK);
+    assert_int_equal(put(c, "exp2", 500, 6, DS_WRITE_BACK_L2_CACHE, 1, DS_EXISTENCE_NONE), DS_K_OK);
+    const char *e1[1] = {"exp1"}, *e2[1] = {"exp2"};
+    assert_int_equal(ds_kv_expire(c, 1, e1, 1, NULL), DS_K_OK);
+    assert_int_equal(ds_kv_expire(c, 1, e2, 0, NULL), DS_K_OK);
     wait_drained();
     ds_client_close(c);
     dst_worker_kill(&W);
@@ -280,6 +287,8 @@ static void test_nx_ttl(void **state)
     assert_false(ex[1]);
     assert_int_equal(check(c, "ttl1", 500, 2), 0);
     assert_int_equal(check(c, "ow1", 600, 4), 0);
+    assert_int_equal(check(c, "exp1", 500, 5), 0);
+    assert_int_equal(check(c, "exp2", 500, 6), 1);
     char path[400];
     snprintf(path, sizeof(path), "%s/l2/ttl1", dir);
     assert_int_equal(access(path, F_OK), -1);
@@ -344,6 +353,16 @@ static void test_torn_file(void **state)
     finish();
 }
 
+static void test_bad_flags(void **state)
+{
+    (void)state;
+    dst_worker_t w;
+    memset(&w, 0, sizeof(w));
+    assert_int_equal(dst_worker_start(&w, 16, "--l2_cache_type obs"), -1);
+    memset(&w, 0, sizeof(w));
+    assert_int_equal(dst_worker_start(&w, 16, "--l2_cache_type sfs"), -1); /* no --sfs_path */
+}
+
 int main(void)
 {
     if (getenv("DS_TEST_WORKER")) {
@@ -354,6 +373,7 @@ int main(void)
         cmocka_unit_test(test_write_through_kill), cmocka_unit_test(test_write_back),
         cmocka_unit_test(test_evict_and_reload),   cmocka_unit_test(test_nx_ttl),
         cmocka_unit_test(test_dir_gone),           cmocka_unit_test(test_torn_file),
+        cmocka_unit_test(test_bad_flags),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

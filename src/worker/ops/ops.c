@@ -340,6 +340,8 @@ static void op_keys(ds_server_t *srv, ds_req_t *r)
             if (srv->tier) ds__tier_del(srv, keys[i].p, keys[i].len);
         } else if (op == DS_OP_EXPIRE) {
             st = ds__store_expire(srv->store, keys[i].p, keys[i].len, ttl, now);
+            if (st == DS_K_OK && srv->tier)
+                ds__tier_expire(srv, ds__store_lookup(srv->store, keys[i].p, keys[i].len, now));
             if (st != DS_K_OK)
                 snprintf(msg, sizeof(msg), "key '%.*s' not found", (int)keys[i].len, keys[i].p);
         }

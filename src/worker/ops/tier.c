@@ -480,20 +480,17 @@ void ds__tier_del(ds_server_t *srv, const char *key, uint32_t keylen)
     submit(t, j);
 }
 
-void ds__tier_published(ds_server_t *srv, ds_obj_t *o, uint32_t idx)
+/* Queues o's L2 write; a write-through one joins the open waiter. */
+static void queue_put(ds_server_t *srv, ds_obj_t *o, uint32_t idx, bool wait)
 {
     ds_tier_t *t = srv->tier;
-    if (!is_l2_mode(o->write_mode)) {
-        ds__tier_del(srv, o->key, o->keylen); /* a cache-only overwrite */
-        return;
-    }
     job_t *j = calloc(1, sizeof(*j));
     waiter_t *w = NULL;
-    if (j && o->write_mode == DS_WRITE_THROUGH_L2_CACHE) {
+    if (j && wait) {
         w = t->open ? t->open : calloc(1, sizeof(*w));
         t->open = w;
     }
-    if (j == NULL || (o->write_mode == DS_WRITE_THROUGH_L2_CACHE && w == NULL)) {
+    if (j == NULL || (wait && w == NULL)) {
         free(j);
         t->c.errors++;
         DS_LOG_ERROR("out of memory queueing the L2 write of '%s'", o->key);
@@ -510,6 +507,21 @@ void ds__tier_published(ds_server_t *srv, ds_obj_t *o, uint32_t idx)
     j->meta.ttl_wall_ms = o->ttl_deadline_ms ? wall_ms() + (o->ttl_deadline_ms - ds__now_ms()) : 0;
     j->meta.version = ix_put(t, o->key, o->keylen, &j->meta);
     submit(t, j);
+}
+
+void ds__tier_published(ds_server_t *srv, ds_obj_t *o, uint32_t idx)
+{
+    if (!is_l2_mode(o->write_mode))
+        ds__tier_del(srv, o->key, o->keylen); /* a cache-only overwrite */
+    else
+        queue_put(srv, o, idx, o->write_mode == DS_WRITE_THROUGH_L2_CACHE);
+}
+
+void ds__tier_expire(ds_server_t *srv, ds_obj_t *o)
+{
+    /* Rewritten like a write-back: the EXPIRE answer does not wait for it. */
+    if (is_l2_mode(o->write_mode) && ix_find(srv->tier, o->key, o->keylen) != NULL)
+        queue_put(srv, o, 0, false);
 }
 
 bool ds__tier_hold_answer(ds_server_t *srv, ds_req_t *r, const uint32_t *st, uint32_t n,

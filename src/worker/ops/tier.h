@@ -58,6 +58,10 @@ bool ds__tier_has(ds_server_t *srv, const char *key, uint32_t keylen);
 /* DEL: forget the key and delete its L2 copy (queued). */
 void ds__tier_del(ds_server_t *srv, const char *key, uint32_t keylen);
 
+/* EXPIRE changed o's TTL: its L2 copy is rewritten with the new deadline
+ * (queued, like a write-back). */
+void ds__tier_expire(ds_server_t *srv, ds_obj_t *o);
+
 /* The "l2" section of STATS, and the figures /metrics shows. */
 void ds__tier_stats(ds_server_t *srv, struct cJSON *root);
 typedef struct {
