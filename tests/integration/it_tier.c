@@ -353,6 +353,60 @@ static void test_torn_file(void **state)
     finish();
 }
 
+/* Spill: a 32 MiB arena takes 80 MiB of objects that cannot be evicted;
+ * every one reads back intact, through TCP and zero-copy. */
+static void test_spill(void **state)
+{
+    (void)state;
+    snprintf(dir, sizeof(dir), "/tmp/ds-it-tier-XXXXXX");
+    assert_non_null(mkdtemp(dir));
+    char extra[512];
+    snprintf(extra, sizeof(extra), "--spill_directory %s/spill --spill_size_limit 268435456", dir);
+    assert_int_equal(dst_worker_start(&W, 32, extra), 0);
+    ds_client_t *c = conn(DS_TRANSPORT_TCP);
+    char k[64];
+    int retries = 0;
+    for (int i = 0; i < 80; i++) {
+        key_of(k, sizeof(k), "sp", i);
+        ds_status_t st = DS_K_OUT_OF_MEMORY;
+        for (int tries = 0; tries < 300 && st == DS_K_OUT_OF_MEMORY; tries++) {
+            st =
+                put(c, k, 1 << 20, 600 + (uint64_t)i, DS_WRITE_NONE_L2_CACHE, 0, DS_EXISTENCE_NONE);
+            if (st == DS_K_OUT_OF_MEMORY) {
+                assert_non_null(strstr(ds_last_error(), "spill"));
+                retries++;
+                usleep(10000);
+            }
+        }
+        assert_int_equal(st, DS_K_OK);
+    }
+    printf("spill: 80 MiB through a 32 MiB arena, %d writes retried, %g objects spilled\n", retries,
+           dst_stat(&W, "spill.objects"));
+    assert_true(dst_stat(&W, "spill.writes") > 0);
+    for (int i = 0; i < 80; i++) {
+        key_of(k, sizeof(k), "sp", i);
+        assert_int_equal(check(c, k, 1 << 20, 600 + (uint64_t)i), 1);
+    }
+    assert_true(dst_stat(&W, "spill.reads") > 0);
+    ds_client_close(c);
+    c = conn(DS_TRANSPORT_LOCAL);
+    for (int i = 0; i < 80; i += 7) {
+        key_of(k, sizeof(k), "sp", i);
+        const char *keys[1] = {k};
+        ds_buffer_t *b[1] = {NULL};
+        assert_int_equal(ds_kv_get_buffers(c, 1, keys, 0, b), DS_K_OK);
+        assert_true(dst_check(ds_buffer_data(b[0]), 1 << 20, 600 + (uint64_t)i));
+        ds_buffer_release(b[0]);
+    }
+    /* DEL reaches a spilled copy */
+    key_of(k, sizeof(k), "sp", 1);
+    const char *keys[1] = {k};
+    assert_int_equal(ds_kv_del(c, 1, keys, NULL), DS_K_OK);
+    assert_int_equal(check(c, k, 1 << 20, 601), 0);
+    ds_client_close(c);
+    finish();
+}
+
 static void test_bad_flags(void **state)
 {
     (void)state;
@@ -370,9 +424,13 @@ int main(void)
         return 0;
     }
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_write_through_kill), cmocka_unit_test(test_write_back),
-        cmocka_unit_test(test_evict_and_reload),   cmocka_unit_test(test_nx_ttl),
-        cmocka_unit_test(test_dir_gone),           cmocka_unit_test(test_torn_file),
+        cmocka_unit_test(test_write_through_kill),
+        cmocka_unit_test(test_write_back),
+        cmocka_unit_test(test_evict_and_reload),
+        cmocka_unit_test(test_nx_ttl),
+        cmocka_unit_test(test_dir_gone),
+        cmocka_unit_test(test_torn_file),
+        cmocka_unit_test(test_spill),
         cmocka_unit_test(test_bad_flags),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -203,7 +203,19 @@ static char *render(struct ds_metrics *m, size_t *len)
     counter(&t, "ds_worker_protocol_errors_total", "Malformed frames (each closed its connection).",
             srv->net.ctr.protocol_errors);
     ds_tier_counters_t l2;
-    if (ds__tier_counters(srv, &l2)) {
+    bool tiers = ds__tier_counters(srv, &l2);
+    if (tiers && l2.spill_on) {
+        gauge(&t, "ds_worker_spill_objects", "Objects in the spill directory.", l2.spill_objects);
+        gauge(&t, "ds_worker_spill_bytes", "Value bytes in the spill directory.", l2.spill_bytes);
+        gauge(&t, "ds_worker_spill_limit_bytes", "--spill_size_limit in effect.", l2.spill_limit);
+        counter(&t, "ds_worker_spill_writes_total", "Objects moved from memory to spill.",
+                l2.spill_writes);
+        counter(&t, "ds_worker_spill_reads_total", "Objects brought back from spill.",
+                l2.spill_reads);
+        counter(&t, "ds_worker_spill_errors_total", "Failed spill reads, writes and deletes.",
+                l2.spill_errors);
+    }
+    if (tiers && l2.l2_on) {
         gauge(&t, "ds_worker_l2_objects", "Objects in the L2 cache (index).", l2.objects);
         gauge(&t, "ds_worker_l2_bytes", "Value bytes in the L2 cache (index).", l2.bytes);
         counter(&t, "ds_worker_l2_reads_total", "Objects read back from L2 into the arena.",

@@ -104,6 +104,11 @@ static const flag_def_t flags[] = {
     YINT(l2_cache_async_write_queue_size, 1000, 1, 10000000,
          "most objects waiting for the disk I/O thread (write-back, write-through, L2 reads and "
          "deletes); a write past it answers K_WRITE_BACK_QUEUE_FULL"),
+    YSTR(spill_directory, "",
+         "directory that takes objects which cannot be evicted when the arena passes 90%; "
+         "gets bring them back; emptied at start; empty = no spill (standalone workers only)"),
+    YINT(spill_size_limit, 0, 0, INT64_MAX,
+         "most bytes kept in --spill_directory; 0 = 95% of its file system's free space"),
     YR(coordinator_address, COMPAT_STR),
     YR(etcd_username, COMPAT_STR),
     YR(etcd_password, COMPAT_STR),
@@ -144,8 +149,6 @@ static const flag_def_t flags[] = {
     YR(client_reconnect_wait_s, COMPAT_INT),
     YR(page_size, COMPAT_INT),
     YR(etcd_meta_pool_size, COMPAT_INT),
-    YR(spill_directory, COMPAT_STR),
-    YR(spill_size_limit, COMPAT_INT),
     YR(spill_thread_num, COMPAT_INT),
     YR(spill_file_max_size_mb, COMPAT_INT),
     YR(spill_file_open_limit, COMPAT_INT),

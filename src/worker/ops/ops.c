@@ -184,6 +184,34 @@ static void get_l2_resume(ds_server_t *srv, ds_req_t *d)
     get_answer(srv, d);
 }
 
+/* The arena had no room for keys to load: spills made some, try once more. */
+static void get_l2_retry(ds_server_t *srv, ds_req_t *d)
+{
+    ds_rbuf_t rb;
+    ds__rbuf_init(&rb, d->meta, d->meta_len);
+    (void)ds__rbuf_i32(&rb);
+    (void)ds__rbuf_u8(&rb);
+    key_t_ *keys = NULL;
+    uint32_t n = 0;
+    char msg[256];
+    const char **kp = NULL;
+    uint32_t *kl = NULL;
+    bool held = false;
+    if (read_keys(&rb, DS_MAX_BATCH, &keys, &n, msg, sizeof(msg)) == 0) {
+        kp = malloc(n * sizeof(*kp));
+        kl = malloc(n * sizeof(*kl));
+        for (uint32_t i = 0; kp && kl && i < n; i++) {
+            kp[i] = keys[i].p;
+            kl[i] = keys[i].len;
+        }
+        if (kp && kl) held = ds__tier_get(srv, d, kp, kl, n, get_l2_resume, NULL);
+    }
+    free(kp);
+    free(kl);
+    free(keys);
+    if (!held) get_answer(srv, d);
+}
+
 static void op_get(ds_server_t *srv, ds_req_t *r)
 {
     ds_rbuf_t rb;
@@ -242,7 +270,7 @@ static void op_get(ds_server_t *srv, ds_req_t *r)
                 kp[i] = keys[i].p;
                 kl[i] = keys[i].len;
             }
-            held = ds__tier_get(srv, r, kp, kl, n, get_l2_resume);
+            held = ds__tier_get(srv, r, kp, kl, n, get_l2_resume, get_l2_retry);
         }
         free(kp);
         free(kl);

@@ -98,7 +98,7 @@ typedef struct {
     ds_obj_t **pend;  /* reserved objects, one per key (NULL where it failed) */
     uint32_t *status; /* per key */
     ds_sink_t *sinks; /* where each value's bytes go */
-    char err[256];    /* the first failure's message */
+    char err[512];    /* the first failure's message */
 } set_t;
 
 static void set_free(set_t *s)
@@ -190,7 +190,7 @@ void ds__ops_set(ds_server_t *srv, ds_req_t *r)
     ds_rbuf_t rb;
     ds__rbuf_init(&rb, r->meta, r->meta_len);
     write_head_t wh;
-    char msg[256];
+    char msg[512];
     if (read_write_head(&rb, "SET", &wh, msg, sizeof(msg)) != 0) {
         refuse(r, DS_K_INVALID, msg); /* the data section is skipped */
         return;
@@ -245,6 +245,8 @@ void ds__ops_set(ds_server_t *srv, ds_req_t *r)
         } else {
             st = ds__store_reserve(srv->store, kp[i], kl[i], s->sinks[i].len,
                                    (ds_write_mode_t)wh.mode, wh.ttl, &s->pend[i], msg, sizeof(msg));
+            if (st == DS_K_OUT_OF_MEMORY && srv->tier)
+                ds__tier_oom(srv, s->sinks[i].len, msg, sizeof(msg));
         }
         s->status[i] = (uint32_t)st;
         if (st == DS_K_OK)
@@ -264,7 +266,7 @@ void ds__ops_create(ds_server_t *srv, ds_req_t *r)
     ds_rbuf_t rb;
     ds__rbuf_init(&rb, r->meta, r->meta_len);
     write_head_t wh;
-    char msg[256];
+    char msg[512];
     if (read_write_head(&rb, "CREATE", &wh, msg, sizeof(msg)) != 0) {
         ds__req_error(r, DS_K_INVALID, "%s", msg);
         return;
@@ -278,7 +280,7 @@ void ds__ops_create(ds_server_t *srv, ds_req_t *r)
     ds__wbuf_cstr(&w, "");
     ds__wbuf_u32(&w, wh.n);
     ds_status_t overall = DS_K_OK;
-    char first[256] = "";
+    char first[512] = "";
     for (uint32_t i = 0; i < wh.n; i++) {
         const char *k;
         uint32_t kl = ds__rbuf_str(&rb, &k);
@@ -297,6 +299,7 @@ void ds__ops_create(ds_server_t *srv, ds_req_t *r)
         } else {
             st = ds__store_reserve(srv->store, k, kl, size, (ds_write_mode_t)wh.mode, wh.ttl, &o,
                                    msg, sizeof(msg));
+            if (st == DS_K_OUT_OF_MEMORY && srv->tier) ds__tier_oom(srv, size, msg, sizeof(msg));
             if (st == DS_K_OK) {
                 handle = ds__session_add(r->session, o, wh.existence);
                 if (handle == 0) {
@@ -364,7 +367,7 @@ void ds__ops_publish_release(ds_server_t *srv, ds_req_t *r)
     uint32_t *st = calloc(n ? n : 1, sizeof(*st));
     ds_obj_t **published = calloc(n ? n : 1, sizeof(*published));
     bool any_nx = false; /* a PUBLISH batch mixing NX and not is treated as NX */
-    char first[256] = "";
+    char first[512] = "";
     uint64_t now = ds__now_ms();
     for (uint32_t i = 0; st && i < n; i++) {
         uint64_t h = ds__rbuf_u64(&rb);

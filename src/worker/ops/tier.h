@@ -1,7 +1,9 @@
 /* Storage tiers behind the arena (docs/design.md section 8): the L2 cache
- * (store/l2.h) and the disk I/O thread that alone calls it.
+ * (store/l2.h), the spill directory, and the disk I/O thread that alone
+ * calls their backends.
  *
- * Off (srv->tier NULL) unless --l2_cache_type names a backend; every entry
+ * Off (srv->tier NULL) unless --l2_cache_type names a backend or
+ * --spill_directory is set; every entry
  * point below is then never called, so a worker without L2 behaves and
  * performs exactly as before.
  *
@@ -48,15 +50,22 @@ bool ds__tier_hold_answer(ds_server_t *srv, ds_req_t *r, const uint32_t *st, uin
 /* The writes just published get no answer (NOREPLY): persist them anyway. */
 void ds__tier_no_answer(ds_server_t *srv);
 
-/* GET: loads keys missing from memory that the L2 holds into the arena, then
- * calls resume(srv, d) with the deferred request; false when nothing needs
- * loading (r untouched). */
+/* GET: loads keys missing from memory that the L2 or the spill directory
+ * holds into the arena, then calls resume(srv, d) with the deferred request;
+ * false when nothing needs loading (r untouched). When the arena has no room
+ * and spilling can make some, calls retry(srv, d) instead once the spills
+ * are done (retry NULL: no second wait). */
 bool ds__tier_get(ds_server_t *srv, ds_req_t *r, const char *const *keys, const uint32_t *lens,
-                  uint32_t n, void (*resume)(ds_server_t *srv, ds_req_t *d));
+                  uint32_t n, void (*resume)(ds_server_t *srv, ds_req_t *d),
+                  void (*retry)(ds_server_t *srv, ds_req_t *d));
 /* The L2 holds the key (and it has not expired). */
 bool ds__tier_has(ds_server_t *srv, const char *key, uint32_t keylen);
 /* DEL: forget the key and delete its L2 copy (queued). */
 void ds__tier_del(ds_server_t *srv, const char *key, uint32_t keylen);
+
+/* A write found no room for size bytes: adds the spill directory's figures
+ * to msg and starts spilling (a retry may then succeed). */
+void ds__tier_oom(ds_server_t *srv, uint64_t size, char *msg, size_t cap);
 
 /* EXPIRE changed o's TTL: its L2 copy is rewritten with the new deadline
  * (queued, like a write-back). */
@@ -65,8 +74,11 @@ void ds__tier_expire(ds_server_t *srv, ds_obj_t *o);
 /* The "l2" section of STATS, and the figures /metrics shows. */
 void ds__tier_stats(ds_server_t *srv, struct cJSON *root);
 typedef struct {
+    bool l2_on, spill_on;
     uint64_t objects, bytes, reads, read_bytes, writes, write_bytes, deletes, errors;
     uint64_t queue_depth, queue_cap, queue_full;
+    uint64_t spill_objects, spill_bytes, spill_limit, spill_writes, spill_reads, spill_errors,
+        spill_rounds;
 } ds_tier_counters_t;
 bool ds__tier_counters(ds_server_t *srv, ds_tier_counters_t *out);
 

@@ -644,6 +644,14 @@ void ds__store_stats(const ds_store_t *s, ds_store_stats_t *out)
     out->arena.used += s->base;
 }
 
+void ds__store_usage(const ds_store_t *s, uint64_t *used, uint64_t *total)
+{
+    ds_alloc_stats_t st;
+    ds__alloc_stats(s->alloc, &st);
+    *used = st.used;
+    *total = st.total;
+}
+
 int ds__store_check(const ds_store_t *s)
 {
     if (ds__alloc_check(s->alloc) != 0) return -1;

@@ -42,6 +42,7 @@ typedef struct ds_obj {
     uint8_t in_table;
     uint8_t l2_persisted; /* its L2 copy is durable (a WRITE_BACK_L2_CACHE_EVICT
                              object is then evictable) */
+    uint8_t spilling;     /* being copied to the spill directory (ops/tier.c) */
     uint32_t ttl_second;  /* as requested; applied at publish */
     char key[];           /* keylen bytes + NUL */
 } ds_obj_t;
@@ -115,6 +116,8 @@ uint64_t ds__store_expire_due(ds_store_t *s, uint64_t now_ms);
 void ds__store_foreach(ds_store_t *s, void (*fn)(void *ctx, ds_obj_t *o), void *ctx);
 
 void ds__store_stats(const ds_store_t *s, ds_store_stats_t *out);
+/* Arena bytes allocated and in all (objects' part of the arena), in O(1). */
+void ds__store_usage(const ds_store_t *s, uint64_t *used, uint64_t *total);
 
 /* Called when an object leaves the table by eviction or TTL expiry (not by
  * overwrite or delete, which the caller already knows about), before its
