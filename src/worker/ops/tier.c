@@ -364,8 +364,8 @@ static void complete(ds_server_t *srv, job_t *j)
             if (ds__store_publish(srv->store, j->obj, DS_EXISTENCE_NX, now) == DS_K_OK)
                 ds__subs_publish(&srv->subs, key, kl);
         }
-        if (j->spill) {
-            /* back in memory (or superseded, or rejected): the copy goes */
+        if (j->spill || (j->rc == 0 && t->spill)) {
+            /* back in memory (or superseded, or rejected): a spill copy goes */
             if (ix_find(&t->sx, key, kl)) {
                 ix_remove(&t->sx, key, kl);
                 submit_del(t, true, key, kl);
