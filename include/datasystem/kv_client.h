@@ -50,10 +50,10 @@ extern "C" {
 
 typedef enum {
     DS_WRITE_NONE_L2_CACHE = 0,       /* cache only, never evicted */
-    DS_WRITE_THROUGH_L2_CACHE = 1,    /* no L2 backend yet: cached, never evicted */
-    DS_WRITE_BACK_L2_CACHE = 2,       /* no L2 backend yet: cached, never evicted */
+    DS_WRITE_THROUGH_L2_CACHE = 1,    /* answered once durable in L2; without L2: cached */
+    DS_WRITE_BACK_L2_CACHE = 2,       /* answered at once, written to L2 from a queue */
     DS_WRITE_NONE_L2_CACHE_EVICT = 3, /* volatile: evicted when space is needed */
-    DS_WRITE_BACK_L2_CACHE_EVICT = 4, /* no L2 backend yet: cached, never evicted */
+    DS_WRITE_BACK_L2_CACHE_EVICT = 4, /* write-back; evictable once written to L2 */
 } ds_write_mode_t;
 
 typedef enum {

@@ -202,6 +202,32 @@ static char *render(struct ds_metrics *m, size_t *len)
             srv->net.ctr.conns_rejected);
     counter(&t, "ds_worker_protocol_errors_total", "Malformed frames (each closed its connection).",
             srv->net.ctr.protocol_errors);
+    ds_tier_counters_t l2;
+    bool tiers = ds__tier_counters(srv, &l2);
+    if (tiers && l2.spill_on) {
+        gauge(&t, "ds_worker_spill_objects", "Objects in the spill directory.", l2.spill_objects);
+        gauge(&t, "ds_worker_spill_bytes", "Value bytes in the spill directory.", l2.spill_bytes);
+        gauge(&t, "ds_worker_spill_limit_bytes", "--spill_size_limit in effect.", l2.spill_limit);
+        counter(&t, "ds_worker_spill_writes_total", "Objects moved from memory to spill.",
+                l2.spill_writes);
+        counter(&t, "ds_worker_spill_reads_total", "Objects brought back from spill.",
+                l2.spill_reads);
+        counter(&t, "ds_worker_spill_errors_total", "Failed spill reads, writes and deletes.",
+                l2.spill_errors);
+    }
+    if (tiers && l2.l2_on) {
+        gauge(&t, "ds_worker_l2_objects", "Objects in the L2 cache (index).", l2.objects);
+        gauge(&t, "ds_worker_l2_bytes", "Value bytes in the L2 cache (index).", l2.bytes);
+        counter(&t, "ds_worker_l2_reads_total", "Objects read back from L2 into the arena.",
+                l2.reads);
+        counter(&t, "ds_worker_l2_writes_total", "Objects written durably to L2.", l2.writes);
+        counter(&t, "ds_worker_l2_deletes_total", "L2 copies deleted.", l2.deletes);
+        counter(&t, "ds_worker_l2_errors_total", "Failed L2 reads, writes and deletes.", l2.errors);
+        gauge(&t, "ds_worker_l2_queue_depth", "Jobs queued for the disk I/O thread.",
+              l2.queue_depth);
+        counter(&t, "ds_worker_l2_queue_full_total", "Writes refused with K_WRITE_BACK_QUEUE_FULL.",
+                l2.queue_full);
+    }
     if (srv->cluster) {
         counter(&t, "ds_worker_peer_link_requests_total",
                 "Requests to peers sent from the event loop over a persistent link.",

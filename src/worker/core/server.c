@@ -163,6 +163,7 @@ int ds__server_init(ds_server_t *srv, const ds_worker_config_t *cfg, char *err, 
     }
     if (ds__net_init(net, err, err_cap) != 0) return -1;
     if (ds__cluster_init(srv, err, err_cap) != 0) return -1;
+    if (ds__tier_init(srv, err, err_cap) != 0) return -1;
     if (srv->sig_fd < 0 || ds__net_listen(net, &net->tcp, srv->tcp_fd, false) != 0 ||
         ds__net_listen(net, &net->unix_, srv->unix_fd, true) != 0 ||
         ds__loop_add(net->loop, &srv->sig_io, srv->sig_fd, EPOLLIN, on_signal, srv) != 0) {
@@ -230,6 +231,9 @@ void ds__server_run(ds_server_t *srv)
 
 void ds__server_destroy(ds_server_t *srv)
 {
+    /* The L2 queue first: a clean stop flushes write-back and answers the
+     * requests still waiting for the disk. */
+    ds__tier_destroy(srv);
     /* Connections first: closing them ends every deferred request's wait. */
     if (srv->net.loop) ds__net_destroy(&srv->net);
     ds__cluster_destroy(srv);

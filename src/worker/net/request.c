@@ -128,6 +128,11 @@ bool ds__req_gone(const ds_req_t *d)
     return d->conn_ == NULL;
 }
 
+bool ds__req_is_deferred(const ds_req_t *r)
+{
+    return r->deferred_;
+}
+
 void ds__req_recv_data(ds_req_t *r, ds_sink_t *sinks, uint32_t n, ds_req_data_fn done, void *ctx)
 {
     ds_conn_t *c = r->conn_;

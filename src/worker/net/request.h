@@ -88,6 +88,8 @@ ds_req_t *ds__req_defer(ds_req_t *r, ds_req_cancel_fn cancel, void *ctx);
 void ds__req_drop(ds_req_t *d);
 /* The deferred request's connection has closed: answers go nowhere. */
 bool ds__req_gone(const ds_req_t *d);
+/* r is a deferred request (ds__req_defer's, or one handed to a resume). */
+bool ds__req_is_deferred(const ds_req_t *r);
 
 /* done(ctx, r) once every sink is full; done(ctx, NULL) if the connection
  * closes first (free what ctx holds; there is nobody to answer). sinks are

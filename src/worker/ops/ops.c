@@ -175,6 +175,43 @@ static void get_wait_done(void *ctx, ds_req_t *d, bool timed_out)
     get_answer(ctx, d);
 }
 
+static void op_get(ds_server_t *srv, ds_req_t *r);
+
+/* Keys a GET missed in memory are back from L2: answer with what the store
+ * holds now (without waiting again). */
+static void get_l2_resume(ds_server_t *srv, ds_req_t *d)
+{
+    get_answer(srv, d);
+}
+
+/* The arena had no room for keys to load: spills made some, try once more. */
+static void get_l2_retry(ds_server_t *srv, ds_req_t *d)
+{
+    ds_rbuf_t rb;
+    ds__rbuf_init(&rb, d->meta, d->meta_len);
+    (void)ds__rbuf_i32(&rb);
+    (void)ds__rbuf_u8(&rb);
+    key_t_ *keys = NULL;
+    uint32_t n = 0;
+    char msg[256];
+    const char **kp = NULL;
+    uint32_t *kl = NULL;
+    bool held = false;
+    if (read_keys(&rb, DS_MAX_BATCH, &keys, &n, msg, sizeof(msg)) == 0) {
+        kp = malloc(n * sizeof(*kp));
+        kl = malloc(n * sizeof(*kl));
+        for (uint32_t i = 0; kp && kl && i < n; i++) {
+            kp[i] = keys[i].p;
+            kl[i] = keys[i].len;
+        }
+        if (kp && kl) held = ds__tier_get(srv, d, kp, kl, n, get_l2_resume, NULL);
+    }
+    free(kp);
+    free(kl);
+    free(keys);
+    if (!held) get_answer(srv, d);
+}
+
 static void op_get(ds_server_t *srv, ds_req_t *r)
 {
     ds_rbuf_t rb;
@@ -223,6 +260,24 @@ static void op_get(ds_server_t *srv, ds_req_t *r)
         free(kl);
         free(keys);
         return;
+    }
+    if (srv->tier) {
+        const char **kp = malloc(n * sizeof(*kp));
+        uint32_t *kl = malloc(n * sizeof(*kl));
+        bool held = false;
+        if (kp && kl) {
+            for (uint32_t i = 0; i < n; i++) {
+                kp[i] = keys[i].p;
+                kl[i] = keys[i].len;
+            }
+            held = ds__tier_get(srv, r, kp, kl, n, get_l2_resume, get_l2_retry);
+        }
+        free(kp);
+        free(kl);
+        if (held) {
+            free(keys);
+            return;
+        }
     }
     if (timeout > 0) {
         uint64_t now = ds__now_ms();
@@ -310,8 +365,11 @@ static void op_keys(ds_server_t *srv, ds_req_t *r)
             st = DS_K_INVALID;
         } else if (op == DS_OP_DEL) {
             ds__store_delete(srv->store, keys[i].p, keys[i].len);
+            if (srv->tier) ds__tier_del(srv, keys[i].p, keys[i].len);
         } else if (op == DS_OP_EXPIRE) {
             st = ds__store_expire(srv->store, keys[i].p, keys[i].len, ttl, now);
+            if (st == DS_K_OK && srv->tier)
+                ds__tier_expire(srv, ds__store_lookup(srv->store, keys[i].p, keys[i].len, now));
             if (st != DS_K_OK)
                 snprintf(msg, sizeof(msg), "key '%.*s' not found", (int)keys[i].len, keys[i].p);
         }
@@ -320,7 +378,8 @@ static void op_keys(ds_server_t *srv, ds_req_t *r)
             snprintf(first, sizeof(first), "%s", msg);
         }
         if (op == DS_OP_EXIST) {
-            bool ex = st == DS_K_OK && ds__store_lookup(srv->store, keys[i].p, keys[i].len, now);
+            bool ex = st == DS_K_OK && (ds__store_lookup(srv->store, keys[i].p, keys[i].len, now) ||
+                                        (srv->tier && ds__tier_has(srv, keys[i].p, keys[i].len)));
             ds__wbuf_u8(&w, ex);
         } else if (op == DS_OP_QSIZE) {
             ds_obj_t *o =

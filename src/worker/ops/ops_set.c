@@ -73,6 +73,7 @@ void ds__ops_reply_statuses(ds_req_t *r, const uint32_t *st, uint32_t n, const c
 void ds__ops_answer_published(ds_server_t *srv, ds_req_t *r, ds_obj_t **published,
                               const uint32_t *st, uint32_t n, bool nx, const char *first_err)
 {
+    if (srv->tier && ds__tier_hold_answer(srv, r, st, n, first_err)) return;
     if (srv->remote == NULL || (r->flags & DS_FLAG_PEER))
         ds__ops_reply_statuses(r, st, n, first_err);
     else
@@ -97,7 +98,7 @@ typedef struct {
     ds_obj_t **pend;  /* reserved objects, one per key (NULL where it failed) */
     uint32_t *status; /* per key */
     ds_sink_t *sinks; /* where each value's bytes go */
-    char err[256];    /* the first failure's message */
+    char err[512];    /* the first failure's message */
 } set_t;
 
 static void set_free(set_t *s)
@@ -158,13 +159,24 @@ static void set_publish(ds_server_t *srv, ds_req_t *r, void *ctx)
     for (uint32_t i = 0; i < s->n; i++) {
         ds_obj_t *o = s->pend[i];
         if (o == NULL) continue;
-        ds_status_t st = ds__store_publish(srv->store, o, (ds_existence_t)s->existence, now);
+        ds_status_t st = DS_K_OK;
+        if (srv->tier) {
+            char msg[256];
+            st = ds__tier_admit(srv, o, s->existence == DS_EXISTENCE_NX, msg, sizeof(msg));
+            if (st == DS_K_WRITE_BACK_QUEUE_FULL) {
+                s->status[i] = (uint32_t)st;
+                if (s->err[0] == '\0') snprintf(s->err, sizeof(s->err), "%s", msg);
+                continue;
+            }
+        }
+        if (st == DS_K_OK) st = ds__store_publish(srv->store, o, (ds_existence_t)s->existence, now);
         /* NX of an existing key keeps the old value and is a success (as in
          * Yuanrong): the reservation is dropped with the SET. */
         s->status[i] = DS_K_OK;
         if (st == DS_K_OK) {
             ds__subs_publish(&srv->subs, o->key, o->keylen);
             published[i] = o;
+            if (srv->tier) ds__tier_published(srv, o, i);
         }
     }
     ds__ops_answer_published(srv, r, published, s->status, s->n, s->existence == DS_EXISTENCE_NX,
@@ -178,7 +190,7 @@ void ds__ops_set(ds_server_t *srv, ds_req_t *r)
     ds_rbuf_t rb;
     ds__rbuf_init(&rb, r->meta, r->meta_len);
     write_head_t wh;
-    char msg[256];
+    char msg[512];
     if (read_write_head(&rb, "SET", &wh, msg, sizeof(msg)) != 0) {
         refuse(r, DS_K_INVALID, msg); /* the data section is skipped */
         return;
@@ -233,6 +245,8 @@ void ds__ops_set(ds_server_t *srv, ds_req_t *r)
         } else {
             st = ds__store_reserve(srv->store, kp[i], kl[i], s->sinks[i].len,
                                    (ds_write_mode_t)wh.mode, wh.ttl, &s->pend[i], msg, sizeof(msg));
+            if (st == DS_K_OUT_OF_MEMORY && srv->tier)
+                ds__tier_oom(srv, s->sinks[i].len, msg, sizeof(msg));
         }
         s->status[i] = (uint32_t)st;
         if (st == DS_K_OK)
@@ -252,7 +266,7 @@ void ds__ops_create(ds_server_t *srv, ds_req_t *r)
     ds_rbuf_t rb;
     ds__rbuf_init(&rb, r->meta, r->meta_len);
     write_head_t wh;
-    char msg[256];
+    char msg[512];
     if (read_write_head(&rb, "CREATE", &wh, msg, sizeof(msg)) != 0) {
         ds__req_error(r, DS_K_INVALID, "%s", msg);
         return;
@@ -266,7 +280,7 @@ void ds__ops_create(ds_server_t *srv, ds_req_t *r)
     ds__wbuf_cstr(&w, "");
     ds__wbuf_u32(&w, wh.n);
     ds_status_t overall = DS_K_OK;
-    char first[256] = "";
+    char first[512] = "";
     for (uint32_t i = 0; i < wh.n; i++) {
         const char *k;
         uint32_t kl = ds__rbuf_str(&rb, &k);
@@ -285,6 +299,7 @@ void ds__ops_create(ds_server_t *srv, ds_req_t *r)
         } else {
             st = ds__store_reserve(srv->store, k, kl, size, (ds_write_mode_t)wh.mode, wh.ttl, &o,
                                    msg, sizeof(msg));
+            if (st == DS_K_OUT_OF_MEMORY && srv->tier) ds__tier_oom(srv, size, msg, sizeof(msg));
             if (st == DS_K_OK) {
                 handle = ds__session_add(r->session, o, wh.existence);
                 if (handle == 0) {
@@ -352,7 +367,7 @@ void ds__ops_publish_release(ds_server_t *srv, ds_req_t *r)
     uint32_t *st = calloc(n ? n : 1, sizeof(*st));
     ds_obj_t **published = calloc(n ? n : 1, sizeof(*published));
     bool any_nx = false; /* a PUBLISH batch mixing NX and not is treated as NX */
-    char first[256] = "";
+    char first[512] = "";
     uint64_t now = ds__now_ms();
     for (uint32_t i = 0; st && i < n; i++) {
         uint64_t h = ds__rbuf_u64(&rb);
@@ -369,14 +384,27 @@ void ds__ops_publish_release(ds_server_t *srv, ds_req_t *r)
             continue;
         }
         any_nx |= sl->existence == DS_EXISTENCE_NX;
-        ds_status_t s = ds__store_publish(srv->store, sl->obj, (ds_existence_t)sl->existence, now);
+        ds_status_t s = DS_K_OK;
+        if (srv->tier) {
+            char msg[256];
+            s = ds__tier_admit(srv, sl->obj, sl->existence == DS_EXISTENCE_NX, msg, sizeof(msg));
+            if (s == DS_K_WRITE_BACK_QUEUE_FULL) {
+                st[i] = (uint32_t)s;
+                if (!first[0]) snprintf(first, sizeof(first), "%s", msg);
+                continue;
+            }
+        }
+        if (s == DS_K_OK)
+            s = ds__store_publish(srv->store, sl->obj, (ds_existence_t)sl->existence, now);
         /* NX of an existing key: a success that keeps the old value. */
         st[i] = DS_K_OK;
         if (s == DS_K_OK) {
             ds__subs_publish(&srv->subs, sl->obj->key, sl->obj->keylen);
             if (published) published[i] = sl->obj;
+            if (srv->tier) ds__tier_published(srv, sl->obj, i);
         }
     }
+    if (noreply && srv->tier) ds__tier_no_answer(srv);
     if (!noreply) {
         if (st == NULL || published == NULL)
             ds__req_error(r, DS_K_OUT_OF_MEMORY, "out of memory");

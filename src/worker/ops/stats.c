@@ -31,6 +31,7 @@ char *ds__server_stats_json(ds_server_t *srv)
     cJSON_AddNumberToObject(objs, "pinned", (double)st.pinned);
     cJSON_AddNumberToObject(objs, "evictions", (double)st.evictions);
     cJSON_AddNumberToObject(objs, "expirations", (double)st.expirations);
+    if (srv->tier) ds__tier_stats(srv, root);
     cJSON *cl = cJSON_AddObjectToObject(root, "clients");
     cJSON_AddNumberToObject(cl, "connections", srv->net.nconns);
     cJSON_AddNumberToObject(cl, "sessions", srv->net.nsessions);

@@ -18,6 +18,7 @@
 #include "worker/net/net.h"
 #include "worker/ops/flags.h"
 #include "worker/ops/subs.h"
+#include "worker/ops/tier.h"
 #include "worker/store/arena.h"
 #include "worker/store/store.h"
 
@@ -74,6 +75,7 @@ struct ds_server {
     ds_cluster_counters_t cctr;
     struct ds_grefs *grefs;     /* global reference counts (ops_read.c), lazily made */
     struct ds_latches *latches; /* read latches and the writers they hold (latch.c) */
+    struct ds_tier *tier;       /* L2 cache and disk I/O thread (tier.c); NULL = none */
 };
 
 /* The worker's request handler (registered as the net layer's dispatch). */

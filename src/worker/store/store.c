@@ -72,9 +72,12 @@ struct ds_store {
 
 typedef enum { UNLINK_DELETE, UNLINK_EVICT, UNLINK_EXPIRE } unlink_reason_t;
 
-static bool mode_evictable(uint8_t mode)
+/* NONE_L2_CACHE_EVICT objects, and WRITE_BACK_L2_CACHE_EVICT ones once their
+ * L2 copy is durable (ds__store_persisted). */
+static bool obj_evictable(const ds_obj_t *o)
 {
-    return mode == DS_WRITE_NONE_L2_CACHE_EVICT;
+    return o->write_mode == DS_WRITE_NONE_L2_CACHE_EVICT ||
+           (o->write_mode == DS_WRITE_BACK_L2_CACHE_EVICT && o->l2_persisted);
 }
 
 /* ---- hash table ---- */
@@ -545,13 +548,20 @@ ds_status_t ds__store_publish(ds_store_t *s, ds_obj_t *o, ds_existence_t existen
     o->in_table = 1;
     o->refcnt++;
     ht_insert(s, o);
-    if (mode_evictable(o->write_mode)) ring_add(s, o);
+    if (obj_evictable(o)) ring_add(s, o);
     if (o->ttl_second != 0) {
         o->ttl_deadline_ms = now_ms + (uint64_t)o->ttl_second * 1000u;
         heap_update(s, o);
     }
     ix_add(s, o);
     return DS_K_OK;
+}
+
+void ds__store_persisted(ds_store_t *s, ds_obj_t *o)
+{
+    if (o->l2_persisted) return;
+    o->l2_persisted = 1;
+    if (o->in_table && obj_evictable(o)) ring_add(s, o);
 }
 
 void ds__store_ref(ds_obj_t *o)
@@ -634,6 +644,14 @@ void ds__store_stats(const ds_store_t *s, ds_store_stats_t *out)
     out->arena.used += s->base;
 }
 
+void ds__store_usage(const ds_store_t *s, uint64_t *used, uint64_t *total)
+{
+    ds_alloc_stats_t st;
+    ds__alloc_stats(s->alloc, &st);
+    *used = st.used;
+    *total = st.total;
+}
+
 int ds__store_check(const ds_store_t *s)
 {
     if (ds__alloc_check(s->alloc) != 0) return -1;
@@ -645,7 +663,7 @@ int ds__store_check(const ds_store_t *s)
                 if ((o->hash & (s->ht[t].size - 1)) != i || !o->in_table || o->refcnt < 1 ||
                     o->state != DS_OBJ_PUBLISHED || o->version == 0 || o->version > s->last_version)
                     return -2;
-                if (mode_evictable(o->write_mode) != (o->clk_next != NULL)) return -3;
+                if (obj_evictable(o) != (o->clk_next != NULL)) return -3;
                 in_ring += o->clk_next != NULL;
                 if ((o->ttl_deadline_ms != 0) != (o->heap_idx >= 0)) return -4;
                 in_heap += o->heap_idx >= 0;

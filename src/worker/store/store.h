@@ -40,8 +40,11 @@ typedef struct ds_obj {
     uint8_t state;      /* ds_obj_state_t */
     uint8_t clock_bit;  /* second chance for eviction */
     uint8_t in_table;
-    uint32_t ttl_second; /* as requested; applied at publish */
-    char key[];          /* keylen bytes + NUL */
+    uint8_t l2_persisted; /* its L2 copy is durable (a WRITE_BACK_L2_CACHE_EVICT
+                             object is then evictable) */
+    uint8_t spilling;     /* being copied to the spill directory (ops/tier.c) */
+    uint32_t ttl_second;  /* as requested; applied at publish */
+    char key[];           /* keylen bytes + NUL */
 } ds_obj_t;
 
 typedef struct ds_store ds_store_t;
@@ -91,6 +94,10 @@ ds_status_t ds__store_reserve(ds_store_t *s, const char *key, size_t keylen, uin
 ds_status_t ds__store_publish(ds_store_t *s, ds_obj_t *o, ds_existence_t existence,
                               uint64_t now_ms);
 
+/* o's L2 copy is durable: a WRITE_BACK_L2_CACHE_EVICT object becomes
+ * evictable (enters the clock ring if it is in the table). */
+void ds__store_persisted(ds_store_t *s, ds_obj_t *o);
+
 void ds__store_ref(ds_obj_t *o);
 /* Drops a reference; frees the arena range and the object at zero. */
 void ds__store_unref(ds_store_t *s, ds_obj_t *o);
@@ -109,6 +116,8 @@ uint64_t ds__store_expire_due(ds_store_t *s, uint64_t now_ms);
 void ds__store_foreach(ds_store_t *s, void (*fn)(void *ctx, ds_obj_t *o), void *ctx);
 
 void ds__store_stats(const ds_store_t *s, ds_store_stats_t *out);
+/* Arena bytes allocated and in all (objects' part of the arena), in O(1). */
+void ds__store_usage(const ds_store_t *s, uint64_t *used, uint64_t *total);
 
 /* Called when an object leaves the table by eviction or TTL expiry (not by
  * overwrite or delete, which the caller already knows about), before its

@@ -1,0 +1,905 @@
+/* Storage tiers: the L2 index on the loop, the disk I/O thread, and the glue
+ * that SET, PUBLISH, GET and DEL call (see tier.h and ../THREADS.md).
+ *
+ * Write-through: the answer is held until the file is durable; a failed L2
+ * write answers K_IO_ERROR with the backend's message (path and errno) and
+ * leaves the new value in memory, cached only, as without L2 (it is the
+ * key's current version already, and rolling it back would drop the version
+ * it replaced from memory too). Nothing acknowledged is lost: the L2 index
+ * entry is only dropped if no later write of the key was queued since.
+ * Write-back: answered at once; the write waits in the bounded queue, and a
+ * WRITE_BACK_L2_CACHE_EVICT object becomes evictable once written.
+ * Spill: the same queue and file format in --spill_directory, with its own
+ * index; an object leaves memory only once its copy is written and only if
+ * it is still current and unpinned, and comes back (its copy deleted) when
+ * a GET needs it. Both indexes are updated when a job is queued, so the
+ * queue's FIFO order keeps every later job consistent with earlier ones. */
+#include "worker/ops/tier.h"
+
+#include "worker/ops/ops_int.h"
+
+#include "common/clock.h"
+#include "common/hash.h"
+#include "common/log.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/statvfs.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef enum { JOB_PUT, JOB_GET, JOB_DEL, JOB_NOP } job_kind_t;
+
+typedef struct waiter waiter_t;
+
+typedef struct job {
+    struct job *next;
+    job_kind_t kind;
+    ds_obj_t *obj; /* PUT: a reference to read from; GET: the reservation to fill */
+    uint8_t *data; /* obj's bytes in the worker's mapping */
+    ds_l2_meta_t meta;
+    ds_l2_t *be; /* the backend: the L2 or the spill directory */
+    bool spill;  /* be is the spill directory */
+    char *key;   /* DEL: an owned copy */
+    uint32_t keylen;
+    uint32_t idx; /* PUT: the key's place in its request */
+    waiter_t *w;  /* the request waiting for this job, or NULL */
+    int rc;       /* thread: 0, 1 (GET: no object) or -1 */
+    char err[300];
+} job_t;
+
+struct waiter {
+    ds_req_t *r; /* NULL: nobody to answer */
+    uint32_t pending;
+    bool is_get;
+    void (*resume)(ds_server_t *srv, ds_req_t *d);
+    uint32_t n;
+    uint32_t *st;
+    char first[400];
+};
+
+typedef struct ent {
+    struct ent *next;
+    uint64_t size, version, ttl_wall_ms;
+    uint32_t hash;
+    uint32_t keylen;
+    uint8_t mode;
+    char key[];
+} ent_t;
+
+/* An index of what a backend holds (loop only). */
+typedef struct {
+    ent_t **b;
+    uint64_t nb, count, bytes;
+    uint64_t version; /* of entries, to tell a later write apart */
+} ix_t;
+
+typedef struct ds_tier {
+    ds_l2_t *l2;    /* --l2_cache_type; NULL = none */
+    ds_l2_t *spill; /* --spill_directory (an sfs directory emptied at start); NULL = none */
+    ix_t ix;        /* what the L2 holds */
+    ix_t sx;        /* what the spill directory holds */
+    uint64_t spill_limit, spill_inflight; /* bytes */
+    /* the queue */
+    pthread_t thread;
+    bool started;
+    atomic_bool stop;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    job_t *todo, *todo_tail, *done; /* under mu */
+    int done_fd;
+    ds_io_t done_io;
+    uint64_t depth, cap; /* loop: jobs queued and not yet completed */
+    waiter_t *open;      /* write-through writes of the request being answered */
+    ds_tier_counters_t c;
+} ds_tier_t;
+
+static uint64_t wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static bool is_l2_mode(uint8_t m)
+{
+    return m == DS_WRITE_THROUGH_L2_CACHE || m == DS_WRITE_BACK_L2_CACHE ||
+           m == DS_WRITE_BACK_L2_CACHE_EVICT;
+}
+
+/* ---- the index ---- */
+
+static ent_t **ix_slot(ix_t *t, const char *key, uint32_t keylen, uint32_t h)
+{
+    ent_t **p = &t->b[h & (t->nb - 1)];
+    while (*p &&
+           !((*p)->hash == h && (*p)->keylen == keylen && memcmp((*p)->key, key, keylen) == 0))
+        p = &(*p)->next;
+    return p;
+}
+
+static void ix_grow(ix_t *t)
+{
+    uint64_t nb = t->nb * 2;
+    ent_t **b = calloc(nb, sizeof(*b));
+    if (b == NULL) return; /* longer chains, still correct */
+    for (uint64_t i = 0; i < t->nb; i++)
+        for (ent_t *e = t->b[i], *next; e; e = next) {
+            next = e->next;
+            e->next = b[e->hash & (nb - 1)];
+            b[e->hash & (nb - 1)] = e;
+        }
+    free(t->b);
+    t->b = b;
+    t->nb = nb;
+}
+
+static void ix_remove(ix_t *t, const char *key, uint32_t keylen)
+{
+    ent_t **p = ix_slot(t, key, keylen, ds__murmur3_32(key, keylen, 0));
+    ent_t *e = *p;
+    if (e == NULL) return;
+    *p = e->next;
+    t->count--;
+    t->bytes -= e->size;
+    free(e);
+}
+
+/* Adds or replaces; returns the entry's version (0 when out of memory). */
+static uint64_t ix_put(ix_t *t, const char *key, uint32_t keylen, const ds_l2_meta_t *m)
+{
+    ix_remove(t, key, keylen);
+    if (t->count >= t->nb) ix_grow(t);
+    ent_t *e = malloc(sizeof(*e) + keylen + 1);
+    if (e == NULL) return 0;
+    e->hash = ds__murmur3_32(key, keylen, 0);
+    e->keylen = keylen;
+    e->size = m->size;
+    e->ttl_wall_ms = m->ttl_wall_ms;
+    e->mode = m->write_mode;
+    e->version = ++t->version;
+    memcpy(e->key, key, keylen);
+    e->key[keylen] = '\0';
+    ent_t **p = &t->b[e->hash & (t->nb - 1)];
+    e->next = *p;
+    *p = e;
+    t->count++;
+    t->bytes += e->size;
+    return e->version;
+}
+
+static ent_t *ix_find(ix_t *t, const char *key, uint32_t keylen)
+{
+    return *ix_slot(t, key, keylen, ds__murmur3_32(key, keylen, 0));
+}
+
+/* ---- the I/O thread ---- */
+
+static void run_job(job_t *j)
+{
+    ds_l2_t *l2 = j->be;
+    const char *key = j->obj ? j->obj->key : j->key;
+    uint32_t kl = j->obj ? j->obj->keylen : j->keylen;
+    j->err[0] = '\0';
+    switch (j->kind) {
+    case JOB_PUT:
+        j->rc = l2->ops->put(l2, key, kl, j->data, &j->meta, j->err, sizeof(j->err));
+        break;
+    case JOB_GET:
+        j->rc = l2->ops->get(l2, key, kl, j->data, j->obj->size, &j->meta, j->err, sizeof(j->err));
+        break;
+    case JOB_DEL:
+        j->rc = l2->ops->del(l2, key, kl, j->err, sizeof(j->err));
+        break;
+    case JOB_NOP: /* marks a point in the queue: everything before it is done */
+        j->rc = 0;
+        break;
+    }
+}
+
+/* Takes jobs in order until told to stop with nothing left: a clean stop
+ * flushes the write-back queue. */
+static void *io_thread(void *arg)
+{
+    ds_tier_t *t = arg;
+    for (;;) {
+        pthread_mutex_lock(&t->mu);
+        while (t->todo == NULL && !atomic_load(&t->stop))
+            pthread_cond_wait(&t->cv, &t->mu);
+        job_t *j = t->todo;
+        if (j) {
+            t->todo = j->next;
+            if (t->todo == NULL) t->todo_tail = NULL;
+        }
+        pthread_mutex_unlock(&t->mu);
+        if (j == NULL) break;
+        run_job(j);
+        pthread_mutex_lock(&t->mu);
+        j->next = t->done;
+        t->done = j;
+        pthread_mutex_unlock(&t->mu);
+        uint64_t one = 1;
+        ssize_t w = write(t->done_fd, &one, sizeof(one));
+        (void)w;
+    }
+    return NULL;
+}
+
+static void submit(ds_tier_t *t, job_t *j)
+{
+    t->depth++;
+    if (j->w) j->w->pending++;
+    j->next = NULL;
+    pthread_mutex_lock(&t->mu);
+    if (t->todo_tail)
+        t->todo_tail->next = j;
+    else
+        t->todo = j;
+    t->todo_tail = j;
+    pthread_cond_signal(&t->cv);
+    pthread_mutex_unlock(&t->mu);
+}
+
+/* Queues the deletion of key's file in a backend (no index change). */
+static void submit_del(ds_tier_t *t, bool spill, const char *key, uint32_t keylen)
+{
+    job_t *j = calloc(1, sizeof(*j));
+    char *k = malloc(keylen + 1);
+    if (j == NULL || k == NULL) {
+        free(j);
+        free(k);
+        t->c.errors++;
+        DS_LOG_ERROR("out of memory queueing the deletion of '%.*s'",
+                     (int)(keylen > 64 ? 64 : keylen), key);
+        return;
+    }
+    memcpy(k, key, keylen);
+    k[keylen] = '\0';
+    j->kind = JOB_DEL;
+    j->be = spill ? t->spill : t->l2;
+    j->spill = spill;
+    j->key = k;
+    j->keylen = keylen;
+    submit(t, j);
+}
+
+/* ---- completions, on the loop ---- */
+
+static void waiter_cancel(ds_req_t *d, void *ctx)
+{
+    (void)d;
+    (void)ctx; /* the request stays valid; its answer is dropped */
+}
+
+static void waiter_done(ds_server_t *srv, waiter_t *w)
+{
+    if (w->r) {
+        if (ds__req_gone(w->r))
+            ds__req_drop(w->r);
+        else if (w->is_get)
+            w->resume(srv, w->r);
+        else
+            ds__ops_reply_statuses(w->r, w->st, w->n, w->first);
+    }
+    free(w->st);
+    free(w);
+}
+
+/* A spill copy is written: the object leaves memory if it is still the
+ * key's current version, nobody pins it and no later write or delete of the
+ * key replaced the spill index entry; otherwise the copy goes. */
+static void spill_put_done(ds_server_t *srv, job_t *j)
+{
+    ds_tier_t *t = srv->tier;
+    ds_obj_t *o = j->obj;
+    t->spill_inflight -= j->meta.size;
+    o->spilling = 0;
+    ent_t *e = ix_find(&t->sx, o->key, o->keylen);
+    bool mine = e && e->version == j->meta.version;
+    if (j->rc == 0 && mine && o->in_table && o->refcnt == 2) {
+        t->c.spill_writes++;
+        ds__store_delete(srv->store, o->key, o->keylen);
+        return;
+    }
+    if (mine) {
+        ix_remove(&t->sx, o->key, o->keylen);
+        if (j->rc == 0) submit_del(t, true, o->key, o->keylen);
+    }
+}
+
+static void complete(ds_server_t *srv, job_t *j)
+{
+    ds_tier_t *t = srv->tier;
+    t->depth--;
+    const char *key = j->obj ? j->obj->key : j->key;
+    uint32_t kl = j->obj ? j->obj->keylen : j->keylen;
+    if (j->rc < 0) {
+        if (j->spill)
+            t->c.spill_errors++;
+        else
+            t->c.errors++;
+        DS_LOG_WARN("%s %s of '%.*s' failed: %s", j->spill ? "spill" : "L2",
+                    j->kind == JOB_PUT   ? "write"
+                    : j->kind == JOB_GET ? "read"
+                                         : "delete",
+                    (int)(kl > 64 ? 64 : kl), key, j->err);
+    }
+    switch (j->kind) {
+    case JOB_PUT:
+        if (j->spill) {
+            spill_put_done(srv, j);
+        } else if (j->rc == 0) {
+            t->c.writes++;
+            t->c.write_bytes += j->meta.size;
+            ds__store_persisted(srv->store, j->obj);
+        } else {
+            ent_t *e = ix_find(&t->ix, key, kl);
+            if (e && e->version == j->meta.version) ix_remove(&t->ix, key, kl);
+            if (j->w && j->w->st && j->idx < j->w->n) {
+                j->w->st[j->idx] = DS_K_IO_ERROR;
+                if (j->w->first[0] == '\0')
+                    snprintf(j->w->first, sizeof(j->w->first), "L2 write of '%.*s' failed: %.300s",
+                             (int)(kl > 64 ? 64 : kl), key, j->err);
+            }
+        }
+        ds__store_unref(srv->store, j->obj);
+        break;
+    case JOB_GET: {
+        uint64_t now = ds__now_ms();
+        if (j->rc == 0) {
+            if (j->spill) {
+                t->c.spill_reads++;
+            } else {
+                t->c.reads++;
+                t->c.read_bytes += j->meta.size;
+            }
+            j->obj->l2_persisted = !j->spill || (t->l2 && ix_find(&t->ix, key, kl) != NULL);
+            /* NX: a value written meanwhile is newer than the copy read. */
+            if (ds__store_publish(srv->store, j->obj, DS_EXISTENCE_NX, now) == DS_K_OK)
+                ds__subs_publish(&srv->subs, key, kl);
+        }
+        if (j->spill || (j->rc == 0 && t->spill)) {
+            /* back in memory (or superseded, or rejected): a spill copy goes */
+            if (ix_find(&t->sx, key, kl)) {
+                ix_remove(&t->sx, key, kl);
+                submit_del(t, true, key, kl);
+            }
+        } else if (j->rc != 0) {
+            /* gone or rejected (torn, foreign): not served, not tried again */
+            ix_remove(&t->ix, key, kl);
+        }
+        ds__store_unref(srv->store, j->obj);
+        break;
+    }
+    case JOB_DEL:
+        if (j->rc == 0 && !j->spill) t->c.deletes++;
+        free(j->key);
+        break;
+    case JOB_NOP:
+        break;
+    }
+    waiter_t *w = j->w;
+    free(j);
+    if (w && --w->pending == 0) waiter_done(srv, w);
+}
+
+static void on_done(void *ctx, uint32_t events)
+{
+    (void)events;
+    ds_server_t *srv = ctx;
+    ds_tier_t *t = srv->tier;
+    uint64_t v;
+    ssize_t r = read(t->done_fd, &v, sizeof(v));
+    (void)r;
+    pthread_mutex_lock(&t->mu);
+    job_t *l = t->done;
+    t->done = NULL;
+    pthread_mutex_unlock(&t->mu);
+    /* The list is newest first: complete in submission order. */
+    job_t *rev = NULL;
+    while (l) {
+        job_t *next = l->next;
+        l->next = rev;
+        rev = l;
+        l = next;
+    }
+    while (rev) {
+        job_t *next = rev->next;
+        complete(srv, rev);
+        rev = next;
+    }
+}
+
+/* ---- start and stop ---- */
+
+static void index_one(void *ctx, const char *key, size_t keylen, const ds_l2_meta_t *m)
+{
+    ix_put(ctx, key, (uint32_t)keylen, m);
+}
+
+static bool ix_init(ix_t *x)
+{
+    x->nb = 1024;
+    x->b = calloc(x->nb, sizeof(*x->b));
+    return x->b != NULL;
+}
+
+static void ix_free(ix_t *x)
+{
+    for (uint64_t i = 0; x->b && i < x->nb; i++)
+        for (ent_t *e = x->b[i], *next; e; e = next) {
+            next = e->next;
+            free(e);
+        }
+    free(x->b);
+}
+
+/* The spill directory holds nothing of value across a restart: what an
+ * earlier run left there is deleted. */
+static void forget_one(void *ctx, const char *key, size_t keylen, const ds_l2_meta_t *m)
+{
+    (void)m;
+    ds_l2_t *sp = ctx;
+    char err[64];
+    sp->ops->del(sp, key, keylen, err, sizeof(err));
+}
+
+static int open_spill(ds_server_t *srv, ds_tier_t *t, char *err, size_t cap)
+{
+    const ds_worker_config_t *cfg = &srv->cfg;
+    t->spill = ds__l2_sfs_open(cfg->spill_directory, err, cap);
+    if (t->spill == NULL) return -1;
+    if (t->spill->ops->scan(t->spill, UINT64_MAX, forget_one, t->spill, err, cap) < 0) return -1;
+    t->spill_limit = (uint64_t)cfg->spill_size_limit;
+    if (t->spill_limit == 0) {
+        struct statvfs vs;
+        if (statvfs(cfg->spill_directory, &vs) != 0) {
+            snprintf(err, cap, "spill: cannot stat %s: %s (errno %d)", cfg->spill_directory,
+                     strerror(errno), errno);
+            return -1;
+        }
+        t->spill_limit = (uint64_t)((double)vs.f_bavail * (double)vs.f_frsize * 0.95);
+    }
+    DS_LOG_INFO("spill directory %s, limit %llu bytes", cfg->spill_directory,
+                (unsigned long long)t->spill_limit);
+    return 0;
+}
+
+int ds__tier_init(ds_server_t *srv, char *err, size_t cap)
+{
+    const ds_worker_config_t *cfg = &srv->cfg;
+    bool l2 = strcmp(cfg->l2_cache_type, "none") != 0 && cfg->l2_cache_type[0] != '\0';
+    bool spill = cfg->spill_directory[0] != '\0';
+    if (!l2 && !spill) return 0;
+    if (l2 && strcmp(cfg->l2_cache_type, "sfs") != 0) {
+        snprintf(err, cap, "--l2_cache_type '%s' is not supported here (none or sfs)",
+                 cfg->l2_cache_type);
+        return -1;
+    }
+    if (cfg->etcd_address[0]) {
+        snprintf(err, cap,
+                 "--l2_cache_type and --spill_directory are supported on a standalone worker "
+                 "only (no --etcd_address) for now");
+        return -1;
+    }
+    ds_tier_t *t = calloc(1, sizeof(*t));
+    if (t == NULL) {
+        snprintf(err, cap, "out of memory");
+        return -1;
+    }
+    srv->tier = t;
+    t->done_fd = -1;
+    t->cap = (uint64_t)cfg->l2_cache_async_write_queue_size;
+    pthread_mutex_init(&t->mu, NULL);
+    pthread_cond_init(&t->cv, NULL);
+    if (!ix_init(&t->ix) || !ix_init(&t->sx)) {
+        snprintf(err, cap, "out of memory");
+        return -1;
+    }
+    if (l2) {
+        t->l2 = ds__l2_sfs_open(cfg->sfs_path, err, cap);
+        if (t->l2 == NULL) return -1;
+        uint64_t t0 = ds__now_ms();
+        int64_t n = t->l2->ops->scan(t->l2, wall_ms(), index_one, &t->ix, err, cap);
+        if (n < 0) return -1;
+        DS_LOG_INFO("L2 cache sfs at %s: %lld objects (%llu bytes) indexed in %llu ms",
+                    cfg->sfs_path, (long long)n, (unsigned long long)t->ix.bytes,
+                    (unsigned long long)(ds__now_ms() - t0));
+    }
+    if (spill && open_spill(srv, t, err, cap) != 0) return -1;
+    t->done_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (t->done_fd < 0 ||
+        ds__loop_add(srv->net.loop, &t->done_io, t->done_fd, EPOLLIN, on_done, srv) != 0) {
+        snprintf(err, cap, "cannot set up the disk completion eventfd: %s", strerror(errno));
+        return -1;
+    }
+    if (pthread_create(&t->thread, NULL, io_thread, t) != 0) {
+        snprintf(err, cap, "cannot start the disk I/O thread");
+        return -1;
+    }
+    t->started = true;
+    return 0;
+}
+
+void ds__tier_destroy(ds_server_t *srv)
+{
+    ds_tier_t *t = srv->tier;
+    if (t == NULL) return;
+    if (t->started) {
+        atomic_store(&t->stop, true);
+        pthread_mutex_lock(&t->mu);
+        pthread_cond_signal(&t->cv);
+        pthread_mutex_unlock(&t->mu);
+        pthread_join(t->thread, NULL);
+        on_done(srv, 0);
+    }
+    if (t->done_fd >= 0) {
+        if (t->started) ds__loop_del(srv->net.loop, &t->done_io);
+        close(t->done_fd);
+    }
+    ix_free(&t->ix);
+    ix_free(&t->sx);
+    if (t->l2) t->l2->ops->destroy(t->l2);
+    if (t->spill) t->spill->ops->destroy(t->spill);
+    pthread_mutex_destroy(&t->mu);
+    pthread_cond_destroy(&t->cv);
+    free(t);
+    srv->tier = NULL;
+}
+
+/* ---- entry points ---- */
+
+/* The entry for key in x, if live; an expired one is forgotten, its file
+ * deleted. */
+static ent_t *live_in(ds_tier_t *t, ix_t *x, bool spill, const char *key, uint32_t keylen)
+{
+    ent_t *e = ix_find(x, key, keylen);
+    if (e && e->ttl_wall_ms && e->ttl_wall_ms <= wall_ms()) {
+        ix_remove(x, key, keylen);
+        submit_del(t, spill, key, keylen);
+        return NULL;
+    }
+    return e;
+}
+
+bool ds__tier_has(ds_server_t *srv, const char *key, uint32_t keylen)
+{
+    ds_tier_t *t = srv->tier;
+    return (t->l2 && live_in(t, &t->ix, false, key, keylen)) ||
+           (t->spill && live_in(t, &t->sx, true, key, keylen));
+}
+
+ds_status_t ds__tier_admit(ds_server_t *srv, const ds_obj_t *o, bool nx, char *msg, size_t cap)
+{
+    ds_tier_t *t = srv->tier;
+    if (nx && ds__tier_has(srv, o->key, o->keylen) &&
+        ds__store_lookup(srv->store, o->key, o->keylen, ds__now_ms()) == NULL)
+        return DS_K_OC_KEY_ALREADY_EXIST;
+    if (t->l2 && is_l2_mode(o->write_mode) && t->depth >= t->cap) {
+        t->c.queue_full++;
+        snprintf(msg, cap,
+                 "L2 write queue full (%llu of --l2_cache_async_write_queue_size %llu) for key "
+                 "'%.*s'",
+                 (unsigned long long)t->depth, (unsigned long long)t->cap,
+                 (int)(o->keylen > 64 ? 64 : o->keylen), o->key);
+        return DS_K_WRITE_BACK_QUEUE_FULL;
+    }
+    return DS_K_OK;
+}
+
+void ds__tier_del(ds_server_t *srv, const char *key, uint32_t keylen)
+{
+    ds_tier_t *t = srv->tier;
+    if (ix_find(&t->ix, key, keylen)) {
+        ix_remove(&t->ix, key, keylen);
+        submit_del(t, false, key, keylen);
+    }
+    if (ix_find(&t->sx, key, keylen)) {
+        ix_remove(&t->sx, key, keylen);
+        submit_del(t, true, key, keylen);
+    }
+}
+
+static uint64_t wall_deadline(const ds_obj_t *o)
+{
+    if (o->ttl_deadline_ms == 0) return 0;
+    uint64_t now = ds__now_ms();
+    return wall_ms() + (o->ttl_deadline_ms > now ? o->ttl_deadline_ms - now : 0);
+}
+
+/* Queues o's copy to the L2 (a write-through one joins the open waiter) or
+ * to the spill directory. false when out of memory. */
+static bool queue_put(ds_server_t *srv, ds_obj_t *o, uint32_t idx, bool wait, bool spill)
+{
+    ds_tier_t *t = srv->tier;
+    job_t *j = calloc(1, sizeof(*j));
+    waiter_t *w = NULL;
+    if (j && wait) {
+        w = t->open ? t->open : calloc(1, sizeof(*w));
+        t->open = w;
+    }
+    if (j == NULL || (wait && w == NULL)) {
+        free(j);
+        t->c.errors++;
+        DS_LOG_ERROR("out of memory queueing the %s write of '%s'", spill ? "spill" : "L2", o->key);
+        return false;
+    }
+    j->kind = JOB_PUT;
+    j->be = spill ? t->spill : t->l2;
+    j->spill = spill;
+    j->obj = o;
+    ds__store_ref(o);
+    j->data = ds__store_data(srv->store, o);
+    j->idx = idx;
+    j->w = w;
+    j->meta.size = o->size;
+    j->meta.write_mode = o->write_mode;
+    j->meta.ttl_wall_ms = wall_deadline(o);
+    j->meta.version = ix_put(spill ? &t->sx : &t->ix, o->key, o->keylen, &j->meta);
+    submit(t, j);
+    return true;
+}
+
+/* ---- spill ---- */
+
+/* Arena use past SPILL_HIGH starts copying objects that cannot be evicted
+ * to the spill directory until the copies in flight would bring it under
+ * SPILL_LOW; each leaves memory once its copy is written. */
+#define SPILL_HIGH 0.90
+#define SPILL_LOW 0.75
+
+typedef struct {
+    ds_server_t *srv;
+    uint64_t need, got, now;
+} pick_t;
+
+static void pick(void *ctx, ds_obj_t *o)
+{
+    pick_t *p = ctx;
+    ds_tier_t *t = p->srv->tier;
+    if (p->got >= p->need || t->depth >= t->cap) return;
+    if (o->spilling || o->refcnt != 1 || !o->in_table) return;
+    if (o->write_mode == DS_WRITE_NONE_L2_CACHE_EVICT) return; /* eviction's */
+    if (o->write_mode == DS_WRITE_BACK_L2_CACHE_EVICT && o->l2_persisted) return;
+    if (o->ttl_deadline_ms && o->ttl_deadline_ms <= p->now + 1000) return;
+    if (t->sx.bytes + t->spill_inflight + o->size > t->spill_limit) return;
+    if (!queue_put(p->srv, o, 0, false, true)) return;
+    o->spilling = 1;
+    t->spill_inflight += o->size;
+    p->got += o->size;
+}
+
+/* extra: bytes a write failed to find (0 for the watermark check). */
+static void maybe_spill(ds_server_t *srv, uint64_t extra)
+{
+    ds_tier_t *t = srv->tier;
+    if (t->spill == NULL || t->spill_inflight > 0) return;
+    uint64_t used, total;
+    ds__store_usage(srv->store, &used, &total);
+    if (extra == 0 && (double)used < SPILL_HIGH * (double)total) return;
+    uint64_t low = (uint64_t)(SPILL_LOW * (double)total);
+    pick_t p = {srv, (used > low ? used - low : 0) + extra, 0, ds__now_ms()};
+    /* A walk of the table, only while nothing is in flight: at most once
+     * per batch of spills. */
+    ds__store_foreach(srv->store, pick, &p);
+    if (p.got > 0) t->c.spill_rounds++;
+}
+
+void ds__tier_oom(ds_server_t *srv, uint64_t size, char *msg, size_t cap)
+{
+    ds_tier_t *t = srv->tier;
+    if (t->spill == NULL) return;
+    size_t len = strlen(msg);
+    if (len < cap)
+        snprintf(msg + len, cap - len, "; spill %s: %llu of %llu bytes used, %llu in flight",
+                 t->spill->path, (unsigned long long)t->sx.bytes,
+                 (unsigned long long)t->spill_limit, (unsigned long long)t->spill_inflight);
+    maybe_spill(srv, size);
+}
+
+void ds__tier_published(ds_server_t *srv, ds_obj_t *o, uint32_t idx)
+{
+    ds_tier_t *t = srv->tier;
+    if (t->spill && ix_find(&t->sx, o->key, o->keylen)) {
+        /* an older version's spill copy */
+        ix_remove(&t->sx, o->key, o->keylen);
+        submit_del(t, true, o->key, o->keylen);
+    }
+    if (t->l2) {
+        if (!is_l2_mode(o->write_mode)) {
+            if (ix_find(&t->ix, o->key, o->keylen)) { /* a cache-only overwrite */
+                ix_remove(&t->ix, o->key, o->keylen);
+                submit_del(t, false, o->key, o->keylen);
+            }
+        } else {
+            queue_put(srv, o, idx, o->write_mode == DS_WRITE_THROUGH_L2_CACHE, false);
+        }
+    }
+    maybe_spill(srv, 0);
+}
+
+void ds__tier_expire(ds_server_t *srv, ds_obj_t *o)
+{
+    ds_tier_t *t = srv->tier;
+    /* Rewritten like a write-back: the EXPIRE answer does not wait for it. */
+    if (o && t->l2 && is_l2_mode(o->write_mode) && ix_find(&t->ix, o->key, o->keylen) != NULL)
+        queue_put(srv, o, 0, false, false);
+}
+
+bool ds__tier_hold_answer(ds_server_t *srv, ds_req_t *r, const uint32_t *st, uint32_t n,
+                          const char *first_err)
+{
+    ds_tier_t *t = srv->tier;
+    waiter_t *w = t->open;
+    if (w == NULL) return false;
+    t->open = NULL;
+    w->st = malloc((n ? n : 1) * sizeof(*w->st));
+    ds_req_t *d = w->st == NULL            ? NULL
+                  : ds__req_is_deferred(r) ? r
+                                           : ds__req_defer(r, waiter_cancel, w);
+    if (d == NULL) {
+        /* No memory to wait: the writes go on, the answer goes now. */
+        free(w->st);
+        w->st = NULL;
+        return false;
+    }
+    memcpy(w->st, st, n * sizeof(*st));
+    w->n = n;
+    snprintf(w->first, sizeof(w->first), "%s", first_err ? first_err : "");
+    w->r = d;
+    return true;
+}
+
+void ds__tier_no_answer(ds_server_t *srv)
+{
+    srv->tier->open = NULL; /* its jobs still hold it; it frees itself */
+}
+
+bool ds__tier_get(ds_server_t *srv, ds_req_t *r, const char *const *keys, const uint32_t *lens,
+                  uint32_t n, void (*resume)(ds_server_t *srv, ds_req_t *d),
+                  void (*retry)(ds_server_t *srv, ds_req_t *d))
+{
+    ds_tier_t *t = srv->tier;
+    uint64_t now = ds__now_ms();
+    waiter_t *w = NULL;
+    job_t *jobs = NULL;
+    bool again = false; /* retry once the spills queued for room are done */
+    for (uint32_t i = 0; i < n; i++) {
+        if (t->depth >= t->cap) break;
+        if (ds__store_lookup(srv->store, keys[i], lens[i], now) != NULL) continue;
+        bool spill = false;
+        ent_t *e = t->l2 ? live_in(t, &t->ix, false, keys[i], lens[i]) : NULL;
+        if (e == NULL && t->spill) {
+            e = live_in(t, &t->sx, true, keys[i], lens[i]);
+            spill = true;
+        }
+        if (e == NULL) continue;
+        bool dup = false;
+        for (job_t *j = jobs; j && !dup; j = j->next)
+            dup = j->obj->keylen == lens[i] && memcmp(j->obj->key, keys[i], lens[i]) == 0;
+        if (dup) continue;
+        uint32_t ttl = 0;
+        if (e->ttl_wall_ms) {
+            uint64_t wnow = wall_ms();
+            uint64_t left = e->ttl_wall_ms > wnow ? e->ttl_wall_ms - wnow : 1;
+            ttl = (uint32_t)((left + 999) / 1000);
+        }
+        char msg[256];
+        ds_obj_t *o = NULL;
+        ds_status_t rs = ds__store_reserve(srv->store, keys[i], lens[i], e->size,
+                                           (ds_write_mode_t)e->mode, ttl, &o, msg, sizeof(msg));
+        if (rs == DS_K_OUT_OF_MEMORY && retry && t->spill) {
+            maybe_spill(srv, e->size);
+            if (t->spill_inflight > 0) {
+                again = true;
+                continue;
+            }
+        }
+        if (rs != DS_K_OK) {
+            ds__req_log(r, DS_LOG_WARN, "cannot bring '%.*s' back from %s: %s",
+                        (int)(lens[i] > 64 ? 64 : lens[i]), keys[i], spill ? "spill" : "L2", msg);
+            continue;
+        }
+        if (w == NULL) w = calloc(1, sizeof(*w));
+        job_t *j = w ? calloc(1, sizeof(*j)) : NULL;
+        if (j == NULL) {
+            ds__store_unref(srv->store, o);
+            break;
+        }
+        j->kind = JOB_GET;
+        j->be = spill ? t->spill : t->l2;
+        j->spill = spill;
+        j->obj = o;
+        j->data = ds__store_data(srv->store, o);
+        j->next = jobs;
+        jobs = j;
+    }
+    if (again && jobs == NULL) {
+        /* nothing to load yet: wait for the spills, then try again */
+        if (w == NULL) w = calloc(1, sizeof(*w));
+        jobs = w ? calloc(1, sizeof(*jobs)) : NULL;
+        if (jobs) jobs->kind = JOB_NOP;
+    }
+    ds_req_t *d = NULL;
+    if (jobs) {
+        w->is_get = true;
+        w->resume = again ? retry : resume;
+        d = ds__req_is_deferred(r) ? r : ds__req_defer(r, waiter_cancel, w);
+    }
+    if (d == NULL) {
+        while (jobs) {
+            job_t *next = jobs->next;
+            if (jobs->obj) ds__store_unref(srv->store, jobs->obj);
+            free(jobs);
+            jobs = next;
+        }
+        free(w);
+        return false;
+    }
+    w->r = d;
+    while (jobs) {
+        job_t *next = jobs->next;
+        jobs->w = w;
+        submit(t, jobs);
+        jobs = next;
+    }
+    return true;
+}
+
+bool ds__tier_counters(ds_server_t *srv, ds_tier_counters_t *out)
+{
+    ds_tier_t *t = srv->tier;
+    if (t == NULL) return false;
+    *out = t->c;
+    out->l2_on = t->l2 != NULL;
+    out->spill_on = t->spill != NULL;
+    out->objects = t->ix.count;
+    out->bytes = t->ix.bytes;
+    out->spill_objects = t->sx.count;
+    out->spill_bytes = t->sx.bytes;
+    out->spill_limit = t->spill_limit;
+    out->queue_depth = t->depth;
+    out->queue_cap = t->cap;
+    return true;
+}
+
+void ds__tier_stats(ds_server_t *srv, cJSON *root)
+{
+    ds_tier_counters_t c;
+    if (!ds__tier_counters(srv, &c)) return;
+    ds_tier_t *t = srv->tier;
+    cJSON *l2 = t->l2 ? cJSON_AddObjectToObject(root, "l2") : NULL;
+    if (l2) {
+        cJSON_AddStringToObject(l2, "type", t->l2->ops->name);
+        cJSON_AddStringToObject(l2, "path", t->l2->path);
+        cJSON_AddNumberToObject(l2, "objects", (double)c.objects);
+        cJSON_AddNumberToObject(l2, "bytes", (double)c.bytes);
+        cJSON_AddNumberToObject(l2, "reads", (double)c.reads);
+        cJSON_AddNumberToObject(l2, "read_bytes", (double)c.read_bytes);
+        cJSON_AddNumberToObject(l2, "writes", (double)c.writes);
+        cJSON_AddNumberToObject(l2, "write_bytes", (double)c.write_bytes);
+        cJSON_AddNumberToObject(l2, "deletes", (double)c.deletes);
+        cJSON_AddNumberToObject(l2, "errors", (double)c.errors);
+        cJSON_AddNumberToObject(l2, "queue_depth", (double)c.queue_depth);
+        cJSON_AddNumberToObject(l2, "queue_cap", (double)c.queue_cap);
+        cJSON_AddNumberToObject(l2, "queue_full", (double)c.queue_full);
+    }
+    cJSON *sp = t->spill ? cJSON_AddObjectToObject(root, "spill") : NULL;
+    if (sp) {
+        cJSON_AddStringToObject(sp, "path", t->spill->path);
+        cJSON_AddNumberToObject(sp, "objects", (double)c.spill_objects);
+        cJSON_AddNumberToObject(sp, "bytes", (double)c.spill_bytes);
+        cJSON_AddNumberToObject(sp, "limit_bytes", (double)c.spill_limit);
+        cJSON_AddNumberToObject(sp, "writes", (double)c.spill_writes);
+        cJSON_AddNumberToObject(sp, "reads", (double)c.spill_reads);
+        cJSON_AddNumberToObject(sp, "errors", (double)c.spill_errors);
+        cJSON_AddNumberToObject(sp, "rounds", (double)c.spill_rounds);
+        cJSON_AddNumberToObject(sp, "queue_depth", (double)c.queue_depth);
+    }
+}

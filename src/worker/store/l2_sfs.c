@@ -1,0 +1,355 @@
+/* The sfs L2 backend: a directory (possibly on a shared file system), one
+ * object per file.
+ *
+ * File name: the key with every byte outside [A-Za-z0-9_-] written as %XX,
+ * so keys with ':;()' or '.' never make paths or hidden names; a name that
+ * would pass 160 bytes keeps its first 120 and ends in '~' and 16 hex digits
+ * of two hashes of the whole key. The full key is in the file's header and is
+ * compared on every read, so a colliding or renamed file is never served.
+ *
+ * File layout (host byte order, little-endian on every target we build for):
+ *   0  magic "DSSFS01\n"     8  u32 header length (64)   12 u32 key length
+ *   16 u64 value size        24 u64 version              32 u64 ttl deadline,
+ *   wall-clock ms (0 none)   40 u8 write mode, 7 zero bytes
+ *   48 u64 checksum of the value     56 u64 checksum of bytes 0..55 and the key
+ *   64 the key, then the value.
+ * The file's size must be exactly 64 + key + value. A writer creates
+ * ".tmp-<random>-<n>", writes, fsyncs, renames it onto the name and fsyncs the
+ * directory: a reader sees the old object or the new one, never a mix, and a
+ * crash leaves at most a temporary file, which scan removes once it is old. */
+#include "worker/store/l2.h"
+
+#include "common/hash.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SFS_MAGIC "DSSFS01\n"
+#define SFS_HDR 64u
+#define SFS_NAME_MAX 160
+#define SFS_TMP_PREFIX ".tmp-"
+#define SFS_TMP_STALE_S 600 /* older temporary files are a crashed writer's */
+
+typedef struct {
+    ds_l2_t base;
+    int dir_fd;
+    uint64_t tmp_rand;
+    uint64_t tmp_seq; /* only the I/O thread writes */
+} sfs_t;
+
+/* FNV-1a over 8-byte words, then the tail: fast enough for large values and
+ * enough to tell a torn or foreign file from ours. */
+static uint64_t sum64(uint64_t h, const void *p, size_t n)
+{
+    const uint8_t *b = p;
+    while (n >= 8) {
+        uint64_t w;
+        memcpy(&w, b, 8);
+        h = (h ^ w) * 0x100000001b3ull;
+        b += 8;
+        n -= 8;
+    }
+    while (n-- > 0)
+        h = (h ^ *b++) * 0x100000001b3ull;
+    return h;
+}
+#define SUM_SEED 0xcbf29ce484222325ull
+
+int ds__l2_sfs_name(const char *key, size_t keylen, char *out, size_t cap)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    size_t o = 0;
+    bool hashed = false;
+    for (size_t i = 0; i < keylen; i++) {
+        unsigned char c = (unsigned char)key[i];
+        bool plain = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                     c == '_' || c == '-';
+        if (o + (plain ? 1 : 3) > SFS_NAME_MAX) {
+            hashed = true;
+            break;
+        }
+        if (plain) {
+            out[o++] = (char)c;
+        } else {
+            out[o++] = '%';
+            out[o++] = hex[c >> 4];
+            out[o++] = hex[c & 15];
+        }
+    }
+    if (hashed) {
+        if (o > 120) o = 120;
+        while (o > 0 && (out[o - 1] == '%' || (o > 1 && out[o - 2] == '%')))
+            o--;
+        uint32_t a = ds__murmur3_32(key, keylen, 0x5f3759dfu);
+        uint32_t b = ds__murmur3_32(key, keylen, 0x9e3779b9u);
+        o += (size_t)snprintf(out + o, cap - o, "~%08x%08x", a, b);
+    }
+    if (o >= cap) return -1;
+    out[o] = '\0';
+    return 0;
+}
+
+static void hdr_fill(uint8_t h[SFS_HDR], const char *key, size_t keylen, const ds_l2_meta_t *m,
+                     uint64_t data_sum)
+{
+    memset(h, 0, SFS_HDR);
+    memcpy(h, SFS_MAGIC, 8);
+    uint32_t hl = SFS_HDR, kl = (uint32_t)keylen;
+    memcpy(h + 8, &hl, 4);
+    memcpy(h + 12, &kl, 4);
+    memcpy(h + 16, &m->size, 8);
+    memcpy(h + 24, &m->version, 8);
+    memcpy(h + 32, &m->ttl_wall_ms, 8);
+    h[40] = m->write_mode;
+    memcpy(h + 48, &data_sum, 8);
+    uint64_t hs = sum64(sum64(SUM_SEED, h, 56), key, keylen);
+    memcpy(h + 56, &hs, 8);
+}
+
+/* Parses and checks a header and its key; 0 when sound. */
+static int hdr_parse(const uint8_t h[SFS_HDR], const char *key, uint32_t keylen, ds_l2_meta_t *m,
+                     uint64_t *data_sum)
+{
+    uint32_t hl, kl;
+    uint64_t hs;
+    memcpy(&hl, h + 8, 4);
+    memcpy(&kl, h + 12, 4);
+    memcpy(&hs, h + 56, 8);
+    if (memcmp(h, SFS_MAGIC, 8) != 0 || hl != SFS_HDR || kl != keylen) return -1;
+    if (sum64(sum64(SUM_SEED, h, 56), key, keylen) != hs) return -1;
+    memcpy(&m->size, h + 16, 8);
+    memcpy(&m->version, h + 24, 8);
+    memcpy(&m->ttl_wall_ms, h + 32, 8);
+    m->write_mode = h[40];
+    memcpy(data_sum, h + 48, 8);
+    return 0;
+}
+
+static int full_read(int fd, void *p, size_t n)
+{
+    uint8_t *b = p;
+    while (n > 0) {
+        ssize_t r = read(fd, b, n > (1u << 30) ? (1u << 30) : n);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+            if (r == 0) errno = EIO;
+            return -1;
+        }
+        b += r;
+        n -= (size_t)r;
+    }
+    return 0;
+}
+
+static int sfs_put(ds_l2_t *l2, const char *key, size_t keylen, const void *data,
+                   const ds_l2_meta_t *meta, char *err, size_t cap)
+{
+    sfs_t *s = (sfs_t *)l2;
+    char name[SFS_NAME_MAX + 32], tmp[64];
+    if (ds__l2_sfs_name(key, keylen, name, sizeof(name)) != 0) {
+        snprintf(err, cap, "sfs: no file name for key '%.*s'", (int)(keylen > 64 ? 64 : keylen),
+                 key);
+        return -1;
+    }
+    snprintf(tmp, sizeof(tmp), SFS_TMP_PREFIX "%016llx-%llu", (unsigned long long)s->tmp_rand,
+             (unsigned long long)++s->tmp_seq);
+    int fd = openat(s->dir_fd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        snprintf(err, cap, "sfs: cannot create %s/%s: %s (errno %d)", l2->path, tmp,
+                 strerror(errno), errno);
+        return -1;
+    }
+    uint8_t h[SFS_HDR];
+    hdr_fill(h, key, keylen, meta, sum64(SUM_SEED, data, meta->size));
+    struct iovec iov[3] = {{h, SFS_HDR}, {(void *)key, keylen}, {(void *)data, meta->size}};
+    int vi = 0;
+    const char *step = "write";
+    while (vi < 3) {
+        ssize_t w = writev(fd, iov + vi, 3 - vi);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            if (w == 0) errno = EIO;
+            goto fail;
+        }
+        size_t left = (size_t)w;
+        while (vi < 3 && left >= iov[vi].iov_len)
+            left -= iov[vi++].iov_len;
+        if (vi < 3) {
+            iov[vi].iov_base = (uint8_t *)iov[vi].iov_base + left;
+            iov[vi].iov_len -= left;
+        }
+    }
+    step = "fsync";
+    if (fsync(fd) != 0) goto fail;
+    step = "close";
+    if (close(fd) != 0) {
+        fd = -1;
+        goto fail;
+    }
+    fd = -1;
+    step = "rename";
+    if (renameat(s->dir_fd, tmp, s->dir_fd, name) != 0) goto fail;
+    step = "fsync of the directory";
+    if (fsync(s->dir_fd) != 0) goto fail;
+    return 0;
+fail : {
+    int e = errno;
+    if (fd >= 0) close(fd);
+    unlinkat(s->dir_fd, tmp, 0);
+    snprintf(err, cap, "sfs: %s of %s/%s failed: %s (errno %d)", step, l2->path, name, strerror(e),
+             e);
+    return -1;
+}
+}
+
+static int sfs_get(ds_l2_t *l2, const char *key, size_t keylen, void *dst, uint64_t dst_cap,
+                   ds_l2_meta_t *meta, char *err, size_t cap)
+{
+    sfs_t *s = (sfs_t *)l2;
+    char name[SFS_NAME_MAX + 32];
+    if (ds__l2_sfs_name(key, keylen, name, sizeof(name)) != 0) return 1;
+    int fd = openat(s->dir_fd, name, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        if (errno == ENOENT) return 1;
+        snprintf(err, cap, "sfs: cannot open %s/%s: %s (errno %d)", l2->path, name, strerror(errno),
+                 errno);
+        return -1;
+    }
+    uint8_t h[SFS_HDR];
+    char *k = malloc(keylen ? keylen : 1);
+    struct stat st;
+    uint64_t dsum = 0;
+    const char *why = NULL;
+    if (k == NULL)
+        why = "out of memory";
+    else if (fstat(fd, &st) != 0 || full_read(fd, h, SFS_HDR) != 0 || full_read(fd, k, keylen) != 0)
+        why = "short or unreadable header";
+    else if (memcmp(k, key, keylen) != 0 || hdr_parse(h, key, (uint32_t)keylen, meta, &dsum) != 0)
+        why = "bad header (torn, foreign or another key's file)";
+    else if ((uint64_t)st.st_size != SFS_HDR + keylen + meta->size)
+        why = "file size does not match its header (torn or truncated)";
+    else if (meta->size > dst_cap)
+        why = "object larger than the space reserved for it";
+    else if (full_read(fd, dst, meta->size) != 0)
+        why = "short read of the value";
+    else if (sum64(SUM_SEED, dst, meta->size) != dsum)
+        why = "value checksum mismatch";
+    free(k);
+    close(fd);
+    if (why == NULL) return 0;
+    snprintf(err, cap, "sfs: rejected %s/%s: %s", l2->path, name, why);
+    return -1;
+}
+
+static int sfs_del(ds_l2_t *l2, const char *key, size_t keylen, char *err, size_t cap)
+{
+    sfs_t *s = (sfs_t *)l2;
+    char name[SFS_NAME_MAX + 32];
+    if (ds__l2_sfs_name(key, keylen, name, sizeof(name)) != 0) return 0;
+    if (unlinkat(s->dir_fd, name, 0) != 0 && errno != ENOENT) {
+        snprintf(err, cap, "sfs: cannot delete %s/%s: %s (errno %d)", l2->path, name,
+                 strerror(errno), errno);
+        return -1;
+    }
+    return 0;
+}
+
+static int64_t sfs_scan(ds_l2_t *l2, uint64_t now_wall_ms,
+                        void (*fn)(void *ctx, const char *key, size_t keylen,
+                                   const ds_l2_meta_t *m),
+                        void *ctx, char *err, size_t cap)
+{
+    sfs_t *s = (sfs_t *)l2;
+    int fd = dup(s->dir_fd);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    if (d == NULL) {
+        if (fd >= 0) close(fd);
+        snprintf(err, cap, "sfs: cannot list %s: %s (errno %d)", l2->path, strerror(errno), errno);
+        return -1;
+    }
+    rewinddir(d);
+    int64_t n = 0;
+    char *key = malloc(DS_L2_KEY_MAX + 1);
+    struct dirent *e;
+    while (key && (e = readdir(d)) != NULL) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+        struct stat st;
+        if (fstatat(s->dir_fd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode))
+            continue;
+        if (strncmp(e->d_name, SFS_TMP_PREFIX, strlen(SFS_TMP_PREFIX)) == 0) {
+            if (st.st_mtime + SFS_TMP_STALE_S < time(NULL)) unlinkat(s->dir_fd, e->d_name, 0);
+            continue;
+        }
+        int f = openat(s->dir_fd, e->d_name, O_RDONLY | O_CLOEXEC);
+        if (f < 0) continue;
+        uint8_t h[SFS_HDR];
+        uint32_t kl = 0;
+        ds_l2_meta_t m;
+        uint64_t dsum;
+        char want[SFS_NAME_MAX + 32];
+        bool ok = full_read(f, h, SFS_HDR) == 0;
+        if (ok) memcpy(&kl, h + 12, 4);
+        ok = ok && kl > 0 && kl <= DS_L2_KEY_MAX && full_read(f, key, kl) == 0 &&
+             hdr_parse(h, key, kl, &m, &dsum) == 0 &&
+             (uint64_t)st.st_size == SFS_HDR + kl + m.size &&
+             ds__l2_sfs_name(key, kl, want, sizeof(want)) == 0 && strcmp(want, e->d_name) == 0;
+        close(f);
+        if (!ok) continue; /* not ours, or torn: never indexed, never served */
+        if (m.ttl_wall_ms != 0 && m.ttl_wall_ms <= now_wall_ms) {
+            unlinkat(s->dir_fd, e->d_name, 0);
+            continue;
+        }
+        fn(ctx, key, kl, &m);
+        n++;
+    }
+    free(key);
+    closedir(d);
+    return n;
+}
+
+static void sfs_destroy(ds_l2_t *l2)
+{
+    sfs_t *s = (sfs_t *)l2;
+    if (s == NULL) return;
+    close(s->dir_fd);
+    free(s);
+}
+
+static const ds_l2_ops_t sfs_ops = {"sfs", sfs_put, sfs_get, sfs_del, sfs_scan, sfs_destroy};
+
+ds_l2_t *ds__l2_sfs_open(const char *dir, char *err, size_t cap)
+{
+    if (dir == NULL || dir[0] == '\0') {
+        snprintf(err, cap, "--l2_cache_type sfs needs --sfs_path");
+        return NULL;
+    }
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+        snprintf(err, cap, "sfs: cannot create %s: %s (errno %d)", dir, strerror(errno), errno);
+        return NULL;
+    }
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) {
+        snprintf(err, cap, "sfs: cannot open %s: %s (errno %d)", dir, strerror(errno), errno);
+        return NULL;
+    }
+    sfs_t *s = calloc(1, sizeof(*s));
+    if (s == NULL || getrandom(&s->tmp_rand, sizeof(s->tmp_rand), 0) != sizeof(s->tmp_rand)) {
+        free(s);
+        close(fd);
+        snprintf(err, cap, "sfs: out of memory or randomness");
+        return NULL;
+    }
+    s->base.ops = &sfs_ops;
+    snprintf(s->base.path, sizeof(s->base.path), "%s", dir);
+    s->dir_fd = fd;
+    return &s->base;
+}
