@@ -116,8 +116,8 @@ static ds_client_t *start_worker(int slot, const char *bin, int arena_mb, const 
     int port = free_port();
     snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
     snprintf(mb, sizeof(mb), "%d", arena_mb);
-    char *argv[32] = {(char *)bin, "--worker_address", addr, "--shared_memory_size_mb", mb,
-                      "--unix_socket_dir", sock};
+    char *argv[32] = {(char *)bin, "--worker_address",  addr, "--shared_memory_size_mb",
+                      mb,          "--unix_socket_dir", sock};
     int argc = 7;
     for (int i = 0; extra[i] && argc < 31; i++)
         argv[argc++] = extra[i];
@@ -400,8 +400,7 @@ int main(int argc, char **argv)
         char k[3][32];
         for (int j = 0; j < 3; j++) {
             snprintf(k[j], sizeof(k[j]), "sp-%d-%d", r, j);
-            if ((st = set_retry(b, k[j], val, BIG, DS_WRITE_NONE_L2_CACHE, &sp_retries)) !=
-                DS_K_OK)
+            if ((st = set_retry(b, k[j], val, BIG, DS_WRITE_NONE_L2_CACHE, &sp_retries)) != DS_K_OK)
                 die("spill fill set", st);
         }
         /* wait (bounded) until a spill copy is on disk and none is being written */
@@ -538,14 +537,13 @@ int main(int argc, char **argv)
     snprintf(t[1].limit, sizeof(t[1].limit), "%.3f GB/s", rd_g);
     snprintf(t[2].limit, sizeof(t[2].limit), "%.1f us", mem_us[0]);
     snprintf(t[3].limit, sizeof(t[3].limit), "%.1f us", mem_us[1]);
-    printf("\n%-46s %9s %9s %14s  %s\n", "target", "measured", "target", "limit (same run)",
-           "met");
+    printf("\n%-46s %9s %9s %14s  %s\n", "target", "measured", "target", "limit (same run)", "met");
     int met = 0;
     for (int i = 0; i < 4; i++) {
         bool ok = t[i].higher ? t[i].value >= t[i].target : t[i].value <= t[i].target;
         met += ok;
-        printf("%-46s %9.3f %s%7.2f %14s  %s\n", t[i].name, t[i].value, t[i].higher ? ">=" : "<=",
-               t[i].target, t[i].limit, ok ? "yes" : "NO");
+        printf("%-46s %9.3f %s%7.2f %14s  %s\n", t[i].name, t[i].value,
+               t[i].higher ? ">=" : "<=", t[i].target, t[i].limit, ok ? "yes" : "NO");
     }
     printf("\nretries: write-through %d, spill fill (out of memory while spilling) %d, "
            "write-back queue full 1 KiB %d / 1 MiB %d\n",
@@ -574,15 +572,16 @@ int main(int argc, char **argv)
             "\"write_back_set_1m_p99_us\": %.2f, \"memory_set_1m_p99_us\": %.2f, "
             "\"write_back_queue_full_1k\": %d, \"write_back_queue_full_1m\": %d},\n"
             "  \"targets\": [\n",
-            wt_us, wt_spr, m64_us, m64_spr, sp_us, sp_spr, wb_us[0], mem_us[0], wb_us[1],
-            mem_us[1], wb_p99[0], mem_p99[0], wb_p99[1], mem_p99[1], wb_full[0], wb_full[1]);
+            wt_us, wt_spr, m64_us, m64_spr, sp_us, sp_spr, wb_us[0], mem_us[0], wb_us[1], mem_us[1],
+            wb_p99[0], mem_p99[0], wb_p99[1], mem_p99[1], wb_full[0], wb_full[1]);
     for (int i = 0; i < 4; i++) {
         bool ok = t[i].higher ? t[i].value >= t[i].target : t[i].value <= t[i].target;
-        fprintf(f,
-                "    {\"name\": \"%s\", \"measured\": %.4f, \"target\": %.2f, \"higher_is_better\": "
-                "%s, \"limit\": \"%s\", \"met\": %s}%s\n",
-                t[i].name, t[i].value, t[i].target, t[i].higher ? "true" : "false", t[i].limit,
-                ok ? "true" : "false", i < 3 ? "," : "");
+        fprintf(
+            f,
+            "    {\"name\": \"%s\", \"measured\": %.4f, \"target\": %.2f, \"higher_is_better\": "
+            "%s, \"limit\": \"%s\", \"met\": %s}%s\n",
+            t[i].name, t[i].value, t[i].target, t[i].higher ? "true" : "false", t[i].limit,
+            ok ? "true" : "false", i < 3 ? "," : "");
     }
     fprintf(f, "  ]\n}\n");
     fclose(f);
