@@ -21,6 +21,7 @@
  *
  *   tier_bench [--worker_bin PATH] [--dir DIR] [--reps N] [--json FILE] */
 #include "bench/stats.h"
+#include "common/hash.h"
 #include "common/clock.h"
 #include "datasystem/kv_client.h"
 
@@ -163,23 +164,6 @@ static ds_client_t *start_worker(int slot, const char *bin, int arena_mb, const 
         fputs(line, stderr);
     if (f) fclose(f);
     exit(1);
-}
-
-/* The sfs backend's value checksum (store/l2_sfs.c sum64, copied): one pass
- * over the value on every write and read, timed to explain the tier rows. */
-static uint64_t sum64(uint64_t h, const void *p, size_t n)
-{
-    const uint8_t *b = p;
-    while (n >= 8) {
-        uint64_t w;
-        memcpy(&w, b, 8);
-        h = (h ^ w) * 0x100000001b3ull;
-        b += 8;
-        n -= 8;
-    }
-    while (n-- > 0)
-        h = (h ^ *b++) * 0x100000001b3ull;
-    return h;
 }
 
 static double med_us(uint64_t *ns, size_t n)
@@ -451,7 +435,7 @@ int main(int argc, char **argv)
     volatile uint64_t sink = 0;
     for (int r = 0; r <= reps; r++) {
         uint64_t t0 = ds__now_ns();
-        sink ^= sum64(0xcbf29ce484222325ull, val, BIG);
+        sink ^= ds__sum64(DS_SUM64_SEED, val, BIG); /* the sfs checksum pass */
         if (r > 0) ns[r - 1] = ds__now_ns() - t0;
     }
     double sum_us = med_us(ns, (size_t)reps), sum_spr = spread_pct(ns, (size_t)reps);

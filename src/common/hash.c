@@ -1,4 +1,5 @@
-/* MurmurHash3_x86_32, written from Austin Appleby's public-domain description. */
+/* MurmurHash3_x86_32, written from Austin Appleby's public-domain description, and the
+ * word-wise FNV-1a checksum the L2 backends keep with each file. */
 #include "common/hash.h"
 
 #include <string.h>
@@ -46,5 +47,20 @@ uint32_t ds__murmur3_32(const void *key, size_t len, uint32_t seed)
     h ^= h >> 13;
     h *= 0xc2b2ae35;
     h ^= h >> 16;
+    return h;
+}
+
+uint64_t ds__sum64(uint64_t h, const void *p, size_t n)
+{
+    const uint8_t *b = p;
+    while (n >= 8) {
+        uint64_t w;
+        memcpy(&w, b, 8);
+        h = (h ^ w) * 0x100000001b3ull;
+        b += 8;
+        n -= 8;
+    }
+    while (n-- > 0)
+        h = (h ^ *b++) * 0x100000001b3ull;
     return h;
 }

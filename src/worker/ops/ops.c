@@ -68,6 +68,19 @@ void ds__ops_lead_error(ds_wbuf_t *w, const char *msg)
 
 /* ---- GET ---- */
 
+void ds__ops_reply_values(ds_server_t *srv, ds_req_t *r, ds_status_t st, ds_wbuf_t *w,
+                          const struct iovec *segs, ds_obj_t **refs, uint32_t nseg)
+{
+    if (w->oom) {
+        for (uint32_t i = 0; i < nseg; i++)
+            ds__store_unref(srv->store, refs[i]);
+        ds__req_error(r, DS_K_OUT_OF_MEMORY, "out of memory");
+    } else {
+        ds__req_reply(r, st, w, segs, nseg, refs, nseg, -1);
+    }
+    ds__wbuf_free(w);
+}
+
 void ds__ops_get_reply(ds_server_t *srv, ds_req_t *r, uint8_t flags, const char *const *keys,
                        const uint32_t *lens, uint32_t n, ds_obj_t **objs)
 {
@@ -123,14 +136,7 @@ void ds__ops_get_reply(ds_server_t *srv, ds_req_t *r, uint8_t flags, const char 
         ds__ops_lead_error(&w, msg);
         st = DS_K_NOT_FOUND;
     }
-    if (w.oom) {
-        for (uint32_t i = 0; i < nseg; i++)
-            ds__store_unref(srv->store, refs[i]);
-        ds__req_error(r, DS_K_OUT_OF_MEMORY, "out of memory");
-    } else {
-        ds__req_reply(r, st, &w, segs, nseg, refs, nseg, -1);
-    }
-    ds__wbuf_free(&w);
+    ds__ops_reply_values(srv, r, st, &w, segs, refs, nseg);
     free(segs);
     free(refs);
 }

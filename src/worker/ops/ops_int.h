@@ -7,6 +7,11 @@
 /* Answers are built with an empty error string in front (4 bytes: length
  * 0); once a per-key failure is known, this puts its message there. */
 void ds__ops_lead_error(ds_wbuf_t *w, const char *msg);
+/* Answers with w's metadata and the values in segs (refs[i] holding
+ * segs[i]'s object, taken over), or K_OUT_OF_MEMORY when w ran out of
+ * memory; frees w. */
+void ds__ops_reply_values(ds_server_t *srv, ds_req_t *r, ds_status_t st, ds_wbuf_t *w,
+                          const struct iovec *segs, ds_obj_t **refs, uint32_t nseg);
 
 void ds__ops_create(ds_server_t *srv, ds_req_t *r);
 /* PUBLISH and RELEASE. */

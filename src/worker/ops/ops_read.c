@@ -97,14 +97,7 @@ void ds__ops_read(ds_server_t *srv, ds_req_t *r)
     }
     ds_status_t overall = found ? DS_K_OK : first;
     if (first != DS_K_OK) ds__ops_lead_error(&w, first_msg);
-    if (w.oom) {
-        for (uint32_t i = 0; i < nseg; i++)
-            ds__store_unref(srv->store, refs[i]);
-        ds__req_error(r, DS_K_OUT_OF_MEMORY, "out of memory");
-    } else {
-        ds__req_reply(r, overall, &w, segs, nseg, refs, nseg, -1);
-    }
-    ds__wbuf_free(&w);
+    ds__ops_reply_values(srv, r, overall, &w, segs, refs, nseg);
     free(segs);
     free(refs);
 }

@@ -46,24 +46,6 @@ typedef struct {
     uint64_t tmp_seq; /* only the I/O thread writes */
 } sfs_t;
 
-/* FNV-1a over 8-byte words, then the tail: fast enough for large values and
- * enough to tell a torn or foreign file from ours. */
-static uint64_t sum64(uint64_t h, const void *p, size_t n)
-{
-    const uint8_t *b = p;
-    while (n >= 8) {
-        uint64_t w;
-        memcpy(&w, b, 8);
-        h = (h ^ w) * 0x100000001b3ull;
-        b += 8;
-        n -= 8;
-    }
-    while (n-- > 0)
-        h = (h ^ *b++) * 0x100000001b3ull;
-    return h;
-}
-#define SUM_SEED 0xcbf29ce484222325ull
-
 int ds__l2_sfs_name(const char *key, size_t keylen, char *out, size_t cap)
 {
     static const char hex[] = "0123456789ABCDEF";
@@ -111,7 +93,7 @@ static void hdr_fill(uint8_t h[SFS_HDR], const char *key, size_t keylen, const d
     memcpy(h + 32, &m->ttl_wall_ms, 8);
     h[40] = m->write_mode;
     memcpy(h + 48, &data_sum, 8);
-    uint64_t hs = sum64(sum64(SUM_SEED, h, 56), key, keylen);
+    uint64_t hs = ds__sum64(ds__sum64(DS_SUM64_SEED, h, 56), key, keylen);
     memcpy(h + 56, &hs, 8);
 }
 
@@ -125,7 +107,7 @@ static int hdr_parse(const uint8_t h[SFS_HDR], const char *key, uint32_t keylen,
     memcpy(&kl, h + 12, 4);
     memcpy(&hs, h + 56, 8);
     if (memcmp(h, SFS_MAGIC, 8) != 0 || hl != SFS_HDR || kl != keylen) return -1;
-    if (sum64(sum64(SUM_SEED, h, 56), key, keylen) != hs) return -1;
+    if (ds__sum64(ds__sum64(DS_SUM64_SEED, h, 56), key, keylen) != hs) return -1;
     memcpy(&m->size, h + 16, 8);
     memcpy(&m->version, h + 24, 8);
     memcpy(&m->ttl_wall_ms, h + 32, 8);
@@ -169,7 +151,7 @@ static int sfs_put(ds_l2_t *l2, const char *key, size_t keylen, const void *data
         return -1;
     }
     uint8_t h[SFS_HDR];
-    hdr_fill(h, key, keylen, meta, sum64(SUM_SEED, data, meta->size));
+    hdr_fill(h, key, keylen, meta, ds__sum64(DS_SUM64_SEED, data, meta->size));
     struct iovec iov[3] = {{h, SFS_HDR}, {(void *)key, keylen}, {(void *)data, meta->size}};
     int vi = 0;
     const char *step = "write";
@@ -241,7 +223,7 @@ static int sfs_get(ds_l2_t *l2, const char *key, size_t keylen, void *dst, uint6
         why = "object larger than the space reserved for it";
     else if (full_read(fd, dst, meta->size) != 0)
         why = "short read of the value";
-    else if (sum64(SUM_SEED, dst, meta->size) != dsum)
+    else if (ds__sum64(DS_SUM64_SEED, dst, meta->size) != dsum)
         why = "value checksum mismatch";
     free(k);
     close(fd);
