@@ -84,6 +84,35 @@ static void release_all(ds_buffer_t **out, size_t n)
     }
 }
 
+/* The buffer for a found entry e of key: a pinned view into the arena (the
+ * pin passes from the entry to the buffer) or the inline bytes read from the
+ * connection into a private allocation. *out is set once the buffer exists,
+ * so the caller's release_all frees it on a later failure. */
+static ds_status_t entry_buffer(ds_conn_t *conn, const char *key, ds_getent_t *e, uint64_t deadline,
+                                ds_buffer_t **out)
+{
+    ds_buffer_t *b = buf_new(key, e->kind == DS_VAL_SHM ? DS_BUF_SHM : DS_BUF_HEAP);
+    if (b == NULL) return ds__set_error(DS_K_OUT_OF_MEMORY, "out of memory");
+    b->size = e->size;
+    b->published = true;
+    *out = b;
+    if (e->kind == DS_VAL_SHM) {
+        ds_sess_t *s = conn->sess;
+        ds__sess_ref(s);
+        b->sess = s;
+        b->data = s->base + e->off;
+        DS__TSAN_READING(b->data);
+        b->handle = e->handle;
+        e->kind = DS_VAL_MISSING; /* the pin now belongs to the buffer */
+        return DS_K_OK;
+    }
+    b->data = heap_alloc(e->size);
+    if (b->data == NULL)
+        return ds__set_error(DS_K_OUT_OF_MEMORY, "out of memory for a value of %llu bytes",
+                             (unsigned long long)e->size);
+    return ds__conn_read_data(conn, b->data, e->size, deadline);
+}
+
 static ds_status_t kv_get_buffers(ds_client_t *c, size_t n, const char *const *keys,
                                   int32_t sub_timeout_ms, ds_buffer_t **out)
 {
@@ -108,32 +137,9 @@ static ds_status_t kv_get_buffers(ds_client_t *c, size_t n, const char *const *k
     if (st == DS_K_OK) {
         size_t found = 0;
         for (size_t i = 0; i < n && st == DS_K_OK; i++) {
-            ds_getent_t *e = &ents[i];
-            if (e->kind == DS_VAL_MISSING) continue;
-            ds_buffer_t *b = buf_new(keys[i], e->kind == DS_VAL_SHM ? DS_BUF_SHM : DS_BUF_HEAP);
-            if (b == NULL) {
-                st = ds__set_error(DS_K_OUT_OF_MEMORY, "out of memory");
-                break;
-            }
-            b->size = e->size;
-            b->published = true;
-            out[i] = b;
+            if (ents[i].kind == DS_VAL_MISSING) continue;
             found++;
-            if (e->kind == DS_VAL_SHM) {
-                ds__sess_ref(s);
-                b->sess = s;
-                b->data = s->base + e->off;
-                DS__TSAN_READING(b->data);
-                b->handle = e->handle;
-                e->kind = DS_VAL_MISSING; /* the pin now belongs to the buffer */
-                continue;
-            }
-            b->data = heap_alloc(e->size);
-            if (b->data == NULL)
-                st = ds__set_error(DS_K_OUT_OF_MEMORY, "out of memory for a value of %llu bytes",
-                                   (unsigned long long)e->size);
-            else
-                st = ds__conn_read_data(conn, b->data, e->size, deadline);
+            st = entry_buffer(conn, keys[i], &ents[i], deadline, &out[i]);
         }
         if (st != DS_K_OK) {
             release_all(out, n);
@@ -203,21 +209,8 @@ static ds_status_t kv_read(ds_client_t *c, size_t n, const ds_read_param_t *para
     for (uint32_t i = 0; i < m && !bad; i++) {
         ds_getent_t *e = &ents[i];
         sts[i] = (ds_status_t)ds__rbuf_u32(&conn->r);
-        e->kind = ds__rbuf_u8(&conn->r);
-        e->size = ds__rbuf_u64(&conn->r);
-        e->off = e->handle = 0;
-        if (e->kind == DS_VAL_SHM) {
-            e->off = ds__rbuf_u64(&conn->r);
-            e->handle = ds__rbuf_u64(&conn->r);
-        }
-        if (conn->r.err) break;
+        if (!ds__read_entry(conn, e, &inline_total, &bad)) break;
         parsed = i + 1;
-        if (e->kind == DS_VAL_INLINE)
-            inline_total += e->size;
-        else if (e->kind == DS_VAL_SHM)
-            bad = s->base == NULL || e->off > s->size || e->size > s->size - e->off;
-        else
-            bad = e->kind != DS_VAL_MISSING;
         bad = bad || ((e->kind == DS_VAL_MISSING) != (sts[i] != DS_K_OK));
     }
     if (bad || conn->r.err || inline_total != conn->rh.data_len) {
@@ -229,30 +222,8 @@ static ds_status_t kv_read(ds_client_t *c, size_t n, const ds_read_param_t *para
         goto out;
     }
     for (size_t i = 0; i < n && st == DS_K_OK; i++) {
-        ds_getent_t *e = &ents[i];
-        if (e->kind == DS_VAL_MISSING) continue;
-        ds_buffer_t *b = buf_new(keys[i], e->kind == DS_VAL_SHM ? DS_BUF_SHM : DS_BUF_HEAP);
-        if (b == NULL) {
-            st = ds__set_error(DS_K_OUT_OF_MEMORY, "out of memory");
-            break;
-        }
-        b->size = e->size;
-        b->published = true;
-        out[i] = b;
-        if (e->kind == DS_VAL_SHM) {
-            ds__sess_ref(s);
-            b->sess = s;
-            b->data = s->base + e->off;
-            b->handle = e->handle;
-            e->kind = DS_VAL_MISSING; /* the pin now belongs to the buffer */
-            continue;
-        }
-        b->data = heap_alloc(e->size);
-        if (b->data == NULL)
-            st = ds__set_error(DS_K_OUT_OF_MEMORY, "out of memory for a range of %llu bytes",
-                               (unsigned long long)e->size);
-        else
-            st = ds__conn_read_data(conn, b->data, e->size, deadline);
+        if (ents[i].kind == DS_VAL_MISSING) continue;
+        st = entry_buffer(conn, keys[i], &ents[i], deadline, &out[i]);
     }
     if (st != DS_K_OK) {
         release_all(out, n);

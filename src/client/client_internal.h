@@ -270,6 +270,11 @@ typedef struct {
 ds_status_t ds__get_request(ds_conn_t *conn, size_t n, const char *const *keys,
                             int32_t sub_timeout_ms, uint8_t flags, uint64_t deadline,
                             ds_getent_t *ents);
+/* Reads one GET/READ answer entry (kind, size, [offset, handle]) into e:
+ * false when the metadata ran out; *bad is set when the entry is not one a
+ * worker may send (an arena range outside the mapping, an unknown kind), and
+ * *inline_total grows by an inline value's size. */
+bool ds__read_entry(ds_conn_t *conn, ds_getent_t *e, uint64_t *inline_total, bool *bad);
 /* Releases the pins of the SHM entries among e[0..n) in one frame. */
 void ds__release_entries(ds_sess_t *s, const ds_getent_t *e, size_t n);
 

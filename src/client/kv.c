@@ -308,6 +308,26 @@ void ds__release_entries(ds_sess_t *s, const ds_getent_t *e, size_t n)
     if (h != small) free(h);
 }
 
+bool ds__read_entry(ds_conn_t *conn, ds_getent_t *e, uint64_t *inline_total, bool *bad)
+{
+    const ds_sess_t *s = conn->sess;
+    e->kind = ds__rbuf_u8(&conn->r);
+    e->size = ds__rbuf_u64(&conn->r);
+    e->off = e->handle = 0;
+    if (e->kind == DS_VAL_SHM) {
+        e->off = ds__rbuf_u64(&conn->r);
+        e->handle = ds__rbuf_u64(&conn->r);
+    }
+    if (conn->r.err) return false;
+    if (e->kind == DS_VAL_INLINE)
+        *inline_total += e->size;
+    else if (e->kind == DS_VAL_SHM)
+        *bad = s->base == NULL || e->off > s->size || e->size > s->size - e->off;
+    else
+        *bad = e->kind != DS_VAL_MISSING;
+    return true;
+}
+
 ds_status_t ds__get_request(ds_conn_t *conn, size_t n, const char *const *keys,
                             int32_t sub_timeout_ms, uint8_t flags, uint64_t deadline,
                             ds_getent_t *ents)
@@ -328,22 +348,8 @@ ds_status_t ds__get_request(ds_conn_t *conn, size_t n, const char *const *keys,
     size_t parsed = 0;
     bool bad = m != n;
     for (uint32_t i = 0; i < m && !bad; i++) {
-        ds_getent_t *e = &ents[i];
-        e->kind = ds__rbuf_u8(&conn->r);
-        e->size = ds__rbuf_u64(&conn->r);
-        e->off = e->handle = 0;
-        if (e->kind == DS_VAL_SHM) {
-            e->off = ds__rbuf_u64(&conn->r);
-            e->handle = ds__rbuf_u64(&conn->r);
-        }
-        if (conn->r.err) break;
+        if (!ds__read_entry(conn, &ents[i], &inline_total, &bad)) break;
         parsed = i + 1;
-        if (e->kind == DS_VAL_INLINE)
-            inline_total += e->size;
-        else if (e->kind == DS_VAL_SHM)
-            bad = s->base == NULL || e->off > s->size || e->size > s->size - e->off;
-        else
-            bad = e->kind != DS_VAL_MISSING;
     }
     if (bad || conn->r.err || inline_total != conn->rh.data_len) {
         ds__release_entries(s, ents, parsed);
