@@ -19,13 +19,6 @@
 #include <stdio.h>
 #include <string.h>
 
-static int size_index(size_t size)
-{
-    for (size_t i = 0; i < sbs_nsizes; i++)
-        if (sbs_sizes[i] == size) return (int)i;
-    return -1;
-}
-
 static bool is_tcp(const char *system)
 {
     return !strcmp(system, "ds-remote") || !strcmp(system, "redis-tcp");
@@ -55,9 +48,12 @@ void sbs_compute_ratios(const sbs_limits_t *lim)
     for (size_t i = 0; i < sbs_row_count(); i++) {
         sbs_row_t *r = sbs_row_at(i);
         if (!strcmp(r->system, "limit") || !strncmp(r->system, "redis", 5)) continue;
-        int si = size_index(r->size);
+        int si = sbs_size_index(r->size);
         bool tcp = is_tcp(r->system), pair = is_pair(r->op);
-        if (!is_rate_row(r) && strncmp(r->op, "1KiB", 4) != 0 && si >= 0 && r->p50_us > 0) {
+        /* Rate rows too: a concurrent pair's aggregate GB/s over the limit,
+         * a resident operation's p50 over the round trip. */
+        bool no_limit = !strcmp(r->op, "resident memory") || !strncmp(r->op, "resident load", 13);
+        if (!no_limit && strncmp(r->op, "1KiB", 4) != 0 && si >= 0 && r->p50_us > 0) {
             if (r->size >= 64 * SBS_KIB) {
                 double l = tcp ? lim->tcp_stream_gbps[si] : lim->memcpy_gbps[si];
                 if (pair) l /= 2;
@@ -81,21 +77,7 @@ void sbs_compute_ratios(const sbs_limits_t *lim)
     }
 }
 
-static int ntargets;
-static sbs_target_t targets[32];
-
-static void target(const char *name, double measured, double goal, bool higher_is_better)
-{
-    if (ntargets >= 32) return;
-    sbs_target_t *t = &targets[ntargets++];
-    snprintf(t->name, sizeof(t->name), "%s", name);
-    t->measured = measured;
-    t->target = goal;
-    t->higher_is_better = higher_is_better;
-    t->met = !isnan(measured) && (higher_is_better ? measured >= goal : measured <= goal);
-}
-
-static const char *human(size_t size, char *buf, size_t cap)
+const char *sbs_human(size_t size, char *buf, size_t cap)
 {
     if (size >= SBS_MIB && size % SBS_MIB == 0)
         snprintf(buf, cap, "%zu MiB", size / SBS_MIB);
@@ -106,61 +88,7 @@ static const char *human(size_t size, char *buf, size_t cap)
     return buf;
 }
 
-static double p50_of(const char *sys, const char *op, size_t size, int clients)
-{
-    const sbs_row_t *r = sbs_row_find(sys, op, size, clients);
-    return r ? r->p50_us : NAN;
-}
-
-static double p99_of(const char *sys, const char *op, size_t size, int clients)
-{
-    const sbs_row_t *r = sbs_row_find(sys, op, size, clients);
-    return r ? r->p99_us : NAN;
-}
-
-void sbs_compute_targets(const sbs_limits_t *lim)
-{
-    ntargets = 0;
-    char name[160], h[32];
-    for (size_t i = 0; i < sbs_nsizes; i++) {
-        size_t s = sbs_sizes[i];
-        if (s != SBS_KIB && s < SBS_MIB) continue;
-        const sbs_row_t *r = sbs_row_find("ds-local", "set+get", s, 1);
-        snprintf(name, sizeof(name), "local set+get vs Redis (Unix socket), %s, x faster",
-                 human(s, h, sizeof(h)));
-        target(name, r ? r->ratio_to_redis : NAN, s >= SBS_MIB ? 5.0 : 1.5, true);
-    }
-    double shm = p50_of("vllm-omni-shm", "put+get", 64 * SBS_MIB, 1);
-    double ours = p50_of("ds-local", "set+get", 64 * SBS_MIB, 1);
-    target("local set+get vs vLLM-Omni shared-memory path, 64 MiB, x faster", shm / ours, 30.0,
-           true);
-    for (size_t i = 0; i < sbs_nsizes; i++) {
-        size_t s = sbs_sizes[i];
-        if (s < SBS_MIB) continue;
-        const sbs_row_t *r = sbs_row_find("ds-local", "set", s, 1);
-        snprintf(name, sizeof(name), "local set vs memcpy bandwidth, %s, fraction",
-                 human(s, h, sizeof(h)));
-        target(name, r && lim->memcpy_gbps[i] > 0 ? r->gbps / lim->memcpy_gbps[i] : NAN, 0.5, true);
-    }
-    const char *hol_sys[2] = {"ds-local", "ds-remote"};
-    for (int i = 0; i < 2; i++) {
-        double idle = p99_of(hol_sys[i], "1KiB set/get idle", SBS_KIB, 1);
-        double busy = p99_of(hol_sys[i], "1KiB set/get during 256MiB get", SBS_KIB, 2);
-        snprintf(name, sizeof(name), "%s 1 KiB p99 during a 256 MiB transfer / idle p99",
-                 hol_sys[i]);
-        target(name, busy / idle, 3.0, false);
-    }
-    const sbs_row_t *m = sbs_row_find("ds-local", "resident memory", SBS_KIB, 1);
-    target("bytes per resident 1 KiB key beyond key and value", m ? m->extra : NAN, 200.0, false);
-}
-
-const sbs_target_t *sbs_targets(int *n)
-{
-    *n = ntargets;
-    return targets;
-}
-
-static void fmt_num(char *buf, size_t cap, double v, const char *f)
+void sbs_fmt_num(char *buf, size_t cap, double v, const char *f)
 {
     if (isnan(v))
         snprintf(buf, cap, "-");
@@ -175,11 +103,11 @@ void sbs_print_table(FILE *f)
     for (size_t i = 0; i < sbs_row_count(); i++) {
         const sbs_row_t *r = sbs_row_at(i);
         char h[32], p50[32], p99[32], g[32], rl[32], rr[32], extra[256];
-        fmt_num(p50, sizeof(p50), r->p50_us, "%.1f");
-        fmt_num(p99, sizeof(p99), r->p99_us, "%.1f");
-        fmt_num(g, sizeof(g), r->gbps, "%.3f");
-        fmt_num(rl, sizeof(rl), r->ratio_to_limit, "%.2f");
-        fmt_num(rr, sizeof(rr), r->ratio_to_redis, "%.2f");
+        sbs_fmt_num(p50, sizeof(p50), r->p50_us, "%.1f");
+        sbs_fmt_num(p99, sizeof(p99), r->p99_us, "%.1f");
+        sbs_fmt_num(g, sizeof(g), r->gbps, "%.3f");
+        sbs_fmt_num(rl, sizeof(rl), r->ratio_to_limit, "%.2f");
+        sbs_fmt_num(rr, sizeof(rr), r->ratio_to_redis, "%.2f");
         extra[0] = '\0';
         if (r->ops_per_s > 0)
             snprintf(extra, sizeof(extra), "%.0f ops/s%s%s", r->ops_per_s, r->note[0] ? "; " : "",
@@ -189,34 +117,8 @@ void sbs_print_table(FILE *f)
         else
             snprintf(extra, sizeof(extra), "%s", r->note);
         fprintf(f, "%-20s %-32s %8s %4d %11s %11s %8s %8s %8s  %s\n", r->system, r->op,
-                human(r->size, h, sizeof(h)), r->clients, p50, p99, g, rl, rr, extra);
+                sbs_human(r->size, h, sizeof(h)), r->clients, p50, p99, g, rl, rr, extra);
     }
-}
-
-void sbs_print_targets(FILE *f)
-{
-    int met = 0, measured = 0;
-    fprintf(f, "%-72s %10s %10s  %s\n", "target", "measured", "target", "met");
-    for (int i = 0; i < ntargets; i++) {
-        const sbs_target_t *t = &targets[i];
-        char m[32];
-        fmt_num(m, sizeof(m), t->measured, "%.3f");
-        fprintf(f, "%-72s %10s %2s%8.2f  %s\n", t->name, m,
-                t->higher_is_better ? ">=" : "<=", t->target,
-                isnan(t->measured) ? "not measured"
-                : t->met           ? "met"
-                                   : "NOT MET");
-        met += t->met;
-        measured += !isnan(t->measured);
-    }
-    fprintf(f, "%d of %d targets met (%d measured in this run)\n", met, ntargets, measured);
-    double idle = p99_of("limit", "unix_rtt idle", SBS_KIB, 1);
-    double busy = p99_of("limit", "unix_rtt during 256MiB tcp stream", SBS_KIB, 2);
-    if (!isnan(idle) && idle > 0)
-        fprintf(f,
-                "context: with no server at all, a 1 KiB Unix ping-pong's p99 goes from %.1f us to "
-                "%.1f us (x%.1f) while a loopback TCP stream runs\n",
-                idle, busy, busy / idle);
 }
 
 static void json_num(FILE *f, double v, const char *fmt)
@@ -293,14 +195,21 @@ int sbs_write_json(const char *path, const sbs_opts_t *o, const sbs_limits_t *li
         fprintf(f, "}%s\n", i + 1 < sbs_row_count() ? "," : "");
     }
     fprintf(f, "  ],\n  \"targets\": [\n");
+    int ntargets;
+    const sbs_target_t *targets = sbs_targets(&ntargets);
     for (int i = 0; i < ntargets; i++) {
         const sbs_target_t *t = &targets[i];
         fprintf(f, "    {\"name\": ");
         json_str(f, t->name);
         fprintf(f, ", \"measured\": ");
         json_num(f, t->measured, "%.4f");
-        fprintf(f, ", \"comparison\": \"%s\", \"target\": %.4f, \"met\": %s}%s\n",
-                t->higher_is_better ? ">=" : "<=", t->target, t->met ? "true" : "false",
+        fprintf(f, ", \"comparison\": \"%s\", \"target\": %.4f, \"met\": %s",
+                t->higher_is_better ? ">=" : "<=", t->target, t->met ? "true" : "false");
+        fprintf(f, ", \"ratio_to_limit\": ");
+        json_num(f, t->limit_ratio, "%.4f");
+        fprintf(f, ", \"limit\": ");
+        json_str(f, t->limit);
+        fprintf(f, ", \"stable\": %s}%s\n", t->stable ? "true" : "false",
                 i + 1 < ntargets ? "," : "");
     }
     fprintf(f, "  ]\n}\n");

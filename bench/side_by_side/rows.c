@@ -72,3 +72,10 @@ sbs_row_t *sbs_row_at(size_t i)
 {
     return i < nrows ? &rows[i] : NULL;
 }
+
+int sbs_size_index(size_t size)
+{
+    for (size_t i = 0; i < sbs_nsizes; i++)
+        if (sbs_sizes[i] == size) return (int)i;
+    return -1;
+}

@@ -144,6 +144,8 @@ typedef struct {
 
 extern const size_t sbs_sizes[];
 extern const size_t sbs_nsizes;
+/* The index of size in sbs_sizes, or -1. */
+int sbs_size_index(size_t size);
 /* How many of sbs_sizes this run measures: --quick leaves out 256 MiB. */
 size_t sbs_nsizes_run(const sbs_opts_t *o);
 
