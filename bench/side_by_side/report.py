@@ -31,6 +31,7 @@ SYSTEM_NAMES = {
     "vllm-omni-shm": "vLLM-Omni SharedMemoryConnector path",
     "connector-serializer": "YuanrongConnector, serializer path",
     "connector-raw": "YuanrongConnector, raw path",
+    "connector-python": "YuanrongConnector in Python, one-copy path",
     "limit": "machine limit",
 }
 
@@ -115,8 +116,8 @@ def table(header, rows):
 
 def single_tables(d):
     """One table per value size, systems in a fixed order."""
-    order = ["ds-local", "connector-raw", "connector-serializer", "ds-remote", "redis-unix",
-             "redis-tcp", "vllm-omni-shm"]
+    order = ["ds-local", "connector-raw", "connector-serializer", "connector-python", "ds-remote",
+             "redis-unix", "redis-tcp", "vllm-omni-shm"]
     rows = [r for r in d["rows"] if r["clients"] == 1 and r["system"] != "limit"
             and not r["operation"].startswith(("resident", "1KiB", "concurrent"))]
     out = []

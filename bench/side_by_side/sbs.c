@@ -8,7 +8,7 @@
  *
  *   sbs [--quick] [--build-dir DIR] [--out-dir DIR] [--python PATH]
  *       [--shm-script PATH] [--redis-server PATH] [--arena-mb N]
- *       [--phases resident,single,connector,scale,hol] [--busy-poll-us N]
+ *       [--phases resident,single,connector,pyconn,scale,hol] [--busy-poll-us N]
  *
  * --busy-poll-us N runs the worker with --busy_poll_us N and every
  * datasystem client with DS_BUSY_POLL_US=N (both poll for a while before
@@ -40,7 +40,7 @@ static void usage(FILE *f)
     fprintf(f, "usage: sbs [--quick] [--build-dir DIR] [--out-dir DIR] [--python PATH]\n"
                "           [--shm-script PATH] [--redis-server PATH] [--arena-mb N]\n"
                "           [--busy-poll-us N]\n"
-               "           [--phases resident,single,connector,scale,hol]\n");
+               "           [--phases resident,single,connector,pyconn,scale,hol]\n");
 }
 
 static bool want(const char *phases, const char *name)
@@ -88,7 +88,7 @@ int main(int argc, char **argv)
                     .shm_script = "bench/side_by_side/shm_bench.py",
                     .redis_bin = "redis-server",
                     .arena_mb = 1536};
-    const char *phases = "resident,single,connector,scale,hol";
+    const char *phases = "resident,single,connector,pyconn,scale,hol";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--quick")) {
@@ -195,6 +195,10 @@ int main(int argc, char **argv)
         snprintf(conn_status, sizeof(conn_status), "%s%s", r == 1 ? "skipped: " : "", why);
         printf("  connector: %s\n", conn_status);
         tp = phase_done("connector", tp);
+    }
+    if (want(phases, "pyconn")) {
+        failed += sbs_phase_pyconn(&o, &env) != 0;
+        tp = phase_done("pyconn", tp);
     }
     if (want(phases, "scale")) {
         failed += sbs_phase_scale(&o, &env) != 0;

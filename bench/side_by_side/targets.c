@@ -132,10 +132,27 @@ static void resident_targets(void)
         }
 }
 
+static void pyconn_targets(void)
+{
+    const size_t sizes[2] = {64 * SBS_MIB, SBS_MIB};
+    const double goals[2] = {0.5, 0.3};
+    char name[160], h[32];
+    for (int i = 0; i < 2; i++) {
+        const sbs_row_t *r = sbs_row_find("connector-python", "put+get", sizes[i], 1);
+        const sbs_row_t *m = sbs_row_find("limit", "numpy memcpy", sizes[i], 1);
+        snprintf(name, sizeof(name),
+                 "Python connector put+get of a tensor vs one warm memcpy, %s, fraction",
+                 sbs_human(sizes[i], h, sizeof(h)));
+        target(name, r && m && r->p50_us > 0 ? m->p50_us / r->p50_us : NAN, goals[i], true, r,
+               true);
+    }
+}
+
 void sbs_compute_targets(const sbs_limits_t *lim)
 {
     ntargets = 0;
     local_targets(lim);
+    pyconn_targets();
     remote_targets();
     resident_targets();
     const char *hol_sys[2] = {"ds-local", "ds-remote"};
