@@ -67,6 +67,7 @@ typedef struct ds_sess {
     uint8_t *base; /* arena mapping; NULL for a remote (TCP) session */
     size_t size;
     uint32_t inline_max;
+    bool setr; /* the worker takes SETR: local sets in one round trip (kv.c) */
     uint32_t worker_pid;
     char worker_id[128];              /* the worker's identity when the session was created */
     char key[DS_SESSION_KEY_MAX + 1]; /* proves the right to join; "" from older workers */
@@ -112,6 +113,10 @@ typedef struct ds_conn {
     const char *peer;    /* "host:port" of the worker, for messages */
     uint32_t busy_poll_us;
     bool traced; /* the request being built carries DS_FLAG_TRACE */
+    /* Arena space the worker reserved for this connection's next local
+     * set (SETR, kv.c): a session handle and the range; 0 = none. Given
+     * back (RELEASE over the anchor) when the connection is freed. */
+    uint64_t space, space_off, space_len;
 } ds_conn_t;
 
 struct ds_client {
@@ -179,6 +184,7 @@ typedef struct {
     char session_key[DS_SESSION_KEY_MAX + 1]; /* "" from workers that send none */
     char unix_socket[128];                    /* the worker's Unix socket; "" when it names none */
     char local_proof[96];                     /* its answer to proof_challenge; "" = none */
+    uint32_t features;                        /* DS_FEATURE_*; 0 from workers that send none */
 } ds_hello_t;
 ds_status_t ds__conn_dial(const ds_client_t *c, const ds_dial_t *d, int *fd, ds_hello_t *out);
 

@@ -3,8 +3,14 @@
  *
  * Writes: a remote client sends every value in a SET's data section. A local
  * client sends small values (up to the worker's inline_max) the same way, and
- * writes large ones straight into the arena: CREATE reserves the space,
- * memcpy fills it, PUBLISH makes it visible, and the creation pin is released.
+ * writes large ones straight into the arena, in one round trip: each pool
+ * connection holds arena space the worker reserved for it (a "space", see
+ * SETR in common/wire.h), the values are copied there and one SETR names
+ * them, whose answer reserves the space for the next set. The first set of a
+ * connection, or one larger than its space, asks for the space first (one
+ * more round trip); a worker without SETR, or one that will not reserve
+ * that much, gets CREATE (reserves), memcpy, PUBLISH (makes visible) and a
+ * release of the creation pin.
  *
  * Reads: values come inline in the response's data section, read straight
  * into their destination (the caller's buffer or one malloc'd allocation), or
@@ -190,6 +196,110 @@ static void set_in_arena(ds_conn_t *conn, const ds_set_param_t *p, size_t n, con
     free(ok);
 }
 
+static uint64_t round_up64(uint64_t n)
+{
+    return (n + 63) & ~(uint64_t)63;
+}
+
+static uint64_t get_u64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+/* Takes the space trailer (the last 24 bytes of a SETR answer) off conn->r
+ * and makes it the connection's space (none after a transport failure: the
+ * worker drops it with the session). A protocol error when the answer has
+ * none or names a range outside the mapping; else DS_K_OK. */
+static ds_status_t take_space(ds_conn_t *conn)
+{
+    ds_sess_t *s = conn->sess;
+    conn->space = conn->space_off = conn->space_len = 0;
+    if (conn->state != DS_CONN_OK) return DS_K_OK;
+    if (conn->r.len - conn->r.pos < 24) return ds__conn_protocol_error(conn, "set_reserved");
+    conn->r.len -= 24;
+    const uint8_t *t = conn->r.p + conn->r.len;
+    uint64_t h = get_u64(t), off = get_u64(t + 8), len = get_u64(t + 16);
+    if (h != 0 && (off > s->size || len > s->size - off || off % 64 != 0))
+        return ds__conn_protocol_error(conn, "set_reserved");
+    if (h != 0) {
+        conn->space = h;
+        conn->space_off = off;
+        conn->space_len = len;
+    }
+    return DS_K_OK;
+}
+
+/* Asks the worker for a space of at least want bytes (SETR without keys).
+ * A transport or protocol failure's status (the connection is then broken),
+ * else DS_K_OK: whether the worker granted it, conn->space_len says. */
+static ds_status_t get_space(ds_conn_t *conn, uint64_t want, uint64_t deadline)
+{
+    ds__conn_begin(conn);
+    ds__wbuf_u64(&conn->w, conn->space);
+    ds__wbuf_u64(&conn->w, want);
+    ds_set_param_t p = DS_SET_PARAM_INIT;
+    put_param(conn, &p);
+    ds__wbuf_u32(&conn->w, 0);
+    ds_status_t st = ds__conn_call(conn, DS_OP_SETR, false, deadline);
+    ds_status_t ts = take_space(conn);
+    if (ts != DS_K_OK) st = ts;
+    ds__conn_drain(conn, deadline);
+    if (conn->state == DS_CONN_OK) {
+        ds__clear_error(); /* a refusal: the trailer says what we hold */
+        return DS_K_OK;
+    }
+    return st;
+}
+
+/* Large values of a local client, in one round trip: copied into the arena
+ * space the worker reserved for this connection and published with one SETR,
+ * whose answer reserves the space for the next set. Without a space that
+ * fits, one round trip first asks for it. false when the worker would not
+ * reserve enough (the caller then takes the CREATE / PUBLISH way); true
+ * when sts is filled. */
+static bool set_in_space(ds_conn_t *conn, const ds_set_param_t *p, size_t n, const size_t *idx,
+                         const char *const *keys, const void *const *vals, const size_t *lens,
+                         ds_status_t *sts, uint64_t deadline)
+{
+    ds_sess_t *s = conn->sess;
+    uint64_t total = 0;
+    for (size_t i = 0; i < n; i++)
+        total += round_up64(lens[at(idx, i)]);
+    if (total > s->size) return false;
+    if (conn->space_len < total) {
+        ds_status_t st = get_space(conn, total, deadline);
+        if (st != DS_K_OK) {
+            fill(sts, idx, n, st);
+            return true;
+        }
+    }
+    if (conn->space_len < total) return false;
+    ds__conn_begin(conn);
+    ds__wbuf_u64(&conn->w, conn->space);
+    ds__wbuf_u64(&conn->w, total);
+    put_param(conn, p);
+    ds__wbuf_u32(&conn->w, (uint32_t)n);
+    uint64_t off = conn->space_off;
+    for (size_t i = 0; i < n; i++) {
+        size_t k = at(idx, i);
+        ds__shm_index_copy_in(s->base + off, vals[k], lens[k]);
+        DS__TSAN_PUBLISHED(s->base + off);
+        ds__wbuf_cstr(&conn->w, keys[k]);
+        ds__wbuf_u64(&conn->w, off);
+        ds__wbuf_u64(&conn->w, lens[k]);
+        off += round_up64(lens[k]);
+    }
+    ds_status_t st = ds__conn_call(conn, DS_OP_SETR, false, deadline);
+    ds_status_t ts = take_space(conn);
+    if (ts != DS_K_OK) st = ts;
+    read_statuses(conn, st, n, idx, sts);
+    ds__conn_drain(conn, deadline);
+    return true;
+}
+
 ds_status_t ds__first_failure(size_t n, const char *const *keys, const ds_status_t *sts,
                               const char *verb)
 {
@@ -251,10 +361,14 @@ static ds_status_t kv_mset(ds_client_t *c, size_t n, const char *const *keys,
                 idx[n - 1 - nb++] = i;
         }
         if (ns > 0) ds__set_values(conn, &p, ns, idx, keys, vals, lens, sts, deadline);
-        if (nb > 0 && conn->state == DS_CONN_OK)
-            set_in_arena(conn, &p, nb, idx + ns, keys, vals, lens, sts, deadline);
-        else if (nb > 0)
+        if (nb > 0 && conn->state != DS_CONN_OK) {
             fill(sts, idx + ns, nb, sts[idx[0]]);
+        } else if (nb > 0) {
+            /* One SETR from the connection's reserved space when the worker
+             * takes it, else CREATE / PUBLISH. */
+            if (!(s->setr && set_in_space(conn, &p, nb, idx + ns, keys, vals, lens, sts, deadline)))
+                set_in_arena(conn, &p, nb, idx + ns, keys, vals, lens, sts, deadline);
+        }
         if (idx == small_idx) idx = NULL;
     }
     ds__client_put(c, conn);
