@@ -54,6 +54,9 @@
 /* Values at most this long are copied into the request's own buffer instead
  * of getting an iovec of their own (fewer, larger writes for many small keys). */
 #define DS_CLIENT_COALESCE_MAX 4096
+/* A local set sends values above this size through the arena (SETR) when
+ * the worker takes SETR; smaller ones inline. */
+#define DS_CLIENT_SPACE_MIN 4096
 /* Sanity bound on a response's data section. */
 #define DS_CLIENT_MAX_RESP_DATA (UINT64_C(1) << 42)
 #define DS_CLIENT_DEFAULT_REQUEST_MS 60000

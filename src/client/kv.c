@@ -354,8 +354,12 @@ static ds_status_t kv_mset(ds_client_t *c, size_t n, const char *const *keys,
             goto out;
         }
         size_t ns = 0, nb = 0;
+        /* With SETR a value goes through the arena as soon as that beats the
+         * socket (one copy instead of two); else above the worker's limit. */
+        size_t inline_max = s->inline_max;
+        if (s->setr && inline_max > DS_CLIENT_SPACE_MIN) inline_max = DS_CLIENT_SPACE_MIN;
         for (size_t i = 0; i < n; i++) {
-            if (lens[i] <= s->inline_max)
+            if (lens[i] <= inline_max)
                 idx[ns++] = i;
             else
                 idx[n - 1 - nb++] = i;

@@ -28,6 +28,8 @@
 
 /* Spaces one session may hold: the client's pool (64) with room. */
 #define DS_SPACES_PER_SESSION 128u
+/* A space at most this large is kept for smaller sets too. */
+#define DS_SPACE_KEEP (8u << 20)
 /* Each entry: key (4-byte length + at least 1 byte), offset, length. */
 #define ENTRY_MIN 21u
 
@@ -79,13 +81,11 @@ static void replenish(ds_server_t *srv, ds_req_t *r, uint64_t *handle, uint64_t 
     ds_slot_t *sl = *handle ? ds__session_slot(r->session, *handle) : NULL;
     uint64_t off = 0, len = 0;
     if (sl) ds__store_space(srv->store, sl->obj, &off, &len);
-    /* Enough left, and not more than four times what is asked: keep it. */
-    if (len >= grant && (len / 4 <= grant)) return;
+    /* Enough left, and not much more than asked (or not much at all): keep it. */
+    if (len >= grant && (len / 4 <= grant || len <= DS_SPACE_KEEP)) return;
     uint64_t used, total;
     ds__store_usage(srv->store, &used, &total);
-    ds_store_stats_t st;
-    ds__store_stats(srv->store, &st);
-    uint64_t others = st.reserved_bytes - len;
+    uint64_t others = ds__store_reserved(srv->store) - len;
     char msg[256];
     if (want > total / 4 || grant > total / 4 || others + grant > total / 2) {
         drop_space(srv, r, handle);
@@ -104,6 +104,18 @@ static void replenish(ds_server_t *srv, ds_req_t *r, uint64_t *handle, uint64_t 
         ds__store_unref(srv->store, o);
     else
         r->session->spaces++;
+}
+
+/* Once the values are published (an overwrite has freed the version it
+ * replaced, which a new space can then reuse while it is still in the
+ * cache): the space for the next set, in the answer's trailer. arg: the
+ * space's handle, the size wanted. */
+static void after_publish(ds_server_t *srv, ds_req_t *r, const uint64_t arg[2])
+{
+    uint64_t handle = arg[0];
+    if (r->session == NULL) return; /* the connection is gone: so is the answer */
+    replenish(srv, r, &handle, arg[1]);
+    report_space(srv, r, &handle);
 }
 
 /* A refused request: the message, and the space as it stands. */
@@ -226,13 +238,13 @@ void ds__ops_setr(ds_server_t *srv, ds_req_t *r)
         if (st != DS_K_OK && first[0] == '\0') snprintf(first, sizeof(first), "%s", msg);
     }
     free(e);
-    replenish(srv, r, &handle, want);
-    report_space(srv, r, &handle);
+    uint64_t arg[2] = {handle, want};
     if (n == 0) {
         free(pend);
         free(status);
+        after_publish(srv, r, arg);
         ds__ops_reply_statuses(r, NULL, 0, "");
         return;
     }
-    ds__ops_publish_written(srv, r, pend, status, n, existence, first);
+    ds__ops_publish_written(srv, r, pend, status, n, existence, first, after_publish, arg);
 }

@@ -767,6 +767,11 @@ ds_status_t ds__store_refill_space(ds_store_t *s, ds_obj_t *space, uint64_t size
     return DS_K_OK;
 }
 
+uint64_t ds__store_reserved(const ds_store_t *s)
+{
+    return s->reserved_bytes;
+}
+
 void ds__store_space(const ds_store_t *s, const ds_obj_t *space, uint64_t *offset, uint64_t *len)
 {
     *offset = space->block ? s->base + ds__block_offset(space->block) : 0;

@@ -109,6 +109,8 @@ ds_status_t ds__store_carve(ds_store_t *s, ds_obj_t *space, uint64_t offset, uin
  * range is freed first); on failure the space is left empty. */
 ds_status_t ds__store_refill_space(ds_store_t *s, ds_obj_t *space, uint64_t size, char *err,
                                    size_t err_cap);
+/* Bytes held by all spaces, in O(1). */
+uint64_t ds__store_reserved(const ds_store_t *s);
 /* The space's current range: arena offset and length (0, 0 when empty). */
 void ds__store_space(const ds_store_t *s, const ds_obj_t *space, uint64_t *offset, uint64_t *len);
 
