@@ -159,7 +159,10 @@ struct ds_buffer {
     uint64_t handle; /* pin or reservation in sess; 0 = none */
     ds_buf_kind_t kind;
     bool published;
-    ds_set_param_t param; /* remote create: how publish will SET it */
+    /* A local buffer over a space of its own (handle is the space's) that
+     * publish turns into the value with one SETR; param says how. */
+    bool space;
+    ds_set_param_t param; /* remote create and space: how publish will write it */
     char key[];
 };
 
@@ -265,6 +268,19 @@ void ds__set_values(ds_conn_t *conn, const ds_set_param_t *p, size_t n, const si
  * when the worker gave none; DS_K_OK when every key succeeded. */
 ds_status_t ds__first_failure(size_t n, const char *const *keys, const ds_status_t *sts,
                               const char *verb);
+
+/* Local sets from reserved arena space (SETR): values are copied to 64-byte
+ * aligned offsets of the connection's space. */
+uint64_t ds__round_up64(uint64_t n);
+/* Asks for a space of at least want bytes (SETR without keys); whether the
+ * worker granted it, conn->space_len says. DS_K_OK, or a transport or
+ * protocol failure's status (the connection is then broken). */
+ds_status_t ds__space_get(ds_conn_t *conn, uint64_t want, uint64_t deadline);
+/* Takes a SETR answer's trailer off conn->r into t: space handle, offset,
+ * length and (pin: the request asked for one) the pin. DS_K_OK, or a
+ * protocol error when the answer has none or names a range outside the
+ * mapping. t is all zeros after a transport failure. */
+ds_status_t ds__space_trailer(ds_conn_t *conn, bool pin, uint64_t t[4]);
 
 /* One key of a GET response. */
 typedef struct {

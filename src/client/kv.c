@@ -196,7 +196,7 @@ static void set_in_arena(ds_conn_t *conn, const ds_set_param_t *p, size_t n, con
     free(ok);
 }
 
-static uint64_t round_up64(uint64_t n)
+uint64_t ds__round_up64(uint64_t n)
 {
     return (n + 63) & ~(uint64_t)63;
 }
@@ -209,37 +209,45 @@ static uint64_t get_u64(const uint8_t *p)
     return v;
 }
 
-/* Takes the space trailer (the last 24 bytes of a SETR answer) off conn->r
- * and makes it the connection's space (none after a transport failure: the
- * worker drops it with the session). A protocol error when the answer has
- * none or names a range outside the mapping; else DS_K_OK. */
-static ds_status_t take_space(ds_conn_t *conn)
+ds_status_t ds__space_trailer(ds_conn_t *conn, bool pin, uint64_t t[4])
 {
     ds_sess_t *s = conn->sess;
-    conn->space = conn->space_off = conn->space_len = 0;
+    size_t len = pin ? 32 : 24;
+    memset(t, 0, 4 * sizeof(*t));
     if (conn->state != DS_CONN_OK) return DS_K_OK;
-    if (conn->r.len - conn->r.pos < 24) return ds__conn_protocol_error(conn, "set_reserved");
-    conn->r.len -= 24;
-    const uint8_t *t = conn->r.p + conn->r.len;
-    uint64_t h = get_u64(t), off = get_u64(t + 8), len = get_u64(t + 16);
-    if (h != 0 && (off > s->size || len > s->size - off || off % 64 != 0))
+    if (conn->r.len - conn->r.pos < len) return ds__conn_protocol_error(conn, "set_reserved");
+    conn->r.len -= len;
+    const uint8_t *p = conn->r.p + conn->r.len;
+    for (size_t i = 0; i < len / 8; i++)
+        t[i] = get_u64(p + 8 * i);
+    if (t[0] != 0 && (t[1] > s->size || t[2] > s->size - t[1] || t[1] % 64 != 0))
         return ds__conn_protocol_error(conn, "set_reserved");
-    if (h != 0) {
-        conn->space = h;
-        conn->space_off = off;
-        conn->space_len = len;
-    }
     return DS_K_OK;
+}
+
+/* Takes the space trailer off a SETR answer and makes it the connection's
+ * space (none after a transport failure: the worker drops it with the
+ * session). A protocol error's status, else DS_K_OK. */
+static ds_status_t take_space(ds_conn_t *conn)
+{
+    uint64_t t[4];
+    conn->space = conn->space_off = conn->space_len = 0;
+    ds_status_t st = ds__space_trailer(conn, false, t);
+    conn->space = t[0];
+    conn->space_off = t[1];
+    conn->space_len = t[0] ? t[2] : 0;
+    return st;
 }
 
 /* Asks the worker for a space of at least want bytes (SETR without keys).
  * A transport or protocol failure's status (the connection is then broken),
  * else DS_K_OK: whether the worker granted it, conn->space_len says. */
-static ds_status_t get_space(ds_conn_t *conn, uint64_t want, uint64_t deadline)
+ds_status_t ds__space_get(ds_conn_t *conn, uint64_t want, uint64_t deadline)
 {
     ds__conn_begin(conn);
     ds__wbuf_u64(&conn->w, conn->space);
     ds__wbuf_u64(&conn->w, want);
+    ds__wbuf_u8(&conn->w, 0);
     ds_set_param_t p = DS_SET_PARAM_INIT;
     put_param(conn, &p);
     ds__wbuf_u32(&conn->w, 0);
@@ -267,10 +275,10 @@ static bool set_in_space(ds_conn_t *conn, const ds_set_param_t *p, size_t n, con
     ds_sess_t *s = conn->sess;
     uint64_t total = 0;
     for (size_t i = 0; i < n; i++)
-        total += round_up64(lens[at(idx, i)]);
+        total += ds__round_up64(lens[at(idx, i)]);
     if (total > s->size) return false;
     if (conn->space_len < total) {
-        ds_status_t st = get_space(conn, total, deadline);
+        ds_status_t st = ds__space_get(conn, total, deadline);
         if (st != DS_K_OK) {
             fill(sts, idx, n, st);
             return true;
@@ -280,6 +288,7 @@ static bool set_in_space(ds_conn_t *conn, const ds_set_param_t *p, size_t n, con
     ds__conn_begin(conn);
     ds__wbuf_u64(&conn->w, conn->space);
     ds__wbuf_u64(&conn->w, total);
+    ds__wbuf_u8(&conn->w, 0);
     put_param(conn, p);
     ds__wbuf_u32(&conn->w, (uint32_t)n);
     uint64_t off = conn->space_off;
@@ -290,7 +299,7 @@ static bool set_in_space(ds_conn_t *conn, const ds_set_param_t *p, size_t n, con
         ds__wbuf_cstr(&conn->w, keys[k]);
         ds__wbuf_u64(&conn->w, off);
         ds__wbuf_u64(&conn->w, lens[k]);
-        off += round_up64(lens[k]);
+        off += ds__round_up64(lens[k]);
     }
     ds_status_t st = ds__conn_call(conn, DS_OP_SETR, false, deadline);
     ds_status_t ts = take_space(conn);

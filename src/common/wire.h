@@ -40,6 +40,9 @@
 /* HELLO response features. */
 #define DS_FEATURE_SETR 0x01u /* the session mapped the arena and may send SETR */
 
+/* SETR flags. */
+#define DS_SETR_PIN 0x01u
+
 /* Per-key kinds in a GET response. */
 #define DS_VAL_MISSING 0
 #define DS_VAL_INLINE 1 /* bytes follow in the data section */
@@ -120,10 +123,11 @@
  *         released when the session ends.
  * UNRLATCH req: n, n*key                  resp: str err, n, n*u32 status
  *         releases one latch of this session per key (none held: K_NOT_FOUND)
- * SETR    req: u64 space, u64 want, u8 mode, u32 ttl, u8 existence, n,
+ * SETR    req: u64 space, u64 want, u8 flags, u8 mode, u32 ttl, u8 existence, n,
  *              n*(key, u64 offset, u64 len)
  *         resp: str err, [n, n*u32 status,] then ALWAYS as the metadata's last
- *               24 bytes (also after an error): u64 space, u64 offset, u64 len
+ *               24 bytes (also after an error): u64 space, u64 offset, u64 len,
+ *               and with flags DS_SETR_PIN one more u64: pin
  *         A set in one round trip for a local client (session mapped the
  *         arena): the values already lie in arena space the session holds (a
  *         reservation, "space", named by a session handle like a pin), and
@@ -139,6 +143,9 @@
  *         under a new handle (the old one stops working, so a replayed
  *         request fails). want 0 gives the space back. A space is released
  *         like a pin (RELEASE) and with its session; it is never evicted.
+ *         DS_SETR_PIN (exactly one key): the session also keeps a pin on the
+ *         object written (published or not, as a CREATE buffer holds its
+ *         object), released with RELEASE; 0 when the key failed.
  *         Remote (TCP) sessions: K_NOT_SUPPORTED.
  * GREF    req: i32 delta, n, n*key        resp: str err, n, n*(u32 status, u32 count)
  *         global reference counts (ObjectClient.g_increase_ref / g_decrease_ref /

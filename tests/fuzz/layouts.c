@@ -131,6 +131,7 @@ void fz_parse_request(uint16_t op, const uint8_t *meta, size_t len, ds_wbuf_t *e
     case DS_OP_SETR: {
         (void)u64(&p); /* the space's handle */
         (void)u64(&p); /* bytes wanted next */
+        (void)u8(&p);  /* flags */
         (void)u8(&p);
         (void)u32(&p);
         (void)u8(&p);
@@ -262,11 +263,15 @@ void fz_parse_response(uint16_t op, const uint8_t *meta, size_t len, ds_wbuf_t *
         if (p.r.pos < p.r.len) (void)u32(&p);
         break;
     case DS_OP_SETR:
-        /* statuses unless refused, then always the space: handle, offset, length */
-        if (p.r.len - p.r.pos > 24) statuses(&p);
+        /* statuses unless refused, then always the space (handle, offset,
+         * length) and, when the request asked for one, a pin. An answer of
+         * one status without a pin has the length of a refusal with one: it
+         * parses either way. */
+        if (p.r.len - p.r.pos != 24 && p.r.len - p.r.pos != 32) statuses(&p);
         (void)u64(&p);
         (void)u64(&p);
         (void)u64(&p);
+        if (p.r.len - p.r.pos == 8) (void)u64(&p);
         break;
     case DS_OP_SET:
     case DS_OP_PUBLISH:

@@ -51,8 +51,8 @@ def set_meta(kv, mode=0, ttl=0, nx=0):
 
 
 def setr_meta(space, want, kv=()):
-    """SETR: the space's handle, bytes wanted next, the write head and (key, offset, len)."""
-    return u64(space) + u64(want) + u8(0) + u32(0) + u8(0) + u32(len(kv)) + \
+    """SETR: the space's handle, bytes wanted next, flags, the write head, (key, offset, len)."""
+    return u64(space) + u64(want) + u8(0) + u8(0) + u32(0) + u8(0) + u32(len(kv)) + \
         b"".join(s(k) + u64(o) + u64(n) for k, o, n in kv)
 
 

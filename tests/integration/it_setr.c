@@ -6,6 +6,8 @@
  *   value is exactly one SETR (no CREATE, PUBLISH or SET), read back intact,
  *   mixed batches too; NX keeps the old value; the reservation shows in the
  *   arena stats and is gone when the client closes.
+ * - Zero-copy create / publish: one SETR per create+publish, the buffer's
+ *   pin outlives overwrites, an unpublished buffer's space goes back.
  * - Hostile raw clients: a range outside the reservation, unaligned, running
  *   past its end, empty, overlapping another, a replayed (already used)
  *   handle, another session's handle, a pin's handle, a SETR over TCP: each
@@ -134,6 +136,55 @@ static void test_one_round_trip(void **state)
     free(v);
 }
 
+/* Zero-copy create / publish: a single create takes the connection's space
+ * with no request, its publish is one SETR, and the buffer keeps a pin: its
+ * bytes stay readable after the key is overwritten. Releasing an unpublished
+ * buffer gives its space back. */
+static void test_create_publish(void **state)
+{
+    (void)state;
+    ds_client_t *c = dst_connect(&W, DS_TRANSPORT_LOCAL);
+    const size_t sz = 1 << 20;
+    ds_buffer_t *b = NULL;
+    assert_int_equal(ds_kv_create(c, "zc", sz, NULL, &b), DS_K_OK); /* may ask first */
+    dst_fill(ds_buffer_mutable_data(b), sz, 1);
+    assert_int_equal(ds_kv_publish(c, b), DS_K_OK);
+    ds_buffer_release(b);
+    double setr0 = ops("set_reserved"), cr0 = ops("create"), pub0 = ops("publish");
+    ds_buffer_t *kept = NULL;
+    for (int i = 0; i < 10; i++) {
+        assert_int_equal(ds_kv_create(c, "zc", sz, NULL, &b), DS_K_OK);
+        dst_fill(ds_buffer_mutable_data(b), sz, 10 + (uint64_t)i);
+        assert_int_equal(ds_kv_publish(c, b), DS_K_OK);
+        assert_null(ds_buffer_mutable_data(b));
+        check_value(c, "zc", sz, 10 + (uint64_t)i);
+        if (i == 0)
+            kept = b;
+        else
+            ds_buffer_release(b);
+    }
+    printf("10 create+publish: %.0f SETR, %.0f CREATE, %.0f PUBLISH\n", ops("set_reserved") - setr0,
+           ops("create") - cr0, ops("publish") - pub0);
+    assert_true(ops("set_reserved") - setr0 == 10);
+    assert_true(ops("create") == cr0 && ops("publish") == pub0);
+    /* The first buffer's pin kept its version intact through 9 overwrites. */
+    assert_true(dst_check(ds_buffer_data(kept), sz, 10));
+    ds_buffer_release(kept);
+    /* An unpublished buffer's space goes back when it is released. */
+    assert_int_equal(ds_kv_create(c, "zc-drop", 3 << 20, NULL, &b), DS_K_OK);
+    double held = dst_stat(&W, "arena.reserved_bytes");
+    assert_true(held >= 3 << 20);
+    ds_buffer_release(b);
+    assert_true(wait_stat("arena.reserved_bytes", 0, 3000) ||
+                dst_stat(&W, "arena.reserved_bytes") < held);
+    const char *k = "zc-drop";
+    bool ex = true;
+    assert_int_equal(ds_kv_exist(c, 1, &k, &ex), DS_K_OK);
+    assert_false(ex);
+    ds_client_close(c);
+    assert_true(wait_stat("arena.reservations", 0, 3000));
+}
+
 /* ---- hostile raw clients ---- */
 
 typedef struct {
@@ -162,6 +213,7 @@ static uint32_t setr(hr_conn_t *c, uint64_t handle, uint64_t want, const ent_t *
     ds__wbuf_init(&m);
     ds__wbuf_u64(&m, handle);
     ds__wbuf_u64(&m, want);
+    ds__wbuf_u8(&m, 0); /* flags */
     ds__wbuf_u8(&m, 0);
     ds__wbuf_u32(&m, 0);
     ds__wbuf_u8(&m, 0);
@@ -501,6 +553,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_one_round_trip, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_create_publish, setup, teardown),
         cmocka_unit_test_setup_teardown(test_hostile, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sigkill, setup, teardown),
         cmocka_unit_test_setup_teardown(test_concurrency, setup, teardown),

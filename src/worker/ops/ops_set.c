@@ -109,7 +109,7 @@ typedef struct {
     ds_sink_t *sinks;      /* where each value's bytes go */
     char err[512];         /* the first failure's message */
     ds_published_fn after; /* see ds__ops_publish_written */
-    uint64_t after_arg[2];
+    uint64_t after_arg[3];
 } set_t;
 
 static void set_free(set_t *s)
@@ -190,7 +190,7 @@ static void set_publish(ds_server_t *srv, ds_req_t *r, void *ctx)
             if (srv->tier) ds__tier_published(srv, o, i);
         }
     }
-    if (s->after) s->after(srv, r, s->after_arg);
+    if (s->after) s->after(srv, r, s->after_arg, s->pend, s->n);
     ds__ops_answer_published(srv, r, published, s->status, s->n, s->existence == DS_EXISTENCE_NX,
                              s->err);
     free(published);
@@ -199,7 +199,7 @@ static void set_publish(ds_server_t *srv, ds_req_t *r, void *ctx)
 
 void ds__ops_publish_written(ds_server_t *srv, ds_req_t *r, ds_obj_t **pend, uint32_t *status,
                              uint32_t n, uint8_t existence, const char *first_err,
-                             ds_published_fn after, const uint64_t after_arg[2])
+                             ds_published_fn after, const uint64_t after_arg[3])
 {
     set_t *s = calloc(1, sizeof(*s));
     if (s == NULL) {

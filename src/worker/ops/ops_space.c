@@ -39,28 +39,32 @@ static void put_u64(uint8_t *p, uint64_t v)
         p[i] = (uint8_t)(v >> (8 * i));
 }
 
-/* The answer's trailer: the space the session holds after this request. */
-static void set_trailer(ds_req_t *r, uint64_t handle, uint64_t off, uint64_t len)
+/* The answer's trailer: the space the session holds after this request,
+ * and with DS_SETR_PIN the pin's handle. */
+static void set_trailer(ds_req_t *r, uint64_t handle, uint64_t off, uint64_t len, bool with_pin,
+                        uint64_t pin)
 {
-    uint8_t t[24];
+    uint8_t t[32];
     put_u64(t, handle);
     put_u64(t + 8, off);
     put_u64(t + 16, len);
-    ds__req_set_tail(r, t, sizeof(t));
+    put_u64(t + 24, pin);
+    ds__req_set_tail(r, t, with_pin ? 32 : 24);
 }
 
 /* The space's handle is given a new one and reported; the old one is dead. */
-static void report_space(ds_server_t *srv, ds_req_t *r, uint64_t *handle)
+static void report_space(ds_server_t *srv, ds_req_t *r, uint64_t *handle, bool with_pin,
+                         uint64_t pin)
 {
     ds_slot_t *sl = *handle ? ds__session_slot(r->session, *handle) : NULL;
     if (sl == NULL) {
-        set_trailer(r, 0, 0, 0);
+        set_trailer(r, 0, 0, 0, with_pin, pin);
         return;
     }
     *handle = ds__session_rehandle(r->session, *handle);
     uint64_t off, len;
     ds__store_space(srv->store, sl->obj, &off, &len);
-    set_trailer(r, *handle, off, len);
+    set_trailer(r, *handle, off, len, with_pin, pin);
 }
 
 static void drop_space(ds_server_t *srv, ds_req_t *r, uint64_t *handle)
@@ -110,18 +114,27 @@ static void replenish(ds_server_t *srv, ds_req_t *r, uint64_t *handle, uint64_t 
  * replaced, which a new space can then reuse while it is still in the
  * cache): the space for the next set, in the answer's trailer. arg: the
  * space's handle, the size wanted. */
-static void after_publish(ds_server_t *srv, ds_req_t *r, const uint64_t arg[2])
+static void after_publish(ds_server_t *srv, ds_req_t *r, const uint64_t arg[3],
+                          ds_obj_t *const *objs, uint32_t n)
 {
-    uint64_t handle = arg[0];
+    uint64_t handle = arg[0], pin = 0;
+    bool with_pin = arg[2] & DS_SETR_PIN;
     if (r->session == NULL) return; /* the connection is gone: so is the answer */
+    if (with_pin && n == 1 && objs[0]) {
+        /* The writer's view of its value stays valid, as a CREATE buffer's. */
+        ds__store_ref(objs[0]);
+        pin = ds__session_add(r->session, objs[0], 0);
+        if (pin == 0) ds__store_unref(srv->store, objs[0]);
+    }
     replenish(srv, r, &handle, arg[1]);
-    report_space(srv, r, &handle);
+    report_space(srv, r, &handle, with_pin, pin);
 }
 
 /* A refused request: the message, and the space as it stands. */
-static void refuse(ds_server_t *srv, ds_req_t *r, uint64_t handle, ds_status_t st, const char *msg)
+static void refuse(ds_server_t *srv, ds_req_t *r, uint64_t handle, bool with_pin, ds_status_t st,
+                   const char *msg)
 {
-    report_space(srv, r, &handle);
+    report_space(srv, r, &handle, with_pin, 0);
     ds__req_error(r, st, "%s", msg);
 }
 
@@ -172,6 +185,8 @@ void ds__ops_setr(ds_server_t *srv, ds_req_t *r)
     ds_rbuf_t rb;
     ds__rbuf_init(&rb, r->meta, r->meta_len);
     uint64_t handle = ds__rbuf_u64(&rb), want = ds__rbuf_u64(&rb);
+    uint8_t flags = ds__rbuf_u8(&rb);
+    bool pin = !rb.err && (flags & DS_SETR_PIN);
     uint8_t mode, existence;
     uint32_t ttl, n;
     char msg[512];
@@ -182,16 +197,21 @@ void ds__ops_setr(ds_server_t *srv, ds_req_t *r)
                  " is not a live reservation of this session (released, already used, or "
                  "not one)",
                  handle);
-        refuse(srv, r, 0, DS_K_INVALID, msg);
+        refuse(srv, r, 0, pin, DS_K_INVALID, msg);
+        return;
+    }
+    if (flags & ~DS_SETR_PIN) {
+        snprintf(msg, sizeof(msg), "malformed SETR: unknown flags 0x%x", flags);
+        refuse(srv, r, handle, pin, DS_K_INVALID, msg);
         return;
     }
     if (ds__ops_write_head(&rb, "SETR", true, ENTRY_MIN, &mode, &ttl, &existence, &n, msg,
                            sizeof(msg)) != 0) {
-        refuse(srv, r, handle, DS_K_INVALID, msg);
+        refuse(srv, r, handle, pin, DS_K_INVALID, msg);
         return;
     }
     if (n > 0 && r->data_len != 0) {
-        refuse(srv, r, handle, DS_K_INVALID, "malformed SETR: the values belong in the arena");
+        refuse(srv, r, handle, pin, DS_K_INVALID, "malformed SETR: the values belong in the arena");
         return;
     }
     entry_t *e = malloc((n ? n : 1) * sizeof(*e));
@@ -201,7 +221,7 @@ void ds__ops_setr(ds_server_t *srv, ds_req_t *r)
         free(e);
         free(pend);
         free(status);
-        refuse(srv, r, handle, DS_K_OUT_OF_MEMORY, "out of memory");
+        refuse(srv, r, handle, pin, DS_K_OUT_OF_MEMORY, "out of memory");
         return;
     }
     for (uint32_t i = 0; i < n; i++) {
@@ -213,6 +233,9 @@ void ds__ops_setr(ds_server_t *srv, ds_req_t *r)
     if (!ds__rbuf_done(&rb)) {
         snprintf(msg, sizeof(msg), "malformed SETR: %u entries do not fill the metadata", n);
         bad = 1;
+    } else if (pin && n != 1) {
+        snprintf(msg, sizeof(msg), "SETR with a pin names one key, not %u", n);
+        bad = 1;
     } else if (n > 0 && sl == NULL) {
         snprintf(msg, sizeof(msg), "SETR of %u keys names no reservation", n);
         bad = 1;
@@ -223,7 +246,7 @@ void ds__ops_setr(ds_server_t *srv, ds_req_t *r)
         free(e);
         free(pend);
         free(status);
-        refuse(srv, r, handle, DS_K_INVALID, msg);
+        refuse(srv, r, handle, pin, DS_K_INVALID, msg);
         return;
     }
     char first[512] = "";
@@ -238,11 +261,11 @@ void ds__ops_setr(ds_server_t *srv, ds_req_t *r)
         if (st != DS_K_OK && first[0] == '\0') snprintf(first, sizeof(first), "%s", msg);
     }
     free(e);
-    uint64_t arg[2] = {handle, want};
+    uint64_t arg[3] = {handle, want, flags};
     if (n == 0) {
         free(pend);
         free(status);
-        after_publish(srv, r, arg);
+        after_publish(srv, r, arg, NULL, 0);
         ds__ops_reply_statuses(r, NULL, 0, "");
         return;
     }
