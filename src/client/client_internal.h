@@ -57,6 +57,9 @@
 /* A local set sends values above this size through the arena (SETR) when
  * the worker takes SETR; smaller ones inline. */
 #define DS_CLIENT_SPACE_MIN 4096
+/* A connection asks to keep up to this much of its space for later sets
+ * (the worker keeps spaces this small for smaller sets: ops_space.c). */
+#define DS_CLIENT_SPACE_KEEP (8u << 20)
 /* Sanity bound on a response's data section. */
 #define DS_CLIENT_MAX_RESP_DATA (UINT64_C(1) << 42)
 #define DS_CLIENT_DEFAULT_REQUEST_MS 60000
@@ -120,6 +123,10 @@ typedef struct ds_conn {
      * set (SETR, kv.c): a session handle and the range; 0 = none. Given
      * back (RELEASE over the anchor) when the connection is freed. */
     uint64_t space, space_off, space_len;
+    /* The last size the worker would not reserve (0 = none): larger sets go
+     * straight to CREATE / PUBLISH, asking again every 64th time. */
+    uint64_t space_refused;
+    uint32_t refusals;
 } ds_conn_t;
 
 struct ds_client {

@@ -278,16 +278,24 @@ static bool set_in_space(ds_conn_t *conn, const ds_set_param_t *p, size_t n, con
         total += ds__round_up64(lens[at(idx, i)]);
     if (total > s->size) return false;
     if (conn->space_len < total) {
+        /* A size the worker would not reserve lately: straight to CREATE. */
+        if (conn->space_refused && total >= conn->space_refused && ++conn->refusals % 64 != 0)
+            return false;
         ds_status_t st = ds__space_get(conn, total, deadline);
         if (st != DS_K_OK) {
             fill(sts, idx, n, st);
             return true;
         }
+        conn->space_refused = conn->space_len < total ? total : 0;
     }
     if (conn->space_len < total) return false;
+    /* Ask to keep room for the larger sets this connection made lately
+     * (the worker keeps a space of up to 8 MiB for smaller sets anyway). */
+    uint64_t want = conn->space_len < DS_CLIENT_SPACE_KEEP ? conn->space_len : DS_CLIENT_SPACE_KEEP;
+    if (want < total) want = total;
     ds__conn_begin(conn);
     ds__wbuf_u64(&conn->w, conn->space);
-    ds__wbuf_u64(&conn->w, total);
+    ds__wbuf_u64(&conn->w, want);
     ds__wbuf_u8(&conn->w, 0);
     put_param(conn, p);
     ds__wbuf_u32(&conn->w, (uint32_t)n);
