@@ -46,11 +46,13 @@ static int setup(void **state)
     return dst_worker_start(&W, ARENA_MB, NULL);
 }
 
+/* A worker that exits unclean (a sanitizer report, a leak) fails the test. */
 static int teardown(void **state)
 {
     (void)state;
-    dst_worker_stop(&W);
-    return 0;
+    int rc = dst_worker_stop(&W);
+    if (rc != 0) fprintf(stderr, "worker exited %d (log %s)\n", rc, W.logpath);
+    return rc == 0 ? 0 : -1;
 }
 
 static double ops(const char *name)
@@ -546,7 +548,7 @@ static void test_eviction(void **state)
     assert_true(dst_stat(&w, "arena.reserved_bytes") >= sz);
     free(v);
     ds_client_close(c);
-    dst_worker_stop(&w);
+    assert_int_equal(dst_worker_stop(&w), 0);
 }
 
 int main(void)
