@@ -259,6 +259,18 @@ int sbs_get_zc(sbs_conn_t *c, const char *key, size_t *len)
     return 0;
 }
 
+int sbs_set_zc(sbs_conn_t *c, const char *key, const void *val, size_t len)
+{
+    if (!sbs_kind_is_ds(c->kind)) return redis_fail(c, "set_zc", key, "not a datasystem client");
+    ds_buffer_t *b = NULL;
+    ds_status_t st = ds_kv_create(c->ds, key, len, NULL, &b);
+    if (st != DS_K_OK || b == NULL) return ds_fail(c, "create", key, st);
+    memcpy(ds_buffer_mutable_data(b), val, len);
+    st = ds_kv_publish(c->ds, b);
+    ds_buffer_release(b);
+    return st == DS_K_OK ? 0 : ds_fail(c, "publish", key, st);
+}
+
 int sbs_del(sbs_conn_t *c, const char *key)
 {
     return sbs_mdel(c, 1, &key);

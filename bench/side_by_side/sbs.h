@@ -123,6 +123,9 @@ int sbs_set(sbs_conn_t *c, const char *key, const void *val, size_t len);
 int sbs_get(sbs_conn_t *c, const char *key, void *buf, size_t cap, size_t *len);
 /* Datasystem only: pin the value, read its first and last byte, release. */
 int sbs_get_zc(sbs_conn_t *c, const char *key, size_t *len);
+/* Zero-copy write: create a buffer, copy the value in, publish, release
+ * (datasystem clients only). */
+int sbs_set_zc(sbs_conn_t *c, const char *key, const void *val, size_t len);
 int sbs_del(sbs_conn_t *c, const char *key);
 /* Bulk load for the resident-keys phase: n keys in one request (datasystem
  * mset, Redis MSET). */

@@ -69,8 +69,9 @@ void sbs_warm(void *buf, size_t len, int byte)
     memset(buf, byte, len);
 }
 
-enum { OP_SET, OP_GET, OP_GETZC, OP_SETGET, OP_SETGETZC, NOPS };
-static const char *op_names[NOPS] = {"set", "get", "get_zero_copy", "set+get", "set+get_zero_copy"};
+enum { OP_SET, OP_GET, OP_GETZC, OP_SETGET, OP_SETGETZC, OP_SETZC, NOPS };
+static const char *op_names[NOPS] = {
+    "set", "get", "get_zero_copy", "set+get", "set+get_zero_copy", "set_zero_copy"};
 #define PY 4 /* the system index after the four client kinds */
 #define NSYS 5
 
@@ -106,7 +107,8 @@ static double median3(double *v, int n)
 
 /* One system's turn in a round: warm the buffers, warm up, then n timed
  * set-then-get handoffs (the set, the get and the pair are each a sample),
- * and for the local client n more with the zero-copy get. */
+ * and for the local client n more with the zero-copy get and n zero-copy
+ * sets (create, copy in, publish). */
 static int run_kind(sbs_conn_t *c, sbs_kind_t kind, size_t size, int n, int warmup, uint8_t *src,
                     uint8_t *dst, samples_t *s, int round, pid_t server, faults_t *f)
 {
@@ -148,6 +150,18 @@ static int run_kind(sbs_conn_t *c, sbs_kind_t kind, size_t size, int n, int warm
         uint64_t t2 = ds__now_ns();
         push(&s[OP_GETZC], t2 - t1);
         push(&s[OP_SETGETZC], t2 - t0);
+    }
+    /* The zero-copy write (create, copy in, publish) of the local client. */
+    for (int i = 0; zc && i < n; i++) {
+        uint64_t t0 = ds__now_ns();
+        if (sbs_set_zc(c, key, src, size) != 0) return -1;
+        push(&s[OP_SETZC], ds__now_ns() - t0);
+    }
+    if (zc &&
+        (sbs_get(c, key, dst, size, &len) != 0 || len != size || memcmp(src, dst, size) != 0)) {
+        fprintf(stderr, "sbs: %s zero-copy set of %zu bytes stored wrong bytes\n",
+                sbs_kind_name(kind), size);
+        return -1;
     }
     return sbs_del(c, key);
 }
@@ -197,7 +211,7 @@ static int run_python(const sbs_opts_t *o, size_t size, int n, int warmup, sampl
     return r;
 }
 
-static const char *py_ops[NOPS] = {"put", "get", NULL, "put+get", NULL};
+static const char *py_ops[NOPS] = {"put", "get", NULL, "put+get", NULL, NULL};
 
 static int size_block(const sbs_opts_t *o, const sbs_env_t *env, sbs_conn_t **conns, size_t si,
                       uint8_t *src, uint8_t *dst, sbs_limits_t *lim)

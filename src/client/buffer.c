@@ -3,7 +3,9 @@
  *
  * On a local client a buffer is a window into the worker's arena: a read
  * buffer pins one published version (GET with DS_GET_PIN), a created buffer is
- * a reservation the caller fills before PUBLISH. Either way the buffer holds a
+ * a reservation the caller fills before PUBLISH. A single create takes the
+ * connection's reserved space (SETR, see kv.c) when it fits, with no round
+ * trip, and its publish is one SETR that keeps a pin on the value. Either way the buffer holds a
  * reference on its session, which keeps the arena mapped and the pin alive
  * until ds_buffer_release drops it, even after the client is closed or has
  * moved on to a new session.
@@ -311,6 +313,88 @@ static ds_status_t create_in_arena(ds_conn_t *conn, size_t n, const char *const 
     return DS_K_OK;
 }
 
+/* A local create without a round trip: the connection's reserved space
+ * (SETR, kv.c) becomes the buffer's own, asking for one first when the
+ * connection holds none large enough. false when the worker would not
+ * reserve it (the caller then sends CREATE); else *st says how it went. */
+static bool create_in_space(ds_conn_t *conn, const char *key, size_t size, const ds_set_param_t *p,
+                            ds_buffer_t **out, uint64_t deadline, ds_status_t *st)
+{
+    ds_sess_t *s = conn->sess;
+    uint64_t need = ds__round_up64(size);
+    *st = DS_K_OK;
+    if (conn->space_len < need) {
+        *st = ds__space_get(conn, need, deadline);
+        if (*st != DS_K_OK) return true;
+        if (conn->space_len < need) return false;
+    }
+    ds_buffer_t *b = buf_new(key, DS_BUF_SHM);
+    if (b == NULL) {
+        *st = ds__set_error(DS_K_OUT_OF_MEMORY, "out of memory");
+        return true;
+    }
+    ds__sess_ref(s);
+    b->sess = s;
+    b->handle = conn->space;
+    b->data = s->base + conn->space_off;
+    b->size = size;
+    b->param = *p;
+    b->space = true;
+    conn->space = conn->space_off = conn->space_len = 0;
+    *out = b;
+    return true;
+}
+
+/* Publishes a buffer over a space of its own with one SETR that keeps a pin
+ * (the buffer's view stays valid, as a CREATE buffer's does). What is left
+ * of the space becomes the connection's when it has none that fits. */
+static ds_status_t publish_space(ds_conn_t *conn, ds_buffer_t *b, uint64_t deadline)
+{
+    ds_sess_t *s = conn->sess;
+    uint64_t need = ds__round_up64(b->size);
+    uint64_t want = conn->space_len >= need ? 0 : need;
+    ds__conn_begin(conn);
+    ds__wbuf_u64(&conn->w, b->handle);
+    ds__wbuf_u64(&conn->w, want);
+    ds__wbuf_u8(&conn->w, DS_SETR_PIN);
+    ds__wbuf_u8(&conn->w, (uint8_t)b->param.write_mode);
+    ds__wbuf_u32(&conn->w, b->param.ttl_second);
+    ds__wbuf_u8(&conn->w, (uint8_t)b->param.existence);
+    ds__wbuf_u32(&conn->w, 1);
+    ds__wbuf_cstr(&conn->w, b->key);
+    ds__wbuf_u64(&conn->w, (uint64_t)(b->data - s->base));
+    ds__wbuf_u64(&conn->w, b->size);
+    DS__TSAN_PUBLISHED(b->data);
+    ds_status_t st = ds__conn_call(conn, DS_OP_SETR, false, deadline);
+    uint64_t t[4];
+    ds_status_t ts = ds__space_trailer(conn, true, t);
+    if (ts != DS_K_OK) st = ts;
+    if (conn->state != DS_CONN_OK) {
+        ds__conn_drain(conn, deadline);
+        return st;
+    }
+    if (st != DS_K_OK && conn->r.pos == conn->r.len) {
+        /* Refused as a whole: the space stays the buffer's, renamed. */
+        b->handle = t[0];
+        b->space = t[0] != 0;
+        ds__conn_drain(conn, deadline);
+        return st;
+    }
+    uint32_t m = ds__rbuf_count(&conn->r, 1, 4);
+    ds_status_t ks = (ds_status_t)ds__rbuf_u32(&conn->r);
+    b->handle = t[3];
+    b->space = false;
+    if (t[0] != 0) {
+        if (conn->space) ds__sess_release(s, &conn->space, 1);
+        conn->space = t[0];
+        conn->space_off = t[1];
+        conn->space_len = t[2];
+    }
+    if (conn->r.err || m != 1) ks = ds__conn_protocol_error(conn, "set_reserved");
+    ds__conn_drain(conn, deadline);
+    return ks;
+}
+
 static ds_status_t kv_mcreate(ds_client_t *c, size_t n, const char *const *keys,
                               const size_t *sizes, const ds_set_param_t *param, ds_buffer_t **out)
 {
@@ -332,7 +416,9 @@ static ds_status_t kv_mcreate(ds_client_t *c, size_t n, const char *const *keys,
     ds_conn_t *conn;
     if ((st = ds__client_acquire(c, &deadline, &conn)) != DS_K_OK) return st;
     if (conn->sess->base) {
-        st = create_in_arena(conn, n, keys, sizes, &p, out, deadline);
+        if (!(n == 1 && conn->sess->setr &&
+              create_in_space(conn, keys[0], sizes[0], &p, out, deadline, &st)))
+            st = create_in_arena(conn, n, keys, sizes, &p, out, deadline);
         ds__conn_drain(conn, deadline);
         ds__client_put(c, conn);
         return st;
@@ -369,13 +455,18 @@ static bool same_param(const ds_set_param_t *a, const ds_set_param_t *b)
            a->existence == b->existence;
 }
 
-/* Publishes the buffers whose status is PENDING over conn: arena buffers in one PUBLISH, heap
- * buffers in one SET per distinct parameter set. */
+/* Publishes the buffers whose status is PENDING over conn: buffers over a space of their own
+ * with one SETR each, other arena buffers in one PUBLISH, heap buffers in one SET per distinct
+ * parameter set. */
 static void publish_on(ds_conn_t *conn, size_t n, ds_buffer_t *const *bufs, const char **keys,
                        const void **vals, size_t *lens, size_t *idx, ds_status_t *sts,
                        uint64_t deadline)
 {
     size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (sts[i] == PENDING && bufs[i]->space)
+            sts[i] = conn->state == DS_CONN_OK ? publish_space(conn, bufs[i], deadline)
+                                               : DS_K_RPC_UNAVAILABLE;
     for (size_t i = 0; i < n; i++)
         if (sts[i] == PENDING && bufs[i]->kind == DS_BUF_SHM) idx[k++] = i;
     if (k > 0) {

@@ -194,6 +194,7 @@ static ds_status_t sess_new(const ds_hello_t *h, int *fd, ds_sess_t **out)
     pthread_mutex_init(&s->anchor_mu, NULL);
     s->id = h->session;
     s->inline_max = h->inline_max;
+    s->setr = (h->features & DS_FEATURE_SETR) != 0;
     s->worker_pid = h->pid;
     s->anchor_fd = -1;
     snprintf(s->worker_id, sizeof(s->worker_id), "%s", h->worker_id);

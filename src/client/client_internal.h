@@ -54,6 +54,12 @@
 /* Values at most this long are copied into the request's own buffer instead
  * of getting an iovec of their own (fewer, larger writes for many small keys). */
 #define DS_CLIENT_COALESCE_MAX 4096
+/* A local set sends values above this size through the arena (SETR) when
+ * the worker takes SETR; smaller ones inline. */
+#define DS_CLIENT_SPACE_MIN 4096
+/* A connection asks to keep up to this much of its space for later sets
+ * (the worker keeps spaces this small for smaller sets: ops_space.c). */
+#define DS_CLIENT_SPACE_KEEP (8u << 20)
 /* Sanity bound on a response's data section. */
 #define DS_CLIENT_MAX_RESP_DATA (UINT64_C(1) << 42)
 #define DS_CLIENT_DEFAULT_REQUEST_MS 60000
@@ -67,6 +73,7 @@ typedef struct ds_sess {
     uint8_t *base; /* arena mapping; NULL for a remote (TCP) session */
     size_t size;
     uint32_t inline_max;
+    bool setr; /* the worker takes SETR: local sets in one round trip (kv.c) */
     uint32_t worker_pid;
     char worker_id[128];              /* the worker's identity when the session was created */
     char key[DS_SESSION_KEY_MAX + 1]; /* proves the right to join; "" from older workers */
@@ -112,6 +119,14 @@ typedef struct ds_conn {
     const char *peer;    /* "host:port" of the worker, for messages */
     uint32_t busy_poll_us;
     bool traced; /* the request being built carries DS_FLAG_TRACE */
+    /* Arena space the worker reserved for this connection's next local
+     * set (SETR, kv.c): a session handle and the range; 0 = none. Given
+     * back (RELEASE over the anchor) when the connection is freed. */
+    uint64_t space, space_off, space_len;
+    /* The last size the worker would not reserve (0 = none): larger sets go
+     * straight to CREATE / PUBLISH, asking again every 64th time. */
+    uint64_t space_refused;
+    uint32_t refusals;
 } ds_conn_t;
 
 struct ds_client {
@@ -151,7 +166,10 @@ struct ds_buffer {
     uint64_t handle; /* pin or reservation in sess; 0 = none */
     ds_buf_kind_t kind;
     bool published;
-    ds_set_param_t param; /* remote create: how publish will SET it */
+    /* A local buffer over a space of its own (handle is the space's) that
+     * publish turns into the value with one SETR; param says how. */
+    bool space;
+    ds_set_param_t param; /* remote create and space: how publish will write it */
     char key[];
 };
 
@@ -179,6 +197,7 @@ typedef struct {
     char session_key[DS_SESSION_KEY_MAX + 1]; /* "" from workers that send none */
     char unix_socket[128];                    /* the worker's Unix socket; "" when it names none */
     char local_proof[96];                     /* its answer to proof_challenge; "" = none */
+    uint32_t features;                        /* DS_FEATURE_*; 0 from workers that send none */
 } ds_hello_t;
 ds_status_t ds__conn_dial(const ds_client_t *c, const ds_dial_t *d, int *fd, ds_hello_t *out);
 
@@ -256,6 +275,19 @@ void ds__set_values(ds_conn_t *conn, const ds_set_param_t *p, size_t n, const si
  * when the worker gave none; DS_K_OK when every key succeeded. */
 ds_status_t ds__first_failure(size_t n, const char *const *keys, const ds_status_t *sts,
                               const char *verb);
+
+/* Local sets from reserved arena space (SETR): values are copied to 64-byte
+ * aligned offsets of the connection's space. */
+uint64_t ds__round_up64(uint64_t n);
+/* Asks for a space of at least want bytes (SETR without keys); whether the
+ * worker granted it, conn->space_len says. DS_K_OK, or a transport or
+ * protocol failure's status (the connection is then broken). */
+ds_status_t ds__space_get(ds_conn_t *conn, uint64_t want, uint64_t deadline);
+/* Takes a SETR answer's trailer off conn->r into t: space handle, offset,
+ * length and (pin: the request asked for one) the pin. DS_K_OK, or a
+ * protocol error when the answer has none or names a range outside the
+ * mapping. t is all zeros after a transport failure. */
+ds_status_t ds__space_trailer(ds_conn_t *conn, bool pin, uint64_t t[4]);
 
 /* One key of a GET response. */
 typedef struct {

@@ -251,6 +251,7 @@ ds_status_t ds__conn_dial(const ds_client_t *c, const ds_dial_t *d, int *out_fd,
     /* Discovery: absent from workers that predate it. */
     if (!r.err && r.pos < r.len) read_cstr(&r, out->unix_socket, sizeof(out->unix_socket));
     if (!r.err && r.pos < r.len) read_cstr(&r, out->local_proof, sizeof(out->local_proof));
+    if (!r.err && r.pos < r.len) out->features = ds__rbuf_u32(&r);
     if (r.err) {
         dial_cleanup(fd, afd, meta);
         return ds__set_error(DS_K_RUNTIME_ERROR, "worker at %s sent a malformed hello response",
@@ -282,6 +283,7 @@ void ds__conn_free(ds_conn_t *conn)
     ds__wbuf_free(&conn->d);
     free(conn->segs);
     free(conn->meta);
+    if (conn->sess && conn->space) ds__sess_release(conn->sess, &conn->space, 1);
     if (conn->sess) ds__sess_unref(conn->sess);
     free(conn);
 }

@@ -3,8 +3,14 @@
  *
  * Writes: a remote client sends every value in a SET's data section. A local
  * client sends small values (up to the worker's inline_max) the same way, and
- * writes large ones straight into the arena: CREATE reserves the space,
- * memcpy fills it, PUBLISH makes it visible, and the creation pin is released.
+ * writes large ones straight into the arena, in one round trip: each pool
+ * connection holds arena space the worker reserved for it (a "space", see
+ * SETR in common/wire.h), the values are copied there and one SETR names
+ * them, whose answer reserves the space for the next set. The first set of a
+ * connection, or one larger than its space, asks for the space first (one
+ * more round trip); a worker without SETR, or one that will not reserve
+ * that much, gets CREATE (reserves), memcpy, PUBLISH (makes visible) and a
+ * release of the creation pin.
  *
  * Reads: values come inline in the response's data section, read straight
  * into their destination (the caller's buffer or one malloc'd allocation), or
@@ -190,6 +196,127 @@ static void set_in_arena(ds_conn_t *conn, const ds_set_param_t *p, size_t n, con
     free(ok);
 }
 
+uint64_t ds__round_up64(uint64_t n)
+{
+    return (n + 63) & ~(uint64_t)63;
+}
+
+static uint64_t get_u64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+ds_status_t ds__space_trailer(ds_conn_t *conn, bool pin, uint64_t t[4])
+{
+    ds_sess_t *s = conn->sess;
+    size_t len = pin ? 32 : 24;
+    memset(t, 0, 4 * sizeof(*t));
+    if (conn->state != DS_CONN_OK) return DS_K_OK;
+    if (conn->r.len - conn->r.pos < len) return ds__conn_protocol_error(conn, "set_reserved");
+    conn->r.len -= len;
+    const uint8_t *p = conn->r.p + conn->r.len;
+    for (size_t i = 0; i < len / 8; i++)
+        t[i] = get_u64(p + 8 * i);
+    if (t[0] != 0 && (t[1] > s->size || t[2] > s->size - t[1] || t[1] % 64 != 0))
+        return ds__conn_protocol_error(conn, "set_reserved");
+    return DS_K_OK;
+}
+
+/* Takes the space trailer off a SETR answer and makes it the connection's
+ * space (none after a transport failure: the worker drops it with the
+ * session). A protocol error's status, else DS_K_OK. */
+static ds_status_t take_space(ds_conn_t *conn)
+{
+    uint64_t t[4];
+    conn->space = conn->space_off = conn->space_len = 0;
+    ds_status_t st = ds__space_trailer(conn, false, t);
+    conn->space = t[0];
+    conn->space_off = t[1];
+    conn->space_len = t[0] ? t[2] : 0;
+    return st;
+}
+
+/* Asks the worker for a space of at least want bytes (SETR without keys).
+ * A transport or protocol failure's status (the connection is then broken),
+ * else DS_K_OK: whether the worker granted it, conn->space_len says. */
+ds_status_t ds__space_get(ds_conn_t *conn, uint64_t want, uint64_t deadline)
+{
+    ds__conn_begin(conn);
+    ds__wbuf_u64(&conn->w, conn->space);
+    ds__wbuf_u64(&conn->w, want);
+    ds__wbuf_u8(&conn->w, 0);
+    ds_set_param_t p = DS_SET_PARAM_INIT;
+    put_param(conn, &p);
+    ds__wbuf_u32(&conn->w, 0);
+    ds_status_t st = ds__conn_call(conn, DS_OP_SETR, false, deadline);
+    ds_status_t ts = take_space(conn);
+    if (ts != DS_K_OK) st = ts;
+    ds__conn_drain(conn, deadline);
+    if (conn->state == DS_CONN_OK) {
+        ds__clear_error(); /* a refusal: the trailer says what we hold */
+        return DS_K_OK;
+    }
+    return st;
+}
+
+/* Large values of a local client, in one round trip: copied into the arena
+ * space the worker reserved for this connection and published with one SETR,
+ * whose answer reserves the space for the next set. Without a space that
+ * fits, one round trip first asks for it. false when the worker would not
+ * reserve enough (the caller then takes the CREATE / PUBLISH way); true
+ * when sts is filled. */
+static bool set_in_space(ds_conn_t *conn, const ds_set_param_t *p, size_t n, const size_t *idx,
+                         const char *const *keys, const void *const *vals, const size_t *lens,
+                         ds_status_t *sts, uint64_t deadline)
+{
+    ds_sess_t *s = conn->sess;
+    uint64_t total = 0;
+    for (size_t i = 0; i < n; i++)
+        total += ds__round_up64(lens[at(idx, i)]);
+    if (total > s->size) return false;
+    if (conn->space_len < total) {
+        /* A size the worker would not reserve lately: straight to CREATE. */
+        if (conn->space_refused && total >= conn->space_refused && ++conn->refusals % 64 != 0)
+            return false;
+        ds_status_t st = ds__space_get(conn, total, deadline);
+        if (st != DS_K_OK) {
+            fill(sts, idx, n, st);
+            return true;
+        }
+        conn->space_refused = conn->space_len < total ? total : 0;
+    }
+    if (conn->space_len < total) return false;
+    /* Ask to keep room for the larger sets this connection made lately
+     * (the worker keeps a space of up to 8 MiB for smaller sets anyway). */
+    uint64_t want = conn->space_len < DS_CLIENT_SPACE_KEEP ? conn->space_len : DS_CLIENT_SPACE_KEEP;
+    if (want < total) want = total;
+    ds__conn_begin(conn);
+    ds__wbuf_u64(&conn->w, conn->space);
+    ds__wbuf_u64(&conn->w, want);
+    ds__wbuf_u8(&conn->w, 0);
+    put_param(conn, p);
+    ds__wbuf_u32(&conn->w, (uint32_t)n);
+    uint64_t off = conn->space_off;
+    for (size_t i = 0; i < n; i++) {
+        size_t k = at(idx, i);
+        ds__shm_index_copy_in(s->base + off, vals[k], lens[k]);
+        DS__TSAN_PUBLISHED(s->base + off);
+        ds__wbuf_cstr(&conn->w, keys[k]);
+        ds__wbuf_u64(&conn->w, off);
+        ds__wbuf_u64(&conn->w, lens[k]);
+        off += ds__round_up64(lens[k]);
+    }
+    ds_status_t st = ds__conn_call(conn, DS_OP_SETR, false, deadline);
+    ds_status_t ts = take_space(conn);
+    if (ts != DS_K_OK) st = ts;
+    read_statuses(conn, st, n, idx, sts);
+    ds__conn_drain(conn, deadline);
+    return true;
+}
+
 ds_status_t ds__first_failure(size_t n, const char *const *keys, const ds_status_t *sts,
                               const char *verb)
 {
@@ -244,17 +371,25 @@ static ds_status_t kv_mset(ds_client_t *c, size_t n, const char *const *keys,
             goto out;
         }
         size_t ns = 0, nb = 0;
+        /* With SETR a value goes through the arena as soon as that beats the
+         * socket (one copy instead of two); else above the worker's limit. */
+        size_t inline_max = s->inline_max;
+        if (s->setr && inline_max > DS_CLIENT_SPACE_MIN) inline_max = DS_CLIENT_SPACE_MIN;
         for (size_t i = 0; i < n; i++) {
-            if (lens[i] <= s->inline_max)
+            if (lens[i] <= inline_max)
                 idx[ns++] = i;
             else
                 idx[n - 1 - nb++] = i;
         }
         if (ns > 0) ds__set_values(conn, &p, ns, idx, keys, vals, lens, sts, deadline);
-        if (nb > 0 && conn->state == DS_CONN_OK)
-            set_in_arena(conn, &p, nb, idx + ns, keys, vals, lens, sts, deadline);
-        else if (nb > 0)
+        if (nb > 0 && conn->state != DS_CONN_OK) {
             fill(sts, idx + ns, nb, sts[idx[0]]);
+        } else if (nb > 0) {
+            /* One SETR from the connection's reserved space when the worker
+             * takes it, else CREATE / PUBLISH. */
+            if (!(s->setr && set_in_space(conn, &p, nb, idx + ns, keys, vals, lens, sts, deadline)))
+                set_in_arena(conn, &p, nb, idx + ns, keys, vals, lens, sts, deadline);
+        }
         if (idx == small_idx) idx = NULL;
     }
     ds__client_put(c, conn);

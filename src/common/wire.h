@@ -37,6 +37,12 @@
 #define DS_FLAG_TRACE 0x08u
 #define DS_TRACE_ID_MAX 128
 
+/* HELLO response features. */
+#define DS_FEATURE_SETR 0x01u /* the session mapped the arena and may send SETR */
+
+/* SETR flags. */
+#define DS_SETR_PIN 0x01u
+
 /* Per-key kinds in a GET response. */
 #define DS_VAL_MISSING 0
 #define DS_VAL_INLINE 1 /* bytes follow in the data section */
@@ -53,7 +59,8 @@
  *              [u64 proof_session, str proof_challenge]
  *         resp: str err, u64 session, u64 arena_size, u32 inline_max, str worker_id,
  *               u32 pid, u64 index_offset, u32 index_slots, u32 index_keymax,
- *               str session_key, str unix_socket, str local_proof;
+ *               str session_key, str unix_socket, str local_proof, u32 features;
+ *               features: DS_FEATURE_* bits of what this session may use.
  *               Discovery: unix_socket is the absolute path of the worker's
  *               Unix socket ("" when it has none). A client that reached the
  *               worker over TCP connects there and says HELLO with
@@ -116,6 +123,30 @@
  *         released when the session ends.
  * UNRLATCH req: n, n*key                  resp: str err, n, n*u32 status
  *         releases one latch of this session per key (none held: K_NOT_FOUND)
+ * SETR    req: u64 space, u64 want, u8 flags, u8 mode, u32 ttl, u8 existence, n,
+ *              n*(key, u64 offset, u64 len)
+ *         resp: str err, [n, n*u32 status,] then ALWAYS as the metadata's last
+ *               24 bytes (also after an error): u64 space, u64 offset, u64 len,
+ *               and with flags DS_SETR_PIN one more u64: pin
+ *         A set in one round trip for a local client (session mapped the
+ *         arena): the values already lie in arena space the session holds (a
+ *         reservation, "space", named by a session handle like a pin), and
+ *         the request names where: each range [offset, offset + len) must be
+ *         64-byte aligned, inside the space, and the ranges in ascending,
+ *         non-overlapping order; else the whole request fails K_INVALID and
+ *         nothing is published (the space stays as it was). The space before
+ *         and between the ranges is freed; what follows the last range stays
+ *         reserved. n = 0 only trades the space in (space 0 = none held).
+ *         The answer's trailer is the session's space after the request: at
+ *         least want bytes when the worker granted them (0 = none: the worker
+ *         refused, out of memory or over its reservation budget), always
+ *         under a new handle (the old one stops working, so a replayed
+ *         request fails). want 0 gives the space back. A space is released
+ *         like a pin (RELEASE) and with its session; it is never evicted.
+ *         DS_SETR_PIN (exactly one key): the session also keeps a pin on the
+ *         object written (published or not, as a CREATE buffer holds its
+ *         object), released with RELEASE; 0 when the key failed.
+ *         Remote (TCP) sessions: K_NOT_SUPPORTED.
  * GREF    req: i32 delta, n, n*key        resp: str err, n, n*(u32 status, u32 count)
  *         global reference counts (ObjectClient.g_increase_ref / g_decrease_ref /
  *         query_global_ref_num): delta +1, -1 or 0 (query). A key may be
@@ -162,7 +193,8 @@
     X(READ, 19, "read")                                                                            \
     X(RLATCH, 20, "rlatch")                                                                        \
     X(UNRLATCH, 21, "unrlatch")                                                                    \
-    X(GREF, 22, "global_ref")
+    X(GREF, 22, "global_ref")                                                                      \
+    X(SETR, 23, "set_reserved")
 
 typedef enum {
 #define DS__OP_ENUM(name, num, text) DS_OP_##name = num,

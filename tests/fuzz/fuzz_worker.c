@@ -15,7 +15,7 @@
  *                     deadline and TTL
  *   byte 1  bit i     connection i sends a valid HELLO first
  *           bit 4+i   that HELLO asks for the arena (a local client: CREATE,
- *                     pins)
+ *                     pins, SETR reservations)
  *   byte 2  bit i     connection i uses the TCP listener, else the Unix socket
  *           bit 4+i   connection i (i > 0) joins the session connection 0 was
  *                     given, with its key
@@ -440,6 +440,8 @@ static void check_hangup(void)
     ds__store_stats(srv.store, &st);
     /* Pins, and unpublished (CREATING) objects, which count as pinned. */
     CHECK(st.pinned == 0);
+    /* Reservations (SETR spaces) go with their session. */
+    CHECK(st.reservations == 0 && st.reserved_bytes == 0);
 }
 
 /* A fresh store in the same arena: the HELLO information stays valid. */

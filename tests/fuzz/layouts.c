@@ -128,6 +128,21 @@ void fz_parse_request(uint16_t op, const uint8_t *meta, size_t len, ds_wbuf_t *e
         (void)u8(&p);
         keys(&p, DS_MAX_BATCH);
         break;
+    case DS_OP_SETR: {
+        (void)u64(&p); /* the space's handle */
+        (void)u64(&p); /* bytes wanted next */
+        (void)u8(&p);  /* flags */
+        (void)u8(&p);
+        (void)u32(&p);
+        (void)u8(&p);
+        uint32_t n = count(&p, DS_MAX_BATCH, 21);
+        for (uint32_t i = 0; i < n && !p.r.err; i++) {
+            key(&p);
+            (void)u64(&p);
+            (void)u64(&p);
+        }
+        break;
+    }
     case DS_OP_PUBLISH:
     case DS_OP_RELEASE: {
         uint32_t n = count(&p, 4 * DS_MAX_BATCH, 8);
@@ -244,6 +259,19 @@ void fz_parse_response(uint16_t op, const uint8_t *meta, size_t len, ds_wbuf_t *
         /* discovery: the Unix socket's path and the proof */
         if (p.r.pos < p.r.len) str(&p);
         if (p.r.pos < p.r.len) str(&p);
+        /* the features the session may use */
+        if (p.r.pos < p.r.len) (void)u32(&p);
+        break;
+    case DS_OP_SETR:
+        /* statuses unless refused, then always the space (handle, offset,
+         * length) and, when the request asked for one, a pin. An answer of
+         * one status without a pin has the length of a refusal with one: it
+         * parses either way. */
+        if (p.r.len - p.r.pos != 24 && p.r.len - p.r.pos != 32) statuses(&p);
+        (void)u64(&p);
+        (void)u64(&p);
+        (void)u64(&p);
+        if (p.r.len - p.r.pos == 8) (void)u64(&p);
         break;
     case DS_OP_SET:
     case DS_OP_PUBLISH:

@@ -21,7 +21,7 @@ DATA = os.path.join(HERE, "..", "data")
 MAGIC = 0x53445259
 OPS = {"HELLO": 1, "SET": 2, "GET": 3, "CREATE": 4, "PUBLISH": 5, "RELEASE": 6, "DEL": 7,
        "EXIST": 8, "EXPIRE": 9, "QSIZE": 10, "GENKEY": 11, "HEALTH": 12, "STATS": 13,
-       "SHUTDOWN": 14, "LOCATE": 15, "META_PUT": 16, "META_DEL": 17, "DROP": 18}
+       "SHUTDOWN": 14, "LOCATE": 15, "META_PUT": 16, "META_DEL": 17, "DROP": 18, "SETR": 23}
 RESPONSE, NOREPLY = 1, 2
 
 
@@ -48,6 +48,12 @@ def hello(shm=0, sid=0, token=b"", key=b""):
 def set_meta(kv, mode=0, ttl=0, nx=0):
     return u8(mode) + u32(ttl) + u8(nx) + u32(len(kv)) + \
         b"".join(s(k) + u64(len(v)) for k, v in kv)
+
+
+def setr_meta(space, want, kv=()):
+    """SETR: the space's handle, bytes wanted next, flags, the write head, (key, offset, len)."""
+    return u64(space) + u64(want) + u8(0) + u8(0) + u32(0) + u8(0) + u32(len(kv)) + \
+        b"".join(s(k) + u64(o) + u64(n) for k, o, n in kv)
 
 
 def worker_input(nconn, hello=0xF, shm=0, tcp=0, join=0, fire_end=False, chunks=()):
@@ -119,6 +125,10 @@ REQUESTS = {
     "create": frame("CREATE", set_meta([(b"zc", b"0" * 4096)])),
     "publish": frame("PUBLISH", u32(2) + u64(1) + u64(1 << 32 | 1)),
     "release": frame("RELEASE", u32(1) + u64(1), flags=NOREPLY),
+    # the first space a session gets is slot 0; its handle's generation is 2
+    # once the answer has renamed it
+    "setr_reserve": frame("SETR", setr_meta(0, 4096)),
+    "setr": frame("SETR", setr_meta(2, 4096, [(b"k1", 0, 10), (b"k2", 64, 3)])),
     "del": frame("DEL", keys([b"k1", b"k2"])),
     "exist": frame("EXIST", keys([b"k1", b"nope"])),
     "expire": frame("EXPIRE", u32(3) + keys([b"k1"])),
@@ -140,6 +150,10 @@ RESPONSES = {
     "r_get": frame("GET", s(b"") + u32(3) + u8(1) + u64(2) + u8(0) + u64(0) + u8(2) + u64(10) +
                    u64(4096) + u64(1 << 32 | 1), b"v1", flags=RESPONSE),
     "r_create": frame("CREATE", s(b"") + u32(1) + u32(0) + u64(0) + u64(1), flags=RESPONSE),
+    "r_setr": frame("SETR", s(b"") + u32(1) + u32(0) + u64(3) + u64(4096) + u64(4096),
+                    flags=RESPONSE),
+    "r_setr_refused": frame("SETR", s(b"bad range") + u64(0) + u64(0) + u64(0), flags=RESPONSE,
+                            status=2),
     "r_exist": frame("EXIST", s(b"") + u32(2) + u8(1) + u8(0), flags=RESPONSE),
     "r_qsize": frame("QSIZE", s(b"") + u32(1) + u32(0) + u64(5), flags=RESPONSE),
     "r_genkey": frame("GENKEY", s(b"") + s(b"pre_abcd-0001"), flags=RESPONSE),
@@ -168,6 +182,8 @@ def main():
     for name, (ctl, stream) in {
         "set_get": (1, r["set"] + r["get"] + r["exist"] + r["qsize"]),
         "local_create": (3, r["create"] + r["publish"] + r["get_pin"] + r["release"]),
+        "local_setr": (3, r["setr_reserve"] + r["setr"] + r["get"] + r["setr"]),
+        "tcp_setr": (5, r["setr_reserve"] + r["setr"]),
         "tcp_mixed": (5, r["set_ttl_nx"] + r["expire"] + r["del"] + r["genkey"] + r["health"] +
                       r["stats"]),
         "wait": (9, r["get_wait"] + r["set"]),

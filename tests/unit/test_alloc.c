@@ -297,13 +297,56 @@ static void test_fragmentation(void **state)
     ds__alloc_destroy(a);
 }
 
+/* Splitting an allocation hands its parts to different owners: each part is
+ * freed on its own, a gap freed between two live parts stays free, and
+ * everything coalesces back once all parts are gone. Bad splits change
+ * nothing. */
+static void test_split(void **state)
+{
+    (void)state;
+    ds_alloc_t *a = ds__alloc_create(1 << 20);
+    ds_block_t *b = ds__alloc_alloc(a, 64 * 100);
+    ds_block_t *after = ds__alloc_alloc(a, 64);
+    assert_non_null(b);
+    uint64_t off = ds__block_offset(b);
+    assert_null(ds__alloc_split(a, b, 0));
+    assert_null(ds__alloc_split(a, b, 100));
+    assert_null(ds__alloc_split(a, b, 64 * 100));
+    assert_int_equal(ds__block_size(b), 64 * 100);
+    ds_block_t *c = ds__alloc_split(a, b, 64 * 10);
+    assert_non_null(c);
+    assert_int_equal(ds__block_size(b), 64 * 10);
+    assert_int_equal(ds__block_offset(c), off + 64 * 10);
+    assert_int_equal(ds__block_size(c), 64 * 90);
+    ds_block_t *d = ds__alloc_split(a, c, 64 * 30);
+    assert_non_null(d);
+    assert_int_equal(ds__alloc_check(a), 0);
+    ds_alloc_stats_t st;
+    ds__alloc_stats(a, &st);
+    assert_int_equal(st.used, 64 * 101);
+    assert_int_equal(st.used_blocks, 4);
+    ds__alloc_free(a, c); /* the middle part: a gap between b and d */
+    assert_int_equal(ds__alloc_check(a), 0);
+    ds_block_t *e = ds__alloc_alloc(a, 64 * 30);
+    assert_int_equal(ds__block_offset(e), off + 64 * 10);
+    ds__alloc_free(a, e);
+    ds__alloc_free(a, b);
+    ds__alloc_free(a, d);
+    ds__alloc_free(a, after);
+    assert_int_equal(ds__alloc_check(a), 0);
+    ds__alloc_stats(a, &st);
+    assert_int_equal(st.used, 0);
+    assert_int_equal(st.free_blocks, 1);
+    ds__alloc_destroy(a);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_basic),         cmocka_unit_test(test_limits),
         cmocka_unit_test(test_exhaustion),    cmocka_unit_test(test_exact_fit),
         cmocka_unit_test(test_coalescing),    cmocka_unit_test(test_random_workload),
-        cmocka_unit_test(test_fragmentation),
+        cmocka_unit_test(test_fragmentation), cmocka_unit_test(test_split),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

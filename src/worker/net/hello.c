@@ -162,6 +162,7 @@ void ds__hello(ds_conn_t *c)
     char proof[DS_AUTH_HEX_LEN + 1];
     local_proof(c, proof_sid, chal, clen, proof);
     ds__wbuf_cstr(&w, proof);
+    ds__wbuf_u32(&w, grant ? DS_FEATURE_SETR : 0);
     /* A joining connection's client mapped the arena already. */
     ds__req_reply(r, DS_K_OK, &w, NULL, 0, NULL, 0, grant && sid == 0 ? hi->arena_fd : -1);
     ds__wbuf_free(&w);

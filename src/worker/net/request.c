@@ -74,11 +74,26 @@ void ds__req_reply(ds_req_t *r, ds_status_t st, const ds_wbuf_t *w, const struct
             ds__store_unref(r->net_->store, refs[i]);
     } else {
         observe(r);
+        ds_wbuf_t tw;
+        if (r->tail_len_) {
+            ds__wbuf_init(&tw);
+            if (w) ds__wbuf_bytes(&tw, w->buf, w->len);
+            ds__wbuf_bytes(&tw, r->tail_, r->tail_len_);
+            if (!tw.oom) w = &tw;
+        }
         /* A deferred request's answer is written when its connection
          * resumes: never from inside another connection's event. */
         ds__conn_queue(c, r->id, r->op, st, w, segs, nseg, refs, nrefs, fd, !r->deferred_);
+        if (r->tail_len_) ds__wbuf_free(&tw);
     }
     if (r->deferred_) end_deferred(r);
+}
+
+void ds__req_set_tail(ds_req_t *r, const void *p, uint8_t n)
+{
+    if (n > sizeof(r->tail_)) n = sizeof(r->tail_);
+    memcpy(r->tail_, p, n);
+    r->tail_len_ = n;
 }
 
 void ds__req_error(ds_req_t *r, ds_status_t st, const char *fmt, ...)

@@ -50,6 +50,8 @@ struct ds_req {
     ds_session_t *session;
 
     /* The connection layer's own. */
+    uint8_t tail_[32]; /* ds__req_set_tail */
+    uint8_t tail_len_;
     struct ds_net *net_;
     struct ds_conn *conn_;
     bool deferred_;
@@ -71,6 +73,9 @@ typedef struct {
  * For a deferred request this ends it (r is freed). */
 void ds__req_reply(ds_req_t *r, ds_status_t st, const ds_wbuf_t *w, const struct iovec *segs,
                    uint32_t nseg, ds_obj_t **refs, uint32_t nrefs, int fd);
+/* Bytes (at most 32) appended to the metadata of r's answer, whichever path
+ * builds it (an error answer too): SETR's reservation trailer. */
+void ds__req_set_tail(ds_req_t *r, const void *p, uint8_t n);
 /* An answer carrying only the error string. */
 void ds__req_error(ds_req_t *r, ds_status_t st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

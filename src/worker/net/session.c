@@ -101,10 +101,19 @@ ds_slot_t *ds__session_slot(ds_session_t *s, uint64_t handle)
     return sl;
 }
 
+uint64_t ds__session_rehandle(ds_session_t *s, uint64_t handle)
+{
+    ds_slot_t *sl = ds__session_slot(s, handle);
+    if (sl == NULL) return 0;
+    if (++sl->gen == 0) sl->gen = 1;
+    return (handle & ~(uint64_t)UINT32_MAX) | sl->gen;
+}
+
 bool ds__session_release(ds_store_t *store, ds_session_t *s, uint64_t handle)
 {
     ds_slot_t *sl = ds__session_slot(s, handle);
     if (sl == NULL) return false;
+    if (sl->obj->state == DS_OBJ_RESERVED) s->spaces--;
     ds__store_unref(store, sl->obj);
     sl->obj = NULL;
     uint32_t idx = (uint32_t)(handle >> 32);

@@ -42,6 +42,7 @@ struct ds_session {
     bool shm;     /* mapped the arena */
     ds_slot_t *slots;
     uint32_t nslots, cap, free_head, live;
+    uint32_t spaces; /* live reservations (DS_OBJ_RESERVED slots), see ops_set.c */
 };
 
 /* A new session with a random id and key; NULL when out of memory or
@@ -54,6 +55,9 @@ void ds__session_free(ds_net_t *net, ds_session_t *s);
 uint64_t ds__session_add(ds_session_t *s, ds_obj_t *obj, uint8_t existence);
 /* The slot for a handle, or NULL if it is not live. */
 ds_slot_t *ds__session_slot(ds_session_t *s, uint64_t handle);
+/* Gives a live handle's slot a new handle (same object, same reference);
+ * the old handle stops working. 0 if handle is not live. */
+uint64_t ds__session_rehandle(ds_session_t *s, uint64_t handle);
 /* Drops the handle's reference. false if the handle is not live. */
 bool ds__session_release(ds_store_t *store, ds_session_t *s, uint64_t handle);
 

@@ -495,6 +495,9 @@ void ds__ops_dispatch(void *ctx, ds_req_t *r)
     case DS_OP_RELEASE:
         ds__ops_publish_release(srv, r);
         break;
+    case DS_OP_SETR:
+        ds__ops_setr(srv, r);
+        break;
     case DS_OP_DEL:
         if (!del_parked(srv, r)) op_keys(srv, r);
         break;

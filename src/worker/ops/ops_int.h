@@ -14,6 +14,25 @@ void ds__ops_reply_values(ds_server_t *srv, ds_req_t *r, ds_status_t st, ds_wbuf
                           const struct iovec *segs, ds_obj_t **refs, uint32_t nseg);
 
 void ds__ops_create(ds_server_t *srv, ds_req_t *r);
+/* Reads and checks the head SET, CREATE and SETR share (write mode, TTL,
+ * existence, key count; n = 0 only when may_be_empty, each entry at least
+ * min_entry bytes): 0, or -1 with a message naming the problem. */
+int ds__ops_write_head(ds_rbuf_t *r, const char *what, bool may_be_empty, size_t min_entry,
+                       uint8_t *mode, uint32_t *ttl, uint8_t *existence, uint32_t *n, char *msg,
+                       size_t cap);
+/* Publishes n written CREATING objects (pend[i] NULL where key i already
+ * failed with status[i]) like the end of a SET: read latches, the storage
+ * tier, the cluster, then the answer. Takes over pend and status (malloc'd)
+ * and the references in pend. after(srv, r, after_arg, pend, n) runs once
+ * the objects are published and before the answer is built (when the
+ * request waited for a latch, r is then the deferred request). */
+typedef void (*ds_published_fn)(ds_server_t *srv, ds_req_t *r, const uint64_t arg[3],
+                                ds_obj_t *const *objs, uint32_t n);
+void ds__ops_publish_written(ds_server_t *srv, ds_req_t *r, ds_obj_t **pend, uint32_t *status,
+                             uint32_t n, uint8_t existence, const char *first_err,
+                             ds_published_fn after, const uint64_t after_arg[3]);
+/* ops_space.c: SETR, a set from the session's reserved arena space. */
+void ds__ops_setr(ds_server_t *srv, ds_req_t *r);
 /* PUBLISH and RELEASE. */
 void ds__ops_publish_release(ds_server_t *srv, ds_req_t *r);
 

@@ -31,17 +31,26 @@ typedef struct {
     uint32_t ttl, n;
 } write_head_t;
 
-/* Reads and checks the head; 0, or -1 with a message naming the problem. */
 static int read_write_head(ds_rbuf_t *r, const char *what, write_head_t *h, char *msg, size_t cap)
 {
-    h->mode = ds__rbuf_u8(r);
-    h->ttl = ds__rbuf_u32(r);
-    h->existence = ds__rbuf_u8(r);
-    h->n = ds__rbuf_u32(r);
     /* each entry is at least a 4-byte length, one key byte and a u64 */
-    if (r->err || h->n == 0 || h->n > DS_MAX_BATCH || (r->len - r->pos) / 13 < h->n) {
-        snprintf(msg, cap, "malformed %s: %u keys (allowed 1..%u) or metadata too short", what,
-                 h->n, DS_MAX_BATCH);
+    return ds__ops_write_head(r, what, false, 13, &h->mode, &h->ttl, &h->existence, &h->n, msg,
+                              cap);
+}
+
+int ds__ops_write_head(ds_rbuf_t *r, const char *what, bool may_be_empty, size_t min_entry,
+                       uint8_t *mode, uint32_t *ttl, uint8_t *existence, uint32_t *n, char *msg,
+                       size_t cap)
+{
+    write_head_t hd, *h = &hd;
+    h->mode = *mode = ds__rbuf_u8(r);
+    *ttl = ds__rbuf_u32(r);
+    h->existence = *existence = ds__rbuf_u8(r);
+    h->n = *n = ds__rbuf_u32(r);
+    if (r->err || (h->n == 0 && !may_be_empty) || h->n > DS_MAX_BATCH ||
+        (r->len - r->pos) / min_entry < h->n) {
+        snprintf(msg, cap, "malformed %s: %u keys (allowed %u..%u) or metadata too short", what,
+                 h->n, may_be_empty ? 0 : 1, DS_MAX_BATCH);
         return -1;
     }
     if (!mode_ok(h->mode, msg, cap)) return -1;
@@ -95,10 +104,12 @@ typedef struct {
     ds_server_t *srv;
     uint32_t n;
     uint8_t existence;
-    ds_obj_t **pend;  /* reserved objects, one per key (NULL where it failed) */
-    uint32_t *status; /* per key */
-    ds_sink_t *sinks; /* where each value's bytes go */
-    char err[512];    /* the first failure's message */
+    ds_obj_t **pend;       /* reserved objects, one per key (NULL where it failed) */
+    uint32_t *status;      /* per key */
+    ds_sink_t *sinks;      /* where each value's bytes go */
+    char err[512];         /* the first failure's message */
+    ds_published_fn after; /* see ds__ops_publish_written */
+    uint64_t after_arg[3];
 } set_t;
 
 static void set_free(set_t *s)
@@ -179,10 +190,35 @@ static void set_publish(ds_server_t *srv, ds_req_t *r, void *ctx)
             if (srv->tier) ds__tier_published(srv, o, i);
         }
     }
+    if (s->after) s->after(srv, r, s->after_arg, s->pend, s->n);
     ds__ops_answer_published(srv, r, published, s->status, s->n, s->existence == DS_EXISTENCE_NX,
                              s->err);
     free(published);
     set_free(s);
+}
+
+void ds__ops_publish_written(ds_server_t *srv, ds_req_t *r, ds_obj_t **pend, uint32_t *status,
+                             uint32_t n, uint8_t existence, const char *first_err,
+                             ds_published_fn after, const uint64_t after_arg[3])
+{
+    set_t *s = calloc(1, sizeof(*s));
+    if (s == NULL) {
+        for (uint32_t i = 0; i < n; i++)
+            if (pend[i]) ds__store_unref(srv->store, pend[i]);
+        free(pend);
+        free(status);
+        ds__req_error(r, DS_K_OUT_OF_MEMORY, "out of memory");
+        return;
+    }
+    s->srv = srv;
+    s->n = n;
+    s->existence = existence;
+    s->pend = pend;
+    s->status = status;
+    snprintf(s->err, sizeof(s->err), "%s", first_err ? first_err : "");
+    s->after = after;
+    memcpy(s->after_arg, after_arg, sizeof(s->after_arg));
+    set_finish(s, r);
 }
 
 void ds__ops_set(ds_server_t *srv, ds_req_t *r)

@@ -26,6 +26,9 @@ char *ds__server_stats_json(ds_server_t *srv)
     cJSON_AddNumberToObject(arena, "used_bytes", (double)st.arena.used);
     cJSON_AddNumberToObject(arena, "free_bytes", (double)st.arena.free);
     cJSON_AddNumberToObject(arena, "largest_free_bytes", (double)st.arena.largest_free);
+    /* Reservations of local sessions (SETR), part of used_bytes. */
+    cJSON_AddNumberToObject(arena, "reserved_bytes", (double)st.reserved_bytes);
+    cJSON_AddNumberToObject(arena, "reservations", (double)st.reservations);
     cJSON *objs = cJSON_AddObjectToObject(root, "objects");
     cJSON_AddNumberToObject(objs, "count", (double)st.objects);
     cJSON_AddNumberToObject(objs, "pinned", (double)st.pinned);

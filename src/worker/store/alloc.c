@@ -264,6 +264,23 @@ void ds__alloc_free(ds_alloc_t *a, ds_block_t *b)
     list_insert(a, b);
 }
 
+ds_block_t *ds__alloc_split(ds_alloc_t *a, ds_block_t *b, uint64_t at)
+{
+    if (b == NULL || blk_is_free(b) || at == 0 || at % DS_ALLOC_ALIGN != 0 || at >= blk_size(b))
+        return NULL;
+    ds_block_t *back = pool_get(a);
+    if (back == NULL) return NULL;
+    back->off = b->off + at;
+    blk_set(back, blk_size(b) - at, false);
+    back->prev_phys = b;
+    back->next_phys = b->next_phys;
+    if (b->next_phys != NULL) b->next_phys->prev_phys = back;
+    b->next_phys = back;
+    blk_set(b, at, false);
+    a->used_blocks++;
+    return back;
+}
+
 uint64_t ds__block_offset(const ds_block_t *b)
 {
     return b->off;

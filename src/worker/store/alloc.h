@@ -34,6 +34,12 @@ void ds__alloc_destroy(ds_alloc_t *a);
  * free range is large enough. */
 ds_block_t *ds__alloc_alloc(ds_alloc_t *a, uint64_t size);
 void ds__alloc_free(ds_alloc_t *a, ds_block_t *b);
+/* Splits the allocated block b at `at` bytes from its start (a multiple of
+ * DS_ALLOC_ALIGN, 0 < at < its size): b keeps the front, and the back comes
+ * back as a block of its own, allocated too. NULL (b unchanged) when the
+ * arguments do not describe such a split or the private heap is out of
+ * memory. Lets a caller hand parts of one allocation to different owners. */
+ds_block_t *ds__alloc_split(ds_alloc_t *a, ds_block_t *b, uint64_t at);
 
 uint64_t ds__block_offset(const ds_block_t *b);
 uint64_t ds__block_size(const ds_block_t *b); /* rounded-up usable size */

@@ -61,6 +61,7 @@ struct ds_store {
     ds_store_gone_fn gone;
     void *gone_ctx;
     uint64_t expirations;
+    uint64_t reservations, reserved_bytes; /* DS_OBJ_RESERVED spaces */
     /* The shared GET index at the arena's start, when enabled: objects are
      * allocated in [base, arena size) and offsets given out are arena
      * offsets (allocator offset + base). */
@@ -310,6 +311,10 @@ static void ix_del(ds_store_t *s, const ds_obj_t *o)
 
 static void obj_free(ds_store_t *s, ds_obj_t *o)
 {
+    if (o->state == DS_OBJ_RESERVED) {
+        s->reservations--;
+        if (o->block) s->reserved_bytes -= ds__block_size(o->block);
+    }
     ds__alloc_free(s->alloc, o->block);
     free(o);
 }
@@ -469,6 +474,41 @@ ds_obj_t *ds__store_lookup(ds_store_t *s, const char *key, size_t keylen, uint64
     return o;
 }
 
+/* A block of size bytes, evicting unpinned volatile objects in clock order
+ * until it fits; NULL when it cannot. */
+static ds_block_t *alloc_evicting(ds_store_t *s, uint64_t size)
+{
+    ds_block_t *b = ds__alloc_alloc(s->alloc, size);
+    while (b == NULL) {
+        /* Evicting cannot help when even the free space plus every evictable
+         * byte falls short; failing early keeps the cache intact. */
+        ds_alloc_stats_t st;
+        ds__alloc_stats(s->alloc, &st);
+        if (size > st.free + s->ring_bytes || !evict_one(s)) return NULL;
+        b = ds__alloc_alloc(s->alloc, size);
+    }
+    return b;
+}
+
+/* A new CREATING object of key over block b, in limbo, refcnt 1. */
+static void obj_init(ds_store_t *s, ds_obj_t *o, ds_block_t *b, uint64_t size, const char *key,
+                     size_t keylen, ds_write_mode_t mode, uint32_t ttl_second)
+{
+    memset(o, 0, sizeof(*o));
+    o->block = b;
+    o->size = size;
+    o->refcnt = 1;
+    o->heap_idx = -1;
+    o->hash = ds__murmur3_32(key, keylen, DS_HASH_SEED);
+    o->keylen = (uint16_t)keylen;
+    o->write_mode = (uint8_t)mode;
+    o->state = DS_OBJ_CREATING;
+    o->ttl_second = ttl_second;
+    memcpy(o->key, key, keylen);
+    o->key[keylen] = '\0';
+    limbo_add(s, o);
+}
+
 ds_status_t ds__store_reserve(ds_store_t *s, const char *key, size_t keylen, uint64_t size,
                               ds_write_mode_t mode, uint32_t ttl_second, ds_obj_t **out, char *err,
                               size_t err_cap)
@@ -497,32 +537,13 @@ ds_status_t ds__store_reserve(ds_store_t *s, const char *key, size_t keylen, uin
                      (int)(keylen > 64 ? 64 : keylen), key);
         return DS_K_OUT_OF_MEMORY;
     }
-    ds_block_t *b = ds__alloc_alloc(s->alloc, size);
-    while (b == NULL) {
-        /* Evicting cannot help when even the free space plus every evictable
-         * byte falls short; failing early keeps the cache intact. */
-        ds_alloc_stats_t st;
-        ds__alloc_stats(s->alloc, &st);
-        if (size > st.free + s->ring_bytes || !evict_one(s)) {
-            oom_message(s, key, keylen, size, err, err_cap);
-            free(o);
-            return DS_K_OUT_OF_MEMORY;
-        }
-        b = ds__alloc_alloc(s->alloc, size);
+    ds_block_t *b = alloc_evicting(s, size);
+    if (b == NULL) {
+        oom_message(s, key, keylen, size, err, err_cap);
+        free(o);
+        return DS_K_OUT_OF_MEMORY;
     }
-    memset(o, 0, sizeof(*o));
-    o->block = b;
-    o->size = size;
-    o->refcnt = 1;
-    o->heap_idx = -1;
-    o->hash = ds__murmur3_32(key, keylen, DS_HASH_SEED);
-    o->keylen = (uint16_t)keylen;
-    o->write_mode = (uint8_t)mode;
-    o->state = DS_OBJ_CREATING;
-    o->ttl_second = ttl_second;
-    memcpy(o->key, key, keylen);
-    o->key[keylen] = '\0';
-    limbo_add(s, o);
+    obj_init(s, o, b, size, key, keylen, mode, ttl_second);
     *out = o;
     return DS_K_OK;
 }
@@ -633,7 +654,9 @@ void ds__store_stats(const ds_store_t *s, ds_store_stats_t *out)
     out->expirations = s->expirations;
     /* ds__store_ref has no store to report to, so in-table pins are counted
      * here by a walk; limbo objects are pinned by definition. */
-    out->pinned = s->limbo_count;
+    out->pinned = s->limbo_count - s->reservations;
+    out->reservations = s->reservations;
+    out->reserved_bytes = s->reserved_bytes;
     for (int t = 0; t < 2; t++)
         for (uint64_t i = 0; i < s->ht[t].size; i++)
             for (const ds_obj_t *o = s->ht[t].b[i]; o != NULL; o = o->hnext)
@@ -697,4 +720,113 @@ void ds__store_set_gone_hook(ds_store_t *s, ds_store_gone_fn fn, void *ctx)
 {
     s->gone = fn;
     s->gone_ctx = ctx;
+}
+
+/* ---- reservations (see store.h) ---- */
+
+ds_status_t ds__store_reserve_space(ds_store_t *s, uint64_t size, ds_obj_t **out, char *err,
+                                    size_t err_cap)
+{
+    *out = NULL;
+    ds_obj_t *o = calloc(1, sizeof(*o) + 1);
+    if (o == NULL) {
+        if (err != NULL && err_cap > 0) snprintf(err, err_cap, "worker out of private memory");
+        return DS_K_OUT_OF_MEMORY;
+    }
+    o->refcnt = 1;
+    o->heap_idx = -1;
+    o->state = DS_OBJ_RESERVED;
+    limbo_add(s, o);
+    s->reservations++;
+    ds_status_t st = ds__store_refill_space(s, o, size, err, err_cap);
+    if (st != DS_K_OK) {
+        ds__store_unref(s, o);
+        return st;
+    }
+    *out = o;
+    return DS_K_OK;
+}
+
+ds_status_t ds__store_refill_space(ds_store_t *s, ds_obj_t *space, uint64_t size, char *err,
+                                   size_t err_cap)
+{
+    if (space->block) {
+        s->reserved_bytes -= ds__block_size(space->block);
+        ds__alloc_free(s->alloc, space->block);
+        space->block = NULL;
+    }
+    space->size = 0;
+    ds_block_t *b = size ? alloc_evicting(s, size) : NULL;
+    if (b == NULL) {
+        if (size) oom_message(s, "(reservation)", 13, size, err, err_cap);
+        return size ? DS_K_OUT_OF_MEMORY : DS_K_OK;
+    }
+    space->block = b;
+    space->size = ds__block_size(b);
+    s->reserved_bytes += space->size;
+    return DS_K_OK;
+}
+
+uint64_t ds__store_reserved(const ds_store_t *s)
+{
+    return s->reserved_bytes;
+}
+
+void ds__store_space(const ds_store_t *s, const ds_obj_t *space, uint64_t *offset, uint64_t *len)
+{
+    *offset = space->block ? s->base + ds__block_offset(space->block) : 0;
+    *len = space->block ? ds__block_size(space->block) : 0;
+}
+
+ds_status_t ds__store_carve(ds_store_t *s, ds_obj_t *space, uint64_t offset, uint64_t size,
+                            const char *key, size_t keylen, ds_write_mode_t mode,
+                            uint32_t ttl_second, ds_obj_t **out, char *err, size_t err_cap)
+{
+    *out = NULL;
+    uint64_t start, len;
+    ds__store_space(s, space, &start, &len);
+    uint64_t need = (size + DS_ALLOC_ALIGN - 1) / DS_ALLOC_ALIGN * DS_ALLOC_ALIGN;
+    if (space->state != DS_OBJ_RESERVED || size == 0 || keylen == 0 || keylen > UINT16_MAX ||
+        offset < start || (offset - start) % DS_ALLOC_ALIGN != 0 || size > len ||
+        need > len - (offset - start)) {
+        if (err != NULL && err_cap > 0)
+            snprintf(err, err_cap,
+                     "range [%llu, +%llu) for key '%.*s' is not an aligned range of the "
+                     "reservation [%llu, +%llu)",
+                     (unsigned long long)offset, (unsigned long long)size,
+                     (int)(keylen > 64 ? 64 : keylen), key, (unsigned long long)start,
+                     (unsigned long long)len);
+        return DS_K_INVALID;
+    }
+    ds_obj_t *o = malloc(sizeof(*o) + keylen + 1);
+    if (o == NULL) {
+        if (err != NULL && err_cap > 0)
+            snprintf(err, err_cap, "worker out of private memory for key '%.*s'",
+                     (int)(keylen > 64 ? 64 : keylen), key);
+        return DS_K_OUT_OF_MEMORY;
+    }
+    ds_block_t *b = space->block;
+    uint64_t gap = offset - start;
+    if (gap > 0) {
+        ds_block_t *back = ds__alloc_split(s->alloc, b, gap);
+        if (back == NULL) goto oom;
+        ds__alloc_free(s->alloc, b); /* the space before the range */
+        s->reserved_bytes -= gap;
+        space->block = b = back;
+    }
+    ds_block_t *rest = NULL;
+    if (need < len - gap) {
+        rest = ds__alloc_split(s->alloc, b, need);
+        if (rest == NULL) goto oom;
+    }
+    space->block = rest;
+    space->size = rest ? ds__block_size(rest) : 0;
+    s->reserved_bytes -= need;
+    obj_init(s, o, b, size, key, keylen, mode, ttl_second);
+    *out = o;
+    return DS_K_OK;
+oom:
+    free(o);
+    if (err != NULL && err_cap > 0) snprintf(err, err_cap, "worker out of private memory");
+    return DS_K_OUT_OF_MEMORY;
 }

@@ -23,6 +23,9 @@
 typedef enum {
     DS_OBJ_CREATING = 0, /* reserved, being written, invisible to readers */
     DS_OBJ_PUBLISHED,    /* the key's current version (in_table) or a superseded one */
+    DS_OBJ_RESERVED,     /* keyless arena space a local session holds to write values into
+                            before it names them (ds__store_carve); never in the table,
+                            never evicted; block NULL once all of it was carved */
 } ds_obj_state_t;
 
 typedef struct ds_obj {
@@ -53,7 +56,9 @@ typedef struct {
     uint64_t objects; /* keys in the table */
     uint64_t evictions;
     uint64_t expirations;
-    uint64_t pinned; /* objects with references beyond the table's */
+    uint64_t pinned;         /* objects with references beyond the table's */
+    uint64_t reservations;   /* DS_OBJ_RESERVED spaces */
+    uint64_t reserved_bytes; /* arena bytes they hold (part of arena.used) */
     ds_alloc_stats_t arena;
 } ds_store_stats_t;
 
@@ -85,6 +90,29 @@ ds_obj_t *ds__store_lookup(ds_store_t *s, const char *key, size_t keylen, uint64
 ds_status_t ds__store_reserve(ds_store_t *s, const char *key, size_t keylen, uint64_t size,
                               ds_write_mode_t mode, uint32_t ttl_second, ds_obj_t **out, char *err,
                               size_t err_cap);
+
+/* Reservations. Keyless arena space (state DS_OBJ_RESERVED, refcnt 1 owned
+ * by the caller) that a local client writes values into before naming them:
+ * reserve_space allocates it (evicting like ds__store_reserve; reserved space
+ * itself is never evicted), carve turns the range [offset, offset + size)
+ * (an arena offset, DS_ALLOC_ALIGN-aligned, inside the space) into a new
+ * CREATING object for key, as ds__store_reserve would have made it: the
+ * space before the range is freed and the space keeps what follows it, so a
+ * range is never carved twice. Dropping the last reference frees what is
+ * left. */
+ds_status_t ds__store_reserve_space(ds_store_t *s, uint64_t size, ds_obj_t **out, char *err,
+                                    size_t err_cap);
+ds_status_t ds__store_carve(ds_store_t *s, ds_obj_t *space, uint64_t offset, uint64_t size,
+                            const char *key, size_t keylen, ds_write_mode_t mode,
+                            uint32_t ttl_second, ds_obj_t **out, char *err, size_t err_cap);
+/* Replaces what is left of a space by a fresh range of size bytes (the old
+ * range is freed first); on failure the space is left empty. */
+ds_status_t ds__store_refill_space(ds_store_t *s, ds_obj_t *space, uint64_t size, char *err,
+                                   size_t err_cap);
+/* Bytes held by all spaces, in O(1). */
+uint64_t ds__store_reserved(const ds_store_t *s);
+/* The space's current range: arena offset and length (0, 0 when empty). */
+void ds__store_space(const ds_store_t *s, const ds_obj_t *space, uint64_t *offset, uint64_t *len);
 
 /* Makes a CREATING object the key's current version. With DS_EXISTENCE_NX and a
  * current version present: DS_K_OC_KEY_ALREADY_EXIST, nothing changes. The
