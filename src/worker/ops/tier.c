@@ -77,6 +77,7 @@ typedef struct ent {
 typedef struct {
     ent_t **b;
     uint64_t nb, count, bytes;
+    uint64_t disk;    /* bytes the files take on disk (disk_of) */
     uint64_t version; /* of entries, to tell a later write apart */
 } ix_t;
 
@@ -85,7 +86,13 @@ typedef struct ds_tier {
     ds_l2_t *spill; /* --spill_directory (an sfs directory emptied at start); NULL = none */
     ix_t ix;        /* what the L2 holds */
     ix_t sx;        /* what the spill directory holds */
-    uint64_t spill_limit, spill_inflight; /* bytes */
+    uint64_t spill_limit, spill_inflight; /* bytes on disk (disk_of) */
+    uint64_t spill_high, spill_low;       /* background spilling's watermarks, bytes */
+    bool spill_paused;                    /* background spilling passed spill_high */
+    struct room *rooms;                   /* writes waiting for room, in arrival order */
+    ds_req_t *rerun_req;                  /* the waiting write running again, and */
+    uint64_t rerun_deadline;              /* its deadline */
+    bool room_kick;                       /* a spill finished: waiting writes retry */
     /* the queue */
     pthread_t thread;
     bool started;
@@ -114,6 +121,13 @@ static bool is_l2_mode(uint8_t m)
 }
 
 /* ---- the index ---- */
+
+/* What an object's file takes on disk: the value, the backend's header and
+ * the key, in 4 KiB blocks (what du counts). */
+static uint64_t disk_of(uint64_t size, uint32_t keylen)
+{
+    return (size + 64 + keylen + 4095) & ~(uint64_t)4095;
+}
 
 static ent_t **ix_slot(ix_t *t, const char *key, uint32_t keylen, uint32_t h)
 {
@@ -148,6 +162,7 @@ static void ix_remove(ix_t *t, const char *key, uint32_t keylen)
     *p = e->next;
     t->count--;
     t->bytes -= e->size;
+    t->disk -= disk_of(e->size, e->keylen);
     free(e);
 }
 
@@ -171,6 +186,7 @@ static uint64_t ix_put(ix_t *t, const char *key, uint32_t keylen, const ds_l2_me
     *p = e;
     t->count++;
     t->bytes += e->size;
+    t->disk += disk_of(e->size, e->keylen);
     return e->version;
 }
 
@@ -271,6 +287,15 @@ static void submit_del(ds_tier_t *t, bool spill, const char *key, uint32_t keyle
 
 /* ---- completions, on the loop ---- */
 
+/* A write waiting for room (see ds__tier_wait_room). */
+typedef struct room {
+    struct room *next;
+    ds_req_t *d;
+    uint64_t deadline;
+    void (*rerun)(ds_server_t *srv, ds_req_t *d);
+} room_t;
+static void rooms_resume(ds_server_t *srv, uint64_t now);
+
 static void waiter_cancel(ds_req_t *d, void *ctx)
 {
     (void)d;
@@ -298,8 +323,9 @@ static void spill_put_done(ds_server_t *srv, job_t *j)
 {
     ds_tier_t *t = srv->tier;
     ds_obj_t *o = j->obj;
-    t->spill_inflight -= j->meta.size;
+    t->spill_inflight -= disk_of(j->meta.size, o->keylen);
     o->spilling = 0;
+    t->room_kick = true;
     ent_t *e = ix_find(&t->sx, o->key, o->keylen);
     bool mine = e && e->version == j->meta.version;
     if (j->rc == 0 && mine && o->in_table && o->refcnt == 2) {
@@ -414,6 +440,10 @@ static void on_done(void *ctx, uint32_t events)
         complete(srv, rev);
         rev = next;
     }
+    if (t->room_kick) {
+        t->room_kick = false;
+        if (t->rooms) rooms_resume(srv, 0);
+    }
 }
 
 /* ---- start and stop ---- */
@@ -466,8 +496,11 @@ static int open_spill(ds_server_t *srv, ds_tier_t *t, char *err, size_t cap)
         }
         t->spill_limit = (uint64_t)((double)vs.f_bavail * (double)vs.f_frsize * 0.95);
     }
-    DS_LOG_INFO("spill directory %s, limit %llu bytes", cfg->spill_directory,
-                (unsigned long long)t->spill_limit);
+    t->spill_high = (uint64_t)(cfg->spill_high_watermark_ratio * (double)t->spill_limit);
+    t->spill_low = (uint64_t)(cfg->spill_low_watermark_ratio * (double)t->spill_limit);
+    DS_LOG_INFO("spill directory %s, limit %llu bytes (background spilling up to %llu)",
+                cfg->spill_directory, (unsigned long long)t->spill_limit,
+                (unsigned long long)t->spill_high);
     return 0;
 }
 
@@ -538,6 +571,16 @@ void ds__tier_destroy(ds_server_t *srv)
         pthread_mutex_unlock(&t->mu);
         pthread_join(t->thread, NULL);
         on_done(srv, 0);
+    }
+    while (t->rooms) {
+        room_t *w = t->rooms;
+        t->rooms = w->next;
+        if (ds__req_gone(w->d))
+            ds__req_drop(w->d);
+        else
+            ds__req_error(w->d, DS_K_OUT_OF_MEMORY,
+                          "worker stopping while the write waited for room");
+        free(w);
     }
     if (t->done_fd >= 0) {
         if (t->started) ds__loop_del(srv->net.loop, &t->done_io);
@@ -648,15 +691,20 @@ static bool queue_put(ds_server_t *srv, ds_obj_t *o, uint32_t idx, bool wait, bo
 
 /* ---- spill ---- */
 
-/* Arena use past SPILL_HIGH starts copying objects that cannot be evicted
- * to the spill directory until the copies in flight would bring it under
- * SPILL_LOW; each leaves memory once its copy is written. */
-#define SPILL_HIGH 0.90
-#define SPILL_LOW 0.75
+/* Spilling copies objects that cannot be evicted to the spill directory
+ * until the copies in flight would bring arena use down to the low
+ * watermark (memory.c runs it in the background past the high one) or make
+ * room for a write that found the arena full; each object leaves memory
+ * once its copy is written. Background spilling stays under
+ * --spill_high_watermark_ratio of the limit (pausing there until use falls
+ * under the low spill watermark); a waiting write may use it all. */
+
+/* Kept free under the limit for the directory's own blocks. */
+#define SPILL_DIR_SLACK 65536
 
 typedef struct {
     ds_server_t *srv;
-    uint64_t need, got, now;
+    uint64_t need, got, now, limit;
 } pick_t;
 
 static void pick(void *ctx, ds_obj_t *o)
@@ -668,39 +716,146 @@ static void pick(void *ctx, ds_obj_t *o)
     if (o->write_mode == DS_WRITE_NONE_L2_CACHE_EVICT) return; /* eviction's */
     if (o->write_mode == DS_WRITE_BACK_L2_CACHE_EVICT && o->l2_persisted) return;
     if (o->ttl_deadline_ms && o->ttl_deadline_ms <= p->now + 1000) return;
-    if (t->sx.bytes + t->spill_inflight + o->size > t->spill_limit) return;
+    uint64_t disk = disk_of(o->size, o->keylen);
+    /* (the index lists queued copies already) */
+    if (t->sx.disk + disk + SPILL_DIR_SLACK > p->limit) return;
     if (!queue_put(p->srv, o, 0, false, true)) return;
     o->spilling = 1;
-    t->spill_inflight += o->size;
+    t->spill_inflight += disk;
     p->got += o->size;
 }
 
-/* extra: bytes a write failed to find (0 for the watermark check). */
-static void maybe_spill(ds_server_t *srv, uint64_t extra)
+/* Starts a round of spills (none while one is in flight) that brings arena
+ * use down to low, plus extra bytes a waiting write needs (extra 0: the
+ * background, within the spill high watermark). */
+static void spill_round(ds_server_t *srv, uint64_t low, uint64_t extra)
 {
     ds_tier_t *t = srv->tier;
     if (t->spill == NULL || t->spill_inflight > 0) return;
     uint64_t used, total;
     ds__store_usage(srv->store, &used, &total);
-    if (extra == 0 && (double)used < SPILL_HIGH * (double)total) return;
-    uint64_t low = (uint64_t)(SPILL_LOW * (double)total);
-    pick_t p = {srv, (used > low ? used - low : 0) + extra, 0, ds__now_ms()};
+    uint64_t limit = t->spill_limit;
+    if (extra == 0) {
+        uint64_t use = t->sx.disk;
+        if (use >= t->spill_high) t->spill_paused = true;
+        if (use < t->spill_low) t->spill_paused = false;
+        if (t->spill_paused) return;
+        limit = t->spill_high;
+    }
+    pick_t p = {srv, (used > low ? used - low : 0) + extra, 0, ds__now_ms(), limit};
+    if (p.need == 0) return;
     /* A walk of the table, only while nothing is in flight: at most once
      * per batch of spills. */
     ds__store_foreach(srv->store, pick, &p);
     if (p.got > 0) t->c.spill_rounds++;
 }
 
+static uint64_t arena_low(ds_server_t *srv)
+{
+    uint64_t used, total;
+    ds__store_usage(srv->store, &used, &total);
+    return (uint64_t)(srv->cfg.eviction_low_watermark_ratio * (double)total);
+}
+
 void ds__tier_oom(ds_server_t *srv, uint64_t size, char *msg, size_t cap)
 {
     ds_tier_t *t = srv->tier;
+    (void)size;
     if (t->spill == NULL) return;
+    uint64_t used, total;
+    ds__store_usage(srv->store, &used, &total);
     size_t len = strlen(msg);
     if (len < cap)
-        snprintf(msg + len, cap - len, "; spill %s: %llu of %llu bytes used, %llu in flight",
-                 t->spill->path, (unsigned long long)t->sx.bytes,
-                 (unsigned long long)t->spill_limit, (unsigned long long)t->spill_inflight);
-    maybe_spill(srv, size);
+        snprintf(msg + len, cap - len,
+                 "; memory: %llu of %llu bytes used; spill %s: %llu of %llu bytes used "
+                 "(--spill_size_limit), %llu in flight",
+                 (unsigned long long)used, (unsigned long long)total, t->spill->path,
+                 (unsigned long long)t->sx.disk, (unsigned long long)t->spill_limit,
+                 (unsigned long long)t->spill_inflight);
+}
+
+/* ---- writes waiting for room ---- */
+
+/* A write that found the arena full waits (deferred) while spills make
+ * room, then runs again; at most this long. */
+#define ROOM_WAIT_MS 10000
+
+static void room_cancel(ds_req_t *d, void *ctx)
+{
+    (void)d;
+    (void)ctx; /* the waiter stays queued; ds__req_gone tells it at its turn */
+}
+
+bool ds__tier_wait_room(ds_server_t *srv, ds_req_t *r, uint64_t size,
+                        void (*rerun)(ds_server_t *srv, ds_req_t *d))
+{
+    ds_tier_t *t = srv->tier;
+    if (t->spill == NULL) return false;
+    uint64_t now = ds__now_ms();
+    uint64_t deadline = now + ROOM_WAIT_MS;
+    if (r == t->rerun_req) deadline = t->rerun_deadline; /* waiting already */
+    if (deadline <= now) return false;
+    spill_round(srv, arena_low(srv), size);
+    if (t->spill_inflight == 0) return false; /* nothing can make room: both tiers full */
+    room_t *w = calloc(1, sizeof(*w));
+    if (w == NULL) return false;
+    ds_req_t *d = ds__req_is_deferred(r) ? r : ds__req_defer(r, room_cancel, NULL);
+    if (d == NULL) {
+        free(w);
+        return false;
+    }
+    w->d = d;
+    w->deadline = deadline;
+    w->rerun = rerun;
+    room_t **p = &t->rooms;
+    while (*p)
+        p = &(*p)->next;
+    *p = w;
+    t->c.spill_waits++;
+    return true;
+}
+
+/* Spills finished (or waits timed out, all: every waiter when now is 0):
+ * the waiting writes run again, in arrival order. */
+static void rooms_resume(ds_server_t *srv, uint64_t now)
+{
+    ds_tier_t *t = srv->tier;
+    room_t *l = t->rooms, *keep = NULL, **kt = &keep;
+    t->rooms = NULL;
+    while (l) {
+        room_t *w = l;
+        l = l->next;
+        if (now && w->deadline > now && !ds__req_gone(w->d) && t->spill_inflight > 0) {
+            *kt = w;
+            kt = &w->next;
+            continue;
+        }
+        w->next = NULL;
+        if (ds__req_gone(w->d)) {
+            ds__req_drop(w->d);
+        } else {
+            t->rerun_req = w->d;
+            t->rerun_deadline = w->deadline;
+            w->rerun(srv, w->d);
+            t->rerun_req = NULL;
+        }
+        free(w);
+    }
+    /* reruns that wait again were appended to t->rooms meanwhile */
+    *kt = t->rooms;
+    t->rooms = keep;
+}
+
+uint64_t ds__tier_tick(ds_server_t *srv, uint64_t now, bool spill, uint64_t low)
+{
+    ds_tier_t *t = srv->tier;
+    if (spill) spill_round(srv, low, 0);
+    if (t->rooms == NULL) return 0;
+    rooms_resume(srv, now); /* the ones past their deadline */
+    uint64_t next = 0;
+    for (room_t *w = t->rooms; w; w = w->next)
+        if (next == 0 || w->deadline < next) next = w->deadline;
+    return next;
 }
 
 void ds__tier_published(ds_server_t *srv, ds_obj_t *o, uint32_t idx)
@@ -721,7 +876,6 @@ void ds__tier_published(ds_server_t *srv, ds_obj_t *o, uint32_t idx)
             queue_put(srv, o, idx, o->write_mode == DS_WRITE_THROUGH_L2_CACHE, false);
         }
     }
-    maybe_spill(srv, 0);
 }
 
 void ds__tier_expire(ds_server_t *srv, ds_obj_t *o)
@@ -795,7 +949,7 @@ bool ds__tier_get(ds_server_t *srv, ds_req_t *r, const char *const *keys, const 
         ds_status_t rs = ds__store_reserve(srv->store, keys[i], lens[i], e->size,
                                            (ds_write_mode_t)e->mode, ttl, &o, msg, sizeof(msg));
         if (rs == DS_K_OUT_OF_MEMORY && retry && t->spill) {
-            maybe_spill(srv, e->size);
+            spill_round(srv, arena_low(srv), e->size);
             if (t->spill_inflight > 0) {
                 again = true;
                 continue;
@@ -863,6 +1017,7 @@ bool ds__tier_counters(ds_server_t *srv, ds_tier_counters_t *out)
     out->bytes = t->ix.bytes;
     out->spill_objects = t->sx.count;
     out->spill_bytes = t->sx.bytes;
+    out->spill_disk = t->sx.disk;
     out->spill_limit = t->spill_limit;
     out->queue_depth = t->depth;
     out->queue_cap = t->cap;
@@ -895,11 +1050,14 @@ void ds__tier_stats(ds_server_t *srv, cJSON *root)
         cJSON_AddStringToObject(sp, "path", t->spill->path);
         cJSON_AddNumberToObject(sp, "objects", (double)c.spill_objects);
         cJSON_AddNumberToObject(sp, "bytes", (double)c.spill_bytes);
+        cJSON_AddNumberToObject(sp, "disk_bytes", (double)c.spill_disk);
         cJSON_AddNumberToObject(sp, "limit_bytes", (double)c.spill_limit);
         cJSON_AddNumberToObject(sp, "writes", (double)c.spill_writes);
         cJSON_AddNumberToObject(sp, "reads", (double)c.spill_reads);
         cJSON_AddNumberToObject(sp, "errors", (double)c.spill_errors);
         cJSON_AddNumberToObject(sp, "rounds", (double)c.spill_rounds);
+        cJSON_AddNumberToObject(sp, "waits", (double)c.spill_waits);
+        cJSON_AddNumberToObject(sp, "paused", t->spill_paused ? 1 : 0);
         cJSON_AddNumberToObject(sp, "queue_depth", (double)c.queue_depth);
     }
 }

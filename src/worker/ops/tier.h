@@ -63,9 +63,20 @@ bool ds__tier_has(ds_server_t *srv, const char *key, uint32_t keylen);
 /* DEL: forget the key and delete its L2 copy (queued). */
 void ds__tier_del(ds_server_t *srv, const char *key, uint32_t keylen);
 
-/* A write found no room for size bytes: adds the spill directory's figures
- * to msg and starts spilling (a retry may then succeed). */
+/* A write found no room for size bytes: adds the arena's and the spill
+ * directory's figures to msg. */
 void ds__tier_oom(ds_server_t *srv, uint64_t size, char *msg, size_t cap);
+/* A write found no room for size bytes: when spills can make some, defers r
+ * (or keeps it deferred) and calls rerun(srv, d) once they are done, to run
+ * the write again (at most ROOM_WAIT_MS in all). false when nothing can make
+ * room (no spill directory, both tiers full, or the wait is over): the
+ * write then fails with K_OUT_OF_MEMORY. */
+bool ds__tier_wait_room(ds_server_t *srv, ds_req_t *r, uint64_t size,
+                        void (*rerun)(ds_server_t *srv, ds_req_t *d));
+/* Background spilling (memory.c, spill true when arena use is past the
+ * high watermark and eviction could not help) down to low bytes, and
+ * deadlines of waiting writes; returns the next deadline (0 = none). */
+uint64_t ds__tier_tick(ds_server_t *srv, uint64_t now, bool spill, uint64_t low);
 
 /* EXPIRE changed o's TTL: its L2 copy is rewritten with the new deadline
  * (queued, like a write-back). */
@@ -77,8 +88,8 @@ typedef struct {
     bool l2_on, spill_on;
     uint64_t objects, bytes, reads, read_bytes, writes, write_bytes, deletes, errors;
     uint64_t queue_depth, queue_cap, queue_full;
-    uint64_t spill_objects, spill_bytes, spill_limit, spill_writes, spill_reads, spill_errors,
-        spill_rounds;
+    uint64_t spill_objects, spill_bytes, spill_disk, spill_limit, spill_writes, spill_reads,
+        spill_errors, spill_rounds, spill_waits;
 } ds_tier_counters_t;
 bool ds__tier_counters(ds_server_t *srv, ds_tier_counters_t *out);
 
