@@ -12,8 +12,12 @@
  * - A torn or corrupted file is never served. */
 #include "harness.h"
 
+#include "common/clock.h"
+
 #include <errno.h>
+#include <pthread.h>
 #include <setjmp.h>
+#include <stdint.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -353,6 +357,78 @@ static void test_torn_file(void **state)
     finish();
 }
 
+/* Objects only on disk (after a restart): EXPIRE sets their deadline (the
+ * L2 file is rewritten with it, so a restart honours it too), and a GET
+ * that loads one still waits, as asked, for a key not yet written. */
+static void *write_later(void *arg)
+{
+    ds_client_t *c = arg;
+    usleep(300000);
+    ds_status_t st = put(c, "later1", 3000, 77, DS_WRITE_NONE_L2_CACHE, 0, DS_EXISTENCE_NONE);
+    return (void *)(intptr_t)st;
+}
+
+static void test_disk_only(void **state)
+{
+    (void)state;
+    assert_int_equal(start(64, NULL), 0);
+    ds_client_t *c = conn(DS_TRANSPORT_TCP);
+    const char *names[] = {"do-ttl", "do-ttl-restart", "do-keep", "do-wait"};
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(put(c, names[i], 5000, 50 + (uint64_t)i, DS_WRITE_THROUGH_L2_CACHE, 0,
+                             DS_EXISTENCE_NONE),
+                         DS_K_OK);
+    ds_client_close(c);
+    dst_worker_kill(&W);
+    assert_int_equal(dst_worker_restart(&W), 0);
+    assert_true(dst_stat(&W, "objects.count") == 0); /* memory is empty, L2 holds all four */
+    c = conn(DS_TRANSPORT_TCP);
+    /* EXPIRE of keys only on disk */
+    const char *ek[2] = {"do-ttl", "do-ttl-restart"};
+    ds_status_t sts[2];
+    assert_int_equal(ds_kv_expire(c, 2, ek, 1, sts), DS_K_OK);
+    assert_int_equal(sts[0], DS_K_OK);
+    assert_int_equal(sts[1], DS_K_OK);
+    const char *missing[1] = {"do-never-written"};
+    assert_int_equal(ds_kv_expire(c, 1, missing, 1, sts), DS_K_NOT_FOUND);
+    wait_drained();                                    /* the file is rewritten with its deadline */
+    assert_int_equal(check(c, "do-ttl", 5000, 50), 1); /* still there for now */
+    usleep(1300000);
+    assert_int_equal(check(c, "do-ttl", 5000, 50), 0);
+    /* "do-ttl-restart" was never loaded: only its file knows the deadline */
+    ds_client_close(c);
+    dst_worker_kill(&W);
+    assert_int_equal(dst_worker_restart(&W), 0);
+    c = conn(DS_TRANSPORT_TCP);
+    assert_int_equal(check(c, "do-ttl-restart", 5000, 51), 0);
+    assert_int_equal(check(c, "do-keep", 5000, 52), 1);
+    /* A GET of a key on disk and one not yet written waits for the second. */
+    ds_client_t *c2 = conn(DS_TRANSPORT_TCP);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, write_later, c2), 0);
+    const char *gk[2] = {"do-wait", "later1"};
+    ds_value_t out[2];
+    memset(out, 0, sizeof(out));
+    uint64_t t0 = ds__now_ms();
+    assert_int_equal(ds_kv_mget(c, 2, gk, 5000, out), DS_K_OK);
+    uint64_t took = ds__now_ms() - t0;
+    void *rv;
+    pthread_join(th, &rv);
+    assert_int_equal((intptr_t)rv, DS_K_OK);
+    printf("GET of a disk-only key and a later one: answered after %llu ms\n",
+           (unsigned long long)took);
+    assert_true(took >= 250 && took < 4000);
+    assert_int_equal(out[0].len, 5000);
+    assert_true(dst_check(out[0].data, 5000, 53));
+    assert_int_equal(out[1].len, 3000);
+    assert_true(dst_check(out[1].data, 3000, 77));
+    ds_free(out[0].data);
+    ds_free(out[1].data);
+    ds_client_close(c2);
+    ds_client_close(c);
+    finish();
+}
+
 /* What du counts for a directory, in bytes (allocated blocks). */
 static double du_bytes(const char *path)
 {
@@ -515,6 +591,7 @@ int main(void)
         cmocka_unit_test(test_nx_ttl),
         cmocka_unit_test(test_dir_gone),
         cmocka_unit_test(test_torn_file),
+        cmocka_unit_test(test_disk_only),
         cmocka_unit_test(test_spill),
         cmocka_unit_test(test_background_eviction),
         cmocka_unit_test(test_bad_flags),

@@ -34,7 +34,7 @@
 #include <time.h>
 #include <unistd.h>
 
-typedef enum { JOB_PUT, JOB_GET, JOB_DEL, JOB_NOP } job_kind_t;
+typedef enum { JOB_PUT, JOB_GET, JOB_DEL, JOB_NOP, JOB_RETTL } job_kind_t;
 
 typedef struct waiter waiter_t;
 
@@ -197,6 +197,27 @@ static ent_t *ix_find(ix_t *t, const char *key, uint32_t keylen)
 
 /* ---- the I/O thread ---- */
 
+/* JOB_RETTL: an object only on disk gets a new deadline: read it, write it
+ * back with j->meta.ttl_wall_ms (same temporary-file-and-rename write). */
+static int run_rettl(job_t *j)
+{
+    ds_l2_t *l2 = j->be;
+    void *buf = malloc(j->meta.size ? j->meta.size : 1);
+    if (buf == NULL) {
+        snprintf(j->err, sizeof(j->err), "out of memory for %llu bytes",
+                 (unsigned long long)j->meta.size);
+        return -1;
+    }
+    ds_l2_meta_t m;
+    int rc = l2->ops->get(l2, j->key, j->keylen, buf, j->meta.size, &m, j->err, sizeof(j->err));
+    if (rc == 0) {
+        m.ttl_wall_ms = j->meta.ttl_wall_ms;
+        rc = l2->ops->put(l2, j->key, j->keylen, buf, &m, j->err, sizeof(j->err));
+    }
+    free(buf);
+    return rc;
+}
+
 static void run_job(job_t *j)
 {
     ds_l2_t *l2 = j->be;
@@ -215,6 +236,9 @@ static void run_job(job_t *j)
         break;
     case JOB_NOP: /* marks a point in the queue: everything before it is done */
         j->rc = 0;
+        break;
+    case JOB_RETTL:
+        j->rc = run_rettl(j);
         break;
     }
 }
@@ -351,9 +375,10 @@ static void complete(ds_server_t *srv, job_t *j)
         else
             t->c.errors++;
         DS_LOG_WARN("%s %s of '%.*s' failed: %s", j->spill ? "spill" : "L2",
-                    j->kind == JOB_PUT   ? "write"
-                    : j->kind == JOB_GET ? "read"
-                                         : "delete",
+                    j->kind == JOB_PUT     ? "write"
+                    : j->kind == JOB_GET   ? "read"
+                    : j->kind == JOB_RETTL ? "TTL rewrite"
+                                           : "delete",
                     (int)(kl > 64 ? 64 : kl), key, j->err);
     }
     switch (j->kind) {
@@ -405,6 +430,9 @@ static void complete(ds_server_t *srv, job_t *j)
     }
     case JOB_DEL:
         if (j->rc == 0 && !j->spill) t->c.deletes++;
+        free(j->key);
+        break;
+    case JOB_RETTL:
         free(j->key);
         break;
     case JOB_NOP:
@@ -876,6 +904,35 @@ void ds__tier_published(ds_server_t *srv, ds_obj_t *o, uint32_t idx)
             queue_put(srv, o, idx, o->write_mode == DS_WRITE_THROUGH_L2_CACHE, false);
         }
     }
+}
+
+ds_status_t ds__tier_expire_key(ds_server_t *srv, const char *key, uint32_t keylen, uint32_t ttl)
+{
+    ds_tier_t *t = srv->tier;
+    uint64_t deadline = ttl ? wall_ms() + (uint64_t)ttl * 1000u : 0;
+    ent_t *e = t->spill ? live_in(t, &t->sx, true, key, keylen) : NULL;
+    /* The spill directory is emptied at start: its index alone counts. */
+    if (e) e->ttl_wall_ms = deadline;
+    ent_t *l = t->l2 ? live_in(t, &t->ix, false, key, keylen) : NULL;
+    if (l == NULL) return e ? DS_K_OK : DS_K_NOT_FOUND;
+    l->ttl_wall_ms = deadline;
+    job_t *j = calloc(1, sizeof(*j));
+    char *k = malloc(keylen + 1);
+    if (j == NULL || k == NULL) {
+        free(j);
+        free(k);
+        return DS_K_OUT_OF_MEMORY;
+    }
+    memcpy(k, key, keylen);
+    k[keylen] = '\0';
+    j->kind = JOB_RETTL;
+    j->be = t->l2;
+    j->key = k;
+    j->keylen = keylen;
+    j->meta.size = l->size;
+    j->meta.ttl_wall_ms = deadline;
+    submit(t, j); /* rewritten like a write-back: the answer does not wait */
+    return DS_K_OK;
 }
 
 void ds__tier_expire(ds_server_t *srv, ds_obj_t *o)

@@ -82,6 +82,11 @@ uint64_t ds__tier_tick(ds_server_t *srv, uint64_t now, bool spill, uint64_t low)
  * (queued, like a write-back). */
 void ds__tier_expire(ds_server_t *srv, ds_obj_t *o);
 
+/* EXPIRE of a key that is not in memory: a new deadline (ttl seconds from
+ * now, 0 none) for its L2 or spill copy (the L2 file is rewritten, queued).
+ * DS_K_NOT_FOUND when neither holds it. */
+ds_status_t ds__tier_expire_key(ds_server_t *srv, const char *key, uint32_t keylen, uint32_t ttl);
+
 /* The "l2" section of STATS, and the figures /metrics shows. */
 void ds__tier_stats(ds_server_t *srv, struct cJSON *root);
 typedef struct {
