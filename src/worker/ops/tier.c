@@ -100,6 +100,7 @@ typedef struct ds_tier {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     job_t *todo, *todo_tail, *done; /* under mu */
+    job_t *pend, *pend_tail;        /* loop only: submitted, not yet handed over */
     int done_fd;
     ds_io_t done_io;
     uint64_t depth, cap; /* loop: jobs queued and not yet completed */
@@ -271,19 +272,34 @@ static void *io_thread(void *arg)
     return NULL;
 }
 
+/* Jobs are collected on the loop and handed to the thread in one go at
+ * the end of the loop's turn (submit_flush, from ds__tier_tick), after the
+ * turn's answers went out: a write-back SET does not pay for waking the
+ * thread, and a batch of jobs costs one lock and one wake. */
 static void submit(ds_tier_t *t, job_t *j)
 {
     t->depth++;
     if (j->w) j->w->pending++;
     j->next = NULL;
+    if (t->pend_tail)
+        t->pend_tail->next = j;
+    else
+        t->pend = j;
+    t->pend_tail = j;
+}
+
+static void submit_flush(ds_tier_t *t)
+{
+    if (t->pend == NULL) return;
     pthread_mutex_lock(&t->mu);
     if (t->todo_tail)
-        t->todo_tail->next = j;
+        t->todo_tail->next = t->pend;
     else
-        t->todo = j;
-    t->todo_tail = j;
+        t->todo = t->pend;
+    t->todo_tail = t->pend_tail;
     pthread_cond_signal(&t->cv);
     pthread_mutex_unlock(&t->mu);
+    t->pend = t->pend_tail = NULL;
 }
 
 /* Queues the deletion of key's file in a backend (no index change). */
@@ -593,12 +609,22 @@ void ds__tier_destroy(ds_server_t *srv)
     ds_tier_t *t = srv->tier;
     if (t == NULL) return;
     if (t->started) {
+        submit_flush(t);
         atomic_store(&t->stop, true);
         pthread_mutex_lock(&t->mu);
         pthread_cond_signal(&t->cv);
         pthread_mutex_unlock(&t->mu);
         pthread_join(t->thread, NULL);
         on_done(srv, 0);
+        /* what those completions queued (deletions of spill copies) is
+         * dropped: the spill directory is emptied at the next start */
+        while (t->pend) {
+            job_t *j = t->pend;
+            t->pend = j->next;
+            if (j->obj) ds__store_unref(srv->store, j->obj);
+            free(j->key);
+            free(j);
+        }
     }
     while (t->rooms) {
         room_t *w = t->rooms;
@@ -878,8 +904,9 @@ uint64_t ds__tier_tick(ds_server_t *srv, uint64_t now, bool spill, uint64_t low)
 {
     ds_tier_t *t = srv->tier;
     if (spill) spill_round(srv, low, 0);
+    if (t->rooms) rooms_resume(srv, now); /* the ones past their deadline */
+    submit_flush(t);
     if (t->rooms == NULL) return 0;
-    rooms_resume(srv, now); /* the ones past their deadline */
     uint64_t next = 0;
     for (room_t *w = t->rooms; w; w = w->next)
         if (next == 0 || w->deadline < next) next = w->deadline;

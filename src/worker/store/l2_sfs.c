@@ -37,7 +37,8 @@
 #define SFS_HDR 64u
 #define SFS_NAME_MAX 160
 #define SFS_TMP_PREFIX ".tmp-"
-#define SFS_TMP_STALE_S 600 /* older temporary files are a crashed writer's */
+#define SFS_TMP_STALE_S 600  /* older temporary files are a crashed writer's */
+#define SFS_CHUNK (4u << 20) /* value bytes checksummed and written at a time */
 
 typedef struct {
     ds_l2_t base;
@@ -132,6 +133,28 @@ static int full_read(int fd, void *p, size_t n)
     return 0;
 }
 
+/* Writes every byte of iov[0..n) (changed on the way); 0 or -1 with errno. */
+static int full_writev(int fd, struct iovec *iov, int n)
+{
+    int vi = 0;
+    while (vi < n) {
+        ssize_t w = writev(fd, iov + vi, n - vi);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            if (w == 0) errno = EIO;
+            return -1;
+        }
+        size_t left = (size_t)w;
+        while (vi < n && left >= iov[vi].iov_len)
+            left -= iov[vi++].iov_len;
+        if (vi < n) {
+            iov[vi].iov_base = (uint8_t *)iov[vi].iov_base + left;
+            iov[vi].iov_len -= left;
+        }
+    }
+    return 0;
+}
+
 static int sfs_put(ds_l2_t *l2, const char *key, size_t keylen, const void *data,
                    const ds_l2_meta_t *meta, char *err, size_t cap)
 {
@@ -150,25 +173,34 @@ static int sfs_put(ds_l2_t *l2, const char *key, size_t keylen, const void *data
                  strerror(errno), errno);
         return -1;
     }
+    /* The header and key first (the header's value checksum is not known
+     * yet: rewritten at the end), then the value in chunks, each
+     * checksummed just before it is written (one pass over the bytes while
+     * they are in cache) and handed to the device at once
+     * (sync_file_range), so the disk writes while the next chunk is copied
+     * and the final fsync has little left to do. */
     uint8_t h[SFS_HDR];
-    hdr_fill(h, key, keylen, meta, ds__sum64(DS_SUM64_SEED, data, meta->size));
-    struct iovec iov[3] = {{h, SFS_HDR}, {(void *)key, keylen}, {(void *)data, meta->size}};
-    int vi = 0;
+    hdr_fill(h, key, keylen, meta, 0);
     const char *step = "write";
-    while (vi < 3) {
-        ssize_t w = writev(fd, iov + vi, 3 - vi);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) {
-            if (w == 0) errno = EIO;
-            goto fail;
-        }
-        size_t left = (size_t)w;
-        while (vi < 3 && left >= iov[vi].iov_len)
-            left -= iov[vi++].iov_len;
-        if (vi < 3) {
-            iov[vi].iov_base = (uint8_t *)iov[vi].iov_base + left;
-            iov[vi].iov_len -= left;
-        }
+    struct iovec iov[2] = {{h, SFS_HDR}, {(void *)key, keylen}};
+    if (full_writev(fd, iov, 2) != 0) goto fail;
+    uint64_t sum = DS_SUM64_SEED, off = SFS_HDR + keylen;
+    const uint8_t *v = data;
+    for (uint64_t done = 0; done < meta->size;) {
+        size_t n = meta->size - done > SFS_CHUNK ? SFS_CHUNK : (size_t)(meta->size - done);
+        sum = ds__sum64(sum, v + done, n); /* SFS_CHUNK is a multiple of 8 */
+        struct iovec one = {(void *)(v + done), n};
+        if (full_writev(fd, &one, 1) != 0) goto fail;
+        (void)sync_file_range(fd, (off_t)off, (off_t)n, SYNC_FILE_RANGE_WRITE);
+        off += n;
+        done += n;
+    }
+    hdr_fill(h, key, keylen, meta, sum);
+    step = "header write";
+    ssize_t hw = pwrite(fd, h, SFS_HDR, 0);
+    if (hw != (ssize_t)SFS_HDR) {
+        if (hw >= 0) errno = EIO;
+        goto fail;
     }
     step = "fsync";
     if (fsync(fd) != 0) goto fail;
