@@ -98,7 +98,7 @@ typedef struct {
     ds_obj_t **pend;  /* reserved objects, one per key (NULL where it failed) */
     uint32_t *status; /* per key */
     ds_sink_t *sinks; /* where each value's bytes go */
-    char err[512];    /* the first failure's message */
+    char err[1024];   /* the first failure's message */
 } set_t;
 
 static void set_free(set_t *s)
@@ -190,7 +190,7 @@ void ds__ops_set(ds_server_t *srv, ds_req_t *r)
     ds_rbuf_t rb;
     ds__rbuf_init(&rb, r->meta, r->meta_len);
     write_head_t wh;
-    char msg[512];
+    char msg[1024];
     if (read_write_head(&rb, "SET", &wh, msg, sizeof(msg)) != 0) {
         refuse(r, DS_K_INVALID, msg); /* the data section is skipped */
         return;
@@ -277,7 +277,7 @@ void ds__ops_create(ds_server_t *srv, ds_req_t *r)
     ds_rbuf_t rb;
     ds__rbuf_init(&rb, r->meta, r->meta_len);
     write_head_t wh;
-    char msg[512];
+    char msg[1024];
     if (read_write_head(&rb, "CREATE", &wh, msg, sizeof(msg)) != 0) {
         ds__req_error(r, DS_K_INVALID, "%s", msg);
         return;
@@ -297,7 +297,7 @@ void ds__ops_create(ds_server_t *srv, ds_req_t *r)
         return;
     }
     ds_status_t overall = DS_K_OK;
-    char first[512] = "";
+    char first[1024] = "";
     uint64_t short_bytes = 0;
     for (uint32_t i = 0; i < wh.n; i++) {
         const char *k;

@@ -93,6 +93,9 @@ typedef struct ds_tier {
     ds_req_t *rerun_req;                  /* the waiting write running again, and */
     uint64_t rerun_deadline;              /* its deadline */
     bool room_kick;                       /* a spill finished: waiting writes retry */
+    uint64_t spill_err_until;             /* a spill write failed: none until then */
+    char spill_err[300];                  /* the last spill write error */
+    uint64_t spill_fs_free;               /* free on its file system, last looked */
     /* the queue */
     pthread_t thread;
     bool started;
@@ -327,6 +330,9 @@ static void submit_del(ds_tier_t *t, bool spill, const char *key, uint32_t keyle
 
 /* ---- completions, on the loop ---- */
 
+/* After a failed spill write, no spilling for this long. */
+#define SPILL_ERR_BACKOFF_MS 1000
+
 /* A write waiting for room (see ds__tier_wait_room). */
 typedef struct room {
     struct room *next;
@@ -376,6 +382,12 @@ static void spill_put_done(ds_server_t *srv, job_t *j)
     if (mine) {
         ix_remove(&t->sx, o->key, o->keylen);
         if (j->rc == 0) submit_del(t, true, o->key, o->keylen);
+    }
+    if (j->rc != 0) {
+        /* The directory refuses (full, read-only): no more spilling for a
+         * while; writes waiting for room fail with this error meanwhile. */
+        t->spill_err_until = ds__now_ms() + SPILL_ERR_BACKOFF_MS;
+        snprintf(t->spill_err, sizeof(t->spill_err), "%s", j->err);
     }
 }
 
@@ -786,15 +798,24 @@ static void spill_round(ds_server_t *srv, uint64_t low, uint64_t extra)
 {
     ds_tier_t *t = srv->tier;
     if (t->spill == NULL || t->spill_inflight > 0) return;
+    if (t->spill_err_until && ds__now_ms() < t->spill_err_until) return;
     uint64_t used, total;
     ds__store_usage(srv->store, &used, &total);
+    /* The limit may promise more than the file system has (or shares with
+     * others): never plan past what is free there. */
     uint64_t limit = t->spill_limit;
+    struct statvfs vs;
+    if (statvfs(t->spill->path, &vs) == 0) {
+        t->spill_fs_free = (uint64_t)vs.f_bavail * (uint64_t)vs.f_frsize;
+        uint64_t fs_cap = t->sx.disk + t->spill_fs_free;
+        if (fs_cap < limit) limit = fs_cap;
+    }
     if (extra == 0) {
         uint64_t use = t->sx.disk;
         if (use >= t->spill_high) t->spill_paused = true;
         if (use < t->spill_low) t->spill_paused = false;
         if (t->spill_paused) return;
-        limit = t->spill_high;
+        if (t->spill_high < limit) limit = t->spill_high;
     }
     pick_t p = {srv, (used > low ? used - low : 0) + extra, 0, ds__now_ms(), limit};
     if (p.need == 0) return;
@@ -822,10 +843,13 @@ void ds__tier_oom(ds_server_t *srv, uint64_t size, char *msg, size_t cap)
     if (len < cap)
         snprintf(msg + len, cap - len,
                  "; memory: %llu of %llu bytes used; spill %s: %llu of %llu bytes used "
-                 "(--spill_size_limit), %llu in flight",
+                 "(--spill_size_limit), %llu in flight, %llu free on its file system",
                  (unsigned long long)used, (unsigned long long)total, t->spill->path,
                  (unsigned long long)t->sx.disk, (unsigned long long)t->spill_limit,
-                 (unsigned long long)t->spill_inflight);
+                 (unsigned long long)t->spill_inflight, (unsigned long long)t->spill_fs_free);
+    len = strlen(msg);
+    if (t->spill_err_until && ds__now_ms() < t->spill_err_until && len < cap)
+        snprintf(msg + len, cap - len, "; last spill write failed: %s", t->spill_err);
 }
 
 /* ---- writes waiting for room ---- */
@@ -1007,10 +1031,15 @@ bool ds__tier_get(ds_server_t *srv, ds_req_t *r, const char *const *keys, const 
     uint64_t now = ds__now_ms();
     waiter_t *w = NULL;
     job_t *jobs = NULL;
-    bool again = false; /* retry once the spills queued for room are done */
+    bool again = false;     /* retry once the spills queued for room are done */
+    char no_room[600] = ""; /* a key on disk that found no room in the arena */
+    uint32_t in_memory = 0;
     for (uint32_t i = 0; i < n; i++) {
         if (t->depth >= t->cap) break;
-        if (ds__store_lookup(srv->store, keys[i], lens[i], now) != NULL) continue;
+        if (ds__store_lookup(srv->store, keys[i], lens[i], now) != NULL) {
+            in_memory++;
+            continue;
+        }
         bool spill = false;
         ent_t *e = t->l2 ? live_in(t, &t->ix, false, keys[i], lens[i]) : NULL;
         if (e == NULL && t->spill) {
@@ -1042,6 +1071,9 @@ bool ds__tier_get(ds_server_t *srv, ds_req_t *r, const char *const *keys, const 
         if (rs != DS_K_OK) {
             ds__req_log(r, DS_LOG_WARN, "cannot bring '%.*s' back from %s: %s",
                         (int)(lens[i] > 64 ? 64 : lens[i]), keys[i], spill ? "spill" : "L2", msg);
+            if (no_room[0] == '\0')
+                snprintf(no_room, sizeof(no_room), "cannot bring '%.*s' back from %s: %s",
+                         (int)(lens[i] > 64 ? 64 : lens[i]), keys[i], spill ? "spill" : "L2", msg);
             continue;
         }
         if (w == NULL) w = calloc(1, sizeof(*w));
@@ -1057,6 +1089,12 @@ bool ds__tier_get(ds_server_t *srv, ds_req_t *r, const char *const *keys, const 
         j->data = ds__store_data(srv->store, o);
         j->next = jobs;
         jobs = j;
+    }
+    if (no_room[0] && jobs == NULL && !again && in_memory == 0) {
+        /* nothing else to answer with: the key is there, the room is not */
+        free(w);
+        ds__req_error(r, DS_K_OUT_OF_MEMORY, "%s", no_room);
+        return true;
     }
     if (again && jobs == NULL) {
         /* nothing to load yet: wait for the spills, then try again */

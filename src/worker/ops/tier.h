@@ -54,7 +54,8 @@ void ds__tier_no_answer(ds_server_t *srv);
  * holds into the arena, then calls resume(srv, d) with the deferred request;
  * false when nothing needs loading (r untouched). When the arena has no room
  * and spilling can make some, calls retry(srv, d) instead once the spills
- * are done (retry NULL: no second wait). */
+ * are done (retry NULL: no second wait). A key on disk for which no room
+ * can be made is answered K_OUT_OF_MEMORY (true) when nothing else loads. */
 bool ds__tier_get(ds_server_t *srv, ds_req_t *r, const char *const *keys, const uint32_t *lens,
                   uint32_t n, void (*resume)(ds_server_t *srv, ds_req_t *d),
                   void (*retry)(ds_server_t *srv, ds_req_t *d));
