@@ -26,6 +26,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cjson/cJSON.h>
 #include <cmocka.h>
 
 static dst_worker_t W;
@@ -561,6 +562,77 @@ static void test_background_eviction(void **state)
     assert_int_equal(dst_worker_stop(&w), 0);
 }
 
+/* `dscli status` shows each tier: objects, bytes, reads, writes, queue
+ * depth and errors, for the L2 and the spill directory. */
+static void test_dscli_status(void **state)
+{
+    (void)state;
+    snprintf(dir, sizeof(dir), "/tmp/ds-it-tier-XXXXXX");
+    assert_non_null(mkdtemp(dir));
+    char extra[800];
+    snprintf(extra, sizeof(extra),
+             "--l2_cache_type sfs --sfs_path %s/l2 --spill_directory %s/spill "
+             "--spill_size_limit 268435456",
+             dir, dir);
+    assert_int_equal(dst_worker_start(&W, 32, extra), 0);
+    ds_client_t *c = conn(DS_TRANSPORT_TCP);
+    char k[64];
+    for (int i = 0; i < 3; i++) {
+        key_of(k, sizeof(k), "st", i);
+        assert_int_equal(
+            put(c, k, 5000, (uint64_t)i, DS_WRITE_THROUGH_L2_CACHE, 0, DS_EXISTENCE_NONE), DS_K_OK);
+    }
+    for (int i = 0; i < 40; i++) { /* past the arena: some spill */
+        key_of(k, sizeof(k), "sts", i);
+        assert_int_equal(
+            put(c, k, 1 << 20, (uint64_t)i, DS_WRITE_NONE_L2_CACHE, 0, DS_EXISTENCE_NONE), DS_K_OK);
+    }
+    for (int i = 0; i < 40; i++) {
+        key_of(k, sizeof(k), "sts", i);
+        assert_int_equal(check(c, k, 1 << 20, (uint64_t)i), 1);
+    }
+    ds_client_close(c);
+    wait_drained();
+    char bin[512], cmd[1024], out[300];
+    dst_build_path("src/cli/dscli", bin, sizeof(bin));
+    snprintf(out, sizeof(out), "%s/status.json", dir);
+    snprintf(cmd, sizeof(cmd), "%s status --worker_address %s:%d > %s", bin, W.host, W.port, out);
+    assert_int_equal(dst_sh("%s", cmd), 0);
+    FILE *f = fopen(out, "r");
+    assert_non_null(f);
+    static char buf[65536];
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    cJSON *root = cJSON_Parse(buf);
+    assert_non_null(root);
+    cJSON *l2 = cJSON_GetObjectItem(root, "l2"), *sp = cJSON_GetObjectItem(root, "spill");
+    assert_non_null(l2);
+    assert_non_null(sp);
+    const char *l2_fields[] = {"objects", "bytes", "reads", "writes", "queue_depth", "errors"};
+    const char *sp_fields[] = {"objects", "bytes", "reads",      "writes",
+                               "errors",  "waits", "queue_depth"};
+    for (size_t i = 0; i < sizeof(l2_fields) / sizeof(l2_fields[0]); i++)
+        assert_true(cJSON_IsNumber(cJSON_GetObjectItem(l2, l2_fields[i])));
+    for (size_t i = 0; i < sizeof(sp_fields) / sizeof(sp_fields[0]); i++)
+        assert_true(cJSON_IsNumber(cJSON_GetObjectItem(sp, sp_fields[i])));
+    assert_int_equal(cJSON_GetObjectItem(l2, "objects")->valuedouble, 3);
+    assert_int_equal(cJSON_GetObjectItem(l2, "bytes")->valuedouble, 15000);
+    assert_int_equal(cJSON_GetObjectItem(l2, "writes")->valuedouble, 3);
+    assert_true(cJSON_GetObjectItem(sp, "writes")->valuedouble > 0);
+    assert_true(cJSON_GetObjectItem(sp, "reads")->valuedouble > 0);
+    assert_int_equal(cJSON_GetObjectItem(l2, "queue_depth")->valuedouble, 0);
+    assert_int_equal(cJSON_GetObjectItem(l2, "errors")->valuedouble, 0);
+    printf("dscli status: l2 %g objects %g bytes, spill %g objects, %g writes, %g reads\n",
+           cJSON_GetObjectItem(l2, "objects")->valuedouble,
+           cJSON_GetObjectItem(l2, "bytes")->valuedouble,
+           cJSON_GetObjectItem(sp, "objects")->valuedouble,
+           cJSON_GetObjectItem(sp, "writes")->valuedouble,
+           cJSON_GetObjectItem(sp, "reads")->valuedouble);
+    cJSON_Delete(root);
+    finish();
+}
+
 static void test_bad_flags(void **state)
 {
     (void)state;
@@ -594,6 +666,7 @@ int main(void)
         cmocka_unit_test(test_disk_only),
         cmocka_unit_test(test_spill),
         cmocka_unit_test(test_background_eviction),
+        cmocka_unit_test(test_dscli_status),
         cmocka_unit_test(test_bad_flags),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
