@@ -52,6 +52,10 @@ typedef struct {
 #field, KIND_YUANRONG, FLAG_REAL, offsetof(ds_worker_config_t, field), 0, #def, lo_milli,  \
             hi_milli, help                                                                         \
     }
+#define YBOOL(field, def, help)                                                                    \
+    {                                                                                              \
+#field, KIND_YUANRONG, FLAG_BOOL, offsetof(ds_worker_config_t, field), 0, #def, 0, 0, help \
+    }
 #define YR(name, type)                                                                             \
     {                                                                                              \
 #name, KIND_COMPAT, type, 0, 0, "", 0, 0, NULL                                             \
@@ -105,7 +109,7 @@ static const flag_def_t flags[] = {
     YSTR(l2_cache_type, "none",
          "second-level cache behind the arena: none, or sfs (a directory, --sfs_path); the "
          "WRITE_THROUGH / WRITE_BACK write modes persist there and a get that misses memory "
-         "reads it (standalone workers only for now)"),
+         "reads it"),
     YSTR(sfs_path, "", "directory of the sfs L2 cache (one file per object); created if missing"),
     YINT(l2_cache_async_write_queue_size, 1000, 1, 10000000,
          "most objects waiting for the disk I/O thread (write-back, write-through, L2 reads and "
@@ -113,9 +117,12 @@ static const flag_def_t flags[] = {
     YSTR(spill_directory, "",
          "directory that takes objects which cannot be evicted when the arena passes "
          "--eviction_high_watermark_ratio; "
-         "gets bring them back; emptied at start; empty = no spill (standalone workers only)"),
+         "gets bring them back; emptied at start; empty = no spill"),
     YINT(spill_size_limit, 0, 0, INT64_MAX,
          "most bytes kept in --spill_directory; 0 = 95% of its file system's free space"),
+    YBOOL(enable_l2_cache_fallback, true,
+          "in a cluster on a shared --sfs_path: a get that no live worker can serve reads the "
+          "object from the shared directory (a dead worker's objects stay readable)"),
     YREAL(eviction_high_watermark_ratio, 0.9, 20, 1000,
           "arena use (ratio) past which background eviction and spill start, between requests; "
           "must be above --eviction_low_watermark_ratio (0.02-1.0)"),
@@ -284,7 +291,6 @@ static const flag_def_t flags[] = {
     YR(rdma_register_whole_arena, COMPAT_BOOL),
     YR(enable_stream_data_verification, COMPAT_BOOL),
     YR(oc_io_from_l2cache_need_metadata, COMPAT_BOOL),
-    YR(enable_l2_cache_fallback, COMPAT_BOOL),
     YR(oc_worker_aggregate_merge_size, COMPAT_INT),
     YR(oc_worker_aggregate_single_max, COMPAT_INT),
     YR(oc_worker_worker_parallel_min, COMPAT_INT),
@@ -345,12 +351,15 @@ static int set_flag(ds_worker_config_t *cfg, const flag_def_t *f, const char *va
         }
         strcpy(dst, val);
         return 0;
-    case FLAG_BOOL:
-        if (parse_bool(val) < 0) {
+    case FLAG_BOOL: {
+        int b = parse_bool(val);
+        if (b < 0) {
             snprintf(err, err_cap, "--%s: '%s' is not true or false", f->name, val);
             return -1;
         }
+        if (f->kind != KIND_COMPAT) memcpy(dst, &(bool){b == 1}, sizeof(bool));
         return 0;
+    }
     case FLAG_REAL: {
         double d = strtod(val, &end);
         if (errno || end == val || *end != '\0') {

@@ -73,8 +73,14 @@ void ds__ops_reply_statuses(ds_req_t *r, const uint32_t *st, uint32_t n, const c
 void ds__ops_answer_published(ds_server_t *srv, ds_req_t *r, ds_obj_t **published,
                               const uint32_t *st, uint32_t n, bool nx, const char *first_err)
 {
-    if (srv->tier && ds__tier_hold_answer(srv, r, st, n, first_err)) return;
-    if (srv->remote == NULL || (r->flags & DS_FLAG_PEER))
+    if (srv->tier && ds__tier_hold_answer(srv, r, published, st, n, nx, first_err)) return;
+    ds__ops_answer_durable(srv, r, published, st, n, nx, first_err);
+}
+
+void ds__ops_answer_durable(ds_server_t *srv, ds_req_t *r, ds_obj_t **published, const uint32_t *st,
+                            uint32_t n, bool nx, const char *first_err)
+{
+    if (srv->remote == NULL || (r->flags & DS_FLAG_PEER) || published == NULL)
         ds__ops_reply_statuses(r, st, n, first_err);
     else
         srv->remote->published(srv, r, published, st, n, nx, first_err);

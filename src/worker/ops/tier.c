@@ -34,7 +34,7 @@
 #include <time.h>
 #include <unistd.h>
 
-typedef enum { JOB_PUT, JOB_GET, JOB_DEL, JOB_NOP, JOB_RETTL } job_kind_t;
+typedef enum { JOB_PUT, JOB_GET, JOB_DEL, JOB_NOP, JOB_RETTL, JOB_HEAD } job_kind_t;
 
 typedef struct waiter waiter_t;
 
@@ -59,6 +59,10 @@ struct waiter {
     uint32_t pending;
     bool is_get;
     void (*resume)(ds_server_t *srv, ds_req_t *d);
+    void (*resume_ctx)(ds_server_t *srv, ds_req_t *d, void *ctx); /* instead, with ctx */
+    void *ctx;
+    ds_obj_t **objs; /* write-through: the published objects (references), for the cluster */
+    bool nx;
     uint32_t n;
     uint32_t *st;
     char first[400];
@@ -244,6 +248,9 @@ static void run_job(job_t *j)
     case JOB_RETTL:
         j->rc = run_rettl(j);
         break;
+    case JOB_HEAD: /* sfs: the header only (see l2.h) */
+        j->rc = l2->ops->get(l2, key, kl, NULL, 0, &j->meta, j->err, sizeof(j->err));
+        break;
     }
 }
 
@@ -350,16 +357,51 @@ static void waiter_cancel(ds_req_t *d, void *ctx)
 
 static void waiter_done(ds_server_t *srv, waiter_t *w)
 {
-    if (w->r) {
-        if (ds__req_gone(w->r))
-            ds__req_drop(w->r);
-        else if (w->is_get)
-            w->resume(srv, w->r);
-        else
-            ds__ops_reply_statuses(w->r, w->st, w->n, w->first);
-    }
+    if (w->r && w->resume_ctx)
+        w->resume_ctx(srv, w->r, w->ctx); /* it checks whether the client is gone */
+    else if (w->r && ds__req_gone(w->r))
+        ds__req_drop(w->r);
+    else if (w->r && w->is_get)
+        w->resume(srv, w->r);
+    else if (w->r)
+        ds__ops_answer_durable(srv, w->r, w->objs, w->st, w->n, w->nx, w->first);
+    for (uint32_t i = 0; w->objs && i < w->n; i++)
+        if (w->objs[i]) ds__store_unref(srv->store, w->objs[i]);
+    free(w->objs);
     free(w->st);
     free(w);
+}
+
+/* A probe found another worker's object on the shared directory: it joins
+ * the index, and is read like any L2 object for the same waiter. */
+static void head_done(ds_server_t *srv, job_t *j)
+{
+    ds_tier_t *t = srv->tier;
+    uint64_t wnow = wall_ms();
+    if (j->rc != 0 || (j->meta.ttl_wall_ms && j->meta.ttl_wall_ms <= wnow) ||
+        ds__store_lookup(srv->store, j->key, j->keylen, ds__now_ms()) != NULL ||
+        ix_find(&t->ix, j->key, j->keylen) != NULL)
+        return;
+    ix_put(&t->ix, j->key, j->keylen, &j->meta);
+    uint32_t ttl = 0;
+    if (j->meta.ttl_wall_ms) ttl = (uint32_t)((j->meta.ttl_wall_ms - wnow + 999) / 1000);
+    char msg[256];
+    ds_obj_t *o = NULL;
+    job_t *g = calloc(1, sizeof(*g));
+    if (g == NULL || ds__store_reserve(srv->store, j->key, j->keylen, j->meta.size,
+                                       (ds_write_mode_t)j->meta.write_mode, ttl, &o, msg,
+                                       sizeof(msg)) != DS_K_OK) {
+        if (g) DS_LOG_WARN("cannot load '%.64s' from the shared L2: %s", j->key, msg);
+        free(g);
+        return;
+    }
+    t->c.fallback_reads++;
+    g->kind = JOB_GET;
+    g->be = t->l2;
+    g->obj = o;
+    g->data = ds__store_data(srv->store, o);
+    g->w = j->w;
+    submit(t, g);
 }
 
 /* A spill copy is written: the object leaves memory if it is still the
@@ -397,7 +439,7 @@ static void complete(ds_server_t *srv, job_t *j)
     t->depth--;
     const char *key = j->obj ? j->obj->key : j->key;
     uint32_t kl = j->obj ? j->obj->keylen : j->keylen;
-    if (j->rc < 0) {
+    if (j->rc < 0 && j->kind != JOB_HEAD) {
         if (j->spill)
             t->c.spill_errors++;
         else
@@ -461,6 +503,10 @@ static void complete(ds_server_t *srv, job_t *j)
         free(j->key);
         break;
     case JOB_RETTL:
+        free(j->key);
+        break;
+    case JOB_HEAD:
+        head_done(srv, j);
         free(j->key);
         break;
     case JOB_NOP:
@@ -569,12 +615,6 @@ int ds__tier_init(ds_server_t *srv, char *err, size_t cap)
     if (l2 && strcmp(cfg->l2_cache_type, "sfs") != 0) {
         snprintf(err, cap, "--l2_cache_type '%s' is not supported here (none or sfs)",
                  cfg->l2_cache_type);
-        return -1;
-    }
-    if (cfg->etcd_address[0]) {
-        snprintf(err, cap,
-                 "--l2_cache_type and --spill_directory are supported on a standalone worker "
-                 "only (no --etcd_address) for now");
         return -1;
     }
     ds_tier_t *t = calloc(1, sizeof(*t));
@@ -994,24 +1034,30 @@ void ds__tier_expire(ds_server_t *srv, ds_obj_t *o)
         queue_put(srv, o, 0, false, false);
 }
 
-bool ds__tier_hold_answer(ds_server_t *srv, ds_req_t *r, const uint32_t *st, uint32_t n,
-                          const char *first_err)
+bool ds__tier_hold_answer(ds_server_t *srv, ds_req_t *r, ds_obj_t **published, const uint32_t *st,
+                          uint32_t n, bool nx, const char *first_err)
 {
     ds_tier_t *t = srv->tier;
     waiter_t *w = t->open;
     if (w == NULL) return false;
     t->open = NULL;
     w->st = malloc((n ? n : 1) * sizeof(*w->st));
-    ds_req_t *d = w->st == NULL            ? NULL
-                  : ds__req_is_deferred(r) ? r
+    w->objs = published ? calloc(n ? n : 1, sizeof(*w->objs)) : NULL;
+    ds_req_t *d = w->st == NULL || (published && w->objs == NULL) ? NULL
+                  : ds__req_is_deferred(r)                        ? r
                                            : ds__req_defer(r, waiter_cancel, w);
     if (d == NULL) {
         /* No memory to wait: the writes go on, the answer goes now. */
         free(w->st);
+        free(w->objs);
         w->st = NULL;
+        w->objs = NULL;
         return false;
     }
     memcpy(w->st, st, n * sizeof(*st));
+    for (uint32_t i = 0; published && i < n; i++)
+        if ((w->objs[i] = published[i]) != NULL) ds__store_ref(published[i]);
+    w->nx = nx;
     w->n = n;
     snprintf(w->first, sizeof(w->first), "%s", first_err ? first_err : "");
     w->r = d;
@@ -1023,9 +1069,35 @@ void ds__tier_no_answer(ds_server_t *srv)
     srv->tier->open = NULL; /* its jobs still hold it; it frees itself */
 }
 
-bool ds__tier_get(ds_server_t *srv, ds_req_t *r, const char *const *keys, const uint32_t *lens,
-                  uint32_t n, void (*resume)(ds_server_t *srv, ds_req_t *d),
-                  void (*retry)(ds_server_t *srv, ds_req_t *d))
+static const char *job_key(const job_t *j, uint32_t *len)
+{
+    *len = j->obj ? j->obj->keylen : j->keylen;
+    return j->obj ? j->obj->key : j->key;
+}
+
+/* A probe of the L2 directory for a key with no index entry (JOB_HEAD). */
+static job_t *probe_job(ds_tier_t *t, const char *key, uint32_t keylen)
+{
+    job_t *j = calloc(1, sizeof(*j));
+    char *k = malloc(keylen + 1);
+    if (j == NULL || k == NULL) {
+        free(j);
+        free(k);
+        return NULL;
+    }
+    memcpy(k, key, keylen);
+    k[keylen] = '\0';
+    j->kind = JOB_HEAD;
+    j->be = t->l2;
+    j->key = k;
+    j->keylen = keylen;
+    return j;
+}
+
+static bool tier_get(ds_server_t *srv, ds_req_t *r, const char *const *keys, const uint32_t *lens,
+                     uint32_t n, void (*resume)(ds_server_t *srv, ds_req_t *d),
+                     void (*retry)(ds_server_t *srv, ds_req_t *d), bool probe,
+                     void (*resume_ctx)(ds_server_t *srv, ds_req_t *d, void *ctx), void *ctx)
 {
     ds_tier_t *t = srv->tier;
     uint64_t now = ds__now_ms();
@@ -1046,11 +1118,22 @@ bool ds__tier_get(ds_server_t *srv, ds_req_t *r, const char *const *keys, const 
             e = live_in(t, &t->sx, true, keys[i], lens[i]);
             spill = true;
         }
-        if (e == NULL) continue;
         bool dup = false;
-        for (job_t *j = jobs; j && !dup; j = j->next)
-            dup = j->obj->keylen == lens[i] && memcmp(j->obj->key, keys[i], lens[i]) == 0;
+        for (job_t *j = jobs; j && !dup; j = j->next) {
+            uint32_t jl;
+            const char *jk = job_key(j, &jl);
+            dup = jl == lens[i] && memcmp(jk, keys[i], lens[i]) == 0;
+        }
         if (dup) continue;
+        if (e == NULL && probe && t->l2) {
+            if (w == NULL) w = calloc(1, sizeof(*w));
+            job_t *j = w ? probe_job(t, keys[i], lens[i]) : NULL;
+            if (j == NULL) break;
+            j->next = jobs;
+            jobs = j;
+            continue;
+        }
+        if (e == NULL) continue;
         uint32_t ttl = 0;
         if (e->ttl_wall_ms) {
             uint64_t wnow = wall_ms();
@@ -1090,7 +1173,7 @@ bool ds__tier_get(ds_server_t *srv, ds_req_t *r, const char *const *keys, const 
         j->next = jobs;
         jobs = j;
     }
-    if (no_room[0] && jobs == NULL && !again && in_memory == 0) {
+    if (no_room[0] && jobs == NULL && !again && in_memory == 0 && resume_ctx == NULL) {
         /* nothing else to answer with: the key is there, the room is not */
         free(w);
         ds__req_error(r, DS_K_OUT_OF_MEMORY, "%s", no_room);
@@ -1106,12 +1189,16 @@ bool ds__tier_get(ds_server_t *srv, ds_req_t *r, const char *const *keys, const 
     if (jobs) {
         w->is_get = true;
         w->resume = again ? retry : resume;
+        w->resume_ctx = resume_ctx;
+        w->ctx = ctx;
         d = ds__req_is_deferred(r) ? r : ds__req_defer(r, waiter_cancel, w);
+        if (d && ds__req_is_deferred(r)) ds__req_rearm(d, waiter_cancel, w);
     }
     if (d == NULL) {
         while (jobs) {
             job_t *next = jobs->next;
             if (jobs->obj) ds__store_unref(srv->store, jobs->obj);
+            free(jobs->key);
             free(jobs);
             jobs = next;
         }
@@ -1126,6 +1213,24 @@ bool ds__tier_get(ds_server_t *srv, ds_req_t *r, const char *const *keys, const 
         jobs = next;
     }
     return true;
+}
+
+bool ds__tier_get(ds_server_t *srv, ds_req_t *r, const char *const *keys, const uint32_t *lens,
+                  uint32_t n, void (*resume)(ds_server_t *srv, ds_req_t *d),
+                  void (*retry)(ds_server_t *srv, ds_req_t *d))
+{
+    return tier_get(srv, r, keys, lens, n, resume, retry, false, NULL, NULL);
+}
+
+bool ds__tier_get_ctx(ds_server_t *srv, ds_req_t *r, const char *const *keys, const uint32_t *lens,
+                      uint32_t n, void (*done)(ds_server_t *srv, ds_req_t *d, void *ctx), void *ctx)
+{
+    ds_tier_t *t = srv->tier;
+    /* Another worker's objects on a shared sfs directory are found by
+     * probing for the key (no index entry: this worker did not write them,
+     * or wrote them after its scan). */
+    bool probe = srv->cfg.enable_l2_cache_fallback && t->l2 && strcmp(t->l2->ops->name, "sfs") == 0;
+    return tier_get(srv, r, keys, lens, n, NULL, NULL, probe, done, ctx);
 }
 
 bool ds__tier_counters(ds_server_t *srv, ds_tier_counters_t *out)
@@ -1166,6 +1271,7 @@ void ds__tier_stats(ds_server_t *srv, cJSON *root)
         cJSON_AddNumberToObject(l2, "queue_depth", (double)c.queue_depth);
         cJSON_AddNumberToObject(l2, "queue_cap", (double)c.queue_cap);
         cJSON_AddNumberToObject(l2, "queue_full", (double)c.queue_full);
+        cJSON_AddNumberToObject(l2, "fallback_reads", (double)c.fallback_reads);
     }
     cJSON *sp = t->spill ? cJSON_AddObjectToObject(root, "spill") : NULL;
     if (sp) {

@@ -43,10 +43,11 @@ ds_status_t ds__tier_admit(ds_server_t *srv, const ds_obj_t *o, bool nx, char *m
  * delete a stale L2 copy (a cache-only overwrite). */
 void ds__tier_published(ds_server_t *srv, ds_obj_t *o, uint32_t idx);
 /* The answer to the writes just published: true when it is held until their
- * write-through L2 writes are durable (the tier then answers r; statuses of
- * failed writes become K_IO_ERROR naming the path and errno). */
-bool ds__tier_hold_answer(ds_server_t *srv, ds_req_t *r, const uint32_t *st, uint32_t n,
-                          const char *first_err);
+ * write-through L2 writes are durable (the tier then answers r through
+ * ds__ops_answer_durable, which in a cluster tells the owners first;
+ * statuses of failed writes become K_IO_ERROR naming the path and errno). */
+bool ds__tier_hold_answer(ds_server_t *srv, ds_req_t *r, ds_obj_t **published, const uint32_t *st,
+                          uint32_t n, bool nx, const char *first_err);
 /* The writes just published get no answer (NOREPLY): persist them anyway. */
 void ds__tier_no_answer(ds_server_t *srv);
 
@@ -59,6 +60,14 @@ void ds__tier_no_answer(ds_server_t *srv);
 bool ds__tier_get(ds_server_t *srv, ds_req_t *r, const char *const *keys, const uint32_t *lens,
                   uint32_t n, void (*resume)(ds_server_t *srv, ds_req_t *d),
                   void (*retry)(ds_server_t *srv, ds_req_t *d));
+/* A cluster GET's keys that no live worker could serve: loads those the
+ * local tiers hold, and with --enable_l2_cache_fallback on an sfs L2 also
+ * those its directory holds without an index entry (a shared directory:
+ * another, possibly dead, worker's objects), then calls done(srv, d, ctx)
+ * (which must check ds__req_gone). false when nothing needs loading. */
+bool ds__tier_get_ctx(ds_server_t *srv, ds_req_t *r, const char *const *keys, const uint32_t *lens,
+                      uint32_t n, void (*done)(ds_server_t *srv, ds_req_t *d, void *ctx),
+                      void *ctx);
 /* The L2 holds the key (and it has not expired). */
 bool ds__tier_has(ds_server_t *srv, const char *key, uint32_t keylen);
 /* DEL: forget the key and delete its L2 copy (queued). */
@@ -93,7 +102,7 @@ void ds__tier_stats(ds_server_t *srv, struct cJSON *root);
 typedef struct {
     bool l2_on, spill_on;
     uint64_t objects, bytes, reads, read_bytes, writes, write_bytes, deletes, errors;
-    uint64_t queue_depth, queue_cap, queue_full;
+    uint64_t queue_depth, queue_cap, queue_full, fallback_reads;
     uint64_t spill_objects, spill_bytes, spill_disk, spill_limit, spill_writes, spill_reads,
         spill_errors, spill_rounds, spill_waits;
 } ds_tier_counters_t;

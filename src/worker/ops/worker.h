@@ -112,5 +112,10 @@ void ds__ops_reply_statuses(ds_req_t *r, const uint32_t *st, uint32_t n, const c
  * before the client hears back. */
 void ds__ops_answer_published(ds_server_t *srv, ds_req_t *r, ds_obj_t **published,
                               const uint32_t *st, uint32_t n, bool nx, const char *first_err);
+/* The same once write-through copies are durable (tier.c calls it for a
+ * held answer): in a cluster the owners learn the new copies, then the
+ * client hears back. */
+void ds__ops_answer_durable(ds_server_t *srv, ds_req_t *r, ds_obj_t **published, const uint32_t *st,
+                            uint32_t n, bool nx, const char *first_err);
 
 #endif

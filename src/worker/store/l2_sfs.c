@@ -251,6 +251,8 @@ static int sfs_get(ds_l2_t *l2, const char *key, size_t keylen, void *dst, uint6
         why = "bad header (torn, foreign or another key's file)";
     else if ((uint64_t)st.st_size != SFS_HDR + keylen + meta->size)
         why = "file size does not match its header (torn or truncated)";
+    else if (dst == NULL)
+        ; /* the header only (a probe): meta is filled */
     else if (meta->size > dst_cap)
         why = "object larger than the space reserved for it";
     else if (full_read(fd, dst, meta->size) != 0)
