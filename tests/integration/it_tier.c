@@ -430,6 +430,37 @@ static void test_disk_only(void **state)
     finish();
 }
 
+/* Write-back coalescing: a key written back many times in a row is
+ * persisted as its latest value, older queued writes skipped; after a
+ * SIGKILL and restart the last acknowledged value is what reads back. */
+static void test_write_back_coalesced(void **state)
+{
+    (void)state;
+    assert_int_equal(start(64, NULL), 0);
+    ds_client_t *c = conn(DS_TRANSPORT_TCP);
+    const int n = 300;
+    for (int i = 0; i < n; i++) {
+        ds_status_t st;
+        while ((st = put(c, "hot", 4096, 5000 + (uint64_t)i, DS_WRITE_BACK_L2_CACHE, 0,
+                         DS_EXISTENCE_NONE)) == DS_K_WRITE_BACK_QUEUE_FULL)
+            usleep(1000);
+        assert_int_equal(st, DS_K_OK);
+    }
+    wait_drained();
+    double coalesced = dst_stat(&W, "l2.coalesced"), writes = dst_stat(&W, "l2.writes");
+    printf("write-back of one key %d times: %g files written, %g queued writes skipped\n", n,
+           writes, coalesced);
+    assert_true(coalesced > 0);
+    assert_true(writes + coalesced == n);
+    ds_client_close(c);
+    dst_worker_kill(&W);
+    assert_int_equal(dst_worker_restart(&W), 0);
+    c = conn(DS_TRANSPORT_TCP);
+    assert_int_equal(check(c, "hot", 4096, 5000 + (uint64_t)n - 1), 1);
+    ds_client_close(c);
+    finish();
+}
+
 /* What du counts for a directory, in bytes (allocated blocks). */
 static double du_bytes(const char *path)
 {
@@ -664,6 +695,7 @@ int main(void)
         cmocka_unit_test(test_dir_gone),
         cmocka_unit_test(test_torn_file),
         cmocka_unit_test(test_disk_only),
+        cmocka_unit_test(test_write_back_coalesced),
         cmocka_unit_test(test_spill),
         cmocka_unit_test(test_background_eviction),
         cmocka_unit_test(test_dscli_status),

@@ -51,6 +51,10 @@ typedef struct job {
     uint32_t idx; /* PUT: the key's place in its request */
     waiter_t *w;  /* the request waiting for this job, or NULL */
     int rc;       /* thread: 0, 1 (GET: no object) or -1 */
+    /* PUT (write-back): a later write of the key was queued behind it, so
+     * the thread skips it (set by the loop, read by the thread) */
+    atomic_bool superseded;
+    bool skipped; /* thread: it did */
     char err[300];
 } job_t;
 
@@ -70,6 +74,7 @@ struct waiter {
 
 typedef struct ent {
     struct ent *next;
+    struct job *put; /* the key's last queued L2 write-back, until it completes */
     uint64_t size, version, ttl_wall_ms;
     uint32_t hash;
     uint32_t keylen;
@@ -187,6 +192,7 @@ static uint64_t ix_put(ix_t *t, const char *key, uint32_t keylen, const ds_l2_me
     e->ttl_wall_ms = m->ttl_wall_ms;
     e->mode = m->write_mode;
     e->version = ++t->version;
+    e->put = NULL;
     memcpy(e->key, key, keylen);
     e->key[keylen] = '\0';
     ent_t **p = &t->b[e->hash & (t->nb - 1)];
@@ -234,6 +240,11 @@ static void run_job(job_t *j)
     j->err[0] = '\0';
     switch (j->kind) {
     case JOB_PUT:
+        if (atomic_load(&j->superseded)) { /* a newer value of the key follows */
+            j->skipped = true;
+            j->rc = 0;
+            break;
+        }
         j->rc = l2->ops->put(l2, key, kl, j->data, &j->meta, j->err, sizeof(j->err));
         break;
     case JOB_GET:
@@ -453,8 +464,14 @@ static void complete(ds_server_t *srv, job_t *j)
     }
     switch (j->kind) {
     case JOB_PUT:
+        if (!j->spill) {
+            ent_t *e = ix_find(&t->ix, key, kl);
+            if (e && e->put == j) e->put = NULL;
+        }
         if (j->spill) {
             spill_put_done(srv, j);
+        } else if (j->skipped) {
+            t->c.coalesced++;
         } else if (j->rc == 0) {
             t->c.writes++;
             t->c.write_bytes += j->meta.size;
@@ -790,7 +807,14 @@ static bool queue_put(ds_server_t *srv, ds_obj_t *o, uint32_t idx, bool wait, bo
     j->meta.size = o->size;
     j->meta.write_mode = o->write_mode;
     j->meta.ttl_wall_ms = wall_deadline(o);
-    j->meta.version = ix_put(spill ? &t->sx : &t->ix, o->key, o->keylen, &j->meta);
+    ix_t *x = spill ? &t->sx : &t->ix;
+    /* Write-back coalescing: an older write-back of the key still queued is
+     * skipped by the thread (this newer write follows it in the queue). */
+    ent_t *old = spill ? NULL : ix_find(x, o->key, o->keylen);
+    if (old && old->put) atomic_store(&old->put->superseded, true);
+    j->meta.version = ix_put(x, o->key, o->keylen, &j->meta);
+    ent_t *e = (!spill && !wait) ? ix_find(x, o->key, o->keylen) : NULL;
+    if (e) e->put = j;
     submit(t, j);
     return true;
 }
@@ -1272,6 +1296,7 @@ void ds__tier_stats(ds_server_t *srv, cJSON *root)
         cJSON_AddNumberToObject(l2, "queue_cap", (double)c.queue_cap);
         cJSON_AddNumberToObject(l2, "queue_full", (double)c.queue_full);
         cJSON_AddNumberToObject(l2, "fallback_reads", (double)c.fallback_reads);
+        cJSON_AddNumberToObject(l2, "coalesced", (double)c.coalesced);
     }
     cJSON *sp = t->spill ? cJSON_AddObjectToObject(root, "spill") : NULL;
     if (sp) {
