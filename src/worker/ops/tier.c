@@ -12,9 +12,11 @@
  * Spill: the same queue and file format in --spill_directory, with its own
  * index; an object leaves memory only once its copy is written and only if
  * it is still current and unpinned, and comes back (its copy deleted) when
- * a GET needs it. Both indexes are updated when a job is queued, so the
- * queue's FIFO order keeps every later job consistent with earlier ones. */
+ * a GET needs it (spilling itself, and writes waiting for room: spill.c).
+ * Both indexes are updated when a job is queued, so the queue's FIFO order
+ * keeps every later job consistent with earlier ones. */
 #include "worker/ops/tier.h"
+#include "worker/ops/tier_int.h"
 
 #include "worker/ops/ops_int.h"
 
@@ -30,95 +32,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
-#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
-
-typedef enum { JOB_PUT, JOB_GET, JOB_DEL, JOB_NOP, JOB_RETTL, JOB_HEAD } job_kind_t;
-
-typedef struct waiter waiter_t;
-
-typedef struct job {
-    struct job *next;
-    job_kind_t kind;
-    ds_obj_t *obj; /* PUT: a reference to read from; GET: the reservation to fill */
-    uint8_t *data; /* obj's bytes in the worker's mapping */
-    ds_l2_meta_t meta;
-    ds_l2_t *be; /* the backend: the L2 or the spill directory */
-    bool spill;  /* be is the spill directory */
-    char *key;   /* DEL: an owned copy */
-    uint32_t keylen;
-    uint32_t idx; /* PUT: the key's place in its request */
-    waiter_t *w;  /* the request waiting for this job, or NULL */
-    int rc;       /* thread: 0, 1 (GET: no object) or -1 */
-    /* PUT (write-back): a later write of the key was queued behind it, so
-     * the thread skips it (set by the loop, read by the thread) */
-    atomic_bool superseded;
-    bool skipped; /* thread: it did */
-    char err[300];
-} job_t;
-
-struct waiter {
-    ds_req_t *r; /* NULL: nobody to answer */
-    uint32_t pending;
-    bool is_get;
-    void (*resume)(ds_server_t *srv, ds_req_t *d);
-    void (*resume_ctx)(ds_server_t *srv, ds_req_t *d, void *ctx); /* instead, with ctx */
-    void *ctx;
-    ds_obj_t **objs; /* write-through: the published objects (references), for the cluster */
-    bool nx;
-    uint32_t n;
-    uint32_t *st;
-    char first[400];
-};
-
-typedef struct ent {
-    struct ent *next;
-    struct job *put; /* the key's last queued L2 write-back, until it completes */
-    uint64_t size, version, ttl_wall_ms;
-    uint32_t hash;
-    uint32_t keylen;
-    uint8_t mode;
-    char key[];
-} ent_t;
-
-/* An index of what a backend holds (loop only). */
-typedef struct {
-    ent_t **b;
-    uint64_t nb, count, bytes;
-    uint64_t disk;    /* bytes the files take on disk (disk_of) */
-    uint64_t version; /* of entries, to tell a later write apart */
-} ix_t;
-
-typedef struct ds_tier {
-    ds_l2_t *l2;    /* --l2_cache_type; NULL = none */
-    ds_l2_t *spill; /* --spill_directory (an sfs directory emptied at start); NULL = none */
-    ix_t ix;        /* what the L2 holds */
-    ix_t sx;        /* what the spill directory holds */
-    uint64_t spill_limit, spill_inflight; /* bytes on disk (disk_of) */
-    uint64_t spill_high, spill_low;       /* background spilling's watermarks, bytes */
-    bool spill_paused;                    /* background spilling passed spill_high */
-    struct room *rooms;                   /* writes waiting for room, in arrival order */
-    ds_req_t *rerun_req;                  /* the waiting write running again, and */
-    uint64_t rerun_deadline;              /* its deadline */
-    bool room_kick;                       /* a spill finished: waiting writes retry */
-    uint64_t spill_err_until;             /* a spill write failed: none until then */
-    char spill_err[300];                  /* the last spill write error */
-    uint64_t spill_fs_free;               /* free on its file system, last looked */
-    /* the queue */
-    pthread_t thread;
-    bool started;
-    atomic_bool stop;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    job_t *todo, *todo_tail, *done; /* under mu */
-    job_t *pend, *pend_tail;        /* loop only: submitted, not yet handed over */
-    int done_fd;
-    ds_io_t done_io;
-    uint64_t depth, cap; /* loop: jobs queued and not yet completed */
-    waiter_t *open;      /* write-through writes of the request being answered */
-    ds_tier_counters_t c;
-} ds_tier_t;
 
 static uint64_t wall_ms(void)
 {
@@ -134,13 +49,6 @@ static bool is_l2_mode(uint8_t m)
 }
 
 /* ---- the index ---- */
-
-/* What an object's file takes on disk: the value, the backend's header and
- * the key, in 4 KiB blocks (what du counts). */
-static uint64_t disk_of(uint64_t size, uint32_t keylen)
-{
-    return (size + 64 + keylen + 4095) & ~(uint64_t)4095;
-}
 
 static ent_t **ix_slot(ix_t *t, const char *key, uint32_t keylen, uint32_t h)
 {
@@ -175,7 +83,7 @@ static void ix_remove(ix_t *t, const char *key, uint32_t keylen)
     *p = e->next;
     t->count--;
     t->bytes -= e->size;
-    t->disk -= disk_of(e->size, e->keylen);
+    t->disk -= ds__tier_disk_of(e->size, e->keylen);
     free(e);
 }
 
@@ -200,7 +108,7 @@ static uint64_t ix_put(ix_t *t, const char *key, uint32_t keylen, const ds_l2_me
     *p = e;
     t->count++;
     t->bytes += e->size;
-    t->disk += disk_of(e->size, e->keylen);
+    t->disk += ds__tier_disk_of(e->size, e->keylen);
     return e->version;
 }
 
@@ -348,18 +256,6 @@ static void submit_del(ds_tier_t *t, bool spill, const char *key, uint32_t keyle
 
 /* ---- completions, on the loop ---- */
 
-/* After a failed spill write, no spilling for this long. */
-#define SPILL_ERR_BACKOFF_MS 1000
-
-/* A write waiting for room (see ds__tier_wait_room). */
-typedef struct room {
-    struct room *next;
-    ds_req_t *d;
-    uint64_t deadline;
-    void (*rerun)(ds_server_t *srv, ds_req_t *d);
-} room_t;
-static void rooms_resume(ds_server_t *srv, uint64_t now);
-
 static void waiter_cancel(ds_req_t *d, void *ctx)
 {
     (void)d;
@@ -415,35 +311,6 @@ static void head_done(ds_server_t *srv, job_t *j)
     submit(t, g);
 }
 
-/* A spill copy is written: the object leaves memory if it is still the
- * key's current version, nobody pins it and no later write or delete of the
- * key replaced the spill index entry; otherwise the copy goes. */
-static void spill_put_done(ds_server_t *srv, job_t *j)
-{
-    ds_tier_t *t = srv->tier;
-    ds_obj_t *o = j->obj;
-    t->spill_inflight -= disk_of(j->meta.size, o->keylen);
-    o->spilling = 0;
-    t->room_kick = true;
-    ent_t *e = ix_find(&t->sx, o->key, o->keylen);
-    bool mine = e && e->version == j->meta.version;
-    if (j->rc == 0 && mine && o->in_table && o->refcnt == 2) {
-        t->c.spill_writes++;
-        ds__store_delete(srv->store, o->key, o->keylen);
-        return;
-    }
-    if (mine) {
-        ix_remove(&t->sx, o->key, o->keylen);
-        if (j->rc == 0) submit_del(t, true, o->key, o->keylen);
-    }
-    if (j->rc != 0) {
-        /* The directory refuses (full, read-only): no more spilling for a
-         * while; writes waiting for room fail with this error meanwhile. */
-        t->spill_err_until = ds__now_ms() + SPILL_ERR_BACKOFF_MS;
-        snprintf(t->spill_err, sizeof(t->spill_err), "%s", j->err);
-    }
-}
-
 static void complete(ds_server_t *srv, job_t *j)
 {
     ds_tier_t *t = srv->tier;
@@ -469,7 +336,7 @@ static void complete(ds_server_t *srv, job_t *j)
             if (e && e->put == j) e->put = NULL;
         }
         if (j->spill) {
-            spill_put_done(srv, j);
+            ds__spill_put_done(srv, j);
         } else if (j->skipped) {
             t->c.coalesced++;
         } else if (j->rc == 0) {
@@ -561,7 +428,7 @@ static void on_done(void *ctx, uint32_t events)
     }
     if (t->room_kick) {
         t->room_kick = false;
-        if (t->rooms) rooms_resume(srv, 0);
+        if (t->rooms) ds__spill_rooms_resume(srv, 0);
     }
 }
 
@@ -587,40 +454,6 @@ static void ix_free(ix_t *x)
             free(e);
         }
     free(x->b);
-}
-
-/* The spill directory holds nothing of value across a restart: what an
- * earlier run left there is deleted. */
-static void forget_one(void *ctx, const char *key, size_t keylen, const ds_l2_meta_t *m)
-{
-    (void)m;
-    ds_l2_t *sp = ctx;
-    char err[64];
-    sp->ops->del(sp, key, keylen, err, sizeof(err));
-}
-
-static int open_spill(ds_server_t *srv, ds_tier_t *t, char *err, size_t cap)
-{
-    const ds_worker_config_t *cfg = &srv->cfg;
-    t->spill = ds__l2_sfs_open(cfg->spill_directory, err, cap);
-    if (t->spill == NULL) return -1;
-    if (t->spill->ops->scan(t->spill, UINT64_MAX, forget_one, t->spill, err, cap) < 0) return -1;
-    t->spill_limit = (uint64_t)cfg->spill_size_limit;
-    if (t->spill_limit == 0) {
-        struct statvfs vs;
-        if (statvfs(cfg->spill_directory, &vs) != 0) {
-            snprintf(err, cap, "spill: cannot stat %s: %s (errno %d)", cfg->spill_directory,
-                     strerror(errno), errno);
-            return -1;
-        }
-        t->spill_limit = (uint64_t)((double)vs.f_bavail * (double)vs.f_frsize * 0.95);
-    }
-    t->spill_high = (uint64_t)(cfg->spill_high_watermark_ratio * (double)t->spill_limit);
-    t->spill_low = (uint64_t)(cfg->spill_low_watermark_ratio * (double)t->spill_limit);
-    DS_LOG_INFO("spill directory %s, limit %llu bytes (background spilling up to %llu)",
-                cfg->spill_directory, (unsigned long long)t->spill_limit,
-                (unsigned long long)t->spill_high);
-    return 0;
 }
 
 int ds__tier_init(ds_server_t *srv, char *err, size_t cap)
@@ -658,7 +491,7 @@ int ds__tier_init(ds_server_t *srv, char *err, size_t cap)
                     cfg->sfs_path, (long long)n, (unsigned long long)t->ix.bytes,
                     (unsigned long long)(ds__now_ms() - t0));
     }
-    if (spill && open_spill(srv, t, err, cap) != 0) return -1;
+    if (spill && ds__spill_open(srv, err, cap) != 0) return -1;
     t->done_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (t->done_fd < 0 ||
         ds__loop_add(srv->net.loop, &t->done_io, t->done_fd, EPOLLIN, on_done, srv) != 0) {
@@ -695,16 +528,7 @@ void ds__tier_destroy(ds_server_t *srv)
             free(j);
         }
     }
-    while (t->rooms) {
-        room_t *w = t->rooms;
-        t->rooms = w->next;
-        if (ds__req_gone(w->d))
-            ds__req_drop(w->d);
-        else
-            ds__req_error(w->d, DS_K_OUT_OF_MEMORY,
-                          "worker stopping while the write waited for room");
-        free(w);
-    }
+    ds__spill_rooms_drop(srv);
     if (t->done_fd >= 0) {
         if (t->started) ds__loop_del(srv->net.loop, &t->done_io);
         close(t->done_fd);
@@ -819,185 +643,33 @@ static bool queue_put(ds_server_t *srv, ds_obj_t *o, uint32_t idx, bool wait, bo
     return true;
 }
 
-/* ---- spill ---- */
-
-/* Spilling copies objects that cannot be evicted to the spill directory
- * until the copies in flight would bring arena use down to the low
- * watermark (memory.c runs it in the background past the high one) or make
- * room for a write that found the arena full; each object leaves memory
- * once its copy is written. Background spilling stays under
- * --spill_high_watermark_ratio of the limit (pausing there until use falls
- * under the low spill watermark); a waiting write may use it all. */
-
-/* Kept free under the limit for the directory's own blocks. */
-#define SPILL_DIR_SLACK 65536
-
-typedef struct {
-    ds_server_t *srv;
-    uint64_t need, got, now, limit;
-} pick_t;
-
-static void pick(void *ctx, ds_obj_t *o)
+/* For spill.c (tier_int.h). */
+ent_t *ds__tier_ix_find(ix_t *x, const char *key, uint32_t keylen)
 {
-    pick_t *p = ctx;
-    ds_tier_t *t = p->srv->tier;
-    if (p->got >= p->need || t->depth >= t->cap) return;
-    if (o->spilling || o->refcnt != 1 || !o->in_table) return;
-    if (o->write_mode == DS_WRITE_NONE_L2_CACHE_EVICT) return; /* eviction's */
-    if (o->write_mode == DS_WRITE_BACK_L2_CACHE_EVICT && o->l2_persisted) return;
-    if (o->ttl_deadline_ms && o->ttl_deadline_ms <= p->now + 1000) return;
-    uint64_t disk = disk_of(o->size, o->keylen);
-    /* (the index lists queued copies already) */
-    if (t->sx.disk + disk + SPILL_DIR_SLACK > p->limit) return;
-    if (!queue_put(p->srv, o, 0, false, true)) return;
-    o->spilling = 1;
-    t->spill_inflight += disk;
-    p->got += o->size;
+    return ix_find(x, key, keylen);
 }
 
-/* Starts a round of spills (none while one is in flight) that brings arena
- * use down to low, plus extra bytes a waiting write needs (extra 0: the
- * background, within the spill high watermark). */
-static void spill_round(ds_server_t *srv, uint64_t low, uint64_t extra)
+void ds__tier_ix_remove(ix_t *x, const char *key, uint32_t keylen)
 {
-    ds_tier_t *t = srv->tier;
-    if (t->spill == NULL || t->spill_inflight > 0) return;
-    if (t->spill_err_until && ds__now_ms() < t->spill_err_until) return;
-    uint64_t used, total;
-    ds__store_usage(srv->store, &used, &total);
-    /* The limit may promise more than the file system has (or shares with
-     * others): never plan past what is free there. */
-    uint64_t limit = t->spill_limit;
-    struct statvfs vs;
-    if (statvfs(t->spill->path, &vs) == 0) {
-        t->spill_fs_free = (uint64_t)vs.f_bavail * (uint64_t)vs.f_frsize;
-        uint64_t fs_cap = t->sx.disk + t->spill_fs_free;
-        if (fs_cap < limit) limit = fs_cap;
-    }
-    if (extra == 0) {
-        uint64_t use = t->sx.disk;
-        if (use >= t->spill_high) t->spill_paused = true;
-        if (use < t->spill_low) t->spill_paused = false;
-        if (t->spill_paused) return;
-        if (t->spill_high < limit) limit = t->spill_high;
-    }
-    pick_t p = {srv, (used > low ? used - low : 0) + extra, 0, ds__now_ms(), limit};
-    if (p.need == 0) return;
-    /* A walk of the table, only while nothing is in flight: at most once
-     * per batch of spills. */
-    ds__store_foreach(srv->store, pick, &p);
-    if (p.got > 0) t->c.spill_rounds++;
+    ix_remove(x, key, keylen);
 }
 
-static uint64_t arena_low(ds_server_t *srv)
+void ds__tier_submit_del(ds_tier_t *t, bool spill, const char *key, uint32_t keylen)
 {
-    uint64_t used, total;
-    ds__store_usage(srv->store, &used, &total);
-    return (uint64_t)(srv->cfg.eviction_low_watermark_ratio * (double)total);
+    submit_del(t, spill, key, keylen);
 }
 
-void ds__tier_oom(ds_server_t *srv, uint64_t size, char *msg, size_t cap)
+bool ds__tier_queue_put(ds_server_t *srv, ds_obj_t *o, bool spill)
 {
-    ds_tier_t *t = srv->tier;
-    (void)size;
-    if (t->spill == NULL) return;
-    uint64_t used, total;
-    ds__store_usage(srv->store, &used, &total);
-    size_t len = strlen(msg);
-    if (len < cap)
-        snprintf(msg + len, cap - len,
-                 "; memory: %llu of %llu bytes used; spill %s: %llu of %llu bytes used "
-                 "(--spill_size_limit), %llu in flight, %llu free on its file system",
-                 (unsigned long long)used, (unsigned long long)total, t->spill->path,
-                 (unsigned long long)t->sx.disk, (unsigned long long)t->spill_limit,
-                 (unsigned long long)t->spill_inflight, (unsigned long long)t->spill_fs_free);
-    len = strlen(msg);
-    if (t->spill_err_until && ds__now_ms() < t->spill_err_until && len < cap)
-        snprintf(msg + len, cap - len, "; last spill write failed: %s", t->spill_err);
-}
-
-/* ---- writes waiting for room ---- */
-
-/* A write that found the arena full waits (deferred) while spills make
- * room, then runs again; at most this long. */
-#define ROOM_WAIT_MS 10000
-
-static void room_cancel(ds_req_t *d, void *ctx)
-{
-    (void)d;
-    (void)ctx; /* the waiter stays queued; ds__req_gone tells it at its turn */
-}
-
-bool ds__tier_wait_room(ds_server_t *srv, ds_req_t *r, uint64_t size,
-                        void (*rerun)(ds_server_t *srv, ds_req_t *d))
-{
-    ds_tier_t *t = srv->tier;
-    if (t->spill == NULL) return false;
-    uint64_t now = ds__now_ms();
-    uint64_t deadline = now + ROOM_WAIT_MS;
-    if (r == t->rerun_req) deadline = t->rerun_deadline; /* waiting already */
-    if (deadline <= now) return false;
-    spill_round(srv, arena_low(srv), size);
-    if (t->spill_inflight == 0) return false; /* nothing can make room: both tiers full */
-    room_t *w = calloc(1, sizeof(*w));
-    if (w == NULL) return false;
-    ds_req_t *d = ds__req_is_deferred(r) ? r : ds__req_defer(r, room_cancel, NULL);
-    if (d == NULL) {
-        free(w);
-        return false;
-    }
-    w->d = d;
-    w->deadline = deadline;
-    w->rerun = rerun;
-    room_t **p = &t->rooms;
-    while (*p)
-        p = &(*p)->next;
-    *p = w;
-    t->c.spill_waits++;
-    return true;
-}
-
-/* Spills finished (or waits timed out, all: every waiter when now is 0):
- * the waiting writes run again, in arrival order. */
-static void rooms_resume(ds_server_t *srv, uint64_t now)
-{
-    ds_tier_t *t = srv->tier;
-    room_t *l = t->rooms, *keep = NULL, **kt = &keep;
-    t->rooms = NULL;
-    while (l) {
-        room_t *w = l;
-        l = l->next;
-        if (now && w->deadline > now && !ds__req_gone(w->d) && t->spill_inflight > 0) {
-            *kt = w;
-            kt = &w->next;
-            continue;
-        }
-        w->next = NULL;
-        if (ds__req_gone(w->d)) {
-            ds__req_drop(w->d);
-        } else {
-            t->rerun_req = w->d;
-            t->rerun_deadline = w->deadline;
-            w->rerun(srv, w->d);
-            t->rerun_req = NULL;
-        }
-        free(w);
-    }
-    /* reruns that wait again were appended to t->rooms meanwhile */
-    *kt = t->rooms;
-    t->rooms = keep;
+    return queue_put(srv, o, 0, false, spill);
 }
 
 uint64_t ds__tier_tick(ds_server_t *srv, uint64_t now, bool spill, uint64_t low)
 {
     ds_tier_t *t = srv->tier;
-    if (spill) spill_round(srv, low, 0);
-    if (t->rooms) rooms_resume(srv, now); /* the ones past their deadline */
+    if (spill) ds__spill_round(srv, low, 0);
+    uint64_t next = t->rooms ? ds__spill_rooms_resume(srv, now) : 0; /* past their deadline */
     submit_flush(t);
-    if (t->rooms == NULL) return 0;
-    uint64_t next = 0;
-    for (room_t *w = t->rooms; w; w = w->next)
-        if (next == 0 || w->deadline < next) next = w->deadline;
     return next;
 }
 
@@ -1169,7 +841,7 @@ static bool tier_get(ds_server_t *srv, ds_req_t *r, const char *const *keys, con
         ds_status_t rs = ds__store_reserve(srv->store, keys[i], lens[i], e->size,
                                            (ds_write_mode_t)e->mode, ttl, &o, msg, sizeof(msg));
         if (rs == DS_K_OUT_OF_MEMORY && retry && t->spill) {
-            spill_round(srv, arena_low(srv), e->size);
+            ds__spill_round(srv, ds__spill_arena_low(srv), e->size);
             if (t->spill_inflight > 0) {
                 again = true;
                 continue;
