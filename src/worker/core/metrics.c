@@ -233,6 +233,12 @@ static char *render(struct ds_metrics *m, size_t *len)
               l2.queue_depth);
         counter(&t, "ds_worker_l2_queue_full_total", "Writes refused with K_WRITE_BACK_QUEUE_FULL.",
                 l2.queue_full);
+        counter(&t, "ds_worker_l2_coalesced_total",
+                "Queued write-backs skipped because a newer write of the key followed.",
+                l2.coalesced);
+        counter(&t, "ds_worker_l2_fallback_reads_total",
+                "Objects found by probing the (shared) L2 directory without an index entry.",
+                l2.fallback_reads);
     }
     if (srv->cluster) {
         counter(&t, "ds_worker_peer_link_requests_total",
