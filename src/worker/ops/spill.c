@@ -124,6 +124,14 @@ void ds__spill_round(ds_server_t *srv, uint64_t low, uint64_t extra)
     if (t->spill_err_until && ds__now_ms() < t->spill_err_until) return;
     uint64_t used, total;
     ds__store_usage(srv->store, &used, &total);
+    /* A background round that found nothing to spill is tried again only
+     * once arena or spill use has changed (not on every loop turn). */
+    if (extra == 0 && used == t->spill_stuck_used && t->sx.disk == t->spill_stuck_disk) return;
+    if (extra == 0) {
+        if (t->sx.disk >= t->spill_high) t->spill_paused = true;
+        if (t->sx.disk < t->spill_low) t->spill_paused = false;
+        if (t->spill_paused) return;
+    }
     /* The limit may promise more than the file system has (or shares with
      * others): never plan past what is free there. */
     uint64_t limit = t->spill_limit;
@@ -133,19 +141,15 @@ void ds__spill_round(ds_server_t *srv, uint64_t low, uint64_t extra)
         uint64_t fs_cap = t->sx.disk + t->spill_fs_free;
         if (fs_cap < limit) limit = fs_cap;
     }
-    if (extra == 0) {
-        uint64_t use = t->sx.disk;
-        if (use >= t->spill_high) t->spill_paused = true;
-        if (use < t->spill_low) t->spill_paused = false;
-        if (t->spill_paused) return;
-        if (t->spill_high < limit) limit = t->spill_high;
-    }
+    if (extra == 0 && t->spill_high < limit) limit = t->spill_high;
     pick_t p = {srv, (used > low ? used - low : 0) + extra, 0, ds__now_ms(), limit};
     if (p.need == 0) return;
     /* A walk of the table, only while nothing is in flight: at most once
      * per batch of spills. */
     ds__store_foreach(srv->store, pick, &p);
     if (p.got > 0) t->c.spill_rounds++;
+    t->spill_stuck_used = p.got == 0 ? used : 0;
+    t->spill_stuck_disk = p.got == 0 ? t->sx.disk : 0;
 }
 
 uint64_t ds__spill_arena_low(ds_server_t *srv)

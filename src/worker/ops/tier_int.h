@@ -72,16 +72,17 @@ typedef struct ds_tier {
     ds_l2_t *spill; /* --spill_directory (an sfs directory emptied at start); NULL = none */
     ix_t ix;        /* what the L2 holds */
     ix_t sx;        /* what the spill directory holds */
-    uint64_t spill_limit, spill_inflight; /* bytes on disk (disk_of) */
-    uint64_t spill_high, spill_low;       /* background spilling's watermarks, bytes */
-    bool spill_paused;                    /* background spilling passed spill_high */
-    struct room *rooms;                   /* writes waiting for room, in arrival order */
-    ds_req_t *rerun_req;                  /* the waiting write running again, and */
-    uint64_t rerun_deadline;              /* its deadline */
-    bool room_kick;                       /* a spill finished: waiting writes retry */
-    uint64_t spill_err_until;             /* a spill write failed: none until then */
-    char spill_err[300];                  /* the last spill write error */
-    uint64_t spill_fs_free;               /* free on its file system, last looked */
+    uint64_t spill_limit, spill_inflight;        /* bytes on disk (disk_of) */
+    uint64_t spill_high, spill_low;              /* background spilling's watermarks, bytes */
+    bool spill_paused;                           /* background spilling passed spill_high */
+    struct room *rooms;                          /* writes waiting for room, in arrival order */
+    ds_req_t *rerun_req;                         /* the waiting write running again, and */
+    uint64_t rerun_deadline;                     /* its deadline */
+    bool room_kick;                              /* a spill finished: waiting writes retry */
+    uint64_t spill_err_until;                    /* a spill write failed: none until then */
+    char spill_err[300];                         /* the last spill write error */
+    uint64_t spill_stuck_used, spill_stuck_disk; /* a fruitless background round's figures */
+    uint64_t spill_fs_free;                      /* free on its file system, last looked */
     /* the queue */
     pthread_t thread;
     bool started;
