@@ -225,25 +225,6 @@ fail : {
 }
 }
 
-/* Reads the value (size bytes at file offset off) into dst in chunks,
- * asking the kernel for the next chunk before checksumming the one just
- * read, so the disk reads while the CPU checksums. NULL, or what is wrong. */
-static const char *read_value(int fd, uint8_t *dst, uint64_t size, uint64_t off, uint64_t dsum)
-{
-    uint64_t sum = DS_SUM64_SEED;
-    (void)posix_fadvise(fd, (off_t)off, (off_t)size, POSIX_FADV_SEQUENTIAL);
-    for (uint64_t done = 0; done < size;) {
-        size_t n = size - done > SFS_CHUNK ? SFS_CHUNK : (size_t)(size - done);
-        if (full_read(fd, dst + done, n) != 0) return "short read of the value";
-        if (done + n < size)
-            (void)readahead(fd, (off_t)(off + done + n),
-                            size - done - n > SFS_CHUNK ? SFS_CHUNK : (size_t)(size - done - n));
-        sum = ds__sum64(sum, dst + done, n); /* SFS_CHUNK is a multiple of 8 */
-        done += n;
-    }
-    return sum == dsum ? NULL : "value checksum mismatch";
-}
-
 static int sfs_get(ds_l2_t *l2, const char *key, size_t keylen, void *dst, uint64_t dst_cap,
                    ds_l2_meta_t *meta, char *err, size_t cap)
 {
@@ -274,8 +255,10 @@ static int sfs_get(ds_l2_t *l2, const char *key, size_t keylen, void *dst, uint6
         ; /* the header only (a probe): meta is filled */
     else if (meta->size > dst_cap)
         why = "object larger than the space reserved for it";
-    else
-        why = read_value(fd, dst, meta->size, SFS_HDR + keylen, dsum);
+    else if (full_read(fd, dst, meta->size) != 0)
+        why = "short read of the value";
+    else if (ds__sum64(DS_SUM64_SEED, dst, meta->size) != dsum)
+        why = "value checksum mismatch";
     free(k);
     close(fd);
     if (why == NULL) return 0;
