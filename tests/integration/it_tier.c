@@ -13,6 +13,7 @@
 #include "harness.h"
 
 #include "common/clock.h"
+#include "common/hash.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -325,6 +326,32 @@ static void test_dir_gone(void **state)
     finish();
 }
 
+/* A file in the first sfs format (magic DSSFS01, ds__sum64 over the
+ * value), as an earlier build wrote it. */
+static void write_v1_file(const char *path, const char *key, const void *val, uint64_t size)
+{
+    uint8_t h[64];
+    memset(h, 0, sizeof(h));
+    memcpy(h, "DSSFS01\n", 8);
+    uint32_t hl = 64, kl = (uint32_t)strlen(key);
+    uint64_t version = 1, ttl = 0, vs = ds__sum64(DS_SUM64_SEED, val, size);
+    memcpy(h + 8, &hl, 4);
+    memcpy(h + 12, &kl, 4);
+    memcpy(h + 16, &size, 8);
+    memcpy(h + 24, &version, 8);
+    memcpy(h + 32, &ttl, 8);
+    h[40] = DS_WRITE_THROUGH_L2_CACHE;
+    memcpy(h + 48, &vs, 8);
+    uint64_t hs = ds__sum64(ds__sum64(DS_SUM64_SEED, h, 56), key, kl);
+    memcpy(h + 56, &hs, 8);
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(h, 1, 64, f), 64);
+    assert_int_equal(fwrite(key, 1, kl, f), kl);
+    assert_int_equal(fwrite(val, 1, size, f), size);
+    assert_int_equal(fclose(f), 0);
+}
+
 static void test_torn_file(void **state)
 {
     (void)state;
@@ -347,12 +374,20 @@ static void test_torn_file(void **state)
                             dir),
                      0);
     assert_int_equal(dst_sh("echo foreign > %s/l2/foreign1", dir), 0);
+    /* a file of the first format is still served */
+    void *v1 = malloc(100003);
+    assert_non_null(v1);
+    dst_fill(v1, 100003, 24);
+    snprintf(path, sizeof(path), "%s/l2/v1key", dir);
+    write_v1_file(path, "v1key", v1, 100003);
+    free(v1);
     assert_int_equal(dst_worker_restart(&W), 0);
     c = conn(DS_TRANSPORT_TCP);
     assert_int_equal(check(c, "torn1", 100000, 21), 0);
     assert_int_equal(check(c, "flip1", 100000, 22), 0);
     assert_int_equal(check(c, "foreign1", 7, 0), 0);
     assert_int_equal(check(c, "good1", 100000, 23), 1);
+    assert_int_equal(check(c, "v1key", 100003, 24), 1);
     assert_true(dst_stat(&W, "l2.errors") >= 1);
     ds_client_close(c);
     finish();
