@@ -55,12 +55,17 @@ static void setup_dir(const char *size)
     mount_tmpfs(mnt, size);
 }
 
-static void teardown_dir(void)
+/* cmocka runs it after each test, also one that failed half-way. */
+static int teardown(void **state)
 {
-    if (W.pid > 0) assert_int_equal(dst_worker_stop(&W), 0);
+    (void)state;
+    int rc = 0;
+    if (W.pid > 0 && dst_worker_stop(&W) != 0) rc = -1; /* a clean stop exits 0 */
     memset(&W, 0, sizeof(W));
-    if (umount(mnt) != 0) fprintf(stderr, "umount %s: %s\n", mnt, strerror(errno));
-    dst_sh("rm -rf %s", dir);
+    if (mnt[0] && umount(mnt) != 0) fprintf(stderr, "umount %s: %s\n", mnt, strerror(errno));
+    if (dir[0]) dst_sh("rm -rf %s", dir);
+    mnt[0] = dir[0] = '\0';
+    return rc;
 }
 
 static ds_status_t put(ds_client_t *c, const char *key, size_t len, uint64_t seed,
@@ -174,7 +179,6 @@ static void test_l2_read_only(void **state)
     assert_int_equal(check(c, "ro-new", 100000, 50), 0); /* refused: never durable */
     assert_int_equal(count_tmp_files(mnt), 0);
     ds_client_close(c);
-    teardown_dir();
 }
 
 static void test_l2_full(void **state)
@@ -220,7 +224,6 @@ static void test_l2_full(void **state)
     assert_int_equal(check(c, "full-again", 1 << 20, 98), 1);
     assert_int_equal(check(c, "full-0", 1 << 20, 70), 0);
     ds_client_close(c);
-    teardown_dir();
 }
 
 static void test_spill_full(void **state)
@@ -277,7 +280,6 @@ static void test_spill_full(void **state)
         assert_int_equal(check(c, k, 1 << 20, 200 + (uint64_t)i), 1);
     }
     ds_client_close(c);
-    teardown_dir();
 }
 
 int main(void)
@@ -291,9 +293,9 @@ int main(void)
     if (!can_mount)
         printf("it_tier_fault: no private mount namespace (%s): the tests skip\n", strerror(errno));
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_l2_read_only),
-        cmocka_unit_test(test_l2_full),
-        cmocka_unit_test(test_spill_full),
+        cmocka_unit_test_teardown(test_l2_read_only, teardown),
+        cmocka_unit_test_teardown(test_l2_full, teardown),
+        cmocka_unit_test_teardown(test_spill_full, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
