@@ -195,13 +195,14 @@ bool ds__tier_wait_room(ds_server_t *srv, ds_req_t *r, uint64_t size,
                         void (*rerun)(ds_server_t *srv, ds_req_t *d))
 {
     ds_tier_t *t = srv->tier;
-    if (t->spill == NULL) return false;
+    if (t->spill == NULL && t->evict_writes == 0) return false;
     uint64_t now = ds__now_ms();
     uint64_t deadline = now + ROOM_WAIT_MS;
     if (r == t->rerun_req) deadline = t->rerun_deadline; /* waiting already */
     if (deadline <= now) return false;
     ds__spill_round(srv, ds__spill_arena_low(srv), size);
-    if (t->spill_inflight == 0) return false; /* nothing can make room: both tiers full */
+    /* nothing can make room (both tiers full, no write-back on the way) */
+    if (t->spill_inflight == 0 && t->evict_writes == 0) return false;
     room_t *w = calloc(1, sizeof(*w));
     if (w == NULL) return false;
     ds_req_t *d = ds__req_is_deferred(r) ? r : ds__req_defer(r, room_cancel, NULL);
@@ -230,7 +231,8 @@ uint64_t ds__spill_rooms_resume(ds_server_t *srv, uint64_t now)
     while (l) {
         room_t *w = l;
         l = l->next;
-        if (now && w->deadline > now && !ds__req_gone(w->d) && t->spill_inflight > 0) {
+        if (now && w->deadline > now && !ds__req_gone(w->d) &&
+            (t->spill_inflight > 0 || t->evict_writes > 0)) {
             *kt = w;
             kt = &w->next;
             continue;

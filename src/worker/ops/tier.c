@@ -334,6 +334,10 @@ static void complete(ds_server_t *srv, job_t *j)
         if (!j->spill) {
             ent_t *e = ix_find(&t->ix, key, kl);
             if (e && e->put == j) e->put = NULL;
+            if (j->obj->write_mode == DS_WRITE_BACK_L2_CACHE_EVICT) {
+                t->evict_writes--;
+                t->room_kick = true; /* its object may be evictable now */
+            }
         }
         if (j->spill) {
             ds__spill_put_done(srv, j);
@@ -637,6 +641,7 @@ static bool queue_put(ds_server_t *srv, ds_obj_t *o, uint32_t idx, bool wait, bo
     ent_t *old = spill ? NULL : ix_find(x, o->key, o->keylen);
     if (old && old->put) atomic_store(&old->put->superseded, true);
     j->meta.version = ix_put(x, o->key, o->keylen, &j->meta);
+    if (!spill && o->write_mode == DS_WRITE_BACK_L2_CACHE_EVICT) t->evict_writes++;
     ent_t *e = (!spill && !wait) ? ix_find(x, o->key, o->keylen) : NULL;
     if (e) e->put = j;
     submit(t, j);
@@ -969,6 +974,9 @@ void ds__tier_stats(ds_server_t *srv, cJSON *root)
         cJSON_AddNumberToObject(l2, "queue_full", (double)c.queue_full);
         cJSON_AddNumberToObject(l2, "fallback_reads", (double)c.fallback_reads);
         cJSON_AddNumberToObject(l2, "coalesced", (double)c.coalesced);
+        /* writes that found the arena full and waited (for spills or for
+         * write-backs that make WRITE_BACK_L2_CACHE_EVICT objects evictable) */
+        cJSON_AddNumberToObject(l2, "room_waits", (double)c.spill_waits);
     }
     cJSON *sp = t->spill ? cJSON_AddObjectToObject(root, "spill") : NULL;
     if (sp) {

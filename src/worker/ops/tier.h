@@ -76,7 +76,9 @@ void ds__tier_del(ds_server_t *srv, const char *key, uint32_t keylen);
 /* A write found no room for size bytes: adds the arena's and the spill
  * directory's figures to msg. */
 void ds__tier_oom(ds_server_t *srv, uint64_t size, char *msg, size_t cap);
-/* A write found no room for size bytes: when spills can make some, defers r
+/* A write found no room for size bytes: when spills can make some (or
+ * queued write-backs of WRITE_BACK_L2_CACHE_EVICT objects, which become
+ * evictable once written), defers r
  * (or keeps it deferred) and calls rerun(srv, d) once they are done, to run
  * the write again (at most ROOM_WAIT_MS in all). false when nothing can make
  * room (no spill directory, both tiers full, or the wait is over): the

@@ -82,7 +82,10 @@ typedef struct ds_tier {
     uint64_t spill_err_until;                    /* a spill write failed: none until then */
     char spill_err[300];                         /* the last spill write error */
     uint64_t spill_stuck_used, spill_stuck_disk; /* a fruitless background round's figures */
-    uint64_t spill_fs_free;                      /* free on its file system, last looked */
+    uint64_t spill_fs_free;
+    /* queued L2 writes of WRITE_BACK_L2_CACHE_EVICT objects: each makes its
+     * object evictable, so a write that found the arena full waits for them */
+    uint32_t evict_writes; /* free on its file system, last looked */
     /* the queue */
     pthread_t thread;
     bool started;
