@@ -339,10 +339,17 @@ int main(int argc, char **argv)
     snprintf(path, sizeof(path), "%s/f", disk);
     char *l2flags[] = {"--l2_cache_type", "sfs", "--sfs_path", l2dir, NULL};
     ds_client_t *a = start_worker(0, bin, 1024, "l2", l2flags);
-    /* 160 MiB: two 64 MiB objects fit (80%, under the 90% mark); the third
-     * finds no room, which spills both (75% plus the 64 MiB asked for), so
-     * the GET of one finds room without spilling anything itself. */
-    char *spflags[] = {"--spill_directory", spdir, NULL};
+    /* 160 MiB with arena watermarks of 0.5 / 0.3: past two 64 MiB objects
+     * (80%) background spilling takes use down to 30%, so two of the three
+     * are spilled and the GET of one finds room without spilling anything
+     * itself: the row measures the read back, not a swap. */
+    char *spflags[] = {"--spill_directory",
+                       spdir,
+                       "--eviction_high_watermark_ratio",
+                       "0.5",
+                       "--eviction_low_watermark_ratio",
+                       "0.3",
+                       NULL};
     ds_client_t *b = start_worker(1, bin, 160, "spill", spflags);
 
     uint64_t *nw = calloc(64, 8), *nwt = calloc(64, 8), *nwr = calloc(64, 8), *nr = calloc(64, 8),
@@ -435,7 +442,10 @@ int main(int argc, char **argv)
     volatile uint64_t sink = 0;
     for (int r = 0; r <= reps; r++) {
         uint64_t t0 = ds__now_ns();
-        sink ^= ds__sum64(DS_SUM64_SEED, val, BIG); /* the sfs checksum pass */
+        ds_sum4_t s4; /* the sfs value checksum (format 2) */
+        ds__sum4_init(&s4);
+        ds__sum4_update(&s4, val, BIG);
+        sink ^= ds__sum4_final(&s4);
         if (r > 0) ns[r - 1] = ds__now_ns() - t0;
     }
     double sum_us = med_us(ns, (size_t)reps), sum_spr = spread_pct(ns, (size_t)reps);

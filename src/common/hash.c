@@ -64,3 +64,37 @@ uint64_t ds__sum64(uint64_t h, const void *p, size_t n)
         h = (h ^ *b++) * 0x100000001b3ull;
     return h;
 }
+
+void ds__sum4_init(ds_sum4_t *s)
+{
+    for (int i = 0; i < 4; i++)
+        s->h[i] = DS_SUM64_SEED + (uint64_t)i;
+}
+
+void ds__sum4_update(ds_sum4_t *s, const void *p, size_t n)
+{
+    const uint8_t *b = p;
+    uint64_t h0 = s->h[0], h1 = s->h[1], h2 = s->h[2], h3 = s->h[3];
+    while (n >= 32) {
+        uint64_t w[4];
+        memcpy(w, b, 32);
+        h0 = (h0 ^ w[0]) * 0x100000001b3ull;
+        h1 = (h1 ^ w[1]) * 0x100000001b3ull;
+        h2 = (h2 ^ w[2]) * 0x100000001b3ull;
+        h3 = (h3 ^ w[3]) * 0x100000001b3ull;
+        b += 32;
+        n -= 32;
+    }
+    /* the tail (only in the last piece) goes to lane 0, byte-wise after
+     * its words, as ds__sum64 does */
+    h0 = ds__sum64(h0, b, n);
+    s->h[0] = h0;
+    s->h[1] = h1;
+    s->h[2] = h2;
+    s->h[3] = h3;
+}
+
+uint64_t ds__sum4_final(const ds_sum4_t *s)
+{
+    return ds__sum64(DS_SUM64_SEED, s->h, sizeof(s->h));
+}

@@ -31,7 +31,7 @@ const char *ds_status_message(int code)
     }
 }
 
-static _Thread_local char last_error[512];
+static _Thread_local char last_error[1024];
 
 const char *ds_last_error(void)
 {

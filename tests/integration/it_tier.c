@@ -12,8 +12,13 @@
  * - A torn or corrupted file is never served. */
 #include "harness.h"
 
+#include "common/clock.h"
+#include "common/hash.h"
+
 #include <errno.h>
+#include <pthread.h>
 #include <setjmp.h>
+#include <stdint.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -22,6 +27,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cjson/cJSON.h>
 #include <cmocka.h>
 
 static dst_worker_t W;
@@ -213,21 +219,22 @@ static void test_write_back(void **state)
 static void test_evict_and_reload(void **state)
 {
     (void)state;
-    assert_int_equal(start(32, NULL), 0);
+    assert_int_equal(start(8, NULL), 0);
     ds_client_t *c = conn(DS_TRANSPORT_TCP);
     char k[64];
-    /* 80 MiB of write-back-evict values through a 32 MiB arena */
+    /* 80 MiB of write-back-evict values through a 32 MiB arena: a write
+     * that finds the arena full waits for queued write-backs to make their
+     * objects evictable (no retries) */
     for (int i = 0; i < 80; i++) {
         key_of(k, sizeof(k), "ev", i);
-        ds_status_t st = DS_K_OUT_OF_MEMORY;
-        for (int tries = 0; tries < 200 && st == DS_K_OUT_OF_MEMORY; tries++) {
-            st = put(c, k, 1 << 20, 300 + (uint64_t)i, DS_WRITE_BACK_L2_CACHE_EVICT, 0,
-                     DS_EXISTENCE_NONE);
-            if (st != DS_K_OK) usleep(10000);
-        }
+        ds_status_t st = put(c, k, 1 << 20, 300 + (uint64_t)i, DS_WRITE_BACK_L2_CACHE_EVICT, 0,
+                             DS_EXISTENCE_NONE);
+        if (st != DS_K_OK) fprintf(stderr, "write %d: %d %s\n", i, st, ds_last_error());
         assert_int_equal(st, DS_K_OK);
     }
     wait_drained();
+    printf("write-back-evict through a small arena: %g writes waited for room, %g evictions\n",
+           dst_stat(&W, "l2.room_waits"), dst_stat(&W, "objects.evictions"));
     assert_true(dst_stat(&W, "objects.evictions") > 0);
     for (int i = 0; i < 80; i++) {
         key_of(k, sizeof(k), "ev", i);
@@ -320,6 +327,32 @@ static void test_dir_gone(void **state)
     finish();
 }
 
+/* A file in the first sfs format (magic DSSFS01, ds__sum64 over the
+ * value), as an earlier build wrote it. */
+static void write_v1_file(const char *path, const char *key, const void *val, uint64_t size)
+{
+    uint8_t h[64];
+    memset(h, 0, sizeof(h));
+    memcpy(h, "DSSFS01\n", 8);
+    uint32_t hl = 64, kl = (uint32_t)strlen(key);
+    uint64_t version = 1, ttl = 0, vs = ds__sum64(DS_SUM64_SEED, val, size);
+    memcpy(h + 8, &hl, 4);
+    memcpy(h + 12, &kl, 4);
+    memcpy(h + 16, &size, 8);
+    memcpy(h + 24, &version, 8);
+    memcpy(h + 32, &ttl, 8);
+    h[40] = DS_WRITE_THROUGH_L2_CACHE;
+    memcpy(h + 48, &vs, 8);
+    uint64_t hs = ds__sum64(ds__sum64(DS_SUM64_SEED, h, 56), key, kl);
+    memcpy(h + 56, &hs, 8);
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(h, 1, 64, f), 64);
+    assert_int_equal(fwrite(key, 1, kl, f), kl);
+    assert_int_equal(fwrite(val, 1, size, f), size);
+    assert_int_equal(fclose(f), 0);
+}
+
 static void test_torn_file(void **state)
 {
     (void)state;
@@ -342,55 +375,210 @@ static void test_torn_file(void **state)
                             dir),
                      0);
     assert_int_equal(dst_sh("echo foreign > %s/l2/foreign1", dir), 0);
+    /* a file of the first format is still served */
+    void *v1 = malloc(100003);
+    assert_non_null(v1);
+    dst_fill(v1, 100003, 24);
+    snprintf(path, sizeof(path), "%s/l2/v1key", dir);
+    write_v1_file(path, "v1key", v1, 100003);
+    free(v1);
     assert_int_equal(dst_worker_restart(&W), 0);
     c = conn(DS_TRANSPORT_TCP);
     assert_int_equal(check(c, "torn1", 100000, 21), 0);
     assert_int_equal(check(c, "flip1", 100000, 22), 0);
     assert_int_equal(check(c, "foreign1", 7, 0), 0);
     assert_int_equal(check(c, "good1", 100000, 23), 1);
+    assert_int_equal(check(c, "v1key", 100003, 24), 1);
     assert_true(dst_stat(&W, "l2.errors") >= 1);
     ds_client_close(c);
     finish();
 }
 
-/* Spill: a 32 MiB arena takes 80 MiB of objects that cannot be evicted;
- * every one reads back intact, through TCP and zero-copy. */
+/* Objects only on disk (after a restart): EXPIRE sets their deadline (the
+ * L2 file is rewritten with it, so a restart honours it too), and a GET
+ * that loads one still waits, as asked, for a key not yet written. */
+static void *write_later(void *arg)
+{
+    ds_client_t *c = arg;
+    usleep(300000);
+    ds_status_t st = put(c, "later1", 3000, 77, DS_WRITE_NONE_L2_CACHE, 0, DS_EXISTENCE_NONE);
+    return (void *)(intptr_t)st;
+}
+
+static void test_disk_only(void **state)
+{
+    (void)state;
+    assert_int_equal(start(64, NULL), 0);
+    ds_client_t *c = conn(DS_TRANSPORT_TCP);
+    const char *names[] = {"do-ttl", "do-ttl-restart", "do-keep", "do-wait"};
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(put(c, names[i], 5000, 50 + (uint64_t)i, DS_WRITE_THROUGH_L2_CACHE, 0,
+                             DS_EXISTENCE_NONE),
+                         DS_K_OK);
+    ds_client_close(c);
+    dst_worker_kill(&W);
+    assert_int_equal(dst_worker_restart(&W), 0);
+    assert_true(dst_stat(&W, "objects.count") == 0); /* memory is empty, L2 holds all four */
+    c = conn(DS_TRANSPORT_TCP);
+    /* EXPIRE of keys only on disk */
+    const char *ek[2] = {"do-ttl", "do-ttl-restart"};
+    ds_status_t sts[2];
+    assert_int_equal(ds_kv_expire(c, 2, ek, 1, sts), DS_K_OK);
+    assert_int_equal(sts[0], DS_K_OK);
+    assert_int_equal(sts[1], DS_K_OK);
+    const char *missing[1] = {"do-never-written"};
+    assert_int_equal(ds_kv_expire(c, 1, missing, 1, sts), DS_K_NOT_FOUND);
+    wait_drained();                                    /* the file is rewritten with its deadline */
+    assert_int_equal(check(c, "do-ttl", 5000, 50), 1); /* still there for now */
+    usleep(1300000);
+    assert_int_equal(check(c, "do-ttl", 5000, 50), 0);
+    /* "do-ttl-restart" was never loaded: only its file knows the deadline */
+    ds_client_close(c);
+    dst_worker_kill(&W);
+    assert_int_equal(dst_worker_restart(&W), 0);
+    c = conn(DS_TRANSPORT_TCP);
+    assert_int_equal(check(c, "do-ttl-restart", 5000, 51), 0);
+    assert_int_equal(check(c, "do-keep", 5000, 52), 1);
+    /* A GET of a key on disk and one not yet written waits for the second. */
+    ds_client_t *c2 = conn(DS_TRANSPORT_TCP);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, write_later, c2), 0);
+    const char *gk[2] = {"do-wait", "later1"};
+    ds_value_t out[2];
+    memset(out, 0, sizeof(out));
+    uint64_t t0 = ds__now_ms();
+    assert_int_equal(ds_kv_mget(c, 2, gk, 5000, out), DS_K_OK);
+    uint64_t took = ds__now_ms() - t0;
+    void *rv;
+    pthread_join(th, &rv);
+    assert_int_equal((intptr_t)rv, DS_K_OK);
+    printf("GET of a disk-only key and a later one: answered after %llu ms\n",
+           (unsigned long long)took);
+    assert_true(took >= 250 && took < 4000);
+    assert_int_equal(out[0].len, 5000);
+    assert_true(dst_check(out[0].data, 5000, 53));
+    assert_int_equal(out[1].len, 3000);
+    assert_true(dst_check(out[1].data, 3000, 77));
+    ds_free(out[0].data);
+    ds_free(out[1].data);
+    ds_client_close(c2);
+    ds_client_close(c);
+    finish();
+}
+
+/* Write-back coalescing: a key written back many times in a row is
+ * persisted as its latest value, older queued writes skipped; after a
+ * SIGKILL and restart the last acknowledged value is what reads back. */
+static void test_write_back_coalesced(void **state)
+{
+    (void)state;
+    assert_int_equal(start(64, NULL), 0);
+    ds_client_t *c = conn(DS_TRANSPORT_TCP);
+    const int n = 300;
+    for (int i = 0; i < n; i++) {
+        ds_status_t st;
+        while ((st = put(c, "hot", 4096, 5000 + (uint64_t)i, DS_WRITE_BACK_L2_CACHE, 0,
+                         DS_EXISTENCE_NONE)) == DS_K_WRITE_BACK_QUEUE_FULL)
+            usleep(1000);
+        assert_int_equal(st, DS_K_OK);
+    }
+    wait_drained();
+    double coalesced = dst_stat(&W, "l2.coalesced"), writes = dst_stat(&W, "l2.writes");
+    printf("write-back of one key %d times: %g files written, %g queued writes skipped\n", n,
+           writes, coalesced);
+    assert_true(coalesced > 0);
+    assert_true(writes + coalesced == n);
+    ds_client_close(c);
+    dst_worker_kill(&W);
+    assert_int_equal(dst_worker_restart(&W), 0);
+    c = conn(DS_TRANSPORT_TCP);
+    assert_int_equal(check(c, "hot", 4096, 5000 + (uint64_t)n - 1), 1);
+    ds_client_close(c);
+    finish();
+}
+
+/* What du counts for a directory, in bytes (allocated blocks). */
+static double du_bytes(const char *path)
+{
+    char cmd[512];
+    snprintf(cmd, sizeof(cmd), "du -s -B1 %s", path);
+    FILE *f = popen(cmd, "r");
+    assert_non_null(f);
+    double v = -1;
+    assert_int_equal(fscanf(f, "%lf", &v), 1);
+    pclose(f);
+    return v;
+}
+
+/* Spill (the issue's "Must show"): a 32 MiB arena takes four times its size
+ * in NONE_L2_CACHE objects, which cannot be evicted. No write fails: each
+ * that finds the arena full waits while spills make room. du of the spill
+ * directory stays under --spill_size_limit throughout; K_OUT_OF_MEMORY comes
+ * only once both tiers are full, naming both figures; every object reads
+ * back intact (every byte checked), through TCP and zero-copy. */
+#define SPILL_LIMIT 117440512.0 /* 112 MiB */
 static void test_spill(void **state)
 {
     (void)state;
     snprintf(dir, sizeof(dir), "/tmp/ds-it-tier-XXXXXX");
     assert_non_null(mkdtemp(dir));
-    char extra[512];
-    snprintf(extra, sizeof(extra), "--spill_directory %s/spill --spill_size_limit 268435456", dir);
+    char extra[512], sdir[300];
+    snprintf(sdir, sizeof(sdir), "%s/spill", dir);
+    snprintf(extra, sizeof(extra), "--spill_directory %s --spill_size_limit %.0f", sdir,
+             SPILL_LIMIT);
     assert_int_equal(dst_worker_start(&W, 32, extra), 0);
     ds_client_t *c = conn(DS_TRANSPORT_TCP);
     char k[64];
-    int retries = 0;
-    for (int i = 0; i < 80; i++) {
+    double du_max = 0;
+    const int n = 128; /* 4 x 32 MiB */
+    for (int i = 0; i < n; i++) {
         key_of(k, sizeof(k), "sp", i);
-        ds_status_t st = DS_K_OUT_OF_MEMORY;
-        for (int tries = 0; tries < 300 && st == DS_K_OUT_OF_MEMORY; tries++) {
-            st =
-                put(c, k, 1 << 20, 600 + (uint64_t)i, DS_WRITE_NONE_L2_CACHE, 0, DS_EXISTENCE_NONE);
-            if (st == DS_K_OUT_OF_MEMORY) {
-                assert_non_null(strstr(ds_last_error(), "spill"));
-                retries++;
-                usleep(10000);
-            }
-        }
+        ds_status_t st =
+            put(c, k, 1 << 20, 600 + (uint64_t)i, DS_WRITE_NONE_L2_CACHE, 0, DS_EXISTENCE_NONE);
+        if (st != DS_K_OK) fprintf(stderr, "write %d: %d %s\n", i, st, ds_last_error());
         assert_int_equal(st, DS_K_OK);
+        if (i % 8 == 7) {
+            double du = du_bytes(sdir);
+            if (du > du_max) du_max = du;
+            assert_true(du <= SPILL_LIMIT);
+        }
     }
-    printf("spill: 80 MiB through a 32 MiB arena, %d writes retried, %g objects spilled\n", retries,
-           dst_stat(&W, "spill.objects"));
-    assert_true(dst_stat(&W, "spill.writes") > 0);
-    for (int i = 0; i < 80; i++) {
+    printf("spill: %d MiB through a 32 MiB arena: %g writes waited for room, %g objects "
+           "spilled, du peak %.0f of %.0f\n",
+           n, dst_stat(&W, "spill.waits"), dst_stat(&W, "spill.objects"), du_max, SPILL_LIMIT);
+    assert_true(dst_stat(&W, "spill.writes") >= n - 32);
+    /* Past both tiers: K_OUT_OF_MEMORY, naming the arena's and the spill's figures. */
+    int more = 0;
+    ds_status_t st = DS_K_OK;
+    for (; more < 64 && st == DS_K_OK; more++) {
+        key_of(k, sizeof(k), "over", more);
+        st = put(c, k, 1 << 20, 900 + (uint64_t)more, DS_WRITE_NONE_L2_CACHE, 0, DS_EXISTENCE_NONE);
+        assert_true(du_bytes(sdir) <= SPILL_LIMIT);
+    }
+    assert_int_equal(st, DS_K_OUT_OF_MEMORY);
+    printf("after %d more: %s\n", more - 1, ds_last_error());
+    assert_non_null(strstr(ds_last_error(), "memory: "));
+    assert_non_null(strstr(ds_last_error(), "of 33554432 bytes used"));
+    assert_non_null(strstr(ds_last_error(), sdir));
+    assert_non_null(strstr(ds_last_error(), "of 117440512 bytes used"));
+    /* both really are full: another object fits neither */
+    assert_true(dst_stat(&W, "spill.disk_bytes") + (1 << 20) + 4096 > SPILL_LIMIT - 65536);
+    assert_true(dst_stat(&W, "arena.used_bytes") + (1 << 20) > dst_stat(&W, "arena.total_bytes"));
+    /* the extra keys go (room to swap), and everything acknowledged reads back */
+    for (int i = 0; i < more - 1; i++) {
+        key_of(k, sizeof(k), "over", i);
+        const char *keys[1] = {k};
+        assert_int_equal(ds_kv_del(c, 1, keys, NULL), DS_K_OK);
+    }
+    for (int i = 0; i < n; i++) {
         key_of(k, sizeof(k), "sp", i);
         assert_int_equal(check(c, k, 1 << 20, 600 + (uint64_t)i), 1);
     }
     assert_true(dst_stat(&W, "spill.reads") > 0);
+    assert_true(du_bytes(sdir) <= SPILL_LIMIT);
     ds_client_close(c);
     c = conn(DS_TRANSPORT_LOCAL);
-    for (int i = 0; i < 80; i += 7) {
+    for (int i = 0; i < n; i += 7) {
         key_of(k, sizeof(k), "sp", i);
         const char *keys[1] = {k};
         ds_buffer_t *b[1] = {NULL};
@@ -407,6 +595,111 @@ static void test_spill(void **state)
     finish();
 }
 
+/* Background eviction: volatile objects written past
+ * --eviction_high_watermark_ratio are evicted between requests down to
+ * --eviction_low_watermark_ratio, with no write failing. */
+static void test_background_eviction(void **state)
+{
+    (void)state;
+    dst_worker_t w;
+    memset(&w, 0, sizeof(w));
+    assert_int_equal(dst_worker_start(&w, 32,
+                                      "--eviction_high_watermark_ratio 0.5 "
+                                      "--eviction_low_watermark_ratio 0.3"),
+                     0);
+    ds_client_t *c = dst_connect(&w, DS_TRANSPORT_TCP);
+    assert_non_null(c);
+    char k[64];
+    for (int i = 0; i < 24; i++) {
+        key_of(k, sizeof(k), "ev", i);
+        assert_int_equal(
+            put(c, k, 1 << 20, (uint64_t)i, DS_WRITE_NONE_L2_CACHE_EVICT, 0, DS_EXISTENCE_NONE),
+            DS_K_OK);
+    }
+    double total = dst_stat(&w, "arena.total_bytes");
+    double used = dst_stat(&w, "arena.used_bytes");
+    printf("background eviction: arena %.0f of %.0f used, %g evicted in the background\n", used,
+           total, dst_stat(&w, "objects.background_evictions"));
+    assert_true(dst_stat(&w, "objects.background_evictions") > 0);
+    assert_true(used <= 0.5 * total);
+    /* the newest survive */
+    key_of(k, sizeof(k), "ev", 23);
+    assert_int_equal(check(c, k, 1 << 20, 23), 1);
+    ds_client_close(c);
+    assert_int_equal(dst_worker_stop(&w), 0);
+}
+
+/* `dscli status` shows each tier: objects, bytes, reads, writes, queue
+ * depth and errors, for the L2 and the spill directory. */
+static void test_dscli_status(void **state)
+{
+    (void)state;
+    snprintf(dir, sizeof(dir), "/tmp/ds-it-tier-XXXXXX");
+    assert_non_null(mkdtemp(dir));
+    char extra[800];
+    snprintf(extra, sizeof(extra),
+             "--l2_cache_type sfs --sfs_path %s/l2 --spill_directory %s/spill "
+             "--spill_size_limit 268435456",
+             dir, dir);
+    assert_int_equal(dst_worker_start(&W, 32, extra), 0);
+    ds_client_t *c = conn(DS_TRANSPORT_TCP);
+    char k[64];
+    for (int i = 0; i < 3; i++) {
+        key_of(k, sizeof(k), "st", i);
+        assert_int_equal(
+            put(c, k, 5000, (uint64_t)i, DS_WRITE_THROUGH_L2_CACHE, 0, DS_EXISTENCE_NONE), DS_K_OK);
+    }
+    for (int i = 0; i < 40; i++) { /* past the arena: some spill */
+        key_of(k, sizeof(k), "sts", i);
+        assert_int_equal(
+            put(c, k, 1 << 20, (uint64_t)i, DS_WRITE_NONE_L2_CACHE, 0, DS_EXISTENCE_NONE), DS_K_OK);
+    }
+    for (int i = 0; i < 40; i++) {
+        key_of(k, sizeof(k), "sts", i);
+        assert_int_equal(check(c, k, 1 << 20, (uint64_t)i), 1);
+    }
+    ds_client_close(c);
+    wait_drained();
+    char bin[512], cmd[1024], out[300];
+    dst_build_path("src/cli/dscli", bin, sizeof(bin));
+    snprintf(out, sizeof(out), "%s/status.json", dir);
+    snprintf(cmd, sizeof(cmd), "%s status --worker_address %s:%d > %s", bin, W.host, W.port, out);
+    assert_int_equal(dst_sh("%s", cmd), 0);
+    FILE *f = fopen(out, "r");
+    assert_non_null(f);
+    static char buf[65536];
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    cJSON *root = cJSON_Parse(buf);
+    assert_non_null(root);
+    cJSON *l2 = cJSON_GetObjectItem(root, "l2"), *sp = cJSON_GetObjectItem(root, "spill");
+    assert_non_null(l2);
+    assert_non_null(sp);
+    const char *l2_fields[] = {"objects", "bytes", "reads", "writes", "queue_depth", "errors"};
+    const char *sp_fields[] = {"objects", "bytes", "reads",      "writes",
+                               "errors",  "waits", "queue_depth"};
+    for (size_t i = 0; i < sizeof(l2_fields) / sizeof(l2_fields[0]); i++)
+        assert_true(cJSON_IsNumber(cJSON_GetObjectItem(l2, l2_fields[i])));
+    for (size_t i = 0; i < sizeof(sp_fields) / sizeof(sp_fields[0]); i++)
+        assert_true(cJSON_IsNumber(cJSON_GetObjectItem(sp, sp_fields[i])));
+    assert_int_equal(cJSON_GetObjectItem(l2, "objects")->valuedouble, 3);
+    assert_int_equal(cJSON_GetObjectItem(l2, "bytes")->valuedouble, 15000);
+    assert_int_equal(cJSON_GetObjectItem(l2, "writes")->valuedouble, 3);
+    assert_true(cJSON_GetObjectItem(sp, "writes")->valuedouble > 0);
+    assert_true(cJSON_GetObjectItem(sp, "reads")->valuedouble > 0);
+    assert_int_equal(cJSON_GetObjectItem(l2, "queue_depth")->valuedouble, 0);
+    assert_int_equal(cJSON_GetObjectItem(l2, "errors")->valuedouble, 0);
+    printf("dscli status: l2 %g objects %g bytes, spill %g objects, %g writes, %g reads\n",
+           cJSON_GetObjectItem(l2, "objects")->valuedouble,
+           cJSON_GetObjectItem(l2, "bytes")->valuedouble,
+           cJSON_GetObjectItem(sp, "objects")->valuedouble,
+           cJSON_GetObjectItem(sp, "writes")->valuedouble,
+           cJSON_GetObjectItem(sp, "reads")->valuedouble);
+    cJSON_Delete(root);
+    finish();
+}
+
 static void test_bad_flags(void **state)
 {
     (void)state;
@@ -415,6 +708,13 @@ static void test_bad_flags(void **state)
     assert_int_equal(dst_worker_start(&w, 16, "--l2_cache_type obs"), -1);
     memset(&w, 0, sizeof(w));
     assert_int_equal(dst_worker_start(&w, 16, "--l2_cache_type sfs"), -1); /* no --sfs_path */
+    memset(&w, 0, sizeof(w));
+    assert_int_equal(dst_worker_start(&w, 16,
+                                      "--eviction_high_watermark_ratio 0.5 "
+                                      "--eviction_low_watermark_ratio 0.6"),
+                     -1);
+    memset(&w, 0, sizeof(w));
+    assert_int_equal(dst_worker_start(&w, 16, "--spill_low_watermark_ratio 1.5"), -1);
 }
 
 int main(void)
@@ -430,7 +730,11 @@ int main(void)
         cmocka_unit_test(test_nx_ttl),
         cmocka_unit_test(test_dir_gone),
         cmocka_unit_test(test_torn_file),
+        cmocka_unit_test(test_disk_only),
+        cmocka_unit_test(test_write_back_coalesced),
         cmocka_unit_test(test_spill),
+        cmocka_unit_test(test_background_eviction),
+        cmocka_unit_test(test_dscli_status),
         cmocka_unit_test(test_bad_flags),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

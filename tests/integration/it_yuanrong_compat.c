@@ -232,7 +232,8 @@ static void test_compat_flags_warn_once(void **state)
     snprintf(logdir, sizeof(logdir), "%s/wlogs", tmpdir);
     snprintf(extra, sizeof(extra),
              "--enable_huge_tlb true --arena_per_tenant=1 --arena_per_tenant 2 --enable_thp "
-             "--ipc_through_shared_memory=false --eviction_high_watermark_ratio 0.9 "
+             "--ipc_through_shared_memory=false --urma_failover_success_rate_ratio 0.9 "
+             "--eviction_high_watermark_ratio 0.9 "
              "--minloglevel 0 --v=1 --log_dir %s",
              logdir);
     assert_int_equal(dst_worker_start(&w, 8, extra), 0);
@@ -248,9 +249,10 @@ static void test_compat_flags_warn_once(void **state)
                      1);
     assert_int_equal(count_in_file(log, "--enable_huge_tlb is accepted"), 1);
     assert_int_equal(count_in_file(log, "--enable_thp is accepted"), 1);
-    assert_int_equal(count_in_file(log, "--eviction_high_watermark_ratio is accepted"), 1);
+    assert_int_equal(count_in_file(log, "--urma_failover_success_rate_ratio is accepted"), 1);
     /* Implemented flags draw no warning; --v 1 turned debug lines on. */
     assert_int_equal(count_in_file(log, "--log_dir is accepted"), 0);
+    assert_int_equal(count_in_file(log, "--eviction_high_watermark_ratio is accepted"), 0);
     assert_true(count_in_file(log, " DEBUG ") > 0);
 }
 

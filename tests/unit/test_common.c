@@ -88,13 +88,45 @@ static void test_murmur3(void **state)
                      0x2E4FF723);
 }
 
+/* ds__sum4: streaming in 32-byte multiples equals one pass; every single
+ * flipped bit, any length, changes it; it differs from ds__sum64. */
+static uint64_t sum4_once(const void *p, size_t n)
+{
+    ds_sum4_t s;
+    ds__sum4_init(&s);
+    ds__sum4_update(&s, p, n);
+    return ds__sum4_final(&s);
+}
+
+static void test_sum4(void **state)
+{
+    (void)state;
+    static uint8_t buf[4099];
+    for (size_t i = 0; i < sizeof(buf); i++)
+        buf[i] = (uint8_t)(i * 131u + 7u);
+    uint64_t whole = sum4_once(buf, sizeof(buf));
+    ds_sum4_t s;
+    ds__sum4_init(&s);
+    ds__sum4_update(&s, buf, 64);
+    ds__sum4_update(&s, buf + 64, 1024);
+    ds__sum4_update(&s, buf + 1088, sizeof(buf) - 1088);
+    assert_true(ds__sum4_final(&s) == whole);
+    assert_true(whole != ds__sum64(DS_SUM64_SEED, buf, sizeof(buf)));
+    for (size_t n = 0; n < 70; n++) /* lengths around the 32-byte block */
+        assert_true(sum4_once(buf, n) != sum4_once(buf, n + 1));
+    for (size_t bit = 0; bit < sizeof(buf) * 8; bit += 37) {
+        buf[bit / 8] ^= (uint8_t)(1u << (bit % 8));
+        assert_true(sum4_once(buf, sizeof(buf)) != whole);
+        buf[bit / 8] ^= (uint8_t)(1u << (bit % 8));
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_keys),
-        cmocka_unit_test(test_status_table),
-        cmocka_unit_test(test_hostport),
-        cmocka_unit_test(test_murmur3),
+        cmocka_unit_test(test_keys),     cmocka_unit_test(test_status_table),
+        cmocka_unit_test(test_hostport), cmocka_unit_test(test_murmur3),
+        cmocka_unit_test(test_sum4),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -238,7 +238,11 @@ void ds__pend_start(ds_pend_t *p)
     if (p->outstanding > 0) {
         /* Its jobs finish (and free what they hold) even if the client
          * leaves meanwhile; the answer then goes nowhere. */
-        ds_req_t *d = ds__req_defer(p->req, NULL, NULL);
+        ds_req_t *d = p->req;
+        if (ds__req_is_deferred(d)) /* e.g. a write-through answer held until durable */
+            ds__req_rearm(d, NULL, NULL);
+        else
+            d = ds__req_defer(p->req, NULL, NULL);
         if (d) {
             p->req = d;
             return;

@@ -211,12 +211,80 @@ static void locate_done(ds_job_t *j)
     }
 }
 
+/* Keys no live worker served may be on disk: in this worker's L2 or spill
+ * directory (its own objects left memory), or, on a shared sfs directory,
+ * written by another worker that may be dead (--enable_l2_cache_fallback).
+ * The GET's keys and objects move into the tier's wait. */
+typedef struct {
+    uint32_t n;
+    uint8_t flags;
+    char **keys;
+    uint32_t *keylens;
+    ds_obj_t **objs;
+} fallback_t;
+
+static void fallback_done(ds_server_t *srv, ds_req_t *d, void *ctx)
+{
+    fallback_t *f = ctx;
+    if (ds__req_gone(d)) {
+        ds__req_drop(d);
+    } else {
+        uint64_t now = ds__now_ms();
+        for (uint32_t i = 0; i < f->n; i++)
+            if (f->objs[i] == NULL &&
+                (f->objs[i] = ds__store_lookup(srv->store, f->keys[i], f->keylens[i], now)))
+                ds__store_ref(f->objs[i]);
+        ds__ops_get_reply(srv, d, f->flags, (const char *const *)f->keys, f->keylens, f->n,
+                          f->objs);
+    }
+    for (uint32_t i = 0; i < f->n; i++) {
+        free(f->keys[i]);
+        if (f->objs[i]) ds__store_unref(srv->store, f->objs[i]);
+    }
+    free(f->keys);
+    free(f->keylens);
+    free(f->objs);
+    free(f);
+}
+
+static bool get_fallback(ds_pend_t *p)
+{
+    ds_server_t *srv = p->srv;
+    if (srv->tier == NULL || p->n == 0) return false;
+    const char **mk = malloc(p->n * sizeof(*mk));
+    uint32_t *ml = malloc(p->n * sizeof(*ml));
+    fallback_t *f = calloc(1, sizeof(*f));
+    uint32_t nm = 0;
+    for (uint32_t i = 0; mk && ml && i < p->n; i++)
+        if (p->objs[i] == NULL) {
+            mk[nm] = p->keys[i];
+            ml[nm++] = p->keylens[i];
+        }
+    bool held = false;
+    if (f && nm > 0) {
+        *f = (fallback_t){p->n, p->flags, p->keys, p->keylens, p->objs};
+        held = ds__tier_get_ctx(srv, p->req, mk, ml, nm, fallback_done, f);
+    }
+    free(mk);
+    free(ml);
+    if (!held) {
+        free(f);
+        return false;
+    }
+    p->keys = NULL; /* the tier's wait has them now */
+    p->keylens = NULL;
+    p->objs = NULL;
+    p->n = 0;
+    return true;
+}
+
 static void get_finish(ds_pend_t *p)
 {
     if (p->err_status != DS_K_OK) {
         ds__req_error(p->req, p->err_status, "%s", p->err);
         return;
     }
+    if (get_fallback(p)) return;
     ds__ops_get_reply(p->srv, p->req, p->flags, (const char *const *)p->keys, p->keylens, p->n,
                       p->objs);
 }

@@ -187,6 +187,9 @@ static char *render(struct ds_metrics *m, size_t *len)
           "Objects held by readers, unpublished creations or superseded versions.", st.pinned);
     counter(&t, "ds_worker_evictions_total", "Volatile objects evicted to make room.",
             st.evictions);
+    counter(&t, "ds_worker_background_evictions_total",
+            "Evictions done between requests, past --eviction_high_watermark_ratio.",
+            srv->bg_evictions);
     counter(&t, "ds_worker_expirations_total", "Objects deleted because their TTL passed.",
             st.expirations);
     gauge(&t, "ds_worker_subscriptions_waiting", "Keys waited on by parked subscribe-gets.",
@@ -214,6 +217,9 @@ static char *render(struct ds_metrics *m, size_t *len)
                 l2.spill_reads);
         counter(&t, "ds_worker_spill_errors_total", "Failed spill reads, writes and deletes.",
                 l2.spill_errors);
+        counter(&t, "ds_worker_spill_waits_total",
+                "Writes that found the arena full and waited while spills made room.",
+                l2.spill_waits);
     }
     if (tiers && l2.l2_on) {
         gauge(&t, "ds_worker_l2_objects", "Objects in the L2 cache (index).", l2.objects);
@@ -227,6 +233,12 @@ static char *render(struct ds_metrics *m, size_t *len)
               l2.queue_depth);
         counter(&t, "ds_worker_l2_queue_full_total", "Writes refused with K_WRITE_BACK_QUEUE_FULL.",
                 l2.queue_full);
+        counter(&t, "ds_worker_l2_coalesced_total",
+                "Queued write-backs skipped because a newer write of the key followed.",
+                l2.coalesced);
+        counter(&t, "ds_worker_l2_fallback_reads_total",
+                "Objects found by probing the (shared) L2 directory without an index entry.",
+                l2.fallback_reads);
     }
     if (srv->cluster) {
         counter(&t, "ds_worker_peer_link_requests_total",

@@ -195,7 +195,8 @@ void ds__server_run(ds_server_t *srv)
     uint64_t poll_ns = (uint64_t)srv->cfg.busy_poll_us * 1000u, spin_until = 0;
     while (!srv->stopping) {
         uint64_t now = ds__now_ms();
-        uint64_t due[6] = {ds__store_expire_due(srv->store, now),
+        uint64_t due[7] = {ds__store_expire_due(srv->store, now),
+                           ds__ops_memory_tick(srv, now),
                            ds__subs_expire(&srv->subs, now),
                            ds__cluster_tick(srv, now),
                            ds__net_tick(net, now),

@@ -133,6 +133,12 @@ ds_req_t *ds__req_defer(ds_req_t *r, ds_req_cancel_fn cancel, void *ctx)
     return d;
 }
 
+void ds__req_rearm(ds_req_t *d, ds_req_cancel_fn cancel, void *ctx)
+{
+    d->cancel_ = cancel;
+    d->cancel_ctx_ = ctx;
+}
+
 void ds__req_drop(ds_req_t *d)
 {
     if (d->deferred_) end_deferred(d);

@@ -89,6 +89,9 @@ typedef void (*ds_req_cancel_fn)(ds_req_t *d, void *ctx);
  * must not be used after), or NULL when out of memory (r is then still the
  * handler's to answer). The deferred request owns a copy of the metadata. */
 ds_req_t *ds__req_defer(ds_req_t *r, ds_req_cancel_fn cancel, void *ctx);
+/* A deferred request handed from one waiter to the next: cancel(d, ctx)
+ * replaces the callback given to ds__req_defer. */
+void ds__req_rearm(ds_req_t *d, ds_req_cancel_fn cancel, void *ctx);
 /* Ends a deferred request without an answer (its connection resumes). */
 void ds__req_drop(ds_req_t *d);
 /* The deferred request's connection has closed: answers go nowhere. */

@@ -46,6 +46,16 @@ typedef struct {
 #define INT(field, def, lo, hi, help) INT_AS(KIND_OURS, field, def, lo, hi, help)
 #define YSTR(field, def, help) STR_AS(KIND_YUANRONG, #field, field, def, help)
 #define YINT(field, def, lo, hi, help) INT_AS(KIND_YUANRONG, field, def, lo, hi, help)
+/* A ratio: the limits are in thousandths. */
+#define YREAL(field, def, lo_milli, hi_milli, help)                                                \
+    {                                                                                              \
+#field, KIND_YUANRONG, FLAG_REAL, offsetof(ds_worker_config_t, field), 0, #def, lo_milli,  \
+            hi_milli, help                                                                         \
+    }
+#define YBOOL(field, def, help)                                                                    \
+    {                                                                                              \
+#field, KIND_YUANRONG, FLAG_BOOL, offsetof(ds_worker_config_t, field), 0, #def, 0, 0, help \
+    }
 #define YR(name, type)                                                                             \
     {                                                                                              \
 #name, KIND_COMPAT, type, 0, 0, "", 0, 0, NULL                                             \
@@ -99,16 +109,32 @@ static const flag_def_t flags[] = {
     YSTR(l2_cache_type, "none",
          "second-level cache behind the arena: none, or sfs (a directory, --sfs_path); the "
          "WRITE_THROUGH / WRITE_BACK write modes persist there and a get that misses memory "
-         "reads it (standalone workers only for now)"),
+         "reads it"),
     YSTR(sfs_path, "", "directory of the sfs L2 cache (one file per object); created if missing"),
     YINT(l2_cache_async_write_queue_size, 1000, 1, 10000000,
          "most objects waiting for the disk I/O thread (write-back, write-through, L2 reads and "
          "deletes); a write past it answers K_WRITE_BACK_QUEUE_FULL"),
     YSTR(spill_directory, "",
-         "directory that takes objects which cannot be evicted when the arena passes 90%; "
-         "gets bring them back; emptied at start; empty = no spill (standalone workers only)"),
+         "directory that takes objects which cannot be evicted when the arena passes "
+         "--eviction_high_watermark_ratio; "
+         "gets bring them back; emptied at start; empty = no spill"),
     YINT(spill_size_limit, 0, 0, INT64_MAX,
          "most bytes kept in --spill_directory; 0 = 95% of its file system's free space"),
+    YBOOL(enable_l2_cache_fallback, true,
+          "in a cluster on a shared --sfs_path: a get that no live worker can serve reads the "
+          "object from the shared directory (a dead worker's objects stay readable)"),
+    YREAL(eviction_high_watermark_ratio, 0.9, 20, 1000,
+          "arena use (ratio) past which background eviction and spill start, between requests; "
+          "must be above --eviction_low_watermark_ratio (0.02-1.0)"),
+    YREAL(eviction_low_watermark_ratio, 0.8, 10, 990,
+          "arena use (ratio) background eviction and spill bring it down to (0.01-0.99)"),
+    YREAL(spill_high_watermark_ratio, 0.8, 20, 1000,
+          "spill use (ratio of --spill_size_limit) past which background spilling pauses, "
+          "keeping the rest for writes that find the arena full; must be above "
+          "--spill_low_watermark_ratio (0.02-1.0)"),
+    YREAL(spill_low_watermark_ratio, 0.6, 10, 990,
+          "spill use (ratio of --spill_size_limit) under which paused background spilling "
+          "resumes (0.01-0.99)"),
     YR(coordinator_address, COMPAT_STR),
     YR(etcd_username, COMPAT_STR),
     YR(etcd_password, COMPAT_STR),
@@ -142,10 +168,6 @@ static const flag_def_t flags[] = {
     YR(payload_nocopy_threshold, COMPAT_INT),
     YR(oc_thread_num, COMPAT_INT),
     YR(eviction_reserve_mem_threshold_mb, COMPAT_INT),
-    YR(eviction_high_watermark_ratio, COMPAT_REAL),
-    YR(eviction_low_watermark_ratio, COMPAT_REAL),
-    YR(spill_high_watermark_ratio, COMPAT_REAL),
-    YR(spill_low_watermark_ratio, COMPAT_REAL),
     YR(client_reconnect_wait_s, COMPAT_INT),
     YR(page_size, COMPAT_INT),
     YR(etcd_meta_pool_size, COMPAT_INT),
@@ -269,7 +291,6 @@ static const flag_def_t flags[] = {
     YR(rdma_register_whole_arena, COMPAT_BOOL),
     YR(enable_stream_data_verification, COMPAT_BOOL),
     YR(oc_io_from_l2cache_need_metadata, COMPAT_BOOL),
-    YR(enable_l2_cache_fallback, COMPAT_BOOL),
     YR(oc_worker_aggregate_merge_size, COMPAT_INT),
     YR(oc_worker_aggregate_single_max, COMPAT_INT),
     YR(oc_worker_worker_parallel_min, COMPAT_INT),
@@ -330,19 +351,30 @@ static int set_flag(ds_worker_config_t *cfg, const flag_def_t *f, const char *va
         }
         strcpy(dst, val);
         return 0;
-    case FLAG_BOOL:
-        if (parse_bool(val) < 0) {
+    case FLAG_BOOL: {
+        int b = parse_bool(val);
+        if (b < 0) {
             snprintf(err, err_cap, "--%s: '%s' is not true or false", f->name, val);
             return -1;
         }
+        if (f->kind != KIND_COMPAT) memcpy(dst, &(bool){b == 1}, sizeof(bool));
         return 0;
-    case FLAG_REAL:
-        (void)strtod(val, &end);
+    }
+    case FLAG_REAL: {
+        double d = strtod(val, &end);
         if (errno || end == val || *end != '\0') {
             snprintf(err, err_cap, "--%s: '%s' is not a number", f->name, val);
             return -1;
         }
+        if (f->kind == KIND_COMPAT) return 0;
+        if (!(d * 1000.0 >= (double)f->min && d * 1000.0 <= (double)f->max)) {
+            snprintf(err, err_cap, "--%s: %s is outside %g..%g", f->name, val,
+                     (double)f->min / 1000.0, (double)f->max / 1000.0);
+            return -1;
+        }
+        memcpy(dst, &d, sizeof(d));
         return 0;
+    }
     case FLAG_INT:
         break;
     }
@@ -369,8 +401,22 @@ static void note_compat(ds_worker_config_t *cfg, const flag_def_t *f)
 }
 
 /* Settles what depends on several flags once all are parsed. */
-static int finish(ds_worker_config_t *cfg)
+static int finish(ds_worker_config_t *cfg, char *err, size_t err_cap)
 {
+    if (cfg->eviction_high_watermark_ratio <= cfg->eviction_low_watermark_ratio) {
+        snprintf(err, err_cap,
+                 "--eviction_high_watermark_ratio %g must be greater than "
+                 "--eviction_low_watermark_ratio %g",
+                 cfg->eviction_high_watermark_ratio, cfg->eviction_low_watermark_ratio);
+        return -1;
+    }
+    if (cfg->spill_high_watermark_ratio <= cfg->spill_low_watermark_ratio) {
+        snprintf(err, err_cap,
+                 "--spill_high_watermark_ratio %g must be greater than "
+                 "--spill_low_watermark_ratio %g",
+                 cfg->spill_high_watermark_ratio, cfg->spill_low_watermark_ratio);
+        return -1;
+    }
     if (cfg->log_level[0] == '\0') {
         static const char *const by_min[] = {"info", "warn", "error", "error"};
         const char *lvl = by_min[cfg->minloglevel];
@@ -422,7 +468,7 @@ int ds__flags_parse(ds_worker_config_t *cfg, int argc, char **argv, char *err, s
         if (set_flag(cfg, f, val, err, err_cap) != 0) return -1;
         if (f->kind == KIND_COMPAT) note_compat(cfg, f);
     }
-    return finish(cfg);
+    return finish(cfg, err, err_cap);
 }
 
 void ds__flags_warn_compat(const ds_worker_config_t *cfg)

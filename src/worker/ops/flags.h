@@ -46,6 +46,9 @@ typedef struct {
     int64_t metrics_port;
     int64_t l2_cache_async_write_queue_size;
     int64_t spill_size_limit;
+    double eviction_high_watermark_ratio, eviction_low_watermark_ratio;
+    double spill_high_watermark_ratio, spill_low_watermark_ratio;
+    bool enable_l2_cache_fallback;
     /* Accepted-but-ignored flags given, each once, in the order first given. */
     const char *compat_given[DS_FLAGS_MAX_COMPAT];
     int ncompat_given;

@@ -183,11 +183,54 @@ static void get_wait_done(void *ctx, ds_req_t *d, bool timed_out)
 
 static void op_get(ds_server_t *srv, ds_req_t *r);
 
-/* Keys a GET missed in memory are back from L2: answer with what the store
- * holds now (without waiting again). */
+/* Waits (subscribe-get) for the keys not in memory, up to timeout ms, or
+ * answers at once. */
+static void get_wait(ds_server_t *srv, ds_req_t *r, int32_t timeout, const key_t_ *keys, uint32_t n)
+{
+    if (timeout > 0) {
+        uint64_t now = ds__now_ms();
+        const char **mk = malloc(n * sizeof(*mk));
+        uint32_t *ml = malloc(n * sizeof(*ml));
+        uint32_t nm = 0;
+        for (uint32_t i = 0; mk && ml && i < n; i++) {
+            if (ds__store_lookup(srv->store, keys[i].p, keys[i].len, now) == NULL) {
+                mk[nm] = keys[i].p;
+                ml[nm++] = keys[i].len;
+            }
+        }
+        bool parked = false;
+        if (mk && ml && nm > 0) {
+            parked = ds__subs_wait(&srv->subs, r, mk, ml, nm, now + (uint64_t)timeout,
+                                   get_wait_done, srv);
+            if (!parked)
+                ds__req_log(r, DS_LOG_WARN,
+                            "subscription limit (%" PRId64 ") reached; answering at once",
+                            srv->cfg.max_pending_subscriptions);
+        }
+        free(mk);
+        free(ml);
+        if (parked) return;
+    }
+    get_answer(srv, r);
+}
+
+/* Keys a GET missed in memory are back from L2 or spill: wait for those
+ * still missing as the GET asked (its wait counts from here), or answer. */
 static void get_l2_resume(ds_server_t *srv, ds_req_t *d)
 {
-    get_answer(srv, d);
+    ds_rbuf_t rb;
+    ds__rbuf_init(&rb, d->meta, d->meta_len);
+    int32_t timeout = ds__rbuf_i32(&rb);
+    (void)ds__rbuf_u8(&rb);
+    key_t_ *keys = NULL;
+    uint32_t n = 0;
+    char msg[256];
+    if (timeout <= 0 || read_keys(&rb, DS_MAX_BATCH, &keys, &n, msg, sizeof(msg)) != 0) {
+        get_answer(srv, d);
+        return;
+    }
+    get_wait(srv, d, timeout, keys, n);
+    free(keys);
 }
 
 /* The arena had no room for keys to load: spills made some, try once more. */
@@ -215,7 +258,7 @@ static void get_l2_retry(ds_server_t *srv, ds_req_t *d)
     free(kp);
     free(kl);
     free(keys);
-    if (!held) get_answer(srv, d);
+    if (!held) get_l2_resume(srv, d);
 }
 
 static void op_get(ds_server_t *srv, ds_req_t *r)
@@ -285,35 +328,8 @@ static void op_get(ds_server_t *srv, ds_req_t *r)
             return;
         }
     }
-    if (timeout > 0) {
-        uint64_t now = ds__now_ms();
-        const char **mk = malloc(n * sizeof(*mk));
-        uint32_t *ml = malloc(n * sizeof(*ml));
-        uint32_t nm = 0;
-        for (uint32_t i = 0; mk && ml && i < n; i++) {
-            if (ds__store_lookup(srv->store, keys[i].p, keys[i].len, now) == NULL) {
-                mk[nm] = keys[i].p;
-                ml[nm++] = keys[i].len;
-            }
-        }
-        bool parked = false;
-        if (mk && ml && nm > 0) {
-            parked = ds__subs_wait(&srv->subs, r, mk, ml, nm, now + (uint64_t)timeout,
-                                   get_wait_done, srv);
-            if (!parked)
-                ds__req_log(r, DS_LOG_WARN,
-                            "subscription limit (%" PRId64 ") reached; answering at once",
-                            srv->cfg.max_pending_subscriptions);
-        }
-        free(mk);
-        free(ml);
-        if (parked) {
-            free(keys);
-            return;
-        }
-    }
+    get_wait(srv, r, timeout, keys, n);
     free(keys);
-    get_answer(srv, r);
 }
 
 /* ---- the rest ---- */
@@ -376,6 +392,8 @@ static void op_keys(ds_server_t *srv, ds_req_t *r)
             st = ds__store_expire(srv->store, keys[i].p, keys[i].len, ttl, now);
             if (st == DS_K_OK && srv->tier)
                 ds__tier_expire(srv, ds__store_lookup(srv->store, keys[i].p, keys[i].len, now));
+            else if (st == DS_K_NOT_FOUND && srv->tier) /* only on disk */
+                st = ds__tier_expire_key(srv, keys[i].p, keys[i].len, ttl);
             if (st != DS_K_OK)
                 snprintf(msg, sizeof(msg), "key '%.*s' not found", (int)keys[i].len, keys[i].p);
         }

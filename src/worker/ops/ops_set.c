@@ -82,8 +82,14 @@ void ds__ops_reply_statuses(ds_req_t *r, const uint32_t *st, uint32_t n, const c
 void ds__ops_answer_published(ds_server_t *srv, ds_req_t *r, ds_obj_t **published,
                               const uint32_t *st, uint32_t n, bool nx, const char *first_err)
 {
-    if (srv->tier && ds__tier_hold_answer(srv, r, st, n, first_err)) return;
-    if (srv->remote == NULL || (r->flags & DS_FLAG_PEER))
+    if (srv->tier && ds__tier_hold_answer(srv, r, published, st, n, nx, first_err)) return;
+    ds__ops_answer_durable(srv, r, published, st, n, nx, first_err);
+}
+
+void ds__ops_answer_durable(ds_server_t *srv, ds_req_t *r, ds_obj_t **published, const uint32_t *st,
+                            uint32_t n, bool nx, const char *first_err)
+{
+    if (srv->remote == NULL || (r->flags & DS_FLAG_PEER) || published == NULL)
         ds__ops_reply_statuses(r, st, n, first_err);
     else
         srv->remote->published(srv, r, published, st, n, nx, first_err);
@@ -107,7 +113,7 @@ typedef struct {
     ds_obj_t **pend;       /* reserved objects, one per key (NULL where it failed) */
     uint32_t *status;      /* per key */
     ds_sink_t *sinks;      /* where each value's bytes go */
-    char err[512];         /* the first failure's message */
+    char err[1024];        /* the first failure's message */
     ds_published_fn after; /* see ds__ops_publish_written */
     uint64_t after_arg[3];
 } set_t;
@@ -226,7 +232,7 @@ void ds__ops_set(ds_server_t *srv, ds_req_t *r)
     ds_rbuf_t rb;
     ds__rbuf_init(&rb, r->meta, r->meta_len);
     write_head_t wh;
-    char msg[512];
+    char msg[1024];
     if (read_write_head(&rb, "SET", &wh, msg, sizeof(msg)) != 0) {
         refuse(r, DS_K_INVALID, msg); /* the data section is skipped */
         return;
@@ -271,6 +277,7 @@ void ds__ops_set(ds_server_t *srv, ds_req_t *r)
         free(kl);
         return;
     }
+    uint64_t short_bytes = 0; /* what the arena had no room for */
     for (uint32_t i = 0; i < n; i++) {
         ds_status_t st;
         if (ds__key_check(kp[i], kl[i], msg, sizeof(msg)) != 0) {
@@ -281,8 +288,10 @@ void ds__ops_set(ds_server_t *srv, ds_req_t *r)
         } else {
             st = ds__store_reserve(srv->store, kp[i], kl[i], s->sinks[i].len,
                                    (ds_write_mode_t)wh.mode, wh.ttl, &s->pend[i], msg, sizeof(msg));
-            if (st == DS_K_OUT_OF_MEMORY && srv->tier)
+            if (st == DS_K_OUT_OF_MEMORY && srv->tier) {
                 ds__tier_oom(srv, s->sinks[i].len, msg, sizeof(msg));
+                short_bytes += s->sinks[i].len;
+            }
         }
         s->status[i] = (uint32_t)st;
         if (st == DS_K_OK)
@@ -292,7 +301,15 @@ void ds__ops_set(ds_server_t *srv, ds_req_t *r)
     }
     free(kp);
     free(kl);
+    /* The arena is full: wait while spills make room, then run again (the
+     * data section stays unread meanwhile). */
+    if (short_bytes && ds__tier_wait_room(srv, r, short_bytes, ds__ops_set)) {
+        set_free(s);
+        return;
+    }
     ds__req_recv_data(r, s->sinks, n, set_finish, s);
+    /* A SET that waited: its connection reads the values now. */
+    if (ds__req_is_deferred(r)) ds__req_drop(r);
 }
 
 /* ---- CREATE, PUBLISH, RELEASE ---- */
@@ -302,7 +319,7 @@ void ds__ops_create(ds_server_t *srv, ds_req_t *r)
     ds_rbuf_t rb;
     ds__rbuf_init(&rb, r->meta, r->meta_len);
     write_head_t wh;
-    char msg[512];
+    char msg[1024];
     if (read_write_head(&rb, "CREATE", &wh, msg, sizeof(msg)) != 0) {
         ds__req_error(r, DS_K_INVALID, "%s", msg);
         return;
@@ -311,19 +328,24 @@ void ds__ops_create(ds_server_t *srv, ds_req_t *r)
         ds__req_error(r, DS_K_NOT_SUPPORTED, "CREATE needs a local client that mapped the arena");
         return;
     }
-    ds_wbuf_t w;
-    ds__wbuf_init(&w);
-    ds__wbuf_cstr(&w, "");
-    ds__wbuf_u32(&w, wh.n);
+    /* Reserve every key first: when the arena is full and spills can make
+     * room, the CREATE waits and runs again with nothing reserved. */
+    ds_obj_t **objs = calloc(wh.n, sizeof(*objs));
+    uint32_t *sts = calloc(wh.n, sizeof(*sts));
+    if (objs == NULL || sts == NULL) {
+        free(objs);
+        free(sts);
+        ds__req_error(r, DS_K_OUT_OF_MEMORY, "out of memory");
+        return;
+    }
     ds_status_t overall = DS_K_OK;
-    char first[512] = "";
+    char first[1024] = "";
+    uint64_t short_bytes = 0;
     for (uint32_t i = 0; i < wh.n; i++) {
         const char *k;
         uint32_t kl = ds__rbuf_str(&rb, &k);
         uint64_t size = ds__rbuf_u64(&rb);
         ds_status_t st = DS_K_OK;
-        ds_obj_t *o = NULL;
-        uint64_t handle = 0;
         if (rb.err) {
             snprintf(msg, sizeof(msg), "malformed CREATE: entry %u truncated", i);
             st = DS_K_INVALID;
@@ -333,26 +355,51 @@ void ds__ops_create(ds_server_t *srv, ds_req_t *r)
             snprintf(msg, sizeof(msg), "value for key '%.*s' is empty", (int)kl, k);
             st = DS_K_INVALID;
         } else {
-            st = ds__store_reserve(srv->store, k, kl, size, (ds_write_mode_t)wh.mode, wh.ttl, &o,
-                                   msg, sizeof(msg));
-            if (st == DS_K_OUT_OF_MEMORY && srv->tier) ds__tier_oom(srv, size, msg, sizeof(msg));
-            if (st == DS_K_OK) {
-                handle = ds__session_add(r->session, o, wh.existence);
-                if (handle == 0) {
-                    ds__store_unref(srv->store, o);
-                    snprintf(msg, sizeof(msg), "out of memory");
-                    st = DS_K_OUT_OF_MEMORY;
-                }
+            st = ds__store_reserve(srv->store, k, kl, size, (ds_write_mode_t)wh.mode, wh.ttl,
+                                   &objs[i], msg, sizeof(msg));
+            if (st == DS_K_OUT_OF_MEMORY && srv->tier) {
+                ds__tier_oom(srv, size, msg, sizeof(msg));
+                short_bytes += size;
             }
         }
+        sts[i] = (uint32_t)st;
         if (st != DS_K_OK && overall == DS_K_OK) {
             overall = st;
             snprintf(first, sizeof(first), "%s", msg);
+        }
+    }
+    if (short_bytes && ds__tier_wait_room(srv, r, short_bytes, ds__ops_create)) {
+        for (uint32_t i = 0; i < wh.n; i++)
+            if (objs[i]) ds__store_unref(srv->store, objs[i]);
+        free(objs);
+        free(sts);
+        return;
+    }
+    ds_wbuf_t w;
+    ds__wbuf_init(&w);
+    ds__wbuf_cstr(&w, "");
+    ds__wbuf_u32(&w, wh.n);
+    for (uint32_t i = 0; i < wh.n; i++) {
+        ds_status_t st = (ds_status_t)sts[i];
+        ds_obj_t *o = objs[i];
+        uint64_t handle = 0;
+        if (st == DS_K_OK) {
+            handle = ds__session_add(r->session, o, wh.existence);
+            if (handle == 0) {
+                ds__store_unref(srv->store, o);
+                st = DS_K_OUT_OF_MEMORY;
+                if (overall == DS_K_OK) {
+                    overall = st;
+                    snprintf(first, sizeof(first), "out of memory");
+                }
+            }
         }
         ds__wbuf_u32(&w, (uint32_t)st);
         ds__wbuf_u64(&w, st == DS_K_OK ? ds__store_offset(srv->store, o) : 0);
         ds__wbuf_u64(&w, handle);
     }
+    free(objs);
+    free(sts);
     if (overall != DS_K_OK) ds__ops_lead_error(&w, first);
     ds__req_reply(r, overall, &w, NULL, 0, NULL, 0, -1);
     ds__wbuf_free(&w);

@@ -33,6 +33,7 @@ char *ds__server_stats_json(ds_server_t *srv)
     cJSON_AddNumberToObject(objs, "count", (double)st.objects);
     cJSON_AddNumberToObject(objs, "pinned", (double)st.pinned);
     cJSON_AddNumberToObject(objs, "evictions", (double)st.evictions);
+    cJSON_AddNumberToObject(objs, "background_evictions", (double)srv->bg_evictions);
     cJSON_AddNumberToObject(objs, "expirations", (double)st.expirations);
     if (srv->tier) ds__tier_stats(srv, root);
     cJSON *cl = cJSON_AddObjectToObject(root, "clients");

@@ -176,7 +176,12 @@ bool ds__subs_wait(ds_subs_t *ss, ds_req_t *r, const char *const *keys, const ui
         free(kb);
         return false;
     }
-    ds_req_t *d = ds__req_defer(r, on_cancel, w);
+    /* A GET that loaded keys from disk first comes here deferred already. */
+    ds_req_t *d = r;
+    if (ds__req_is_deferred(r))
+        ds__req_rearm(r, on_cancel, w);
+    else
+        d = ds__req_defer(r, on_cancel, w);
     if (d == NULL) {
         free(w);
         free(subs);

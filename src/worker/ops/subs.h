@@ -34,8 +34,10 @@ void ds__subs_init(ds_subs_t *s, uint64_t max_subscriptions);
  * connections are closed). */
 void ds__subs_destroy(ds_subs_t *s);
 /* Defers r until every key is published or deadline_ms passes; keys are
- * copied. false when the subscription limit is reached or memory is short:
- * r is then not deferred, the caller answers it. */
+ * copied. r may be deferred already (a GET that loaded keys from disk):
+ * the wait then takes it over. false when the subscription limit is reached
+ * or memory is short: r is then not deferred (or still deferred as it
+ * was), the caller answers it. */
 bool ds__subs_wait(ds_subs_t *s, ds_req_t *r, const char *const *keys, const uint32_t *lens,
                    uint32_t nkeys, uint64_t deadline_ms, ds_wait_done_fn done, void *ctx);
 /* A key was published: completes the waits that now have every key. */

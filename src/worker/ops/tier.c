@@ -12,9 +12,11 @@
  * Spill: the same queue and file format in --spill_directory, with its own
  * index; an object leaves memory only once its copy is written and only if
  * it is still current and unpinned, and comes back (its copy deleted) when
- * a GET needs it. Both indexes are updated when a job is queued, so the
- * queue's FIFO order keeps every later job consistent with earlier ones. */
+ * a GET needs it (spilling itself, and writes waiting for room: spill.c).
+ * Both indexes are updated when a job is queued, so the queue's FIFO order
+ * keeps every later job consistent with earlier ones. */
 #include "worker/ops/tier.h"
+#include "worker/ops/tier_int.h"
 
 #include "worker/ops/ops_int.h"
 
@@ -30,75 +32,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
-#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
-
-typedef enum { JOB_PUT, JOB_GET, JOB_DEL, JOB_NOP } job_kind_t;
-
-typedef struct waiter waiter_t;
-
-typedef struct job {
-    struct job *next;
-    job_kind_t kind;
-    ds_obj_t *obj; /* PUT: a reference to read from; GET: the reservation to fill */
-    uint8_t *data; /* obj's bytes in the worker's mapping */
-    ds_l2_meta_t meta;
-    ds_l2_t *be; /* the backend: the L2 or the spill directory */
-    bool spill;  /* be is the spill directory */
-    char *key;   /* DEL: an owned copy */
-    uint32_t keylen;
-    uint32_t idx; /* PUT: the key's place in its request */
-    waiter_t *w;  /* the request waiting for this job, or NULL */
-    int rc;       /* thread: 0, 1 (GET: no object) or -1 */
-    char err[300];
-} job_t;
-
-struct waiter {
-    ds_req_t *r; /* NULL: nobody to answer */
-    uint32_t pending;
-    bool is_get;
-    void (*resume)(ds_server_t *srv, ds_req_t *d);
-    uint32_t n;
-    uint32_t *st;
-    char first[400];
-};
-
-typedef struct ent {
-    struct ent *next;
-    uint64_t size, version, ttl_wall_ms;
-    uint32_t hash;
-    uint32_t keylen;
-    uint8_t mode;
-    char key[];
-} ent_t;
-
-/* An index of what a backend holds (loop only). */
-typedef struct {
-    ent_t **b;
-    uint64_t nb, count, bytes;
-    uint64_t version; /* of entries, to tell a later write apart */
-} ix_t;
-
-typedef struct ds_tier {
-    ds_l2_t *l2;    /* --l2_cache_type; NULL = none */
-    ds_l2_t *spill; /* --spill_directory (an sfs directory emptied at start); NULL = none */
-    ix_t ix;        /* what the L2 holds */
-    ix_t sx;        /* what the spill directory holds */
-    uint64_t spill_limit, spill_inflight; /* bytes */
-    /* the queue */
-    pthread_t thread;
-    bool started;
-    atomic_bool stop;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    job_t *todo, *todo_tail, *done; /* under mu */
-    int done_fd;
-    ds_io_t done_io;
-    uint64_t depth, cap; /* loop: jobs queued and not yet completed */
-    waiter_t *open;      /* write-through writes of the request being answered */
-    ds_tier_counters_t c;
-} ds_tier_t;
 
 static uint64_t wall_ms(void)
 {
@@ -148,6 +83,7 @@ static void ix_remove(ix_t *t, const char *key, uint32_t keylen)
     *p = e->next;
     t->count--;
     t->bytes -= e->size;
+    t->disk -= ds__tier_disk_of(e->size, e->keylen);
     free(e);
 }
 
@@ -164,6 +100,7 @@ static uint64_t ix_put(ix_t *t, const char *key, uint32_t keylen, const ds_l2_me
     e->ttl_wall_ms = m->ttl_wall_ms;
     e->mode = m->write_mode;
     e->version = ++t->version;
+    e->put = NULL;
     memcpy(e->key, key, keylen);
     e->key[keylen] = '\0';
     ent_t **p = &t->b[e->hash & (t->nb - 1)];
@@ -171,6 +108,7 @@ static uint64_t ix_put(ix_t *t, const char *key, uint32_t keylen, const ds_l2_me
     *p = e;
     t->count++;
     t->bytes += e->size;
+    t->disk += ds__tier_disk_of(e->size, e->keylen);
     return e->version;
 }
 
@@ -181,6 +119,27 @@ static ent_t *ix_find(ix_t *t, const char *key, uint32_t keylen)
 
 /* ---- the I/O thread ---- */
 
+/* JOB_RETTL: an object only on disk gets a new deadline: read it, write it
+ * back with j->meta.ttl_wall_ms (same temporary-file-and-rename write). */
+static int run_rettl(job_t *j)
+{
+    ds_l2_t *l2 = j->be;
+    void *buf = malloc(j->meta.size ? j->meta.size : 1);
+    if (buf == NULL) {
+        snprintf(j->err, sizeof(j->err), "out of memory for %llu bytes",
+                 (unsigned long long)j->meta.size);
+        return -1;
+    }
+    ds_l2_meta_t m;
+    int rc = l2->ops->get(l2, j->key, j->keylen, buf, j->meta.size, &m, j->err, sizeof(j->err));
+    if (rc == 0) {
+        m.ttl_wall_ms = j->meta.ttl_wall_ms;
+        rc = l2->ops->put(l2, j->key, j->keylen, buf, &m, j->err, sizeof(j->err));
+    }
+    free(buf);
+    return rc;
+}
+
 static void run_job(job_t *j)
 {
     ds_l2_t *l2 = j->be;
@@ -189,6 +148,11 @@ static void run_job(job_t *j)
     j->err[0] = '\0';
     switch (j->kind) {
     case JOB_PUT:
+        if (atomic_load(&j->superseded)) { /* a newer value of the key follows */
+            j->skipped = true;
+            j->rc = 0;
+            break;
+        }
         j->rc = l2->ops->put(l2, key, kl, j->data, &j->meta, j->err, sizeof(j->err));
         break;
     case JOB_GET:
@@ -199,6 +163,12 @@ static void run_job(job_t *j)
         break;
     case JOB_NOP: /* marks a point in the queue: everything before it is done */
         j->rc = 0;
+        break;
+    case JOB_RETTL:
+        j->rc = run_rettl(j);
+        break;
+    case JOB_HEAD: /* sfs: the header only (see l2.h) */
+        j->rc = l2->ops->get(l2, key, kl, NULL, 0, &j->meta, j->err, sizeof(j->err));
         break;
     }
 }
@@ -231,19 +201,34 @@ static void *io_thread(void *arg)
     return NULL;
 }
 
+/* Jobs are collected on the loop and handed to the thread in one go at
+ * the end of the loop's turn (submit_flush, from ds__tier_tick), after the
+ * turn's answers went out: a write-back SET does not pay for waking the
+ * thread, and a batch of jobs costs one lock and one wake. */
 static void submit(ds_tier_t *t, job_t *j)
 {
     t->depth++;
     if (j->w) j->w->pending++;
     j->next = NULL;
+    if (t->pend_tail)
+        t->pend_tail->next = j;
+    else
+        t->pend = j;
+    t->pend_tail = j;
+}
+
+static void submit_flush(ds_tier_t *t)
+{
+    if (t->pend == NULL) return;
     pthread_mutex_lock(&t->mu);
     if (t->todo_tail)
-        t->todo_tail->next = j;
+        t->todo_tail->next = t->pend;
     else
-        t->todo = j;
-    t->todo_tail = j;
+        t->todo = t->pend;
+    t->todo_tail = t->pend_tail;
     pthread_cond_signal(&t->cv);
     pthread_mutex_unlock(&t->mu);
+    t->pend = t->pend_tail = NULL;
 }
 
 /* Queues the deletion of key's file in a backend (no index change). */
@@ -279,38 +264,51 @@ static void waiter_cancel(ds_req_t *d, void *ctx)
 
 static void waiter_done(ds_server_t *srv, waiter_t *w)
 {
-    if (w->r) {
-        if (ds__req_gone(w->r))
-            ds__req_drop(w->r);
-        else if (w->is_get)
-            w->resume(srv, w->r);
-        else
-            ds__ops_reply_statuses(w->r, w->st, w->n, w->first);
-    }
+    if (w->r && w->resume_ctx)
+        w->resume_ctx(srv, w->r, w->ctx); /* it checks whether the client is gone */
+    else if (w->r && ds__req_gone(w->r))
+        ds__req_drop(w->r);
+    else if (w->r && w->is_get)
+        w->resume(srv, w->r);
+    else if (w->r)
+        ds__ops_answer_durable(srv, w->r, w->objs, w->st, w->n, w->nx, w->first);
+    for (uint32_t i = 0; w->objs && i < w->n; i++)
+        if (w->objs[i]) ds__store_unref(srv->store, w->objs[i]);
+    free(w->objs);
     free(w->st);
     free(w);
 }
 
-/* A spill copy is written: the object leaves memory if it is still the
- * key's current version, nobody pins it and no later write or delete of the
- * key replaced the spill index entry; otherwise the copy goes. */
-static void spill_put_done(ds_server_t *srv, job_t *j)
+/* A probe found another worker's object on the shared directory: it joins
+ * the index, and is read like any L2 object for the same waiter. */
+static void head_done(ds_server_t *srv, job_t *j)
 {
     ds_tier_t *t = srv->tier;
-    ds_obj_t *o = j->obj;
-    t->spill_inflight -= j->meta.size;
-    o->spilling = 0;
-    ent_t *e = ix_find(&t->sx, o->key, o->keylen);
-    bool mine = e && e->version == j->meta.version;
-    if (j->rc == 0 && mine && o->in_table && o->refcnt == 2) {
-        t->c.spill_writes++;
-        ds__store_delete(srv->store, o->key, o->keylen);
+    uint64_t wnow = wall_ms();
+    if (j->rc != 0 || (j->meta.ttl_wall_ms && j->meta.ttl_wall_ms <= wnow) ||
+        ds__store_lookup(srv->store, j->key, j->keylen, ds__now_ms()) != NULL ||
+        ix_find(&t->ix, j->key, j->keylen) != NULL)
+        return;
+    ix_put(&t->ix, j->key, j->keylen, &j->meta);
+    uint32_t ttl = 0;
+    if (j->meta.ttl_wall_ms) ttl = (uint32_t)((j->meta.ttl_wall_ms - wnow + 999) / 1000);
+    char msg[256];
+    ds_obj_t *o = NULL;
+    job_t *g = calloc(1, sizeof(*g));
+    if (g == NULL || ds__store_reserve(srv->store, j->key, j->keylen, j->meta.size,
+                                       (ds_write_mode_t)j->meta.write_mode, ttl, &o, msg,
+                                       sizeof(msg)) != DS_K_OK) {
+        if (g) DS_LOG_WARN("cannot load '%.64s' from the shared L2: %s", j->key, msg);
+        free(g);
         return;
     }
-    if (mine) {
-        ix_remove(&t->sx, o->key, o->keylen);
-        if (j->rc == 0) submit_del(t, true, o->key, o->keylen);
-    }
+    t->c.fallback_reads++;
+    g->kind = JOB_GET;
+    g->be = t->l2;
+    g->obj = o;
+    g->data = ds__store_data(srv->store, o);
+    g->w = j->w;
+    submit(t, g);
 }
 
 static void complete(ds_server_t *srv, job_t *j)
@@ -319,21 +317,32 @@ static void complete(ds_server_t *srv, job_t *j)
     t->depth--;
     const char *key = j->obj ? j->obj->key : j->key;
     uint32_t kl = j->obj ? j->obj->keylen : j->keylen;
-    if (j->rc < 0) {
+    if (j->rc < 0 && j->kind != JOB_HEAD) {
         if (j->spill)
             t->c.spill_errors++;
         else
             t->c.errors++;
         DS_LOG_WARN("%s %s of '%.*s' failed: %s", j->spill ? "spill" : "L2",
-                    j->kind == JOB_PUT   ? "write"
-                    : j->kind == JOB_GET ? "read"
-                                         : "delete",
+                    j->kind == JOB_PUT     ? "write"
+                    : j->kind == JOB_GET   ? "read"
+                    : j->kind == JOB_RETTL ? "TTL rewrite"
+                                           : "delete",
                     (int)(kl > 64 ? 64 : kl), key, j->err);
     }
     switch (j->kind) {
     case JOB_PUT:
+        if (!j->spill) {
+            ent_t *e = ix_find(&t->ix, key, kl);
+            if (e && e->put == j) e->put = NULL;
+            if (j->obj->write_mode == DS_WRITE_BACK_L2_CACHE_EVICT) {
+                t->evict_writes--;
+                t->room_kick = true; /* its object may be evictable now */
+            }
+        }
         if (j->spill) {
-            spill_put_done(srv, j);
+            ds__spill_put_done(srv, j);
+        } else if (j->skipped) {
+            t->c.coalesced++;
         } else if (j->rc == 0) {
             t->c.writes++;
             t->c.write_bytes += j->meta.size;
@@ -381,6 +390,13 @@ static void complete(ds_server_t *srv, job_t *j)
         if (j->rc == 0 && !j->spill) t->c.deletes++;
         free(j->key);
         break;
+    case JOB_RETTL:
+        free(j->key);
+        break;
+    case JOB_HEAD:
+        head_done(srv, j);
+        free(j->key);
+        break;
     case JOB_NOP:
         break;
     }
@@ -414,6 +430,10 @@ static void on_done(void *ctx, uint32_t events)
         complete(srv, rev);
         rev = next;
     }
+    if (t->room_kick) {
+        t->room_kick = false;
+        if (t->rooms) ds__spill_rooms_resume(srv, 0);
+    }
 }
 
 /* ---- start and stop ---- */
@@ -440,37 +460,6 @@ static void ix_free(ix_t *x)
     free(x->b);
 }
 
-/* The spill directory holds nothing of value across a restart: what an
- * earlier run left there is deleted. */
-static void forget_one(void *ctx, const char *key, size_t keylen, const ds_l2_meta_t *m)
-{
-    (void)m;
-    ds_l2_t *sp = ctx;
-    char err[64];
-    sp->ops->del(sp, key, keylen, err, sizeof(err));
-}
-
-static int open_spill(ds_server_t *srv, ds_tier_t *t, char *err, size_t cap)
-{
-    const ds_worker_config_t *cfg = &srv->cfg;
-    t->spill = ds__l2_sfs_open(cfg->spill_directory, err, cap);
-    if (t->spill == NULL) return -1;
-    if (t->spill->ops->scan(t->spill, UINT64_MAX, forget_one, t->spill, err, cap) < 0) return -1;
-    t->spill_limit = (uint64_t)cfg->spill_size_limit;
-    if (t->spill_limit == 0) {
-        struct statvfs vs;
-        if (statvfs(cfg->spill_directory, &vs) != 0) {
-            snprintf(err, cap, "spill: cannot stat %s: %s (errno %d)", cfg->spill_directory,
-                     strerror(errno), errno);
-            return -1;
-        }
-        t->spill_limit = (uint64_t)((double)vs.f_bavail * (double)vs.f_frsize * 0.95);
-    }
-    DS_LOG_INFO("spill directory %s, limit %llu bytes", cfg->spill_directory,
-                (unsigned long long)t->spill_limit);
-    return 0;
-}
-
 int ds__tier_init(ds_server_t *srv, char *err, size_t cap)
 {
     const ds_worker_config_t *cfg = &srv->cfg;
@@ -480,12 +469,6 @@ int ds__tier_init(ds_server_t *srv, char *err, size_t cap)
     if (l2 && strcmp(cfg->l2_cache_type, "sfs") != 0) {
         snprintf(err, cap, "--l2_cache_type '%s' is not supported here (none or sfs)",
                  cfg->l2_cache_type);
-        return -1;
-    }
-    if (cfg->etcd_address[0]) {
-        snprintf(err, cap,
-                 "--l2_cache_type and --spill_directory are supported on a standalone worker "
-                 "only (no --etcd_address) for now");
         return -1;
     }
     ds_tier_t *t = calloc(1, sizeof(*t));
@@ -512,7 +495,7 @@ int ds__tier_init(ds_server_t *srv, char *err, size_t cap)
                     cfg->sfs_path, (long long)n, (unsigned long long)t->ix.bytes,
                     (unsigned long long)(ds__now_ms() - t0));
     }
-    if (spill && open_spill(srv, t, err, cap) != 0) return -1;
+    if (spill && ds__spill_open(srv, err, cap) != 0) return -1;
     t->done_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (t->done_fd < 0 ||
         ds__loop_add(srv->net.loop, &t->done_io, t->done_fd, EPOLLIN, on_done, srv) != 0) {
@@ -532,13 +515,24 @@ void ds__tier_destroy(ds_server_t *srv)
     ds_tier_t *t = srv->tier;
     if (t == NULL) return;
     if (t->started) {
+        submit_flush(t);
         atomic_store(&t->stop, true);
         pthread_mutex_lock(&t->mu);
         pthread_cond_signal(&t->cv);
         pthread_mutex_unlock(&t->mu);
         pthread_join(t->thread, NULL);
         on_done(srv, 0);
+        /* what those completions queued (deletions of spill copies) is
+         * dropped: the spill directory is emptied at the next start */
+        while (t->pend) {
+            job_t *j = t->pend;
+            t->pend = j->next;
+            if (j->obj) ds__store_unref(srv->store, j->obj);
+            free(j->key);
+            free(j);
+        }
     }
+    ds__spill_rooms_drop(srv);
     if (t->done_fd >= 0) {
         if (t->started) ds__loop_del(srv->net.loop, &t->done_io);
         close(t->done_fd);
@@ -641,66 +635,47 @@ static bool queue_put(ds_server_t *srv, ds_obj_t *o, uint32_t idx, bool wait, bo
     j->meta.size = o->size;
     j->meta.write_mode = o->write_mode;
     j->meta.ttl_wall_ms = wall_deadline(o);
-    j->meta.version = ix_put(spill ? &t->sx : &t->ix, o->key, o->keylen, &j->meta);
+    ix_t *x = spill ? &t->sx : &t->ix;
+    /* Write-back coalescing: an older write-back of the key still queued is
+     * skipped by the thread (this newer write follows it in the queue). */
+    ent_t *old = spill ? NULL : ix_find(x, o->key, o->keylen);
+    if (old && old->put) atomic_store(&old->put->superseded, true);
+    j->meta.version = ix_put(x, o->key, o->keylen, &j->meta);
+    if (!spill && o->write_mode == DS_WRITE_BACK_L2_CACHE_EVICT) t->evict_writes++;
+    ent_t *e = (!spill && !wait) ? ix_find(x, o->key, o->keylen) : NULL;
+    if (e) e->put = j;
     submit(t, j);
     return true;
 }
 
-/* ---- spill ---- */
-
-/* Arena use past SPILL_HIGH starts copying objects that cannot be evicted
- * to the spill directory until the copies in flight would bring it under
- * SPILL_LOW; each leaves memory once its copy is written. */
-#define SPILL_HIGH 0.90
-#define SPILL_LOW 0.75
-
-typedef struct {
-    ds_server_t *srv;
-    uint64_t need, got, now;
-} pick_t;
-
-static void pick(void *ctx, ds_obj_t *o)
+/* For spill.c (tier_int.h). */
+ent_t *ds__tier_ix_find(ix_t *x, const char *key, uint32_t keylen)
 {
-    pick_t *p = ctx;
-    ds_tier_t *t = p->srv->tier;
-    if (p->got >= p->need || t->depth >= t->cap) return;
-    if (o->spilling || o->refcnt != 1 || !o->in_table) return;
-    if (o->write_mode == DS_WRITE_NONE_L2_CACHE_EVICT) return; /* eviction's */
-    if (o->write_mode == DS_WRITE_BACK_L2_CACHE_EVICT && o->l2_persisted) return;
-    if (o->ttl_deadline_ms && o->ttl_deadline_ms <= p->now + 1000) return;
-    if (t->sx.bytes + t->spill_inflight + o->size > t->spill_limit) return;
-    if (!queue_put(p->srv, o, 0, false, true)) return;
-    o->spilling = 1;
-    t->spill_inflight += o->size;
-    p->got += o->size;
+    return ix_find(x, key, keylen);
 }
 
-/* extra: bytes a write failed to find (0 for the watermark check). */
-static void maybe_spill(ds_server_t *srv, uint64_t extra)
+void ds__tier_ix_remove(ix_t *x, const char *key, uint32_t keylen)
 {
-    ds_tier_t *t = srv->tier;
-    if (t->spill == NULL || t->spill_inflight > 0) return;
-    uint64_t used, total;
-    ds__store_usage(srv->store, &used, &total);
-    if (extra == 0 && (double)used < SPILL_HIGH * (double)total) return;
-    uint64_t low = (uint64_t)(SPILL_LOW * (double)total);
-    pick_t p = {srv, (used > low ? used - low : 0) + extra, 0, ds__now_ms()};
-    /* A walk of the table, only while nothing is in flight: at most once
-     * per batch of spills. */
-    ds__store_foreach(srv->store, pick, &p);
-    if (p.got > 0) t->c.spill_rounds++;
+    ix_remove(x, key, keylen);
 }
 
-void ds__tier_oom(ds_server_t *srv, uint64_t size, char *msg, size_t cap)
+void ds__tier_submit_del(ds_tier_t *t, bool spill, const char *key, uint32_t keylen)
+{
+    submit_del(t, spill, key, keylen);
+}
+
+bool ds__tier_queue_put(ds_server_t *srv, ds_obj_t *o, bool spill)
+{
+    return queue_put(srv, o, 0, false, spill);
+}
+
+uint64_t ds__tier_tick(ds_server_t *srv, uint64_t now, bool spill, uint64_t low)
 {
     ds_tier_t *t = srv->tier;
-    if (t->spill == NULL) return;
-    size_t len = strlen(msg);
-    if (len < cap)
-        snprintf(msg + len, cap - len, "; spill %s: %llu of %llu bytes used, %llu in flight",
-                 t->spill->path, (unsigned long long)t->sx.bytes,
-                 (unsigned long long)t->spill_limit, (unsigned long long)t->spill_inflight);
-    maybe_spill(srv, size);
+    if (spill) ds__spill_round(srv, low, 0);
+    uint64_t next = t->rooms ? ds__spill_rooms_resume(srv, now) : 0; /* past their deadline */
+    submit_flush(t);
+    return next;
 }
 
 void ds__tier_published(ds_server_t *srv, ds_obj_t *o, uint32_t idx)
@@ -721,7 +696,35 @@ void ds__tier_published(ds_server_t *srv, ds_obj_t *o, uint32_t idx)
             queue_put(srv, o, idx, o->write_mode == DS_WRITE_THROUGH_L2_CACHE, false);
         }
     }
-    maybe_spill(srv, 0);
+}
+
+ds_status_t ds__tier_expire_key(ds_server_t *srv, const char *key, uint32_t keylen, uint32_t ttl)
+{
+    ds_tier_t *t = srv->tier;
+    uint64_t deadline = ttl ? wall_ms() + (uint64_t)ttl * 1000u : 0;
+    ent_t *e = t->spill ? live_in(t, &t->sx, true, key, keylen) : NULL;
+    /* The spill directory is emptied at start: its index alone counts. */
+    if (e) e->ttl_wall_ms = deadline;
+    ent_t *l = t->l2 ? live_in(t, &t->ix, false, key, keylen) : NULL;
+    if (l == NULL) return e ? DS_K_OK : DS_K_NOT_FOUND;
+    l->ttl_wall_ms = deadline;
+    job_t *j = calloc(1, sizeof(*j));
+    char *k = malloc(keylen + 1);
+    if (j == NULL || k == NULL) {
+        free(j);
+        free(k);
+        return DS_K_OUT_OF_MEMORY;
+    }
+    memcpy(k, key, keylen);
+    k[keylen] = '\0';
+    j->kind = JOB_RETTL;
+    j->be = t->l2;
+    j->key = k;
+    j->keylen = keylen;
+    j->meta.size = l->size;
+    j->meta.ttl_wall_ms = deadline;
+    submit(t, j); /* rewritten like a write-back: the answer does not wait */
+    return DS_K_OK;
 }
 
 void ds__tier_expire(ds_server_t *srv, ds_obj_t *o)
@@ -732,24 +735,30 @@ void ds__tier_expire(ds_server_t *srv, ds_obj_t *o)
         queue_put(srv, o, 0, false, false);
 }
 
-bool ds__tier_hold_answer(ds_server_t *srv, ds_req_t *r, const uint32_t *st, uint32_t n,
-                          const char *first_err)
+bool ds__tier_hold_answer(ds_server_t *srv, ds_req_t *r, ds_obj_t **published, const uint32_t *st,
+                          uint32_t n, bool nx, const char *first_err)
 {
     ds_tier_t *t = srv->tier;
     waiter_t *w = t->open;
     if (w == NULL) return false;
     t->open = NULL;
     w->st = malloc((n ? n : 1) * sizeof(*w->st));
-    ds_req_t *d = w->st == NULL            ? NULL
-                  : ds__req_is_deferred(r) ? r
+    w->objs = published ? calloc(n ? n : 1, sizeof(*w->objs)) : NULL;
+    ds_req_t *d = w->st == NULL || (published && w->objs == NULL) ? NULL
+                  : ds__req_is_deferred(r)                        ? r
                                            : ds__req_defer(r, waiter_cancel, w);
     if (d == NULL) {
         /* No memory to wait: the writes go on, the answer goes now. */
         free(w->st);
+        free(w->objs);
         w->st = NULL;
+        w->objs = NULL;
         return false;
     }
     memcpy(w->st, st, n * sizeof(*st));
+    for (uint32_t i = 0; published && i < n; i++)
+        if ((w->objs[i] = published[i]) != NULL) ds__store_ref(published[i]);
+    w->nx = nx;
     w->n = n;
     snprintf(w->first, sizeof(w->first), "%s", first_err ? first_err : "");
     w->r = d;
@@ -761,29 +770,71 @@ void ds__tier_no_answer(ds_server_t *srv)
     srv->tier->open = NULL; /* its jobs still hold it; it frees itself */
 }
 
-bool ds__tier_get(ds_server_t *srv, ds_req_t *r, const char *const *keys, const uint32_t *lens,
-                  uint32_t n, void (*resume)(ds_server_t *srv, ds_req_t *d),
-                  void (*retry)(ds_server_t *srv, ds_req_t *d))
+static const char *job_key(const job_t *j, uint32_t *len)
+{
+    *len = j->obj ? j->obj->keylen : j->keylen;
+    return j->obj ? j->obj->key : j->key;
+}
+
+/* A probe of the L2 directory for a key with no index entry (JOB_HEAD). */
+static job_t *probe_job(ds_tier_t *t, const char *key, uint32_t keylen)
+{
+    job_t *j = calloc(1, sizeof(*j));
+    char *k = malloc(keylen + 1);
+    if (j == NULL || k == NULL) {
+        free(j);
+        free(k);
+        return NULL;
+    }
+    memcpy(k, key, keylen);
+    k[keylen] = '\0';
+    j->kind = JOB_HEAD;
+    j->be = t->l2;
+    j->key = k;
+    j->keylen = keylen;
+    return j;
+}
+
+static bool tier_get(ds_server_t *srv, ds_req_t *r, const char *const *keys, const uint32_t *lens,
+                     uint32_t n, void (*resume)(ds_server_t *srv, ds_req_t *d),
+                     void (*retry)(ds_server_t *srv, ds_req_t *d), bool probe,
+                     void (*resume_ctx)(ds_server_t *srv, ds_req_t *d, void *ctx), void *ctx)
 {
     ds_tier_t *t = srv->tier;
     uint64_t now = ds__now_ms();
     waiter_t *w = NULL;
     job_t *jobs = NULL;
-    bool again = false; /* retry once the spills queued for room are done */
+    bool again = false;     /* retry once the spills queued for room are done */
+    char no_room[600] = ""; /* a key on disk that found no room in the arena */
+    uint32_t in_memory = 0;
     for (uint32_t i = 0; i < n; i++) {
         if (t->depth >= t->cap) break;
-        if (ds__store_lookup(srv->store, keys[i], lens[i], now) != NULL) continue;
+        if (ds__store_lookup(srv->store, keys[i], lens[i], now) != NULL) {
+            in_memory++;
+            continue;
+        }
         bool spill = false;
         ent_t *e = t->l2 ? live_in(t, &t->ix, false, keys[i], lens[i]) : NULL;
         if (e == NULL && t->spill) {
             e = live_in(t, &t->sx, true, keys[i], lens[i]);
             spill = true;
         }
-        if (e == NULL) continue;
         bool dup = false;
-        for (job_t *j = jobs; j && !dup; j = j->next)
-            dup = j->obj->keylen == lens[i] && memcmp(j->obj->key, keys[i], lens[i]) == 0;
+        for (job_t *j = jobs; j && !dup; j = j->next) {
+            uint32_t jl;
+            const char *jk = job_key(j, &jl);
+            dup = jl == lens[i] && memcmp(jk, keys[i], lens[i]) == 0;
+        }
         if (dup) continue;
+        if (e == NULL && probe && t->l2) {
+            if (w == NULL) w = calloc(1, sizeof(*w));
+            job_t *j = w ? probe_job(t, keys[i], lens[i]) : NULL;
+            if (j == NULL) break;
+            j->next = jobs;
+            jobs = j;
+            continue;
+        }
+        if (e == NULL) continue;
         uint32_t ttl = 0;
         if (e->ttl_wall_ms) {
             uint64_t wnow = wall_ms();
@@ -795,7 +846,7 @@ bool ds__tier_get(ds_server_t *srv, ds_req_t *r, const char *const *keys, const 
         ds_status_t rs = ds__store_reserve(srv->store, keys[i], lens[i], e->size,
                                            (ds_write_mode_t)e->mode, ttl, &o, msg, sizeof(msg));
         if (rs == DS_K_OUT_OF_MEMORY && retry && t->spill) {
-            maybe_spill(srv, e->size);
+            ds__spill_round(srv, ds__spill_arena_low(srv), e->size);
             if (t->spill_inflight > 0) {
                 again = true;
                 continue;
@@ -804,6 +855,9 @@ bool ds__tier_get(ds_server_t *srv, ds_req_t *r, const char *const *keys, const 
         if (rs != DS_K_OK) {
             ds__req_log(r, DS_LOG_WARN, "cannot bring '%.*s' back from %s: %s",
                         (int)(lens[i] > 64 ? 64 : lens[i]), keys[i], spill ? "spill" : "L2", msg);
+            if (no_room[0] == '\0')
+                snprintf(no_room, sizeof(no_room), "cannot bring '%.*s' back from %s: %s",
+                         (int)(lens[i] > 64 ? 64 : lens[i]), keys[i], spill ? "spill" : "L2", msg);
             continue;
         }
         if (w == NULL) w = calloc(1, sizeof(*w));
@@ -820,6 +874,12 @@ bool ds__tier_get(ds_server_t *srv, ds_req_t *r, const char *const *keys, const 
         j->next = jobs;
         jobs = j;
     }
+    if (no_room[0] && jobs == NULL && !again && in_memory == 0 && resume_ctx == NULL) {
+        /* nothing else to answer with: the key is there, the room is not */
+        free(w);
+        ds__req_error(r, DS_K_OUT_OF_MEMORY, "%s", no_room);
+        return true;
+    }
     if (again && jobs == NULL) {
         /* nothing to load yet: wait for the spills, then try again */
         if (w == NULL) w = calloc(1, sizeof(*w));
@@ -830,12 +890,16 @@ bool ds__tier_get(ds_server_t *srv, ds_req_t *r, const char *const *keys, const 
     if (jobs) {
         w->is_get = true;
         w->resume = again ? retry : resume;
+        w->resume_ctx = resume_ctx;
+        w->ctx = ctx;
         d = ds__req_is_deferred(r) ? r : ds__req_defer(r, waiter_cancel, w);
+        if (d && ds__req_is_deferred(r)) ds__req_rearm(d, waiter_cancel, w);
     }
     if (d == NULL) {
         while (jobs) {
             job_t *next = jobs->next;
             if (jobs->obj) ds__store_unref(srv->store, jobs->obj);
+            free(jobs->key);
             free(jobs);
             jobs = next;
         }
@@ -852,6 +916,24 @@ bool ds__tier_get(ds_server_t *srv, ds_req_t *r, const char *const *keys, const 
     return true;
 }
 
+bool ds__tier_get(ds_server_t *srv, ds_req_t *r, const char *const *keys, const uint32_t *lens,
+                  uint32_t n, void (*resume)(ds_server_t *srv, ds_req_t *d),
+                  void (*retry)(ds_server_t *srv, ds_req_t *d))
+{
+    return tier_get(srv, r, keys, lens, n, resume, retry, false, NULL, NULL);
+}
+
+bool ds__tier_get_ctx(ds_server_t *srv, ds_req_t *r, const char *const *keys, const uint32_t *lens,
+                      uint32_t n, void (*done)(ds_server_t *srv, ds_req_t *d, void *ctx), void *ctx)
+{
+    ds_tier_t *t = srv->tier;
+    /* Another worker's objects on a shared sfs directory are found by
+     * probing for the key (no index entry: this worker did not write them,
+     * or wrote them after its scan). */
+    bool probe = srv->cfg.enable_l2_cache_fallback && t->l2 && strcmp(t->l2->ops->name, "sfs") == 0;
+    return tier_get(srv, r, keys, lens, n, NULL, NULL, probe, done, ctx);
+}
+
 bool ds__tier_counters(ds_server_t *srv, ds_tier_counters_t *out)
 {
     ds_tier_t *t = srv->tier;
@@ -863,6 +945,7 @@ bool ds__tier_counters(ds_server_t *srv, ds_tier_counters_t *out)
     out->bytes = t->ix.bytes;
     out->spill_objects = t->sx.count;
     out->spill_bytes = t->sx.bytes;
+    out->spill_disk = t->sx.disk;
     out->spill_limit = t->spill_limit;
     out->queue_depth = t->depth;
     out->queue_cap = t->cap;
@@ -889,17 +972,25 @@ void ds__tier_stats(ds_server_t *srv, cJSON *root)
         cJSON_AddNumberToObject(l2, "queue_depth", (double)c.queue_depth);
         cJSON_AddNumberToObject(l2, "queue_cap", (double)c.queue_cap);
         cJSON_AddNumberToObject(l2, "queue_full", (double)c.queue_full);
+        cJSON_AddNumberToObject(l2, "fallback_reads", (double)c.fallback_reads);
+        cJSON_AddNumberToObject(l2, "coalesced", (double)c.coalesced);
+        /* writes that found the arena full and waited (for spills or for
+         * write-backs that make WRITE_BACK_L2_CACHE_EVICT objects evictable) */
+        cJSON_AddNumberToObject(l2, "room_waits", (double)c.spill_waits);
     }
     cJSON *sp = t->spill ? cJSON_AddObjectToObject(root, "spill") : NULL;
     if (sp) {
         cJSON_AddStringToObject(sp, "path", t->spill->path);
         cJSON_AddNumberToObject(sp, "objects", (double)c.spill_objects);
         cJSON_AddNumberToObject(sp, "bytes", (double)c.spill_bytes);
+        cJSON_AddNumberToObject(sp, "disk_bytes", (double)c.spill_disk);
         cJSON_AddNumberToObject(sp, "limit_bytes", (double)c.spill_limit);
         cJSON_AddNumberToObject(sp, "writes", (double)c.spill_writes);
         cJSON_AddNumberToObject(sp, "reads", (double)c.spill_reads);
         cJSON_AddNumberToObject(sp, "errors", (double)c.spill_errors);
         cJSON_AddNumberToObject(sp, "rounds", (double)c.spill_rounds);
+        cJSON_AddNumberToObject(sp, "waits", (double)c.spill_waits);
+        cJSON_AddNumberToObject(sp, "paused", t->spill_paused ? 1 : 0);
         cJSON_AddNumberToObject(sp, "queue_depth", (double)c.queue_depth);
     }
 }

@@ -43,10 +43,11 @@ ds_status_t ds__tier_admit(ds_server_t *srv, const ds_obj_t *o, bool nx, char *m
  * delete a stale L2 copy (a cache-only overwrite). */
 void ds__tier_published(ds_server_t *srv, ds_obj_t *o, uint32_t idx);
 /* The answer to the writes just published: true when it is held until their
- * write-through L2 writes are durable (the tier then answers r; statuses of
- * failed writes become K_IO_ERROR naming the path and errno). */
-bool ds__tier_hold_answer(ds_server_t *srv, ds_req_t *r, const uint32_t *st, uint32_t n,
-                          const char *first_err);
+ * write-through L2 writes are durable (the tier then answers r through
+ * ds__ops_answer_durable, which in a cluster tells the owners first;
+ * statuses of failed writes become K_IO_ERROR naming the path and errno). */
+bool ds__tier_hold_answer(ds_server_t *srv, ds_req_t *r, ds_obj_t **published, const uint32_t *st,
+                          uint32_t n, bool nx, const char *first_err);
 /* The writes just published get no answer (NOREPLY): persist them anyway. */
 void ds__tier_no_answer(ds_server_t *srv);
 
@@ -54,31 +55,58 @@ void ds__tier_no_answer(ds_server_t *srv);
  * holds into the arena, then calls resume(srv, d) with the deferred request;
  * false when nothing needs loading (r untouched). When the arena has no room
  * and spilling can make some, calls retry(srv, d) instead once the spills
- * are done (retry NULL: no second wait). */
+ * are done (retry NULL: no second wait). A key on disk for which no room
+ * can be made is answered K_OUT_OF_MEMORY (true) when nothing else loads. */
 bool ds__tier_get(ds_server_t *srv, ds_req_t *r, const char *const *keys, const uint32_t *lens,
                   uint32_t n, void (*resume)(ds_server_t *srv, ds_req_t *d),
                   void (*retry)(ds_server_t *srv, ds_req_t *d));
+/* A cluster GET's keys that no live worker could serve: loads those the
+ * local tiers hold, and with --enable_l2_cache_fallback on an sfs L2 also
+ * those its directory holds without an index entry (a shared directory:
+ * another, possibly dead, worker's objects), then calls done(srv, d, ctx)
+ * (which must check ds__req_gone). false when nothing needs loading. */
+bool ds__tier_get_ctx(ds_server_t *srv, ds_req_t *r, const char *const *keys, const uint32_t *lens,
+                      uint32_t n, void (*done)(ds_server_t *srv, ds_req_t *d, void *ctx),
+                      void *ctx);
 /* The L2 holds the key (and it has not expired). */
 bool ds__tier_has(ds_server_t *srv, const char *key, uint32_t keylen);
 /* DEL: forget the key and delete its L2 copy (queued). */
 void ds__tier_del(ds_server_t *srv, const char *key, uint32_t keylen);
 
-/* A write found no room for size bytes: adds the spill directory's figures
- * to msg and starts spilling (a retry may then succeed). */
+/* A write found no room for size bytes: adds the arena's and the spill
+ * directory's figures to msg. */
 void ds__tier_oom(ds_server_t *srv, uint64_t size, char *msg, size_t cap);
+/* A write found no room for size bytes: when spills can make some (or
+ * queued write-backs of WRITE_BACK_L2_CACHE_EVICT objects, which become
+ * evictable once written), defers r
+ * (or keeps it deferred) and calls rerun(srv, d) once they are done, to run
+ * the write again (at most ROOM_WAIT_MS in all). false when nothing can make
+ * room (no spill directory, both tiers full, or the wait is over): the
+ * write then fails with K_OUT_OF_MEMORY. */
+bool ds__tier_wait_room(ds_server_t *srv, ds_req_t *r, uint64_t size,
+                        void (*rerun)(ds_server_t *srv, ds_req_t *d));
+/* Background spilling (memory.c, spill true when arena use is past the
+ * high watermark and eviction could not help) down to low bytes, and
+ * deadlines of waiting writes; returns the next deadline (0 = none). */
+uint64_t ds__tier_tick(ds_server_t *srv, uint64_t now, bool spill, uint64_t low);
 
 /* EXPIRE changed o's TTL: its L2 copy is rewritten with the new deadline
  * (queued, like a write-back). */
 void ds__tier_expire(ds_server_t *srv, ds_obj_t *o);
+
+/* EXPIRE of a key that is not in memory: a new deadline (ttl seconds from
+ * now, 0 none) for its L2 or spill copy (the L2 file is rewritten, queued).
+ * DS_K_NOT_FOUND when neither holds it. */
+ds_status_t ds__tier_expire_key(ds_server_t *srv, const char *key, uint32_t keylen, uint32_t ttl);
 
 /* The "l2" section of STATS, and the figures /metrics shows. */
 void ds__tier_stats(ds_server_t *srv, struct cJSON *root);
 typedef struct {
     bool l2_on, spill_on;
     uint64_t objects, bytes, reads, read_bytes, writes, write_bytes, deletes, errors;
-    uint64_t queue_depth, queue_cap, queue_full;
-    uint64_t spill_objects, spill_bytes, spill_limit, spill_writes, spill_reads, spill_errors,
-        spill_rounds;
+    uint64_t queue_depth, queue_cap, queue_full, fallback_reads, coalesced;
+    uint64_t spill_objects, spill_bytes, spill_disk, spill_limit, spill_writes, spill_reads,
+        spill_errors, spill_rounds, spill_waits;
 } ds_tier_counters_t;
 bool ds__tier_counters(ds_server_t *srv, ds_tier_counters_t *out);
 

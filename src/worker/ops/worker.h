@@ -76,6 +76,10 @@ struct ds_server {
     struct ds_grefs *grefs;     /* global reference counts (ops_read.c), lazily made */
     struct ds_latches *latches; /* read latches and the writers they hold (latch.c) */
     struct ds_tier *tier;       /* L2 cache and disk I/O thread (tier.c); NULL = none */
+    /* background eviction between the arena watermarks (memory.c) */
+    bool evicting;
+    uint64_t evict_stuck_at; /* arena use when a run found nothing more to evict */
+    uint64_t bg_evictions;
 };
 
 /* The worker's request handler (registered as the net layer's dispatch). */
@@ -90,6 +94,10 @@ void ds__latch_session_end(void *srv, ds_session_t *s);
 void ds__latch_destroy(ds_server_t *srv);
 /* Frees the global reference counts (ops_read.c). */
 void ds__ops_grefs_free(ds_server_t *srv);
+/* Background eviction and spill between the arena watermarks (memory.c),
+ * run by the loop between events; returns when it wants to run again (now:
+ * next turn; 0: when woken by events). */
+uint64_t ds__ops_memory_tick(ds_server_t *srv, uint64_t now);
 /* Stops the run loop after the current turn. */
 void ds__server_stop(ds_server_t *srv);
 /* The stats document (dscli status, STATS op) as a malloc'd JSON string. */
@@ -104,5 +112,10 @@ void ds__ops_reply_statuses(ds_req_t *r, const uint32_t *st, uint32_t n, const c
  * before the client hears back. */
 void ds__ops_answer_published(ds_server_t *srv, ds_req_t *r, ds_obj_t **published,
                               const uint32_t *st, uint32_t n, bool nx, const char *first_err);
+/* The same once write-through copies are durable (tier.c calls it for a
+ * held answer): in a cluster the owners learn the new copies, then the
+ * client hears back. */
+void ds__ops_answer_durable(ds_server_t *srv, ds_req_t *r, ds_obj_t **published, const uint32_t *st,
+                            uint32_t n, bool nx, const char *first_err);
 
 #endif

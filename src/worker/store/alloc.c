@@ -291,6 +291,12 @@ uint64_t ds__block_size(const ds_block_t *b)
     return blk_size(b);
 }
 
+void ds__alloc_usage(const ds_alloc_t *a, uint64_t *used, uint64_t *total)
+{
+    *used = a->used;
+    *total = a->total;
+}
+
 void ds__alloc_stats(const ds_alloc_t *a, ds_alloc_stats_t *out)
 {
     memset(out, 0, sizeof(*out));

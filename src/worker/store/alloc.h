@@ -45,6 +45,8 @@ uint64_t ds__block_offset(const ds_block_t *b);
 uint64_t ds__block_size(const ds_block_t *b); /* rounded-up usable size */
 
 void ds__alloc_stats(const ds_alloc_t *a, ds_alloc_stats_t *out);
+/* Bytes allocated and in all, O(1) (no free-list walk). */
+void ds__alloc_usage(const ds_alloc_t *a, uint64_t *used, uint64_t *total);
 /* Walks every block and checks the invariants (neighbours coalesced, free
  * lists consistent, sizes add up). 0 when sound; for tests. */
 int ds__alloc_check(const ds_alloc_t *a);

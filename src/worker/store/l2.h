@@ -33,7 +33,10 @@ typedef struct {
     int (*put)(ds_l2_t *l2, const char *key, size_t keylen, const void *data,
                const ds_l2_meta_t *meta, char *err, size_t cap);
     /* Reads the object into dst (cap bytes, at least its size); a torn,
-     * foreign or corrupt object is an error, never served. */
+     * foreign or corrupt object is an error, never served. sfs: dst NULL
+     * reads and checks only the header, filling meta (a probe for a key
+     * the worker has no index entry for, e.g. another worker's object on a
+     * shared directory). */
     int (*get)(ds_l2_t *l2, const char *key, size_t keylen, void *dst, uint64_t dst_cap,
                ds_l2_meta_t *meta, char *err, size_t cap);
     /* Deleting a missing key succeeds. */

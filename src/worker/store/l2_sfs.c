@@ -8,11 +8,14 @@
  * compared on every read, so a colliding or renamed file is never served.
  *
  * File layout (host byte order, little-endian on every target we build for):
- *   0  magic "DSSFS01\n"     8  u32 header length (64)   12 u32 key length
+ *   0  magic "DSSFS02\n"     8  u32 header length (64)   12 u32 key length
  *   16 u64 value size        24 u64 version              32 u64 ttl deadline,
  *   wall-clock ms (0 none)   40 u8 write mode, 7 zero bytes
  *   48 u64 checksum of the value     56 u64 checksum of bytes 0..55 and the key
  *   64 the key, then the value.
+ * The value checksum is ds__sum4 (four interleaved lanes, common/hash.h);
+ * files of version 1 ("DSSFS01\n", ds__sum64 over the value, otherwise the
+ * same) are still read.
  * The file's size must be exactly 64 + key + value. A writer creates
  * ".tmp-<random>-<n>", writes, fsyncs, renames it onto the name and fsyncs the
  * directory: a reader sees the old object or the new one, never a mix, and a
@@ -33,11 +36,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#define SFS_MAGIC "DSSFS01\n"
+#define SFS_MAGIC "DSSFS02\n"    /* written: value checksum ds__sum4 */
+#define SFS_MAGIC_V1 "DSSFS01\n" /* still read: value checksum ds__sum64 */
 #define SFS_HDR 64u
 #define SFS_NAME_MAX 160
 #define SFS_TMP_PREFIX ".tmp-"
-#define SFS_TMP_STALE_S 600 /* older temporary files are a crashed writer's */
+#define SFS_TMP_STALE_S 600  /* older temporary files are a crashed writer's */
+#define SFS_CHUNK (4u << 20) /* value bytes checksummed and written at a time */
 
 typedef struct {
     ds_l2_t base;
@@ -97,7 +102,8 @@ static void hdr_fill(uint8_t h[SFS_HDR], const char *key, size_t keylen, const d
     memcpy(h + 56, &hs, 8);
 }
 
-/* Parses and checks a header and its key; 0 when sound. */
+/* Parses and checks a header and its key: its format version (1, 2) when
+ * sound, -1 when not. */
 static int hdr_parse(const uint8_t h[SFS_HDR], const char *key, uint32_t keylen, ds_l2_meta_t *m,
                      uint64_t *data_sum)
 {
@@ -106,14 +112,25 @@ static int hdr_parse(const uint8_t h[SFS_HDR], const char *key, uint32_t keylen,
     memcpy(&hl, h + 8, 4);
     memcpy(&kl, h + 12, 4);
     memcpy(&hs, h + 56, 8);
-    if (memcmp(h, SFS_MAGIC, 8) != 0 || hl != SFS_HDR || kl != keylen) return -1;
+    bool v1 = memcmp(h, SFS_MAGIC_V1, 8) == 0;
+    if ((!v1 && memcmp(h, SFS_MAGIC, 8) != 0) || hl != SFS_HDR || kl != keylen) return -1;
     if (ds__sum64(ds__sum64(DS_SUM64_SEED, h, 56), key, keylen) != hs) return -1;
     memcpy(&m->size, h + 16, 8);
     memcpy(&m->version, h + 24, 8);
     memcpy(&m->ttl_wall_ms, h + 32, 8);
     m->write_mode = h[40];
     memcpy(data_sum, h + 48, 8);
-    return 0;
+    return v1 ? 1 : 2;
+}
+
+/* The value checksum of a file of format version ver. */
+static uint64_t value_sum(int ver, const void *p, uint64_t n)
+{
+    if (ver == 1) return ds__sum64(DS_SUM64_SEED, p, n);
+    ds_sum4_t s;
+    ds__sum4_init(&s);
+    ds__sum4_update(&s, p, n);
+    return ds__sum4_final(&s);
 }
 
 static int full_read(int fd, void *p, size_t n)
@@ -128,6 +145,28 @@ static int full_read(int fd, void *p, size_t n)
         }
         b += r;
         n -= (size_t)r;
+    }
+    return 0;
+}
+
+/* Writes every byte of iov[0..n) (changed on the way); 0 or -1 with errno. */
+static int full_writev(int fd, struct iovec *iov, int n)
+{
+    int vi = 0;
+    while (vi < n) {
+        ssize_t w = writev(fd, iov + vi, n - vi);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            if (w == 0) errno = EIO;
+            return -1;
+        }
+        size_t left = (size_t)w;
+        while (vi < n && left >= iov[vi].iov_len)
+            left -= iov[vi++].iov_len;
+        if (vi < n) {
+            iov[vi].iov_base = (uint8_t *)iov[vi].iov_base + left;
+            iov[vi].iov_len -= left;
+        }
     }
     return 0;
 }
@@ -150,25 +189,36 @@ static int sfs_put(ds_l2_t *l2, const char *key, size_t keylen, const void *data
                  strerror(errno), errno);
         return -1;
     }
+    /* The header and key first (the header's value checksum is not known
+     * yet: rewritten at the end), then the value in chunks, each
+     * checksummed just before it is written (one pass over the bytes while
+     * they are in cache) and handed to the device at once
+     * (sync_file_range), so the disk writes while the next chunk is copied
+     * and the final fsync has little left to do. */
     uint8_t h[SFS_HDR];
-    hdr_fill(h, key, keylen, meta, ds__sum64(DS_SUM64_SEED, data, meta->size));
-    struct iovec iov[3] = {{h, SFS_HDR}, {(void *)key, keylen}, {(void *)data, meta->size}};
-    int vi = 0;
+    hdr_fill(h, key, keylen, meta, 0);
     const char *step = "write";
-    while (vi < 3) {
-        ssize_t w = writev(fd, iov + vi, 3 - vi);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) {
-            if (w == 0) errno = EIO;
-            goto fail;
-        }
-        size_t left = (size_t)w;
-        while (vi < 3 && left >= iov[vi].iov_len)
-            left -= iov[vi++].iov_len;
-        if (vi < 3) {
-            iov[vi].iov_base = (uint8_t *)iov[vi].iov_base + left;
-            iov[vi].iov_len -= left;
-        }
+    struct iovec iov[2] = {{h, SFS_HDR}, {(void *)key, keylen}};
+    if (full_writev(fd, iov, 2) != 0) goto fail;
+    ds_sum4_t sum;
+    ds__sum4_init(&sum);
+    uint64_t off = SFS_HDR + keylen;
+    const uint8_t *v = data;
+    for (uint64_t done = 0; done < meta->size;) {
+        size_t n = meta->size - done > SFS_CHUNK ? SFS_CHUNK : (size_t)(meta->size - done);
+        ds__sum4_update(&sum, v + done, n); /* SFS_CHUNK is a multiple of 32 */
+        struct iovec one = {(void *)(v + done), n};
+        if (full_writev(fd, &one, 1) != 0) goto fail;
+        (void)sync_file_range(fd, (off_t)off, (off_t)n, SYNC_FILE_RANGE_WRITE);
+        off += n;
+        done += n;
+    }
+    hdr_fill(h, key, keylen, meta, ds__sum4_final(&sum));
+    step = "header write";
+    ssize_t hw = pwrite(fd, h, SFS_HDR, 0);
+    if (hw != (ssize_t)SFS_HDR) {
+        if (hw >= 0) errno = EIO;
+        goto fail;
     }
     step = "fsync";
     if (fsync(fd) != 0) goto fail;
@@ -210,20 +260,24 @@ static int sfs_get(ds_l2_t *l2, const char *key, size_t keylen, void *dst, uint6
     char *k = malloc(keylen ? keylen : 1);
     struct stat st;
     uint64_t dsum = 0;
+    int ver = 0;
     const char *why = NULL;
     if (k == NULL)
         why = "out of memory";
     else if (fstat(fd, &st) != 0 || full_read(fd, h, SFS_HDR) != 0 || full_read(fd, k, keylen) != 0)
         why = "short or unreadable header";
-    else if (memcmp(k, key, keylen) != 0 || hdr_parse(h, key, (uint32_t)keylen, meta, &dsum) != 0)
+    else if (memcmp(k, key, keylen) != 0 ||
+             (ver = hdr_parse(h, key, (uint32_t)keylen, meta, &dsum)) < 0)
         why = "bad header (torn, foreign or another key's file)";
     else if ((uint64_t)st.st_size != SFS_HDR + keylen + meta->size)
         why = "file size does not match its header (torn or truncated)";
+    else if (dst == NULL)
+        ; /* the header only (a probe): meta is filled */
     else if (meta->size > dst_cap)
         why = "object larger than the space reserved for it";
     else if (full_read(fd, dst, meta->size) != 0)
         why = "short read of the value";
-    else if (ds__sum64(DS_SUM64_SEED, dst, meta->size) != dsum)
+    else if (value_sum(ver, dst, meta->size) != dsum)
         why = "value checksum mismatch";
     free(k);
     close(fd);
@@ -281,7 +335,7 @@ static int64_t sfs_scan(ds_l2_t *l2, uint64_t now_wall_ms,
         bool ok = full_read(f, h, SFS_HDR) == 0;
         if (ok) memcpy(&kl, h + 12, 4);
         ok = ok && kl > 0 && kl <= DS_L2_KEY_MAX && full_read(f, key, kl) == 0 &&
-             hdr_parse(h, key, kl, &m, &dsum) == 0 &&
+             hdr_parse(h, key, kl, &m, &dsum) >= 0 &&
              (uint64_t)st.st_size == SFS_HDR + kl + m.size &&
              ds__l2_sfs_name(key, kl, want, sizeof(want)) == 0 && strcmp(want, e->d_name) == 0;
         close(f);

@@ -669,10 +669,19 @@ void ds__store_stats(const ds_store_t *s, ds_store_stats_t *out)
 
 void ds__store_usage(const ds_store_t *s, uint64_t *used, uint64_t *total)
 {
-    ds_alloc_stats_t st;
-    ds__alloc_stats(s->alloc, &st);
-    *used = st.used;
-    *total = st.total;
+    ds__alloc_usage(s->alloc, used, total);
+}
+
+uint32_t ds__store_evict_to(ds_store_t *s, uint64_t target_used, uint32_t max_objects)
+{
+    uint32_t n = 0;
+    while (n < max_objects) {
+        uint64_t used, total;
+        ds__alloc_usage(s->alloc, &used, &total);
+        if (used <= target_used || s->ring_count == 0 || !evict_one(s)) break;
+        n++;
+    }
+    return n;
 }
 
 int ds__store_check(const ds_store_t *s)

@@ -147,6 +147,11 @@ void ds__store_stats(const ds_store_t *s, ds_store_stats_t *out);
 /* Arena bytes allocated and in all (objects' part of the arena), in O(1). */
 void ds__store_usage(const ds_store_t *s, uint64_t *used, uint64_t *total);
 
+/* Background eviction: evicts unpinned volatile objects in clock order
+ * until arena use is at most target_used, at most max_objects of them.
+ * Returns how many it evicted (max_objects: there may be more to do). */
+uint32_t ds__store_evict_to(ds_store_t *s, uint64_t target_used, uint32_t max_objects);
+
 /* Called when an object leaves the table by eviction or TTL expiry (not by
  * overwrite or delete, which the caller already knows about), before its
  * table reference is dropped; the cluster uses it to tell the key's owner. */

@@ -1,0 +1,144 @@
+/* The storage tiers' internals, shared by tier.c (the L2 index, the disk
+ * I/O thread, the glue SET, GET and DEL call) and spill.c (spilling,
+ * writes waiting for room). Loop-only state unless said otherwise; see
+ * tier.h and ../THREADS.md. */
+#ifndef DS_WORKER_OPS_TIER_INT_H
+#define DS_WORKER_OPS_TIER_INT_H
+
+#include "worker/ops/ops_int.h"
+#include "worker/ops/tier.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+typedef enum { JOB_PUT, JOB_GET, JOB_DEL, JOB_NOP, JOB_RETTL, JOB_HEAD } job_kind_t;
+
+typedef struct waiter waiter_t;
+
+typedef struct job {
+    struct job *next;
+    job_kind_t kind;
+    ds_obj_t *obj; /* PUT: a reference to read from; GET: the reservation to fill */
+    uint8_t *data; /* obj's bytes in the worker's mapping */
+    ds_l2_meta_t meta;
+    ds_l2_t *be; /* the backend: the L2 or the spill directory */
+    bool spill;  /* be is the spill directory */
+    char *key;   /* DEL: an owned copy */
+    uint32_t keylen;
+    uint32_t idx; /* PUT: the key's place in its request */
+    waiter_t *w;  /* the request waiting for this job, or NULL */
+    int rc;       /* thread: 0, 1 (GET: no object) or -1 */
+    /* PUT (write-back): a later write of the key was queued behind it, so
+     * the thread skips it (set by the loop, read by the thread) */
+    atomic_bool superseded;
+    bool skipped; /* thread: it did */
+    char err[300];
+} job_t;
+
+struct waiter {
+    ds_req_t *r; /* NULL: nobody to answer */
+    uint32_t pending;
+    bool is_get;
+    void (*resume)(ds_server_t *srv, ds_req_t *d);
+    void (*resume_ctx)(ds_server_t *srv, ds_req_t *d, void *ctx); /* instead, with ctx */
+    void *ctx;
+    ds_obj_t **objs; /* write-through: the published objects (references), for the cluster */
+    bool nx;
+    uint32_t n;
+    uint32_t *st;
+    char first[400];
+};
+
+typedef struct ent {
+    struct ent *next;
+    struct job *put; /* the key's last queued L2 write-back, until it completes */
+    uint64_t size, version, ttl_wall_ms;
+    uint32_t hash;
+    uint32_t keylen;
+    uint8_t mode;
+    char key[];
+} ent_t;
+
+/* An index of what a backend holds (loop only). */
+typedef struct {
+    ent_t **b;
+    uint64_t nb, count, bytes;
+    uint64_t disk;    /* bytes the files take on disk (disk_of) */
+    uint64_t version; /* of entries, to tell a later write apart */
+} ix_t;
+
+typedef struct ds_tier {
+    ds_l2_t *l2;    /* --l2_cache_type; NULL = none */
+    ds_l2_t *spill; /* --spill_directory (an sfs directory emptied at start); NULL = none */
+    ix_t ix;        /* what the L2 holds */
+    ix_t sx;        /* what the spill directory holds */
+    uint64_t spill_limit, spill_inflight;        /* bytes on disk (disk_of) */
+    uint64_t spill_high, spill_low;              /* background spilling's watermarks, bytes */
+    bool spill_paused;                           /* background spilling passed spill_high */
+    struct room *rooms;                          /* writes waiting for room, in arrival order */
+    ds_req_t *rerun_req;                         /* the waiting write running again, and */
+    uint64_t rerun_deadline;                     /* its deadline */
+    bool room_kick;                              /* a spill finished: waiting writes retry */
+    uint64_t spill_err_until;                    /* a spill write failed: none until then */
+    char spill_err[300];                         /* the last spill write error */
+    uint64_t spill_stuck_used, spill_stuck_disk; /* a fruitless background round's figures */
+    uint64_t spill_fs_free;
+    /* queued L2 writes of WRITE_BACK_L2_CACHE_EVICT objects: each makes its
+     * object evictable, so a write that found the arena full waits for them */
+    uint32_t evict_writes; /* free on its file system, last looked */
+    /* the queue */
+    pthread_t thread;
+    bool started;
+    atomic_bool stop;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    job_t *todo, *todo_tail, *done; /* under mu */
+    job_t *pend, *pend_tail;        /* loop only: submitted, not yet handed over */
+    int done_fd;
+    ds_io_t done_io;
+    uint64_t depth, cap; /* loop: jobs queued and not yet completed */
+    waiter_t *open;      /* write-through writes of the request being answered */
+    ds_tier_counters_t c;
+} ds_tier_t;
+
+/* A write waiting for room (see ds__tier_wait_room). */
+typedef struct room {
+    struct room *next;
+    ds_req_t *d;
+    uint64_t deadline;
+    void (*rerun)(ds_server_t *srv, ds_req_t *d);
+} room_t;
+
+/* What an object's file takes on disk: the value, the backend's header and
+ * the key, in 4 KiB blocks (what du counts). */
+static inline uint64_t ds__tier_disk_of(uint64_t size, uint32_t keylen)
+{
+    return (size + 64 + keylen + 4095) & ~(uint64_t)4095;
+}
+
+/* tier.c, for spill.c */
+ent_t *ds__tier_ix_find(ix_t *x, const char *key, uint32_t keylen);
+void ds__tier_ix_remove(ix_t *x, const char *key, uint32_t keylen);
+/* Queues the deletion of key's file in a backend (no index change). */
+void ds__tier_submit_del(ds_tier_t *t, bool spill, const char *key, uint32_t keylen);
+/* Queues o's copy to the spill directory (spill) or the L2, as a
+ * write-back; false when out of memory. */
+bool ds__tier_queue_put(ds_server_t *srv, ds_obj_t *o, bool spill);
+
+/* spill.c, for tier.c */
+/* Opens the spill directory (emptied) and settles its limit and watermarks. */
+int ds__spill_open(ds_server_t *srv, char *err, size_t cap);
+/* A spill copy's write is done (a completion on the loop). */
+void ds__spill_put_done(ds_server_t *srv, job_t *j);
+/* Starts a round of spills down to low arena bytes, plus extra bytes a
+ * waiting write or read needs (extra 0: the background). */
+void ds__spill_round(ds_server_t *srv, uint64_t low, uint64_t extra);
+/* The arena's low watermark in bytes. */
+uint64_t ds__spill_arena_low(ds_server_t *srv);
+/* Runs the waiting writes again: all (now 0, spills finished) or those
+ * past their deadline; returns the earliest deadline left (0 none). */
+uint64_t ds__spill_rooms_resume(ds_server_t *srv, uint64_t now);
+/* At stop: the waiting writes fail. */
+void ds__spill_rooms_drop(ds_server_t *srv);
+
+#endif
