@@ -334,7 +334,9 @@ static double metric(int port, const char *name)
 #define SMALL_TOTAL 960 /* writes per run, split over the writers */
 
 typedef struct {
-    int slot, id, n, rep;
+    int id, n, rep;
+    ds_client_t *c;
+    pthread_barrier_t *go;
     const uint8_t *val;
     uint64_t *lat;
     ds_status_t st;
@@ -343,8 +345,8 @@ typedef struct {
 static void *small_writer(void *arg)
 {
     small_t *w = arg;
-    ds_client_t *c = NULL;
-    if ((w->st = ds_client_connect(&wopt[w->slot], &c)) != DS_K_OK) return NULL;
+    ds_client_t *c = w->c;
+    pthread_barrier_wait(w->go);
     ds_set_param_t p = DS_SET_PARAM_INIT;
     p.write_mode = DS_WRITE_THROUGH_L2_CACHE;
     for (int i = 0; i < w->n; i++) {
@@ -355,27 +357,37 @@ static void *small_writer(void *arg)
         w->lat[i] = ds__now_ns() - t0;
         if (w->st != DS_K_OK) break;
     }
-    ds_client_close(c);
     return NULL;
 }
 
-/* conc clients write SMALL_TOTAL 4 KiB values through to L2: writes per
- * second; *p50_us the median answer time. */
+/* conc clients (connected first, then released together) write SMALL_TOTAL
+ * 4 KiB values through to L2: writes per second; *p50_us the median answer
+ * time. */
 static double small_run(int slot, int conc, int rep, const uint8_t *val, uint64_t *lat,
                         double *p50_us)
 {
     pthread_t th[16];
     small_t w[16];
-    uint64_t t0 = ds__now_ns();
+    pthread_barrier_t go;
+    pthread_barrier_init(&go, NULL, (unsigned)conc + 1);
     for (int i = 0; i < conc; i++) {
-        w[i] = (small_t){slot, i, SMALL_TOTAL / conc, rep, val, lat + i * (SMALL_TOTAL / conc), 0};
+        ds_client_t *c = NULL;
+        ds_status_t st = ds_client_connect(&wopt[slot], &c);
+        if (st != DS_K_OK) die("connect", st);
+        w[i] = (small_t){
+            i, SMALL_TOTAL / conc, rep, c, &go, val, lat + i * (SMALL_TOTAL / conc), DS_K_OK};
         if (pthread_create(&th[i], NULL, small_writer, &w[i]) != 0) die("thread", DS_K_OK);
     }
+    pthread_barrier_wait(&go);
+    uint64_t t0 = ds__now_ns();
     for (int i = 0; i < conc; i++)
         pthread_join(th[i], NULL);
     double secs = (double)(ds__now_ns() - t0) / 1e9;
-    for (int i = 0; i < conc; i++)
+    pthread_barrier_destroy(&go);
+    for (int i = 0; i < conc; i++) {
+        ds_client_close(w[i].c);
         if (w[i].st != DS_K_OK) die("small write-through set", w[i].st);
+    }
     *p50_us = med_us(lat, SMALL_TOTAL);
     return SMALL_TOTAL / secs;
 }

@@ -225,7 +225,7 @@ static void post_done(ds_tier_t *t, job_t *l)
  * job is the L2's, in queue order): the backend syncs when its batch is due,
  * or at once when the queue is empty. Other jobs are handed back as they
  * finish, ahead of held ones. With nothing queued or held, the L2 does its
- * upkeep (compaction). */
+ * upkeep (compaction), unless the worker is stopping. */
 static void *io_thread(void *arg)
 {
     ds_tier_t *t = arg;
@@ -264,7 +264,8 @@ static void *io_thread(void *arg)
                 held_tail = &held;
             }
         }
-        if (idle && held == NULL && t->l2 && t->l2->ops->maintain) t->l2->ops->maintain(t->l2);
+        if (idle && held == NULL && !atomic_load(&t->stop) && t->l2 && t->l2->ops->maintain)
+            t->l2->ops->maintain(t->l2);
     }
     return NULL;
 }
