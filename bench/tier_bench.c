@@ -8,7 +8,13 @@
  *           posix_fadvise(POSIX_FADV_DONTNEED) has evicted that file from
  *           the page cache (no system-wide cache drop);
  *   wt      write-through SET of 64 MiB through a worker with
- *           --l2_cache_type sfs (local client) -> ratio to the write limit;
+ *           --l2_cache_type sfs (local client), and through one with
+ *           --l2_cache_type distributed_disk (a new key each time, deleted
+ *           after) -> ratios to the write limit;
+ *   small   4 KiB write-through SETs from 1, 4 and 16 concurrent clients to
+ *           distributed_disk (writes/s, p50, writes per fsync from its
+ *           /metrics) and from 16 to sfs, beside the disk's own limit for one
+ *           durable small write at a time (append 4 KiB + fdatasync);
  *   spill   GET of a spilled 64 MiB object (worker with a 160 MiB arena and
  *           --spill_directory; its spill file evicted from the page cache
  *           the same way first) -> ratio to the read limit;
@@ -35,6 +41,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -45,7 +52,9 @@
 #define BIG (64u * MIB)
 
 static char tmpdir[256];
-static pid_t workers[2];
+static pid_t workers[3];
+static ds_client_options_t wopt[3]; /* how to reach each worker */
+static char wsock[3][300];
 static pid_t owner;
 
 static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *f)
@@ -74,7 +83,7 @@ static void stop_pid(pid_t *pid, int grace_ms)
 static void cleanup(void)
 {
     if (getpid() != owner) return;
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < 3; i++)
         stop_pid(&workers[i], 3000);
     if (tmpdir[0]) nftw(tmpdir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
     tmpdir[0] = '\0';
@@ -110,8 +119,8 @@ static int free_port(void)
 static ds_client_t *start_worker(int slot, const char *bin, int arena_mb, const char *name,
                                  char *const extra[])
 {
-    char sock[300], log[300], addr[64], mb[16];
-    snprintf(sock, sizeof(sock), "%s/sock-%s", tmpdir, name);
+    char *sock = wsock[slot], log[300], addr[64], mb[16];
+    snprintf(sock, sizeof(wsock[slot]), "%s/sock-%s", tmpdir, name);
     snprintf(log, sizeof(log), "%s/worker-%s.log", tmpdir, name);
     mkdir(sock, 0700);
     int port = free_port();
@@ -139,6 +148,7 @@ static ds_client_t *start_worker(int slot, const char *bin, int arena_mb, const 
     workers[slot] = pid;
     ds_client_options_t o;
     ds_client_options_init(&o);
+    ds_client_options_t *keep = &wopt[slot];
     o.host = "127.0.0.1";
     o.port = port;
     o.transport = DS_TRANSPORT_LOCAL;
@@ -152,7 +162,10 @@ static ds_client_t *start_worker(int slot, const char *bin, int arena_mb, const 
         }
         ds_client_t *c = NULL;
         if (ds_client_connect(&o, &c) == DS_K_OK) {
-            if (ds_client_health_check(c) == DS_K_OK) return c;
+            if (ds_client_health_check(c) == DS_K_OK) {
+                *keep = o;
+                return c;
+            }
             ds_client_close(c);
         }
         usleep(50000);
@@ -171,6 +184,20 @@ static double med_us(uint64_t *ns, size_t n)
     dsb_lat_t l;
     dsb_lat_from(ns, n, &l);
     return l.p50_us;
+}
+
+static double median_d(const double *v, int n)
+{
+    double s[64];
+    for (int i = 0; i < n; i++)
+        s[i] = v[i];
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && s[j - 1] > s[j]; j--) {
+            double x = s[j];
+            s[j] = s[j - 1];
+            s[j - 1] = x;
+        }
+    return n ? s[n / 2] : 0;
 }
 
 static double spread_pct(const uint64_t *sorted, size_t n)
@@ -272,6 +299,123 @@ static ds_status_t set_retry(ds_client_t *c, const char *key, const void *v, siz
     return st;
 }
 
+/* ---- distributed_disk: small write-through writes from concurrent clients ---- */
+
+/* One figure from a worker's /metrics endpoint (-1 when unreadable). */
+static double metric(int port, const char *name)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET,
+                             .sin_port = htons((uint16_t)port),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+        if (fd >= 0) close(fd);
+        return -1;
+    }
+    const char req[] = "GET /metrics HTTP/1.0\r\n\r\n";
+    if (write(fd, req, sizeof(req) - 1) != (ssize_t)sizeof(req) - 1) {
+        close(fd);
+        return -1;
+    }
+    static char buf[1 << 17];
+    size_t n = 0;
+    ssize_t r;
+    while (n < sizeof(buf) - 1 && (r = read(fd, buf + n, sizeof(buf) - 1 - n)) > 0)
+        n += (size_t)r;
+    close(fd);
+    buf[n] = '\0';
+    char pat[128];
+    snprintf(pat, sizeof(pat), "\n%s ", name);
+    char *p = strstr(buf, pat);
+    return p ? strtod(p + strlen(pat), NULL) : -1;
+}
+
+#define SMALL 4096u
+#define SMALL_TOTAL 960 /* writes per run, split over the writers */
+
+typedef struct {
+    int id, n, rep;
+    ds_client_t *c;
+    pthread_barrier_t *go;
+    const uint8_t *val;
+    uint64_t *lat;
+    ds_status_t st;
+} small_t;
+
+static void *small_writer(void *arg)
+{
+    small_t *w = arg;
+    ds_client_t *c = w->c;
+    pthread_barrier_wait(w->go);
+    ds_set_param_t p = DS_SET_PARAM_INIT;
+    p.write_mode = DS_WRITE_THROUGH_L2_CACHE;
+    for (int i = 0; i < w->n; i++) {
+        char k[64];
+        snprintf(k, sizeof(k), "s%d-%d-%d", w->rep, w->id, i);
+        uint64_t t0 = ds__now_ns();
+        w->st = ds_kv_set(c, k, w->val, SMALL, &p);
+        w->lat[i] = ds__now_ns() - t0;
+        if (w->st != DS_K_OK) break;
+    }
+    return NULL;
+}
+
+/* conc clients (connected first, then released together) write SMALL_TOTAL
+ * 4 KiB values through to L2: writes per second; *p50_us the median answer
+ * time. */
+static double small_run(int slot, int conc, int rep, const uint8_t *val, uint64_t *lat,
+                        double *p50_us)
+{
+    pthread_t th[16];
+    small_t w[16];
+    pthread_barrier_t go;
+    pthread_barrier_init(&go, NULL, (unsigned)conc + 1);
+    for (int i = 0; i < conc; i++) {
+        ds_client_t *c = NULL;
+        ds_status_t st = ds_client_connect(&wopt[slot], &c);
+        if (st != DS_K_OK) die("connect", st);
+        w[i] = (small_t){
+            i, SMALL_TOTAL / conc, rep, c, &go, val, lat + i * (SMALL_TOTAL / conc), DS_K_OK};
+        if (pthread_create(&th[i], NULL, small_writer, &w[i]) != 0) die("thread", DS_K_OK);
+    }
+    pthread_barrier_wait(&go);
+    uint64_t t0 = ds__now_ns();
+    for (int i = 0; i < conc; i++)
+        pthread_join(th[i], NULL);
+    double secs = (double)(ds__now_ns() - t0) / 1e9;
+    pthread_barrier_destroy(&go);
+    for (int i = 0; i < conc; i++) {
+        ds_client_close(w[i].c);
+        if (w[i].st != DS_K_OK) die("small write-through set", w[i].st);
+    }
+    *p50_us = med_us(lat, SMALL_TOTAL);
+    return SMALL_TOTAL / secs;
+}
+
+/* The disk's own limit for one durable small write at a time: append 4 KiB
+ * to a file and fdatasync, n times. */
+static double disk_small(const char *path, const uint8_t *val, int n, uint64_t *lat, double *p50_us)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0600);
+    if (fd < 0) return 0;
+    uint64_t t0 = ds__now_ns();
+    for (int i = 0; i < n; i++) {
+        uint64_t t1 = ds__now_ns();
+        if (write(fd, val, SMALL) != (ssize_t)SMALL || fdatasync(fd) != 0) {
+            close(fd);
+            return 0;
+        }
+        lat[i] = ds__now_ns() - t1;
+    }
+    double secs = (double)(ds__now_ns() - t0) / 1e9;
+    close(fd);
+    unlink(path);
+    *p50_us = med_us(lat, (size_t)n);
+    return n / secs;
+}
+
+#define NT 6 /* targets */
+
 typedef struct {
     const char *name;
     double value, target;
@@ -351,9 +495,22 @@ int main(int argc, char **argv)
                        "0.3",
                        NULL};
     ds_client_t *b = start_worker(1, bin, 160, "spill", spflags);
+    /* distributed_disk, with Yuanrong's group-commit defaults (1000 ms, 32 MiB) */
+    char dddir[300], mport[16];
+    snprintf(dddir, sizeof(dddir), "%s/dd", tmpdir);
+    int metrics_port = free_port();
+    snprintf(mport, sizeof(mport), "%d", metrics_port);
+    char *ddflags[] = {"--l2_cache_type",
+                       "distributed_disk",
+                       "--distributed_disk_path",
+                       dddir,
+                       "--metrics_port",
+                       mport,
+                       NULL};
+    ds_client_t *dd = start_worker(2, bin, 1024, "dd", ddflags);
 
     uint64_t *nw = calloc(64, 8), *nwt = calloc(64, 8), *nwr = calloc(64, 8), *nr = calloc(64, 8),
-             *nsp = calloc(64, 8);
+             *nsp = calloc(64, 8), *nwd = calloc(64, 8);
     int retries = 0, sp_retries = 0;
     ds_status_t st;
     for (int r = 0; r <= reps; r++) { /* the first is a warm-up */
@@ -371,6 +528,15 @@ int main(int argc, char **argv)
         if ((st = set_retry(a, "wt64", val, BIG, DS_WRITE_THROUGH_L2_CACHE, &retries)) != DS_K_OK)
             die("write-through set", st);
         nwt[i] = ds__now_ns() - t0;
+        /* distributed_disk: a new key each time, deleted after (a tombstone) */
+        char kd[32];
+        snprintf(kd, sizeof(kd), "wtd64-%d", r);
+        t0 = ds__now_ns();
+        if ((st = set_retry(dd, kd, val, BIG, DS_WRITE_THROUGH_L2_CACHE, &retries)) != DS_K_OK)
+            die("write-through set (distributed_disk)", st);
+        nwd[i] = ds__now_ns() - t0;
+        const char *kdl[1] = {kd};
+        ds_kv_del(dd, 1, kdl, NULL);
         t0 = ds__now_ns();
         if (write_file(path, val, BIG, true, dirfd) != 0) {
             perror("disk write+rename");
@@ -430,11 +596,13 @@ int main(int argc, char **argv)
     size_t n = (size_t)reps;
     double wr_us = med_us(nw, n), wr_spr = spread_pct(nw, n);
     double wt_us = med_us(nwt, n), wt_spr = spread_pct(nwt, n);
+    double wd_us = med_us(nwd, n), wd_spr = spread_pct(nwd, n);
     double wrr_us = med_us(nwr, n), wrr_spr = spread_pct(nwr, n);
     double rd_us = med_us(nr, n), rd_spr = spread_pct(nr, n);
     double sp_us = med_us(nsp, n), sp_spr = spread_pct(nsp, n);
     ROW("disk write+fsync (limit)", BIG, wr_us, wr_spr);
     ROW("write-through set (sfs)", BIG, wt_us, wt_spr);
+    ROW("write-through set (distributed_disk)", BIG, wd_us, wd_spr);
     ROW("disk write+fsync+rename+dir fsync", BIG, wrr_us, wrr_spr);
     ROW("disk read, evicted (limit)", BIG, rd_us, rd_spr);
     ROW("spill get (copy evicted from page cache)", BIG, sp_us, sp_spr);
@@ -462,6 +630,48 @@ int main(int argc, char **argv)
     ROW("memory-only set (same worker)", BIG, m64_us, m64_spr);
     const char *k2[] = {"wt64", "mem64"};
     ds_kv_del(a, 2, k2, NULL);
+
+    /* Small write-through writes, 1, 4 and 16 clients at once: group commit
+     * lets concurrent writers share an fsync, so distributed_disk passes the
+     * disk's one-durable-write-at-a-time limit (interleaved with it; sfs,
+     * with two fsyncs and a rename per write, beside it). */
+    const int conc[3] = {1, 4, 16};
+    int sreps = reps < 5 ? reps : 5;
+    uint64_t *slat = calloc(SMALL_TOTAL, sizeof(*slat));
+    double lim_ops[64], lim_p50[64], dd_ops[3][64], dd_p50[3][64], dd_wpf[3][64], sfs_ops[64],
+        sfs_p50[64];
+    for (int r = 0; r < sreps; r++) {
+        lim_ops[r] = disk_small(path, val, SMALL_TOTAL / 4, slat, &lim_p50[r]);
+        for (int c = 0; c < 3; c++) {
+            double f0 = metric(metrics_port, "ds_worker_l2_fsyncs_total");
+            dd_ops[c][r] = small_run(2, conc[c], r * 3 + c, val, slat, &dd_p50[c][r]);
+            double f1 = metric(metrics_port, "ds_worker_l2_fsyncs_total");
+            dd_wpf[c][r] = f1 > f0 ? SMALL_TOTAL / (f1 - f0) : 0;
+        }
+        sfs_ops[r] = small_run(0, 16, r, val, slat, &sfs_p50[r]);
+    }
+    free(slat);
+    double s_lim = median_d(lim_ops, sreps), s_lim_p50 = median_d(lim_p50, sreps);
+    double s_dd[3], s_dd_p50[3], s_dd_wpf[3], s_sfs = median_d(sfs_ops, sreps),
+                                              s_sfs_p50 = median_d(sfs_p50, sreps);
+    printf("\n%-44s %10s %11s %11s %9s\n", "4 KiB durable writes (median of reps)", "writes/s",
+           "p50_us", "per_fsync", "x_limit");
+    printf("%-44s %10.0f %11.1f %11s %9s\n", "disk append 4 KiB + fdatasync (limit)", s_lim,
+           s_lim_p50, "1", "1.00");
+    for (int c = 0; c < 3; c++) {
+        s_dd[c] = median_d(dd_ops[c], sreps);
+        s_dd_p50[c] = median_d(dd_p50[c], sreps);
+        s_dd_wpf[c] = median_d(dd_wpf[c], sreps);
+        char name[64];
+        snprintf(name, sizeof(name), "write-through distributed_disk, %d client%s", conc[c],
+                 conc[c] > 1 ? "s" : "");
+        printf("%-44s %10.0f %11.1f %11.1f %9.2f\n", name, s_dd[c], s_dd_p50[c], s_dd_wpf[c],
+               s_dd[c] / s_lim);
+    }
+    printf("%-44s %10.0f %11.1f %11s %9.2f\n", "write-through sfs, 16 clients", s_sfs, s_sfs_p50,
+           "0.5", s_sfs / s_lim);
+    ds_client_close(dd);
+    stop_pid(&workers[2], 3000);
 
     /* write-back vs memory-only, interleaved (alternating which goes first)
      * so both see the same background I/O; a write-back refused with a full
@@ -518,22 +728,27 @@ int main(int argc, char **argv)
     free(nwr);
     free(nr);
     free(nsp);
+    free(nwd);
 
     /* ---- targets ---- */
     double wr_g = gbps(BIG, wr_us), rd_g = gbps(BIG, rd_us);
-    target_t t[4] = {
+    target_t t[NT] = {
         {"write-through set 64 MiB / disk write+fsync", gbps(BIG, wt_us) / wr_g, 0.7, true, ""},
+        {"write-through 64 MiB (distributed_disk) / disk", gbps(BIG, wd_us) / wr_g, 0.7, true, ""},
+        {"dd 4 KiB write-through x16 / disk 4 KiB fsync", s_dd[2] / s_lim, 2.0, true, ""},
         {"spill get 64 MiB / disk read (evicted)", gbps(BIG, sp_us) / rd_g, 0.7, true, ""},
         {"write-back set 1 KiB p50 / memory-only set", wb_us[0] / mem_us[0], 1.2, false, ""},
         {"write-back set 1 MiB p50 / memory-only set", wb_us[1] / mem_us[1], 1.2, false, ""},
     };
     snprintf(t[0].limit, sizeof(t[0].limit), "%.3f GB/s", wr_g);
-    snprintf(t[1].limit, sizeof(t[1].limit), "%.3f GB/s", rd_g);
-    snprintf(t[2].limit, sizeof(t[2].limit), "%.1f us", mem_us[0]);
-    snprintf(t[3].limit, sizeof(t[3].limit), "%.1f us", mem_us[1]);
+    snprintf(t[1].limit, sizeof(t[1].limit), "%.3f GB/s", wr_g);
+    snprintf(t[2].limit, sizeof(t[2].limit), "%.0f writes/s", s_lim);
+    snprintf(t[3].limit, sizeof(t[3].limit), "%.3f GB/s", rd_g);
+    snprintf(t[4].limit, sizeof(t[4].limit), "%.1f us", mem_us[0]);
+    snprintf(t[5].limit, sizeof(t[5].limit), "%.1f us", mem_us[1]);
     printf("\n%-46s %9s %9s %14s  %s\n", "target", "measured", "target", "limit (same run)", "met");
     int met = 0;
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < NT; i++) {
         bool ok = t[i].higher ? t[i].value >= t[i].target : t[i].value <= t[i].target;
         met += ok;
         printf("%-46s %9.3f %s%7.2f %14s  %s\n", t[i].name, t[i].value,
@@ -564,22 +779,33 @@ int main(int argc, char **argv)
             "\"write_back_set_1m_p50_us\": %.2f, \"memory_set_1m_p50_us\": %.2f, "
             "\"write_back_set_1k_p99_us\": %.2f, \"memory_set_1k_p99_us\": %.2f, "
             "\"write_back_set_1m_p99_us\": %.2f, \"memory_set_1m_p99_us\": %.2f, "
-            "\"write_back_queue_full_1k\": %d, \"write_back_queue_full_1m\": %d},\n"
-            "  \"targets\": [\n",
+            "\"write_back_queue_full_1k\": %d, \"write_back_queue_full_1m\": %d, "
+            "\"dd_write_through_set_64m_us\": %.1f, \"dd_write_through_spread_pct\": %.1f},\n",
             wt_us, wt_spr, m64_us, m64_spr, sp_us, sp_spr, wb_us[0], mem_us[0], wb_us[1], mem_us[1],
-            wb_p99[0], mem_p99[0], wb_p99[1], mem_p99[1], wb_full[0], wb_full[1]);
-    for (int i = 0; i < 4; i++) {
+            wb_p99[0], mem_p99[0], wb_p99[1], mem_p99[1], wb_full[0], wb_full[1], wd_us, wd_spr);
+    fprintf(f,
+            "  \"small_write_through_4k\": {\"reps\": %d, \"writes_per_run\": %d, "
+            "\"disk_append_fdatasync_per_s\": %.0f, \"disk_append_fdatasync_p50_us\": %.1f, "
+            "\"sfs_16_clients_per_s\": %.0f, \"sfs_16_clients_p50_us\": %.1f, \"dd\": [",
+            sreps, SMALL_TOTAL, s_lim, s_lim_p50, s_sfs, s_sfs_p50);
+    for (int c = 0; c < 3; c++)
+        fprintf(f,
+                "%s{\"clients\": %d, \"writes_per_s\": %.0f, \"p50_us\": %.1f, "
+                "\"writes_per_fsync\": %.2f}",
+                c ? ", " : "", conc[c], s_dd[c], s_dd_p50[c], s_dd_wpf[c]);
+    fprintf(f, "]},\n  \"targets\": [\n");
+    for (int i = 0; i < NT; i++) {
         bool ok = t[i].higher ? t[i].value >= t[i].target : t[i].value <= t[i].target;
         fprintf(
             f,
             "    {\"name\": \"%s\", \"measured\": %.4f, \"target\": %.2f, \"higher_is_better\": "
             "%s, \"limit\": \"%s\", \"met\": %s}%s\n",
             t[i].name, t[i].value, t[i].target, t[i].higher ? "true" : "false", t[i].limit,
-            ok ? "true" : "false", i < 3 ? "," : "");
+            ok ? "true" : "false", i < NT - 1 ? "," : "");
     }
     fprintf(f, "  ]\n}\n");
     fclose(f);
-    printf("%d of 4 targets met; results in %s\n", met, json);
+    printf("%d of %d targets met; results in %s\n", met, NT, json);
     free(ns);
     free(ns2);
     free(val);

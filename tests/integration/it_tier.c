@@ -1,5 +1,7 @@
-/* Storage tiers against real workers: the sfs L2 cache (--l2_cache_type sfs
- * --sfs_path DIR).
+/* Storage tiers against real workers, once per L2 backend: `it_tier` runs
+ * them on sfs (--l2_cache_type sfs --sfs_path DIR), `it_tier distributed_disk`
+ * on the log (--distributed_disk_path DIR); it_tier_dd.c has the log's own
+ * tests (group commit, compaction, kills).
  *
  * - Write-through survives SIGKILL: every acknowledged object reads back
  *   intact from a worker restarted on the same directory (TCP and zero-copy).
@@ -9,7 +11,9 @@
  *   back on get; DEL, NX and TTL act on the L2 copy too.
  * - A directory that disappears mid-run: write-through answers K_IO_ERROR
  *   naming the path and errno, the worker keeps serving memory.
- * - A torn or corrupted file is never served. */
+ * - A torn or corrupted file (sfs) or record (distributed_disk) is never
+ *   served.
+ * - Spill (sfs format in its own directory), and refused flags. */
 #include "harness.h"
 
 #include "common/clock.h"
@@ -30,78 +34,7 @@
 #include <cjson/cJSON.h>
 #include <cmocka.h>
 
-static dst_worker_t W;
-static char dir[256];
-
-static int start(int arena_mb, const char *more)
-{
-    snprintf(dir, sizeof(dir), "/tmp/ds-it-tier-XXXXXX");
-    if (mkdtemp(dir) == NULL) return -1;
-    char extra[512];
-    snprintf(extra, sizeof(extra), "--l2_cache_type sfs --sfs_path %s/l2 %s", dir,
-             more ? more : "");
-    return dst_worker_start(&W, arena_mb, extra);
-}
-
-static void finish(void)
-{
-    /* a clean stop flushes the queue and exits 0 (ASan: no leak) */
-    if (W.pid > 0) assert_int_equal(dst_worker_stop(&W), 0);
-    memset(&W, 0, sizeof(W));
-    dst_sh("rm -rf %s", dir);
-}
-
-static ds_client_t *conn(ds_transport_t t)
-{
-    ds_client_t *c = dst_connect(&W, t);
-    assert_non_null(c);
-    return c;
-}
-
-static size_t size_of(int i)
-{
-    static const size_t sizes[] = {1, 100, 4096, 70000, 1 << 20, 3000001};
-    return sizes[i % 6];
-}
-
-static void key_of(char *k, size_t cap, const char *p, int i)
-{
-    snprintf(k, cap, "%s:%d;(x)", p, i);
-}
-
-static ds_status_t put(ds_client_t *c, const char *key, size_t len, uint64_t seed,
-                       ds_write_mode_t mode, uint32_t ttl, ds_existence_t ex)
-{
-    void *v = malloc(len);
-    assert_non_null(v);
-    dst_fill(v, len, seed);
-    ds_set_param_t p = {mode, ttl, ex};
-    ds_status_t st = ds_kv_set(c, key, v, len, &p);
-    free(v);
-    return st;
-}
-
-/* 1 intact, 0 missing; fails the test on a wrong value. */
-static int check(ds_client_t *c, const char *key, size_t len, uint64_t seed)
-{
-    void *v = NULL;
-    size_t n = 0;
-    ds_status_t st = ds_kv_get(c, key, 0, &v, &n);
-    if (st == DS_K_NOT_FOUND) return 0;
-    if (st != DS_K_OK) fprintf(stderr, "get %s: %d %s\n", key, st, ds_last_error());
-    assert_int_equal(st, DS_K_OK);
-    assert_int_equal(n, len);
-    assert_true(dst_check(v, n, seed));
-    ds_free(v);
-    return 1;
-}
-
-static void wait_drained(void)
-{
-    for (int i = 0; i < 500 && dst_stat(&W, "l2.queue_depth") != 0; i++)
-        usleep(10000);
-    assert_true(dst_stat(&W, "l2.queue_depth") == 0);
-}
+#include "it_tier_util.h"
 
 static void test_write_through_kill(void **state)
 {
@@ -283,6 +216,8 @@ static void test_nx_ttl(void **state)
     dst_worker_kill(&W);
     usleep(1200000);
     assert_int_equal(dst_worker_restart(&W), 0);
+    /* nx1 and exp2 are left: ttl1 and exp1 expired, ow1 deleted */
+    assert_true(dst_stat(&W, "l2.objects") == 2);
     c = conn(DS_TRANSPORT_TCP);
     /* NX sees the L2 copy: success, old value kept */
     assert_int_equal(put(c, "nx1", 900, 9, DS_WRITE_THROUGH_L2_CACHE, 0, DS_EXISTENCE_NX), DS_K_OK);
@@ -296,9 +231,11 @@ static void test_nx_ttl(void **state)
     assert_int_equal(check(c, "ow1", 600, 4), 0);
     assert_int_equal(check(c, "exp1", 500, 5), 0);
     assert_int_equal(check(c, "exp2", 500, 6), 1);
-    char path[400];
-    snprintf(path, sizeof(path), "%s/l2/ttl1", dir);
-    assert_int_equal(access(path, F_OK), -1);
+    if (!tier_dd()) { /* the start-up scan deleted the expired file */
+        char path[400];
+        snprintf(path, sizeof(path), "%s/l2/ttl1", dir);
+        assert_int_equal(access(path, F_OK), -1);
+    }
     ds_client_close(c);
     finish();
 }
@@ -356,6 +293,7 @@ static void write_v1_file(const char *path, const char *key, const void *val, ui
 static void test_torn_file(void **state)
 {
     (void)state;
+    if (tier_dd()) skip();
     assert_int_equal(start(64, NULL), 0);
     ds_client_t *c = conn(DS_TRANSPORT_TCP);
     assert_int_equal(put(c, "torn1", 100000, 21, DS_WRITE_THROUGH_L2_CACHE, 0, DS_EXISTENCE_NONE),
@@ -390,6 +328,59 @@ static void test_torn_file(void **state)
     assert_int_equal(check(c, "good1", 100000, 23), 1);
     assert_int_equal(check(c, "v1key", 100003, 24), 1);
     assert_true(dst_stat(&W, "l2.errors") >= 1);
+    ds_client_close(c);
+    finish();
+}
+
+/* distributed_disk: a record cut short at the end of the log (a crash
+ * mid-append) is truncated at restart, and so is garbage after the last
+ * record; a record whose value changed in the middle of the log is skipped;
+ * the records around them are served. */
+static void test_torn_record(void **state)
+{
+    (void)state;
+    if (!tier_dd()) skip();
+    assert_int_equal(start(64, NULL), 0);
+    ds_client_t *c = conn(DS_TRANSPORT_TCP);
+    const char *keys[4] = {"good1", "flip1", "good2", "torn1"};
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(put(c, keys[i], 100000, 30 + (uint64_t)i, DS_WRITE_THROUGH_L2_CACHE, 0,
+                             DS_EXISTENCE_NONE),
+                         DS_K_OK);
+    ds_client_close(c);
+    dst_worker_kill(&W);
+    char path[400];
+    dd_log_path(path, sizeof(path), NULL);
+    struct stat st;
+    const off_t rec = 64 + 5 + 100000; /* header, key, value */
+    assert_int_equal(stat(path, &st), 0);
+    assert_int_equal(st.st_size, 64 + 4 * rec);
+    /* one value byte of the second record: only its checksum can tell */
+    assert_int_equal(dst_sh("printf 'Z' | dd of=%s bs=1 seek=%lld conv=notrunc status=none", path,
+                            (long long)(64 + rec + 64 + 5 + 70000)),
+                     0);
+    assert_int_equal(truncate(path, 64 + 4 * rec - 50000), 0);
+    assert_int_equal(dst_worker_restart(&W), 0);
+    assert_true(dst_stat(&W, "l2.torn_bytes") == (double)(rec - 50000));
+    assert_true(dst_stat(&W, "l2.objects") == 2);
+    assert_int_equal(stat(path, &st), 0);
+    assert_int_equal(st.st_size, 64 + 3 * rec);
+    c = conn(DS_TRANSPORT_TCP);
+    assert_int_equal(check(c, "good1", 100000, 30), 1);
+    assert_int_equal(check(c, "flip1", 100000, 31), 0);
+    assert_int_equal(check(c, "good2", 100000, 32), 1);
+    assert_int_equal(check(c, "torn1", 100000, 33), 0);
+    /* a later write lands after the cut, and survives a kill; then garbage */
+    assert_int_equal(put(c, "after1", 5000, 34, DS_WRITE_THROUGH_L2_CACHE, 0, DS_EXISTENCE_NONE),
+                     DS_K_OK);
+    ds_client_close(c);
+    dst_worker_kill(&W);
+    assert_int_equal(dst_sh("printf 'garbage' >> %s", path), 0);
+    assert_int_equal(dst_worker_restart(&W), 0);
+    assert_true(dst_stat(&W, "l2.torn_bytes") == 7);
+    c = conn(DS_TRANSPORT_TCP);
+    assert_int_equal(check(c, "after1", 5000, 34), 1);
+    assert_int_equal(check(c, "good2", 100000, 32), 1);
     ds_client_close(c);
     finish();
 }
@@ -520,6 +511,7 @@ static double du_bytes(const char *path)
 static void test_spill(void **state)
 {
     (void)state;
+    if (tier_dd()) skip(); /* no L2 involved: run once, with sfs */
     snprintf(dir, sizeof(dir), "/tmp/ds-it-tier-XXXXXX");
     assert_non_null(mkdtemp(dir));
     char extra[512], sdir[300];
@@ -601,6 +593,7 @@ static void test_spill(void **state)
 static void test_background_eviction(void **state)
 {
     (void)state;
+    if (tier_dd()) skip(); /* its own worker, independent of the L2 backend: run once */
     dst_worker_t w;
     memset(&w, 0, sizeof(w));
     assert_int_equal(dst_worker_start(&w, 32,
@@ -634,6 +627,7 @@ static void test_background_eviction(void **state)
 static void test_dscli_status(void **state)
 {
     (void)state;
+    if (tier_dd()) skip(); /* its own worker, independent of the L2 backend: run once */
     snprintf(dir, sizeof(dir), "/tmp/ds-it-tier-XXXXXX");
     assert_non_null(mkdtemp(dir));
     char extra[800];
@@ -709,6 +703,13 @@ static void test_bad_flags(void **state)
     memset(&w, 0, sizeof(w));
     assert_int_equal(dst_worker_start(&w, 16, "--l2_cache_type sfs"), -1); /* no --sfs_path */
     memset(&w, 0, sizeof(w));
+    assert_int_equal(dst_worker_start(&w, 16, "--l2_cache_type distributed_disk"), -1);
+    memset(&w, 0, sizeof(w));
+    assert_int_equal(dst_worker_start(&w, 16,
+                                      "--l2_cache_type distributed_disk --distributed_disk_path "
+                                      "/tmp/x --distributed_disk_sync_batch_bytes 0"),
+                     -1);
+    memset(&w, 0, sizeof(w));
     assert_int_equal(dst_worker_start(&w, 16,
                                       "--eviction_high_watermark_ratio 0.5 "
                                       "--eviction_low_watermark_ratio 0.6"),
@@ -717,8 +718,15 @@ static void test_bad_flags(void **state)
     assert_int_equal(dst_worker_start(&w, 16, "--spill_low_watermark_ratio 1.5"), -1);
 }
 
-int main(void)
+/* it_tier [sfs|distributed_disk]: the L2 backend the tests run on. */
+int main(int argc, char **argv)
 {
+    if (argc > 1) tier_backend = argv[1];
+    if (strcmp(tier_backend, "sfs") != 0 && !tier_dd()) {
+        fprintf(stderr, "usage: it_tier [sfs|distributed_disk]\n");
+        return 2;
+    }
+    printf("it_tier: L2 backend %s\n", tier_backend);
     if (getenv("DS_TEST_WORKER")) {
         printf("it_tier restarts workers: skipped with DS_TEST_WORKER\n");
         return 0;
@@ -730,6 +738,7 @@ int main(void)
         cmocka_unit_test(test_nx_ttl),
         cmocka_unit_test(test_dir_gone),
         cmocka_unit_test(test_torn_file),
+        cmocka_unit_test(test_torn_record),
         cmocka_unit_test(test_disk_only),
         cmocka_unit_test(test_write_back_coalesced),
         cmocka_unit_test(test_spill),

@@ -250,6 +250,8 @@ static void test_clock_second_chance(void **state)
     fixture_t *f = fixture(1 << 20);
     ds_store_t *s = f->store;
     char key[32];
+    /* "hot", written first and read every 100 writes, outlives the 5000
+     * writes through a ring of about 1000 objects (sampled LRU: store.c) */
     assert_int_equal(put(s, "hot", 1000, DS_WRITE_NONE_L2_CACHE_EVICT, 0, 'h', 0), DS_K_OK);
     for (int i = 0; i < 5000; i++) {
         if (i % 100 == 0) assert_true(has(s, "hot", 0));
@@ -258,6 +260,31 @@ static void test_clock_second_chance(void **state)
     }
     assert_true(has(s, "hot", 0));
     assert_false(has(s, "c0", 0));
+    assert_int_equal(ds__store_check(s), 0);
+    fixture_free(f);
+}
+
+/* Every older object was read since it was written: eviction still takes
+ * the oldest, never the object just written (background eviction runs
+ * right after a publish, before its writer can read it back). */
+static void test_evict_not_newest(void **state)
+{
+    (void)state;
+    fixture_t *f = fixture(64 * 1024);
+    ds_store_t *s = f->store;
+    char key[32];
+    for (int i = 0; i < 15; i++) {
+        snprintf(key, sizeof(key), "r%d", i);
+        assert_int_equal(put(s, key, 4000, DS_WRITE_NONE_L2_CACHE_EVICT, 0, 0, 0), DS_K_OK);
+        if (i < 14) assert_true(has(s, key, 0)); /* the last one is not read */
+    }
+    assert_int_equal(ds__store_evict_to(s, 0, 1), 1);
+    assert_false(has(s, "r0", 0));
+    assert_true(has(s, "r14", 0));
+    for (int i = 1; i < 15; i++) {
+        snprintf(key, sizeof(key), "r%d", i);
+        assert_true(has(s, key, 0));
+    }
     assert_int_equal(ds__store_check(s), 0);
     fixture_free(f);
 }
@@ -579,6 +606,7 @@ int main(void)
         cmocka_unit_test(test_abandoned_and_destroy),
         cmocka_unit_test(test_eviction_cycles),
         cmocka_unit_test(test_clock_second_chance),
+        cmocka_unit_test(test_evict_not_newest),
         cmocka_unit_test(test_never_evict_pinned),
         cmocka_unit_test(test_never_evict_none_l2),
         cmocka_unit_test(test_too_big),

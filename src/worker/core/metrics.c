@@ -239,6 +239,13 @@ static char *render(struct ds_metrics *m, size_t *len)
         counter(&t, "ds_worker_l2_fallback_reads_total",
                 "Objects found by probing the (shared) L2 directory without an index entry.",
                 l2.fallback_reads);
+        counter(&t, "ds_worker_l2_fsyncs_total",
+                "fsync calls on L2 data (distributed_disk: one per group commit).", l2.fsyncs);
+        gauge(&t, "ds_worker_l2_file_bytes", "Size of the distributed_disk log.", l2.file_bytes);
+        gauge(&t, "ds_worker_l2_dead_bytes",
+              "Overwritten, deleted and expired bytes in the distributed_disk log.", l2.dead_bytes);
+        counter(&t, "ds_worker_l2_compactions_total", "distributed_disk log compactions completed.",
+                l2.compactions);
     }
     if (srv->cluster) {
         counter(&t, "ds_worker_peer_link_requests_total",

@@ -107,10 +107,24 @@ static const flag_def_t flags[] = {
     INT(metrics_port, 0, 0, 65535,
         "port of the Prometheus /metrics endpoint on the worker host; 0 = off"),
     YSTR(l2_cache_type, "none",
-         "second-level cache behind the arena: none, or sfs (a directory, --sfs_path); the "
+         "second-level cache behind the arena: none, sfs (a directory, --sfs_path) or "
+         "distributed_disk (a log per worker, --distributed_disk_path); the "
          "WRITE_THROUGH / WRITE_BACK write modes persist there and a get that misses memory "
          "reads it"),
     YSTR(sfs_path, "", "directory of the sfs L2 cache (one file per object); created if missing"),
+    YSTR(distributed_disk_path, "",
+         "root of the distributed_disk L2 cache: each worker appends to its own log, "
+         "<path>/<cluster_name>/<worker_address>/data.log; created if missing"),
+    YINT(distributed_disk_sync_interval_ms, 1000, 0, 60000,
+         "distributed_disk group commit: longest a written record waits for its fsync while "
+         "more writes are queued (an empty queue syncs at once)"),
+    YINT(distributed_disk_sync_batch_bytes, 33554432, 1, INT64_MAX,
+         "distributed_disk group commit: bytes written that force an fsync"),
+    INT(distributed_disk_compact_min_dead_mb, 64, 0, 1 << 30,
+        "distributed_disk: compact the log once this many MiB of it are dead (overwritten, "
+        "deleted or expired) ..."),
+    INT(distributed_disk_compact_dead_percent, 50, 1, 100,
+        "... and dead bytes are at least this share of the log"),
     YINT(l2_cache_async_write_queue_size, 1000, 1, 10000000,
          "most objects waiting for the disk I/O thread (write-back, write-through, L2 reads and "
          "deletes); a write past it answers K_WRITE_BACK_QUEUE_FULL"),
@@ -217,10 +231,7 @@ static const flag_def_t flags[] = {
     YR(obs_endpoint, COMPAT_STR),
     YR(obs_bucket, COMPAT_STR),
     YR(obs_https_enabled, COMPAT_BOOL),
-    YR(distributed_disk_path, COMPAT_STR),
     YR(distributed_disk_max_data_file_size_mb, COMPAT_INT),
-    YR(distributed_disk_sync_interval_ms, COMPAT_INT),
-    YR(distributed_disk_sync_batch_bytes, COMPAT_INT),
     YR(distributed_disk_compact_interval_s, COMPAT_INT),
     YR(rpc_thread_num, COMPAT_INT),
     YR(log_filename, COMPAT_STR),

@@ -27,8 +27,9 @@ typedef struct {
     char health_check_path[512];
     char ready_check_path[512];
     char auth_token_file[512];
-    char l2_cache_type[16];
+    char l2_cache_type[32];
     char sfs_path[512];
+    char distributed_disk_path[512];
     char spill_directory[512];
     int64_t shared_memory_size_mb;
     int64_t max_client_num;
@@ -49,6 +50,10 @@ typedef struct {
     double eviction_high_watermark_ratio, eviction_low_watermark_ratio;
     double spill_high_watermark_ratio, spill_low_watermark_ratio;
     bool enable_l2_cache_fallback;
+    int64_t distributed_disk_sync_interval_ms;
+    int64_t distributed_disk_sync_batch_bytes;
+    int64_t distributed_disk_compact_min_dead_mb;
+    int64_t distributed_disk_compact_dead_percent;
     /* Accepted-but-ignored flags given, each once, in the order first given. */
     const char *compat_given[DS_FLAGS_MAX_COMPAT];
     int ncompat_given;

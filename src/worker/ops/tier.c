@@ -173,11 +173,34 @@ static void run_job(job_t *j)
     }
 }
 
+/* Hands finished jobs (a list, in order) back to the loop. */
+static void post_done(ds_tier_t *t, job_t *l)
+{
+    pthread_mutex_lock(&t->mu);
+    while (l) {
+        job_t *next = l->next;
+        l->next = t->done;
+        t->done = l;
+        l = next;
+    }
+    pthread_mutex_unlock(&t->mu);
+    uint64_t one = 1;
+    ssize_t w = write(t->done_fd, &one, sizeof(one));
+    (void)w;
+}
+
 /* Takes jobs in order until told to stop with nothing left: a clean stop
- * flushes the write-back queue. */
+ * flushes the write-back queue. A write or delete the L2 answers with
+ * DS_L2_PENDING (group commit) is held until a sync covers it (every held
+ * job is the L2's, in queue order): the backend syncs when its batch is due,
+ * or at once when the queue is empty. Other jobs are handed back as they
+ * finish, ahead of held ones. With nothing queued or held, the L2 does its
+ * upkeep (compaction), unless the worker is stopping. */
 static void *io_thread(void *arg)
 {
     ds_tier_t *t = arg;
+    job_t *held = NULL, **held_tail = &held;
+    char err[sizeof(held->err)];
     for (;;) {
         pthread_mutex_lock(&t->mu);
         while (t->todo == NULL && !atomic_load(&t->stop))
@@ -187,16 +210,32 @@ static void *io_thread(void *arg)
             t->todo = j->next;
             if (t->todo == NULL) t->todo_tail = NULL;
         }
+        bool idle = t->todo == NULL;
         pthread_mutex_unlock(&t->mu);
         if (j == NULL) break;
         run_job(j);
-        pthread_mutex_lock(&t->mu);
-        j->next = t->done;
-        t->done = j;
-        pthread_mutex_unlock(&t->mu);
-        uint64_t one = 1;
-        ssize_t w = write(t->done_fd, &one, sizeof(one));
-        (void)w;
+        j->next = NULL;
+        if (j->rc == DS_L2_PENDING) {
+            *held_tail = j;
+            held_tail = &j->next;
+        } else {
+            post_done(t, j);
+        }
+        if (held) {
+            err[0] = '\0';
+            int s = t->l2->ops->sync(t->l2, idle, err, sizeof(err));
+            if (s != 0) {
+                for (job_t *h = held; h; h = h->next) {
+                    h->rc = s > 0 ? 0 : -1;
+                    if (s < 0) snprintf(h->err, sizeof(h->err), "%s", err);
+                }
+                post_done(t, held);
+                held = NULL;
+                held_tail = &held;
+            }
+        }
+        if (idle && held == NULL && !atomic_load(&t->stop) && t->l2 && t->l2->ops->maintain)
+            t->l2->ops->maintain(t->l2);
     }
     return NULL;
 }
@@ -466,8 +505,10 @@ int ds__tier_init(ds_server_t *srv, char *err, size_t cap)
     bool l2 = strcmp(cfg->l2_cache_type, "none") != 0 && cfg->l2_cache_type[0] != '\0';
     bool spill = cfg->spill_directory[0] != '\0';
     if (!l2 && !spill) return 0;
-    if (l2 && strcmp(cfg->l2_cache_type, "sfs") != 0) {
-        snprintf(err, cap, "--l2_cache_type '%s' is not supported here (none or sfs)",
+    bool dd = l2 && strcmp(cfg->l2_cache_type, "distributed_disk") == 0;
+    if (l2 && !dd && strcmp(cfg->l2_cache_type, "sfs") != 0) {
+        snprintf(err, cap,
+                 "--l2_cache_type '%s' is not supported here (none, sfs or distributed_disk)",
                  cfg->l2_cache_type);
         return -1;
     }
@@ -486,13 +527,19 @@ int ds__tier_init(ds_server_t *srv, char *err, size_t cap)
         return -1;
     }
     if (l2) {
-        t->l2 = ds__l2_sfs_open(cfg->sfs_path, err, cap);
-        if (t->l2 == NULL) return -1;
         uint64_t t0 = ds__now_ms();
+        ds_l2_dd_opts_t o = {(uint64_t)cfg->distributed_disk_sync_interval_ms,
+                             (uint64_t)cfg->distributed_disk_sync_batch_bytes,
+                             (uint64_t)cfg->distributed_disk_compact_min_dead_mb << 20,
+                             (uint32_t)cfg->distributed_disk_compact_dead_percent};
+        t->l2 = dd ? ds__l2_dd_open(cfg->distributed_disk_path, cfg->cluster_name,
+                                    cfg->worker_address, &o, err, cap)
+                   : ds__l2_sfs_open(cfg->sfs_path, err, cap);
+        if (t->l2 == NULL) return -1;
         int64_t n = t->l2->ops->scan(t->l2, wall_ms(), index_one, &t->ix, err, cap);
         if (n < 0) return -1;
-        DS_LOG_INFO("L2 cache sfs at %s: %lld objects (%llu bytes) indexed in %llu ms",
-                    cfg->sfs_path, (long long)n, (unsigned long long)t->ix.bytes,
+        DS_LOG_INFO("L2 cache %s at %s: %lld objects (%llu bytes) indexed in %llu ms",
+                    t->l2->ops->name, t->l2->path, (long long)n, (unsigned long long)t->ix.bytes,
                     (unsigned long long)(ds__now_ms() - t0));
     }
     if (spill && ds__spill_open(srv, err, cap) != 0) return -1;
@@ -949,6 +996,14 @@ bool ds__tier_counters(ds_server_t *srv, ds_tier_counters_t *out)
     out->spill_limit = t->spill_limit;
     out->queue_depth = t->depth;
     out->queue_cap = t->cap;
+    if (t->l2) {
+        ds_l2_figures_t *f = &t->l2->fig;
+        out->fsyncs = atomic_load_explicit(&f->fsyncs, memory_order_relaxed);
+        out->file_bytes = atomic_load_explicit(&f->file_bytes, memory_order_relaxed);
+        out->dead_bytes = atomic_load_explicit(&f->dead_bytes, memory_order_relaxed);
+        out->compactions = atomic_load_explicit(&f->compactions, memory_order_relaxed);
+        out->torn_bytes = atomic_load_explicit(&f->torn_bytes, memory_order_relaxed);
+    }
     return true;
 }
 
@@ -977,6 +1032,11 @@ void ds__tier_stats(ds_server_t *srv, cJSON *root)
         /* writes that found the arena full and waited (for spills or for
          * write-backs that make WRITE_BACK_L2_CACHE_EVICT objects evictable) */
         cJSON_AddNumberToObject(l2, "room_waits", (double)c.spill_waits);
+        cJSON_AddNumberToObject(l2, "fsyncs", (double)c.fsyncs);
+        cJSON_AddNumberToObject(l2, "file_bytes", (double)c.file_bytes);
+        cJSON_AddNumberToObject(l2, "dead_bytes", (double)c.dead_bytes);
+        cJSON_AddNumberToObject(l2, "compactions", (double)c.compactions);
+        cJSON_AddNumberToObject(l2, "torn_bytes", (double)c.torn_bytes);
     }
     cJSON *sp = t->spill ? cJSON_AddObjectToObject(root, "spill") : NULL;
     if (sp) {

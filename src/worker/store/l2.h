@@ -6,10 +6,13 @@
  *
  * Backends: sfs (l2_sfs.c), a directory on a possibly shared file system,
  * one object per file, written to a temporary name, fsynced and renamed, so
- * no reader ever sees half an object. */
+ * no reader ever sees half an object; distributed_disk (l2_dd.c), one
+ * append-only log per worker with an in-memory index, group commit and
+ * compaction. */
 #ifndef DS_WORKER_STORE_L2_H
 #define DS_WORKER_STORE_L2_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -27,7 +30,10 @@ typedef struct {
 typedef struct ds_l2 ds_l2_t;
 
 /* Every call returns 0, or -1 with err filled (naming the path and errno
- * where there is one). get returns 1 when the key has no object. */
+ * where there is one). get returns 1 when the key has no object. put and del
+ * of a backend with group commit (sync not NULL) may return DS_L2_PENDING:
+ * the record is written but durable only once a later sync returns 1. */
+#define DS_L2_PENDING 2
 typedef struct {
     const char *name;
     int (*put)(ds_l2_t *l2, const char *key, size_t keylen, const void *data,
@@ -49,16 +55,53 @@ typedef struct {
                     void (*fn)(void *ctx, const char *key, size_t keylen, const ds_l2_meta_t *m),
                     void *ctx, char *err, size_t cap);
     void (*destroy)(ds_l2_t *l2);
+    /* Group commit (NULL: every put and del is durable when it returns).
+     * Returns 1 when everything written so far is durable (synced now, or
+     * nothing was pending), 0 when nothing is due yet (the batch is short of
+     * its bytes and interval and idle is false), -1 with err filled when the
+     * sync failed (the pending records are not durable). idle: the caller
+     * has nothing else queued, so anything pending is synced now. */
+    int (*sync)(ds_l2_t *l2, bool idle, char *err, size_t cap);
+    /* Background upkeep (compaction), NULL if none: called by the same
+     * thread between calls, when nothing is queued or pending. */
+    void (*maintain)(ds_l2_t *l2);
 } ds_l2_ops_t;
+
+/* Figures a backend keeps for STATS; written by the I/O thread, read by the
+ * loop (relaxed atomics). */
+typedef struct {
+    atomic_uint_fast64_t fsyncs;      /* fsync / fdatasync calls on data */
+    atomic_uint_fast64_t file_bytes;  /* distributed_disk: size of the log */
+    atomic_uint_fast64_t dead_bytes;  /* distributed_disk: overwritten, deleted, expired */
+    atomic_uint_fast64_t compactions; /* distributed_disk: compactions completed */
+    atomic_uint_fast64_t torn_bytes;  /* distributed_disk: torn tail truncated at open */
+} ds_l2_figures_t;
 
 struct ds_l2 {
     const ds_l2_ops_t *ops;
     char path[512]; /* for messages */
+    ds_l2_figures_t fig;
 };
 
 /* Opens (creating if missing) the sfs directory. NULL with err filled. */
 ds_l2_t *ds__l2_sfs_open(const char *dir, char *err, size_t cap);
 /* The file name sfs uses for key (for tests and messages). */
 int ds__l2_sfs_name(const char *key, size_t keylen, char *out, size_t cap);
+
+/* distributed_disk settings (--distributed_disk_*). */
+typedef struct {
+    uint64_t sync_interval_ms;       /* longest a written record waits for its sync */
+    uint64_t sync_batch_bytes;       /* bytes written that force a sync */
+    uint64_t compact_min_dead_bytes; /* compaction needs at least this much dead space */
+    uint32_t compact_dead_pct;       /* ... and this share of the log (percent) */
+} ds_l2_dd_opts_t;
+
+/* Opens (creating if missing) the log of one worker under root:
+ * root/<cluster>/<worker>/data.log, <worker> being the worker's host:port
+ * with bytes outside [A-Za-z0-9._-] as '_' (stable across restarts on the
+ * same address). Replays the log into the index; a torn tail is truncated.
+ * NULL with err filled (also when another live process holds the log). */
+ds_l2_t *ds__l2_dd_open(const char *root, const char *cluster, const char *worker,
+                        const ds_l2_dd_opts_t *o, char *err, size_t cap);
 
 #endif

@@ -232,6 +232,7 @@ static int sfs_put(ds_l2_t *l2, const char *key, size_t keylen, const void *data
     if (renameat(s->dir_fd, tmp, s->dir_fd, name) != 0) goto fail;
     step = "fsync of the directory";
     if (fsync(s->dir_fd) != 0) goto fail;
+    atomic_fetch_add_explicit(&l2->fig.fsyncs, 2, memory_order_relaxed);
     return 0;
 fail : {
     int e = errno;
@@ -360,7 +361,12 @@ static void sfs_destroy(ds_l2_t *l2)
     free(s);
 }
 
-static const ds_l2_ops_t sfs_ops = {"sfs", sfs_put, sfs_get, sfs_del, sfs_scan, sfs_destroy};
+static const ds_l2_ops_t sfs_ops = {.name = "sfs",
+                                    .put = sfs_put,
+                                    .get = sfs_get,
+                                    .del = sfs_del,
+                                    .scan = sfs_scan,
+                                    .destroy = sfs_destroy};
 
 ds_l2_t *ds__l2_sfs_open(const char *dir, char *err, size_t cap)
 {

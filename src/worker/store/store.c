@@ -11,12 +11,18 @@
  * clock ring only ever holds in-table objects, limbo only the others. Limbo
  * exists so that destroy can free everything and stats can count pins.
  *
- * The clock ring holds in-table NONE_L2_CACHE_EVICT objects. New objects enter
- * just behind the hand with their bit clear, so without lookups eviction is
- * FIFO; a lookup sets the bit and buys one more revolution. Pinned objects
- * (refcnt > 1) are passed over, never evicted.
+ * The eviction ring holds in-table evictable objects in insertion order,
+ * oldest at the hand. Each object carries the store tick of its last write
+ * or lookup (atime); an eviction looks at the EVICT_SAMPLE unpinned objects
+ * from the hand and takes the one used longest ago (sampled LRU, as Redis
+ * does, but sampled where the old objects are). So without lookups eviction
+ * is FIFO, an object read since it was written outlives older unread ones,
+ * and the object just written is never the one taken (a plain clock with the
+ * bit clear on insertion would take it first once every other object had
+ * been read, which background eviction right after a publish makes real).
+ * Pinned objects (refcnt > 1) are passed over, never evicted.
  *
- * Memory per key beyond the key and value bytes: the ds_obj_t (80 bytes) and
+ * Memory per key beyond the key and value bytes: the ds_obj_t (88 bytes) and
  * its malloc header and rounding (about 20), the allocator's block struct
  * (48) and one to two bucket pointers (8-16): about 156 bytes, measured by
  * the million-key unit test.
@@ -49,7 +55,8 @@ struct ds_store {
     ds_alloc_t *alloc;
     ds_ht_t ht[2];
     int64_t rehash_idx; /* next ht[0] bucket to move, -1 when not rehashing */
-    ds_obj_t *hand;     /* clock hand: next eviction candidate */
+    ds_obj_t *hand;     /* oldest object of the eviction ring */
+    uint32_t tick;      /* advances at each write and lookup (ds_obj_t.atime) */
     uint64_t ring_count;
     uint64_t ring_bytes;
     ds_obj_t *limbo;
@@ -178,7 +185,7 @@ static void ring_add(ds_store_t *s, ds_obj_t *o)
         s->hand->clk_prev->clk_next = o;
         s->hand->clk_prev = o;
     }
-    o->clock_bit = 0;
+    o->atime = ++s->tick;
     s->ring_count++;
     s->ring_bytes += ds__block_size(o->block);
 }
@@ -345,21 +352,26 @@ static bool expired(const ds_obj_t *o, uint64_t now_ms)
 }
 
 /* Evicts the first unpinned, not recently used object in clock order. */
+/* Unpinned objects an eviction compares (see the top of the file). */
+#define EVICT_SAMPLE 8
+
 static bool evict_one(ds_store_t *s)
 {
-    uint64_t limit = 2 * s->ring_count + 1;
-    for (uint64_t step = 0; s->hand != NULL && step < limit; step++) {
-        ds_obj_t *o = s->hand;
-        s->hand = o->clk_next;
+    ds_obj_t *victim = NULL, *o = s->hand;
+    uint32_t seen = 0;
+    for (uint64_t i = 0; o != NULL && i < s->ring_count && seen < EVICT_SAMPLE;
+         i++, o = o->clk_next) {
         if (o->refcnt > 1) continue;
-        if (o->clock_bit) {
-            o->clock_bit = 0;
-            continue;
-        }
-        table_unlink(s, o, UNLINK_EVICT);
-        return true;
+        /* ticks wrap: compare by signed distance */
+        if (victim == NULL || (int32_t)(o->atime - victim->atime) < 0) victim = o;
+        seen++;
     }
-    return false;
+    if (victim == NULL) return false;
+    /* the objects looked at before the victim were used more recently: the
+     * hand moves past them, as a clock's hand moves past set bits */
+    s->hand = victim->clk_next;
+    table_unlink(s, victim, UNLINK_EVICT);
+    return true;
 }
 
 static uint64_t evictable_bytes(const ds_store_t *s)
@@ -470,7 +482,7 @@ ds_obj_t *ds__store_lookup(ds_store_t *s, const char *key, size_t keylen, uint64
         table_unlink(s, o, UNLINK_EXPIRE);
         return NULL;
     }
-    o->clock_bit = 1;
+    o->atime = ++s->tick;
     return o;
 }
 

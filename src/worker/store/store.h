@@ -41,12 +41,12 @@ typedef struct ds_obj {
     uint16_t keylen;
     uint8_t write_mode; /* ds_write_mode_t */
     uint8_t state;      /* ds_obj_state_t */
-    uint8_t clock_bit;  /* second chance for eviction */
     uint8_t in_table;
     uint8_t l2_persisted; /* its L2 copy is durable (a WRITE_BACK_L2_CACHE_EVICT
                              object is then evictable) */
     uint8_t spilling;     /* being copied to the spill directory (ops/tier.c) */
     uint32_t ttl_second;  /* as requested; applied at publish */
+    uint32_t atime;       /* store tick of its last write or lookup (eviction) */
     char key[];           /* keylen bytes + NUL */
 } ds_obj_t;
 

@@ -1,0 +1,746 @@
+/* The distributed_disk L2 backend: one append-only log per worker, an index
+ * of it in memory, group commit and compaction.
+ *
+ * Where: <root>/<cluster>/<worker>/data.log, <worker> being the worker's
+ * --worker_address with every byte outside [A-Za-z0-9._-] as '_' (so
+ * "127.0.0.1:31501" -> "127.0.0.1_31501"). The address is what stays the
+ * same when a worker restarts on the same path, so the restarted worker
+ * finds its own log; two live workers on one address and path cannot both
+ * open it: the worker's directory is flock()ed while open.
+ *
+ * File: a 64-byte header ("DSDDLOG1", u32 64, u32 format 1, u64 generation,
+ * zeros, u64 checksum of bytes 0..55), then records, each
+ *   0  magic "DSDDREC1"    8  u8 type (1 put, 2 delete)   9 u8 write mode
+ *   12 u32 key length      16 u64 value size (0 for a delete)
+ *   24 u64 version         32 u64 ttl deadline, wall-clock ms (0 none)
+ *   48 u64 checksum of the value (ds__sum64)
+ *   56 u64 checksum of bytes 0..55 and the key
+ *   64 the key, then the value.
+ * (Host byte order, little-endian on every target we build for.)
+ *
+ * Open replays the log into the index (key -> offset, size, deadline, mode),
+ * checking every header and value checksum. A record that is short, has a
+ * bad header or runs past the end of the file, and a last record whose value
+ * does not match its checksum, is a torn tail from a crash: the file is
+ * truncated there (logged) and nothing of it is ever served. A record in the
+ * middle whose value fails its checksum (media corruption) is skipped and
+ * its key dropped, the records after it kept.
+ *
+ * Group commit: put and del append with pwritev and return DS_L2_PENDING;
+ * sync fdatasyncs once for every record written since the last one, when
+ * --distributed_disk_sync_batch_bytes are pending, when the oldest pending
+ * record has waited --distributed_disk_sync_interval_ms, or when the caller
+ * is idle (its queue is empty). A failed sync (or a log found unlinked)
+ * makes the backend refuse writes until the worker restarts, since after a
+ * failed fsync the kernel may have dropped the unwritten pages.
+ *
+ * Compaction (maintain, between jobs with nothing pending): once dead bytes
+ * (overwritten, deleted, expired records and tombstones) reach both
+ * compact_min_dead_bytes and compact_dead_pct of the log, the live records
+ * are copied in log order into data.compact, which is fsynced and renamed
+ * onto data.log (then the directory fsynced). A crash before the rename
+ * leaves the old log intact (open deletes the leftover data.compact); after
+ * it, the new one is complete. Only the disk I/O thread calls this backend,
+ * so compaction needs no lock: jobs wait while it runs. */
+#include "worker/store/l2.h"
+
+#include "common/clock.h"
+#include "common/hash.h"
+#include "common/log.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#define DD_FILE_MAGIC "DSDDLOG1"
+#define DD_REC_MAGIC "DSDDREC1"
+#define DD_HDR 64u
+#define DD_LOG "data.log"
+#define DD_TMP "data.compact"
+#define DD_CHUNK (1u << 20)
+enum { REC_PUT = 1, REC_DEL = 2 };
+
+typedef struct dent {
+    struct dent *next;
+    uint64_t off; /* the record's offset in the log */
+    uint64_t size, version, ttl_wall_ms;
+    uint32_t hash, keylen;
+    uint8_t mode;
+    char key[];
+} dent_t;
+
+typedef struct {
+    ds_l2_t base;
+    int dir_fd, fd;
+    dent_t **b;
+    uint64_t nb, count;
+    uint64_t end;     /* where the next record goes (the log's size) */
+    uint64_t live;    /* the file header plus every live record */
+    uint64_t pending; /* bytes written since the last sync */
+    uint64_t pending_since_ms;
+    uint64_t generation;
+    uint64_t retry_dead; /* after a failed compaction: wait for this much dead */
+    int broken;          /* errno of a failed sync: writes refused */
+    char broken_msg[800];
+    ds_l2_dd_opts_t o;
+} dd_t;
+
+static uint64_t wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static uint64_t rec_len(const dent_t *e)
+{
+    return DD_HDR + e->keylen + e->size;
+}
+
+static void figures(dd_t *d)
+{
+    atomic_store_explicit(&d->base.fig.file_bytes, d->end, memory_order_relaxed);
+    atomic_store_explicit(&d->base.fig.dead_bytes, d->end - d->live, memory_order_relaxed);
+}
+
+/* ---- the index (disk I/O thread only) ---- */
+
+static dent_t **ix_slot(dd_t *d, const char *key, uint32_t kl, uint32_t h)
+{
+    dent_t **p = &d->b[h & (d->nb - 1)];
+    while (*p && !((*p)->hash == h && (*p)->keylen == kl && memcmp((*p)->key, key, kl) == 0))
+        p = &(*p)->next;
+    return p;
+}
+
+static dent_t *ix_find(dd_t *d, const char *key, uint32_t kl)
+{
+    return *ix_slot(d, key, kl, ds__murmur3_32(key, kl, 0));
+}
+
+static void ix_del(dd_t *d, const char *key, uint32_t kl)
+{
+    dent_t **p = ix_slot(d, key, kl, ds__murmur3_32(key, kl, 0));
+    dent_t *e = *p;
+    if (e == NULL) return;
+    *p = e->next;
+    d->live -= rec_len(e);
+    d->count--;
+    free(e);
+}
+
+static int ix_set(dd_t *d, const char *key, uint32_t kl, uint64_t off, const ds_l2_meta_t *m)
+{
+    if (d->count >= d->nb) {
+        uint64_t nb = d->nb * 2;
+        dent_t **b = calloc(nb, sizeof(*b));
+        if (b) {
+            for (uint64_t i = 0; i < d->nb; i++)
+                for (dent_t *e = d->b[i], *next; e; e = next) {
+                    next = e->next;
+                    e->next = b[e->hash & (nb - 1)];
+                    b[e->hash & (nb - 1)] = e;
+                }
+            free(d->b);
+            d->b = b;
+            d->nb = nb;
+        }
+    }
+    ix_del(d, key, kl);
+    dent_t *e = malloc(sizeof(*e) + kl);
+    if (e == NULL) return -1;
+    e->hash = ds__murmur3_32(key, kl, 0);
+    e->keylen = kl;
+    e->off = off;
+    e->size = m->size;
+    e->version = m->version;
+    e->ttl_wall_ms = m->ttl_wall_ms;
+    e->mode = m->write_mode;
+    memcpy(e->key, key, kl);
+    dent_t **p = &d->b[e->hash & (d->nb - 1)];
+    e->next = *p;
+    *p = e;
+    d->count++;
+    d->live += rec_len(e);
+    return 0;
+}
+
+/* ---- records ---- */
+
+static void rec_fill(uint8_t h[DD_HDR], uint8_t type, const char *key, uint32_t kl,
+                     const ds_l2_meta_t *m, uint64_t dsum)
+{
+    memset(h, 0, DD_HDR);
+    memcpy(h, DD_REC_MAGIC, 8);
+    h[8] = type;
+    h[9] = m->write_mode;
+    memcpy(h + 12, &kl, 4);
+    memcpy(h + 16, &m->size, 8);
+    memcpy(h + 24, &m->version, 8);
+    memcpy(h + 32, &m->ttl_wall_ms, 8);
+    memcpy(h + 48, &dsum, 8);
+    uint64_t hs = ds__sum64(ds__sum64(DS_SUM64_SEED, h, 56), key, kl);
+    memcpy(h + 56, &hs, 8);
+}
+
+/* The fields of a header; its checksum is checked with the key (rec_key_ok). */
+static int rec_parse(const uint8_t h[DD_HDR], uint8_t *type, uint32_t *kl, ds_l2_meta_t *m,
+                     uint64_t *dsum)
+{
+    if (memcmp(h, DD_REC_MAGIC, 8) != 0 || (h[8] != REC_PUT && h[8] != REC_DEL)) return -1;
+    *type = h[8];
+    m->write_mode = h[9];
+    memcpy(kl, h + 12, 4);
+    memcpy(&m->size, h + 16, 8);
+    memcpy(&m->version, h + 24, 8);
+    memcpy(&m->ttl_wall_ms, h + 32, 8);
+    memcpy(dsum, h + 48, 8);
+    if (*kl == 0 || *kl > DS_L2_KEY_MAX || (*type == REC_DEL && m->size != 0)) return -1;
+    return 0;
+}
+
+static bool rec_key_ok(const uint8_t h[DD_HDR], const char *key, uint32_t kl)
+{
+    uint64_t hs;
+    memcpy(&hs, h + 56, 8);
+    return ds__sum64(ds__sum64(DS_SUM64_SEED, h, 56), key, kl) == hs;
+}
+
+static int pread_full(int fd, void *p, uint64_t n, uint64_t off)
+{
+    uint8_t *b = p;
+    while (n > 0) {
+        ssize_t r = pread(fd, b, n > (1u << 30) ? (1u << 30) : n, (off_t)off);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+            if (r == 0) errno = EIO;
+            return -1;
+        }
+        b += r;
+        n -= (uint64_t)r;
+        off += (uint64_t)r;
+    }
+    return 0;
+}
+
+static int pwritev_full(int fd, struct iovec *iov, int cnt, uint64_t off)
+{
+    int vi = 0;
+    while (vi < cnt) {
+        ssize_t w = pwritev(fd, iov + vi, cnt - vi, (off_t)off);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            if (w == 0) errno = EIO;
+            return -1;
+        }
+        off += (uint64_t)w;
+        size_t left = (size_t)w;
+        while (vi < cnt && left >= iov[vi].iov_len)
+            left -= iov[vi++].iov_len;
+        if (vi < cnt) {
+            iov[vi].iov_base = (uint8_t *)iov[vi].iov_base + left;
+            iov[vi].iov_len -= left;
+        }
+    }
+    return 0;
+}
+
+static void file_hdr_fill(uint8_t h[DD_HDR], uint64_t generation)
+{
+    memset(h, 0, DD_HDR);
+    memcpy(h, DD_FILE_MAGIC, 8);
+    uint32_t hl = DD_HDR, fmt = 1;
+    memcpy(h + 8, &hl, 4);
+    memcpy(h + 12, &fmt, 4);
+    memcpy(h + 16, &generation, 8);
+    uint64_t hs = ds__sum64(DS_SUM64_SEED, h, 56);
+    memcpy(h + 56, &hs, 8);
+}
+
+/* Appends one record at the end; the log is cut back to its old end if the
+ * write fails part-way. */
+static int append(dd_t *d, uint8_t type, const char *key, uint32_t kl, const void *data,
+                  const ds_l2_meta_t *m, char *err, size_t cap)
+{
+    if (d->broken) {
+        snprintf(err, cap, "%s", d->broken_msg);
+        return -1;
+    }
+    uint8_t h[DD_HDR];
+    rec_fill(h, type, key, kl, m, ds__sum64(DS_SUM64_SEED, data, m->size));
+    struct iovec iov[3] = {{h, DD_HDR}, {(void *)key, kl}, {(void *)data, m->size}};
+    if (pwritev_full(d->fd, iov, m->size ? 3 : 2, d->end) != 0) {
+        int e = errno;
+        /* if this fails too, the next append overwrites the partial record */
+        int trunc = ftruncate(d->fd, (off_t)d->end);
+        (void)trunc;
+        snprintf(err, cap, "distributed_disk: append to %s/" DD_LOG " failed: %s (errno %d)",
+                 d->base.path, strerror(e), e);
+        return -1;
+    }
+    uint64_t len = DD_HDR + kl + m->size;
+    if (d->pending == 0) d->pending_since_ms = ds__now_ms();
+    d->pending += len;
+    d->end += len;
+    return 0;
+}
+
+/* ---- the backend ---- */
+
+static int dd_put(ds_l2_t *l2, const char *key, size_t keylen, const void *data,
+                  const ds_l2_meta_t *meta, char *err, size_t cap)
+{
+    dd_t *d = (dd_t *)l2;
+    uint64_t off = d->end;
+    if (append(d, REC_PUT, key, (uint32_t)keylen, data, meta, err, cap) != 0) return -1;
+    if (ix_set(d, key, (uint32_t)keylen, off, meta) != 0) {
+        /* written, not indexed: dead space; the write fails */
+        ix_del(d, key, (uint32_t)keylen);
+        figures(d);
+        snprintf(err, cap, "distributed_disk: out of memory indexing a record of %s", l2->path);
+        return -1;
+    }
+    figures(d);
+    return DS_L2_PENDING;
+}
+
+static int dd_get(ds_l2_t *l2, const char *key, size_t keylen, void *dst, uint64_t dst_cap,
+                  ds_l2_meta_t *meta, char *err, size_t cap)
+{
+    dd_t *d = (dd_t *)l2;
+    dent_t *e = ix_find(d, key, (uint32_t)keylen);
+    if (e == NULL) return 1;
+    uint8_t h[DD_HDR], type;
+    uint32_t kl = 0;
+    uint64_t dsum = 0;
+    char *k = malloc(keylen);
+    const char *why = NULL;
+    if (k == NULL)
+        why = "out of memory";
+    else if (pread_full(d->fd, h, DD_HDR, e->off) != 0 ||
+             pread_full(d->fd, k, keylen, e->off + DD_HDR) != 0)
+        why = "short or unreadable record header";
+    else if (rec_parse(h, &type, &kl, meta, &dsum) != 0 || type != REC_PUT || kl != keylen ||
+             memcmp(k, key, keylen) != 0 || !rec_key_ok(h, key, kl) || meta->size != e->size)
+        why = "bad record header";
+    else if (meta->size > dst_cap)
+        why = "object larger than the space reserved for it";
+    else if (pread_full(d->fd, dst, meta->size, e->off + DD_HDR + kl) != 0)
+        why = "short read of the value";
+    else if (ds__sum64(DS_SUM64_SEED, dst, meta->size) != dsum)
+        why = "value checksum mismatch";
+    free(k);
+    if (why == NULL) return 0;
+    snprintf(err, cap, "distributed_disk: rejected the record at offset %llu of %s/" DD_LOG ": %s",
+             (unsigned long long)e->off, l2->path, why);
+    return -1;
+}
+
+static int dd_del(ds_l2_t *l2, const char *key, size_t keylen, char *err, size_t cap)
+{
+    dd_t *d = (dd_t *)l2;
+    if (ix_find(d, key, (uint32_t)keylen) == NULL) return 0; /* no live record */
+    ds_l2_meta_t m = {0, 0, 0, 0};
+    if (append(d, REC_DEL, key, (uint32_t)keylen, NULL, &m, err, cap) != 0) return -1;
+    ix_del(d, key, (uint32_t)keylen);
+    figures(d);
+    return DS_L2_PENDING;
+}
+
+static int64_t dd_scan(ds_l2_t *l2, uint64_t now_wall_ms,
+                       void (*fn)(void *ctx, const char *key, size_t keylen, const ds_l2_meta_t *m),
+                       void *ctx, char *err, size_t cap)
+{
+    (void)err;
+    (void)cap;
+    dd_t *d = (dd_t *)l2;
+    int64_t n = 0;
+    for (uint64_t i = 0; i < d->nb; i++)
+        for (dent_t *e = d->b[i], *next; e; e = next) {
+            next = e->next;
+            if (e->ttl_wall_ms != 0 && e->ttl_wall_ms <= now_wall_ms) {
+                ix_del(d, e->key, e->keylen); /* dead space now */
+                continue;
+            }
+            ds_l2_meta_t m = {e->size, e->version, e->ttl_wall_ms, e->mode};
+            fn(ctx, e->key, e->keylen, &m);
+            n++;
+        }
+    figures(d);
+    return n;
+}
+
+static int dd_sync(ds_l2_t *l2, bool idle, char *err, size_t cap)
+{
+    dd_t *d = (dd_t *)l2;
+    if (d->pending == 0) return 1;
+    if (!idle && d->pending < d->o.sync_batch_bytes &&
+        ds__now_ms() - d->pending_since_ms < d->o.sync_interval_ms)
+        return 0;
+    const char *what = "fdatasync";
+    int rc = fdatasync(d->fd);
+    atomic_fetch_add_explicit(&l2->fig.fsyncs, 1, memory_order_relaxed);
+    struct stat st;
+    if (rc == 0 && fstat(d->fd, &st) == 0 && st.st_nlink == 0) {
+        what = "check (the file was removed)";
+        errno = ENOENT;
+        rc = -1;
+    }
+    if (rc != 0) {
+        int e = errno;
+        d->broken = e;
+        snprintf(d->broken_msg, sizeof(d->broken_msg),
+                 "distributed_disk: %s of %s/" DD_LOG
+                 " failed: %s (errno %d); writes refused until the worker restarts",
+                 what, l2->path, strerror(e), e);
+        snprintf(err, cap, "%s", d->broken_msg);
+        return -1;
+    }
+    d->pending = 0;
+    return 1;
+}
+
+/* Copies len bytes of the log at from to out at to. */
+static int copy_range(int in, uint64_t from, int out, uint64_t to, uint64_t len, uint8_t **buf)
+{
+    while (len > 0) {
+        loff_t fi = (loff_t)from, fo = (loff_t)to;
+        ssize_t n = copy_file_range(in, &fi, out, &fo, len, 0);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break; /* not supported here (or a short file): copy by hand */
+        from += (uint64_t)n;
+        to += (uint64_t)n;
+        len -= (uint64_t)n;
+    }
+    if (len > 0 && *buf == NULL && (*buf = malloc(DD_CHUNK)) == NULL) return -1;
+    while (len > 0) {
+        uint64_t n = len < DD_CHUNK ? len : DD_CHUNK;
+        struct iovec v = {*buf, n};
+        if (pread_full(in, *buf, n, from) != 0 || pwritev_full(out, &v, 1, to) != 0) return -1;
+        from += n;
+        to += n;
+        len -= n;
+    }
+    return 0;
+}
+
+static int by_off(const void *a, const void *b)
+{
+    uint64_t x = (*(dent_t *const *)a)->off, y = (*(dent_t *const *)b)->off;
+    return x < y ? -1 : x > y;
+}
+
+static void compact(dd_t *d)
+{
+    uint64_t t0 = ds__now_ms(), before = d->end, dead = d->end - d->live, now = wall_ms();
+    dent_t **v = malloc((d->count ? d->count : 1) * sizeof(*v));
+    uint64_t *noff = malloc((d->count ? d->count : 1) * sizeof(*noff));
+    uint8_t *buf = NULL, h[DD_HDR];
+    const char *step = "create";
+    int nfd = -1;
+    if (v == NULL || noff == NULL) {
+        errno = ENOMEM;
+        goto fail;
+    }
+    uint64_t n = 0;
+    for (uint64_t i = 0; i < d->nb; i++)
+        for (dent_t *e = d->b[i]; e; e = e->next)
+            v[n++] = e;
+    qsort(v, n, sizeof(*v), by_off);
+    nfd = openat(d->dir_fd, DD_TMP, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (nfd < 0) goto fail;
+    step = "write";
+    file_hdr_fill(h, d->generation + 1);
+    struct iovec hv = {h, DD_HDR};
+    if (pwritev_full(nfd, &hv, 1, 0) != 0) goto fail;
+    uint64_t to = DD_HDR;
+    for (uint64_t i = 0; i < n; i++) {
+        if (v[i]->ttl_wall_ms != 0 && v[i]->ttl_wall_ms <= now) {
+            noff[i] = UINT64_MAX; /* expired: left behind */
+            continue;
+        }
+        if (copy_range(d->fd, v[i]->off, nfd, to, rec_len(v[i]), &buf) != 0) goto fail;
+        noff[i] = to;
+        to += rec_len(v[i]);
+    }
+    step = "fsync";
+    if (fsync(nfd) != 0) goto fail;
+    atomic_fetch_add_explicit(&d->base.fig.fsyncs, 1, memory_order_relaxed);
+    step = "rename";
+    if (renameat(d->dir_fd, DD_TMP, d->dir_fd, DD_LOG) != 0) goto fail;
+    /* From here the new log is the log. */
+    if (fsync(d->dir_fd) != 0)
+        DS_LOG_WARN("distributed_disk: fsync of the directory %s failed after compaction: %s",
+                    d->base.path, strerror(errno));
+    for (uint64_t i = 0; i < n; i++) {
+        if (noff[i] == UINT64_MAX)
+            ix_del(d, v[i]->key, v[i]->keylen);
+        else
+            v[i]->off = noff[i];
+    }
+    close(d->fd);
+    d->fd = nfd;
+    d->end = d->live = to;
+    d->generation++;
+    d->retry_dead = 0;
+    atomic_fetch_add_explicit(&d->base.fig.compactions, 1, memory_order_relaxed);
+    figures(d);
+    DS_LOG_INFO("distributed_disk: compacted %s/" DD_LOG ": %llu -> %llu bytes (%llu dead), "
+                "%llu records, %llu ms",
+                d->base.path, (unsigned long long)before, (unsigned long long)to,
+                (unsigned long long)dead, (unsigned long long)n,
+                (unsigned long long)(ds__now_ms() - t0));
+    free(v);
+    free(noff);
+    free(buf);
+    return;
+fail : {
+    int e = errno;
+    if (nfd >= 0) close(nfd);
+    unlinkat(d->dir_fd, DD_TMP, 0);
+    d->retry_dead = dead + (d->o.compact_min_dead_bytes ? d->o.compact_min_dead_bytes : dead);
+    DS_LOG_WARN("distributed_disk: compaction of %s/" DD_LOG " failed (%s: %s, errno %d); the "
+                "log stays as it was",
+                d->base.path, step, strerror(e), e);
+    free(v);
+    free(noff);
+    free(buf);
+}
+}
+
+static void dd_maintain(ds_l2_t *l2)
+{
+    dd_t *d = (dd_t *)l2;
+    if (d->broken || d->pending) return;
+    uint64_t dead = d->end - d->live;
+    if (dead == 0 || dead < d->o.compact_min_dead_bytes || dead < d->retry_dead ||
+        (double)dead * 100.0 < (double)d->o.compact_dead_pct * (double)d->end)
+        return;
+    compact(d);
+}
+
+static void dd_destroy(ds_l2_t *l2)
+{
+    dd_t *d = (dd_t *)l2;
+    if (d == NULL) return;
+    if (d->pending && !d->broken) fdatasync(d->fd);
+    if (d->fd >= 0) close(d->fd);
+    if (d->dir_fd >= 0) close(d->dir_fd); /* and its lock */
+    for (uint64_t i = 0; d->b && i < d->nb; i++)
+        for (dent_t *e = d->b[i], *next; e; e = next) {
+            next = e->next;
+            free(e);
+        }
+    free(d->b);
+    free(d);
+}
+
+static const ds_l2_ops_t dd_ops = {.name = "distributed_disk",
+                                   .put = dd_put,
+                                   .get = dd_get,
+                                   .del = dd_del,
+                                   .scan = dd_scan,
+                                   .destroy = dd_destroy,
+                                   .sync = dd_sync,
+                                   .maintain = dd_maintain};
+
+/* ---- open: replay ---- */
+
+/* Reads the records from the header to the end into the index; a torn tail
+ * is cut off. */
+static int replay(dd_t *d, uint64_t size, char *err, size_t cap)
+{
+    uint8_t *buf = malloc(DD_CHUNK);
+    char *key = malloc(DS_L2_KEY_MAX);
+    uint64_t off = DD_HDR, skipped = 0;
+    const char *why = NULL;
+    if (buf == NULL || key == NULL) {
+        free(buf);
+        free(key);
+        snprintf(err, cap, "distributed_disk: out of memory");
+        return -1;
+    }
+    while (off < size) {
+        uint8_t h[DD_HDR], type;
+        uint32_t kl;
+        ds_l2_meta_t m;
+        uint64_t dsum;
+        if (size - off < DD_HDR) {
+            why = "a short record header";
+            break;
+        }
+        if (pread_full(d->fd, h, DD_HDR, off) != 0) goto ioerr;
+        if (rec_parse(h, &type, &kl, &m, &dsum) != 0) {
+            why = "a bad record header";
+            break;
+        }
+        if (m.size > size || off + DD_HDR + kl + m.size > size) {
+            why = "a record that runs past the end of the file";
+            break;
+        }
+        uint64_t len = DD_HDR + kl + m.size;
+        if (pread_full(d->fd, key, kl, off + DD_HDR) != 0) goto ioerr;
+        if (!rec_key_ok(h, key, kl)) {
+            why = "a record header checksum mismatch";
+            break;
+        }
+        uint64_t s = DS_SUM64_SEED;
+        for (uint64_t p = 0; p < m.size;) {
+            uint64_t n = m.size - p < DD_CHUNK ? m.size - p : DD_CHUNK;
+            if (pread_full(d->fd, buf, n, off + DD_HDR + kl + p) != 0) goto ioerr;
+            s = ds__sum64(s, buf, n); /* chunks of 8-byte words: the same sum */
+            p += n;
+        }
+        if (s != dsum) {
+            if (off + len == size) {
+                why = "a value checksum mismatch in the last record";
+                break;
+            }
+            DS_LOG_WARN("distributed_disk: %s/" DD_LOG ": the record of '%.*s' at offset %llu "
+                        "fails its value checksum: skipped, the key dropped",
+                        d->base.path, (int)(kl > 64 ? 64 : kl), key, (unsigned long long)off);
+            ix_del(d, key, kl);
+            skipped++;
+        } else if (type == REC_PUT) {
+            if (ix_set(d, key, kl, off, &m) != 0) {
+                snprintf(err, cap, "distributed_disk: out of memory indexing %s", d->base.path);
+                goto fail;
+            }
+        } else {
+            ix_del(d, key, kl);
+        }
+        off += len;
+    }
+    if (off < size) {
+        if (ftruncate(d->fd, (off_t)off) != 0 || fsync(d->fd) != 0) goto ioerr;
+        atomic_store_explicit(&d->base.fig.torn_bytes, size - off, memory_order_relaxed);
+        DS_LOG_WARN("distributed_disk: %s/" DD_LOG ": torn tail at offset %llu (%s): %llu bytes "
+                    "truncated, never served",
+                    d->base.path, (unsigned long long)off, why, (unsigned long long)(size - off));
+    }
+    d->end = off;
+    figures(d);
+    free(buf);
+    free(key);
+    return 0;
+ioerr:
+    snprintf(err, cap, "distributed_disk: cannot read %s/" DD_LOG ": %s (errno %d)", d->base.path,
+             strerror(errno), errno);
+fail:
+    free(buf);
+    free(key);
+    return -1;
+}
+
+static void name_part(char *out, size_t cap, const char *s)
+{
+    size_t o = 0;
+    for (; *s && o + 1 < cap; s++) {
+        char c = *s;
+        bool plain = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                     c == '.' || c == '_' || c == '-';
+        out[o++] = plain ? c : '_';
+    }
+    out[o] = '\0';
+    if (o == 0 || strcmp(out, ".") == 0 || strcmp(out, "..") == 0) snprintf(out, cap, "_");
+}
+
+ds_l2_t *ds__l2_dd_open(const char *root, const char *cluster, const char *worker,
+                        const ds_l2_dd_opts_t *o, char *err, size_t cap)
+{
+    if (root == NULL || root[0] == '\0') {
+        snprintf(err, cap, "--l2_cache_type distributed_disk needs --distributed_disk_path");
+        return NULL;
+    }
+    char c[128], w[128], path[512];
+    name_part(c, sizeof(c), cluster ? cluster : "");
+    name_part(w, sizeof(w), worker ? worker : "");
+    const char *levels[3] = {root, c, w};
+    size_t len = 0;
+    for (int i = 0; i < 3; i++) {
+        int n = snprintf(path + len, sizeof(path) - len, "%s%s", i ? "/" : "", levels[i]);
+        if (n < 0 || (size_t)n >= sizeof(path) - len) {
+            snprintf(err, cap, "distributed_disk: path under %s too long", root);
+            return NULL;
+        }
+        len += (size_t)n;
+        if (mkdir(path, 0755) != 0 && errno != EEXIST) {
+            snprintf(err, cap, "distributed_disk: cannot create %s: %s (errno %d)", path,
+                     strerror(errno), errno);
+            return NULL;
+        }
+    }
+    dd_t *d = calloc(1, sizeof(*d));
+    if (d == NULL) {
+        snprintf(err, cap, "distributed_disk: out of memory");
+        return NULL;
+    }
+    d->base.ops = &dd_ops;
+    snprintf(d->base.path, sizeof(d->base.path), "%s", path);
+    d->fd = -1;
+    d->o = *o;
+    d->nb = 1024;
+    d->b = calloc(d->nb, sizeof(*d->b));
+    d->live = DD_HDR;
+    const char *step = "open";
+    struct stat st;
+    d->dir_fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (d->b == NULL || d->dir_fd < 0) goto fail;
+    if (flock(d->dir_fd, LOCK_EX | LOCK_NB) != 0) {
+        if (errno == EWOULDBLOCK)
+            snprintf(err, cap,
+                     "distributed_disk: %s is in use by another worker process (its lock is held)",
+                     path);
+        else
+            snprintf(err, cap, "distributed_disk: cannot lock %s: %s (errno %d)", path,
+                     strerror(errno), errno);
+        dd_destroy(&d->base);
+        return NULL;
+    }
+    /* a compaction that did not reach its rename */
+    unlinkat(d->dir_fd, DD_TMP, 0);
+    d->fd = openat(d->dir_fd, DD_LOG, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (d->fd < 0 || fstat(d->fd, &st) != 0) goto fail;
+    uint8_t h[DD_HDR];
+    if ((uint64_t)st.st_size < DD_HDR) {
+        /* new (or its header torn while being created: nothing after it) */
+        step = "write the header of";
+        file_hdr_fill(h, 0);
+        struct iovec v = {h, DD_HDR};
+        if (ftruncate(d->fd, 0) != 0 || pwritev_full(d->fd, &v, 1, 0) != 0 || fsync(d->fd) != 0 ||
+            fsync(d->dir_fd) != 0)
+            goto fail;
+        st.st_size = DD_HDR;
+    } else {
+        step = "read";
+        if (pread_full(d->fd, h, DD_HDR, 0) != 0) goto fail;
+        uint8_t want[DD_HDR];
+        memcpy(&d->generation, h + 16, 8);
+        file_hdr_fill(want, d->generation);
+        if (memcmp(h, want, DD_HDR) != 0) {
+            snprintf(err, cap,
+                     "distributed_disk: %s/" DD_LOG
+                     " is not a distributed_disk log (bad file header); move it away",
+                     path);
+            dd_destroy(&d->base);
+            return NULL;
+        }
+    }
+    if (replay(d, (uint64_t)st.st_size, err, cap) != 0) {
+        dd_destroy(&d->base);
+        return NULL;
+    }
+    return &d->base;
+fail:
+    snprintf(err, cap, "distributed_disk: cannot %s %s/" DD_LOG ": %s (errno %d)", step, path,
+             strerror(errno), errno);
+    dd_destroy(&d->base);
+    return NULL;
+}
