@@ -150,6 +150,15 @@ void sbs_compute_targets(const sbs_limits_t *lim)
                  hol_sys[i]);
         target(name, busy / idle, 3.0, false);
     }
+    const char *res_ops[2] = {"resident get", "resident set"};
+    for (int i = 0; i < 4; i++) {
+        bool tcp = i >= 2;
+        const sbs_row_t *r =
+            sbs_row_find(tcp ? "ds-remote" : "ds-local", res_ops[i % 2], SBS_KIB, 1);
+        snprintf(name, sizeof(name), "random 1 KiB %s among resident keys vs Redis (%s), rate",
+                 res_ops[i % 2] + 9, tcp ? "TCP" : "Unix socket");
+        target(name, r ? r->ratio_to_redis : NAN, tcp ? 1.0 : 1.2, true);
+    }
     const sbs_row_t *m = sbs_row_find("ds-local", "resident memory", SBS_KIB, 1);
     target("bytes per resident 1 KiB key beyond key and value", m ? m->extra : NAN, 200.0, false);
 }
