@@ -115,6 +115,7 @@ typedef struct ds_conn {
     uint8_t *in;
     uint32_t in_pos, in_len;
     int rcvtimeo_ms;  /* the socket's SO_RCVTIMEO now; 0 = none set */
+    bool is_unix;     /* a Unix socket: replies are polled for, then read */
     const char *peer; /* "host:port" of the worker, for messages */
     uint32_t busy_poll_us;
     bool traced; /* the request being built carries DS_FLAG_TRACE */

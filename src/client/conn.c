@@ -7,10 +7,11 @@
  * response is read in two steps: header and metadata here, the data section by
  * the caller, straight into wherever the values belong. Both go through a
  * small per-connection buffer, so that a small response (header, metadata and
- * a value of a few KiB) costs one recv, and that recv blocks in the kernel
- * (with the socket's receive timeout as the deadline) rather than a poll
- * followed by reads: three syscalls a round trip fewer, which on a VM is a
- * tenth of a small request's time. Large data bypasses the buffer.
+ * a value of a few KiB) costs one recv. Over TCP that recv blocks in the
+ * kernel (with the socket's receive timeout as the deadline); over a Unix
+ * socket a poll comes first, which wakes sooner there. Either way a small
+ * round trip is two or three syscalls instead of six, which on this VM is
+ * a tenth of a small request's time. Large data bypasses the buffer.
  *
  * This file knows nothing about pools or sessions; it reports what happened to
  * the socket through conn->state and lets client.c decide. */
@@ -87,7 +88,11 @@ static ssize_t recv_some(ds_conn_t *conn, void *buf, size_t cap, uint64_t deadli
             errno = ETIMEDOUT;
             return -1;
         }
-        bool block = deadline - now >= DS_BLOCKING_RECV_MIN_MS &&
+        /* Unix sockets: poll, then one recv. Measured here, a blocked recv
+         * of a Unix socket is woken ~1.5 us later than a poll on it, while
+         * on TCP blocking in recv is ~1 us faster than poll + recv. */
+        if (conn->is_unix && wait_fd(conn->fd, POLLIN, deadline) != 0) return -1;
+        bool block = !conn->is_unix && deadline - now >= DS_BLOCKING_RECV_MIN_MS &&
                      arm_recv_timeout(conn, deadline - now) == 0;
         ssize_t r = recv(conn->fd, buf, cap, block ? 0 : MSG_DONTWAIT);
         if (r > 0) return r;
@@ -357,6 +362,9 @@ ds_conn_t *ds__conn_new(int fd, ds_sess_t *sess, const char *peer)
     ds_conn_t *conn = calloc(1, sizeof(*conn));
     if (conn == NULL) return NULL;
     conn->fd = fd;
+    int domain = 0;
+    socklen_t dl = sizeof(domain);
+    conn->is_unix = getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &dl) == 0 && domain == AF_UNIX;
     conn->sess = sess;
     conn->peer = peer;
     conn->next_req = 1;
