@@ -83,9 +83,18 @@ static int unload(sbs_conn_t *c, size_t n, char (*keys)[16])
  * system, in ROUNDS rounds that interleave the systems (this project local,
  * Redis Unix, this project over TCP, Redis TCP), so that a machine whose
  * speed drifts (it is shared) moves every system alike. Latencies and rates
- * are over all rounds of a system. */
+ * are over all rounds of a system. The ratio to Redis is the median of the
+ * per-round ratios (the same number of operations each, so the ratio of
+ * their times): a stall of the shared machine then spoils one round, not
+ * the aggregate of one system. */
 #define ROUNDS 10
 #define NSYS 4
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
 
 static int random_ops(sbs_conn_t *const conn[NSYS], const char *const sys[NSYS], size_t n,
                       char (*keys)[16], size_t m, uint8_t *val, uint8_t *dst)
@@ -97,7 +106,7 @@ static int random_ops(sbs_conn_t *const conn[NSYS], const char *const sys[NSYS],
     uint64_t seed = 0x9E3779B97F4A7C15ull;
     size_t len;
     for (int op = 0; op < 2 && rc == 0; op++) {
-        double secs[NSYS] = {0};
+        double secs[NSYS] = {0}, round_s[ROUNDS][NSYS];
         for (int k = 0; k < NSYS && rc == 0; k++)
             for (size_t i = 0; i < 100 && rc == 0; i++) {
                 const char *key = keys[xorshift(&seed) % n];
@@ -115,7 +124,8 @@ static int random_ops(sbs_conn_t *const conn[NSYS], const char *const sys[NSYS],
                                  : sbs_get(conn[k], key, dst, VAL_SIZE, &len);
                     ns[k][i] = ds__now_ns() - t1;
                 }
-                secs[k] += (double)(ds__now_ns() - t0) / 1e9;
+                round_s[round][k] = (double)(ds__now_ns() - t0) / 1e9;
+                secs[k] += round_s[round][k];
             }
         }
         for (int k = 0; k < NSYS && rc == 0; k++) {
@@ -126,6 +136,17 @@ static int random_ops(sbs_conn_t *const conn[NSYS], const char *const sys[NSYS],
             snprintf(r->note, sizeof(r->note),
                      "random keys among %zu resident; %d rounds interleaved with the other systems",
                      n, ROUNDS);
+            if (k % 2 != 0) continue;
+            /* This project's rows (k 0 and 2) against Redis's next to them. */
+            double q[ROUNDS];
+            for (int i = 0; i < ROUNDS; i++)
+                q[i] = round_s[i][k + 1] / round_s[i][k];
+            qsort(q, ROUNDS, sizeof(q[0]), cmp_double);
+            r->ratio_to_redis = (q[ROUNDS / 2 - 1] + q[ROUNDS / 2]) / 2;
+            size_t len = strlen(r->note);
+            snprintf(r->note + len, sizeof(r->note) - len,
+                     "; x Redis: median of per-round rate ratios (%.2f-%.2f), aggregate %.2f", q[0],
+                     q[ROUNDS - 1], secs[k + 1] / secs[k]);
         }
     }
     for (int k = 0; k < NSYS; k++)
