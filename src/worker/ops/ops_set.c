@@ -10,6 +10,7 @@
 #include "common/keys.h"
 
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -90,24 +91,38 @@ static void refuse(ds_req_t *r, ds_status_t st, const char *msg)
     ds__req_error(r, st, "%s", msg);
 }
 
-/* A SET between its metadata and its last data byte. */
+/* A SET between its metadata and its last data byte. It is one allocation
+ * with its per-key arrays after it (set_new): a small SET was five. */
 typedef struct {
     ds_server_t *srv;
     uint32_t n;
     uint8_t existence;
-    ds_obj_t **pend;  /* reserved objects, one per key (NULL where it failed) */
-    uint32_t *status; /* per key */
-    ds_sink_t *sinks; /* where each value's bytes go */
-    char err[512];    /* the first failure's message */
+    ds_obj_t **pend;      /* reserved objects, one per key (NULL where it failed) */
+    ds_obj_t **published; /* set_publish's list of what it published */
+    uint32_t *status;     /* per key */
+    ds_sink_t *sinks;     /* where each value's bytes go */
+    char err[512];        /* the first failure's message */
 } set_t;
+
+static set_t *set_new(uint32_t n)
+{
+    size_t arrays = (size_t)n * (2 * sizeof(ds_obj_t *) + sizeof(ds_sink_t) + sizeof(uint32_t));
+    set_t *s = malloc(sizeof(*s) + arrays);
+    if (s == NULL) return NULL;
+    memset(s, 0, offsetof(set_t, err) + 1);
+    uint8_t *p = (uint8_t *)(s + 1);
+    memset(p, 0, arrays);
+    s->pend = (ds_obj_t **)(void *)p;
+    s->published = s->pend + n;
+    s->sinks = (ds_sink_t *)(void *)(s->published + n);
+    s->status = (uint32_t *)(void *)(s->sinks + n);
+    return s;
+}
 
 static void set_free(set_t *s)
 {
     for (uint32_t i = 0; i < s->n; i++)
         if (s->pend[i]) ds__store_unref(s->srv->store, s->pend[i]);
-    free(s->pend);
-    free(s->status);
-    free(s->sinks);
     free(s);
 }
 
@@ -150,12 +165,7 @@ static void set_publish(ds_server_t *srv, ds_req_t *r, void *ctx)
 {
     set_t *s = ctx;
     uint64_t now = ds__now_ms();
-    ds_obj_t **published = calloc(s->n, sizeof(*published));
-    if (published == NULL) {
-        ds__req_error(r, DS_K_OUT_OF_MEMORY, "out of memory");
-        set_free(s);
-        return;
-    }
+    ds_obj_t **published = s->published;
     for (uint32_t i = 0; i < s->n; i++) {
         ds_obj_t *o = s->pend[i];
         if (o == NULL) continue;
@@ -181,7 +191,6 @@ static void set_publish(ds_server_t *srv, ds_req_t *r, void *ctx)
     }
     ds__ops_answer_published(srv, r, published, s->status, s->n, s->existence == DS_EXISTENCE_NX,
                              s->err);
-    free(published);
     set_free(s);
 }
 
@@ -196,20 +205,23 @@ void ds__ops_set(ds_server_t *srv, ds_req_t *r)
         return;
     }
     uint32_t n = wh.n;
-    set_t *s = calloc(1, sizeof(*s));
-    const char **kp = malloc(n * sizeof(*kp));
-    uint32_t *kl = malloc(n * sizeof(*kl));
+    set_t *s = set_new(n);
+    /* A small batch's keys are listed on the stack. */
+    const char *kp_small[16];
+    uint32_t kl_small[16];
+    bool small = n <= 16;
+    const char **kp = small ? kp_small : malloc(n * sizeof(*kp));
+    uint32_t *kl = small ? kl_small : malloc(n * sizeof(*kl));
     if (s) {
         s->srv = srv;
         s->existence = wh.existence;
-        s->pend = calloc(n, sizeof(*s->pend));
-        s->status = calloc(n, sizeof(*s->status));
-        s->sinks = calloc(n, sizeof(*s->sinks));
     }
-    if (!s || !kp || !kl || !s->pend || !s->status || !s->sinks) {
+    if (!s || !kp || !kl) {
         if (s) set_free(s);
-        free(kp);
-        free(kl);
+        if (!small) {
+            free(kp);
+            free(kl);
+        }
         refuse(r, DS_K_OUT_OF_MEMORY, "out of memory");
         return;
     }
@@ -231,8 +243,10 @@ void ds__ops_set(ds_server_t *srv, ds_req_t *r)
                  n, r->data_len);
         refuse(r, DS_K_INVALID, msg);
         set_free(s);
-        free(kp);
-        free(kl);
+        if (!small) {
+            free(kp);
+            free(kl);
+        }
         return;
     }
     for (uint32_t i = 0; i < n; i++) {
@@ -254,8 +268,10 @@ void ds__ops_set(ds_server_t *srv, ds_req_t *r)
         else if (s->err[0] == '\0')
             snprintf(s->err, sizeof(s->err), "%s", msg);
     }
-    free(kp);
-    free(kl);
+    if (!small) {
+        free(kp);
+        free(kl);
+    }
     ds__req_recv_data(r, s->sinks, n, set_finish, s);
 }
 
