@@ -20,6 +20,8 @@
 #include "common/net.h"
 
 #include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -749,6 +751,13 @@ static void on_accept(void *ctx, uint32_t events)
         ds_conn_t *c = &f->c;
         c->net = net;
         c->is_unix = l->is_unix;
+        if (!l->is_unix) {
+            /* As the client's side: the tail of a large answer, or an answer
+             * written while an earlier one is unacknowledged, leaves at once
+             * instead of waiting for an ACK (Nagle). */
+            int one = 1;
+            setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        }
         c->authed = l->is_unix || net->auth_token[0] == '\0';
         c->id = ++net->next_conn_id;
         c->state = CONN_READ_HEADER;
