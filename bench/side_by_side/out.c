@@ -11,8 +11,9 @@
  * (Unix socket or TCP; two for a pair) over the row's p50. ratio_to_redis is
  * how many times faster than Redis on the matching path (Unix socket for
  * same-host rows, TCP for remote rows): Redis p50 over the row's p50, or the
- * row's rate over Redis's rate for concurrent and resident rows, or Redis's
- * bytes per key over ours for memory. */
+ * row's rate over Redis's rate for concurrent rows, the median of per-round
+ * rate ratios for resident rows (set by that phase), or Redis's bytes per
+ * key over ours for memory. */
 #include "bench/side_by_side/out.h"
 
 #include <math.h>
@@ -64,6 +65,8 @@ void sbs_compute_ratios(const sbs_limits_t *lim)
                 if (l > 0) r->ratio_to_limit = l / r->p50_us;
             }
         }
+        /* Set by its phase (the resident rows: a median of per-round ratios). */
+        if (!isnan(r->ratio_to_redis)) continue;
         const char *peer_sys = tcp ? "redis-tcp" : "redis-unix";
         const sbs_row_t *p = sbs_row_find(peer_sys, redis_op(r->op), r->size, r->clients);
         if (p == NULL) continue;

@@ -468,7 +468,10 @@ def main():
     doc.append(scale_table(d) + "\n")
     doc.append("## Resident keys\n")
     doc.append("Keys of 15 bytes with 1 KiB values, loaded in batches of 1000 (datasystem "
-               "`mset`, Redis `MSET`), then single sets and gets of random resident keys. "
+               "`mset`, Redis `MSET`), then single sets and gets of random resident keys, "
+               "this project's local and TCP clients and Redis over its Unix socket and TCP "
+               "taking turns in ten rounds with both servers loaded; x Redis is the median of "
+               "the ten per-round rate ratios (the aggregate is in the note). "
                "Memory per key beyond key and value: for the worker, the growth of its private "
                "memory (`RssAnon` in `/proc/<pid>/status`) plus the growth of the arena's used "
                "bytes (`arena.used_bytes` from `dscli status`); the arena is pre-faulted, so "

@@ -1,6 +1,9 @@
 /* The resident-keys phase: load 1,000,000 small keys (100,000 with --quick)
  * of 1 KiB into the worker and into Redis, then measure what each key costs
- * in memory and how fast single sets and gets of random resident keys run.
+ * in memory and how fast single sets and gets of random resident keys run:
+ * this project's local client (shared memory and its Unix socket) next to
+ * Redis over its Unix socket, and this project's TCP client next to Redis
+ * over TCP, the four interleaved in rounds with both servers loaded.
  *
  * Memory per key, beyond its key and value bytes:
  *  - worker: growth of the worker's private memory (RssAnon in
@@ -76,37 +79,78 @@ static int unload(sbs_conn_t *c, size_t n, char (*keys)[16])
     return 0;
 }
 
-/* m single sets, then m single gets, of random resident keys. */
-static int random_ops(sbs_conn_t *c, const char *sys, size_t n, char (*keys)[16], size_t m,
-                      uint8_t *val, uint8_t *dst)
+/* Single sets, then single gets, of random resident keys: m of each per
+ * system, in ROUNDS rounds that interleave the systems (this project local,
+ * Redis Unix, this project over TCP, Redis TCP), so that a machine whose
+ * speed drifts (it is shared) moves every system alike. Latencies and rates
+ * are over all rounds of a system. The ratio to Redis is the median of the
+ * per-round ratios (the same number of operations each, so the ratio of
+ * their times): a stall of the shared machine then spoils one round, not
+ * the aggregate of one system. */
+#define ROUNDS 10
+#define NSYS 4
+
+static int cmp_double(const void *a, const void *b)
 {
-    uint64_t *ns = calloc(m, sizeof(*ns));
-    if (ns == NULL) return -1;
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static int random_ops(sbs_conn_t *const conn[NSYS], const char *const sys[NSYS], size_t n,
+                      char (*keys)[16], size_t m, uint8_t *val, uint8_t *dst)
+{
+    uint64_t *ns[NSYS] = {NULL};
+    int rc = 0;
+    for (int k = 0; k < NSYS && rc == 0; k++)
+        if ((ns[k] = calloc(m, sizeof(uint64_t))) == NULL) rc = -1;
     uint64_t seed = 0x9E3779B97F4A7C15ull;
     size_t len;
-    int rc = 0;
     for (int op = 0; op < 2 && rc == 0; op++) {
-        for (size_t i = 0; i < 100 && rc == 0; i++) {
-            const char *k = keys[xorshift(&seed) % n];
-            rc = op == 0 ? sbs_set(c, k, val, VAL_SIZE) : sbs_get(c, k, dst, VAL_SIZE, &len);
+        double secs[NSYS] = {0}, round_s[ROUNDS][NSYS];
+        for (int k = 0; k < NSYS && rc == 0; k++)
+            for (size_t i = 0; i < 100 && rc == 0; i++) {
+                const char *key = keys[xorshift(&seed) % n];
+                rc = op == 0 ? sbs_set(conn[k], key, val, VAL_SIZE)
+                             : sbs_get(conn[k], key, dst, VAL_SIZE, &len);
+            }
+        for (int round = 0; round < ROUNDS && rc == 0; round++) {
+            size_t from = m * (size_t)round / ROUNDS, to = m * (size_t)(round + 1) / ROUNDS;
+            for (int k = 0; k < NSYS && rc == 0; k++) {
+                uint64_t t0 = ds__now_ns();
+                for (size_t i = from; i < to && rc == 0; i++) {
+                    const char *key = keys[xorshift(&seed) % n];
+                    uint64_t t1 = ds__now_ns();
+                    rc = op == 0 ? sbs_set(conn[k], key, val, VAL_SIZE)
+                                 : sbs_get(conn[k], key, dst, VAL_SIZE, &len);
+                    ns[k][i] = ds__now_ns() - t1;
+                }
+                round_s[round][k] = (double)(ds__now_ns() - t0) / 1e9;
+                secs[k] += round_s[round][k];
+            }
         }
-        uint64_t t0 = ds__now_ns();
-        for (size_t i = 0; i < m && rc == 0; i++) {
-            const char *k = keys[xorshift(&seed) % n];
-            uint64_t t1 = ds__now_ns();
-            rc = op == 0 ? sbs_set(c, k, val, VAL_SIZE) : sbs_get(c, k, dst, VAL_SIZE, &len);
-            ns[i] = ds__now_ns() - t1;
-        }
-        double s = (double)(ds__now_ns() - t0) / 1e9;
-        if (rc != 0) break;
-        sbs_row_t *r =
-            sbs_row_add(sys, op == 0 ? "resident set" : "resident get", VAL_SIZE, 1, ns, m);
-        if (r) {
-            r->ops_per_s = (double)m / s;
-            snprintf(r->note, sizeof(r->note), "random keys among %zu resident", n);
+        for (int k = 0; k < NSYS && rc == 0; k++) {
+            sbs_row_t *r = sbs_row_add(sys[k], op == 0 ? "resident set" : "resident get", VAL_SIZE,
+                                       1, ns[k], m);
+            if (r == NULL) continue;
+            r->ops_per_s = (double)m / secs[k];
+            snprintf(r->note, sizeof(r->note),
+                     "random keys among %zu resident; %d rounds interleaved with the other systems",
+                     n, ROUNDS);
+            if (k % 2 != 0) continue;
+            /* This project's rows (k 0 and 2) against Redis's next to them. */
+            double q[ROUNDS];
+            for (int i = 0; i < ROUNDS; i++)
+                q[i] = round_s[i][k + 1] / round_s[i][k];
+            qsort(q, ROUNDS, sizeof(q[0]), cmp_double);
+            r->ratio_to_redis = (q[ROUNDS / 2 - 1] + q[ROUNDS / 2]) / 2;
+            size_t len = strlen(r->note);
+            snprintf(r->note + len, sizeof(r->note) - len,
+                     "; x Redis: median of per-round rate ratios (%.2f-%.2f), aggregate %.2f", q[0],
+                     q[ROUNDS - 1], secs[k + 1] / secs[k]);
         }
     }
-    free(ns);
+    for (int k = 0; k < NSYS; k++)
+        free(ns[k]);
     return rc;
 }
 
@@ -133,7 +177,8 @@ int sbs_phase_resident(const sbs_opts_t *o, const sbs_env_t *env)
     uint8_t *val = malloc(VAL_SIZE), *dst = malloc(VAL_SIZE);
     load_t l = {0, calloc(n / BATCH + 1, sizeof(uint64_t)), 0};
     sbs_conn_t *ds = sbs_connect(env, SBS_DS_LOCAL), *rd = sbs_connect(env, SBS_REDIS_UNIX);
-    int rc = keys && val && dst && l.batch_ns && ds && rd ? 0 : -1;
+    sbs_conn_t *ds_tcp = sbs_connect(env, SBS_DS_REMOTE), *rd_tcp = sbs_connect(env, SBS_REDIS_TCP);
+    int rc = keys && val && dst && l.batch_ns && ds && rd && ds_tcp && rd_tcp ? 0 : -1;
     for (size_t i = 0; rc == 0 && i < n; i++)
         snprintf(keys[i], sizeof(keys[i]), KEY_FMT, (unsigned)(i % 10000000));
     if (rc == 0) {
@@ -167,11 +212,10 @@ int sbs_phase_resident(const sbs_opts_t *o, const sbs_env_t *env)
         if (cnt1 - cnt0 != (double)n)
             fprintf(stderr, "sbs: the worker holds %.0f new objects, expected %zu\n", cnt1 - cnt0,
                     n);
-        rc = random_ops(ds, "ds-local", n, keys, m, val, dst);
     }
-    if (rc == 0) rc = unload(ds, n, keys);
 
-    /* Redis. */
+    /* Redis, loaded while the worker still holds its keys: the random
+     * operations then run on both, interleaved. */
     pid_t rp = env->redis->pid;
     /* Hand jemalloc's retained pages back first, so that RSS growth is the
      * keys' own. */
@@ -191,12 +235,21 @@ int sbs_phase_resident(const sbs_opts_t *o, const sbs_env_t *env)
         if (r)
             snprintf(r->note, sizeof(r->note), "VmRSS +%.1f B/key; used_memory +%.1f B/key",
                      (rss_r1 - rss_r0) / (double)n, (um1 - um0) / (double)n);
-        rc = random_ops(rd, "redis-unix", n, keys, m, val, dst);
     }
+    if (rc == 0) {
+        sbs_conn_t *const conn[NSYS] = {ds, rd, ds_tcp, rd_tcp};
+        const char *const sys[NSYS] = {"ds-local", "redis-unix", "ds-remote", "redis-tcp"};
+        printf("  resident, random sets and gets (%d interleaved rounds) ...\n", ROUNDS);
+        fflush(stdout);
+        rc = random_ops(conn, sys, n, keys, m, val, dst);
+    }
+    if (rc == 0) rc = unload(ds, n, keys);
     if (rc == 0) rc = unload(rd, n, keys);
 
     sbs_close(ds);
     sbs_close(rd);
+    sbs_close(ds_tcp);
+    sbs_close(rd_tcp);
     free(keys);
     free(val);
     free(dst);

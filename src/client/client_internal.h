@@ -116,7 +116,14 @@ typedef struct ds_conn {
     ds_wire_header_t rh; /* response header */
     ds_rbuf_t r;         /* reader over meta, positioned after the err string */
     uint64_t data_left;  /* unread bytes of the response data section */
-    const char *peer;    /* "host:port" of the worker, for messages */
+    /* Responses are read through this buffer: the header, metadata and a
+     * small value arrive with one recv. Only one request is outstanding per
+     * connection, so it never holds bytes of a later response. */
+    uint8_t *in;
+    uint32_t in_pos, in_len;
+    int rcvtimeo_ms;  /* the socket's SO_RCVTIMEO now; 0 = none set */
+    bool is_unix;     /* a Unix socket: replies are polled for, then read */
+    const char *peer; /* "host:port" of the worker, for messages */
     uint32_t busy_poll_us;
     bool traced; /* the request being built carries DS_FLAG_TRACE */
     /* Arena space the worker reserved for this connection's next local

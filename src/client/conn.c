@@ -5,7 +5,13 @@
  * into conn->d, large ones referenced where the caller keeps them), and the
  * whole frame leaves in as few sendmsg calls as the iovec limit allows. A
  * response is read in two steps: header and metadata here, the data section by
- * the caller, straight into wherever the values belong.
+ * the caller, straight into wherever the values belong. Both go through a
+ * small per-connection buffer, so that a small response (header, metadata and
+ * a value of a few KiB) costs one recv. Over TCP that recv blocks in the
+ * kernel (with the socket's receive timeout as the deadline); over a Unix
+ * socket a poll comes first, which wakes sooner there. Either way a small
+ * round trip is two or three syscalls instead of six, which on this VM is
+ * a tenth of a small request's time. Large data bypasses the buffer.
  *
  * This file knows nothing about pools or sessions; it reports what happened to
  * the socket through conn->state and lets client.c decide. */
@@ -24,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -44,6 +51,94 @@ static int wait_fd(int fd, short events, uint64_t deadline)
         }
         if (errno != EINTR) return -1;
     }
+}
+
+/* Reads for the rest of a response go through conn->in of this size; larger
+ * remainders go straight to their destination. */
+#define DS_CLIENT_INBUF 16384u
+/* Below this much time left a read polls instead of blocking: the receive
+ * timeout's clock ticks in jiffies and could overrun a deadline this close. */
+#define DS_BLOCKING_RECV_MIN_MS 50u
+
+/* Gives the socket a receive timeout that ends a blocking recv before the
+ * deadline, left ms away. The setting is kept while it lies between half of
+ * left and left: a setsockopt per call would cost what blocking saves, and a
+ * timeout that fires early only makes the caller look at the deadline and
+ * block again. */
+static int arm_recv_timeout(ds_conn_t *conn, uint64_t left)
+{
+    if (left > INT_MAX) left = INT_MAX;
+    uint64_t cur = (uint64_t)conn->rcvtimeo_ms;
+    if (cur > 0 && cur <= left && cur >= left / 2) return 0;
+    int want = (int)(left - left / 8);
+    struct timeval tv = {.tv_sec = want / 1000, .tv_usec = (want % 1000) * 1000};
+    if (setsockopt(conn->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) != 0) return -1;
+    conn->rcvtimeo_ms = want;
+    return 0;
+}
+
+/* One recv of at most cap bytes into buf, waiting for the first of them
+ * until the deadline. The byte count, or -1 with errno set (ETIMEDOUT,
+ * ECONNRESET when the worker closed the connection). */
+static ssize_t recv_some(ds_conn_t *conn, void *buf, size_t cap, uint64_t deadline)
+{
+    for (;;) {
+        uint64_t now = ds__now_ms();
+        if (now >= deadline) {
+            errno = ETIMEDOUT;
+            return -1;
+        }
+        /* Unix sockets: poll, then one recv. Measured here, a blocked recv
+         * of a Unix socket is woken ~1.5 us later than a poll on it, while
+         * on TCP blocking in recv is ~1 us faster than poll + recv. */
+        if (conn->is_unix && wait_fd(conn->fd, POLLIN, deadline) != 0) return -1;
+        bool block = !conn->is_unix && deadline - now >= DS_BLOCKING_RECV_MIN_MS &&
+                     arm_recv_timeout(conn, deadline - now) == 0;
+        ssize_t r = recv(conn->fd, buf, cap, block ? 0 : MSG_DONTWAIT);
+        if (r > 0) return r;
+        if (r == 0) {
+            errno = ECONNRESET;
+            return -1;
+        }
+        if (errno == EINTR) continue;
+        if (errno != EAGAIN && errno != EWOULDBLOCK) return -1;
+        /* Blocking: the receive timeout passed; look at the deadline again. */
+        if (!block && wait_fd(conn->fd, POLLIN, deadline) != 0) return -1;
+    }
+}
+
+/* Reads n bytes of the response into dst: what the buffer holds first, then
+ * through the buffer, or straight into dst for a large remainder. */
+static int read_resp(ds_conn_t *conn, void *dst, size_t n, uint64_t deadline)
+{
+    uint8_t *p = dst;
+    while (n > 0) {
+        size_t avail = conn->in_len - conn->in_pos;
+        if (avail > 0) {
+            size_t k = n < avail ? n : avail;
+            memcpy(p, conn->in + conn->in_pos, k);
+            conn->in_pos += (uint32_t)k;
+            p += k;
+            n -= k;
+            continue;
+        }
+        if (n >= DS_CLIENT_INBUF) {
+            ssize_t r = recv_some(conn, p, n, deadline);
+            if (r < 0) return -1;
+            p += r;
+            n -= (size_t)r;
+            continue;
+        }
+        if (conn->in == NULL && (conn->in = malloc(DS_CLIENT_INBUF)) == NULL) {
+            errno = ENOMEM;
+            return -1;
+        }
+        ssize_t r = recv_some(conn, conn->in, DS_CLIENT_INBUF, deadline);
+        if (r < 0) return -1;
+        conn->in_pos = 0;
+        conn->in_len = (uint32_t)r;
+    }
+    return 0;
 }
 
 /* Writes every byte the iovecs describe, advancing them as it goes. */
@@ -268,6 +363,9 @@ ds_conn_t *ds__conn_new(int fd, ds_sess_t *sess, const char *peer)
     ds_conn_t *conn = calloc(1, sizeof(*conn));
     if (conn == NULL) return NULL;
     conn->fd = fd;
+    int domain = 0;
+    socklen_t dl = sizeof(domain);
+    conn->is_unix = getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &dl) == 0 && domain == AF_UNIX;
     conn->sess = sess;
     conn->peer = peer;
     conn->next_req = 1;
@@ -284,6 +382,7 @@ void ds__conn_free(ds_conn_t *conn)
     free(conn->segs);
     free(conn->meta);
     if (conn->sess && conn->space) ds__sess_release(conn->sess, &conn->space, 1);
+    free(conn->in);
     if (conn->sess) ds__sess_unref(conn->sess);
     free(conn);
 }
@@ -405,7 +504,7 @@ ds_status_t ds__conn_call(ds_conn_t *conn, ds_opcode_t op, bool noreply, uint64_
     if (st != DS_K_OK || noreply) return st;
 
     uint8_t hb[DS_WIRE_HEADER_LEN];
-    if (conn->busy_poll_us) {
+    if (conn->busy_poll_us && conn->in_pos == conn->in_len) {
         /* Watch for the reply before sleeping on it: a round trip then
          * costs no wake-up of this thread. */
         uint64_t until = ds__now_ns() + (uint64_t)conn->busy_poll_us * 1000u;
@@ -413,7 +512,7 @@ ds_status_t ds__conn_call(ds_conn_t *conn, ds_opcode_t op, bool noreply, uint64_
                (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) && ds__now_ns() < until)
             sched_yield(); /* a worker sharing this CPU gets to answer */
     }
-    if (ds__read_full(conn->fd, hb, sizeof(hb), deadline) != 0) return io_error(conn, name, errno);
+    if (read_resp(conn, hb, sizeof(hb), deadline) != 0) return io_error(conn, name, errno);
     char err[160];
     if (ds__wire_header_decode(hb, DS_CLIENT_MAX_RESP_DATA, &conn->rh, err, sizeof(err)) != 0 ||
         !(conn->rh.flags & DS_FLAG_RESPONSE) || conn->rh.opcode != op || conn->rh.req_id != req)
@@ -428,7 +527,7 @@ ds_status_t ds__conn_call(ds_conn_t *conn, ds_opcode_t op, bool noreply, uint64_
         conn->meta = nm;
         conn->meta_cap = conn->rh.meta_len;
     }
-    if (ds__read_full(conn->fd, conn->meta, conn->rh.meta_len, deadline) != 0)
+    if (read_resp(conn, conn->meta, conn->rh.meta_len, deadline) != 0)
         return io_error(conn, name, errno);
     conn->data_left = conn->rh.data_len;
     ds__rbuf_init(&conn->r, conn->meta, conn->rh.meta_len);
@@ -443,7 +542,7 @@ ds_status_t ds__conn_call(ds_conn_t *conn, ds_opcode_t op, bool noreply, uint64_
 ds_status_t ds__conn_read_data(ds_conn_t *conn, void *dst, size_t n, uint64_t deadline)
 {
     if (n > conn->data_left) return ds__conn_protocol_error(conn, ds__opcode_name(conn->rh.opcode));
-    if (ds__read_full(conn->fd, dst, n, deadline) != 0) return io_error(conn, "read", errno);
+    if (read_resp(conn, dst, n, deadline) != 0) return io_error(conn, "read", errno);
     conn->data_left -= n;
     return DS_K_OK;
 }
@@ -454,8 +553,7 @@ ds_status_t ds__conn_skip(ds_conn_t *conn, uint64_t n, uint64_t deadline)
     uint8_t scratch[16384];
     while (n > 0) {
         size_t k = n < sizeof(scratch) ? (size_t)n : sizeof(scratch);
-        if (ds__read_full(conn->fd, scratch, k, deadline) != 0)
-            return io_error(conn, "read", errno);
+        if (read_resp(conn, scratch, k, deadline) != 0) return io_error(conn, "read", errno);
         conn->data_left -= k;
         n -= k;
     }

@@ -16,12 +16,12 @@
  * simply not indexed: a miss always falls back to asking the worker, so the
  * index may omit keys but never holds a key that is not current.
  *
- * Layout of the region: `slots` (a power of two) 128-byte units, the first
- * a header (magic, live flag, slot count), the others slots; keys go to
- * slot hash % (slots - 1), so the region's size is a power of two and
- * leaves the allocator's area aligned. Shared by the worker (writer) and the client
- * library (reader); local clients can write the arena, so readers validate
- * every field they use. */
+ * Layout of the region: `slots` 128-byte units (a multiple of
+ * DS_SHM_INDEX_GRAIN, so the region is whole 2 MiB pages and leaves the
+ * allocator's area aligned), the first a header (magic, live flag, slot
+ * count), the others slots; keys go to slot hash % (slots - 1). Shared by the worker (writer) and
+ * the client library (reader); local clients can write the arena, so readers validate every field
+ * they use. */
 #ifndef DS_COMMON_SHM_INDEX_H
 #define DS_COMMON_SHM_INDEX_H
 
@@ -34,6 +34,10 @@
 #define DS_SHM_INDEX_SLOT 128u
 #define DS_SHM_INDEX_PROBE 16u
 #define DS_SHM_INDEX_MIN_ARENA (UINT64_C(128) << 20)
+/* The index's share of the arena (1/32) and the granule of its slot count
+ * (2 MiB of slots). */
+#define DS_SHM_INDEX_SHARE 32u
+#define DS_SHM_INDEX_GRAIN 16384u
 #define DS_SHM_INDEX_MAGIC UINT64_C(0x7864497a686d5364) /* "dShmzIdx" */
 /* Slot hash values that are not key hashes. */
 #define DS_SHM_INDEX_EMPTY 0u
@@ -68,10 +72,12 @@ typedef struct {
     uint64_t n; /* usable slots: slots - 1, the header takes the first */
 } ds_shm_index_t;
 
-/* Bytes of a region holding `slots` slots (a power of two). */
+/* Bytes of a region holding `slots` slots. */
 uint64_t ds__shm_index_bytes(uint64_t slots);
-/* Slot count for an arena of arena_size bytes: a power of two filling about
- * 1/64 of it; 0 (no index) for arenas under DS_SHM_INDEX_MIN_ARENA. */
+/* Slot count for an arena of arena_size bytes: 1/DS_SHM_INDEX_SHARE of it,
+ * rounded down to DS_SHM_INDEX_GRAIN slots (32 MiB, 262,144 slots, for
+ * 1 GiB: one slot per 4 KiB of arena); 0 (no index) for arenas under
+ * DS_SHM_INDEX_MIN_ARENA. */
 uint64_t ds__shm_index_slots_for(uint64_t arena_size);
 /* Hash used to place keys; the same on both sides. */
 uint32_t ds__shm_index_hash(const char *key, size_t keylen);

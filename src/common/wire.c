@@ -19,6 +19,34 @@ const char *ds__opcode_name(unsigned op)
     }
 }
 
+/* Little-endian fields. On a little-endian host they are plain unaligned
+ * loads and stores (memcpy); the byte loops are what a big-endian host runs.
+ * Every request and answer goes through these, so they matter. */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+static void put32(uint8_t *p, uint32_t v)
+{
+    memcpy(p, &v, sizeof(v));
+}
+
+static void put64(uint8_t *p, uint64_t v)
+{
+    memcpy(p, &v, sizeof(v));
+}
+
+static uint32_t get32(const uint8_t *p)
+{
+    uint32_t v;
+    memcpy(&v, p, sizeof(v));
+    return v;
+}
+
+static uint64_t get64(const uint8_t *p)
+{
+    uint64_t v;
+    memcpy(&v, p, sizeof(v));
+    return v;
+}
+#else
 static void put32(uint8_t *p, uint32_t v)
 {
     for (int i = 0; i < 4; i++)
@@ -46,6 +74,7 @@ static uint64_t get64(const uint8_t *p)
         v = (v << 8) | p[i];
     return v;
 }
+#endif
 
 void ds__wire_header_encode(const ds_wire_header_t *h, uint8_t out[DS_WIRE_HEADER_LEN])
 {

@@ -169,8 +169,11 @@ static void test_reader_validates(void **state)
     atomic_fetch_add(&sl->seq, 1);
     expect(f, "mid", "abc");
     assert_int_equal(ds__shm_index_slots_for(64u << 20), 0);
-    assert_int_equal(ds__shm_index_slots_for(128u << 20), (2u << 20) / DS_SHM_INDEX_SLOT);
-    assert_int_equal(ds__shm_index_slots_for(1024u << 20), (16u << 20) / DS_SHM_INDEX_SLOT);
+    assert_int_equal(ds__shm_index_slots_for(128u << 20), (4u << 20) / DS_SHM_INDEX_SLOT);
+    assert_int_equal(ds__shm_index_slots_for(1024u << 20), (32u << 20) / DS_SHM_INDEX_SLOT);
+    assert_int_equal(ds__shm_index_slots_for(1536u << 20), (48u << 20) / DS_SHM_INDEX_SLOT);
+    /* Not a power of two: a region of whole 2 MiB pages. */
+    assert_int_equal(ds__shm_index_slots_for(1300u << 20), 20u * DS_SHM_INDEX_GRAIN);
     fx_free(f);
 }
 

@@ -16,6 +16,7 @@
 #include <cmocka.h>
 
 #include "common/clock.h"
+#include "common/shm_index.h"
 
 /* The sanitizers replace malloc, so heap figures measure them, not the store;
  * TSan also faults in shadow pages for every arena page written. GCC names
@@ -597,10 +598,74 @@ static void test_arena(void **state)
     assert_int_equal(a.fd, -1);
 }
 
+/* The shared GET index follows the key's current version: an overwrite
+ * takes over the old version's slot (one rewrite, the old range still
+ * allocated until after it), a version with a TTL leaves the index, one
+ * without comes back, delete removes it; the slot count need not be a
+ * power of two. */
+static void test_index_follows_versions(void **state)
+{
+    (void)state;
+    fixture_t *f = calloc(1, sizeof(*f));
+    char err[256];
+    assert_int_equal(ds__arena_create(&f->arena, 64u << 20, err, sizeof(err)), 0);
+    uint64_t slots = 3 * DS_SHM_INDEX_GRAIN;
+    f->store = ds__store_create_indexed(&f->arena, slots, 4096);
+    assert_non_null(f->store);
+    uint64_t off, n;
+    assert_true(ds__store_index(f->store, &off, &n));
+    ds_shm_index_t rd;
+    assert_true(
+        ds__shm_index_attach(&rd, f->arena.base, f->arena.size, off, n, DS_SHM_INDEX_KEYMAX));
+    ds_store_t *s = f->store;
+    uint8_t buf[4096];
+    uint64_t sz = 0;
+#define IXGET(k)                                                                                   \
+    ds__shm_index_get(&rd, f->arena.base, f->arena.size, k, strlen(k), buf, sizeof(buf), &sz)
+    assert_int_equal(put(s, "k", 100, DS_WRITE_NONE_L2_CACHE_EVICT, 0, 0x11, 1), DS_K_OK);
+    assert_int_equal(IXGET("k"), DS_SHM_INDEX_HIT);
+    assert_int_equal(sz, 100);
+    assert_int_equal(buf[99], 0x11);
+    /* Overwrite while a reader pins the old version: both stay sound. */
+    ds_obj_t *old = ds__store_lookup(s, "k", 1, 1);
+    ds__store_ref(old);
+    assert_int_equal(put(s, "k", 200, DS_WRITE_NONE_L2_CACHE_EVICT, 0, 0x22, 2), DS_K_OK);
+    assert_int_equal(IXGET("k"), DS_SHM_INDEX_HIT);
+    assert_int_equal(sz, 200);
+    assert_int_equal(buf[0], 0x22);
+    assert_int_equal(ds__store_data(s, old)[0], 0x11);
+    ds__store_unref(s, old);
+    assert_int_equal(ds__store_check(s), 0);
+    /* Many overwrites leave one entry, always the newest. */
+    for (int i = 0; i < 100; i++)
+        assert_int_equal(
+            put(s, "k", 64 + (uint64_t)i, DS_WRITE_NONE_L2_CACHE_EVICT, 0, (uint8_t)i, 3), DS_K_OK);
+    assert_int_equal(IXGET("k"), DS_SHM_INDEX_HIT);
+    assert_int_equal(sz, 64 + 99);
+    assert_int_equal(buf[0], 99);
+    /* A TTL version is not indexed, and the old entry is gone with it. */
+    assert_int_equal(put(s, "k", 300, DS_WRITE_NONE_L2_CACHE_EVICT, 60, 0x33, 4), DS_K_OK);
+    assert_int_equal(IXGET("k"), DS_SHM_INDEX_MISS);
+    assert_int_equal(put(s, "k", 400, DS_WRITE_NONE_L2_CACHE_EVICT, 0, 0x44, 5), DS_K_OK);
+    assert_int_equal(IXGET("k"), DS_SHM_INDEX_HIT);
+    assert_int_equal(sz, 400);
+    /* Too large for the index: out, the old entry too. */
+    assert_int_equal(put(s, "k", 8192, DS_WRITE_NONE_L2_CACHE_EVICT, 0, 0x55, 6), DS_K_OK);
+    assert_int_equal(IXGET("k"), DS_SHM_INDEX_MISS);
+    assert_int_equal(put(s, "k", 10, DS_WRITE_NONE_L2_CACHE_EVICT, 0, 0x66, 7), DS_K_OK);
+    assert_int_equal(IXGET("k"), DS_SHM_INDEX_HIT);
+    assert_true(ds__store_delete(s, "k", 1));
+    assert_int_equal(IXGET("k"), DS_SHM_INDEX_MISS);
+#undef IXGET
+    assert_int_equal(ds__store_check(s), 0);
+    fixture_free(f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_publish_lookup),
+        cmocka_unit_test(test_index_follows_versions),
         cmocka_unit_test(test_overwrite_keeps_reader_bytes),
         cmocka_unit_test(test_nx_and_delete),
         cmocka_unit_test(test_abandoned_and_destroy),

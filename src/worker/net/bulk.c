@@ -148,21 +148,26 @@ static void *bulk_thread(void *arg)
             free(pfd);
             return NULL;
         }
-        if (pfd == NULL) {
+        if (pfd == NULL && waiting != NULL) {
             usleep(1000); /* no memory for even the first array yet */
             continue;
         }
-        pfd[0].fd = b->wake_fd;
-        pfd[0].events = POLLIN;
+        /* Idle (nothing ever sent, so no array yet) it sleeps on the wake
+         * descriptor alone, rather than waking every millisecond. */
+        struct pollfd idle;
+        struct pollfd *p = pfd ? pfd : &idle;
+        p[0].fd = b->wake_fd;
+        p[0].events = POLLIN;
+        p[0].revents = 0;
         for (int i = 0; i < n; i++) {
-            pfd[i + 1].fd = active[i]->fd;
-            pfd[i + 1].events = POLLOUT;
+            p[i + 1].fd = active[i]->fd;
+            p[i + 1].events = POLLOUT;
         }
-        if (poll(pfd, (nfds_t)n + 1, -1) < 0 && errno != EINTR) {
+        if (poll(p, (nfds_t)n + 1, -1) < 0 && errno != EINTR) {
             DS_LOG_ERROR("bulk sender: poll: %s", strerror(errno));
             usleep(1000);
         }
-        if (pfd[0].revents & POLLIN) {
+        if (p[0].revents & POLLIN) {
             uint64_t v;
             ssize_t r = read(b->wake_fd, &v, sizeof(v));
             (void)r;

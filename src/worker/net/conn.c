@@ -20,6 +20,8 @@
 #include "common/net.h"
 
 #include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,8 +42,7 @@ struct ds_out {
     uint64_t seg_off;
     uint32_t nrefs;
     int fd;
-    ds_obj_t **refs;
-    uint8_t *head;
+    ds_obj_t **refs; /* in the same allocation, after segs */
     struct iovec segs[];
 };
 
@@ -78,12 +79,12 @@ static void update_interest(ds_conn_t *c)
     ds__loop_mod(c->net->loop, &c->io, ev);
 }
 
+/* The frame, its segment list, its references and its header and metadata
+ * bytes are one allocation (ds__conn_queue). */
 static void free_out(ds_net_t *net, ds_out_t *o)
 {
     for (uint32_t i = 0; i < o->nrefs; i++)
         ds__store_unref(net->store, o->refs[i]);
-    free(o->refs);
-    free(o->head);
     free(o);
 }
 
@@ -204,7 +205,7 @@ void ds__conn_close(ds_conn_t *c, const char *why)
         done(c->data_ctx, NULL);
     }
     c->sinks = NULL;
-    free(c->meta);
+    if (c->meta_owned) free(c->meta);
     c->meta = NULL;
     while (c->out_head) {
         ds_out_t *o = c->out_head;
@@ -296,14 +297,13 @@ void ds__conn_queue(ds_conn_t *c, uint64_t req_id, uint16_t op, ds_status_t st, 
                     int fd, bool flush)
 {
     ds_net_t *net = c->net;
-    ds_out_t *o = calloc(1, sizeof(*o) + (nseg + 1) * sizeof(struct iovec));
     size_t meta_len = w ? w->len : 0;
-    uint8_t *head = malloc(DS_WIRE_HEADER_LEN + meta_len);
-    ds_obj_t **r = nrefs ? malloc(nrefs * sizeof(*r)) : NULL;
-    if (o == NULL || head == NULL || (nrefs && r == NULL)) {
-        free(o);
-        free(head);
-        free(r);
+    /* One allocation per answer: the frame, nseg + 1 segments, the
+     * references, then the header and metadata bytes. */
+    size_t segs_end = sizeof(ds_out_t) + (nseg + 1) * sizeof(struct iovec);
+    size_t refs_end = segs_end + (size_t)nrefs * sizeof(ds_obj_t *);
+    ds_out_t *o = malloc(refs_end + DS_WIRE_HEADER_LEN + meta_len);
+    if (o == NULL) {
         for (uint32_t i = 0; i < nrefs; i++)
             ds__store_unref(net->store, refs[i]);
         ds__conn_close(c, "out of memory queueing a response");
@@ -320,9 +320,11 @@ void ds__conn_queue(ds_conn_t *c, uint64_t req_id, uint16_t op, ds_status_t st, 
                           .meta_len = (uint32_t)meta_len,
                           .req_id = req_id,
                           .data_len = data_len};
+    memset(o, 0, sizeof(*o));
+    ds_obj_t **r = (ds_obj_t **)(void *)((uint8_t *)o + segs_end);
+    uint8_t *head = (uint8_t *)o + refs_end;
     ds__wire_header_encode(&h, head);
     if (meta_len) memcpy(head + DS_WIRE_HEADER_LEN, w->buf, meta_len);
-    o->head = head;
     o->segs[0].iov_base = head;
     o->segs[0].iov_len = DS_WIRE_HEADER_LEN + meta_len;
     /* Empty segments would stall the writer's progress accounting: skip them. */
@@ -371,7 +373,7 @@ static void protocol_error(ds_conn_t *c, const char *msg)
  * connection is gone. */
 static void request_handled(ds_conn_t *c)
 {
-    free(c->meta); /* NULL when a deferred request took it over */
+    if (c->meta_owned) free(c->meta); /* NULL when a deferred request took it over */
     c->meta = NULL;
     c->cur.meta = NULL;
     if (c->state == CONN_CLOSED || c->state == CONN_PARKED) return;
@@ -479,6 +481,19 @@ static void header_complete(ds_conn_t *c)
         meta_complete(c);
         return;
     }
+    conn_full_t *f = full(c);
+    if (f->rlen - f->rpos >= c->h.meta_len) {
+        /* All of it is in the read buffer (the usual case): the handler
+         * reads it there. The buffer is refilled only after the handler
+         * returned; a request that is deferred takes a copy
+         * (ds__req_defer). */
+        c->meta = f->rbuf + f->rpos;
+        c->meta_owned = false;
+        f->rpos += c->h.meta_len;
+        meta_complete(c);
+        return;
+    }
+    c->meta_owned = true;
     c->meta = malloc(c->h.meta_len);
     if (c->meta == NULL) {
         protocol_error(c, "out of memory for request metadata");
@@ -736,6 +751,13 @@ static void on_accept(void *ctx, uint32_t events)
         ds_conn_t *c = &f->c;
         c->net = net;
         c->is_unix = l->is_unix;
+        if (!l->is_unix) {
+            /* As the client's side: the tail of a large answer, or an answer
+             * written while an earlier one is unacknowledged, leaves at once
+             * instead of waiting for an ACK (Nagle). */
+            int one = 1;
+            setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        }
         c->authed = l->is_unix || net->auth_token[0] == '\0';
         c->id = ++net->next_conn_id;
         c->state = CONN_READ_HEADER;

@@ -37,7 +37,8 @@ struct ds_conn {
     uint8_t hdr[DS_WIRE_HEADER_LEN];
     uint32_t hdr_got;
     ds_wire_header_t h;
-    uint8_t *meta;
+    uint8_t *meta; /* malloc'd (meta_owned) or in the read buffer */
+    bool meta_owned;
     uint32_t meta_got;
     ds_req_t cur; /* the request being read or handled */
 

@@ -120,8 +120,18 @@ ds_req_t *ds__req_defer(ds_req_t *r, ds_req_cancel_fn cancel, void *ctx)
     d->cancel_ = cancel;
     d->cancel_ctx_ = ctx;
     /* The metadata goes with it (a SET's was consumed already). */
-    if (r->meta && r->meta == c->meta) {
+    if (r->meta && r->meta == c->meta && c->meta_owned) {
         d->meta_own_ = c->meta;
+        c->meta = NULL;
+    } else if (r->meta && r->meta == c->meta) {
+        /* It lies in the connection's read buffer, which moves on. */
+        d->meta_own_ = malloc(r->meta_len ? r->meta_len : 1);
+        if (d->meta_own_ == NULL) {
+            free(d);
+            return NULL;
+        }
+        memcpy(d->meta_own_, r->meta, r->meta_len);
+        d->meta = d->meta_own_;
         c->meta = NULL;
     } else {
         d->meta = NULL;

@@ -21,9 +21,15 @@ typedef struct {
     uint32_t len;
 } key_t_;
 
+/* Batches of up to this many keys are handled in arrays on the stack: a
+ * single-key GET then allocates nothing. */
+#define SMALL_BATCH 16u
+
 /* Reads n keys (n bounded by max). On any invalid key fills msg and returns
- * -1 (bad) or -2 (malformed metadata). keys is malloc'd on success. */
-static int read_keys(ds_rbuf_t *r, uint32_t max, key_t_ **keys, uint32_t *n, char *msg, size_t cap)
+ * -1 (bad) or -2 (malformed metadata). On success keys is small when the
+ * batch fits its nsmall entries, else malloc'd (free_keys frees either). */
+static int read_keys_into(ds_rbuf_t *r, uint32_t max, key_t_ **keys, uint32_t *n, char *msg,
+                          size_t cap, key_t_ *small, uint32_t nsmall)
 {
     uint32_t cnt = ds__rbuf_u32(r);
     if (r->err) {
@@ -38,7 +44,7 @@ static int read_keys(ds_rbuf_t *r, uint32_t max, key_t_ **keys, uint32_t *n, cha
         snprintf(msg, cap, "malformed request: %u keys announced, metadata too short", cnt);
         return -2;
     }
-    key_t_ *k = malloc(cnt * sizeof(*k));
+    key_t_ *k = cnt <= nsmall ? small : malloc(cnt * sizeof(*k));
     if (k == NULL) {
         snprintf(msg, cap, "out of memory");
         return -1;
@@ -46,7 +52,7 @@ static int read_keys(ds_rbuf_t *r, uint32_t max, key_t_ **keys, uint32_t *n, cha
     for (uint32_t i = 0; i < cnt; i++) {
         k[i].len = ds__rbuf_str(r, &k[i].p);
         if (r->err) {
-            free(k);
+            if (k != small) free(k);
             snprintf(msg, cap, "malformed request: key %u truncated", i);
             return -2;
         }
@@ -54,6 +60,16 @@ static int read_keys(ds_rbuf_t *r, uint32_t max, key_t_ **keys, uint32_t *n, cha
     *keys = k;
     *n = cnt;
     return 0;
+}
+
+static int read_keys(ds_rbuf_t *r, uint32_t max, key_t_ **keys, uint32_t *n, char *msg, size_t cap)
+{
+    return read_keys_into(r, max, keys, n, msg, cap, NULL, 0);
+}
+
+static void free_keys(key_t_ *keys, const key_t_ *small)
+{
+    if (keys != small) free(keys);
 }
 
 void ds__ops_lead_error(ds_wbuf_t *w, const char *msg)
@@ -85,11 +101,16 @@ void ds__ops_get_reply(ds_server_t *srv, ds_req_t *r, uint8_t flags, const char 
                        const uint32_t *lens, uint32_t n, ds_obj_t **objs)
 {
     bool shm_ok = r->session && r->session->shm;
-    struct iovec *segs = malloc((n ? n : 1) * sizeof(*segs));
-    ds_obj_t **refs = malloc((n ? n : 1) * sizeof(*refs));
+    struct iovec segs_small[SMALL_BATCH];
+    ds_obj_t *refs_small[SMALL_BATCH];
+    bool small = n <= SMALL_BATCH;
+    struct iovec *segs = small ? segs_small : malloc(n * sizeof(*segs));
+    ds_obj_t **refs = small ? refs_small : malloc(n * sizeof(*refs));
     if (segs == NULL || refs == NULL) {
-        free(segs);
-        free(refs);
+        if (!small) {
+            free(segs);
+            free(refs);
+        }
         ds__req_error(r, DS_K_OUT_OF_MEMORY, "out of memory");
         return;
     }
@@ -137,8 +158,10 @@ void ds__ops_get_reply(ds_server_t *srv, ds_req_t *r, uint8_t flags, const char 
         st = DS_K_NOT_FOUND;
     }
     ds__ops_reply_values(srv, r, st, &w, segs, refs, nseg);
-    free(segs);
-    free(refs);
+    if (!small) {
+        free(segs);
+        free(refs);
+    }
 }
 
 static void get_answer(ds_server_t *srv, ds_req_t *r)
@@ -147,16 +170,22 @@ static void get_answer(ds_server_t *srv, ds_req_t *r)
     ds__rbuf_init(&rb, r->meta, r->meta_len);
     (void)ds__rbuf_i32(&rb);
     uint8_t flags = ds__rbuf_u8(&rb);
+    key_t_ keys_small[SMALL_BATCH];
     key_t_ *keys = NULL;
     uint32_t n = 0;
     char msg[256];
-    if (read_keys(&rb, DS_MAX_BATCH, &keys, &n, msg, sizeof(msg)) != 0) {
+    if (read_keys_into(&rb, DS_MAX_BATCH, &keys, &n, msg, sizeof(msg), keys_small, SMALL_BATCH) !=
+        0) {
         ds__req_error(r, DS_K_INVALID, "%s", msg);
         return;
     }
-    const char **kp = malloc(n * sizeof(*kp));
-    uint32_t *kl = malloc(n * sizeof(*kl));
-    ds_obj_t **objs = malloc(n * sizeof(*objs));
+    const char *kp_small[SMALL_BATCH];
+    uint32_t kl_small[SMALL_BATCH];
+    ds_obj_t *objs_small[SMALL_BATCH];
+    bool small = n <= SMALL_BATCH;
+    const char **kp = small ? kp_small : malloc(n * sizeof(*kp));
+    uint32_t *kl = small ? kl_small : malloc(n * sizeof(*kl));
+    ds_obj_t **objs = small ? objs_small : malloc(n * sizeof(*objs));
     if (kp == NULL || kl == NULL || objs == NULL) {
         ds__req_error(r, DS_K_OUT_OF_MEMORY, "out of memory");
     } else {
@@ -168,10 +197,12 @@ static void get_answer(ds_server_t *srv, ds_req_t *r)
         }
         ds__ops_get_reply(srv, r, flags, kp, kl, n, objs);
     }
-    free(kp);
-    free(kl);
-    free(objs);
-    free(keys);
+    if (!small) {
+        free(kp);
+        free(kl);
+        free(objs);
+    }
+    free_keys(keys, keys_small);
 }
 
 /* A GET's wait is over: answer with what the store holds now. */
@@ -267,27 +298,29 @@ static void op_get(ds_server_t *srv, ds_req_t *r)
     ds__rbuf_init(&rb, r->meta, r->meta_len);
     int32_t timeout = ds__rbuf_i32(&rb);
     uint8_t gflags = ds__rbuf_u8(&rb);
+    key_t_ keys_small[SMALL_BATCH];
     key_t_ *keys = NULL;
     uint32_t n = 0;
     char msg[256];
-    int rc = read_keys(&rb, DS_MAX_BATCH, &keys, &n, msg, sizeof(msg));
+    int rc =
+        read_keys_into(&rb, DS_MAX_BATCH, &keys, &n, msg, sizeof(msg), keys_small, SMALL_BATCH);
     if (rc == 0 && !ds__rbuf_done(&rb)) {
         snprintf(msg, sizeof(msg), "malformed GET: %zu trailing bytes", rb.len - rb.pos);
         rc = -2;
-        free(keys);
+        free_keys(keys, keys_small);
     }
     if (rc != 0) {
         ds__req_error(r, DS_K_INVALID, "%s", msg);
         return;
     }
     if (timeout < 0) {
-        free(keys);
+        free_keys(keys, keys_small);
         ds__req_error(r, DS_K_INVALID, "sub_timeout_ms %d is negative", timeout);
         return;
     }
     for (uint32_t i = 0; i < n; i++) {
         if (ds__key_check(keys[i].p, keys[i].len, msg, sizeof(msg)) != 0) {
-            free(keys);
+            free_keys(keys, keys_small);
             ds__req_error(r, DS_K_INVALID, "%s", msg);
             return;
         }
@@ -307,7 +340,7 @@ static void op_get(ds_server_t *srv, ds_req_t *r)
         }
         free(kp);
         free(kl);
-        free(keys);
+        free_keys(keys, keys_small);
         return;
     }
     if (srv->tier) {
@@ -324,12 +357,12 @@ static void op_get(ds_server_t *srv, ds_req_t *r)
         free(kp);
         free(kl);
         if (held) {
-            free(keys);
+            free_keys(keys, keys_small);
             return;
         }
     }
     get_wait(srv, r, timeout, keys, n);
-    free(keys);
+    free_keys(keys, keys_small);
 }
 
 /* ---- the rest ---- */

@@ -10,6 +10,7 @@
 #include "common/keys.h"
 
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -105,26 +106,40 @@ static void refuse(ds_req_t *r, ds_status_t st, const char *msg)
     ds__req_error(r, st, "%s", msg);
 }
 
-/* A SET between its metadata and its last data byte. */
+/* A SET between its metadata and its last data byte. It is one allocation
+ * with its per-key arrays after it (set_new): a small SET was five. */
 typedef struct {
     ds_server_t *srv;
     uint32_t n;
     uint8_t existence;
     ds_obj_t **pend;       /* reserved objects, one per key (NULL where it failed) */
+    ds_obj_t **published;  /* set_publish's list of what it published */
     uint32_t *status;      /* per key */
     ds_sink_t *sinks;      /* where each value's bytes go */
-    char err[1024];        /* the first failure's message */
     ds_published_fn after; /* see ds__ops_publish_written */
     uint64_t after_arg[3];
+    char err[1024]; /* the first failure's message (last: set_new clears up to its first byte) */
 } set_t;
+
+static set_t *set_new(uint32_t n)
+{
+    size_t arrays = (size_t)n * (2 * sizeof(ds_obj_t *) + sizeof(ds_sink_t) + sizeof(uint32_t));
+    set_t *s = malloc(sizeof(*s) + arrays);
+    if (s == NULL) return NULL;
+    memset(s, 0, offsetof(set_t, err) + 1);
+    uint8_t *p = (uint8_t *)(s + 1);
+    memset(p, 0, arrays);
+    s->pend = (ds_obj_t **)(void *)p;
+    s->published = s->pend + n;
+    s->sinks = (ds_sink_t *)(void *)(s->published + n);
+    s->status = (uint32_t *)(void *)(s->sinks + n);
+    return s;
+}
 
 static void set_free(set_t *s)
 {
     for (uint32_t i = 0; i < s->n; i++)
         if (s->pend[i]) ds__store_unref(s->srv->store, s->pend[i]);
-    free(s->pend);
-    free(s->status);
-    free(s->sinks);
     free(s);
 }
 
@@ -167,12 +182,7 @@ static void set_publish(ds_server_t *srv, ds_req_t *r, void *ctx)
 {
     set_t *s = ctx;
     uint64_t now = ds__now_ms();
-    ds_obj_t **published = calloc(s->n, sizeof(*published));
-    if (published == NULL) {
-        ds__req_error(r, DS_K_OUT_OF_MEMORY, "out of memory");
-        set_free(s);
-        return;
-    }
+    ds_obj_t **published = s->published;
     for (uint32_t i = 0; i < s->n; i++) {
         ds_obj_t *o = s->pend[i];
         if (o == NULL) continue;
@@ -199,7 +209,6 @@ static void set_publish(ds_server_t *srv, ds_req_t *r, void *ctx)
     if (s->after) s->after(srv, r, s->after_arg, s->pend, s->n);
     ds__ops_answer_published(srv, r, published, s->status, s->n, s->existence == DS_EXISTENCE_NX,
                              s->err);
-    free(published);
     set_free(s);
 }
 
@@ -207,7 +216,7 @@ void ds__ops_publish_written(ds_server_t *srv, ds_req_t *r, ds_obj_t **pend, uin
                              uint32_t n, uint8_t existence, const char *first_err,
                              ds_published_fn after, const uint64_t after_arg[3])
 {
-    set_t *s = calloc(1, sizeof(*s));
+    set_t *s = set_new(n);
     if (s == NULL) {
         for (uint32_t i = 0; i < n; i++)
             if (pend[i]) ds__store_unref(srv->store, pend[i]);
@@ -219,8 +228,10 @@ void ds__ops_publish_written(ds_server_t *srv, ds_req_t *r, ds_obj_t **pend, uin
     s->srv = srv;
     s->n = n;
     s->existence = existence;
-    s->pend = pend;
-    s->status = status;
+    memcpy(s->pend, pend, n * sizeof(*pend));
+    memcpy(s->status, status, n * sizeof(*status));
+    free(pend);
+    free(status);
     snprintf(s->err, sizeof(s->err), "%s", first_err ? first_err : "");
     s->after = after;
     memcpy(s->after_arg, after_arg, sizeof(s->after_arg));
@@ -238,20 +249,23 @@ void ds__ops_set(ds_server_t *srv, ds_req_t *r)
         return;
     }
     uint32_t n = wh.n;
-    set_t *s = calloc(1, sizeof(*s));
-    const char **kp = malloc(n * sizeof(*kp));
-    uint32_t *kl = malloc(n * sizeof(*kl));
+    set_t *s = set_new(n);
+    /* A small batch's keys are listed on the stack. */
+    const char *kp_small[16];
+    uint32_t kl_small[16];
+    bool small = n <= 16;
+    const char **kp = small ? kp_small : malloc(n * sizeof(*kp));
+    uint32_t *kl = small ? kl_small : malloc(n * sizeof(*kl));
     if (s) {
         s->srv = srv;
         s->existence = wh.existence;
-        s->pend = calloc(n, sizeof(*s->pend));
-        s->status = calloc(n, sizeof(*s->status));
-        s->sinks = calloc(n, sizeof(*s->sinks));
     }
-    if (!s || !kp || !kl || !s->pend || !s->status || !s->sinks) {
+    if (!s || !kp || !kl) {
         if (s) set_free(s);
-        free(kp);
-        free(kl);
+        if (!small) {
+            free(kp);
+            free(kl);
+        }
         refuse(r, DS_K_OUT_OF_MEMORY, "out of memory");
         return;
     }
@@ -273,8 +287,10 @@ void ds__ops_set(ds_server_t *srv, ds_req_t *r)
                  n, r->data_len);
         refuse(r, DS_K_INVALID, msg);
         set_free(s);
-        free(kp);
-        free(kl);
+        if (!small) {
+            free(kp);
+            free(kl);
+        }
         return;
     }
     uint64_t short_bytes = 0; /* what the arena had no room for */
@@ -299,8 +315,10 @@ void ds__ops_set(ds_server_t *srv, ds_req_t *r)
         else if (s->err[0] == '\0')
             snprintf(s->err, sizeof(s->err), "%s", msg);
     }
-    free(kp);
-    free(kl);
+    if (!small) {
+        free(kp);
+        free(kl);
+    }
     /* The arena is full: wait while spills make room, then run again (the
      * data section stays unread meanwhile). */
     if (short_bytes && ds__tier_wait_room(srv, r, short_bytes, ds__ops_set)) {

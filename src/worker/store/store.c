@@ -78,7 +78,9 @@ struct ds_store {
     uint64_t base;
 };
 
-typedef enum { UNLINK_DELETE, UNLINK_EVICT, UNLINK_EXPIRE } unlink_reason_t;
+/* UNLINK_REPLACED: overwritten by a new version that already took over the
+ * key's index slot (ds__store_publish), so the slot is left alone. */
+typedef enum { UNLINK_DELETE, UNLINK_EVICT, UNLINK_EXPIRE, UNLINK_REPLACED } unlink_reason_t;
 
 /* NONE_L2_CACHE_EVICT objects, and WRITE_BACK_L2_CACHE_EVICT ones once their
  * L2 copy is durable (ds__store_persisted). */
@@ -302,9 +304,17 @@ static void heap_remove(ds_store_t *s, ds_obj_t *o)
  * indexed range is always allocated to the object the slot names. Objects
  * with a TTL stay out: a reader in another process has no clock check, and
  * the worker's GET handles expiry. */
+static bool ix_wanted(const ds_store_t *s, const ds_obj_t *o)
+{
+    return s->ix_on && o->ttl_second == 0 && o->ttl_deadline_ms == 0 && o->size <= s->ix_value_max;
+}
+
+/* Indexes o, replacing the key's entry if it has one. When the key's probe
+ * run is full the put fails, but then the key was not indexed before either,
+ * so in both cases no entry for an older version is left. */
 static void ix_add(ds_store_t *s, const ds_obj_t *o)
 {
-    if (!s->ix_on || o->ttl_deadline_ms != 0 || o->size > s->ix_value_max) return;
+    if (!ix_wanted(s, o)) return;
     ds__shm_index_put(&s->ix, o->key, o->keylen, s->base + ds__block_offset(o->block), o->size,
                       o->version);
 }
@@ -329,7 +339,7 @@ static void obj_free(ds_store_t *s, ds_obj_t *o)
 /* Takes o out of the table and drops the table's reference. */
 static void table_unlink(ds_store_t *s, ds_obj_t *o, unlink_reason_t why)
 {
-    ix_del(s, o);
+    if (why != UNLINK_REPLACED) ix_del(s, o);
     ht_remove(s, o);
     if (o->clk_next != NULL) ring_del(s, o);
     if (o->heap_idx >= 0) heap_remove(s, o);
@@ -574,10 +584,16 @@ ds_status_t ds__store_publish(ds_store_t *s, ds_obj_t *o, ds_existence_t existen
     if (o->ttl_second != 0 && !heap_reserve(s))
         return ds__set_error(DS_K_OUT_OF_MEMORY, "worker out of private memory for the TTL of '%s'",
                              o->key);
-    if (cur != NULL) table_unlink(s, cur, UNLINK_DELETE);
     limbo_del(s, o);
     o->state = DS_OBJ_PUBLISHED;
     o->version = ++s->last_version;
+    /* An indexed new version takes over the old one's slot in one rewrite
+     * (one probe run instead of a removal and an insertion), before the old
+     * version's range can be freed: the slot names an allocated range
+     * throughout. */
+    bool indexed = ix_wanted(s, o);
+    if (indexed) ix_add(s, o);
+    if (cur != NULL) table_unlink(s, cur, indexed ? UNLINK_REPLACED : UNLINK_DELETE);
     o->in_table = 1;
     o->refcnt++;
     ht_insert(s, o);
@@ -586,7 +602,6 @@ ds_status_t ds__store_publish(ds_store_t *s, ds_obj_t *o, ds_existence_t existen
         o->ttl_deadline_ms = now_ms + (uint64_t)o->ttl_second * 1000u;
         heap_update(s, o);
     }
-    ix_add(s, o);
     return DS_K_OK;
 }
 

@@ -65,7 +65,7 @@ typedef struct {
 /* The arena is borrowed and must outlive the store. NULL on out of memory. */
 ds_store_t *ds__store_create(ds_arena_t *arena);
 /* The same, with the shared GET index (common/shm_index.h) of index_slots
- * slots (a power of two) at the arena's start, listing current objects
+ * slots at the arena's start, listing current objects
  * without a TTL of at most value_max bytes; objects live in the rest. */
 ds_store_t *ds__store_create_indexed(ds_arena_t *arena, uint64_t index_slots, uint64_t value_max);
 /* Where the index lies in the arena; false (and *slots 0) without one. */
