@@ -17,15 +17,22 @@ static void worker_flags(const ct_cluster_t *c, char *out, size_t cap)
 
 int ct_cluster_start(ct_cluster_t *c, int n, const int *arena_mb)
 {
+    return ct_cluster_start_with(c, n, arena_mb, NULL);
+}
+
+int ct_cluster_start_with(ct_cluster_t *c, int n, const int *arena_mb, const char *const *extra)
+{
     memset(c, 0, sizeof(*c));
     if (n > CT_MAX_WORKERS) return -1;
     c->n = n;
     snprintf(c->name, sizeof(c->name), "ct%d", (int)getpid());
     if (dst_etcd_start(&c->etcd, NULL) != 0) return -1;
-    char flags[512];
-    worker_flags(c, flags, sizeof(flags));
+    char base[512];
+    worker_flags(c, base, sizeof(base));
     for (int i = 0; i < n; i++) {
-        char host[32];
+        char host[32], flags[768];
+        snprintf(flags, sizeof(flags), "%s%s%s", base, extra && extra[i] ? " " : "",
+                 extra && extra[i] ? extra[i] : "");
         snprintf(host, sizeof(host), "127.0.0.%d", 11 + i);
         c->arena_mb[i] = arena_mb ? arena_mb[i] : 64;
         if (dst_worker_start_on(&c->w[i], host, c->arena_mb[i], flags) != 0) {

@@ -46,6 +46,10 @@ typedef struct {
 #define INT(field, def, lo, hi, help) INT_AS(KIND_OURS, field, def, lo, hi, help)
 #define YSTR(field, def, help) STR_AS(KIND_YUANRONG, #field, field, def, help)
 #define YINT(field, def, lo, hi, help) INT_AS(KIND_YUANRONG, field, def, lo, hi, help)
+#define YBOOL(field, def, help)                                                                    \
+    {                                                                                              \
+#field, KIND_YUANRONG, FLAG_BOOL, offsetof(ds_worker_config_t, field), 0, #def, 0, 0, help \
+    }
 #define YR(name, type)                                                                             \
     {                                                                                              \
 #name, KIND_COMPAT, type, 0, 0, "", 0, 0, NULL                                             \
@@ -109,6 +113,10 @@ static const flag_def_t flags[] = {
          "gets bring them back; emptied at start; empty = no spill (standalone workers only)"),
     YINT(spill_size_limit, 0, 0, INT64_MAX,
          "most bytes kept in --spill_directory; 0 = 95% of its file system's free space"),
+    YBOOL(enable_rdma, false,
+          "move values between workers with UCX (its transports as UCX_TLS allows: RDMA "
+          "verbs, shared memory, TCP) instead of the worker's own TCP stream; a worker that "
+          "cannot start UCX refuses to start"),
     YR(coordinator_address, COMPAT_STR),
     YR(etcd_username, COMPAT_STR),
     YR(etcd_password, COMPAT_STR),
@@ -265,7 +273,6 @@ static const flag_def_t flags[] = {
     YR(enable_data_replication, COMPAT_BOOL),
     YR(enable_redirect, COMPAT_BOOL),
     YR(enable_metadata_recovery, COMPAT_BOOL),
-    YR(enable_rdma, COMPAT_BOOL),
     YR(rdma_register_whole_arena, COMPAT_BOOL),
     YR(enable_stream_data_verification, COMPAT_BOOL),
     YR(oc_io_from_l2cache_need_metadata, COMPAT_BOOL),
@@ -335,6 +342,7 @@ static int set_flag(ds_worker_config_t *cfg, const flag_def_t *f, const char *va
             snprintf(err, err_cap, "--%s: '%s' is not true or false", f->name, val);
             return -1;
         }
+        if (f->kind != KIND_COMPAT) *(bool *)dst = parse_bool(val) == 1;
         return 0;
     case FLAG_REAL:
         (void)strtod(val, &end);

@@ -46,6 +46,7 @@ typedef struct {
     int64_t metrics_port;
     int64_t l2_cache_async_write_queue_size;
     int64_t spill_size_limit;
+    bool enable_rdma;
     /* Accepted-but-ignored flags given, each once, in the order first given. */
     const char *compat_given[DS_FLAGS_MAX_COMPAT];
     int ncompat_given;
