@@ -173,8 +173,10 @@ void ds__cluster_ucx_run(ds_ucx_t *u, ds_pconn_t *pc, ds_job_t *j, uint64_t dl, 
         j->ucx_tag = 0; /* not counted as a UCX pull */
         bool mine = ds__ucx_drop(u, op, release_range, j->pend->srv, j->obj);
         if (!mine) j->obj = NULL;
-        if (resp.data_len != j->dst_len ||
-            ds__peer_read(pc, &resp, mine ? j->dst : NULL, resp.data_len, dl) != 0 || !mine) {
+        bool ok = resp.data_len == j->dst_len;
+        if (ds__peer_read(pc, &resp, ok && mine ? j->dst : NULL, resp.data_len, dl) != 0)
+            *pc_ok = ok = false;
+        if (!ok || !mine) {
             j->transport_failed = 1;
             snprintf(j->err, sizeof(j->err), "pulling from worker %.200s failed mid-transfer",
                      j->addr);
