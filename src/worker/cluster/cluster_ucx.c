@@ -129,6 +129,11 @@ bool ds__cluster_ucx_job(ds_server_t *srv, ds_job_t *j, const char *key, uint32_
     return true;
 }
 
+/* How long a failed pull waits for its receive to be cancelled (unmatched:
+ * at once) or to end (under way: until UCX sees the owner's endpoint fail)
+ * before it leaves the range to UCX. */
+#define DS_UCX_DROP_WAIT_MS 200
+
 /* On the loop, once UCX let go of a range whose pull had already failed. */
 static void release_range(void *ctx, void *arg)
 {
@@ -140,7 +145,7 @@ static void release_range(void *ctx, void *arg)
  * job hands its reference to the release above. */
 static void drop_recv(ds_ucx_t *u, ds_job_t *j, ds_ucx_op_t *op)
 {
-    if (!ds__ucx_drop(u, op, release_range, j->pend->srv, j->obj)) {
+    if (!ds__ucx_drop(u, op, DS_UCX_DROP_WAIT_MS, release_range, j->pend->srv, j->obj)) {
         DS_LOG_DEBUG("rdma: pull from %s abandoned while UCX owns its range", j->addr);
         j->obj = NULL;
     }
@@ -171,7 +176,7 @@ void ds__cluster_ucx_run(ds_ucx_t *u, ds_pconn_t *pc, ds_job_t *j, uint64_t dl, 
         /* No UCX route after all: the value came on the connection. An
          * unmatched receive is cancelled at once. */
         j->ucx_tag = 0; /* not counted as a UCX pull */
-        bool mine = ds__ucx_drop(u, op, release_range, j->pend->srv, j->obj);
+        bool mine = ds__ucx_drop(u, op, DS_UCX_DROP_WAIT_MS, release_range, j->pend->srv, j->obj);
         if (!mine) j->obj = NULL;
         bool ok = resp.data_len == j->dst_len;
         if (ds__peer_read(pc, &resp, ok && mine ? j->dst : NULL, resp.data_len, dl) != 0)
@@ -193,7 +198,7 @@ void ds__cluster_ucx_run(ds_ucx_t *u, ds_pconn_t *pc, ds_job_t *j, uint64_t dl, 
         }
         if (resp.status == DS_K_OK && !j->transport_failed) {
             /* Complete: the loop publishes the range. */
-            bool over = ds__ucx_drop(u, op, release_range, j->pend->srv, j->obj);
+            bool over = ds__ucx_drop(u, op, 0, release_range, j->pend->srv, j->obj);
             if (!over) j->transport_failed = 1; /* cannot happen: it finished */
         } else {
             drop_recv(u, j, op);

@@ -5,7 +5,10 @@
  * and anything posted from another thread is followed by ucp_worker_signal
  * so that it wakes. Request callbacks run on the progress thread (every
  * operation is posted with UCP_OP_ATTR_FLAG_NO_IMM_CMPL, so never inside the
- * posting call) and take only `mu`; `mu` is never held across a UCX call. */
+ * posting call) and take only `mu`; `mu` is never held across a UCX call.
+ * Receives are cancelled by the progress thread too: ucp_request_cancel
+ * asserts that the request has not completed, which only the thread that
+ * completes requests can know. */
 #include "worker/cluster/ucx.h"
 
 #include "common/clock.h"
@@ -32,6 +35,8 @@ struct ds_ucx_op {
     /* under mu */
     bool finished;
     bool abandoned;
+    bool cancel_pending; /* on the cancel list: only the progress thread ends it then */
+    ds_ucx_op_t *cancel_next;
     ucs_status_t st;
     /* a send: runs on the loop */
     ds_ucx_sent_fn sent;
@@ -70,17 +75,51 @@ struct ds_ucx {
     pthread_mutex_t mu;
     pthread_cond_t cv;                  /* a receive finished, or the worker stops */
     ds_ucx_op_t *done_head, *done_tail; /* for the loop */
+    ds_ucx_op_t *cancels;               /* receives to cancel, for the progress thread */
     int done_fd;
     ds_io_t dio;
     ds_loop_t *loop;
     ucx_ep_t *eps; /* loop only (their ep and failed fields: under mu) */
 };
 
+static void to_loop_locked(ds_ucx_t *u, ds_ucx_op_t *op);
+static void wake_loop(ds_ucx_t *u);
+
+/* On the progress thread: cancels the receives job threads gave up on. A
+ * receive that completed meanwhile was left alone by its callback (it was on
+ * this list); it is finished here instead. */
+static void run_cancels(ds_ucx_t *u)
+{
+    pthread_mutex_lock(&u->mu);
+    ds_ucx_op_t *list = u->cancels;
+    u->cancels = NULL;
+    pthread_mutex_unlock(&u->mu);
+    while (list) {
+        ds_ucx_op_t *op = list;
+        list = op->cancel_next;
+        pthread_mutex_lock(&u->mu);
+        op->cancel_pending = false;
+        bool finished = op->finished, abandoned = op->abandoned;
+        if (finished && abandoned) to_loop_locked(u, op);
+        if (finished && !abandoned) pthread_cond_broadcast(&u->cv);
+        pthread_mutex_unlock(&u->mu);
+        if (!finished) {
+            /* Unmatched: its callback runs now, with UCS_ERR_CANCELED. Under
+             * way: it runs when UCX ends the transfer. */
+            ucp_request_cancel(u->worker, op->req);
+        } else if (abandoned) {
+            ucp_request_free(op->req);
+            wake_loop(u);
+        }
+    }
+}
+
 static void *progress_thread(void *arg)
 {
     ds_ucx_t *u = arg;
     struct pollfd pfd = {.fd = u->wefd, .events = POLLIN};
     while (!atomic_load(&u->stop)) {
+        run_cancels(u);
         while (ucp_worker_progress(u->worker) != 0)
             ;
         ucs_status_t st = ucp_worker_arm(u->worker);
@@ -130,6 +169,10 @@ static void recv_cb(void *request, ucs_status_t st, const ucp_tag_recv_info_t *i
     pthread_mutex_lock(&u->mu);
     op->st = st;
     op->finished = true;
+    if (op->cancel_pending) { /* run_cancels ends it, on this thread */
+        pthread_mutex_unlock(&u->mu);
+        return;
+    }
     bool abandoned = op->abandoned;
     if (abandoned)
         to_loop_locked(u, op);
@@ -424,28 +467,35 @@ int ds__ucx_wait(ds_ucx_t *u, ds_ucx_op_t *op, uint64_t deadline_ms, char *err, 
     return -1;
 }
 
-bool ds__ucx_drop(ds_ucx_t *u, ds_ucx_op_t *op, void (*release)(void *ctx, void *arg), void *ctx,
-                  void *arg)
+bool ds__ucx_drop(ds_ucx_t *u, ds_ucx_op_t *op, uint64_t wait_ms,
+                  void (*release)(void *ctx, void *arg), void *ctx, void *arg)
 {
     pthread_mutex_lock(&u->mu);
-    bool finished = op->finished;
-    pthread_mutex_unlock(&u->mu);
-    if (!finished) {
-        /* An unmatched receive ends here (its callback runs now, with
-         * UCS_ERR_CANCELED); a matched one runs on until UCX ends it. */
-        ucp_request_cancel(u->worker, op->req);
-        ucp_worker_signal(u->worker);
+    bool signal = false;
+    if (!op->finished && !op->cancel_pending) {
+        op->cancel_pending = true;
+        op->cancel_next = u->cancels;
+        u->cancels = op;
+        signal = true;
     }
+    pthread_mutex_unlock(&u->mu);
+    if (signal) ucp_worker_signal(u->worker);
+    uint64_t until = ds__now_ms() + wait_ms;
+    struct timespec ts = {.tv_sec = (time_t)(until / 1000),
+                          .tv_nsec = (long)(until % 1000) * 1000000L};
     pthread_mutex_lock(&u->mu);
-    finished = op->finished;
-    if (!finished) {
+    while ((!op->finished || op->cancel_pending) && !atomic_load(&u->stopping) &&
+           ds__now_ms() < until)
+        pthread_cond_timedwait(&u->cv, &u->mu, &ts);
+    bool mine = op->finished && !op->cancel_pending;
+    if (!mine) {
         op->abandoned = true;
         op->release = release;
         op->rctx = ctx;
         op->rarg = arg;
     }
     pthread_mutex_unlock(&u->mu);
-    if (!finished) return false;
+    if (!mine) return false;
     ucp_request_free(op->req);
     free(op);
     return true;

@@ -46,12 +46,12 @@ ds_ucx_op_t *ds__ucx_recv(ds_ucx_t *u, uint64_t tag, void *dst, size_t len, char
 /* Waits until the receive ends: 0 when all len bytes arrived, -1 (message)
  * on a transport error, a short message, the deadline or a stopping worker. */
 int ds__ucx_wait(ds_ucx_t *u, ds_ucx_op_t *op, uint64_t deadline_ms, char *err, size_t err_cap);
-/* The caller is done with the receive (cancelling it if it is still
- * unmatched). true: it is over and dst is the caller's again. false: UCX
- * still owns dst (a transfer under way); release(ctx, arg) runs on the loop
- * once UCX has finished with it. */
-bool ds__ucx_drop(ds_ucx_t *u, ds_ucx_op_t *op, void (*release)(void *ctx, void *arg), void *ctx,
-                  void *arg);
+/* The caller is done with the receive: an unfinished one is cancelled (by
+ * the progress thread) and waited for up to wait_ms. true: it is over and
+ * dst is the caller's again. false: UCX still owns dst (a transfer under
+ * way); release(ctx, arg) runs on the loop once UCX has finished with it. */
+bool ds__ucx_drop(ds_ucx_t *u, ds_ucx_op_t *op, uint64_t wait_ms,
+                  void (*release)(void *ctx, void *arg), void *ctx, void *arg);
 
 /* ---- the owner (the event loop) ---- */
 typedef void (*ds_ucx_sent_fn)(void *ctx, bool ok, const char *err);
