@@ -170,6 +170,11 @@
  *         resp: str err, n, n*u32 status
  * DROP    req: n, n*(key, u64 max_version) resp: str err, n, n*u32 status
  *         delete the local copy if its version <= max_version; tell nobody
+ * UCX_PULL req: key, u64 size, u64 tag, str requester  (--enable_rdma; to where the key lives)
+ *         the owner sends the value of exactly size bytes with UCX to tag at the requester
+ *         (its UCX address from its membership record) and answers once UCX is done:
+ *         resp: str err, u8 via_ucx; via_ucx=0 (no UCX route to the requester): the value
+ *         is the data section instead. K_NOT_FOUND: no such key of that size here.
  */
 #define DS_OPCODE_MAP(X)                                                                           \
     X(HELLO, 1, "hello")                                                                           \
@@ -194,7 +199,8 @@
     X(RLATCH, 20, "rlatch")                                                                        \
     X(UNRLATCH, 21, "unrlatch")                                                                    \
     X(GREF, 22, "global_ref")                                                                      \
-    X(SETR, 23, "set_reserved")
+    X(SETR, 23, "set_reserved")                                                                    \
+    X(UCX_PULL, 24, "ucx_pull")
 
 typedef enum {
 #define DS__OP_ENUM(name, num, text) DS_OP_##name = num,

@@ -20,21 +20,22 @@ int ct_cluster_start(ct_cluster_t *c, int n, const int *arena_mb)
     return ct_cluster_start_with(c, n, arena_mb, NULL);
 }
 
-int ct_cluster_start_with(ct_cluster_t *c, int n, const int *arena_mb, const char *extra)
+int ct_cluster_start_with(ct_cluster_t *c, int n, const int *arena_mb, const char *const *extra)
 {
     memset(c, 0, sizeof(*c));
     if (n > CT_MAX_WORKERS) return -1;
     c->n = n;
     snprintf(c->name, sizeof(c->name), "ct%d", (int)getpid());
     if (dst_etcd_start(&c->etcd, NULL) != 0) return -1;
-    char flags[512], all[1024];
-    worker_flags(c, flags, sizeof(flags));
-    snprintf(all, sizeof(all), "%s %s", flags, extra ? extra : "");
+    char base[512];
+    worker_flags(c, base, sizeof(base));
     for (int i = 0; i < n; i++) {
-        char host[32];
+        char host[32], flags[768];
+        snprintf(flags, sizeof(flags), "%s%s%s", base, extra && extra[i] ? " " : "",
+                 extra && extra[i] ? extra[i] : "");
         snprintf(host, sizeof(host), "127.0.0.%d", 11 + i);
         c->arena_mb[i] = arena_mb ? arena_mb[i] : 64;
-        if (dst_worker_start_on(&c->w[i], host, c->arena_mb[i], all) != 0) {
+        if (dst_worker_start_on(&c->w[i], host, c->arena_mb[i], flags) != 0) {
             fprintf(stderr, "worker %d on %s did not start\n", i, host);
             return -1;
         }

@@ -24,8 +24,8 @@ typedef struct {
 /* Starts etcd and n workers on 127.0.0.(11+i) and waits until each sees n
  * members. arena_mb may be NULL (64 MiB each). 0 or -1. */
 int ct_cluster_start(ct_cluster_t *c, int n, const int *arena_mb);
-/* The same with more flags for every worker (extra may be NULL). */
-int ct_cluster_start_with(ct_cluster_t *c, int n, const int *arena_mb, const char *extra);
+/* The same with more flags for worker i in extra[i] (extra or extra[i] NULL: none). */
+int ct_cluster_start_with(ct_cluster_t *c, int n, const int *arena_mb, const char *const *extra);
 /* Starts worker i again (on its address; a fresh process and worker id). */
 int ct_worker_restart(ct_cluster_t *c, int i);
 /* Waits until every running worker sees n members; ms taken or -1. */

@@ -33,7 +33,8 @@ static int setup(void **state)
     if (mkdtemp(dir) == NULL) return -1;
     char extra[300];
     snprintf(extra, sizeof(extra), "--l2_cache_type sfs --sfs_path %s/l2", dir);
-    return ct_cluster_start_with(&C, 2, NULL, extra);
+    const char *const each[2] = {extra, extra};
+    return ct_cluster_start_with(&C, 2, NULL, each);
 }
 
 static int teardown(void **state)

@@ -234,7 +234,11 @@ int dst_worker_start_on(dst_worker_t *w, const char *host, int arena_mb, const c
     memset(w, 0, sizeof(*w));
     snprintf(w->host, sizeof(w->host), "%s", host);
     w->arena_mb = arena_mb;
-    snprintf(w->extra, sizeof(w->extra), "%s", extra ? extra : "");
+    /* DS_TEST_WORKER_FLAGS: flags every worker a test starts gets too (the
+     * cluster suites run again with --enable_rdma true this way). */
+    const char *more = getenv("DS_TEST_WORKER_FLAGS");
+    snprintf(w->extra, sizeof(w->extra), "%s%s%s", extra ? extra : "", more && *more ? " " : "",
+             more && *more ? more : "");
     snprintf(w->sockdir, sizeof(w->sockdir), "/tmp/dst-XXXXXX");
     if (mkdtemp(w->sockdir) == NULL) return -1;
     if (worker_dirs_pid != getpid()) {

@@ -8,6 +8,7 @@
 #include "common/log.h"
 #include "worker/cluster/peer.h"
 #include "worker/cluster/ring.h"
+#include "worker/cluster/ucx.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -25,6 +26,7 @@
 typedef struct {
     char addr[300];
     char id[64];
+    char ucx[DS_UCX_ADDR_HEX_MAX + 1]; /* its UCX worker address (hex), "" without --enable_rdma */
 } member_t;
 
 struct ds_cluster {
@@ -32,11 +34,12 @@ struct ds_cluster {
     char self[300];
     char prefix[256];
     char member_key[600];
-    char member_value[512];
+    char member_value[DS_UCX_ADDR_HEX_MAX + 512];
     ds_peers_t *peers;
     ds_links_t *links;
     ds_meta_t *meta;
     ds_ring_t *ring;
+    ds_ucx_t *ucx; /* --enable_rdma */
     member_t members[DS_MAX_MEMBERS];
     size_t nmembers;
 
@@ -138,6 +141,12 @@ static void run_job(struct ds_cluster *cl, ds_job_t *j)
     }
     if (j->connect_only) {
         j->conn_fd = ds__peer_detach(pc);
+        return;
+    }
+    if (j->op == DS_OP_UCX_PULL) {
+        bool ok = true;
+        ds__cluster_ucx_run(cl->ucx, pc, j, dl, &ok);
+        ds__peer_release(cl->peers, pc, ok && !j->transport_failed);
         return;
     }
     ds_peer_resp_t resp;
@@ -305,9 +314,14 @@ static void post_members(struct ds_cluster *cl)
         cJSON *j = cJSON_Parse(kvs[i].value);
         const cJSON *a = cJSON_GetObjectItemCaseSensitive(j, "address");
         const cJSON *id = cJSON_GetObjectItemCaseSensitive(j, "worker_id");
+        const cJSON *ux = cJSON_GetObjectItemCaseSensitive(j, "ucx_address");
         if (cJSON_IsString(a) && cJSON_IsString(id)) {
             snprintf(m[k].addr, sizeof(m[k].addr), "%s", a->valuestring);
             snprintf(m[k].id, sizeof(m[k].id), "%s", id->valuestring);
+            snprintf(m[k].ucx, sizeof(m[k].ucx), "%s",
+                     cJSON_IsString(ux) && strlen(ux->valuestring) < sizeof(m[k].ucx)
+                         ? ux->valuestring
+                         : "");
             k++;
         }
         cJSON_Delete(j);
@@ -430,6 +444,7 @@ static void adopt_members(struct ds_cluster *cl)
         if (strcmp(m[i].addr, cl->self) != 0) continue;
         self_listed = true; /* an old registration of ours may still show a stale id */
         snprintf(m[i].id, sizeof(m[i].id), "%s", cl->srv->worker_id);
+        snprintf(m[i].ucx, sizeof(m[i].ucx), "%s", cl->ucx ? ds__ucx_address(cl->ucx) : "");
     }
     /* Listed again after a list without us: the others may have dropped us
      * meanwhile (the first list, before our registration, does not count). */
@@ -441,12 +456,14 @@ static void adopt_members(struct ds_cluster *cl)
     if (!self_listed && n < DS_MAX_MEMBERS) {
         snprintf(m[n].addr, sizeof(m[n].addr), "%s", cl->self);
         snprintf(m[n].id, sizeof(m[n].id), "%s", cl->srv->worker_id);
+        snprintf(m[n].ucx, sizeof(m[n].ucx), "%s", cl->ucx ? ds__ucx_address(cl->ucx) : "");
         n++;
     }
     qsort(m, n, sizeof(*m), cmp_member);
     bool same = n == cl->nmembers;
     for (size_t i = 0; same && i < n; i++)
-        same = !strcmp(m[i].addr, cl->members[i].addr) && !strcmp(m[i].id, cl->members[i].id);
+        same = !strcmp(m[i].addr, cl->members[i].addr) && !strcmp(m[i].id, cl->members[i].id) &&
+               !strcmp(m[i].ucx, cl->members[i].ucx);
     if (same) {
         free(m);
         return;
@@ -461,6 +478,10 @@ static void adopt_members(struct ds_cluster *cl)
             ds__meta_prune(cl->meta, cl->srv, cl->members[i].addr);
             ds__peers_forget(cl->peers, cl->members[i].addr);
             ds__links_forget(cl->links, cl->members[i].addr);
+            /* Its UCX endpoint stays: closing it here loses what the member
+             * sends once it is back (a pause past its lease); one to a member
+             * that restarted is replaced when its new address is first used,
+             * and UCX fails one to a dead member by itself. */
         }
     }
     const char **addrs = malloc((n ? n : 1) * sizeof(*addrs));
@@ -531,6 +552,20 @@ ds_meta_t *ds__cluster_meta(ds_server_t *srv)
     return srv->cluster->meta;
 }
 
+ds_ucx_t *ds__cluster_ucx(ds_server_t *srv)
+{
+    return srv->cluster->ucx;
+}
+
+const char *ds__cluster_ucx_address_of(ds_server_t *srv, const char *addr)
+{
+    struct ds_cluster *cl = srv->cluster;
+    for (size_t i = 0; i < cl->nmembers; i++)
+        if (strcmp(cl->members[i].addr, addr) == 0)
+            return cl->members[i].ucx[0] ? cl->members[i].ucx : NULL;
+    return NULL;
+}
+
 size_t ds__cluster_members(ds_server_t *srv, char *out, size_t cap)
 {
     struct ds_cluster *cl = srv->cluster;
@@ -553,6 +588,9 @@ static void cluster_stats(ds_server_t *srv, struct cJSON *root)
     cJSON_AddNumberToObject(cl, "peer_link_requests", (double)srv->cctr.peer_link_requests);
     cJSON_AddNumberToObject(cl, "peer_job_requests", (double)srv->cctr.peer_job_requests);
     cJSON_AddNumberToObject(cl, "locate_inline_values", (double)srv->cctr.locate_inline_values);
+    cJSON_AddNumberToObject(cl, "rdma", srv->cluster->ucx != NULL ? 1 : 0);
+    cJSON_AddNumberToObject(cl, "ucx_pulls", (double)srv->cctr.ucx_pulls);
+    cJSON_AddNumberToObject(cl, "ucx_sends", (double)srv->cctr.ucx_sends);
 }
 
 /* What the operations layer hands to the cluster. */
@@ -566,7 +604,12 @@ static const ds_remote_t remote = {
 
 int ds__cluster_init(ds_server_t *srv, char *err, size_t err_cap)
 {
-    if (srv->cfg.etcd_address[0] == '\0') return 0;
+    if (srv->cfg.etcd_address[0] == '\0') {
+        if (srv->cfg.enable_rdma)
+            DS_LOG_WARN("--enable_rdma: a standalone worker (no --etcd_address) has no peers to "
+                        "move data with; UCX is not started");
+        return 0;
+    }
     struct ds_cluster *cl = calloc(1, sizeof(*cl));
     if (cl == NULL) {
         snprintf(err, err_cap, "out of memory");
@@ -578,9 +621,17 @@ int ds__cluster_init(ds_server_t *srv, char *err, size_t err_cap)
     snprintf(cl->self, sizeof(cl->self), "%s:%d", srv->host, srv->port);
     snprintf(cl->prefix, sizeof(cl->prefix), "/datasystem/%s/cluster/", srv->cfg.cluster_name);
     snprintf(cl->member_key, sizeof(cl->member_key), "%s%s", cl->prefix, cl->self);
-    snprintf(cl->member_value, sizeof(cl->member_value),
-             "{\"address\": \"%s\", \"worker_id\": \"%s\", \"state\": \"ready\", \"pid\": %d}",
-             cl->self, srv->worker_id, (int)getpid());
+    if (srv->cfg.enable_rdma) {
+        cl->ucx = ds__ucx_new(srv->net.loop, srv->arena.base, srv->arena.size, err, err_cap);
+        if (cl->ucx == NULL) return -1;
+    }
+    /* With --enable_rdma the record carries the UCX worker address peers
+     * send to (cluster_ucx.c). */
+    snprintf(
+        cl->member_value, sizeof(cl->member_value),
+        "{\"address\": \"%s\", \"worker_id\": \"%s\", \"state\": \"ready\", \"pid\": %d%s%s%s}",
+        cl->self, srv->worker_id, (int)getpid(), cl->ucx ? ", \"ucx_address\": \"" : "",
+        cl->ucx ? ds__ucx_address(cl->ucx) : "", cl->ucx ? "\"" : "");
     pthread_mutex_init(&cl->mu, NULL);
     pthread_cond_init(&cl->cv, NULL);
     cl->peers = ds__peers_new(srv->auth_token);
@@ -604,6 +655,8 @@ int ds__cluster_init(ds_server_t *srv, char *err, size_t err_cap)
     cl->ring = ds__ring_build(&self, 1);
     snprintf(cl->members[0].addr, sizeof(cl->members[0].addr), "%s", cl->self);
     snprintf(cl->members[0].id, sizeof(cl->members[0].id), "%s", srv->worker_id);
+    snprintf(cl->members[0].ucx, sizeof(cl->members[0].ucx), "%s",
+             cl->ucx ? ds__ucx_address(cl->ucx) : "");
     cl->nmembers = 1;
     /* A thread that cannot start fails start-up; ds__cluster_destroy stops and
      * joins the ones that did. */
@@ -629,6 +682,7 @@ void ds__cluster_destroy(ds_server_t *srv)
     struct ds_cluster *cl = srv->cluster;
     if (cl == NULL) return;
     atomic_store(&cl->stop, true);
+    ds__ucx_stopping(cl->ucx); /* job threads waiting on UCX receives give up */
     if (cl->njob_threads > 0) {
         pthread_mutex_lock(&cl->mu);
         pthread_cond_broadcast(&cl->cv);
@@ -649,6 +703,10 @@ void ds__cluster_destroy(ds_server_t *srv)
         if (p && --p->outstanding == 0) pend_done(p);
     }
     ds__links_free(cl->links);
+    /* Ends the UCX sends still under way (their pins go) and releases ranges
+     * of receives abandoned to UCX. */
+    ds__ucx_free(cl->ucx);
+    cl->ucx = NULL;
     if (cl->efd >= 0) {
         ds__loop_del(srv->net.loop, &cl->eio);
         close(cl->efd);

@@ -75,6 +75,7 @@ struct ds_job {
     uint64_t dst_len;
     uint32_t index; /* which key of the pend */
     ds_obj_t *obj;
+    uint64_t ucx_tag;  /* a UCX_PULL: the tag its value arrives with (cluster_ucx.c) */
     bool waits;        /* a LOCATE that may wait at the owner */
     bool connect_only; /* peer_link.c: connect and HELLO, hand back conn_fd */
     int conn_fd;
@@ -155,6 +156,22 @@ void ds__cluster_published(ds_server_t *srv, ds_req_t *r, ds_obj_t **objs, const
                            uint32_t n, bool nx, const char *first_err);
 void ds__cluster_keys_op(ds_server_t *srv, ds_req_t *r, const char *const *keys,
                          const uint32_t *lens, uint32_t n, uint32_t ttl);
+/* cluster_ucx.c: pulls over UCX (--enable_rdma) */
+typedef struct ds_ucx ds_ucx_t;
+typedef struct ds_pconn ds_pconn_t;
+/* This worker's UCX data plane; NULL without --enable_rdma. */
+ds_ucx_t *ds__cluster_ucx(ds_server_t *srv);
+/* The UCX address (hex) member addr published; NULL when it has none. */
+const char *ds__cluster_ucx_address_of(ds_server_t *srv, const char *addr);
+/* Turns a pull job (addr, dst, dst_len set) into a UCX_PULL of key when
+ * this worker and the owner both run UCX and the value is large; false
+ * leaves it a GET. */
+bool ds__cluster_ucx_job(ds_server_t *srv, ds_job_t *j, const char *key, uint32_t kl);
+/* On a job thread: runs a UCX_PULL over pc. *pc_ok false: pc is broken. */
+void ds__cluster_ucx_run(ds_ucx_t *u, ds_pconn_t *pc, ds_job_t *j, uint64_t dl, bool *pc_ok);
+/* The owner's side of UCX_PULL (on the loop). */
+void ds__cluster_ucx_pull(ds_server_t *srv, ds_req_t *r);
+
 /* cluster_owner.c: LOCATE, META_PUT, META_DEL and DROP */
 void ds__cluster_peer_op(ds_server_t *srv, ds_req_t *r);
 /* A local copy left the table by eviction or expiry: tell its owner. */

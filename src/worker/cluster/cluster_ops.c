@@ -94,12 +94,15 @@ static void pull_done(ds_job_t *j)
 {
     ds_pend_t *p = j->pend;
     if (j->status == DS_K_OK && !j->transport_failed) {
+        if (j->op == DS_OP_UCX_PULL && j->ucx_tag) p->srv->cctr.ucx_pulls++;
         p->objs[j->index] = j->obj; /* the pend keeps the reference */
         j->obj = NULL;
         return;
     }
     ds__store_unref(p->srv->store, j->obj);
     j->obj = NULL;
+    DS_LOG_DEBUG("cluster: pull of '%.64s' from %s failed: status %u%s: %s", p->keys[j->index],
+                 j->addr, j->status, j->transport_failed ? " (transport)" : "", j->err);
     if (j->transport_failed) {
         p->err_status = DS_K_RPC_UNAVAILABLE;
         snprintf(p->err, sizeof(p->err), "key '%.64s': %.180s", p->keys[j->index], j->err);
@@ -147,14 +150,16 @@ static void located(ds_pend_t *p, uint32_t i, uint64_t size, const char *where, 
         ds__store_unref(srv->store, o);
         return;
     }
-    ds__wbuf_i32(&pull->req, 0);
-    ds__wbuf_u8(&pull->req, 0);
-    ds__wbuf_u32(&pull->req, 1);
-    ds__wbuf_str(&pull->req, p->keys[i], p->keylens[i]);
     pull->obj = o;
     pull->dst = ds__store_data(srv->store, o);
     pull->dst_len = size;
     pull->index = i;
+    if (!ds__cluster_ucx_job(srv, pull, p->keys[i], p->keylens[i])) {
+        ds__wbuf_i32(&pull->req, 0);
+        ds__wbuf_u8(&pull->req, 0);
+        ds__wbuf_u32(&pull->req, 1);
+        ds__wbuf_str(&pull->req, p->keys[i], p->keylens[i]);
+    }
     ds__job_submit(srv, pull);
 }
 

@@ -272,6 +272,9 @@ void ds__cluster_peer_op(ds_server_t *srv, ds_req_t *r)
     case DS_OP_META_DEL:
         meta_update(srv, r, r->op == DS_OP_META_PUT);
         break;
+    case DS_OP_UCX_PULL:
+        ds__cluster_ucx_pull(srv, r);
+        break;
     default:
         op_drop(srv, r);
     }

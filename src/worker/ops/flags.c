@@ -149,6 +149,10 @@ static const flag_def_t flags[] = {
     YREAL(spill_low_watermark_ratio, 0.6, 10, 990,
           "spill use (ratio of --spill_size_limit) under which paused background spilling "
           "resumes (0.01-0.99)"),
+    YBOOL(enable_rdma, false,
+          "move values between workers with UCX (its transports as UCX_TLS allows: RDMA "
+          "verbs, shared memory, TCP) instead of the worker's own TCP stream; a worker that "
+          "cannot start UCX refuses to start"),
     YR(coordinator_address, COMPAT_STR),
     YR(etcd_username, COMPAT_STR),
     YR(etcd_password, COMPAT_STR),
@@ -298,7 +302,6 @@ static const flag_def_t flags[] = {
     YR(enable_data_replication, COMPAT_BOOL),
     YR(enable_redirect, COMPAT_BOOL),
     YR(enable_metadata_recovery, COMPAT_BOOL),
-    YR(enable_rdma, COMPAT_BOOL),
     YR(rdma_register_whole_arena, COMPAT_BOOL),
     YR(enable_stream_data_verification, COMPAT_BOOL),
     YR(oc_io_from_l2cache_need_metadata, COMPAT_BOOL),

@@ -54,6 +54,7 @@ typedef struct {
     int64_t distributed_disk_sync_batch_bytes;
     int64_t distributed_disk_compact_min_dead_mb;
     int64_t distributed_disk_compact_dead_percent;
+    bool enable_rdma;
     /* Accepted-but-ignored flags given, each once, in the order first given. */
     const char *compat_given[DS_FLAGS_MAX_COMPAT];
     int ncompat_given;

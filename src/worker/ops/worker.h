@@ -48,6 +48,7 @@ typedef struct {
     /* cluster: peer requests sent over a link from the loop or by a job
      * thread, and GET values this owner sent along with a LOCATE answer */
     uint64_t peer_link_requests, peer_job_requests, locate_inline_values;
+    uint64_t ucx_pulls, ucx_sends; /* --enable_rdma: values received / sent with UCX */
 } ds_cluster_counters_t;
 
 struct ds_server {

@@ -1,0 +1,616 @@
+/* The UCX data plane (see ucx.h).
+ *
+ * Threads: UCX runs in thread mode MULTI; the progress thread drives it
+ * (ucp_worker_progress, then ucp_worker_arm and a poll on its event fd),
+ * and anything posted from another thread is followed by ucp_worker_signal
+ * so that it wakes. Request callbacks run on the progress thread (every
+ * operation is posted with UCP_OP_ATTR_FLAG_NO_IMM_CMPL, so never inside the
+ * posting call) and take only `mu`; `mu` is never held across a UCX call.
+ * Receives are cancelled by the progress thread too: ucp_request_cancel
+ * asserts that the request has not completed, which only the thread that
+ * completes requests can know. */
+#include "worker/cluster/ucx.h"
+
+#include "common/clock.h"
+#include "common/log.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <ucp/api/ucp.h>
+#include <unistd.h>
+
+struct ds_ucx_op {
+    ds_ucx_op_t *next;
+    ds_ucx_t *u;
+    void *req; /* a receive's UCX request: the posting thread's, until dropped */
+    bool is_send;
+    size_t len;
+    /* under mu */
+    bool finished;
+    bool abandoned;
+    bool cancel_pending; /* on the cancel list: only the progress thread ends it then */
+    ds_ucx_op_t *cancel_next;
+    ucs_status_t st;
+    /* a send: runs on the loop */
+    ds_ucx_sent_fn sent;
+    void *ctx;
+    /* a dropped receive still under way: runs on the loop once it ends */
+    void (*release)(void *ctx, void *arg);
+    void *rctx, *rarg;
+    /* an endpoint that failed: the loop closes it (UCX keeps a failed
+     * endpoint, and what arrives for it, until it is closed) */
+    struct ucx_ep *close;
+    ucp_ep_h close_ep;
+};
+
+/* One endpoint per member (by its cluster address). Entries are kept until
+ * the end: an endpoint's error callback names its entry. */
+typedef struct ucx_ep {
+    struct ucx_ep *next;
+    ds_ucx_t *u;
+    char peer[300];
+    char addr[DS_UCX_ADDR_HEX_MAX + 1];
+    ucp_ep_h ep; /* NULL once closed; written by the loop under mu */
+    bool failed; /* under mu */
+} ucx_ep_t;
+
+struct ds_ucx {
+    ucp_context_h ctx;
+    ucp_worker_h worker;
+    ucp_mem_h memh;
+    char addr_hex[DS_UCX_ADDR_HEX_MAX + 1];
+    int wefd; /* the UCX worker's event fd */
+    pthread_t thread;
+    bool started;
+    atomic_bool stop;     /* the progress thread ends */
+    atomic_bool stopping; /* waits on receives fail */
+    atomic_uint_fast64_t next_tag;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;                  /* a receive finished, or the worker stops */
+    ds_ucx_op_t *done_head, *done_tail; /* for the loop */
+    ds_ucx_op_t *cancels;               /* receives to cancel, for the progress thread */
+    int done_fd;
+    ds_io_t dio;
+    ds_loop_t *loop;
+    ucx_ep_t *eps; /* loop only (their ep and failed fields: under mu) */
+};
+
+static void to_loop_locked(ds_ucx_t *u, ds_ucx_op_t *op);
+static void wake_loop(ds_ucx_t *u);
+
+/* On the progress thread: cancels the receives job threads gave up on. A
+ * receive that completed meanwhile was left alone by its callback (it was on
+ * this list); it is finished here instead. */
+static void run_cancels(ds_ucx_t *u)
+{
+    pthread_mutex_lock(&u->mu);
+    ds_ucx_op_t *list = u->cancels;
+    u->cancels = NULL;
+    pthread_mutex_unlock(&u->mu);
+    while (list) {
+        ds_ucx_op_t *op = list;
+        list = op->cancel_next;
+        pthread_mutex_lock(&u->mu);
+        op->cancel_pending = false;
+        bool finished = op->finished, abandoned = op->abandoned;
+        if (finished && abandoned) to_loop_locked(u, op);
+        if (finished && !abandoned) pthread_cond_broadcast(&u->cv);
+        pthread_mutex_unlock(&u->mu);
+        if (!finished) {
+            /* Unmatched: its callback runs now, with UCS_ERR_CANCELED. Under
+             * way: it runs when UCX ends the transfer. */
+            ucp_request_cancel(u->worker, op->req);
+        } else if (abandoned) {
+            ucp_request_free(op->req);
+            wake_loop(u);
+        }
+    }
+}
+
+static void *progress_thread(void *arg)
+{
+    ds_ucx_t *u = arg;
+    struct pollfd pfd = {.fd = u->wefd, .events = POLLIN};
+    while (!atomic_load(&u->stop)) {
+        run_cancels(u);
+        while (ucp_worker_progress(u->worker) != 0)
+            ;
+        ucs_status_t st = ucp_worker_arm(u->worker);
+        if (st == UCS_ERR_BUSY) continue;
+        /* The timeout only bounds how long a stop may take to be seen. */
+        if (poll(&pfd, 1, 200) < 0 && errno != EINTR) usleep(1000);
+    }
+    return NULL;
+}
+
+/* Hands a finished operation to the loop. */
+static void to_loop_locked(ds_ucx_t *u, ds_ucx_op_t *op)
+{
+    op->next = NULL;
+    if (u->done_tail)
+        u->done_tail->next = op;
+    else
+        u->done_head = op;
+    u->done_tail = op;
+}
+
+static void wake_loop(ds_ucx_t *u)
+{
+    uint64_t one = 1;
+    ssize_t w = write(u->done_fd, &one, sizeof(one));
+    (void)w;
+}
+
+static void send_cb(void *request, ucs_status_t st, void *user)
+{
+    ds_ucx_op_t *op = user;
+    ds_ucx_t *u = op->u;
+    ucp_request_free(request);
+    pthread_mutex_lock(&u->mu);
+    op->st = st;
+    op->finished = true;
+    to_loop_locked(u, op);
+    pthread_mutex_unlock(&u->mu);
+    wake_loop(u);
+}
+
+static void recv_cb(void *request, ucs_status_t st, const ucp_tag_recv_info_t *info, void *user)
+{
+    ds_ucx_op_t *op = user;
+    ds_ucx_t *u = op->u;
+    if (st == UCS_OK && info->length != op->len) st = UCS_ERR_MESSAGE_TRUNCATED;
+    pthread_mutex_lock(&u->mu);
+    op->st = st;
+    op->finished = true;
+    if (op->cancel_pending) { /* run_cancels ends it, on this thread */
+        pthread_mutex_unlock(&u->mu);
+        return;
+    }
+    bool abandoned = op->abandoned;
+    if (abandoned)
+        to_loop_locked(u, op);
+    else
+        pthread_cond_broadcast(&u->cv);
+    pthread_mutex_unlock(&u->mu);
+    if (abandoned) {
+        /* Nobody else holds the request once it was dropped. */
+        ucp_request_free(request);
+        wake_loop(u);
+    }
+}
+
+static void close_ep(ds_ucx_t *u, struct ucx_ep *e);
+static void close_failed(ds_ucx_t *u, struct ucx_ep *e, ucp_ep_h ep);
+
+static void on_done(void *ctx, uint32_t events)
+{
+    ds_ucx_t *u = ctx;
+    (void)events;
+    uint64_t v;
+    ssize_t r = read(u->done_fd, &v, sizeof(v));
+    (void)r;
+    pthread_mutex_lock(&u->mu);
+    ds_ucx_op_t *list = u->done_head;
+    u->done_head = u->done_tail = NULL;
+    pthread_mutex_unlock(&u->mu);
+    while (list) {
+        ds_ucx_op_t *op = list;
+        list = op->next;
+        if (op->close)
+            close_failed(u, op->close, op->close_ep);
+        else if (op->is_send)
+            op->sent(op->ctx, op->st == UCS_OK, ucs_status_string(op->st));
+        else if (op->release)
+            op->release(op->rctx, op->rarg);
+        free(op);
+    }
+}
+
+static void to_hex(const uint8_t *p, size_t n, char *out)
+{
+    static const char digits[] = "0123456789abcdef";
+    for (size_t i = 0; i < n; i++) {
+        out[2 * i] = digits[p[i] >> 4];
+        out[2 * i + 1] = digits[p[i] & 15];
+    }
+    out[2 * n] = '\0';
+}
+
+static int hexval(char c)
+{
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return -1;
+}
+
+/* n bytes from hex, or -1 when it is not even-length lowercase hex. */
+static ssize_t from_hex(const char *s, uint8_t *out, size_t cap)
+{
+    size_t n = strlen(s);
+    if (n % 2 || n / 2 > cap) return -1;
+    for (size_t i = 0; i < n / 2; i++) {
+        int hi = hexval(s[2 * i]), lo = hexval(s[2 * i + 1]);
+        if (hi < 0 || lo < 0) return -1;
+        out[i] = (uint8_t)(hi << 4 | lo);
+    }
+    return (ssize_t)(n / 2);
+}
+
+static int fail(char *err, size_t cap, const char *what, ucs_status_t st)
+{
+    const char *tls = getenv("UCX_TLS");
+    snprintf(err, cap,
+             "cannot start UCX for --enable_rdma: %s: %s (UCX_TLS=%s; `ucx_info -d` lists the "
+             "transports and devices UCX can use here)",
+             what, ucs_status_string(st), tls ? tls : "unset, all");
+    return -1;
+}
+
+static int start(ds_ucx_t *u, void *base, size_t len, char *err, size_t err_cap)
+{
+    ucp_config_t *config;
+    ucs_status_t st = ucp_config_read(NULL, NULL, &config);
+    if (st != UCS_OK) return fail(err, err_cap, "reading the UCX_* settings", st);
+    ucp_params_t params = {.field_mask = UCP_PARAM_FIELD_FEATURES,
+                           .features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP};
+    st = ucp_init(&params, config, &u->ctx);
+    ucp_config_release(config);
+    if (st != UCS_OK) {
+        u->ctx = NULL;
+        return fail(err, err_cap, "ucp_init", st);
+    }
+    ucp_worker_params_t wp = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
+                              .thread_mode = UCS_THREAD_MODE_MULTI};
+    st = ucp_worker_create(u->ctx, &wp, &u->worker);
+    if (st != UCS_OK) {
+        u->worker = NULL;
+        return fail(err, err_cap, "ucp_worker_create", st);
+    }
+    ucp_worker_attr_t wa = {.field_mask = UCP_WORKER_ATTR_FIELD_THREAD_MODE};
+    if (ucp_worker_query(u->worker, &wa) == UCS_OK && wa.thread_mode != UCS_THREAD_MODE_MULTI)
+        return fail(err, err_cap, "this UCX build has no multi-thread support",
+                    UCS_ERR_UNSUPPORTED);
+    ucp_mem_map_params_t mp = {.field_mask =
+                                   UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH,
+                               .address = base,
+                               .length = len};
+    st = ucp_mem_map(u->ctx, &mp, &u->memh);
+    if (st != UCS_OK) {
+        u->memh = NULL;
+        return fail(err, err_cap, "mapping the arena (ucp_mem_map; check `ulimit -l`)", st);
+    }
+    ucp_address_t *addr;
+    size_t alen;
+    st = ucp_worker_get_address(u->worker, &addr, &alen);
+    if (st != UCS_OK) return fail(err, err_cap, "ucp_worker_get_address", st);
+    if (alen * 2 > DS_UCX_ADDR_HEX_MAX) {
+        ucp_worker_release_address(u->worker, addr);
+        snprintf(err, err_cap,
+                 "cannot start UCX for --enable_rdma: its worker address is %zu bytes, more than "
+                 "the %d a membership record carries (narrow UCX_TLS or UCX_NET_DEVICES)",
+                 alen, DS_UCX_ADDR_HEX_MAX / 2);
+        return -1;
+    }
+    to_hex((const uint8_t *)addr, alen, u->addr_hex);
+    ucp_worker_release_address(u->worker, addr);
+    st = ucp_worker_get_efd(u->worker, &u->wefd);
+    if (st != UCS_OK) return fail(err, err_cap, "ucp_worker_get_efd", st);
+    return 0;
+}
+
+ds_ucx_t *ds__ucx_new(ds_loop_t *loop, void *base, size_t len, char *err, size_t err_cap)
+{
+    ds_ucx_t *u = calloc(1, sizeof(*u));
+    if (u == NULL) {
+        snprintf(err, err_cap, "out of memory");
+        return NULL;
+    }
+    u->loop = loop;
+    u->done_fd = -1;
+    atomic_init(&u->next_tag, 1);
+    pthread_mutex_init(&u->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&u->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    if (start(u, base, len, err, err_cap) != 0) {
+        ds__ucx_free(u);
+        return NULL;
+    }
+    u->done_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (u->done_fd < 0 || ds__loop_add(loop, &u->dio, u->done_fd, EPOLLIN, on_done, u) != 0) {
+        snprintf(err, err_cap, "cannot set up the UCX completions: %s", strerror(errno));
+        if (u->done_fd >= 0) close(u->done_fd);
+        u->done_fd = -1;
+        ds__ucx_free(u);
+        return NULL;
+    }
+    int rc = pthread_create(&u->thread, NULL, progress_thread, u);
+    if (rc != 0) {
+        snprintf(err, err_cap, "cannot start the UCX progress thread: %s", strerror(rc));
+        ds__ucx_free(u);
+        return NULL;
+    }
+    u->started = true;
+    DS_LOG_INFO("rdma: UCX %s data plane up (UCX_TLS=%s), arena of %zu MiB mapped, address %zu "
+                "bytes",
+                ucp_get_version_string(), getenv("UCX_TLS") ? getenv("UCX_TLS") : "all", len >> 20,
+                strlen(u->addr_hex) / 2);
+    return u;
+}
+
+void ds__ucx_stopping(ds_ucx_t *u)
+{
+    if (u == NULL) return;
+    pthread_mutex_lock(&u->mu);
+    atomic_store(&u->stopping, true);
+    pthread_cond_broadcast(&u->cv);
+    pthread_mutex_unlock(&u->mu);
+}
+
+static void close_ep(ds_ucx_t *u, ucx_ep_t *e)
+{
+    pthread_mutex_lock(&u->mu);
+    ucp_ep_h ep = e->ep;
+    e->ep = NULL;
+    pthread_mutex_unlock(&u->mu);
+    if (ep == NULL) return;
+    ucp_request_param_t prm = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+                               .flags = UCP_EP_CLOSE_FLAG_FORCE};
+    void *r = ucp_ep_close_nbx(ep, &prm);
+    if (UCS_PTR_IS_PTR(r)) ucp_request_free(r); /* UCX finishes it on its own */
+    ucp_worker_signal(u->worker);
+}
+
+void ds__ucx_free(ds_ucx_t *u)
+{
+    if (u == NULL) return;
+    ds__ucx_stopping(u);
+    for (ucx_ep_t *e = u->eps; e; e = e->next)
+        close_ep(u, e);
+    if (u->started) {
+        /* Let the closes and their failed sends play out, then stop. */
+        uint64_t until = ds__now_ms() + 200;
+        while (ds__now_ms() < until) {
+            pthread_mutex_lock(&u->mu);
+            bool idle = u->done_head == NULL;
+            pthread_mutex_unlock(&u->mu);
+            if (!idle) on_done(u, 0);
+            usleep(5000);
+        }
+        atomic_store(&u->stop, true);
+        ucp_worker_signal(u->worker);
+        pthread_join(u->thread, NULL);
+    }
+    if (u->done_fd >= 0) {
+        on_done(u, 0);
+        ds__loop_del(u->loop, &u->dio);
+        close(u->done_fd);
+    }
+    while (u->eps) {
+        ucx_ep_t *e = u->eps;
+        u->eps = e->next;
+        free(e);
+    }
+    if (u->memh) ucp_mem_unmap(u->ctx, u->memh);
+    if (u->worker) ucp_worker_destroy(u->worker);
+    if (u->ctx) ucp_cleanup(u->ctx);
+    pthread_mutex_destroy(&u->mu);
+    pthread_cond_destroy(&u->cv);
+    free(u);
+}
+
+const char *ds__ucx_address(const ds_ucx_t *u)
+{
+    return u->addr_hex;
+}
+
+uint64_t ds__ucx_new_tag(ds_ucx_t *u)
+{
+    return atomic_fetch_add(&u->next_tag, 1);
+}
+
+/* ---- the requester ---- */
+
+ds_ucx_op_t *ds__ucx_recv(ds_ucx_t *u, uint64_t tag, void *dst, size_t len, char *err,
+                          size_t err_cap)
+{
+    ds_ucx_op_t *op = calloc(1, sizeof(*op));
+    if (op == NULL) {
+        snprintf(err, err_cap, "out of memory");
+        return NULL;
+    }
+    op->u = u;
+    op->len = len;
+    ucp_request_param_t prm = {.op_attr_mask =
+                                   UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                                   UCP_OP_ATTR_FIELD_MEMH | UCP_OP_ATTR_FLAG_NO_IMM_CMPL,
+                               .cb.recv = recv_cb,
+                               .user_data = op,
+                               .memh = u->memh};
+    void *r = ucp_tag_recv_nbx(u->worker, dst, len, tag, UINT64_MAX, &prm);
+    if (UCS_PTR_IS_ERR(r)) {
+        snprintf(err, err_cap, "posting a UCX receive: %s", ucs_status_string(UCS_PTR_STATUS(r)));
+        free(op);
+        return NULL;
+    }
+    op->req = r;
+    ucp_worker_signal(u->worker);
+    return op;
+}
+
+int ds__ucx_wait(ds_ucx_t *u, ds_ucx_op_t *op, uint64_t deadline_ms, char *err, size_t err_cap)
+{
+    struct timespec ts = {.tv_sec = (time_t)(deadline_ms / 1000),
+                          .tv_nsec = (long)(deadline_ms % 1000) * 1000000L};
+    pthread_mutex_lock(&u->mu);
+    while (!op->finished && !atomic_load(&u->stopping) && ds__now_ms() < deadline_ms)
+        pthread_cond_timedwait(&u->cv, &u->mu, &ts);
+    bool finished = op->finished;
+    ucs_status_t st = op->st;
+    pthread_mutex_unlock(&u->mu);
+    if (finished && st == UCS_OK) return 0;
+    if (finished)
+        snprintf(err, err_cap, "UCX transfer failed: %s", ucs_status_string(st));
+    else if (atomic_load(&u->stopping))
+        snprintf(err, err_cap, "the worker is stopping");
+    else
+        snprintf(err, err_cap, "UCX transfer timed out");
+    return -1;
+}
+
+bool ds__ucx_drop(ds_ucx_t *u, ds_ucx_op_t *op, uint64_t wait_ms,
+                  void (*release)(void *ctx, void *arg), void *ctx, void *arg)
+{
+    pthread_mutex_lock(&u->mu);
+    bool signal = false;
+    if (!op->finished && !op->cancel_pending) {
+        op->cancel_pending = true;
+        op->cancel_next = u->cancels;
+        u->cancels = op;
+        signal = true;
+    }
+    pthread_mutex_unlock(&u->mu);
+    if (signal) ucp_worker_signal(u->worker);
+    uint64_t until = ds__now_ms() + wait_ms;
+    struct timespec ts = {.tv_sec = (time_t)(until / 1000),
+                          .tv_nsec = (long)(until % 1000) * 1000000L};
+    pthread_mutex_lock(&u->mu);
+    while ((!op->finished || op->cancel_pending) && !atomic_load(&u->stopping) &&
+           ds__now_ms() < until)
+        pthread_cond_timedwait(&u->cv, &u->mu, &ts);
+    bool mine = op->finished && !op->cancel_pending;
+    if (!mine) {
+        op->abandoned = true;
+        op->release = release;
+        op->rctx = ctx;
+        op->rarg = arg;
+    }
+    pthread_mutex_unlock(&u->mu);
+    if (!mine) return false;
+    ucp_request_free(op->req);
+    free(op);
+    return true;
+}
+
+/* ---- the owner ---- */
+
+static void ep_err_cb(void *arg, ucp_ep_h ep, ucs_status_t st)
+{
+    ucx_ep_t *e = arg;
+    ds_ucx_t *u = e->u;
+    ds_ucx_op_t *op = calloc(1, sizeof(*op));
+    pthread_mutex_lock(&u->mu);
+    bool mine = e->ep == ep;
+    if (mine) e->failed = true;
+    if (mine && op) {
+        op->close = e;
+        op->close_ep = ep;
+        to_loop_locked(u, op);
+        op = NULL;
+    }
+    pthread_mutex_unlock(&u->mu);
+    free(op);
+    if (mine) {
+        wake_loop(u);
+        DS_LOG_WARN("rdma: UCX endpoint to %s failed: %s", e->peer, ucs_status_string(st));
+    }
+}
+
+static void close_failed(ds_ucx_t *u, ucx_ep_t *e, ucp_ep_h ep)
+{
+    pthread_mutex_lock(&u->mu);
+    bool same = e->ep == ep;
+    pthread_mutex_unlock(&u->mu);
+    if (same) close_ep(u, e);
+}
+
+static ucx_ep_t *get_ep(ds_ucx_t *u, const char *peer, const char *addr_hex, char *err,
+                        size_t err_cap)
+{
+    ucx_ep_t *e = u->eps;
+    while (e && strcmp(e->peer, peer) != 0)
+        e = e->next;
+    if (e) {
+        pthread_mutex_lock(&u->mu);
+        bool usable = e->ep && !e->failed && strcmp(e->addr, addr_hex) == 0;
+        pthread_mutex_unlock(&u->mu);
+        if (usable) return e;
+        close_ep(u, e); /* failed, or the member restarted with a new address */
+    } else {
+        e = calloc(1, sizeof(*e));
+        if (e == NULL) {
+            snprintf(err, err_cap, "out of memory");
+            return NULL;
+        }
+        e->u = u;
+        snprintf(e->peer, sizeof(e->peer), "%s", peer);
+        e->next = u->eps;
+        u->eps = e;
+    }
+    uint8_t bin[DS_UCX_ADDR_HEX_MAX / 2];
+    ssize_t n = from_hex(addr_hex, bin, sizeof(bin));
+    if (n <= 0) {
+        snprintf(err, err_cap, "member %.200s published a malformed UCX address", peer);
+        return NULL;
+    }
+    memcpy(e->addr, addr_hex, 2 * (size_t)n + 1); /* from_hex checked its length */
+    ucp_ep_params_t ep = {.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
+                                        UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                                        UCP_EP_PARAM_FIELD_ERR_HANDLER,
+                          .address = (const ucp_address_t *)bin,
+                          .err_mode = UCP_ERR_HANDLING_MODE_PEER,
+                          .err_handler = {.cb = ep_err_cb, .arg = e}};
+    ucp_ep_h h;
+    ucs_status_t st = ucp_ep_create(u->worker, &ep, &h);
+    if (st != UCS_OK) {
+        snprintf(err, err_cap, "UCX endpoint to %.200s: %s", peer, ucs_status_string(st));
+        return NULL;
+    }
+    pthread_mutex_lock(&u->mu);
+    e->ep = h;
+    e->failed = false;
+    pthread_mutex_unlock(&u->mu);
+    ucp_worker_signal(u->worker);
+    return e;
+}
+
+int ds__ucx_send(ds_ucx_t *u, const char *peer, const char *addr_hex, uint64_t tag, const void *src,
+                 size_t len, ds_ucx_sent_fn done, void *ctx, char *err, size_t err_cap)
+{
+    ucx_ep_t *e = get_ep(u, peer, addr_hex, err, err_cap);
+    if (e == NULL) return -1;
+    ds_ucx_op_t *op = calloc(1, sizeof(*op));
+    if (op == NULL) {
+        snprintf(err, err_cap, "out of memory");
+        return -1;
+    }
+    op->u = u;
+    op->is_send = true;
+    op->len = len;
+    op->sent = done;
+    op->ctx = ctx;
+    ucp_request_param_t prm = {.op_attr_mask =
+                                   UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                                   UCP_OP_ATTR_FIELD_MEMH | UCP_OP_ATTR_FLAG_NO_IMM_CMPL,
+                               .cb.send = send_cb,
+                               .user_data = op,
+                               .memh = u->memh};
+    void *r = ucp_tag_send_nbx(e->ep, src, len, tag, &prm);
+    if (UCS_PTR_IS_ERR(r)) {
+        snprintf(err, err_cap, "UCX send to %.200s: %s", peer,
+                 ucs_status_string(UCS_PTR_STATUS(r)));
+        free(op);
+        return -1;
+    }
+    ucp_worker_signal(u->worker);
+    return 0;
+}

@@ -1,0 +1,155 @@
+/* The UCX data plane (--enable_rdma true) against real etcd and three workers
+ * on 127.0.0.11-13: A and B with UCX, C without. UCX_TLS is left as it is
+ * (unset: UCX picks shared memory between these co-located workers; the
+ * cluster.ct_*.rdma entries run the other suites over UCX's TCP).
+ *  - values above the inline limit pulled by B from A come over UCX (A's
+ *    ucx_sends and B's ucx_pulls count them), checksummed, by copy and
+ *    zero-copy, from 64 KiB + 1 to 64 MiB; small values keep the inline path;
+ *  - a worker without UCX and one with it still exchange values (over TCP);
+ *  - a worker that cannot start UCX (UCX_TLS=bogus) says why and refuses to
+ *    start. (The owner killed mid-pull under UCX: cluster.ct_failover.rdma.) */
+#include "cluster_util.h"
+
+#include "common/clock.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+static ct_cluster_t C;
+enum { A = 0, B = 1, CC = 2 };
+
+static int setup(void **state)
+{
+    (void)state;
+    const int arenas[] = {200, 200, 128};
+    const char *const extra[] = {"--enable_rdma true", "--enable_rdma=true", NULL};
+    return ct_cluster_start_with(&C, 3, arenas, extra);
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    ct_cluster_stop(&C);
+    return 0;
+}
+
+static void test_large_pulls_use_ucx(void **state)
+{
+    (void)state;
+    assert_true(dst_stat(&C.w[A], "cluster.rdma") == 1);
+    assert_true(dst_stat(&C.w[B], "cluster.rdma") == 1);
+    assert_true(dst_stat(&C.w[CC], "cluster.rdma") == 0);
+    static const size_t sizes[] = {(64u << 10) + 1, 3u << 20, 64u << 20};
+    ds_client_t *wa = ct_client(&C, A, DS_TRANSPORT_LOCAL);
+    ds_client_t *rb = ct_client(&C, B, DS_TRANSPORT_LOCAL);
+    ds_client_t *rbt = ct_client(&C, B, DS_TRANSPORT_TCP);
+    assert_non_null(wa);
+    assert_non_null(rb);
+    assert_non_null(rbt);
+    for (size_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++) {
+        char key[32];
+        snprintf(key, sizeof(key), "rdma-%zu", s);
+        assert_int_equal(ct_set(wa, key, sizes[s], 500 + s), DS_K_OK);
+        double sends0 = dst_stat(&C.w[A], "cluster.ucx_sends");
+        double pulls0 = dst_stat(&C.w[B], "cluster.ucx_pulls");
+        uint64_t t0 = ds__now_ms();
+        assert_true(ct_read_ok(rb, key, sizes[s], 500 + s, 0));
+        uint64_t ms = ds__now_ms() - t0;
+        assert_true(ct_read_buffer_ok(rb, key, sizes[s], 500 + s));
+        assert_true(ct_read_ok(rbt, key, sizes[s], 500 + s, 0));
+        fprintf(stderr, "  %zu bytes A -> B over UCX: first read %llu ms\n", sizes[s],
+                (unsigned long long)ms);
+        /* Every read pulls (B keeps no copy): three pulls, all over UCX. */
+        assert_true(dst_stat(&C.w[B], "cluster.ucx_pulls") == pulls0 + 3);
+        assert_true(dst_stat(&C.w[A], "cluster.ucx_sends") == sends0 + 3);
+    }
+    /* Small values keep the inline path (LOCATE answer or the peer link). */
+    double pulls0 = dst_stat(&C.w[B], "cluster.ucx_pulls");
+    for (int i = 0; i < 8; i++) {
+        char key[32];
+        snprintf(key, sizeof(key), "rdma-small-%d", i);
+        size_t len = i % 2 ? 1024 : 64u << 10;
+        assert_int_equal(ct_set(wa, key, len, 600 + (uint64_t)i), DS_K_OK);
+        assert_true(ct_read_ok(rb, key, len, 600 + (uint64_t)i, 0));
+    }
+    assert_true(dst_stat(&C.w[B], "cluster.ucx_pulls") == pulls0);
+    /* Nothing pinned or reserved is left behind on B. */
+    assert_true(dst_stat(&C.w[B], "arena.used_bytes") < (1u << 20));
+    ds_client_close(wa);
+    ds_client_close(rb);
+    ds_client_close(rbt);
+}
+
+static void test_mixed_cluster(void **state)
+{
+    (void)state;
+    ds_client_t *wa = ct_client(&C, A, DS_TRANSPORT_LOCAL);
+    ds_client_t *wc = ct_client(&C, CC, DS_TRANSPORT_LOCAL);
+    ds_client_t *rb = ct_client(&C, B, DS_TRANSPORT_LOCAL);
+    ds_client_t *rc = ct_client(&C, CC, DS_TRANSPORT_LOCAL);
+    assert_int_equal(ct_set(wa, "mixed-a", 5u << 20, 700), DS_K_OK);
+    assert_int_equal(ct_set(wc, "mixed-c", 5u << 20, 701), DS_K_OK);
+    double sends0 = dst_stat(&C.w[A], "cluster.ucx_sends");
+    double pulls0 = dst_stat(&C.w[B], "cluster.ucx_pulls");
+    /* C has no UCX: it pulls A's value over TCP, and B pulls C's over TCP. */
+    assert_true(ct_read_ok(rc, "mixed-a", 5u << 20, 700, 0));
+    assert_true(ct_read_ok(rb, "mixed-c", 5u << 20, 701, 0));
+    assert_true(dst_stat(&C.w[A], "cluster.ucx_sends") == sends0);
+    assert_true(dst_stat(&C.w[B], "cluster.ucx_pulls") == pulls0);
+    assert_true(dst_stat(&C.w[CC], "cluster.ucx_pulls") == 0);
+    /* And B still takes A's over UCX. */
+    assert_true(ct_read_ok(rb, "mixed-a", 5u << 20, 700, 0));
+    assert_true(dst_stat(&C.w[B], "cluster.ucx_pulls") == pulls0 + 1);
+    ds_client_close(wa);
+    ds_client_close(wc);
+    ds_client_close(rb);
+    ds_client_close(rc);
+}
+
+static void test_refuses_to_start_without_ucx(void **state)
+{
+    (void)state;
+    char bin[512], cmd[2048], out[8192];
+    dst_build_path("src/worker/datasystem_worker", bin, sizeof(bin));
+    char dir[] = "/tmp/ct-rdma-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    snprintf(cmd, sizeof(cmd),
+             "UCX_TLS=bogus timeout 20 %s --worker_address 127.0.0.19:%d --etcd_address %s "
+             "--cluster_name %s --unix_socket_dir %s --shared_memory_size_mb 16 --enable_rdma "
+             "true 2>&1",
+             bin, 20000 + (int)(getpid() % 20000), C.etcd.address, C.name, dir);
+    uint64_t t0 = ds__now_ms();
+    FILE *f = popen(cmd, "r");
+    assert_non_null(f);
+    size_t n = fread(out, 1, sizeof(out) - 1, f);
+    out[n] = '\0';
+    int st = pclose(f);
+    uint64_t ms = ds__now_ms() - t0;
+    fprintf(stderr, "  UCX_TLS=bogus: exit %d after %llu ms; says:\n%s", WEXITSTATUS(st),
+            (unsigned long long)ms, out);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) != 0 && WEXITSTATUS(st) != 124);
+    assert_non_null(strstr(out, "cannot start UCX for --enable_rdma"));
+    assert_non_null(strstr(out, "UCX_TLS=bogus"));
+    assert_true(ms < 10000);
+    /* It never joined: the cluster still has its three members. */
+    assert_true(dst_stat(&C.w[A], "cluster.members") == 3);
+    rmdir(dir);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_large_pulls_use_ucx),
+        cmocka_unit_test(test_mixed_cluster),
+        cmocka_unit_test(test_refuses_to_start_without_ucx),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
