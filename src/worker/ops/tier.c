@@ -745,6 +745,26 @@ void ds__tier_published(ds_server_t *srv, ds_obj_t *o, uint32_t idx)
     }
 }
 
+/* A job of kind on the L2 for a key it copies (no object): TTL rewrites
+ * and probes. NULL on out of memory. */
+static job_t *key_job(ds_tier_t *t, job_kind_t kind, const char *key, uint32_t keylen)
+{
+    job_t *j = calloc(1, sizeof(*j));
+    char *k = malloc(keylen + 1);
+    if (j == NULL || k == NULL) {
+        free(j);
+        free(k);
+        return NULL;
+    }
+    memcpy(k, key, keylen);
+    k[keylen] = '\0';
+    j->kind = kind;
+    j->be = t->l2;
+    j->key = k;
+    j->keylen = keylen;
+    return j;
+}
+
 ds_status_t ds__tier_expire_key(ds_server_t *srv, const char *key, uint32_t keylen, uint32_t ttl)
 {
     ds_tier_t *t = srv->tier;
@@ -755,19 +775,8 @@ ds_status_t ds__tier_expire_key(ds_server_t *srv, const char *key, uint32_t keyl
     ent_t *l = t->l2 ? live_in(t, &t->ix, false, key, keylen) : NULL;
     if (l == NULL) return e ? DS_K_OK : DS_K_NOT_FOUND;
     l->ttl_wall_ms = deadline;
-    job_t *j = calloc(1, sizeof(*j));
-    char *k = malloc(keylen + 1);
-    if (j == NULL || k == NULL) {
-        free(j);
-        free(k);
-        return DS_K_OUT_OF_MEMORY;
-    }
-    memcpy(k, key, keylen);
-    k[keylen] = '\0';
-    j->kind = JOB_RETTL;
-    j->be = t->l2;
-    j->key = k;
-    j->keylen = keylen;
+    job_t *j = key_job(t, JOB_RETTL, key, keylen);
+    if (j == NULL) return DS_K_OUT_OF_MEMORY;
     j->meta.size = l->size;
     j->meta.ttl_wall_ms = deadline;
     submit(t, j); /* rewritten like a write-back: the answer does not wait */
@@ -823,25 +832,6 @@ static const char *job_key(const job_t *j, uint32_t *len)
     return j->obj ? j->obj->key : j->key;
 }
 
-/* A probe of the L2 directory for a key with no index entry (JOB_HEAD). */
-static job_t *probe_job(ds_tier_t *t, const char *key, uint32_t keylen)
-{
-    job_t *j = calloc(1, sizeof(*j));
-    char *k = malloc(keylen + 1);
-    if (j == NULL || k == NULL) {
-        free(j);
-        free(k);
-        return NULL;
-    }
-    memcpy(k, key, keylen);
-    k[keylen] = '\0';
-    j->kind = JOB_HEAD;
-    j->be = t->l2;
-    j->key = k;
-    j->keylen = keylen;
-    return j;
-}
-
 static bool tier_get(ds_server_t *srv, ds_req_t *r, const char *const *keys, const uint32_t *lens,
                      uint32_t n, void (*resume)(ds_server_t *srv, ds_req_t *d),
                      void (*retry)(ds_server_t *srv, ds_req_t *d), bool probe,
@@ -875,7 +865,7 @@ static bool tier_get(ds_server_t *srv, ds_req_t *r, const char *const *keys, con
         if (dup) continue;
         if (e == NULL && probe && t->l2) {
             if (w == NULL) w = calloc(1, sizeof(*w));
-            job_t *j = w ? probe_job(t, keys[i], lens[i]) : NULL;
+            job_t *j = w ? key_job(t, JOB_HEAD, keys[i], lens[i]) : NULL;
             if (j == NULL) break;
             j->next = jobs;
             jobs = j;

@@ -531,6 +531,17 @@ static void obj_init(ds_store_t *s, ds_obj_t *o, ds_block_t *b, uint64_t size, c
     limbo_add(s, o);
 }
 
+/* An object struct for key (not yet initialised); NULL, with err set, when
+ * the worker's private heap is out of memory. */
+static ds_obj_t *obj_alloc(const char *key, size_t keylen, char *err, size_t err_cap)
+{
+    ds_obj_t *o = malloc(sizeof(*o) + keylen + 1);
+    if (o == NULL && err != NULL && err_cap > 0)
+        snprintf(err, err_cap, "worker out of private memory for key '%.*s'",
+                 (int)(keylen > 64 ? 64 : keylen), key);
+    return o;
+}
+
 ds_status_t ds__store_reserve(ds_store_t *s, const char *key, size_t keylen, uint64_t size,
                               ds_write_mode_t mode, uint32_t ttl_second, ds_obj_t **out, char *err,
                               size_t err_cap)
@@ -552,13 +563,8 @@ ds_status_t ds__store_reserve(ds_store_t *s, const char *key, size_t keylen, uin
                      (unsigned long long)total);
         return DS_K_OUT_OF_MEMORY;
     }
-    ds_obj_t *o = malloc(sizeof(*o) + keylen + 1);
-    if (o == NULL) {
-        if (err != NULL && err_cap > 0)
-            snprintf(err, err_cap, "worker out of private memory for key '%.*s'",
-                     (int)(keylen > 64 ? 64 : keylen), key);
-        return DS_K_OUT_OF_MEMORY;
-    }
+    ds_obj_t *o = obj_alloc(key, keylen, err, err_cap);
+    if (o == NULL) return DS_K_OUT_OF_MEMORY;
     ds_block_t *b = alloc_evicting(s, size);
     if (b == NULL) {
         oom_message(s, key, keylen, size, err, err_cap);
@@ -834,13 +840,8 @@ ds_status_t ds__store_carve(ds_store_t *s, ds_obj_t *space, uint64_t offset, uin
                      (unsigned long long)len);
         return DS_K_INVALID;
     }
-    ds_obj_t *o = malloc(sizeof(*o) + keylen + 1);
-    if (o == NULL) {
-        if (err != NULL && err_cap > 0)
-            snprintf(err, err_cap, "worker out of private memory for key '%.*s'",
-                     (int)(keylen > 64 ? 64 : keylen), key);
-        return DS_K_OUT_OF_MEMORY;
-    }
+    ds_obj_t *o = obj_alloc(key, keylen, err, err_cap);
+    if (o == NULL) return DS_K_OUT_OF_MEMORY;
     ds_block_t *b = space->block;
     uint64_t gap = offset - start;
     if (gap > 0) {
