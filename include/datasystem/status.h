@@ -25,6 +25,7 @@ extern "C" {
     X(K_SHUTTING_DOWN, 21, "shutting down")                                                        \
     X(K_CLIENT_WORKER_DISCONNECT, 23, "client lost its connection to the worker")                  \
     X(K_WORKER_TIMEOUT, 24, "worker timeout")                                                      \
+    X(K_NOT_FOUND_IN_L2CACHE, 26, "not found in the L2 cache")                                     \
     X(K_NOT_SUPPORTED, 36, "not supported")                                                        \
     X(K_RPC_DEADLINE_EXCEEDED, 1001, "rpc deadline exceeded")                                      \
     X(K_RPC_UNAVAILABLE, 1002, "rpc unavailable")                                                  \

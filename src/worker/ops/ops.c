@@ -150,12 +150,15 @@ void ds__ops_get_reply(ds_server_t *srv, ds_req_t *r, uint8_t flags, const char 
     ds_status_t st = DS_K_OK;
     if (found == 0) {
         /* "not found" must say which key. */
-        if (n == 1)
+        const char *miss = ds__tier_get_miss(srv);
+        if (miss)
+            snprintf(msg, sizeof(msg), "%s", miss);
+        else if (n == 1)
             snprintf(msg, sizeof(msg), "key '%.*s' not found", (int)lens[0], keys[0]);
         else
             snprintf(msg, sizeof(msg), "none of the %u keys was found", n);
         ds__ops_lead_error(&w, msg);
-        st = DS_K_NOT_FOUND;
+        st = miss ? DS_K_NOT_FOUND_IN_L2CACHE : DS_K_NOT_FOUND;
     }
     ds__ops_reply_values(srv, r, st, &w, segs, refs, nseg);
     if (!small) {

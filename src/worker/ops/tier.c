@@ -303,6 +303,7 @@ static void waiter_cancel(ds_req_t *d, void *ctx)
 
 static void waiter_done(ds_server_t *srv, waiter_t *w)
 {
+    if (w->is_get) srv->tier->get_miss = w->first[0] ? w->first : NULL;
     if (w->r && w->resume_ctx)
         w->resume_ctx(srv, w->r, w->ctx); /* it checks whether the client is gone */
     else if (w->r && ds__req_gone(w->r))
@@ -311,6 +312,7 @@ static void waiter_done(ds_server_t *srv, waiter_t *w)
         w->resume(srv, w->r);
     else if (w->r)
         ds__ops_answer_durable(srv, w->r, w->objs, w->st, w->n, w->nx, w->first);
+    srv->tier->get_miss = NULL;
     for (uint32_t i = 0; w->objs && i < w->n; i++)
         if (w->objs[i]) ds__store_unref(srv->store, w->objs[i]);
     free(w->objs);
@@ -419,8 +421,14 @@ static void complete(ds_server_t *srv, job_t *j)
                 submit_del(t, true, key, kl);
             }
         } else if (j->rc != 0) {
-            /* gone or rejected (torn, foreign): not served, not tried again */
+            /* gone or rejected (torn, foreign): not served, not tried again;
+             * the get learns why (K_NOT_FOUND_IN_L2CACHE, as Yuanrong
+             * answers for an object its metadata lists but its L2 lacks) */
             ix_remove(&t->ix, key, kl);
+            if (j->w && j->w->first[0] == '\0')
+                snprintf(j->w->first, sizeof(j->w->first),
+                         "key '%.*s' is listed in the L2 cache but its copy cannot be read: %s",
+                         (int)(kl > 64 ? 64 : kl), key, j->rc > 0 ? "no longer there" : j->err);
         }
         ds__store_unref(srv->store, j->obj);
         break;
@@ -607,6 +615,11 @@ static ent_t *live_in(ds_tier_t *t, ix_t *x, bool spill, const char *key, uint32
         return NULL;
     }
     return e;
+}
+
+const char *ds__tier_get_miss(ds_server_t *srv)
+{
+    return srv->tier ? srv->tier->get_miss : NULL;
 }
 
 bool ds__tier_has(ds_server_t *srv, const char *key, uint32_t keylen)

@@ -68,6 +68,10 @@ bool ds__tier_get(ds_server_t *srv, ds_req_t *r, const char *const *keys, const 
 bool ds__tier_get_ctx(ds_server_t *srv, ds_req_t *r, const char *const *keys, const uint32_t *lens,
                       uint32_t n, void (*done)(ds_server_t *srv, ds_req_t *d, void *ctx),
                       void *ctx);
+/* While a get that loaded keys from the L2 is answered: why one of them
+ * could not be read (the index listed it, the copy was missing or
+ * corrupt); NULL otherwise. */
+const char *ds__tier_get_miss(ds_server_t *srv);
 /* The L2 holds the key (and it has not expired). */
 bool ds__tier_has(ds_server_t *srv, const char *key, uint32_t keylen);
 /* DEL: forget the key and delete its L2 copy (queued). */

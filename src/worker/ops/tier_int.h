@@ -46,7 +46,7 @@ struct waiter {
     bool nx;
     uint32_t n;
     uint32_t *st;
-    char first[400];
+    char first[400]; /* a write's first failure; a get's first failed L2 read */
 };
 
 typedef struct ent {
@@ -96,8 +96,9 @@ typedef struct ds_tier {
     job_t *pend, *pend_tail;        /* loop only: submitted, not yet handed over */
     int done_fd;
     ds_io_t done_io;
-    uint64_t depth, cap; /* loop: jobs queued and not yet completed */
-    waiter_t *open;      /* write-through writes of the request being answered */
+    uint64_t depth, cap;  /* loop: jobs queued and not yet completed */
+    waiter_t *open;       /* write-through writes of the request being answered */
+    const char *get_miss; /* while a get's resume runs: its first failed L2 read, or NULL */
     ds_tier_counters_t c;
 } ds_tier_t;
 
