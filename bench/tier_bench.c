@@ -29,6 +29,7 @@
 #include "bench/stats.h"
 #include "common/hash.h"
 #include "common/clock.h"
+#include "common/net.h"
 #include "datasystem/kv_client.h"
 
 #include <arpa/inet.h>
@@ -101,20 +102,6 @@ static void die(const char *what, ds_status_t st)
     exit(1);
 }
 
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t sl = sizeof(sa);
-    if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0 ||
-        getsockname(fd, (struct sockaddr *)&sa, &sl) != 0) {
-        if (fd >= 0) close(fd);
-        return -1;
-    }
-    close(fd);
-    return ntohs(sa.sin_port);
-}
-
 /* Starts a worker (slot 0 or 1) and connects a local client to it. */
 static ds_client_t *start_worker(int slot, const char *bin, int arena_mb, const char *name,
                                  char *const extra[])
@@ -123,7 +110,7 @@ static ds_client_t *start_worker(int slot, const char *bin, int arena_mb, const 
     snprintf(sock, sizeof(wsock[slot]), "%s/sock-%s", tmpdir, name);
     snprintf(log, sizeof(log), "%s/worker-%s.log", tmpdir, name);
     mkdir(sock, 0700);
-    int port = free_port();
+    int port = ds__free_tcp_port(NULL);
     snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
     snprintf(mb, sizeof(mb), "%d", arena_mb);
     char *argv[32] = {(char *)bin, "--worker_address",  addr, "--shared_memory_size_mb",
@@ -498,7 +485,7 @@ int main(int argc, char **argv)
     /* distributed_disk, with Yuanrong's group-commit defaults (1000 ms, 32 MiB) */
     char dddir[300], mport[16];
     snprintf(dddir, sizeof(dddir), "%s/dd", tmpdir);
-    int metrics_port = free_port();
+    int metrics_port = ds__free_tcp_port(NULL);
     snprintf(mport, sizeof(mport), "%d", metrics_port);
     char *ddflags[] = {"--l2_cache_type",
                        "distributed_disk",

@@ -7,6 +7,7 @@
 #include "bench/side_by_side/sbs.h"
 
 #include "common/clock.h"
+#include "common/net.h"
 #include "datasystem/kv_client.h"
 
 #include <arpa/inet.h>
@@ -55,20 +56,6 @@ void sbs_proc_kill_all(void)
             waitpid(procs[i], NULL, 0);
             procs[i] = 0;
         }
-}
-
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t sl = sizeof(sa);
-    if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0 ||
-        getsockname(fd, (struct sockaddr *)&sa, &sl) != 0) {
-        if (fd >= 0) close(fd);
-        return -1;
-    }
-    close(fd);
-    return ntohs(sa.sin_port);
 }
 
 static pid_t spawn(char *const argv[], const char *log)
@@ -152,7 +139,7 @@ int sbs_worker_start(const sbs_opts_t *o, sbs_proc_t *w)
     snprintf(mb, sizeof(mb), "%d", o->arena_mb);
     snprintf(poll, sizeof(poll), "%d", o->busy_poll_us);
     for (int attempt = 0; attempt < 3; attempt++) {
-        w->port = free_port();
+        w->port = ds__free_tcp_port(NULL);
         snprintf(addr, sizeof(addr), "127.0.0.1:%d", w->port);
         /* The default Unix socket directory: a connector built from a spec
          * (host and port only) finds the socket there, as every client does. */
@@ -190,7 +177,7 @@ int sbs_redis_start(const sbs_opts_t *o, sbs_proc_t *r)
     snprintf(r->unix_path, sizeof(r->unix_path), "%s/redis.sock", o->tmp_dir);
     char port[16];
     for (int attempt = 0; attempt < 3; attempt++) {
-        r->port = free_port();
+        r->port = ds__free_tcp_port(NULL);
         snprintf(port, sizeof(port), "%d", r->port);
         /* No persistence, loopback only, a private Unix socket, and limits
          * large enough for 256 MiB values and 64 clients. */

@@ -202,6 +202,21 @@ int ds__unix_connect(const char *path, int timeout_ms, char *err, size_t err_cap
     return fd;
 }
 
+int ds__free_tcp_port(const char *host)
+{
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    if (host && inet_pton(AF_INET, host, &sa.sin_addr) != 1)
+        sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t sl = sizeof(sa);
+    int port = -1;
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
+        getsockname(fd, (struct sockaddr *)&sa, &sl) == 0)
+        port = ntohs(sa.sin_port);
+    if (fd >= 0) close(fd);
+    return port;
+}
+
 int ds__tcp_listen(const char *host, int port, char *err, size_t err_cap)
 {
     struct addrinfo hints = {.ai_family = AF_UNSPEC,

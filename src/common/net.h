@@ -29,6 +29,11 @@ bool ds__host_is_local(const char *host);
 int ds__tcp_connect(const char *host, int port, int timeout_ms, char *err, size_t err_cap);
 int ds__unix_connect(const char *path, int timeout_ms, char *err, size_t err_cap);
 
+/* A TCP port of host (an IPv4 address; NULL or unparsable: 127.0.0.1) the
+ * kernel just handed out and nothing listens on (bound, then released), for
+ * tests and benchmarks that start servers; -1 on failure. */
+int ds__free_tcp_port(const char *host);
+
 /* Creates a listening socket. TCP: SO_REUSEADDR, bound to exactly host:port.
  * Unix: removes a stale socket file first. Non-blocking. -1 with a message. */
 int ds__tcp_listen(const char *host, int port, char *err, size_t err_cap);

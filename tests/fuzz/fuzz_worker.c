@@ -109,17 +109,6 @@ typedef struct {
 static client_t clients[NCLIENTS];
 static uint32_t nclients;
 
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t sl = sizeof(sa);
-    CHECK(fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
-          getsockname(fd, (struct sockaddr *)&sa, &sl) == 0);
-    close(fd);
-    return ntohs(sa.sin_port);
-}
-
 static void cleanup(void)
 {
     ds__server_destroy(&srv);
@@ -143,7 +132,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     cfg.inline_max_kb = 4;
     cfg.max_pending_subscriptions = 1000;
     for (int attempt = 0;; attempt++) {
-        snprintf(cfg.worker_address, sizeof(cfg.worker_address), "127.0.0.1:%d", free_port());
+        snprintf(cfg.worker_address, sizeof(cfg.worker_address), "127.0.0.1:%d",
+                 ds__free_tcp_port(NULL));
         if (ds__server_init(&srv, &cfg, err, sizeof(err)) == 0) break;
         ds__server_destroy(&srv);
         if (attempt == 5) {

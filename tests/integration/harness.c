@@ -94,22 +94,6 @@ const char *dst_build_path(const char *rel, char *out, size_t cap)
     return out;
 }
 
-static int free_port(const char *host)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t sl = sizeof(sa);
-    if (host && inet_pton(AF_INET, host, &sa.sin_addr) != 1)
-        sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0 ||
-        getsockname(fd, (struct sockaddr *)&sa, &sl) != 0) {
-        if (fd >= 0) close(fd);
-        return -1;
-    }
-    close(fd);
-    return ntohs(sa.sin_port);
-}
-
 bool dst_worker_external(const dst_worker_t *w)
 {
     return w->pid == 0;
@@ -256,7 +240,7 @@ int dst_worker_start_on(dst_worker_t *w, const char *host, int arena_mb, const c
     }
     snprintf(w->logpath, sizeof(w->logpath), "%s/worker.log", w->sockdir);
     for (int attempt = 0; attempt < 5; attempt++) {
-        w->port = free_port(w->host);
+        w->port = ds__free_tcp_port(w->host);
         if (w->port > 0 && spawn(w) == 0) return 0;
     }
     return -1;
@@ -509,10 +493,10 @@ int dst_etcd_start(dst_etcd_t *e, const char *host)
         }
     snprintf(e->logpath, sizeof(e->logpath), "%s/etcd.log", e->dir);
     for (int attempt = 0; attempt < 5; attempt++) {
-        e->client_port = free_port(e->host);
-        e->peer_port = free_port(e->host);
+        e->client_port = ds__free_tcp_port(e->host);
+        e->peer_port = ds__free_tcp_port(e->host);
         for (int i = 0; i < 10 && e->peer_port == e->client_port; i++)
-            e->peer_port = free_port(e->host);
+            e->peer_port = ds__free_tcp_port(e->host);
         snprintf(e->address, sizeof(e->address), "%s:%d", e->host, e->client_port);
         if (e->client_port > 0 && e->peer_port > 0 && etcd_spawn(e) == 0) return 0;
         dst_sh("rm -rf '%s/data'", e->dir);

@@ -90,7 +90,7 @@ static void test_bad_extras(void **state)
 static void test_unreachable_worker(void **state)
 {
     (void)state;
-    int port = itc_unused_port();
+    int port = ds__free_tcp_port(NULL);
     assert_true(port > 0);
     char p[16], want[64];
     snprintf(p, sizeof(p), "%d", port);

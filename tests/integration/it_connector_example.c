@@ -92,7 +92,7 @@ static void test_example_reports_errors(void **state)
 {
     (void)state;
     char addr[64], want[96], out[4096];
-    int port = itc_unused_port();
+    int port = ds__free_tcp_port(NULL);
     snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
     snprintf(want, sizeof(want), "cannot reach the datasystem worker at 127.0.0.1:%d", port);
     assert_int_equal(run_example(addr, out, sizeof(out)), 1);

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "common/net.h"
 #include "harness.h"
 #include "omni/connector.h"
 
@@ -71,20 +72,6 @@ static inline bool itc_exists(ds_client_t *kv, const char *key)
         return true; /* fail the caller's "gone" check loudly */
     }
     return e;
-}
-
-/* A loopback TCP port nothing listens on (bound, then released). */
-static inline int itc_unused_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t sl = sizeof(sa);
-    int port = -1;
-    if (fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
-        getsockname(fd, (struct sockaddr *)&sa, &sl) == 0)
-        port = ntohs(sa.sin_port);
-    if (fd >= 0) close(fd);
-    return port;
 }
 
 #endif

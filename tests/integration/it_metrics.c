@@ -27,26 +27,12 @@
 static dst_worker_t W;
 static int mport;
 
-static int pick_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t sl = sizeof(sa);
-    if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0 ||
-        getsockname(fd, (struct sockaddr *)&sa, &sl) != 0) {
-        if (fd >= 0) close(fd);
-        return -1;
-    }
-    close(fd);
-    return ntohs(sa.sin_port);
-}
-
 static int setup(void **state)
 {
     (void)state;
     if (getenv("DS_TEST_WORKER") && *getenv("DS_TEST_WORKER")) return 0; /* tests skip */
     for (int attempt = 0; attempt < 5; attempt++) {
-        mport = pick_port();
+        mport = ds__free_tcp_port(NULL);
         char extra[64];
         snprintf(extra, sizeof(extra), "--metrics_port %d", mport);
         if (dst_worker_start(&W, 8, extra) == 0) return 0;

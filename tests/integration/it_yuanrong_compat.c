@@ -7,6 +7,8 @@
  * stopped with `dscli stop`, and by PID if a test fails before that. */
 #include "harness.h"
 
+#include "common/net.h"
+
 #include <arpa/inet.h>
 #include <cjson/cJSON.h>
 #include <netinet/in.h>
@@ -77,20 +79,6 @@ static void set_get(const char *host, int port, const char *key)
     ds_client_close(c);
 }
 
-/* A port the kernel just handed out, so free for a moment. */
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t sl = sizeof(sa);
-    int port = -1;
-    if (fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
-        getsockname(fd, (struct sockaddr *)&sa, &sl) == 0)
-        port = ntohs(sa.sin_port);
-    if (fd >= 0) close(fd);
-    return port;
-}
-
 static bool file_has(const char *path, const char *text)
 {
     FILE *f = fopen(path, "r");
@@ -133,7 +121,7 @@ static void test_kvcache_guide_command_line(void **state)
     (void)state;
     dst_etcd_t etcd;
     if (dst_etcd_start(&etcd, NULL) != 0) skip();
-    int port = free_port();
+    int port = ds__free_tcp_port(NULL);
     char env[1024], out[8192], live[128];
     snprintf(live, sizeof(live), "%s/workspace/liveness", tmpdir);
     /* The guide's values, but an arena that fits a test machine. */
@@ -189,7 +177,7 @@ static void test_generate_config_then_start_f(void **state)
     assert_string_equal(cJSON_GetObjectItemCaseSensitive(e, "value")->valuestring, "1024");
     assert_non_null(cJSON_GetObjectItemCaseSensitive(e, "description"));
     /* Edited the way a user would: another port, a small arena. */
-    int port = free_port();
+    int port = ds__free_tcp_port(NULL);
     char addr[64];
     snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
     cJSON_SetValuestring(cJSON_GetObjectItemCaseSensitive(
