@@ -191,6 +191,23 @@ static void locate_keys(ds_pend_t *p, uint32_t *which, uint32_t n)
     if (k) per_owner(p, which, k, DS_OP_LOCATE, build_locate, locate_done);
 }
 
+/* One entry of a LOCATE answer: found, size, version, location, inline
+ * value. true when the key was found (where: its location); false when it
+ * was not or the answer is malformed (r->err). */
+static bool locate_entry(ds_rbuf_t *r, char *where, size_t cap, uint64_t *size, const char **val,
+                         uint32_t *vl)
+{
+    uint8_t found = ds__rbuf_u8(r);
+    *size = ds__rbuf_u64(r);
+    (void)ds__rbuf_u64(r); /* version */
+    const char *loc;
+    uint32_t ll = ds__rbuf_str(r, &loc);
+    *vl = ds__rbuf_str(r, val);
+    if (!found || r->err) return false;
+    snprintf(where, cap, "%.*s", (int)ll, loc);
+    return true;
+}
+
 static void locate_done(ds_job_t *j)
 {
     ds_pend_t *p = j->pend;
@@ -203,15 +220,11 @@ static void locate_done(ds_job_t *j)
     uint32_t n = ds__rbuf_u32(&j->r);
     for (uint32_t e = 0; e < n && e < j->nidx && !j->r.err; e++) {
         uint32_t i = j->idx[e];
-        uint8_t found = ds__rbuf_u8(&j->r);
-        uint64_t size = ds__rbuf_u64(&j->r);
-        (void)ds__rbuf_u64(&j->r);
-        const char *loc, *val;
-        uint32_t ll = ds__rbuf_str(&j->r, &loc);
-        uint32_t vl = ds__rbuf_str(&j->r, &val);
-        if (!found || j->r.err || p->objs[i]) continue;
         char where[300];
-        snprintf(where, sizeof(where), "%.*s", (int)ll, loc);
+        uint64_t size;
+        const char *val;
+        uint32_t vl;
+        if (!locate_entry(&j->r, where, sizeof(where), &size, &val, &vl) || p->objs[i]) continue;
         located(p, i, size, where, vl > 0 && vl == size ? (const uint8_t *)val : NULL);
     }
 }
@@ -470,18 +483,14 @@ static void keys_locate_done(ds_job_t *j)
     uint32_t n = ds__rbuf_u32(&j->r);
     for (uint32_t e = 0; e < n && e < j->nidx && !j->r.err; e++) {
         uint32_t i = j->idx[e];
-        uint8_t found = ds__rbuf_u8(&j->r);
-        uint64_t size = ds__rbuf_u64(&j->r);
-        (void)ds__rbuf_u64(&j->r);
-        const char *loc, *val;
-        uint32_t ll = ds__rbuf_str(&j->r, &loc);
-        (void)ds__rbuf_str(&j->r, &val); /* none: this LOCATE asked for no values */
-        if (!found || j->r.err) continue;
+        char where[300];
+        uint64_t size;
+        const char *val; /* none: this LOCATE asked for no values */
+        uint32_t vl;
+        if (!locate_entry(&j->r, where, sizeof(where), &size, &val, &vl)) continue;
         p->status[i] = DS_K_OK;
         p->sizes[i] = size;
         if (p->op != DS_OP_EXPIRE) continue;
-        char where[300];
-        snprintf(where, sizeof(where), "%.*s", (int)ll, loc);
         ds_job_t *x = ds__job_new(p, where, DS_OP_EXPIRE, expire_done);
         if (x == NULL) continue;
         ds__wbuf_u32(&x->req, p->ttl);
