@@ -35,8 +35,9 @@
 
 #include <cmocka.h>
 
-static dst_worker_t W;
-static char dir[256], mnt[300];
+#include "it_tier_util.h"
+
+static char mnt[300];
 static bool can_mount;
 
 static void mount_tmpfs(const char *path, const char *size)
@@ -68,47 +69,6 @@ static int teardown(void **state)
     return rc;
 }
 
-static ds_status_t put(ds_client_t *c, const char *key, size_t len, uint64_t seed,
-                       ds_write_mode_t mode)
-{
-    void *v = malloc(len);
-    assert_non_null(v);
-    dst_fill(v, len, seed);
-    ds_set_param_t p = {mode, 0, DS_EXISTENCE_NONE};
-    ds_status_t st = ds_kv_set(c, key, v, len, &p);
-    free(v);
-    return st;
-}
-
-/* 1 intact, 0 missing; fails the test on a wrong value. */
-static int check(ds_client_t *c, const char *key, size_t len, uint64_t seed)
-{
-    void *v = NULL;
-    size_t n = 0;
-    ds_status_t st = ds_kv_get(c, key, 0, &v, &n);
-    if (st == DS_K_NOT_FOUND) return 0;
-    if (st != DS_K_OK) fprintf(stderr, "get %s: %d %s\n", key, st, ds_last_error());
-    assert_int_equal(st, DS_K_OK);
-    assert_int_equal(n, len);
-    assert_true(dst_check(v, n, seed));
-    ds_free(v);
-    return 1;
-}
-
-static void wait_drained(void)
-{
-    for (int i = 0; i < 500 && dst_stat(&W, "l2.queue_depth") != 0; i++)
-        usleep(10000);
-    assert_true(dst_stat(&W, "l2.queue_depth") == 0);
-}
-
-static ds_client_t *conn(void)
-{
-    ds_client_t *c = dst_connect(&W, DS_TRANSPORT_TCP);
-    assert_non_null(c);
-    return c;
-}
-
 static int count_tmp_files(const char *path)
 {
     char cmd[512];
@@ -129,32 +89,38 @@ static void test_l2_read_only(void **state)
     char extra[512];
     snprintf(extra, sizeof(extra), "--l2_cache_type sfs --sfs_path %s", mnt);
     assert_int_equal(dst_worker_start(&W, 64, extra), 0);
-    ds_client_t *c = conn();
+    ds_client_t *c = conn(DS_TRANSPORT_TCP);
     char k[64];
     for (int i = 0; i < 10; i++) {
         snprintf(k, sizeof(k), "ro-wt-%d", i);
-        assert_int_equal(put(c, k, 100000, 10 + (uint64_t)i, DS_WRITE_THROUGH_L2_CACHE), DS_K_OK);
+        assert_int_equal(
+            put(c, k, 100000, 10 + (uint64_t)i, DS_WRITE_THROUGH_L2_CACHE, 0, DS_EXISTENCE_NONE),
+            DS_K_OK);
     }
     for (int i = 0; i < 5; i++) {
         snprintf(k, sizeof(k), "ro-wb-%d", i);
-        assert_int_equal(put(c, k, 100000, 30 + (uint64_t)i, DS_WRITE_BACK_L2_CACHE), DS_K_OK);
+        assert_int_equal(
+            put(c, k, 100000, 30 + (uint64_t)i, DS_WRITE_BACK_L2_CACHE, 0, DS_EXISTENCE_NONE),
+            DS_K_OK);
     }
     wait_drained();
     double errors0 = dst_stat(&W, "l2.errors");
     /* the file system turns read-only under the running worker */
     assert_int_equal(mount(NULL, mnt, NULL, MS_REMOUNT | MS_RDONLY, "size=64m"), 0);
-    ds_status_t st = put(c, "ro-new", 100000, 50, DS_WRITE_THROUGH_L2_CACHE);
+    ds_status_t st = put(c, "ro-new", 100000, 50, DS_WRITE_THROUGH_L2_CACHE, 0, DS_EXISTENCE_NONE);
     printf("write-through on a read-only L2: %s\n", ds_last_error());
     assert_int_equal(st, DS_K_IO_ERROR);
     assert_non_null(strstr(ds_last_error(), mnt));
     assert_non_null(strstr(ds_last_error(), "errno 30"));
     /* write-back is acknowledged (memory), its failed write counted */
-    assert_int_equal(put(c, "ro-wb-late", 100000, 51, DS_WRITE_BACK_L2_CACHE), DS_K_OK);
+    assert_int_equal(put(c, "ro-wb-late", 100000, 51, DS_WRITE_BACK_L2_CACHE, 0, DS_EXISTENCE_NONE),
+                     DS_K_OK);
     wait_drained();
     printf("l2.errors %g -> %g\n", errors0, dst_stat(&W, "l2.errors"));
     assert_true(dst_stat(&W, "l2.errors") >= errors0 + 2);
     /* the worker keeps serving memory: old, new and memory-only values */
-    assert_int_equal(put(c, "ro-mem", 100000, 52, DS_WRITE_NONE_L2_CACHE), DS_K_OK);
+    assert_int_equal(put(c, "ro-mem", 100000, 52, DS_WRITE_NONE_L2_CACHE, 0, DS_EXISTENCE_NONE),
+                     DS_K_OK);
     assert_int_equal(check(c, "ro-mem", 100000, 52), 1);
     assert_int_equal(check(c, "ro-new", 100000, 50), 1);
     assert_int_equal(check(c, "ro-wb-late", 100000, 51), 1);
@@ -167,7 +133,7 @@ static void test_l2_read_only(void **state)
     assert_int_equal(mount(NULL, mnt, NULL, MS_REMOUNT, "size=64m"), 0);
     dst_worker_kill(&W);
     assert_int_equal(dst_worker_restart(&W), 0);
-    c = conn();
+    c = conn(DS_TRANSPORT_TCP);
     for (int i = 0; i < 10; i++) {
         snprintf(k, sizeof(k), "ro-wt-%d", i);
         assert_int_equal(check(c, k, 100000, 10 + (uint64_t)i), 1);
@@ -189,13 +155,13 @@ static void test_l2_full(void **state)
     char extra[512];
     snprintf(extra, sizeof(extra), "--l2_cache_type sfs --sfs_path %s", mnt);
     assert_int_equal(dst_worker_start(&W, 64, extra), 0);
-    ds_client_t *c = conn();
+    ds_client_t *c = conn(DS_TRANSPORT_TCP);
     char k[64];
     int ok = 0;
     ds_status_t st = DS_K_OK;
     for (; ok < 10; ok++) {
         snprintf(k, sizeof(k), "full-%d", ok);
-        st = put(c, k, 1 << 20, 70 + (uint64_t)ok, DS_WRITE_THROUGH_L2_CACHE);
+        st = put(c, k, 1 << 20, 70 + (uint64_t)ok, DS_WRITE_THROUGH_L2_CACHE, 0, DS_EXISTENCE_NONE);
         if (st != DS_K_OK) break;
     }
     printf("L2 full after %d write-through MiB: %s\n", ok, ds_last_error());
@@ -206,17 +172,20 @@ static void test_l2_full(void **state)
     assert_int_equal(count_tmp_files(mnt), 0); /* the failed write left nothing */
     /* memory keeps serving, the refused value included */
     assert_int_equal(check(c, k, 1 << 20, 70 + (uint64_t)ok), 1);
-    assert_int_equal(put(c, "full-mem", 1 << 20, 99, DS_WRITE_NONE_L2_CACHE), DS_K_OK);
+    assert_int_equal(put(c, "full-mem", 1 << 20, 99, DS_WRITE_NONE_L2_CACHE, 0, DS_EXISTENCE_NONE),
+                     DS_K_OK);
     assert_int_equal(check(c, "full-mem", 1 << 20, 99), 1);
     /* a DEL makes room: write-through works again */
     const char *dk[1] = {"full-0"};
     assert_int_equal(ds_kv_del(c, 1, dk, NULL), DS_K_OK);
     wait_drained();
-    assert_int_equal(put(c, "full-again", 1 << 20, 98, DS_WRITE_THROUGH_L2_CACHE), DS_K_OK);
+    assert_int_equal(
+        put(c, "full-again", 1 << 20, 98, DS_WRITE_THROUGH_L2_CACHE, 0, DS_EXISTENCE_NONE),
+        DS_K_OK);
     ds_client_close(c);
     dst_worker_kill(&W);
     assert_int_equal(dst_worker_restart(&W), 0);
-    c = conn();
+    c = conn(DS_TRANSPORT_TCP);
     for (int i = 1; i < ok; i++) {
         snprintf(k, sizeof(k), "full-%d", i);
         assert_int_equal(check(c, k, 1 << 20, 70 + (uint64_t)i), 1);
@@ -234,13 +203,13 @@ static void test_spill_full(void **state)
     char extra[512];
     snprintf(extra, sizeof(extra), "--spill_directory %s --spill_size_limit 67108864", mnt);
     assert_int_equal(dst_worker_start(&W, 16, extra), 0);
-    ds_client_t *c = conn();
+    ds_client_t *c = conn(DS_TRANSPORT_TCP);
     char k[64];
     int ok = 0;
     ds_status_t st = DS_K_OK;
     for (; ok < 40; ok++) {
         snprintf(k, sizeof(k), "spf-%d", ok);
-        st = put(c, k, 1 << 20, 200 + (uint64_t)ok, DS_WRITE_NONE_L2_CACHE);
+        st = put(c, k, 1 << 20, 200 + (uint64_t)ok, DS_WRITE_NONE_L2_CACHE, 0, DS_EXISTENCE_NONE);
         if (st != DS_K_OK) break;
     }
     printf("spill full after %d MiB: %s\n", ok, ds_last_error());

@@ -25,7 +25,7 @@ static inline bool tier_dd(void)
     return strcmp(tier_backend, "distributed_disk") == 0;
 }
 
-static int start(int arena_mb, const char *more)
+static inline int start(int arena_mb, const char *more)
 {
     snprintf(dir, sizeof(dir), "/tmp/ds-it-tier-XXXXXX");
     if (mkdtemp(dir) == NULL) return -1;
@@ -41,7 +41,7 @@ static inline void dd_log_path(char *out, size_t cap, const char *file)
     snprintf(out, cap, "%s/l2/default/127.0.0.1_%d/%s", dir, W.port, file ? file : "data.log");
 }
 
-static void finish(void)
+static inline void finish(void)
 {
     /* a clean stop flushes the queue and exits 0 (ASan: no leak) */
     if (W.pid > 0) assert_int_equal(dst_worker_stop(&W), 0);
@@ -49,7 +49,7 @@ static void finish(void)
     dst_sh("rm -rf %s", dir);
 }
 
-static ds_client_t *conn(ds_transport_t t)
+static inline ds_client_t *conn(ds_transport_t t)
 {
     ds_client_t *c = dst_connect(&W, t);
     assert_non_null(c);
@@ -67,8 +67,8 @@ static inline void key_of(char *k, size_t cap, const char *p, int i)
     snprintf(k, cap, "%s:%d;(x)", p, i);
 }
 
-static ds_status_t put(ds_client_t *c, const char *key, size_t len, uint64_t seed,
-                       ds_write_mode_t mode, uint32_t ttl, ds_existence_t ex)
+static inline ds_status_t put(ds_client_t *c, const char *key, size_t len, uint64_t seed,
+                              ds_write_mode_t mode, uint32_t ttl, ds_existence_t ex)
 {
     void *v = malloc(len);
     assert_non_null(v);
@@ -80,7 +80,7 @@ static ds_status_t put(ds_client_t *c, const char *key, size_t len, uint64_t see
 }
 
 /* 1 intact, 0 missing; fails the test on a wrong value. */
-static int check(ds_client_t *c, const char *key, size_t len, uint64_t seed)
+static inline int check(ds_client_t *c, const char *key, size_t len, uint64_t seed)
 {
     void *v = NULL;
     size_t n = 0;
@@ -94,7 +94,7 @@ static int check(ds_client_t *c, const char *key, size_t len, uint64_t seed)
     return 1;
 }
 
-static void wait_drained(void)
+static inline void wait_drained(void)
 {
     for (int i = 0; i < 500 && dst_stat(&W, "l2.queue_depth") != 0; i++)
         usleep(10000);
