@@ -8,7 +8,8 @@
  * namespaces) the tests are skipped.
  *
  * - Read-only: write-through answers K_IO_ERROR naming the path and errno;
- *   write-back is acknowledged and its failed write counted in l2.errors;
+ *   write-back is acknowledged and its failed write counted in l2.errors,
+ *   then retried until the file system is writable again;
  *   the worker keeps serving memory; after a SIGKILL and restart every
  *   object acknowledged before the fault reads back intact.
  * - L2 full: K_IO_ERROR with ENOSPC and the path, no temporary file left
@@ -118,6 +119,20 @@ static void test_l2_read_only(void **state)
     wait_drained();
     printf("l2.errors %g -> %g\n", errors0, dst_stat(&W, "l2.errors"));
     assert_true(dst_stat(&W, "l2.errors") >= errors0 + 2);
+    /* the failed write-back waits to be tried again */
+    assert_true(dst_stat(&W, "l2.retry_pending") == 1);
+    /* one waiting write-back is overwritten, another deleted: only the
+     * overwrite's value is retried, the deleted key never comes back */
+    assert_int_equal(put(c, "ro-wb-over", 100000, 53, DS_WRITE_BACK_L2_CACHE, 0, DS_EXISTENCE_NONE),
+                     DS_K_OK);
+    assert_int_equal(put(c, "ro-wb-del", 100000, 54, DS_WRITE_BACK_L2_CACHE, 0, DS_EXISTENCE_NONE),
+                     DS_K_OK);
+    wait_drained();
+    assert_int_equal(put(c, "ro-wb-over", 100000, 55, DS_WRITE_BACK_L2_CACHE, 0, DS_EXISTENCE_NONE),
+                     DS_K_OK);
+    const char *del[] = {"ro-wb-del"};
+    assert_int_equal(ds_kv_del(c, 1, del, NULL), DS_K_OK);
+    wait_drained();
     /* the worker keeps serving memory: old, new and memory-only values */
     assert_int_equal(put(c, "ro-mem", 100000, 52, DS_WRITE_NONE_L2_CACHE, 0, DS_EXISTENCE_NONE),
                      DS_K_OK);
@@ -129,8 +144,16 @@ static void test_l2_read_only(void **state)
         assert_int_equal(check(c, k, 100000, 10 + (uint64_t)i), 1);
     }
     ds_client_close(c);
-    /* nothing acknowledged before the fault is lost */
+    /* writable again: the write-back is retried (backoff at most 5 s) and lands */
+    double writes0 = dst_stat(&W, "l2.writes");
     assert_int_equal(mount(NULL, mnt, NULL, MS_REMOUNT, "size=64m"), 0);
+    for (int i = 0; i < 800 && dst_stat(&W, "l2.retry_pending") != 0; i++)
+        usleep(10000);
+    assert_true(dst_stat(&W, "l2.retry_pending") == 0);
+    assert_true(dst_stat(&W, "l2.retries") >= 1);
+    assert_true(dst_stat(&W, "l2.writes") == writes0 + 2); /* ro-wb-late, ro-wb-over */
+    wait_drained();
+    /* nothing acknowledged is lost, the retried write-back included */
     dst_worker_kill(&W);
     assert_int_equal(dst_worker_restart(&W), 0);
     c = conn(DS_TRANSPORT_TCP);
@@ -142,6 +165,9 @@ static void test_l2_read_only(void **state)
         snprintf(k, sizeof(k), "ro-wb-%d", i);
         assert_int_equal(check(c, k, 100000, 30 + (uint64_t)i), 1);
     }
+    assert_int_equal(check(c, "ro-wb-late", 100000, 51), 1);
+    assert_int_equal(check(c, "ro-wb-over", 100000, 55), 1);
+    assert_int_equal(check(c, "ro-wb-del", 100000, 54), 0);
     assert_int_equal(check(c, "ro-new", 100000, 50), 0); /* refused: never durable */
     assert_int_equal(count_tmp_files(mnt), 0);
     ds_client_close(c);

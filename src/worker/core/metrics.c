@@ -236,6 +236,10 @@ static char *render(struct ds_metrics *m, size_t *len)
         counter(&t, "ds_worker_l2_coalesced_total",
                 "Queued write-backs skipped because a newer write of the key followed.",
                 l2.coalesced);
+        counter(&t, "ds_worker_l2_retries_total",
+                "Failed write-backs queued again (backoff 100 ms doubling to 5 s).", l2.retries);
+        gauge(&t, "ds_worker_l2_retry_pending", "Failed write-backs waiting to be tried again.",
+              l2.retry_pending);
         counter(&t, "ds_worker_l2_fallback_reads_total",
                 "Objects found by probing the (shared) L2 directory without an index entry.",
                 l2.fallback_reads);

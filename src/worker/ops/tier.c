@@ -8,7 +8,8 @@
  * it replaced from memory too). Nothing acknowledged is lost: the L2 index
  * entry is only dropped if no later write of the key was queued since.
  * Write-back: answered at once; the write waits in the bounded queue, and a
- * WRITE_BACK_L2_CACHE_EVICT object becomes evictable once written.
+ * WRITE_BACK_L2_CACHE_EVICT object becomes evictable once written. A failed
+ * write-back is tried again with a backoff while its value is current.
  * Spill: the same queue and file format in --spill_directory, with its own
  * index; an object leaves memory only once its copy is written and only if
  * it is still current and unpinned, and comes back (its copy deleted) when
@@ -352,6 +353,71 @@ static void head_done(ds_server_t *srv, job_t *j)
     submit(t, g);
 }
 
+/* A failed write-back is tried again while its object is still the key's
+ * current value in memory and no later write or delete of the key came:
+ * first after RETRY_MIN_MS, the wait doubling up to RETRY_MAX_MS, for as long
+ * as the L2 keeps failing (a full or read-only disk that an operator mends).
+ * Until then the object stays in memory, unevictable as it was (its copy is
+ * not durable). */
+#define RETRY_MIN_MS 100u
+#define RETRY_MAX_MS 5000u
+
+static bool retry_current(ds_server_t *srv, job_t *j)
+{
+    ent_t *e = ix_find(&srv->tier->ix, j->obj->key, j->obj->keylen);
+    return !atomic_load(&j->superseded) && e && e->put == j && e->version == j->meta.version &&
+           ds__store_lookup(srv->store, j->obj->key, j->obj->keylen, ds__now_ms()) == j->obj;
+}
+
+static bool park_retry(ds_server_t *srv, job_t *j)
+{
+    ds_tier_t *t = srv->tier;
+    if (atomic_load(&t->stop) || !retry_current(srv, j)) return false;
+    uint64_t delay = (uint64_t)RETRY_MIN_MS << (j->attempts < 6 ? j->attempts : 6);
+    j->attempts++;
+    j->due_ms = ds__now_ms() + (delay < RETRY_MAX_MS ? delay : RETRY_MAX_MS);
+    job_t **p = &t->retry;
+    while (*p && (*p)->due_ms <= j->due_ms)
+        p = &(*p)->next;
+    j->next = *p;
+    *p = j;
+    t->retry_pending++;
+    return true;
+}
+
+/* A write-back that will not be written (superseded, deleted, expired, or
+ * the worker stopping) lets go of its object. */
+static void drop_put(ds_server_t *srv, job_t *j)
+{
+    ds_tier_t *t = srv->tier;
+    ent_t *e = ix_find(&t->ix, j->obj->key, j->obj->keylen);
+    if (e && e->put == j) e->put = NULL;
+    if (j->obj->write_mode == DS_WRITE_BACK_L2_CACHE_EVICT) {
+        t->evict_writes--;
+        t->room_kick = true;
+    }
+    ds__store_unref(srv->store, j->obj);
+    free(j);
+}
+
+/* Queues the retries that are due; returns when the next one is (0 none). */
+static uint64_t retry_due(ds_server_t *srv, uint64_t now)
+{
+    ds_tier_t *t = srv->tier;
+    while (t->retry && t->retry->due_ms <= now) {
+        job_t *j = t->retry;
+        t->retry = j->next;
+        t->retry_pending--;
+        if (retry_current(srv, j)) {
+            t->c.retries++;
+            submit(t, j);
+        } else {
+            drop_put(srv, j);
+        }
+    }
+    return t->retry ? t->retry->due_ms : 0;
+}
+
 static void complete(ds_server_t *srv, job_t *j)
 {
     ds_tier_t *t = srv->tier;
@@ -372,6 +438,7 @@ static void complete(ds_server_t *srv, job_t *j)
     }
     switch (j->kind) {
     case JOB_PUT:
+        if (!j->spill && j->rc < 0 && j->w == NULL && park_retry(srv, j)) return;
         if (!j->spill) {
             ent_t *e = ix_find(&t->ix, key, kl);
             if (e && e->put == j) e->put = NULL;
@@ -577,6 +644,15 @@ void ds__tier_destroy(ds_server_t *srv)
         pthread_mutex_unlock(&t->mu);
         pthread_join(t->thread, NULL);
         on_done(srv, 0);
+        if (t->retry_pending)
+            DS_LOG_WARN("stopping with %llu write-backs still failing: those values are not in "
+                        "the L2 cache",
+                        (unsigned long long)t->retry_pending);
+        while (t->retry) {
+            job_t *j = t->retry;
+            t->retry = j->next;
+            drop_put(srv, j);
+        }
         /* what those completions queued (deletions of spill copies) is
          * dropped: the spill directory is emptied at the next start */
         while (t->pend) {
@@ -734,6 +810,8 @@ uint64_t ds__tier_tick(ds_server_t *srv, uint64_t now, bool spill, uint64_t low)
     ds_tier_t *t = srv->tier;
     if (spill) ds__spill_round(srv, low, 0);
     uint64_t next = t->rooms ? ds__spill_rooms_resume(srv, now) : 0; /* past their deadline */
+    uint64_t retry = t->retry ? retry_due(srv, now) : 0;
+    if (retry && (next == 0 || retry < next)) next = retry;
     submit_flush(t);
     return next;
 }
@@ -999,6 +1077,7 @@ bool ds__tier_counters(ds_server_t *srv, ds_tier_counters_t *out)
     out->spill_limit = t->spill_limit;
     out->queue_depth = t->depth;
     out->queue_cap = t->cap;
+    out->retry_pending = t->retry_pending;
     if (t->l2) {
         ds_l2_figures_t *f = &t->l2->fig;
         out->fsyncs = atomic_load_explicit(&f->fsyncs, memory_order_relaxed);
@@ -1032,6 +1111,8 @@ void ds__tier_stats(ds_server_t *srv, cJSON *root)
         cJSON_AddNumberToObject(l2, "queue_full", (double)c.queue_full);
         cJSON_AddNumberToObject(l2, "fallback_reads", (double)c.fallback_reads);
         cJSON_AddNumberToObject(l2, "coalesced", (double)c.coalesced);
+        cJSON_AddNumberToObject(l2, "retries", (double)c.retries);
+        cJSON_AddNumberToObject(l2, "retry_pending", (double)c.retry_pending);
         /* writes that found the arena full and waited (for spills or for
          * write-backs that make WRITE_BACK_L2_CACHE_EVICT objects evictable) */
         cJSON_AddNumberToObject(l2, "room_waits", (double)c.spill_waits);

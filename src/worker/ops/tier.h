@@ -108,7 +108,7 @@ void ds__tier_stats(ds_server_t *srv, struct cJSON *root);
 typedef struct {
     bool l2_on, spill_on;
     uint64_t objects, bytes, reads, read_bytes, writes, write_bytes, deletes, errors;
-    uint64_t queue_depth, queue_cap, queue_full, fallback_reads, coalesced;
+    uint64_t queue_depth, queue_cap, queue_full, fallback_reads, coalesced, retries, retry_pending;
     uint64_t spill_objects, spill_bytes, spill_disk, spill_limit, spill_writes, spill_reads,
         spill_errors, spill_rounds, spill_waits;
     /* the L2 backend's own figures (store/l2.h ds_l2_figures_t) */

@@ -32,6 +32,10 @@ typedef struct job {
      * the thread skips it (set by the loop, read by the thread) */
     atomic_bool superseded;
     bool skipped; /* thread: it did */
+    /* PUT (write-back) that failed: tries so far, and when the next is due
+     * (loop clock) while it waits on ds_tier_t.retry */
+    uint32_t attempts;
+    uint64_t due_ms;
     char err[300];
 } job_t;
 
@@ -96,8 +100,12 @@ typedef struct ds_tier {
     job_t *pend, *pend_tail;        /* loop only: submitted, not yet handed over */
     int done_fd;
     ds_io_t done_io;
-    uint64_t depth, cap;  /* loop: jobs queued and not yet completed */
-    waiter_t *open;       /* write-through writes of the request being answered */
+    uint64_t depth, cap; /* loop: jobs queued and not yet completed */
+    waiter_t *open;      /* write-through writes of the request being answered */
+    /* failed write-backs waiting to be tried again, earliest due first; not
+     * counted in depth (they hold no place in the queue while they wait) */
+    job_t *retry;
+    uint64_t retry_pending;
     const char *get_miss; /* while a get's resume runs: its first failed L2 read, or NULL */
     ds_tier_counters_t c;
 } ds_tier_t;
