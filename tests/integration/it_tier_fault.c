@@ -9,7 +9,8 @@
  *
  * - Read-only: write-through answers K_IO_ERROR naming the path and errno;
  *   write-back is acknowledged and its failed write counted in l2.errors,
- *   then retried until the file system is writable again;
+ *   then retried until the file system is writable again; a DEL or a
+ *   cache-only overwrite whose L2 copy cannot be deleted answers K_IO_ERROR;
  *   the worker keeps serving memory; after a SIGKILL and restart every
  *   object acknowledged before the fault reads back intact.
  * - L2 full: K_IO_ERROR with ENOSPC and the path, no temporary file left
@@ -143,6 +144,21 @@ static void test_l2_read_only(void **state)
         snprintf(k, sizeof(k), "ro-wt-%d", i);
         assert_int_equal(check(c, k, 100000, 10 + (uint64_t)i), 1);
     }
+    /* a DEL whose L2 copy cannot go says so, and the key keeps its value
+     * (read back from the L2); so does a cache-only overwrite */
+    const char *gone[] = {"ro-wt-0", "ro-mem"};
+    ds_status_t sts[2];
+    assert_int_equal(ds_kv_del(c, 2, gone, sts), DS_K_IO_ERROR);
+    printf("DEL on a read-only L2: %s\n", ds_last_error());
+    assert_int_equal(sts[0], DS_K_IO_ERROR);
+    assert_int_equal(sts[1], DS_K_OK);
+    assert_non_null(strstr(ds_last_error(), "L2 delete of 'ro-wt-0' failed"));
+    assert_non_null(strstr(ds_last_error(), "errno 30"));
+    assert_int_equal(check(c, "ro-wt-0", 100000, 10), 1);
+    assert_int_equal(check(c, "ro-mem", 100000, 52), 0);
+    assert_int_equal(put(c, "ro-wt-1", 1000, 56, DS_WRITE_NONE_L2_CACHE, 0, DS_EXISTENCE_NONE),
+                     DS_K_IO_ERROR);
+    assert_non_null(strstr(ds_last_error(), "L2 delete of 'ro-wt-1' failed"));
     ds_client_close(c);
     /* writable again: the write-back is retried (backoff at most 5 s) and lands */
     double writes0 = dst_stat(&W, "l2.writes");

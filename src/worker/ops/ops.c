@@ -417,13 +417,15 @@ static void op_keys(ds_server_t *srv, ds_req_t *r)
     ds__wbuf_u32(&w, n);
     ds_status_t overall = DS_K_OK;
     char first[256] = "";
+    /* DEL with an L2: the answer may wait for the L2 deletes (tier.h) */
+    uint32_t *del_st = op == DS_OP_DEL && srv->tier ? malloc(n * sizeof(*del_st)) : NULL;
     for (uint32_t i = 0; i < n; i++) {
         ds_status_t st = DS_K_OK;
         if (ds__key_check(keys[i].p, keys[i].len, msg, sizeof(msg)) != 0) {
             st = DS_K_INVALID;
         } else if (op == DS_OP_DEL) {
             ds__store_delete(srv->store, keys[i].p, keys[i].len);
-            if (srv->tier) ds__tier_del(srv, keys[i].p, keys[i].len);
+            if (srv->tier) ds__tier_del(srv, keys[i].p, keys[i].len, i);
         } else if (op == DS_OP_EXPIRE) {
             st = ds__store_expire(srv->store, keys[i].p, keys[i].len, ttl, now);
             if (st == DS_K_OK && srv->tier)
@@ -449,8 +451,16 @@ static void op_keys(ds_server_t *srv, ds_req_t *r)
         } else {
             ds__wbuf_u32(&w, (uint32_t)st);
         }
+        if (del_st) del_st[i] = (uint32_t)st;
     }
     free(keys);
+    bool held = del_st && ds__tier_hold_answer(srv, r, NULL, del_st, n, false, first);
+    free(del_st);
+    if (held) {
+        ds__wbuf_free(&w);
+        return;
+    }
+    if (op == DS_OP_DEL && srv->tier) ds__tier_no_answer(srv); /* no memory to wait */
     if (overall != DS_K_OK) ds__ops_lead_error(&w, first);
     ds__req_reply(r, overall, &w, NULL, 0, NULL, 0, -1);
     ds__wbuf_free(&w);

@@ -505,7 +505,9 @@ void ds__ops_publish_release(ds_server_t *srv, ds_req_t *r)
             if (srv->tier) ds__tier_published(srv, sl->obj, i);
         }
     }
-    if (noreply && srv->tier) ds__tier_no_answer(srv);
+    /* a waiter opened for this request's L2 jobs that no answer will hold */
+    if (srv->tier && (noreply || st == NULL || published == NULL || !publish))
+        ds__tier_no_answer(srv);
     if (!noreply) {
         if (st == NULL || published == NULL)
             ds__req_error(r, DS_K_OUT_OF_MEMORY, "out of memory");

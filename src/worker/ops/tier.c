@@ -271,8 +271,9 @@ static void submit_flush(ds_tier_t *t)
     t->pend = t->pend_tail = NULL;
 }
 
-/* Queues the deletion of key's file in a backend (no index change). */
-static void submit_del(ds_tier_t *t, bool spill, const char *key, uint32_t keylen)
+/* Queues the deletion of key's file in a backend (no index change); the
+ * job, or NULL when out of memory. */
+static job_t *submit_del(ds_tier_t *t, bool spill, const char *key, uint32_t keylen)
 {
     job_t *j = calloc(1, sizeof(*j));
     char *k = malloc(keylen + 1);
@@ -282,7 +283,7 @@ static void submit_del(ds_tier_t *t, bool spill, const char *key, uint32_t keyle
         t->c.errors++;
         DS_LOG_ERROR("out of memory queueing the deletion of '%.*s'",
                      (int)(keylen > 64 ? 64 : keylen), key);
-        return;
+        return NULL;
     }
     memcpy(k, key, keylen);
     k[keylen] = '\0';
@@ -292,6 +293,51 @@ static void submit_del(ds_tier_t *t, bool spill, const char *key, uint32_t keyle
     j->key = k;
     j->keylen = keylen;
     submit(t, j);
+    return j;
+}
+
+/* The waiter of the request being handled: its answer waits for every job
+ * that joins it (ds__tier_hold_answer). NULL on out of memory. */
+static waiter_t *open_waiter(ds_tier_t *t)
+{
+    if (t->open == NULL) t->open = calloc(1, sizeof(*t->open));
+    return t->open;
+}
+
+/* Queues the deletion of key's L2 copy for key idx of the request being
+ * handled, whose answer waits for it; e: the index entry being removed,
+ * restored if the delete fails (restore), else only reported. Without
+ * memory to wait, the delete is queued unwatched. */
+static void del_waited(ds_tier_t *t, const char *key, uint32_t keylen, uint32_t idx, const ent_t *e,
+                       bool restore)
+{
+    waiter_t *w = open_waiter(t);
+    job_t *j = submit_del(t, false, key, keylen);
+    if (w == NULL || j == NULL) return;
+    j->w = w;
+    w->pending++;
+    j->idx = idx;
+    j->restore = restore;
+    j->meta.size = e->size;
+    j->meta.write_mode = e->mode;
+    j->meta.ttl_wall_ms = e->ttl_wall_ms;
+}
+
+/* A watched L2 delete failed: the request learns it, and a DEL's key keeps
+ * its copy in the index unless a newer value came meanwhile. */
+static void del_failed(ds_server_t *srv, job_t *j)
+{
+    ds_tier_t *t = srv->tier;
+    waiter_t *w = j->w;
+    if (w && w->st && j->idx < w->n) {
+        w->st[j->idx] = DS_K_IO_ERROR;
+        if (w->first[0] == '\0')
+            snprintf(w->first, sizeof(w->first), "L2 delete of '%.*s' failed: %.300s",
+                     (int)(j->keylen > 64 ? 64 : j->keylen), j->key, j->err);
+    }
+    if (j->restore && ix_find(&t->ix, j->key, j->keylen) == NULL &&
+        ds__store_lookup(srv->store, j->key, j->keylen, ds__now_ms()) == NULL)
+        ix_put(&t->ix, j->key, j->keylen, &j->meta);
 }
 
 /* ---- completions, on the loop ---- */
@@ -502,6 +548,7 @@ static void complete(ds_server_t *srv, job_t *j)
     }
     case JOB_DEL:
         if (j->rc == 0 && !j->spill) t->c.deletes++;
+        if (j->rc < 0 && !j->spill) del_failed(srv, j);
         free(j->key);
         break;
     case JOB_RETTL:
@@ -723,12 +770,13 @@ ds_status_t ds__tier_admit(ds_server_t *srv, const ds_obj_t *o, bool nx, char *m
     return DS_K_OK;
 }
 
-void ds__tier_del(ds_server_t *srv, const char *key, uint32_t keylen)
+void ds__tier_del(ds_server_t *srv, const char *key, uint32_t keylen, uint32_t idx)
 {
     ds_tier_t *t = srv->tier;
-    if (ix_find(&t->ix, key, keylen)) {
+    ent_t *e = ix_find(&t->ix, key, keylen);
+    if (e) {
+        del_waited(t, key, keylen, idx, e, true);
         ix_remove(&t->ix, key, keylen);
-        submit_del(t, false, key, keylen);
     }
     if (ix_find(&t->sx, key, keylen)) {
         ix_remove(&t->sx, key, keylen);
@@ -749,11 +797,7 @@ static bool queue_put(ds_server_t *srv, ds_obj_t *o, uint32_t idx, bool wait, bo
 {
     ds_tier_t *t = srv->tier;
     job_t *j = calloc(1, sizeof(*j));
-    waiter_t *w = NULL;
-    if (j && wait) {
-        w = t->open ? t->open : calloc(1, sizeof(*w));
-        t->open = w;
-    }
+    waiter_t *w = j && wait ? open_waiter(t) : NULL;
     if (j == NULL || (wait && w == NULL)) {
         free(j);
         t->c.errors++;
@@ -826,9 +870,10 @@ void ds__tier_published(ds_server_t *srv, ds_obj_t *o, uint32_t idx)
     }
     if (t->l2) {
         if (!is_l2_mode(o->write_mode)) {
-            if (ix_find(&t->ix, o->key, o->keylen)) { /* a cache-only overwrite */
+            ent_t *e = ix_find(&t->ix, o->key, o->keylen);
+            if (e) { /* a cache-only overwrite: its answer says if the old copy stays */
+                del_waited(t, o->key, o->keylen, idx, e, false);
                 ix_remove(&t->ix, o->key, o->keylen);
-                submit_del(t, false, o->key, o->keylen);
             }
         } else {
             queue_put(srv, o, idx, o->write_mode == DS_WRITE_THROUGH_L2_CACHE, false);

@@ -74,8 +74,10 @@ bool ds__tier_get_ctx(ds_server_t *srv, ds_req_t *r, const char *const *keys, co
 const char *ds__tier_get_miss(ds_server_t *srv);
 /* The L2 holds the key (and it has not expired). */
 bool ds__tier_has(ds_server_t *srv, const char *key, uint32_t keylen);
-/* DEL: forget the key and delete its L2 copy (queued). */
-void ds__tier_del(ds_server_t *srv, const char *key, uint32_t keylen);
+/* DEL of the request's key idx: forget the key and delete its L2 copy
+ * (queued; the answer, held by ds__tier_hold_answer, waits for the L2
+ * delete and says K_IO_ERROR for idx if it failed) and its spill copy. */
+void ds__tier_del(ds_server_t *srv, const char *key, uint32_t keylen, uint32_t idx);
 
 /* A write found no room for size bytes: adds the arena's and the spill
  * directory's figures to msg. */

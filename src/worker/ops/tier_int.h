@@ -36,6 +36,9 @@ typedef struct job {
      * (loop clock) while it waits on ds_tier_t.retry */
     uint32_t attempts;
     uint64_t due_ms;
+    /* DEL with a waiter: the index entry it removed (in meta), put back if
+     * the delete fails, since the copy is then still the key's value */
+    bool restore;
     char err[300];
 } job_t;
 
