@@ -6,7 +6,8 @@
  *    A had acknowledged (write-through, and write-back ones whose write had
  *    been flushed) from the shared directory (--enable_l2_cache_fallback),
  *    checksummed, through TCP and zero-copy; a key nobody wrote still reads
- *    as missing. */
+ *    as missing;
+ *  - a DEL through either worker deletes A's L2 copy. */
 #include "cluster_util.h"
 
 #include "common/clock.h"
@@ -123,9 +124,50 @@ static void test_fallback_after_kill(void **state)
     assert_true(dst_stat(&C.w[B], "l2.fallback_reads") + dst_stat(&C.w[B], "l2.reads") > 0);
 }
 
+static bool file_gone(const char *key, int timeout_ms)
+{
+    char path[256];
+    snprintf(path, sizeof(path), "%s/l2/%s", dir, key);
+    for (int i = 0; i < timeout_ms / 10 && access(path, F_OK) == 0; i++)
+        usleep(10000);
+    return access(path, F_OK) != 0;
+}
+
+/* A DEL through the cluster deletes the L2 copies too: from the worker that
+ * holds the key, and from another worker (the owner drops A's copy), so
+ * that neither a restart nor the shared-directory fallback brings it back. */
+static void test_cluster_del_deletes_l2(void **state)
+{
+    (void)state;
+    ds_client_t *a = ct_client(&C, A, DS_TRANSPORT_TCP);
+    ds_client_t *b = ct_client(&C, B, DS_TRANSPORT_TCP);
+    assert_non_null(a);
+    assert_non_null(b);
+    const char *keys[] = {"del-here", "del-there"};
+    char path[256];
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(set_mode(a, keys[i], 5000, 3000 + (uint64_t)i, DS_WRITE_THROUGH_L2_CACHE),
+                         DS_K_OK);
+        snprintf(path, sizeof(path), "%s/l2/%s", dir, keys[i]);
+        assert_int_equal(access(path, F_OK), 0); /* durable before the answer */
+    }
+    assert_true(ct_read_ok(b, keys[1], 5000, 3001, 0));
+    assert_int_equal(ds_kv_del(a, 1, &keys[0], NULL), DS_K_OK);
+    assert_int_equal(ds_kv_del(b, 1, &keys[1], NULL), DS_K_OK);
+    assert_true(file_gone(keys[0], 5000));
+    assert_true(file_gone(keys[1], 5000));
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(ct_get_status(a, keys[i], 0), DS_K_NOT_FOUND);
+        assert_int_equal(ct_get_status(b, keys[i], 0), DS_K_NOT_FOUND);
+    }
+    ds_client_close(a);
+    ds_client_close(b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_cluster_del_deletes_l2),
         cmocka_unit_test(test_fallback_after_kill),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -551,8 +551,10 @@ void ds__cluster_keys_op(ds_server_t *srv, ds_req_t *r, const char *const *keys,
     for (uint32_t i = 0; i < n; i++) {
         p->status[i] = DS_K_NOT_FOUND;
         if (op == DS_OP_DEL) {
-            /* Deleted here at once; the owner drops every other copy. */
+            /* Deleted here at once, the L2 copy too; the owner drops
+             * every other copy. */
             ds__store_delete(srv->store, keys[i], lens[i]);
+            if (srv->tier) ds__tier_del(srv, keys[i], lens[i], DS_TIER_UNWATCHED);
             p->status[i] = DS_K_OK;
             if (m) m[nm++] = i;
             continue;

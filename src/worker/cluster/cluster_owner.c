@@ -151,14 +151,23 @@ static void drop_done(ds_job_t *j)
         DS_LOG_WARN("cluster: dropping a superseded copy on %s failed: %s", j->addr, j->err);
 }
 
+/* This worker's copy of key goes if it is no newer than version (a DROP, or
+ * a drop the owner queues for itself), its L2 copy with it. */
+static void drop_local(ds_server_t *srv, const char *key, uint32_t keylen, uint64_t version)
+{
+    ds_obj_t *o = ds__store_lookup(srv->store, key, keylen, ds__now_ms());
+    if (o == NULL || o->version > version) return;
+    ds__store_delete(srv->store, key, keylen);
+    if (srv->tier) ds__tier_del(srv, key, keylen, DS_TIER_UNWATCHED);
+}
+
 static void queue_drop(void *ctx, const char *loc, uint64_t version)
 {
     drop_ctx_t *d = ctx;
     if (d->except && strcmp(loc, d->except) == 0) return;
     ds_server_t *srv = d->p->srv;
     if (strcmp(loc, ds__cluster_self(srv)) == 0) {
-        ds_obj_t *o = ds__store_lookup(srv->store, d->key, d->keylen, ds__now_ms());
-        if (o && o->version <= version) ds__store_delete(srv->store, d->key, d->keylen);
+        drop_local(srv, d->key, d->keylen, version);
         return;
     }
     ds_job_t *j = ds__job_new(d->p, loc, DS_OP_DROP, drop_done);
@@ -245,14 +254,12 @@ static void op_drop(ds_server_t *srv, ds_req_t *r)
     ds__wbuf_init(&w);
     ds__wbuf_cstr(&w, "");
     ds__wbuf_u32(&w, n);
-    uint64_t now = ds__now_ms();
     for (uint32_t i = 0; i < n && !rb.err; i++) {
         const char *k;
         uint32_t kl = ds__rbuf_str(&rb, &k);
         uint64_t maxv = ds__rbuf_u64(&rb);
         if (rb.err) break;
-        ds_obj_t *o = ds__store_lookup(srv->store, k, kl, now);
-        if (o && o->version <= maxv) ds__store_delete(srv->store, k, kl);
+        drop_local(srv, k, kl, maxv);
         ds__wbuf_u32(&w, DS_K_OK);
     }
     if (rb.err)

@@ -311,7 +311,7 @@ static waiter_t *open_waiter(ds_tier_t *t)
 static void del_waited(ds_tier_t *t, const char *key, uint32_t keylen, uint32_t idx, const ent_t *e,
                        bool restore)
 {
-    waiter_t *w = open_waiter(t);
+    waiter_t *w = idx == DS_TIER_UNWATCHED ? NULL : open_waiter(t);
     job_t *j = submit_del(t, false, key, keylen);
     if (w == NULL || j == NULL) return;
     j->w = w;

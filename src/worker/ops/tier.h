@@ -78,6 +78,8 @@ bool ds__tier_has(ds_server_t *srv, const char *key, uint32_t keylen);
  * (queued; the answer, held by ds__tier_hold_answer, waits for the L2
  * delete and says K_IO_ERROR for idx if it failed) and its spill copy. */
 void ds__tier_del(ds_server_t *srv, const char *key, uint32_t keylen, uint32_t idx);
+/* idx for a delete no answer waits for (the cluster's DEL and DROP). */
+#define DS_TIER_UNWATCHED UINT32_MAX
 
 /* A write found no room for size bytes: adds the arena's and the spill
  * directory's figures to msg. */
