@@ -1130,6 +1130,7 @@ bool ds__tier_counters(ds_server_t *srv, ds_tier_counters_t *out)
         out->dead_bytes = atomic_load_explicit(&f->dead_bytes, memory_order_relaxed);
         out->compactions = atomic_load_explicit(&f->compactions, memory_order_relaxed);
         out->torn_bytes = atomic_load_explicit(&f->torn_bytes, memory_order_relaxed);
+        out->damaged_bytes = atomic_load_explicit(&f->damaged_bytes, memory_order_relaxed);
     }
     return true;
 }
@@ -1166,6 +1167,7 @@ void ds__tier_stats(ds_server_t *srv, cJSON *root)
         cJSON_AddNumberToObject(l2, "dead_bytes", (double)c.dead_bytes);
         cJSON_AddNumberToObject(l2, "compactions", (double)c.compactions);
         cJSON_AddNumberToObject(l2, "torn_bytes", (double)c.torn_bytes);
+        cJSON_AddNumberToObject(l2, "damaged_bytes", (double)c.damaged_bytes);
     }
     cJSON *sp = t->spill ? cJSON_AddObjectToObject(root, "spill") : NULL;
     if (sp) {

@@ -116,7 +116,7 @@ typedef struct {
     uint64_t spill_objects, spill_bytes, spill_disk, spill_limit, spill_writes, spill_reads,
         spill_errors, spill_rounds, spill_waits;
     /* the L2 backend's own figures (store/l2.h ds_l2_figures_t) */
-    uint64_t fsyncs, file_bytes, dead_bytes, compactions, torn_bytes;
+    uint64_t fsyncs, file_bytes, dead_bytes, compactions, torn_bytes, damaged_bytes;
 } ds_tier_counters_t;
 bool ds__tier_counters(ds_server_t *srv, ds_tier_counters_t *out);
 

@@ -70,11 +70,12 @@ typedef struct {
 /* Figures a backend keeps for STATS; written by the I/O thread, read by the
  * loop (relaxed atomics). */
 typedef struct {
-    atomic_uint_fast64_t fsyncs;      /* fsync / fdatasync calls on data */
-    atomic_uint_fast64_t file_bytes;  /* distributed_disk: size of the log */
-    atomic_uint_fast64_t dead_bytes;  /* distributed_disk: overwritten, deleted, expired */
-    atomic_uint_fast64_t compactions; /* distributed_disk: compactions completed */
-    atomic_uint_fast64_t torn_bytes;  /* distributed_disk: torn tail truncated at open */
+    atomic_uint_fast64_t fsyncs;        /* fsync / fdatasync calls on data */
+    atomic_uint_fast64_t file_bytes;    /* distributed_disk: size of the log */
+    atomic_uint_fast64_t dead_bytes;    /* distributed_disk: overwritten, deleted, expired */
+    atomic_uint_fast64_t compactions;   /* distributed_disk: compactions completed */
+    atomic_uint_fast64_t torn_bytes;    /* distributed_disk: torn tail truncated at open */
+    atomic_uint_fast64_t damaged_bytes; /* distributed_disk: damage skipped mid-log at open */
 } ds_l2_figures_t;
 
 struct ds_l2 {

@@ -20,11 +20,14 @@
  *
  * Open replays the log into the index (key -> offset, size, deadline, mode),
  * checking every header and value checksum. A record that is short, has a
- * bad header or runs past the end of the file, and a last record whose value
- * does not match its checksum, is a torn tail from a crash: the file is
- * truncated there (logged) and nothing of it is ever served. A record in the
- * middle whose value fails its checksum (media corruption) is skipped and
- * its key dropped, the records after it kept.
+ * bad header or runs past the end of the file, with no intact record after
+ * it, and a last record whose value does not match its checksum, is a torn
+ * tail from a crash: the file is truncated there (logged) and nothing of it
+ * is ever served. Damage in the middle (media corruption) is skipped: a
+ * record whose value fails its checksum is dropped with its key; a damaged
+ * header is passed over up to the next intact record (resync), the bytes
+ * between counted in damaged_bytes (a record lost that way is not known,
+ * so a tombstone among them can let an older value of its key return).
  *
  * Group commit: put and del append with pwritev and return DS_L2_PENDING;
  * sync fdatasyncs once for every record written since the last one, when
@@ -553,8 +556,52 @@ static const ds_l2_ops_t dd_ops = {.name = "distributed_disk",
 
 /* ---- open: replay ---- */
 
-/* Reads the records from the header to the end into the index; a torn tail
- * is cut off. */
+/* Whether a record whose header and key check out, and which fits in the
+ * file, starts at off (-1: a read error). key: DS_L2_KEY_MAX bytes. */
+static int record_at(dd_t *d, uint64_t off, uint64_t size, char *key)
+{
+    uint8_t h[DD_HDR], type;
+    uint32_t kl;
+    ds_l2_meta_t m;
+    uint64_t dsum;
+    if (size - off < DD_HDR) return 0;
+    if (pread_full(d->fd, h, DD_HDR, off) != 0) return -1;
+    if (rec_parse(h, &type, &kl, &m, &dsum) != 0 || m.size > size ||
+        off + DD_HDR + kl + m.size > size)
+        return 0;
+    if (pread_full(d->fd, key, kl, off + DD_HDR) != 0) return -1;
+    return rec_key_ok(h, key, kl);
+}
+
+/* After a record at off that does not parse: the offset of the next one
+ * that does (record_at), or size if there is none; 0 on a read error. Only
+ * the last record can be torn by a crash (appends are sequential), so
+ * nothing found means a torn tail; something found means damage in the
+ * middle (a bad sector, a stray write), whose bytes are skipped while the
+ * records after it are kept. A value that holds a verbatim record of its
+ * own could be taken for one, but only once the header before it is
+ * damaged. */
+static uint64_t resync(dd_t *d, uint64_t off, uint64_t size, uint8_t *buf, char *key)
+{
+    for (uint64_t p = off + 1; p + DD_HDR <= size;) {
+        uint64_t n = size - p < DD_CHUNK ? size - p : DD_CHUNK;
+        if (pread_full(d->fd, buf, n, p) != 0) return 0;
+        for (uint64_t i = 0; i + 8 <= n; i++) {
+            const uint8_t *hit = memmem(buf + i, n - i, DD_REC_MAGIC, 8);
+            if (hit == NULL) break;
+            i = (uint64_t)(hit - buf);
+            int ok = record_at(d, p + i, size, key);
+            if (ok < 0) return 0;
+            if (ok) return p + i;
+        }
+        if (p + n >= size) break;
+        p += n - 7; /* a magic that straddles two chunks is found in the second */
+    }
+    return size;
+}
+
+/* Reads the records from the header to the end into the index; damage in
+ * the middle is skipped, a torn tail is cut off. */
 static int replay(dd_t *d, uint64_t size, char *err, size_t cap)
 {
     uint8_t *buf = malloc(DD_CHUNK);
@@ -574,23 +621,31 @@ static int replay(dd_t *d, uint64_t size, char *err, size_t cap)
         uint64_t dsum;
         if (size - off < DD_HDR) {
             why = "a short record header";
-            break;
-        }
-        if (pread_full(d->fd, h, DD_HDR, off) != 0) goto ioerr;
-        if (rec_parse(h, &type, &kl, &m, &dsum) != 0) {
+        } else if (pread_full(d->fd, h, DD_HDR, off) != 0) {
+            goto ioerr;
+        } else if (rec_parse(h, &type, &kl, &m, &dsum) != 0) {
             why = "a bad record header";
-            break;
-        }
-        if (m.size > size || off + DD_HDR + kl + m.size > size) {
+        } else if (m.size > size || off + DD_HDR + kl + m.size > size) {
             why = "a record that runs past the end of the file";
-            break;
+        } else if (pread_full(d->fd, key, kl, off + DD_HDR) != 0) {
+            goto ioerr;
+        } else if (!rec_key_ok(h, key, kl)) {
+            why = "a record header checksum mismatch";
+        }
+        if (why) {
+            uint64_t next = resync(d, off, size, buf, key);
+            if (next == 0) goto ioerr;
+            if (next == size) break; /* a torn tail */
+            DS_LOG_WARN("distributed_disk: %s/" DD_LOG ": %s at offset %llu: %llu damaged bytes "
+                        "skipped, replay resumed at the next intact record",
+                        d->base.path, why, (unsigned long long)off,
+                        (unsigned long long)(next - off));
+            atomic_fetch_add_explicit(&d->base.fig.damaged_bytes, next - off, memory_order_relaxed);
+            why = NULL;
+            off = next;
+            continue;
         }
         uint64_t len = DD_HDR + kl + m.size;
-        if (pread_full(d->fd, key, kl, off + DD_HDR) != 0) goto ioerr;
-        if (!rec_key_ok(h, key, kl)) {
-            why = "a record header checksum mismatch";
-            break;
-        }
         uint64_t s = DS_SUM64_SEED;
         for (uint64_t p = 0; p < m.size;) {
             uint64_t n = m.size - p < DD_CHUNK ? m.size - p : DD_CHUNK;
