@@ -20,7 +20,7 @@
 
 static char root[128];
 static char logp[300];
-static const ds_l2_dd_opts_t opts = {1000, 1 << 20, 1 << 20, 50};
+static const ds_l2_dd_opts_t opts = {1000, 1 << 20, 1 << 20, 50, 0};
 
 static ds_l2_t *open_dd(const ds_l2_dd_opts_t *o)
 {
@@ -310,6 +310,85 @@ static void test_compaction(void **state)
     l2->ops->destroy(l2);
 }
 
+/* A compaction runs in steps: between them the log takes writes, deletes
+ * and reads as usual, and the compacted log has all of them. */
+static void test_compaction_in_steps(void **state)
+{
+    (void)state;
+    ds_l2_dd_opts_t o = opts;
+    o.compact_step_bytes = 300000; /* three 100 KB records a step */
+    ds_l2_t *l2 = open_dd(&o);
+    assert_non_null(l2);
+    char k[16], err[64];
+    for (int r = 0; r < 3; r++)
+        for (int i = 0; i < 20; i++) {
+            snprintf(k, sizeof(k), "s%d", i);
+            assert_int_equal(put(l2, k, 100000, (uint8_t)(r * 20 + i)), DS_L2_PENDING);
+        }
+    assert_int_equal(sync_now(l2), 1);
+    assert_true(l2->ops->maintain(l2)); /* started, more to do */
+    assert_true(l2->ops->maintain(l2));
+    assert_int_equal(atomic_load(&l2->fig.compactions), 0);
+    /* meanwhile: an overwrite of a copied key and of one not yet copied, a
+     * delete, a new key; reads see the log as it is */
+    assert_int_equal(put(l2, "s0", 500, 100), DS_L2_PENDING);
+    assert_int_equal(put(l2, "s19", 600, 101), DS_L2_PENDING);
+    assert_int_equal(l2->ops->del(l2, "s5", 2, err, sizeof(err)), DS_L2_PENDING);
+    assert_int_equal(put(l2, "new", 700, 102), DS_L2_PENDING);
+    assert_false(l2->ops->maintain(l2)); /* nothing runs with records pending */
+    assert_int_equal(sync_now(l2), 1);
+    assert_int_equal(get(l2, "s0", 500, 100), 1);
+    assert_int_equal(get(l2, "s7", 100000, 47), 1);
+    int steps = 0;
+    while (l2->ops->maintain(l2))
+        assert_true(++steps < 20);
+    assert_int_equal(atomic_load(&l2->fig.compactions), 1);
+    off_t after = size_of_log();
+    /* header, the 20 live records of the start (s0..s9: 2-byte keys), the
+     * four records appended meanwhile */
+    off_t copied = 20 * (64 + 100000) + 10 * 2 + 10 * 3;
+    off_t tail = (64 + 2 + 500) + (64 + 3 + 600) + (64 + 2) + (64 + 3 + 700);
+    assert_int_equal(after, 64 + copied + tail);
+    for (int i = 0; i < 20; i++) {
+        snprintf(k, sizeof(k), "s%d", i);
+        if (i == 0)
+            assert_int_equal(get(l2, k, 500, 100), 1);
+        else if (i == 19)
+            assert_int_equal(get(l2, k, 600, 101), 1);
+        else
+            assert_int_equal(get(l2, k, 100000, (uint8_t)(40 + i)), i != 5);
+    }
+    assert_int_equal(get(l2, "new", 700, 102), 1);
+    assert_int_equal(count(l2), 20);
+    /* the old copies of s0, s5 and s19 and the tombstone are dead */
+    assert_int_equal(atomic_load(&l2->fig.dead_bytes), 3 * (64 + 100000) + 2 + 2 + 3 + (64 + 2));
+    l2->ops->destroy(l2);
+    /* it replays the same */
+    l2 = open_dd(&o);
+    assert_non_null(l2);
+    assert_int_equal(count(l2), 20);
+    assert_int_equal(get(l2, "s0", 500, 100), 1);
+    assert_int_equal(get(l2, "s5", 100000, 45), 0);
+    assert_int_equal(get(l2, "s19", 600, 101), 1);
+    assert_int_equal(get(l2, "new", 700, 102), 1);
+    /* a stop in the middle of a compaction leaves the log as it was */
+    for (int i = 0; i < 20; i++) {
+        snprintf(k, sizeof(k), "s%d", i);
+        assert_int_equal(put(l2, k, 100000, (uint8_t)(60 + i)), DS_L2_PENDING);
+    }
+    assert_int_equal(sync_now(l2), 1);
+    assert_true(l2->ops->maintain(l2));
+    l2->ops->destroy(l2);
+    char tmp[320];
+    snprintf(tmp, sizeof(tmp), "%s/c1/127.0.0.1_9/data.compact", root);
+    assert_int_equal(access(tmp, F_OK), -1);
+    l2 = open_dd(&o);
+    assert_non_null(l2);
+    assert_int_equal(get(l2, "s3", 100000, 63), 1);
+    assert_int_equal(get(l2, "new", 700, 102), 1);
+    l2->ops->destroy(l2);
+}
+
 static void test_lock_and_foreign(void **state)
 {
     (void)state;
@@ -344,6 +423,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_torn_tail, setup, teardown),
         cmocka_unit_test_setup_teardown(test_damaged_middle_header, setup, teardown),
         cmocka_unit_test_setup_teardown(test_compaction, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_compaction_in_steps, setup, teardown),
         cmocka_unit_test_setup_teardown(test_lock_and_foreign, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -196,15 +196,17 @@ static void post_done(ds_tier_t *t, job_t *l)
  * job is the L2's, in queue order): the backend syncs when its batch is due,
  * or at once when the queue is empty. Other jobs are handed back as they
  * finish, ahead of held ones. With nothing queued or held, the L2 does its
- * upkeep (compaction), unless the worker is stopping. */
+ * upkeep (compaction), a bounded step at a time so that a job waits for one
+ * step at most, unless the worker is stopping. */
 static void *io_thread(void *arg)
 {
     ds_tier_t *t = arg;
     job_t *held = NULL, **held_tail = &held;
     char err[sizeof(held->err)];
+    bool upkeep = false; /* the L2's upkeep has another step to do */
     for (;;) {
         pthread_mutex_lock(&t->mu);
-        while (t->todo == NULL && !atomic_load(&t->stop))
+        while (t->todo == NULL && !atomic_load(&t->stop) && !upkeep)
             pthread_cond_wait(&t->cv, &t->mu);
         job_t *j = t->todo;
         if (j) {
@@ -213,7 +215,11 @@ static void *io_thread(void *arg)
         }
         bool idle = t->todo == NULL;
         pthread_mutex_unlock(&t->mu);
-        if (j == NULL) break;
+        if (j == NULL && atomic_load(&t->stop)) break;
+        if (j == NULL) { /* nothing queued: the next step of the upkeep */
+            upkeep = held == NULL && t->l2->ops->maintain(t->l2);
+            continue;
+        }
         run_job(j);
         j->next = NULL;
         if (j->rc == DS_L2_PENDING) {
@@ -236,7 +242,7 @@ static void *io_thread(void *arg)
             }
         }
         if (idle && held == NULL && !atomic_load(&t->stop) && t->l2 && t->l2->ops->maintain)
-            t->l2->ops->maintain(t->l2);
+            upkeep = t->l2->ops->maintain(t->l2);
     }
     return NULL;
 }
@@ -653,7 +659,7 @@ int ds__tier_init(ds_server_t *srv, char *err, size_t cap)
         ds_l2_dd_opts_t o = {(uint64_t)cfg->distributed_disk_sync_interval_ms,
                              (uint64_t)cfg->distributed_disk_sync_batch_bytes,
                              (uint64_t)cfg->distributed_disk_compact_min_dead_mb << 20,
-                             (uint32_t)cfg->distributed_disk_compact_dead_percent};
+                             (uint32_t)cfg->distributed_disk_compact_dead_percent, 0};
         t->l2 = dd ? ds__l2_dd_open(cfg->distributed_disk_path, cfg->cluster_name,
                                     cfg->worker_address, &o, err, cap)
                    : ds__l2_sfs_open(cfg->sfs_path, err, cap);

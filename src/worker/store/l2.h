@@ -63,8 +63,10 @@ typedef struct {
      * has nothing else queued, so anything pending is synced now. */
     int (*sync)(ds_l2_t *l2, bool idle, char *err, size_t cap);
     /* Background upkeep (compaction), NULL if none: called by the same
-     * thread between calls, when nothing is queued or pending. */
-    void (*maintain)(ds_l2_t *l2);
+     * thread between calls, when nothing is queued or pending. It does a
+     * bounded step and returns true while it has more to do (call again
+     * when nothing is queued), so jobs never wait for more than one step. */
+    bool (*maintain)(ds_l2_t *l2);
 } ds_l2_ops_t;
 
 /* Figures a backend keeps for STATS; written by the I/O thread, read by the
@@ -95,6 +97,7 @@ typedef struct {
     uint64_t sync_batch_bytes;       /* bytes written that force a sync */
     uint64_t compact_min_dead_bytes; /* compaction needs at least this much dead space */
     uint32_t compact_dead_pct;       /* ... and this share of the log (percent) */
+    uint64_t compact_step_bytes;     /* bytes a compaction step copies (0: 8 MiB) */
 } ds_l2_dd_opts_t;
 
 /* Opens (creating if missing) the log of one worker under root:

@@ -93,6 +93,16 @@ typedef struct {
     int broken;          /* errno of a failed sync: writes refused */
     char broken_msg[800];
     ds_l2_dd_opts_t o;
+    /* A compaction in progress (see compact_step): the live records at its
+     * start, in log order, and where each went in data.compact. */
+    struct {
+        int fd; /* data.compact; -1 when none is in progress */
+        uint64_t *from, *len, *to;
+        uint64_t n, i, out;
+        uint64_t start_end; /* the log's end when it started */
+        uint64_t t0, before, dead;
+        uint8_t *buf;
+    } c;
 } dd_t;
 
 static uint64_t wall_ms(void)
@@ -440,93 +450,180 @@ static int by_off(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-static void compact(dd_t *d)
+static void compact_free(dd_t *d)
 {
-    uint64_t t0 = ds__now_ms(), before = d->end, dead = d->end - d->live, now = wall_ms();
+    free(d->c.from);
+    free(d->c.len);
+    free(d->c.to);
+    free(d->c.buf);
+    memset(&d->c, 0, sizeof(d->c));
+    d->c.fd = -1;
+}
+
+/* A compaction that failed at step: data.compact goes, the log stays. */
+static void compact_fail(dd_t *d, const char *step)
+{
+    int e = errno;
+    if (d->c.fd >= 0) close(d->c.fd);
+    unlinkat(d->dir_fd, DD_TMP, 0);
+    uint64_t dead = d->c.dead;
+    d->retry_dead = dead + (d->o.compact_min_dead_bytes ? d->o.compact_min_dead_bytes : dead);
+    DS_LOG_WARN("distributed_disk: compaction of %s/" DD_LOG " failed (%s: %s, errno %d); the "
+                "log stays as it was",
+                d->base.path, step, strerror(e), e);
+    compact_free(d);
+}
+
+/* Starts a compaction: the live, unexpired records now in the log, in log
+ * order, and data.compact with its header. */
+static void compact_start(dd_t *d)
+{
+    uint64_t now = wall_ms(), n = 0;
     dent_t **v = malloc((d->count ? d->count : 1) * sizeof(*v));
-    uint64_t *noff = malloc((d->count ? d->count : 1) * sizeof(*noff));
-    uint8_t *buf = NULL, h[DD_HDR];
-    const char *step = "create";
-    int nfd = -1;
-    if (v == NULL || noff == NULL) {
+    d->c.from = malloc((d->count ? d->count : 1) * sizeof(uint64_t));
+    d->c.len = malloc((d->count ? d->count : 1) * sizeof(uint64_t));
+    d->c.to = malloc((d->count + 1) * sizeof(uint64_t)); /* and the tail's place */
+    d->c.fd = -1;
+    d->c.t0 = ds__now_ms();
+    d->c.before = d->end;
+    d->c.dead = d->end - d->live;
+    if (v == NULL || d->c.from == NULL || d->c.len == NULL || d->c.to == NULL) {
+        free(v);
         errno = ENOMEM;
-        goto fail;
+        compact_fail(d, "start");
+        return;
     }
-    uint64_t n = 0;
     for (uint64_t i = 0; i < d->nb; i++)
         for (dent_t *e = d->b[i]; e; e = e->next)
-            v[n++] = e;
+            if (e->ttl_wall_ms == 0 || e->ttl_wall_ms > now) v[n++] = e; /* expired: left */
     qsort(v, n, sizeof(*v), by_off);
-    nfd = openat(d->dir_fd, DD_TMP, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (nfd < 0) goto fail;
-    step = "write";
+    for (uint64_t i = 0; i < n; i++) {
+        d->c.from[i] = v[i]->off;
+        d->c.len[i] = rec_len(v[i]);
+    }
+    free(v);
+    d->c.n = n;
+    d->c.start_end = d->end;
+    d->c.fd = openat(d->dir_fd, DD_TMP, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (d->c.fd < 0) {
+        compact_fail(d, "create");
+        return;
+    }
+    uint8_t h[DD_HDR];
     file_hdr_fill(h, d->generation + 1);
     struct iovec hv = {h, DD_HDR};
-    if (pwritev_full(nfd, &hv, 1, 0) != 0) goto fail;
-    uint64_t to = DD_HDR;
-    for (uint64_t i = 0; i < n; i++) {
-        if (v[i]->ttl_wall_ms != 0 && v[i]->ttl_wall_ms <= now) {
-            noff[i] = UINT64_MAX; /* expired: left behind */
-            continue;
-        }
-        if (copy_range(d->fd, v[i]->off, nfd, to, rec_len(v[i]), &buf) != 0) goto fail;
-        noff[i] = to;
-        to += rec_len(v[i]);
+    if (pwritev_full(d->c.fd, &hv, 1, 0) != 0) {
+        compact_fail(d, "write");
+        return;
     }
-    step = "fsync";
-    if (fsync(nfd) != 0) goto fail;
+    d->c.out = DD_HDR;
+}
+
+/* Where the record at off (in the old log) is in data.compact, or
+ * UINT64_MAX if it was not copied (it had expired). */
+static uint64_t compact_moved(const dd_t *d, uint64_t off)
+{
+    if (off >= d->c.start_end) return off - d->c.start_end + d->c.to[d->c.n];
+    uint64_t lo = 0, hi = d->c.n;
+    while (lo < hi) {
+        uint64_t mid = lo + (hi - lo) / 2;
+        if (d->c.from[mid] < off)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < d->c.n && d->c.from[lo] == off ? d->c.to[lo] : UINT64_MAX;
+}
+
+/* The last step: what was appended since the start (records and
+ * tombstones, all synced: maintain runs with nothing pending) follows the
+ * copies, the file is fsynced and renamed onto the log, and the index
+ * moves to it. */
+static void compact_finish(dd_t *d)
+{
+    uint64_t tail = d->end - d->c.start_end;
+    d->c.to[d->c.n] = d->c.out; /* to has n + 1 slots: the tail's place */
+    if (copy_range(d->fd, d->c.start_end, d->c.fd, d->c.out, tail, &d->c.buf) != 0) {
+        compact_fail(d, "write");
+        return;
+    }
+    if (fsync(d->c.fd) != 0) {
+        compact_fail(d, "fsync");
+        return;
+    }
     atomic_fetch_add_explicit(&d->base.fig.fsyncs, 1, memory_order_relaxed);
-    step = "rename";
-    if (renameat(d->dir_fd, DD_TMP, d->dir_fd, DD_LOG) != 0) goto fail;
+    if (renameat(d->dir_fd, DD_TMP, d->dir_fd, DD_LOG) != 0) {
+        compact_fail(d, "rename");
+        return;
+    }
     /* From here the new log is the log. */
     if (fsync(d->dir_fd) != 0)
         DS_LOG_WARN("distributed_disk: fsync of the directory %s failed after compaction: %s",
                     d->base.path, strerror(errno));
-    for (uint64_t i = 0; i < n; i++) {
-        if (noff[i] == UINT64_MAX)
-            ix_del(d, v[i]->key, v[i]->keylen);
-        else
-            v[i]->off = noff[i];
-    }
+    uint64_t live = DD_HDR;
+    for (uint64_t i = 0; i < d->nb; i++)
+        for (dent_t *e = d->b[i], *next; e; e = next) {
+            next = e->next;
+            uint64_t to = compact_moved(d, e->off);
+            if (to == UINT64_MAX) { /* expired before the start: not copied */
+                ix_del(d, e->key, e->keylen);
+                continue;
+            }
+            e->off = to;
+            live += rec_len(e);
+        }
     close(d->fd);
-    d->fd = nfd;
-    d->end = d->live = to;
+    d->fd = d->c.fd;
+    d->end = d->c.out + tail;
+    d->live = live;
     d->generation++;
     d->retry_dead = 0;
     atomic_fetch_add_explicit(&d->base.fig.compactions, 1, memory_order_relaxed);
     figures(d);
     DS_LOG_INFO("distributed_disk: compacted %s/" DD_LOG ": %llu -> %llu bytes (%llu dead), "
                 "%llu records, %llu ms",
-                d->base.path, (unsigned long long)before, (unsigned long long)to,
-                (unsigned long long)dead, (unsigned long long)n,
-                (unsigned long long)(ds__now_ms() - t0));
-    free(v);
-    free(noff);
-    free(buf);
-    return;
-fail : {
-    int e = errno;
-    if (nfd >= 0) close(nfd);
-    unlinkat(d->dir_fd, DD_TMP, 0);
-    d->retry_dead = dead + (d->o.compact_min_dead_bytes ? d->o.compact_min_dead_bytes : dead);
-    DS_LOG_WARN("distributed_disk: compaction of %s/" DD_LOG " failed (%s: %s, errno %d); the "
-                "log stays as it was",
-                d->base.path, step, strerror(e), e);
-    free(v);
-    free(noff);
-    free(buf);
-}
+                d->base.path, (unsigned long long)d->c.before, (unsigned long long)d->end,
+                (unsigned long long)d->c.dead, (unsigned long long)d->c.n,
+                (unsigned long long)(ds__now_ms() - d->c.t0));
+    d->c.fd = -1; /* now the log's */
+    compact_free(d);
 }
 
-static void dd_maintain(ds_l2_t *l2)
+/* Copies up to compact_step_bytes of the records of the start; finishes
+ * once all are copied. Records are immutable in the log, so those
+ * overwritten or deleted meanwhile are copied all the same (dead in the
+ * new log, as their tombstones follow in the tail). */
+static void compact_step(dd_t *d)
+{
+    uint64_t budget = d->o.compact_step_bytes ? d->o.compact_step_bytes : 8u << 20;
+    while (d->c.i < d->c.n && budget > 0) {
+        uint64_t i = d->c.i;
+        if (copy_range(d->fd, d->c.from[i], d->c.fd, d->c.out, d->c.len[i], &d->c.buf) != 0) {
+            compact_fail(d, "write");
+            return;
+        }
+        d->c.to[i] = d->c.out;
+        d->c.out += d->c.len[i];
+        budget = d->c.len[i] < budget ? budget - d->c.len[i] : 0;
+        d->c.i++;
+    }
+    if (d->c.i == d->c.n) compact_finish(d);
+}
+
+static bool dd_maintain(ds_l2_t *l2)
 {
     dd_t *d = (dd_t *)l2;
-    if (d->broken || d->pending) return;
-    uint64_t dead = d->end - d->live;
-    if (dead == 0 || dead < d->o.compact_min_dead_bytes || dead < d->retry_dead ||
-        (double)dead * 100.0 < (double)d->o.compact_dead_pct * (double)d->end)
-        return;
-    compact(d);
+    if (d->broken || d->pending) return false;
+    if (d->c.fd < 0) {
+        uint64_t dead = d->end - d->live;
+        if (dead == 0 || dead < d->o.compact_min_dead_bytes || dead < d->retry_dead ||
+            (double)dead * 100.0 < (double)d->o.compact_dead_pct * (double)d->end)
+            return false;
+        compact_start(d);
+        if (d->c.fd < 0) return false;
+    }
+    compact_step(d);
+    return d->c.fd >= 0;
 }
 
 static void dd_destroy(ds_l2_t *l2)
@@ -534,6 +631,11 @@ static void dd_destroy(ds_l2_t *l2)
     dd_t *d = (dd_t *)l2;
     if (d == NULL) return;
     if (d->pending && !d->broken) fdatasync(d->fd);
+    if (d->c.fd >= 0) { /* a compaction in progress: the log stays as it is */
+        close(d->c.fd);
+        unlinkat(d->dir_fd, DD_TMP, 0);
+    }
+    compact_free(d);
     if (d->fd >= 0) close(d->fd);
     if (d->dir_fd >= 0) close(d->dir_fd); /* and its lock */
     for (uint64_t i = 0; d->b && i < d->nb; i++)
@@ -740,6 +842,7 @@ ds_l2_t *ds__l2_dd_open(const char *root, const char *cluster, const char *worke
     d->base.ops = &dd_ops;
     snprintf(d->base.path, sizeof(d->base.path), "%s", path);
     d->fd = -1;
+    d->c.fd = -1;
     d->o = *o;
     d->nb = 1024;
     d->b = calloc(d->nb, sizeof(*d->b));
