@@ -9,10 +9,11 @@
  * Receives are cancelled by the progress thread too: ucp_request_cancel
  * asserts that the request has not completed, which only the thread that
  * completes requests can know. */
-#include "worker/cluster/ucx.h"
+#include "worker/net/ucx.h"
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/ucx_common.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -41,6 +42,12 @@ struct ds_ucx_op {
     /* a send: runs on the loop */
     ds_ucx_sent_fn sent;
     void *ctx;
+    /* a send in flight (loop only): on u->sends until its callback is back;
+     * past deadline_ms its endpoint is closed, which ends it */
+    ds_ucx_op_t *sprev, *snext;
+    struct ucx_ep *ep;
+    uint64_t deadline_ms;
+    bool timed_out;
     /* a dropped receive still under way: runs on the loop once it ends */
     void (*release)(void *ctx, void *arg);
     void *rctx, *rarg;
@@ -79,7 +86,9 @@ struct ds_ucx {
     int done_fd;
     ds_io_t dio;
     ds_loop_t *loop;
-    ucx_ep_t *eps; /* loop only (their ep and failed fields: under mu) */
+    ucx_ep_t *eps;      /* loop only (their ep and failed fields: under mu) */
+    ds_ucx_op_t *sends; /* loop only: sends in flight */
+    uint64_t nsends, send_timeouts;
 };
 
 static void to_loop_locked(ds_ucx_t *u, ds_ucx_op_t *op);
@@ -189,6 +198,27 @@ static void recv_cb(void *request, ucs_status_t st, const ucp_tag_recv_info_t *i
 static void close_ep(ds_ucx_t *u, struct ucx_ep *e);
 static void close_failed(ds_ucx_t *u, struct ucx_ep *e, ucp_ep_h ep);
 
+/* On the loop: a send's callback is back; it leaves the in-flight list. */
+static void send_over(ds_ucx_t *u, ds_ucx_op_t *op)
+{
+    if (op->sprev)
+        op->sprev->snext = op->snext;
+    else
+        u->sends = op->snext;
+    if (op->snext) op->snext->sprev = op->sprev;
+    u->nsends--;
+    char why[160];
+    const char *err = ucs_status_string(op->st);
+    if (op->timed_out && op->st != UCS_OK) {
+        snprintf(why, sizeof(why),
+                 "the receiver did not take the %zu bytes before the send's "
+                 "deadline (%s)",
+                 op->len, err);
+        err = why;
+    }
+    op->sent(op->ctx, op->st == UCS_OK, err);
+}
+
 static void on_done(void *ctx, uint32_t events)
 {
     ds_ucx_t *u = ctx;
@@ -206,102 +236,31 @@ static void on_done(void *ctx, uint32_t events)
         if (op->close)
             close_failed(u, op->close, op->close_ep);
         else if (op->is_send)
-            op->sent(op->ctx, op->st == UCS_OK, ucs_status_string(op->st));
+            send_over(u, op);
         else if (op->release)
             op->release(op->rctx, op->rarg);
         free(op);
     }
 }
 
-static void to_hex(const uint8_t *p, size_t n, char *out)
-{
-    static const char digits[] = "0123456789abcdef";
-    for (size_t i = 0; i < n; i++) {
-        out[2 * i] = digits[p[i] >> 4];
-        out[2 * i + 1] = digits[p[i] & 15];
-    }
-    out[2 * n] = '\0';
-}
-
-static int hexval(char c)
-{
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    return -1;
-}
-
-/* n bytes from hex, or -1 when it is not even-length lowercase hex. */
-static ssize_t from_hex(const char *s, uint8_t *out, size_t cap)
-{
-    size_t n = strlen(s);
-    if (n % 2 || n / 2 > cap) return -1;
-    for (size_t i = 0; i < n / 2; i++) {
-        int hi = hexval(s[2 * i]), lo = hexval(s[2 * i + 1]);
-        if (hi < 0 || lo < 0) return -1;
-        out[i] = (uint8_t)(hi << 4 | lo);
-    }
-    return (ssize_t)(n / 2);
-}
-
-static int fail(char *err, size_t cap, const char *what, ucs_status_t st)
-{
-    const char *tls = getenv("UCX_TLS");
-    snprintf(err, cap,
-             "cannot start UCX for --enable_rdma: %s: %s (UCX_TLS=%s; `ucx_info -d` lists the "
-             "transports and devices UCX can use here)",
-             what, ucs_status_string(st), tls ? tls : "unset, all");
-    return -1;
-}
-
 static int start(ds_ucx_t *u, void *base, size_t len, char *err, size_t err_cap)
 {
-    ucp_config_t *config;
-    ucs_status_t st = ucp_config_read(NULL, NULL, &config);
-    if (st != UCS_OK) return fail(err, err_cap, "reading the UCX_* settings", st);
-    ucp_params_t params = {.field_mask = UCP_PARAM_FIELD_FEATURES,
-                           .features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP};
-    st = ucp_init(&params, config, &u->ctx);
-    ucp_config_release(config);
-    if (st != UCS_OK) {
-        u->ctx = NULL;
-        return fail(err, err_cap, "ucp_init", st);
-    }
-    ucp_worker_params_t wp = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
-                              .thread_mode = UCS_THREAD_MODE_MULTI};
-    st = ucp_worker_create(u->ctx, &wp, &u->worker);
-    if (st != UCS_OK) {
-        u->worker = NULL;
-        return fail(err, err_cap, "ucp_worker_create", st);
-    }
-    ucp_worker_attr_t wa = {.field_mask = UCP_WORKER_ATTR_FIELD_THREAD_MODE};
-    if (ucp_worker_query(u->worker, &wa) == UCS_OK && wa.thread_mode != UCS_THREAD_MODE_MULTI)
-        return fail(err, err_cap, "this UCX build has no multi-thread support",
-                    UCS_ERR_UNSUPPORTED);
+    static const char what[] = "--enable_rdma";
+    if (ds__ucx_open(what, UCS_THREAD_MODE_MULTI, &u->ctx, &u->worker, u->addr_hex, err, err_cap) !=
+        0)
+        return -1;
     ucp_mem_map_params_t mp = {.field_mask =
                                    UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH,
                                .address = base,
                                .length = len};
-    st = ucp_mem_map(u->ctx, &mp, &u->memh);
+    ucs_status_t st = ucp_mem_map(u->ctx, &mp, &u->memh);
     if (st != UCS_OK) {
         u->memh = NULL;
-        return fail(err, err_cap, "mapping the arena (ucp_mem_map; check `ulimit -l`)", st);
+        return ds__ucx_fail(err, err_cap, what,
+                            "mapping the arena (ucp_mem_map; check `ulimit -l`)", st);
     }
-    ucp_address_t *addr;
-    size_t alen;
-    st = ucp_worker_get_address(u->worker, &addr, &alen);
-    if (st != UCS_OK) return fail(err, err_cap, "ucp_worker_get_address", st);
-    if (alen * 2 > DS_UCX_ADDR_HEX_MAX) {
-        ucp_worker_release_address(u->worker, addr);
-        snprintf(err, err_cap,
-                 "cannot start UCX for --enable_rdma: its worker address is %zu bytes, more than "
-                 "the %d a membership record carries (narrow UCX_TLS or UCX_NET_DEVICES)",
-                 alen, DS_UCX_ADDR_HEX_MAX / 2);
-        return -1;
-    }
-    to_hex((const uint8_t *)addr, alen, u->addr_hex);
-    ucp_worker_release_address(u->worker, addr);
     st = ucp_worker_get_efd(u->worker, &u->wefd);
-    if (st != UCS_OK) return fail(err, err_cap, "ucp_worker_get_efd", st);
+    if (st != UCS_OK) return ds__ucx_fail(err, err_cap, what, "ucp_worker_get_efd", st);
     return 0;
 }
 
@@ -546,18 +505,23 @@ static ucx_ep_t *get_ep(ds_ucx_t *u, const char *peer, const char *addr_hex, cha
         if (usable) return e;
         close_ep(u, e); /* failed, or the member restarted with a new address */
     } else {
-        e = calloc(1, sizeof(*e));
-        if (e == NULL) {
+        /* An entry a forgotten peer left (a client's, ds__ucx_forget), else a new one. */
+        e = u->eps;
+        while (e && !(e->peer[0] == '\0' && e->ep == NULL))
+            e = e->next;
+        if (e == NULL && (e = calloc(1, sizeof(*e))) == NULL) {
             snprintf(err, err_cap, "out of memory");
             return NULL;
         }
-        e->u = u;
+        if (e->u == NULL) {
+            e->u = u;
+            e->next = u->eps;
+            u->eps = e;
+        }
         snprintf(e->peer, sizeof(e->peer), "%s", peer);
-        e->next = u->eps;
-        u->eps = e;
     }
     uint8_t bin[DS_UCX_ADDR_HEX_MAX / 2];
-    ssize_t n = from_hex(addr_hex, bin, sizeof(bin));
+    ssize_t n = ds__ucx_from_hex(addr_hex, strlen(addr_hex), bin, sizeof(bin));
     if (n <= 0) {
         snprintf(err, err_cap, "member %.200s published a malformed UCX address", peer);
         return NULL;
@@ -584,7 +548,8 @@ static ucx_ep_t *get_ep(ds_ucx_t *u, const char *peer, const char *addr_hex, cha
 }
 
 int ds__ucx_send(ds_ucx_t *u, const char *peer, const char *addr_hex, uint64_t tag, const void *src,
-                 size_t len, ds_ucx_sent_fn done, void *ctx, char *err, size_t err_cap)
+                 size_t len, uint64_t deadline_ms, ds_ucx_sent_fn done, void *ctx, char *err,
+                 size_t err_cap)
 {
     ucx_ep_t *e = get_ep(u, peer, addr_hex, err, err_cap);
     if (e == NULL) return -1;
@@ -611,6 +576,52 @@ int ds__ucx_send(ds_ucx_t *u, const char *peer, const char *addr_hex, uint64_t t
         free(op);
         return -1;
     }
+    op->ep = e;
+    op->deadline_ms = deadline_ms;
+    op->snext = u->sends;
+    if (u->sends) u->sends->sprev = op;
+    u->sends = op;
+    u->nsends++;
     ucp_worker_signal(u->worker);
     return 0;
+}
+
+uint64_t ds__ucx_tick(ds_ucx_t *u, uint64_t now)
+{
+    if (u == NULL) return 0;
+    uint64_t next = 0;
+    for (ds_ucx_op_t *op = u->sends; op; op = op->snext) {
+        if (op->timed_out) continue;
+        if (op->deadline_ms > now) {
+            if (next == 0 || op->deadline_ms < next) next = op->deadline_ms;
+            continue;
+        }
+        /* UCX cannot cancel a send; closing its endpoint (FORCE) ends every
+         * request on it with an error, and the callback drops the pin. The
+         * peer's next transfer opens a new endpoint. */
+        op->timed_out = true;
+        u->send_timeouts++;
+        DS_LOG_WARN("rdma: UCX send of %zu bytes to %s still unfinished at its deadline; "
+                    "closing the endpoint",
+                    op->len, op->ep->peer[0] ? op->ep->peer : "a forgotten peer");
+        close_ep(u, op->ep);
+    }
+    return next;
+}
+
+void ds__ucx_forget(ds_ucx_t *u, const char *peer)
+{
+    if (u == NULL) return;
+    for (ucx_ep_t *e = u->eps; e; e = e->next) {
+        if (e->peer[0] && strcmp(e->peer, peer) == 0) {
+            close_ep(u, e);
+            e->peer[0] = '\0';
+        }
+    }
+}
+
+void ds__ucx_counts(const ds_ucx_t *u, uint64_t *in_flight, uint64_t *timeouts)
+{
+    *in_flight = u ? u->nsends : 0;
+    *timeouts = u ? u->send_timeouts : 0;
 }
