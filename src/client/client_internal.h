@@ -84,6 +84,9 @@ typedef struct ds_sess {
     atomic_bool anchor_dead;
     ds_shm_index_t ix;              /* the worker's GET index in the mapping; ix.hdr NULL = none */
     _Atomic uint64_t ix_checked_ms; /* when the anchor was last seen open */
+    /* The client's UCX address this session registered (UCX_ADDR), as the
+     * UCX worker generation + 1 (ds__cucx_begin); 0 = none yet. */
+    _Atomic uint64_t ucx_registered;
 } ds_sess_t;
 
 /* One piece of a request's data section: user memory, or bytes coalesced
@@ -342,9 +345,10 @@ typedef struct {
  * its status and UCX_TLS when UCX cannot start. */
 ds_status_t ds__cucx_new(ds_cucx_t **out);
 void ds__cucx_free(ds_cucx_t *u);
-/* Tags for n values (*tag .. *tag + n - 1) and this client's UCX address
- * (hex, into addr of DS_UCX_ADDR_HEX_MAX + 1 bytes). */
-ds_status_t ds__cucx_begin(ds_cucx_t *u, size_t n, uint64_t *tag, char *addr);
+/* Tags for n values (*tag .. *tag + n - 1), this client's UCX address (hex,
+ * into addr of DS_UCX_ADDR_HEX_MAX + 1 bytes) and its generation (it
+ * changes when a failed transfer made a new UCX worker). */
+ds_status_t ds__cucx_begin(ds_cucx_t *u, size_t n, uint64_t *tag, char *addr, uint64_t *gen);
 /* Posts a receive of exactly len bytes into dst. */
 ds_status_t ds__cucx_recv(ds_cucx_t *u, ds_crecv_t *rv, uint64_t tag, void *dst, size_t len);
 /* Waits until every posted receive of rv[0..n) has all its bytes; a failure

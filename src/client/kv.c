@@ -527,7 +527,16 @@ ds_status_t ds__get_request_ucx(ds_client_t *c, ds_conn_t *conn, size_t n, const
         return ds__get_request(conn, n, keys, sub_timeout_ms, DS_GET_WANT_SHM, deadline, ents);
     char *addr = malloc(DS_UCX_ADDR_HEX_MAX + 1);
     if (addr == NULL) return ds__set_error(DS_K_OUT_OF_MEMORY, "out of memory for a UCX get");
-    ds_status_t st = ds__cucx_begin(c->ucx, n, tag, addr);
+    uint64_t gen = 0;
+    ds_status_t st = ds__cucx_begin(c->ucx, n, tag, addr, &gen);
+    if (st == DS_K_OK && atomic_load(&conn->sess->ucx_registered) != gen + 1) {
+        /* The session's first UCX get (or the first since a new UCX
+         * worker): the worker vets the address before it uses it. */
+        ds__conn_begin(conn);
+        ds__wbuf_cstr(&conn->w, addr);
+        st = ds__conn_call(conn, DS_OP_UCX_ADDR, false, deadline);
+        if (st == DS_K_OK) atomic_store(&conn->sess->ucx_registered, gen + 1);
+    }
     if (st == DS_K_OK)
         st = get_request(conn, n, keys, sub_timeout_ms, 0, deadline, ents, *tag, max_size, addr);
     free(addr);

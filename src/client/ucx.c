@@ -98,18 +98,20 @@ void ds__cucx_free(ds_cucx_t *u)
     free(u);
 }
 
-ds_status_t ds__cucx_begin(ds_cucx_t *u, size_t n, uint64_t *tag, char *addr)
+ds_status_t ds__cucx_begin(ds_cucx_t *u, size_t n, uint64_t *tag, char *addr, uint64_t *gen)
 {
+    char why[sizeof(u->broken)];
     pthread_mutex_lock(&u->mu);
     bool ok = u->worker != NULL;
     if (ok) {
         *tag = u->next_tag;
         u->next_tag += n;
+        *gen = u->gen;
         memcpy(addr, u->addr_hex, strlen(u->addr_hex) + 1);
     }
+    memcpy(why, u->broken, sizeof(why));
     pthread_mutex_unlock(&u->mu);
-    if (!ok)
-        return ds__set_error(DS_K_RUNTIME_ERROR, "UCX is unusable in this client: %s", u->broken);
+    if (!ok) return ds__set_error(DS_K_RUNTIME_ERROR, "UCX is unusable in this client: %s", why);
     return DS_K_OK;
 }
 
@@ -131,13 +133,15 @@ ds_status_t ds__cucx_recv(ds_cucx_t *u, ds_crecv_t *rv, uint64_t tag, void *dst,
                                                UCP_OP_ATTR_FLAG_NO_IMM_CMPL,
                                .cb.recv = recv_cb,
                                .user_data = rv};
+    char why[sizeof(u->broken)];
     pthread_mutex_lock(&u->mu);
     void *r = u->worker ? ucp_tag_recv_nbx(u->worker, dst, len, tag, UINT64_MAX, &prm) : NULL;
     rv->gen = u->gen;
+    memcpy(why, u->broken, sizeof(why));
     pthread_mutex_unlock(&u->mu);
     if (r == NULL || UCS_PTR_IS_ERR(r))
         return ds__set_error(DS_K_RUNTIME_ERROR, "cannot post a UCX receive of %zu bytes: %s", len,
-                             r ? ucs_status_string(UCS_PTR_STATUS(r)) : u->broken);
+                             r ? ucs_status_string(UCS_PTR_STATUS(r)) : why);
     rv->req = r;
     rv->posted = true;
     return DS_K_OK;

@@ -108,6 +108,14 @@
  *         wait_ms + DS_UCX_SEND_GRACE_MS (the send is then ended). The client posts a
  *         receive for each such value into its destination buffer. Larger values
  *         and small ones come inline. A worker without --enable_rdma: K_NOT_SUPPORTED.
+ *         ucx_address must be the one this session registered with UCX_ADDR (else
+ *         K_INVALID): the worker never hands an unvetted address to UCX.
+ * UCX_ADDR req: str ucx_address            resp: str err
+ *         Registers the client's UCX worker address for its session, before its
+ *         first UCX_GET (and again when it changes). UCX aborts the process that
+ *         parses a malformed address, so the worker has a throwaway helper
+ *         (ds_ucx_check, next to its binary) create an endpoint to it first, and
+ *         answers once that is done: K_OK, or K_INVALID with the helper's reason.
  * CREATE  req: u8 mode, u32 ttl, u8 existence, n, n*(key, u64 size)
  *         resp: str err, n, n*(u32 status, u64 offset, u64 handle)
  * PUBLISH req: n, n*u64 handle            resp: str err, n, n*u32 status
@@ -219,7 +227,8 @@
     X(GREF, 22, "global_ref")                                                                      \
     X(SETR, 23, "set_reserved")                                                                    \
     X(UCX_PULL, 24, "ucx_pull")                                                                    \
-    X(UCX_GET, 25, "ucx_get")
+    X(UCX_GET, 25, "ucx_get")                                                                      \
+    X(UCX_ADDR, 26, "ucx_address")
 
 typedef enum {
 #define DS__OP_ENUM(name, num, text) DS_OP_##name = num,

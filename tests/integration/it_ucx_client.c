@@ -16,10 +16,16 @@
  *   nothing pinned), deletes the key and keeps serving;
  * - a client alive but stopped (SIGSTOP) mid-get: the worker ends the send
  *   at its deadline (the client's wait plus DS_UCX_SEND_GRACE_MS) and drops
- *   the pin while the client is still stopped. */
+ *   the pin while the client is still stopped;
+ * - hostile frames (UCX_GET without its trailer, tag 0, a non-hex or
+ *   oversized address; UCX_ADDR with random bytes as an address, which UCX
+ *   itself would abort on, and UCX_GET naming an unregistered address):
+ *   K_INVALID, and the worker keeps serving. */
 #include "harness.h"
+#include "it_hostile_raw.h"
 
 #include "common/clock.h"
+#include "common/ucx_common.h"
 #include "common/wire.h"
 
 #include <pthread.h>
@@ -345,6 +351,87 @@ static void test_stopped_client_pin_deadline(void **state)
     ds_client_close(c);
 }
 
+/* Queues a UCX_GET of key with the given trailer (addr NULL: none). */
+static uint64_t raw_ucx_get(hr_conn_t *h, const char *key, uint64_t tag, const char *addr)
+{
+    ds_wbuf_t m;
+    ds__wbuf_init(&m);
+    hr_m_get(&m, key, 0, 0);
+    if (addr) {
+        ds__wbuf_u64(&m, tag);
+        ds__wbuf_u64(&m, UINT64_MAX);
+        ds__wbuf_u32(&m, 1000);
+        ds__wbuf_cstr(&m, addr);
+    }
+    uint64_t id = hr_add(h, DS_OP_UCX_GET, &m, NULL, 0);
+    ds__wbuf_free(&m);
+    return id;
+}
+
+static uint32_t raw_status(hr_conn_t *h, uint64_t id, char *err, size_t cap)
+{
+    hr_frame_t *f = hr_flush(h) == 0 ? hr_answer(h, id, ds__now_ms() + 5000) : NULL;
+    assert_non_null(f);
+    snprintf(err, cap, "%s", f->err);
+    return f->h.status;
+}
+
+static void test_hostile_frames(void **state)
+{
+    (void)state;
+    ds_client_t *c = dst_connect(&W, DS_TRANSPORT_TCP);
+    put_value(c, "ucx-hostile", 1u << 20, 13);
+    hr_conn_t h;
+    assert_int_equal(hr_open_hello(&h, &W, false), 0);
+    char err[256];
+    assert_int_equal(raw_status(&h, raw_ucx_get(&h, "ucx-hostile", 1, NULL), err, sizeof(err)),
+                     DS_K_INVALID);
+    printf("# no trailer: %s\n", err);
+    assert_int_equal(raw_status(&h, raw_ucx_get(&h, "ucx-hostile", 0, "abcd"), err, sizeof(err)),
+                     DS_K_INVALID);
+    assert_int_equal(raw_status(&h, raw_ucx_get(&h, "ucx-hostile", 1, "xyz!"), err, sizeof(err)),
+                     DS_K_INVALID);
+    printf("# not hex: %s\n", err);
+    char *huge = malloc(DS_UCX_ADDR_HEX_MAX + 3);
+    assert_non_null(huge);
+    memset(huge, 'a', DS_UCX_ADDR_HEX_MAX + 2);
+    huge[DS_UCX_ADDR_HEX_MAX + 2] = '\0';
+    assert_int_equal(raw_status(&h, raw_ucx_get(&h, "ucx-hostile", 1, huge), err, sizeof(err)),
+                     DS_K_INVALID);
+    free(huge);
+    /* Well-formed hex that is no UCX address: an error answer, no crash. */
+    const size_t lens[] = {2, 16, 64, 300, 1024};
+    srand(42);
+    for (size_t k = 0; k < sizeof(lens) / sizeof(lens[0]); k++) {
+        char addr[2 * 1024 + 1];
+        for (size_t i = 0; i < 2 * lens[k]; i++)
+            addr[i] = "0123456789abcdef"[rand() % 16];
+        addr[2 * lens[k]] = '\0';
+        ds_wbuf_t m;
+        ds__wbuf_init(&m);
+        ds__wbuf_cstr(&m, addr);
+        uint64_t id = hr_add(&h, DS_OP_UCX_ADDR, &m, NULL, 0);
+        ds__wbuf_free(&m);
+        uint32_t st = raw_status(&h, id, err, sizeof(err));
+        printf("# UCX_ADDR of %zu random bytes: %u %s\n", lens[k], st, err);
+        assert_int_equal(st, DS_K_INVALID);
+        /* Unregistered, so never parsed by the worker. */
+        st = raw_status(&h, raw_ucx_get(&h, "ucx-hostile", 1, addr), err, sizeof(err));
+        assert_int_equal(st, DS_K_INVALID);
+    }
+    printf("# address checks %.0f, refused %.0f\n", dst_stat(&W, "ucx.address_checks"),
+           dst_stat(&W, "ucx.addresses_refused"));
+    assert_true(dst_stat(&W, "ucx.addresses_refused") >= 5);
+    hr_close(&h);
+    void *v = NULL;
+    size_t len = 0;
+    assert_int_equal(ds_kv_get(c, "ucx-hostile", 0, &v, &len), DS_K_OK);
+    assert_true(dst_check(v, len, 13));
+    ds_free(v);
+    ds_client_close(c);
+    assert_true(wait_stat(&W, "ucx.sends_in_flight", 0, false, 5000) >= 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -353,6 +440,7 @@ int main(void)
         cmocka_unit_test(test_worker_killed_mid_get),
         cmocka_unit_test(test_client_killed_mid_get),
         cmocka_unit_test(test_stopped_client_pin_deadline),
+        cmocka_unit_test(test_hostile_frames),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

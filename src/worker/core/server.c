@@ -165,8 +165,9 @@ int ds__server_init(ds_server_t *srv, const ds_worker_config_t *cfg, char *err, 
     if (ds__net_init(net, err, err_cap) != 0) return -1;
     /* --enable_rdma: UCX for pulls between workers (a cluster) and for
      * remote clients' gets (UCX_GET, standalone too); no UCX, no start. */
-    if (cfg->enable_rdma &&
-        (srv->ucx = ds__ucx_new(net->loop, srv->arena.base, srv->arena.size, err, err_cap)) == NULL)
+    if (cfg->enable_rdma && (ds__ops_ucx_addr_init(srv, err, err_cap) != 0 ||
+                             (srv->ucx = ds__ucx_new(net->loop, srv->arena.base, srv->arena.size,
+                                                     err, err_cap)) == NULL))
         return -1;
     if (ds__cluster_init(srv, err, err_cap) != 0) return -1;
     if (ds__tier_init(srv, err, err_cap) != 0) return -1;
@@ -242,6 +243,7 @@ void ds__server_destroy(ds_server_t *srv)
     /* The L2 queue first: a clean stop flushes write-back and answers the
      * requests still waiting for the disk. */
     ds__tier_destroy(srv);
+    ds__ops_ucx_addr_destroy(srv);
     /* Connections first: closing them ends every deferred request's wait. */
     if (srv->net.loop) ds__net_destroy(&srv->net);
     ds__cluster_destroy(srv);

@@ -114,7 +114,9 @@ static ds_ucx_get_t *ucx_params(ds_server_t *srv, const ds_req_t *r)
     if (read_keys(&rb, DS_MAX_BATCH, &keys, &n, msg, sizeof(msg)) != 0) return NULL;
     free(keys);
     ds_ucx_get_t *t = malloc(sizeof(*t));
-    if (t && ds__ops_ucx_trailer(&rb, t, msg, sizeof(msg)) != 0) {
+    /* Only the address the session registered (and the worker vetted). */
+    if (t && (ds__ops_ucx_trailer(&rb, t, msg, sizeof(msg)) != 0 || r->session->ucx_addr == NULL ||
+              strcmp(r->session->ucx_addr, t->addr) != 0)) {
         free(t);
         t = NULL;
     }
@@ -365,6 +367,12 @@ static void op_get(ds_server_t *srv, ds_req_t *r)
             if (ut == NULL) snprintf(msg, sizeof(msg), "out of memory");
             rc = -2;
             free_keys(keys, keys_small);
+        } else if (r->session == NULL || r->session->ucx_addr == NULL ||
+                   strcmp(r->session->ucx_addr, ut->addr) != 0) {
+            snprintf(msg, sizeof(msg),
+                     "UCX_GET names a UCX address this session did not register (UCX_ADDR)");
+            rc = -2;
+            free_keys(keys, keys_small);
         }
         free(ut);
     } else if (rc == 0 && !ds__rbuf_done(&rb)) {
@@ -602,6 +610,9 @@ void ds__ops_dispatch(void *ctx, ds_req_t *r)
     case DS_OP_GET:
     case DS_OP_UCX_GET:
         op_get(srv, r);
+        break;
+    case DS_OP_UCX_ADDR:
+        ds__ops_ucx_addr(srv, r);
         break;
     case DS_OP_CREATE:
         ds__ops_create(srv, r);

@@ -68,6 +68,8 @@ int ds__ops_ucx_trailer(ds_rbuf_t *rb, ds_ucx_get_t *t, char *msg, size_t cap);
  * caller's) when the send could not start. */
 int ds__ops_ucx_send(ds_server_t *srv, ds_req_t *r, const ds_ucx_get_t *t, uint32_t i, ds_obj_t *o,
                      char *msg, size_t cap);
+/* UCX_ADDR: vets and registers a session's UCX address (ops_ucx_addr.c). */
+void ds__ops_ucx_addr(ds_server_t *srv, ds_req_t *r);
 /* The UCX endpoint name of a client session. */
 void ds__ops_ucx_peer(const ds_session_t *s, char *out, size_t cap);
 

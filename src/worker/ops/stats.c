@@ -46,6 +46,8 @@ char *ds__server_stats_json(ds_server_t *srv)
         cJSON_AddNumberToObject(u, "client_send_failures", (double)srv->uctr.client_send_failures);
         cJSON_AddNumberToObject(u, "sends_in_flight", (double)in_flight);
         cJSON_AddNumberToObject(u, "send_timeouts", (double)timeouts);
+        cJSON_AddNumberToObject(u, "address_checks", (double)srv->uctr.addr_checks);
+        cJSON_AddNumberToObject(u, "addresses_refused", (double)srv->uctr.addr_rejected);
     }
     cJSON *cl = cJSON_AddObjectToObject(root, "clients");
     cJSON_AddNumberToObject(cl, "connections", srv->net.nconns);
