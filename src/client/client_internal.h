@@ -318,10 +318,10 @@ ds_status_t ds__get_request(ds_conn_t *conn, size_t n, const char *const *keys,
  * session is remote: entries may then be kind DS_VAL_UCX, each to be
  * received with ds__cucx_recv under *tag + its index; max_size is the
  * largest value to come that way (larger ones come inline). *tag 0: a
- * plain GET was sent. */
+ * plain GET (with flags) was sent. */
 ds_status_t ds__get_request_ucx(ds_client_t *c, ds_conn_t *conn, size_t n, const char *const *keys,
-                                int32_t sub_timeout_ms, uint64_t max_size, uint64_t deadline,
-                                ds_getent_t *ents, uint64_t *tag);
+                                int32_t sub_timeout_ms, uint8_t flags, uint64_t max_size,
+                                uint64_t deadline, ds_getent_t *ents, uint64_t *tag);
 /* Reads one GET/READ answer entry (kind, size, [offset, handle]) into e:
  * false when the metadata ran out; *bad is set when the entry is not one a
  * worker may send (an arena range outside the mapping, an unknown kind), and

@@ -519,12 +519,12 @@ ds_status_t ds__get_request(ds_conn_t *conn, size_t n, const char *const *keys,
 }
 
 ds_status_t ds__get_request_ucx(ds_client_t *c, ds_conn_t *conn, size_t n, const char *const *keys,
-                                int32_t sub_timeout_ms, uint64_t max_size, uint64_t deadline,
-                                ds_getent_t *ents, uint64_t *tag)
+                                int32_t sub_timeout_ms, uint8_t flags, uint64_t max_size,
+                                uint64_t deadline, ds_getent_t *ents, uint64_t *tag)
 {
     *tag = 0;
     if (c->ucx == NULL || conn->sess->base != NULL)
-        return ds__get_request(conn, n, keys, sub_timeout_ms, DS_GET_WANT_SHM, deadline, ents);
+        return ds__get_request(conn, n, keys, sub_timeout_ms, flags, deadline, ents);
     char *addr = malloc(DS_UCX_ADDR_HEX_MAX + 1);
     if (addr == NULL) return ds__set_error(DS_K_OUT_OF_MEMORY, "out of memory for a UCX get");
     uint64_t gen = 0;
@@ -622,7 +622,8 @@ static ds_status_t kv_get_into(ds_client_t *c, const char *key, int32_t sub_time
     if ((st = ds__client_acquire(c, &deadline, &conn)) != DS_K_OK) return st;
     ds_getent_t e;
     uint64_t tag;
-    st = ds__get_request_ucx(c, conn, 1, &key, sub_timeout_ms, cap, deadline, &e, &tag);
+    st = ds__get_request_ucx(c, conn, 1, &key, sub_timeout_ms, DS_GET_WANT_SHM, cap, deadline, &e,
+                             &tag);
     if (st == DS_K_OK) {
         if (e.kind == DS_VAL_MISSING) {
             st = not_found(key, sub_timeout_ms);
@@ -689,7 +690,8 @@ static ds_status_t kv_mget(ds_client_t *c, size_t n, const char *const *keys,
     size_t nrv = 0;
     if ((st = ds__client_acquire(c, &deadline, &conn)) != DS_K_OK) goto out;
     uint64_t tag;
-    st = ds__get_request_ucx(c, conn, n, keys, sub_timeout_ms, UINT64_MAX, deadline, ents, &tag);
+    st = ds__get_request_ucx(c, conn, n, keys, sub_timeout_ms, DS_GET_WANT_SHM, UINT64_MAX,
+                             deadline, ents, &tag);
     if (st == DS_K_OK && tag) {
         rv = n == 1 ? &rv_one : calloc(n, sizeof(*rv));
         if (rv == NULL) st = ds__set_error(DS_K_OUT_OF_MEMORY, "out of memory getting %zu keys", n);

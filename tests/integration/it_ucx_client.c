@@ -3,7 +3,8 @@
  * loopback interface (UCX_TLS=tcp, UCX_NET_DEVICES=lo):
  *
  * - values of 1 KiB (inline), 64 KiB + 1, 1 MiB and 64 MiB round-trip
- *   byte-exact through ds_kv_get, ds_kv_get_into and ds_kv_mget, and the
+ *   byte-exact through ds_kv_get, ds_kv_get_into, ds_kv_mget and
+ *   ds_kv_get_buffers, and the
  *   worker's counters (STATS ucx.client_sends / client_bytes) show that the
  *   large ones, and only they, went by UCX; a buffer too small gets
  *   DS_K_INVALID and starts no send;
@@ -86,6 +87,15 @@ static void put_value(ds_client_t *c, const char *key, size_t len, uint64_t seed
     free(v);
 }
 
+/* Sets key through a TCP client of its own. */
+static void put_via(const dst_worker_t *w, const char *key, size_t len, uint64_t seed)
+{
+    ds_client_t *c = dst_connect(w, DS_TRANSPORT_TCP);
+    assert_non_null(c);
+    put_value(c, key, len, seed);
+    ds_client_close(c);
+}
+
 /* Polls a STATS value until pred(value) holds; ms taken, or -1 after limit_ms. */
 static long wait_stat(const dst_worker_t *w, const char *path, double want, bool at_least,
                       long limit_ms)
@@ -147,11 +157,17 @@ static void test_sizes_round_trip(void **state)
         assert_int_equal(out[1].status, DS_K_NOT_FOUND);
         ds_free(out[0].data);
 
+        ds_buffer_t *b = NULL;
+        assert_int_equal(ds_kv_get_buffers(c, 1, keys, 0, &b), DS_K_OK);
+        assert_int_equal(ds_buffer_size(b), len);
+        assert_true(dst_check(ds_buffer_data(b), len, 100 + k));
+        ds_buffer_release(b);
+
         double sends = dst_stat(&W, "ucx.client_sends") - sends0;
         double bytes = dst_stat(&W, "ucx.client_bytes") - bytes0;
         printf("# %zu bytes: %.0f UCX sends, %.0f bytes\n", len, sends, bytes);
-        assert_true(sends == (big ? 3 : 0));
-        assert_true(bytes == (big ? 3.0 * (double)len : 0));
+        assert_true(sends == (big ? 4 : 0));
+        assert_true(bytes == (big ? 4.0 * (double)len : 0));
     }
     assert_true(dst_stat(&W, "ucx.client_send_failures") == 0);
     assert_true(wait_stat(&W, "ucx.sends_in_flight", 0, false, 2000) >= 0);
@@ -162,7 +178,7 @@ static void test_sizes_round_trip(void **state)
 static void test_env_and_refusals(void **state)
 {
     (void)state;
-    put_value(dst_connect(&W, DS_TRANSPORT_TCP), "ucx-env", 1u << 20, 7);
+    put_via(&W, "ucx-env", 1u << 20, 7);
     /* DS_CLIENT_UCX=1 with the option left 0. */
     setenv("DS_CLIENT_UCX", "1", 1);
     ds_client_t *c = connect_ucx(&W, 0, 0);
@@ -251,7 +267,7 @@ static void test_worker_killed_mid_get(void **state)
     for (int attempt = 0; attempt < 5 && !interrupted; attempt++) {
         dst_worker_t k;
         assert_int_equal(dst_worker_start(&k, ARENA_MB, "--enable_rdma true"), 0);
-        put_value(dst_connect(&k, DS_TRANSPORT_TCP), "ucx-kill", BIG, 9);
+        put_via(&k, "ucx-kill", BIG, 9);
         getter_t g = {.c = connect_ucx(&k, 1, 4000), .key = "ucx-kill"};
         assert_non_null(g.c);
         pthread_t t;
