@@ -11,13 +11,17 @@
  *  - UCX_PULL's TCP fall-back: an owner that knows no UCX address for the
  *    requester answers with the value on the peer connection (via_ucx 0);
  *  - a remote client over UCX (enable_ucx) reading from B a key A owns: B
- *    pulls it from A over UCX, then sends it to the client over UCX. */
+ *    pulls it from A over UCX, then sends it to the client over UCX;
+ *  - a requester that stops (SIGSTOP) mid-pull cannot hold the owner's pin:
+ *    A ends its send at the pull's deadline (B's 30 s job wait + 1 s). */
 #include "cluster_util.h"
 #include "it_hostile_raw.h"
 
 #include "common/clock.h"
 
+#include <pthread.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -227,6 +231,75 @@ static void test_remote_client_over_ucx(void **state)
     ds_client_close(wa);
 }
 
+typedef struct {
+    ds_client_t *c;
+    ds_status_t st;
+} pull_get_t;
+
+static void *pull_getter(void *arg)
+{
+    pull_get_t *g = arg;
+    void *v = NULL;
+    size_t len = 0;
+    g->st = ds_kv_get(g->c, "stopped-b", 0, &v, &len);
+    ds_free(v);
+    return NULL;
+}
+
+static void test_stopped_requester_pin_deadline(void **state)
+{
+    (void)state;
+    ds_client_t *wa = ct_client(&C, A, DS_TRANSPORT_LOCAL);
+    const size_t len = 96u << 20;
+    assert_int_equal(ct_set(wa, "stopped-b", len, 802), DS_K_OK);
+    double to0 = dst_stat(&C.w[A], "ucx.send_timeouts");
+    pull_get_t g = {.c = ct_client(&C, B, DS_TRANSPORT_TCP)};
+    assert_non_null(g.c);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, pull_getter, &g), 0);
+    long seen = -1;
+    uint64_t t0 = ds__now_ms();
+    while (ds__now_ms() - t0 < 10000 && seen < 0) {
+        if (dst_stat(&C.w[A], "ucx.sends_in_flight") >= 1) seen = (long)(ds__now_ms() - t0);
+        usleep(200);
+    }
+    if (seen < 0) {
+        pthread_join(t, NULL);
+        fprintf(stderr, "  the pull finished before it was seen in flight; skipped\n");
+        ds_client_close(g.c);
+        ds_client_close(wa);
+        skip();
+    }
+    kill(C.w[B].pid, SIGSTOP);
+    uint64_t s0 = ds__now_ms();
+    long gone = -1;
+    while (ds__now_ms() - s0 < 45000 && gone < 0) {
+        if (dst_stat(&C.w[A], "ucx.sends_in_flight") == 0) gone = (long)(ds__now_ms() - s0);
+        usleep(20000);
+    }
+    double timeouts = dst_stat(&C.w[A], "ucx.send_timeouts") - to0;
+    double pinned = dst_stat(&C.w[A], "objects.pinned");
+    kill(C.w[B].pid, SIGCONT);
+    pthread_join(t, NULL);
+    fprintf(stderr,
+            "  pull seen after %ld ms; A's send ended %ld ms after B stopped; send_timeouts +%.0f; "
+            "A pinned %.0f; B's get: %d\n",
+            seen, gone, timeouts, pinned, (int)g.st);
+    assert_true(gone >= 0);
+    assert_true(gone <= 30000 + 1000 + 5000);
+    assert_true(pinned == 0);
+    assert_true(timeouts >= 1);
+    ds_client_close(g.c);
+    /* B's lease may have lapsed while it was stopped: it comes back. */
+    assert_true(ct_wait_members(&C, 3, 60000) >= 0);
+    const char *k = "stopped-b";
+    ds_status_t st = DS_K_RUNTIME_ERROR;
+    for (int i = 0; i < 50 && st != DS_K_OK; i++, usleep(100000))
+        st = ds_kv_del(wa, 1, &k, NULL);
+    assert_int_equal(st, DS_K_OK);
+    ds_client_close(wa);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -234,6 +307,7 @@ int main(void)
         cmocka_unit_test(test_mixed_cluster),
         cmocka_unit_test(test_pull_tcp_fallback),
         cmocka_unit_test(test_remote_client_over_ucx),
+        cmocka_unit_test(test_stopped_requester_pin_deadline),
         cmocka_unit_test(test_refuses_to_start_without_ucx),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

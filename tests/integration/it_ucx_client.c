@@ -65,8 +65,10 @@ static ds_client_t *connect_ucx(const dst_worker_t *w, int enable, int request_m
 static int setup(void **state)
 {
     (void)state;
-    setenv("UCX_TLS", "tcp", 1);
-    setenv("UCX_NET_DEVICES", "lo", 1);
+    /* DS_TEST_UCX_TLS runs the suite over other transports (e.g. "sm,self"). */
+    const char *tls = getenv("DS_TEST_UCX_TLS");
+    setenv("UCX_TLS", tls && *tls ? tls : "tcp", 1);
+    if (tls == NULL || strcmp(tls, "tcp") == 0) setenv("UCX_NET_DEVICES", "lo", 1);
     unsetenv("DS_CLIENT_UCX");
     return dst_worker_start(&W, ARENA_MB, "--enable_rdma true");
 }
@@ -211,10 +213,12 @@ static void test_env_and_refusals(void **state)
     unsetenv("DS_CLIENT_UCX");
 
     /* UCX that cannot start: connect fails with the reason, no fall-back. */
+    char *tls = strdup(getenv("UCX_TLS"));
     setenv("UCX_TLS", "bogus", 1);
     o.enable_ucx = 1;
     ds_status_t st = ds_client_connect(&o, &c);
-    setenv("UCX_TLS", "tcp", 1);
+    setenv("UCX_TLS", tls, 1);
+    free(tls);
     printf("# UCX_TLS=bogus: %d %s\n", (int)st, ds_last_error());
     assert_int_not_equal(st, DS_K_OK);
     assert_null(c);

@@ -83,6 +83,7 @@ struct ds_ucx {
     pthread_cond_t cv;                  /* a receive finished, or the worker stops */
     ds_ucx_op_t *done_head, *done_tail; /* for the loop */
     ds_ucx_op_t *cancels;               /* receives to cancel, for the progress thread */
+    struct ucx_close *closes;           /* endpoints to force-close, for the progress thread */
     int done_fd;
     ds_io_t dio;
     ds_loop_t *loop;
@@ -93,6 +94,39 @@ struct ds_ucx {
 
 static void to_loop_locked(ds_ucx_t *u, ds_ucx_op_t *op);
 static void wake_loop(ds_ucx_t *u);
+
+/* An endpoint the loop gave up (a send past its deadline, a client session
+ * that ended), closed by the progress thread: a FORCE close from the loop
+ * while the progress thread was in UCX's TCP transport crashed the worker
+ * there (a NULL handler called from uct_tcp_iface_progress, ct_rdma). */
+struct ucx_close {
+    struct ucx_close *next;
+    ucp_ep_h ep;
+};
+
+static void force_close(ds_ucx_t *u, ucp_ep_h ep)
+{
+    ucp_request_param_t prm = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+                               .flags = UCP_EP_CLOSE_FLAG_FORCE};
+    void *r = ucp_ep_close_nbx(ep, &prm);
+    if (UCS_PTR_IS_PTR(r)) ucp_request_free(r); /* UCX finishes it on its own */
+    (void)u;
+}
+
+/* On the progress thread (or once it has stopped): the closes the loop asked for. */
+static void run_closes(ds_ucx_t *u)
+{
+    pthread_mutex_lock(&u->mu);
+    struct ucx_close *list = u->closes;
+    u->closes = NULL;
+    pthread_mutex_unlock(&u->mu);
+    while (list) {
+        struct ucx_close *c = list;
+        list = c->next;
+        force_close(u, c->ep);
+        free(c);
+    }
+}
 
 /* On the progress thread: cancels the receives job threads gave up on. A
  * receive that completed meanwhile was left alone by its callback (it was on
@@ -129,6 +163,7 @@ static void *progress_thread(void *arg)
     struct pollfd pfd = {.fd = u->wefd, .events = POLLIN};
     while (!atomic_load(&u->stop)) {
         run_cancels(u);
+        run_closes(u);
         while (ucp_worker_progress(u->worker) != 0)
             ;
         ucs_status_t st = ucp_worker_arm(u->worker);
@@ -349,6 +384,7 @@ void ds__ucx_free(ds_ucx_t *u)
         ucp_worker_signal(u->worker);
         pthread_join(u->thread, NULL);
     }
+    run_closes(u);
     if (u->done_fd >= 0) {
         on_done(u, 0);
         ds__loop_del(u->loop, &u->dio);
@@ -586,6 +622,30 @@ int ds__ucx_send(ds_ucx_t *u, const char *peer, const char *addr_hex, uint64_t t
     return 0;
 }
 
+/* On the loop: detaches e's endpoint (the next send opens a new one) and
+ * has the progress thread close it. */
+static void close_later(ds_ucx_t *u, ucx_ep_t *e)
+{
+    struct ucx_close *c = malloc(sizeof(*c));
+    bool queued = false;
+    pthread_mutex_lock(&u->mu);
+    ucp_ep_h ep = e->ep;
+    if (c && ep) {
+        e->ep = NULL;
+        c->ep = ep;
+        c->next = u->closes;
+        u->closes = c;
+        queued = true;
+    }
+    pthread_mutex_unlock(&u->mu);
+    if (queued) {
+        ucp_worker_signal(u->worker);
+        return;
+    }
+    free(c);
+    if (ep) close_ep(u, e); /* no memory for the list: close it here */
+}
+
 uint64_t ds__ucx_tick(ds_ucx_t *u, uint64_t now)
 {
     if (u == NULL) return 0;
@@ -604,7 +664,7 @@ uint64_t ds__ucx_tick(ds_ucx_t *u, uint64_t now)
         DS_LOG_WARN("rdma: UCX send of %zu bytes to %s still unfinished at its deadline; "
                     "closing the endpoint",
                     op->len, op->ep->peer[0] ? op->ep->peer : "a forgotten peer");
-        close_ep(u, op->ep);
+        close_later(u, op->ep);
     }
     return next;
 }
@@ -614,7 +674,7 @@ void ds__ucx_forget(ds_ucx_t *u, const char *peer)
     if (u == NULL) return;
     for (ucx_ep_t *e = u->eps; e; e = e->next) {
         if (e->peer[0] && strcmp(e->peer, peer) == 0) {
-            close_ep(u, e);
+            close_later(u, e);
             e->peer[0] = '\0';
         }
     }
