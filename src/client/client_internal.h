@@ -34,7 +34,10 @@
  * serializes opening connections so two threads never create two sessions;
  * ds_sess_t.anchor_mu serializes writes on the anchor. Order: open_mu -> mu;
  * anchor_mu is never held with the others. A function whose name ends in
- * _locked runs with mu held. */
+ * _locked runs with mu held. ds_cucx_t.mu (ucx.c, enable_ucx) serializes
+ * every call into the client's UCX worker (thread mode SERIALIZED; its
+ * request callbacks run inside those calls) and guards the receives' state;
+ * it is taken with no other lock held, and released for every poll. */
 #ifndef DS_CLIENT_INTERNAL_H
 #define DS_CLIENT_INTERNAL_H
 
