@@ -4,10 +4,10 @@
  *
  * - values of 1 KiB (inline), 64 KiB + 1, 1 MiB and 64 MiB round-trip
  *   byte-exact through ds_kv_get, ds_kv_get_into, ds_kv_mget and
- *   ds_kv_get_buffers, and the
- *   worker's counters (STATS ucx.client_sends / client_bytes) show that the
- *   large ones, and only they, went by UCX; a buffer too small gets
- *   DS_K_INVALID and starts no send;
+ *   ds_kv_get_buffers, and the worker's counters (STATS ucx.client_sends /
+ *   client_bytes) show that the large ones, and only they, went by UCX; a
+ *   buffer too small gets DS_K_INVALID and starts no send; a subscribe-get
+ *   parked until the key appears is answered over UCX too;
  * - a worker without --enable_rdma answers DS_K_NOT_SUPPORTED naming the
  *   flag; a client whose UCX cannot start (UCX_TLS=bogus) fails to connect
  *   with the reason; DS_CLIENT_UCX=1 turns UCX on, a bad value is refused;
@@ -175,6 +175,43 @@ static void test_sizes_round_trip(void **state)
     assert_true(wait_stat(&W, "ucx.sends_in_flight", 0, false, 2000) >= 0);
     assert_true(dst_stat(&W, "objects.pinned") == 0);
     ds_client_close(c);
+}
+
+typedef struct {
+    ds_client_t *c;
+    ds_status_t st;
+    size_t len;
+    bool ok;
+} waiter_t;
+
+static void *sub_waiter(void *arg)
+{
+    waiter_t *g = arg;
+    void *v = NULL;
+    g->st = ds_kv_get(g->c, "ucx-later", 5000, &v, &g->len);
+    g->ok = g->st == DS_K_OK && dst_check(v, g->len, 14);
+    ds_free(v);
+    return NULL;
+}
+
+/* A subscribe-get (sub_timeout_ms > 0) parked until the key is published is
+ * answered over UCX too. */
+static void test_subscribe_get_over_ucx(void **state)
+{
+    (void)state;
+    waiter_t g = {.c = connect_ucx(&W, 1, 0)};
+    assert_non_null(g.c);
+    double s0 = dst_stat(&W, "ucx.client_sends");
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, sub_waiter, &g), 0);
+    usleep(300 * 1000);
+    put_via(&W, "ucx-later", 4u << 20, 14);
+    pthread_join(t, NULL);
+    assert_int_equal(g.st, DS_K_OK);
+    assert_int_equal(g.len, 4u << 20);
+    assert_true(g.ok);
+    assert_true(dst_stat(&W, "ucx.client_sends") == s0 + 1);
+    ds_client_close(g.c);
 }
 
 static void test_env_and_refusals(void **state)
@@ -456,6 +493,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sizes_round_trip),
+        cmocka_unit_test(test_subscribe_get_over_ucx),
         cmocka_unit_test(test_env_and_refusals),
         cmocka_unit_test(test_worker_killed_mid_get),
         cmocka_unit_test(test_client_killed_mid_get),
