@@ -62,7 +62,7 @@ struct ds_ucx_op {
 typedef struct ucx_ep {
     struct ucx_ep *next;
     ds_ucx_t *u;
-    char peer[300];
+    char peer[300]; /* "" once forgotten; written by the loop under mu (ep_err_cb reads it) */
     char addr[DS_UCX_ADDR_HEX_MAX + 1];
     ucp_ep_h ep; /* NULL once closed; written by the loop under mu */
     bool failed; /* under mu */
@@ -503,9 +503,11 @@ static void ep_err_cb(void *arg, ucp_ep_h ep, ucs_status_t st)
     ucx_ep_t *e = arg;
     ds_ucx_t *u = e->u;
     ds_ucx_op_t *op = calloc(1, sizeof(*op));
+    char peer[sizeof(e->peer)];
     pthread_mutex_lock(&u->mu);
     bool mine = e->ep == ep;
     if (mine) e->failed = true;
+    memcpy(peer, e->peer, sizeof(peer)); /* the loop renames entries it reuses */
     if (mine && op) {
         op->close = e;
         op->close_ep = ep;
@@ -516,7 +518,7 @@ static void ep_err_cb(void *arg, ucp_ep_h ep, ucs_status_t st)
     free(op);
     if (mine) {
         wake_loop(u);
-        DS_LOG_WARN("rdma: UCX endpoint to %s failed: %s", e->peer, ucs_status_string(st));
+        DS_LOG_WARN("rdma: UCX endpoint to %s failed: %s", peer, ucs_status_string(st));
     }
 }
 
@@ -554,7 +556,9 @@ static ucx_ep_t *get_ep(ds_ucx_t *u, const char *peer, const char *addr_hex, cha
             e->next = u->eps;
             u->eps = e;
         }
+        pthread_mutex_lock(&u->mu); /* ep_err_cb reads it */
         snprintf(e->peer, sizeof(e->peer), "%s", peer);
+        pthread_mutex_unlock(&u->mu);
     }
     uint8_t bin[DS_UCX_ADDR_HEX_MAX / 2];
     ssize_t n = ds__ucx_from_hex(addr_hex, strlen(addr_hex), bin, sizeof(bin));
@@ -675,7 +679,9 @@ void ds__ucx_forget(ds_ucx_t *u, const char *peer)
     for (ucx_ep_t *e = u->eps; e; e = e->next) {
         if (e->peer[0] && strcmp(e->peer, peer) == 0) {
             close_later(u, e);
+            pthread_mutex_lock(&u->mu);
             e->peer[0] = '\0';
+            pthread_mutex_unlock(&u->mu);
         }
     }
 }
