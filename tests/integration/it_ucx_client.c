@@ -309,8 +309,18 @@ static void test_worker_killed_mid_get(void **state)
         dst_worker_t k;
         assert_int_equal(dst_worker_start(&k, ARENA_MB, "--enable_rdma true"), 0);
         put_via(&k, "ucx-kill", BIG, 9);
+        put_via(&k, "ucx-warm", 1u << 20, 15);
         getter_t g = {.c = connect_ucx(&k, 1, 4000), .key = "ucx-kill"};
         assert_non_null(g.c);
+        /* One UCX get first, so that the UCX endpoints' wire-up is done
+         * before the kill: UCX 1.13 aborts the client when the worker dies
+         * while the client still has a wire-up reply pending ("got REP
+         * message", seen under TSan). A known gap, see docs/design.md. */
+        void *w = NULL;
+        size_t wl = 0;
+        assert_int_equal(ds_kv_get(g.c, "ucx-warm", 0, &w, &wl), DS_K_OK);
+        assert_true(dst_check(w, wl, 15));
+        ds_free(w);
         pthread_t t;
         assert_int_equal(pthread_create(&t, NULL, getter, &g), 0);
         long ms = wait_stat(&k, "ucx.sends_in_flight", 1, true, 5000);
