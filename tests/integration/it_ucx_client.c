@@ -18,6 +18,9 @@
  * - a client alive but stopped (SIGSTOP) mid-get: the worker ends the send
  *   at its deadline (the client's wait plus DS_UCX_SEND_GRACE_MS) and drops
  *   the pin while the client is still stopped;
+ * - 12 clients SIGKILLed 0-1.5 ms after their first UCX_GET reached the
+ *   worker (its endpoint to them still being wired up): the worker survives
+ *   and keeps nothing pinned;
  * - hostile frames (UCX_GET without its trailer, tag 0, a non-hex or
  *   oversized address; UCX_ADDR with random bytes as an address, which UCX
  *   itself would abort on, and UCX_GET naming an unregistered address):
@@ -418,6 +421,38 @@ static void test_stopped_client_pin_deadline(void **state)
     ds_client_close(c);
 }
 
+/* Clients killed early in their first UCX get, at varying moments (while the
+ * worker's endpoint to them is being wired up, or just after): the worker
+ * survives every one and keeps nothing pinned. */
+static void test_clients_killed_during_wireup(void **state)
+{
+    (void)state;
+    put_via(&W, "ucx-early", 8u << 20, 16);
+    int survived = 0;
+    for (int i = 0; i < 12; i++) {
+        double gets0 = dst_stat(&W, "operations.ucx_get");
+        pid_t pid = fork();
+        if (pid == 0) {
+            ds_client_t *c = connect_ucx(&W, 1, 5000);
+            void *v = NULL;
+            size_t len = 0;
+            if (c) ds_kv_get(c, "ucx-early", 0, &v, &len);
+            _exit(0);
+        }
+        assert_true(pid > 0);
+        for (int k = 0; k < 20000 && dst_stat(&W, "operations.ucx_get") <= gets0; k++)
+            usleep(100);
+        usleep((useconds_t)(i % 4) * 500);
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        if (dst_stat(&W, "pid") > 0) survived++;
+    }
+    printf("# worker alive after %d of 12 early kills\n", survived);
+    assert_int_equal(survived, 12);
+    assert_true(wait_stat(&W, "ucx.sends_in_flight", 0, false, 5000) >= 0);
+    assert_true(wait_stat(&W, "objects.pinned", 0, false, 2000) >= 0);
+}
+
 /* Queues a UCX_GET of key with the given trailer (addr NULL: none). */
 static uint64_t raw_ucx_get(hr_conn_t *h, const char *key, uint64_t tag, const char *addr)
 {
@@ -509,6 +544,7 @@ int main(void)
         cmocka_unit_test(test_client_killed_mid_get),
         cmocka_unit_test(test_stopped_client_pin_deadline),
         cmocka_unit_test(test_hostile_frames),
+        cmocka_unit_test(test_clients_killed_during_wireup),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
