@@ -93,6 +93,17 @@ typedef struct {
      * (a round trip without the wake-up); pairs with the worker's
      * --busy_poll_us. 0 = $DS_BUSY_POLL_US, or off. */
     int busy_poll_us;
+    /* Remote gets over UCX (https://openucx.org: RDMA, or TCP, as UCX_TLS
+     * allows). 1: when the session is remote (TCP), a value larger than the
+     * worker's inline limit is sent by the worker with UCX straight into the
+     * buffer it is read into (the caller's for ds_kv_get_into, the one
+     * ds_kv_get returns), with no intermediate copy; the control messages
+     * stay on TCP. The worker must run with --enable_rdma true (otherwise
+     * such a get fails DS_K_NOT_SUPPORTED saying so), and UCX failing to start
+     * here fails ds_client_connect with the reason: there is no silent
+     * fall-back. -1: off. 0 = $DS_CLIENT_UCX (1 or 0), or off. Local sessions
+     * read the arena in place either way. */
+    int enable_ucx;
 } ds_client_options_t;
 
 typedef struct ds_client ds_client_t;

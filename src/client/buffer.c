@@ -112,6 +112,7 @@ static ds_status_t entry_buffer(ds_conn_t *conn, const char *key, ds_getent_t *e
     if (b->data == NULL)
         return ds__set_error(DS_K_OUT_OF_MEMORY, "out of memory for a value of %llu bytes",
                              (unsigned long long)e->size);
+    if (e->kind == DS_VAL_UCX) return DS_K_OK; /* the caller receives it */
     return ds__conn_read_data(conn, b->data, e->size, deadline);
 }
 
@@ -135,14 +136,32 @@ static ds_status_t kv_get_buffers(ds_client_t *c, size_t n, const char *const *k
         return st;
     }
     ds_sess_t *s = conn->sess;
-    st = ds__get_request(conn, n, keys, sub_timeout_ms, DS_GET_PIN, deadline, ents);
+    uint64_t tag;
+    ds_crecv_t rv_one, *rv = NULL;
+    size_t nrv = 0;
+    st = ds__get_request_ucx(c, conn, n, keys, sub_timeout_ms, DS_GET_PIN, UINT64_MAX, deadline,
+                             ents, &tag);
+    if (st == DS_K_OK && tag) {
+        rv = n == 1 ? &rv_one : calloc(n, sizeof(*rv));
+        if (rv == NULL) st = ds__set_error(DS_K_OUT_OF_MEMORY, "out of memory getting %zu keys", n);
+    }
     if (st == DS_K_OK) {
         size_t found = 0;
         for (size_t i = 0; i < n && st == DS_K_OK; i++) {
             if (ents[i].kind == DS_VAL_MISSING) continue;
             found++;
             st = entry_buffer(conn, keys[i], &ents[i], deadline, &out[i]);
+            /* A remote session's value over UCX: received into the buffer's
+             * own allocation once the inline values are read. */
+            if (st == DS_K_OK && ents[i].kind == DS_VAL_UCX)
+                st = ds__cucx_recv(c->ucx, &rv[nrv++], tag + i, out[i]->data, ents[i].size);
         }
+        if (nrv && st == DS_K_OK) ds__conn_drain(conn, deadline);
+        if (nrv && st == DS_K_OK && conn->state == DS_CONN_OK)
+            st = ds__cucx_wait(c->ucx, rv, nrv, conn, deadline);
+        else if (nrv)
+            ds__cucx_abandon(c->ucx, rv, nrv);
+        if (nrv && st != DS_K_OK && conn->state == DS_CONN_OK) conn->state = DS_CONN_BROKEN;
         if (st != DS_K_OK) {
             release_all(out, n);
             ds__release_entries(s, ents, n);
@@ -153,6 +172,7 @@ static ds_status_t kv_get_buffers(ds_client_t *c, size_t n, const char *const *k
         }
     }
     ds__client_put(c, conn);
+    if (rv != &rv_one) free(rv);
     free(ents);
     return st;
 }

@@ -595,6 +595,16 @@ ds_status_t ds_client_connect(const ds_client_options_t *opts, ds_client_t **out
     }
     if (poll_us < 0 || poll_us > 1000000)
         return ds__set_error(DS_K_INVALID, "busy_poll_us %d is not in 0..1000000", poll_us);
+    int use_ucx = opts->enable_ucx;
+    if (use_ucx < -1 || use_ucx > 1)
+        return ds__set_error(DS_K_INVALID, "enable_ucx %d is not -1 (off), 0 ($DS_CLIENT_UCX) or 1",
+                             use_ucx);
+    env = getenv("DS_CLIENT_UCX");
+    if (use_ucx == 0 && env && *env) {
+        if (strcmp(env, "1") != 0 && strcmp(env, "0") != 0)
+            return ds__set_error(DS_K_INVALID, "DS_CLIENT_UCX='%.32s' is not 1 or 0", env);
+        use_ucx = env[0] == '1';
+    }
 
     ds_client_t *c = calloc(1, sizeof(*c));
     if (c == NULL) return ds__set_error(DS_K_OUT_OF_MEMORY, "out of memory creating a client");
@@ -628,8 +638,10 @@ ds_status_t ds_client_connect(const ds_client_options_t *opts, ds_client_t **out
     c->require_local = opts->transport == DS_TRANSPORT_LOCAL;
 
     ds_conn_t *conn = NULL;
+    ds_status_t st = use_ucx == 1 ? ds__cucx_new(&c->ucx) : DS_K_OK;
+    if (st != DS_K_OK) goto fail;
     uint64_t deadline = ds__now_ms() + (uint64_t)c->connect_timeout_ms;
-    ds_status_t st = ds__client_acquire(c, &deadline, &conn);
+    st = ds__client_acquire(c, &deadline, &conn);
     if (st != DS_K_OK) goto fail;
     ds__client_put(c, conn);
     *out = c;
@@ -645,6 +657,7 @@ static void client_unref(ds_client_t *c)
     pthread_cond_destroy(&c->cv);
     pthread_mutex_destroy(&c->mu);
     pthread_mutex_destroy(&c->open_mu);
+    ds__cucx_free(c->ucx);
     free(c->token);
     free(c);
 }

@@ -34,7 +34,10 @@
  * serializes opening connections so two threads never create two sessions;
  * ds_sess_t.anchor_mu serializes writes on the anchor. Order: open_mu -> mu;
  * anchor_mu is never held with the others. A function whose name ends in
- * _locked runs with mu held. */
+ * _locked runs with mu held. ds_cucx_t.mu (ucx.c, enable_ucx) serializes
+ * every call into the client's UCX worker (thread mode SERIALIZED; its
+ * request callbacks run inside those calls) and guards the receives' state;
+ * it is taken with no other lock held, and released for every poll. */
 #ifndef DS_CLIENT_INTERNAL_H
 #define DS_CLIENT_INTERNAL_H
 
@@ -84,6 +87,9 @@ typedef struct ds_sess {
     atomic_bool anchor_dead;
     ds_shm_index_t ix;              /* the worker's GET index in the mapping; ix.hdr NULL = none */
     _Atomic uint64_t ix_checked_ms; /* when the anchor was last seen open */
+    /* The client's UCX address this session registered (UCX_ADDR), as the
+     * UCX worker generation + 1 (ds__cucx_begin); 0 = none yet. */
+    _Atomic uint64_t ucx_registered;
 } ds_sess_t;
 
 /* One piece of a request's data section: user memory, or bytes coalesced
@@ -125,7 +131,8 @@ typedef struct ds_conn {
     bool is_unix;     /* a Unix socket: replies are polled for, then read */
     const char *peer; /* "host:port" of the worker, for messages */
     uint32_t busy_poll_us;
-    bool traced; /* the request being built carries DS_FLAG_TRACE */
+    bool traced;  /* the request being built carries DS_FLAG_TRACE */
+    bool ucx_get; /* the GET being answered is a UCX_GET: entries may be kind UCX */
     /* Arena space the worker reserved for this connection's next local
      * set (SETR, kv.c): a session handle and the range; 0 = none. Given
      * back (RELEASE over the anchor) when the connection is freed. */
@@ -159,9 +166,10 @@ struct ds_client {
     ds_conn_t *idle;
     ds_conn_t *all; /* idle and borrowed connections, for ds_client_close */
     int nconns;
-    atomic_bool closed; /* written under mu; read without it by ds__client_leave */
-    atomic_int refs;    /* the caller's + one per call in progress */
-    ds_sess_t *sess;    /* current session, or NULL until the next connection makes one */
+    atomic_bool closed;  /* written under mu; read without it by ds__client_leave */
+    atomic_int refs;     /* the caller's + one per call in progress */
+    ds_sess_t *sess;     /* current session, or NULL until the next connection makes one */
+    struct ds_cucx *ucx; /* enable_ucx / DS_CLIENT_UCX=1: remote gets over UCX (ucx.c) */
 };
 
 typedef enum { DS_BUF_SHM = 0, DS_BUF_HEAP } ds_buf_kind_t;
@@ -309,6 +317,14 @@ typedef struct {
 ds_status_t ds__get_request(ds_conn_t *conn, size_t n, const char *const *keys,
                             int32_t sub_timeout_ms, uint8_t flags, uint64_t deadline,
                             ds_getent_t *ents);
+/* The same as a UCX_GET (common/wire.h) when the client has UCX and the
+ * session is remote: entries may then be kind DS_VAL_UCX, each to be
+ * received with ds__cucx_recv under *tag + its index; max_size is the
+ * largest value to come that way (larger ones come inline). *tag 0: a
+ * plain GET (with flags) was sent. */
+ds_status_t ds__get_request_ucx(ds_client_t *c, ds_conn_t *conn, size_t n, const char *const *keys,
+                                int32_t sub_timeout_ms, uint8_t flags, uint64_t max_size,
+                                uint64_t deadline, ds_getent_t *ents, uint64_t *tag);
 /* Reads one GET/READ answer entry (kind, size, [offset, handle]) into e:
  * false when the metadata ran out; *bad is set when the entry is not one a
  * worker may send (an arena range outside the mapping, an unknown kind), and
@@ -316,5 +332,34 @@ ds_status_t ds__get_request(ds_conn_t *conn, size_t n, const char *const *keys,
 bool ds__read_entry(ds_conn_t *conn, ds_getent_t *e, uint64_t *inline_total, bool *bad);
 /* Releases the pins of the SHM entries among e[0..n) in one frame. */
 void ds__release_entries(ds_sess_t *s, const ds_getent_t *e, size_t n);
+
+/* ---- ucx.c: remote gets over UCX (enable_ucx / DS_CLIENT_UCX=1) ---- */
+
+typedef struct ds_cucx ds_cucx_t;
+/* One receive; owned by its caller, touched by UCX until it is over. */
+typedef struct {
+    void *req;
+    uint64_t gen;
+    bool posted, done;
+    int st; /* ucs_status_t */
+    size_t got, want;
+} ds_crecv_t;
+/* Opens the client's UCX context and worker; an error naming the UCX call,
+ * its status and UCX_TLS when UCX cannot start. */
+ds_status_t ds__cucx_new(ds_cucx_t **out);
+void ds__cucx_free(ds_cucx_t *u);
+/* Tags for n values (*tag .. *tag + n - 1), this client's UCX address (hex,
+ * into addr of DS_UCX_ADDR_HEX_MAX + 1 bytes) and its generation (it
+ * changes when a failed transfer made a new UCX worker). */
+ds_status_t ds__cucx_begin(ds_cucx_t *u, size_t n, uint64_t *tag, char *addr, uint64_t *gen);
+/* Posts a receive of exactly len bytes into dst. */
+ds_status_t ds__cucx_recv(ds_cucx_t *u, ds_crecv_t *rv, uint64_t tag, void *dst, size_t len);
+/* Waits until every posted receive of rv[0..n) has all its bytes; a failure
+ * (UCX error, conn closing, deadline) ends them all first, so every dst is
+ * the caller's again whatever the result. */
+ds_status_t ds__cucx_wait(ds_cucx_t *u, ds_crecv_t *rv, size_t n, ds_conn_t *conn,
+                          uint64_t deadline);
+/* Ends posted receives the caller no longer waits for. */
+void ds__cucx_abandon(ds_cucx_t *u, ds_crecv_t *rv, size_t n);
 
 #endif

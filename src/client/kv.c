@@ -29,9 +29,11 @@
  * index: its buffers need the worker's pins. */
 #include "client/client_internal.h"
 
+#include "common/clock.h"
 #include "common/error.h"
 #include "common/keys.h"
 #include "common/tsan.h"
+#include "common/ucx_common.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -456,6 +458,8 @@ bool ds__read_entry(ds_conn_t *conn, ds_getent_t *e, uint64_t *inline_total, boo
     if (conn->r.err) return false;
     if (e->kind == DS_VAL_INLINE)
         *inline_total += e->size;
+    else if (e->kind == DS_VAL_UCX)
+        *bad = !conn->ucx_get || e->size == 0;
     else if (e->kind == DS_VAL_SHM)
         *bad = s->base == NULL || e->off > s->size || e->size > s->size - e->off;
     else
@@ -463,16 +467,26 @@ bool ds__read_entry(ds_conn_t *conn, ds_getent_t *e, uint64_t *inline_total, boo
     return true;
 }
 
-ds_status_t ds__get_request(ds_conn_t *conn, size_t n, const char *const *keys,
-                            int32_t sub_timeout_ms, uint8_t flags, uint64_t deadline,
-                            ds_getent_t *ents)
+/* GET, or with ucx (tag != 0) a UCX_GET; see ds__get_request. */
+static ds_status_t get_request(ds_conn_t *conn, size_t n, const char *const *keys,
+                               int32_t sub_timeout_ms, uint8_t flags, uint64_t deadline,
+                               ds_getent_t *ents, uint64_t tag, uint64_t max_size, const char *addr)
 {
     ds_sess_t *s = conn->sess;
     ds__conn_begin(conn);
     ds__wbuf_i32(&conn->w, sub_timeout_ms);
     ds__wbuf_u8(&conn->w, s->base ? flags : 0);
     put_keys(conn, n, NULL, keys);
-    ds_status_t st = ds__conn_call(conn, DS_OP_GET, false, deadline);
+    if (tag) {
+        uint64_t now = ds__now_ms();
+        uint64_t wait = deadline > now ? deadline - now : 1;
+        ds__wbuf_u64(&conn->w, tag);
+        ds__wbuf_u64(&conn->w, max_size);
+        ds__wbuf_u32(&conn->w, wait > UINT32_MAX ? UINT32_MAX : (uint32_t)wait);
+        ds__wbuf_cstr(&conn->w, addr);
+    }
+    conn->ucx_get = tag != 0;
+    ds_status_t st = ds__conn_call(conn, tag ? DS_OP_UCX_GET : DS_OP_GET, false, deadline);
     if (conn->state != DS_CONN_OK) return st;
     if (st != DS_K_OK && conn->r.pos == conn->r.len) {
         ds__conn_drain(conn, deadline);
@@ -494,6 +508,38 @@ ds_status_t ds__get_request(ds_conn_t *conn, size_t n, const char *const *keys,
         ds__release_entries(s, ents, n);
         ds__conn_drain(conn, deadline);
     }
+    return st;
+}
+
+ds_status_t ds__get_request(ds_conn_t *conn, size_t n, const char *const *keys,
+                            int32_t sub_timeout_ms, uint8_t flags, uint64_t deadline,
+                            ds_getent_t *ents)
+{
+    return get_request(conn, n, keys, sub_timeout_ms, flags, deadline, ents, 0, 0, NULL);
+}
+
+ds_status_t ds__get_request_ucx(ds_client_t *c, ds_conn_t *conn, size_t n, const char *const *keys,
+                                int32_t sub_timeout_ms, uint8_t flags, uint64_t max_size,
+                                uint64_t deadline, ds_getent_t *ents, uint64_t *tag)
+{
+    *tag = 0;
+    if (c->ucx == NULL || conn->sess->base != NULL)
+        return ds__get_request(conn, n, keys, sub_timeout_ms, flags, deadline, ents);
+    char *addr = malloc(DS_UCX_ADDR_HEX_MAX + 1);
+    if (addr == NULL) return ds__set_error(DS_K_OUT_OF_MEMORY, "out of memory for a UCX get");
+    uint64_t gen = 0;
+    ds_status_t st = ds__cucx_begin(c->ucx, n, tag, addr, &gen);
+    if (st == DS_K_OK && atomic_load(&conn->sess->ucx_registered) != gen + 1) {
+        /* The session's first UCX get (or the first since a new UCX
+         * worker): the worker vets the address before it uses it. */
+        ds__conn_begin(conn);
+        ds__wbuf_cstr(&conn->w, addr);
+        st = ds__conn_call(conn, DS_OP_UCX_ADDR, false, deadline);
+        if (st == DS_K_OK) atomic_store(&conn->sess->ucx_registered, gen + 1);
+    }
+    if (st == DS_K_OK)
+        st = get_request(conn, n, keys, sub_timeout_ms, 0, deadline, ents, *tag, max_size, addr);
+    free(addr);
     return st;
 }
 
@@ -575,10 +621,19 @@ static ds_status_t kv_get_into(ds_client_t *c, const char *key, int32_t sub_time
     ds_conn_t *conn;
     if ((st = ds__client_acquire(c, &deadline, &conn)) != DS_K_OK) return st;
     ds_getent_t e;
-    st = ds__get_request(conn, 1, &key, sub_timeout_ms, DS_GET_WANT_SHM, deadline, &e);
+    uint64_t tag;
+    st = ds__get_request_ucx(c, conn, 1, &key, sub_timeout_ms, DS_GET_WANT_SHM, cap, deadline, &e,
+                             &tag);
     if (st == DS_K_OK) {
         if (e.kind == DS_VAL_MISSING) {
             st = not_found(key, sub_timeout_ms);
+        } else if (e.kind == DS_VAL_UCX) {
+            /* Straight into the caller's buffer (the worker checked it fits). */
+            ds_crecv_t rv;
+            st = ds__cucx_recv(c->ucx, &rv, tag, buf, e.size);
+            if (st == DS_K_OK) st = ds__cucx_wait(c->ucx, &rv, 1, conn, deadline);
+            if (st != DS_K_OK && conn->state == DS_CONN_OK) conn->state = DS_CONN_BROKEN;
+            if (st == DS_K_OK) *len = e.size;
         } else if (e.size > cap) {
             *len = e.size;
             st = skip_value(conn, &e, deadline);
@@ -631,8 +686,16 @@ static ds_status_t kv_mget(ds_client_t *c, size_t n, const char *const *keys,
     if (ents == NULL) return ds__set_error(DS_K_OUT_OF_MEMORY, "out of memory getting %zu keys", n);
     uint64_t deadline = ds__client_deadline(c, sub_timeout_ms);
     ds_conn_t *conn;
+    ds_crecv_t rv_one, *rv = NULL;
+    size_t nrv = 0;
     if ((st = ds__client_acquire(c, &deadline, &conn)) != DS_K_OK) goto out;
-    st = ds__get_request(conn, n, keys, sub_timeout_ms, DS_GET_WANT_SHM, deadline, ents);
+    uint64_t tag;
+    st = ds__get_request_ucx(c, conn, n, keys, sub_timeout_ms, DS_GET_WANT_SHM, UINT64_MAX,
+                             deadline, ents, &tag);
+    if (st == DS_K_OK && tag) {
+        rv = n == 1 ? &rv_one : calloc(n, sizeof(*rv));
+        if (rv == NULL) st = ds__set_error(DS_K_OUT_OF_MEMORY, "out of memory getting %zu keys", n);
+    }
     if (st == DS_K_OK) {
         size_t found = 0;
         for (size_t i = 0; i < n && st == DS_K_OK; i++) {
@@ -644,12 +707,22 @@ static ds_status_t kv_mget(ds_client_t *c, size_t n, const char *const *keys,
                                    (unsigned long long)ents[i].size);
                 break;
             }
-            st = copy_value(conn, &ents[i], p, deadline);
+            if (ents[i].kind == DS_VAL_UCX)
+                st = ds__cucx_recv(c->ucx, &rv[nrv++], tag + i, p, ents[i].size);
+            else
+                st = copy_value(conn, &ents[i], p, deadline);
             out[i] = (ds_value_t){DS_K_OK, p, ents[i].size};
             found++;
         }
         ds__release_entries(conn->sess, ents, n);
         ds__conn_drain(conn, deadline);
+        /* The UCX values once the inline ones are read off the connection
+         * (which then must stay silent: it closing means the worker died). */
+        if (nrv && st == DS_K_OK && conn->state == DS_CONN_OK)
+            st = ds__cucx_wait(c->ucx, rv, nrv, conn, deadline);
+        else if (nrv)
+            ds__cucx_abandon(c->ucx, rv, nrv);
+        if (nrv && st != DS_K_OK && conn->state == DS_CONN_OK) conn->state = DS_CONN_BROKEN;
         if (st != DS_K_OK) {
             for (size_t i = 0; i < n; i++) {
                 free(out[i].data);
@@ -662,6 +735,7 @@ static ds_status_t kv_mget(ds_client_t *c, size_t n, const char *const *keys,
     }
     ds__client_put(c, conn);
 out:
+    if (rv != &rv_one) free(rv);
     if (ents != &one) free(ents);
     return st;
 }

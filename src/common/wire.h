@@ -47,6 +47,11 @@
 #define DS_VAL_MISSING 0
 #define DS_VAL_INLINE 1 /* bytes follow in the data section */
 #define DS_VAL_SHM 2    /* bytes are in the arena at offset; pinned by handle */
+#define DS_VAL_UCX 3    /* UCX_GET only: bytes come as a UCX tagged message (tag + index) */
+
+/* A worker's UCX send waits this long past the receiver's own deadline
+ * before it is ended and its pin dropped (UCX_PULL, UCX_GET). */
+#define DS_UCX_SEND_GRACE_MS 1000u
 
 /* GET request flags. */
 #define DS_GET_WANT_SHM 0x01u /* client mapped the arena; large values may come as DS_VAL_SHM */
@@ -93,6 +98,24 @@
  * GET     req: i32 sub_timeout_ms, u8 flags, n, n*key
  *         resp: str err, n, n*(u8 kind, u64 size, [kind SHM: u64 offset, u64 handle]);
  *               data = the inline values in order
+ * UCX_GET req: the GET layout, then u64 tag, u64 max_size, u32 wait_ms, str ucx_address
+ *         A remote client's get over UCX (it set enable_ucx / DS_CLIENT_UCX=1): as
+ *         GET, but a found value larger than the worker's inline_max and at most
+ *         max_size bytes comes as kind UCX (size only; nothing in the data section):
+ *         the worker sends it from its arena with a UCX tagged send to tag + i (i:
+ *         the key's index) on the client's UCX worker (ucx_address: hex, 2..2048
+ *         characters), pinning the object until UCX is done with it, or for at most
+ *         wait_ms + DS_UCX_SEND_GRACE_MS (the send is then ended). The client posts a
+ *         receive for each such value into its destination buffer. Larger values
+ *         and small ones come inline. A worker without --enable_rdma: K_NOT_SUPPORTED.
+ *         ucx_address must be the one this session registered with UCX_ADDR (else
+ *         K_INVALID): the worker never hands an unvetted address to UCX.
+ * UCX_ADDR req: str ucx_address            resp: str err
+ *         Registers the client's UCX worker address for its session, before its
+ *         first UCX_GET (and again when it changes). UCX aborts the process that
+ *         parses a malformed address, so the worker has a throwaway helper
+ *         (ds_ucx_check, next to its binary) create an endpoint to it first, and
+ *         answers once that is done: K_OK, or K_INVALID with the helper's reason.
  * CREATE  req: u8 mode, u32 ttl, u8 existence, n, n*(key, u64 size)
  *         resp: str err, n, n*(u32 status, u64 offset, u64 handle)
  * PUBLISH req: n, n*u64 handle            resp: str err, n, n*u32 status
@@ -170,7 +193,10 @@
  *         resp: str err, n, n*u32 status
  * DROP    req: n, n*(key, u64 max_version) resp: str err, n, n*u32 status
  *         delete the local copy if its version <= max_version; tell nobody
- * UCX_PULL req: key, u64 size, u64 tag, str requester  (--enable_rdma; to where the key lives)
+ * UCX_PULL req: key, u64 size, u64 tag, str requester, [u32 wait_ms]
+ *         (--enable_rdma; to where the key lives; wait_ms: how long the requester
+ *         waits, after which, plus DS_UCX_SEND_GRACE_MS, the owner ends the send
+ *         and drops its pin; absent = 60 s)
  *         the owner sends the value of exactly size bytes with UCX to tag at the requester
  *         (its UCX address from its membership record) and answers once UCX is done:
  *         resp: str err, u8 via_ucx; via_ucx=0 (no UCX route to the requester): the value
@@ -200,7 +226,9 @@
     X(UNRLATCH, 21, "unrlatch")                                                                    \
     X(GREF, 22, "global_ref")                                                                      \
     X(SETR, 23, "set_reserved")                                                                    \
-    X(UCX_PULL, 24, "ucx_pull")
+    X(UCX_PULL, 24, "ucx_pull")                                                                    \
+    X(UCX_GET, 25, "ucx_get")                                                                      \
+    X(UCX_ADDR, 26, "ucx_address")
 
 typedef enum {
 #define DS__OP_ENUM(name, num, text) DS_OP_##name = num,

@@ -7,12 +7,21 @@
  *    zero-copy, from 64 KiB + 1 to 64 MiB; small values keep the inline path;
  *  - a worker without UCX and one with it still exchange values (over TCP);
  *  - a worker that cannot start UCX (UCX_TLS=bogus) says why and refuses to
- *    start. (The owner killed mid-pull under UCX: cluster.ct_failover.rdma.) */
+ *    start. (The owner killed mid-pull under UCX: cluster.ct_failover.rdma.)
+ *  - UCX_PULL's TCP fall-back: an owner that knows no UCX address for the
+ *    requester answers with the value on the peer connection (via_ucx 0);
+ *  - a remote client over UCX (enable_ucx) reading from B a key A owns: B
+ *    pulls it from A over UCX, then sends it to the client over UCX;
+ *  - a requester that stops (SIGSTOP) mid-pull cannot hold the owner's pin:
+ *    A ends its send at the pull's deadline (B's 30 s job wait + 1 s). */
 #include "cluster_util.h"
+#include "it_hostile_raw.h"
 
 #include "common/clock.h"
 
+#include <pthread.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -144,11 +153,161 @@ static void test_refuses_to_start_without_ucx(void **state)
     rmdir(dir);
 }
 
+static void test_pull_tcp_fallback(void **state)
+{
+    (void)state;
+    ds_client_t *wa = ct_client(&C, A, DS_TRANSPORT_LOCAL);
+    const size_t len = 1u << 20;
+    assert_int_equal(ct_set(wa, "fallback-a", len, 800), DS_K_OK);
+    double sends0 = dst_stat(&C.w[A], "cluster.ucx_sends");
+    hr_conn_t h;
+    assert_int_equal(hr_open_hello(&h, &C.w[A], false), 0);
+    /* A requester A has no UCX address for (no such member): the bytes
+     * come on this connection. */
+    ds_wbuf_t m;
+    ds__wbuf_init(&m);
+    ds__wbuf_cstr(&m, "fallback-a");
+    ds__wbuf_u64(&m, len);
+    ds__wbuf_u64(&m, 4242);
+    ds__wbuf_cstr(&m, "127.0.0.99:1");
+    ds__wbuf_u32(&m, 2000);
+    uint64_t id = hr_add(&h, DS_OP_UCX_PULL, &m, NULL, 0);
+    ds__wbuf_reset(&m);
+    ds__wbuf_cstr(&m, "fallback-a");
+    ds__wbuf_u64(&m, len + 1); /* not the size A holds */
+    ds__wbuf_u64(&m, 4243);
+    ds__wbuf_cstr(&m, "127.0.0.99:1");
+    uint64_t id2 = hr_add(&h, DS_OP_UCX_PULL, &m, NULL, 0);
+    ds__wbuf_free(&m);
+    assert_int_equal(hr_flush(&h), 0);
+    hr_frame_t *f = hr_answer(&h, id, ds__now_ms() + 5000);
+    assert_non_null(f);
+    assert_int_equal(f->h.status, DS_K_OK);
+    ds_rbuf_t rb;
+    ds__rbuf_init(&rb, f->meta, f->h.meta_len);
+    const char *e;
+    (void)ds__rbuf_str(&rb, &e);
+    assert_int_equal(ds__rbuf_u8(&rb), 0); /* via_ucx */
+    assert_false(rb.err);
+    assert_int_equal(f->h.data_len, len);
+    assert_true(dst_check(f->data, len, 800));
+    f = hr_answer(&h, id2, ds__now_ms() + 5000);
+    assert_non_null(f);
+    assert_int_equal(f->h.status, DS_K_NOT_FOUND);
+    hr_close(&h);
+    assert_true(dst_stat(&C.w[A], "cluster.ucx_sends") == sends0);
+    assert_true(dst_stat(&C.w[A], "objects.pinned") == 0);
+    ds_client_close(wa);
+}
+
+static void test_remote_client_over_ucx(void **state)
+{
+    (void)state;
+    ds_client_t *wa = ct_client(&C, A, DS_TRANSPORT_LOCAL);
+    const size_t len = 8u << 20;
+    assert_int_equal(ct_set(wa, "client-ucx-a", len, 801), DS_K_OK);
+    ds_client_options_t o;
+    ds_client_options_init(&o);
+    o.host = C.w[B].host;
+    o.port = C.w[B].port;
+    o.transport = DS_TRANSPORT_TCP;
+    o.enable_ucx = 1;
+    ds_client_t *rb = NULL;
+    assert_int_equal(ds_client_connect(&o, &rb), DS_K_OK);
+    double pulls0 = dst_stat(&C.w[B], "cluster.ucx_pulls");
+    double csends0 = dst_stat(&C.w[B], "ucx.client_sends");
+    assert_true(ct_read_ok(rb, "client-ucx-a", len, 801, 0));
+    void *buf = malloc(len);
+    assert_non_null(buf);
+    size_t got = 0;
+    assert_int_equal(ds_kv_get_into(rb, "client-ucx-a", 0, buf, len, &got), DS_K_OK);
+    assert_int_equal(got, len);
+    assert_true(dst_check(buf, len, 801));
+    free(buf);
+    /* Each read: A -> B over UCX (a pull), B -> the client over UCX. */
+    assert_true(dst_stat(&C.w[B], "cluster.ucx_pulls") == pulls0 + 2);
+    assert_true(dst_stat(&C.w[B], "ucx.client_sends") == csends0 + 2);
+    ds_client_close(rb);
+    ds_client_close(wa);
+}
+
+typedef struct {
+    ds_client_t *c;
+    ds_status_t st;
+} pull_get_t;
+
+static void *pull_getter(void *arg)
+{
+    pull_get_t *g = arg;
+    void *v = NULL;
+    size_t len = 0;
+    g->st = ds_kv_get(g->c, "stopped-b", 0, &v, &len);
+    ds_free(v);
+    return NULL;
+}
+
+static void test_stopped_requester_pin_deadline(void **state)
+{
+    (void)state;
+    ds_client_t *wa = ct_client(&C, A, DS_TRANSPORT_LOCAL);
+    const size_t len = 96u << 20;
+    assert_int_equal(ct_set(wa, "stopped-b", len, 802), DS_K_OK);
+    double to0 = dst_stat(&C.w[A], "ucx.send_timeouts");
+    pull_get_t g = {.c = ct_client(&C, B, DS_TRANSPORT_TCP)};
+    assert_non_null(g.c);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, pull_getter, &g), 0);
+    long seen = -1;
+    uint64_t t0 = ds__now_ms();
+    while (ds__now_ms() - t0 < 10000 && seen < 0) {
+        if (dst_stat(&C.w[A], "ucx.sends_in_flight") >= 1) seen = (long)(ds__now_ms() - t0);
+        usleep(200);
+    }
+    if (seen < 0) {
+        pthread_join(t, NULL);
+        fprintf(stderr, "  the pull finished before it was seen in flight; skipped\n");
+        ds_client_close(g.c);
+        ds_client_close(wa);
+        skip();
+    }
+    kill(C.w[B].pid, SIGSTOP);
+    uint64_t s0 = ds__now_ms();
+    long gone = -1;
+    while (ds__now_ms() - s0 < 45000 && gone < 0) {
+        if (dst_stat(&C.w[A], "ucx.sends_in_flight") == 0) gone = (long)(ds__now_ms() - s0);
+        usleep(20000);
+    }
+    double timeouts = dst_stat(&C.w[A], "ucx.send_timeouts") - to0;
+    double pinned = dst_stat(&C.w[A], "objects.pinned");
+    kill(C.w[B].pid, SIGCONT);
+    pthread_join(t, NULL);
+    fprintf(stderr,
+            "  pull seen after %ld ms; A's send ended %ld ms after B stopped; send_timeouts +%.0f; "
+            "A pinned %.0f; B's get: %d\n",
+            seen, gone, timeouts, pinned, (int)g.st);
+    assert_true(gone >= 0);
+    assert_true(gone <= 30000 + 1000 + 5000);
+    assert_true(pinned == 0);
+    assert_true(timeouts >= 1);
+    ds_client_close(g.c);
+    /* B's lease may have lapsed while it was stopped: it comes back. */
+    assert_true(ct_wait_members(&C, 3, 60000) >= 0);
+    const char *k = "stopped-b";
+    ds_status_t st = DS_K_RUNTIME_ERROR;
+    for (int i = 0; i < 50 && st != DS_K_OK; i++, usleep(100000))
+        st = ds_kv_del(wa, 1, &k, NULL);
+    assert_int_equal(st, DS_K_OK);
+    ds_client_close(wa);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_large_pulls_use_ucx),
         cmocka_unit_test(test_mixed_cluster),
+        cmocka_unit_test(test_pull_tcp_fallback),
+        cmocka_unit_test(test_remote_client_over_ucx),
+        cmocka_unit_test(test_stopped_requester_pin_deadline),
         cmocka_unit_test(test_refuses_to_start_without_ucx),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -185,6 +185,7 @@ class ClientOptions(ctypes.Structure):
         ("token", ctypes.c_char_p),
         ("unix_socket_dir", ctypes.c_char_p),
         ("busy_poll_us", ctypes.c_int),
+        ("enable_ucx", ctypes.c_int),
     ]
 
 

@@ -202,6 +202,11 @@ class KVClient:
         unix_socket_dir (str, keyword): where to look for the worker's socket
             first; None falls back to env DS_UNIX_SOCKET_DIR, then the
             library's default. Not needed: the worker tells its socket.
+        enable_ucx (bool or None, keyword): True: a remote (TCP) client's
+            large values come by UCX straight into the buffer they are read
+            into (the worker needs --enable_rdma true); False: never; None:
+            env DS_CLIENT_UCX (1 or 0), else off. UCX failing to start makes
+            init() raise with the reason.
     """
 
     _TRANSPORTS = {
@@ -230,6 +235,7 @@ class KVClient:
         *,
         transport="auto",
         unix_socket_dir=None,
+        enable_ucx=None,
     ):
         self._handle = None
         self._pid = os.getpid()
@@ -270,6 +276,8 @@ class KVClient:
             raise ValueError("transport must be one of %s" % sorted(self._TRANSPORTS))
         if unix_socket_dir is not None:
             _c.check_str("unix_socket_dir", unix_socket_dir)
+        if enable_ucx is not None:
+            _c.check_bool("enable_ucx", enable_ucx)
 
         if service_discovery is not None:
             _, host, port, _ = service_discovery.select_worker()
@@ -285,6 +293,7 @@ class KVClient:
         self._token = token
         self._transport = transport
         self._unix_socket_dir = unix_socket_dir
+        self._enable_ucx = 0 if enable_ucx is None else (1 if enable_ucx else -1)
 
     # -- lifecycle -------------------------------------------------------
 
@@ -329,6 +338,7 @@ class KVClient:
         # None lets the library use env DS_UNIX_SOCKET_DIR, then its default.
         sock_dir = self._unix_socket_dir
         opts.unix_socket_dir = sock_dir.encode() if sock_dir else None
+        opts.enable_ucx = self._enable_ucx
         out = _n.c_client_p()
         rc = lib.ds_client_connect(opts, out)
         _n.check(rc, "cannot connect to worker %s:%d" % (host, port))

@@ -8,7 +8,7 @@
 #include "common/log.h"
 #include "worker/cluster/peer.h"
 #include "worker/cluster/ring.h"
-#include "worker/cluster/ucx.h"
+#include "worker/net/ucx.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -39,7 +39,7 @@ struct ds_cluster {
     ds_links_t *links;
     ds_meta_t *meta;
     ds_ring_t *ring;
-    ds_ucx_t *ucx; /* --enable_rdma */
+    ds_ucx_t *ucx; /* srv->ucx (--enable_rdma), for the job threads */
     member_t members[DS_MAX_MEMBERS];
     size_t nmembers;
 
@@ -604,12 +604,7 @@ static const ds_remote_t remote = {
 
 int ds__cluster_init(ds_server_t *srv, char *err, size_t err_cap)
 {
-    if (srv->cfg.etcd_address[0] == '\0') {
-        if (srv->cfg.enable_rdma)
-            DS_LOG_WARN("--enable_rdma: a standalone worker (no --etcd_address) has no peers to "
-                        "move data with; UCX is not started");
-        return 0;
-    }
+    if (srv->cfg.etcd_address[0] == '\0') return 0;
     struct ds_cluster *cl = calloc(1, sizeof(*cl));
     if (cl == NULL) {
         snprintf(err, err_cap, "out of memory");
@@ -621,10 +616,7 @@ int ds__cluster_init(ds_server_t *srv, char *err, size_t err_cap)
     snprintf(cl->self, sizeof(cl->self), "%s:%d", srv->host, srv->port);
     snprintf(cl->prefix, sizeof(cl->prefix), "/datasystem/%s/cluster/", srv->cfg.cluster_name);
     snprintf(cl->member_key, sizeof(cl->member_key), "%s%s", cl->prefix, cl->self);
-    if (srv->cfg.enable_rdma) {
-        cl->ucx = ds__ucx_new(srv->net.loop, srv->arena.base, srv->arena.size, err, err_cap);
-        if (cl->ucx == NULL) return -1;
-    }
+    cl->ucx = srv->ucx; /* the server's (--enable_rdma), or NULL */
     /* With --enable_rdma the record carries the UCX worker address peers
      * send to (cluster_ucx.c). */
     snprintf(
@@ -703,9 +695,8 @@ void ds__cluster_destroy(ds_server_t *srv)
         if (p && --p->outstanding == 0) pend_done(p);
     }
     ds__links_free(cl->links);
-    /* Ends the UCX sends still under way (their pins go) and releases ranges
-     * of receives abandoned to UCX. */
-    ds__ucx_free(cl->ucx);
+    /* The UCX data plane itself is the server's: ds__server_destroy frees it
+     * next (its sends still under way end there, their pins go). */
     cl->ucx = NULL;
     if (cl->efd >= 0) {
         ds__loop_del(srv->net.loop, &cl->eio);

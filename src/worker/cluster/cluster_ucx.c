@@ -10,7 +10,7 @@
  * is released once UCX no longer owns it. */
 #include "worker/cluster/cluster_int.h"
 #include "worker/cluster/peer.h"
-#include "worker/cluster/ucx.h"
+#include "worker/net/ucx.h"
 
 #include "common/clock.h"
 #include "common/log.h"
@@ -20,6 +20,9 @@
 #include <string.h>
 
 /* ---- the owner ---- */
+
+/* A UCX_PULL without the requester's wait (an older worker) gets this one. */
+#define DS_UCX_PULL_DEFAULT_MS 60000u
 
 typedef struct {
     ds_server_t *srv;
@@ -70,6 +73,8 @@ void ds__cluster_ucx_pull(ds_server_t *srv, ds_req_t *r)
     uint64_t size = ds__rbuf_u64(&rb);
     uint64_t tag = ds__rbuf_u64(&rb);
     uint32_t wl = ds__rbuf_str(&rb, &who);
+    /* The requester's deadline (ms from now); older requesters send none. */
+    uint32_t wait_ms = rb.pos < rb.len ? ds__rbuf_u32(&rb) : DS_UCX_PULL_DEFAULT_MS;
     if (rb.err || kl == 0 || wl == 0 || wl >= 300) {
         ds__req_error(r, DS_K_INVALID, "malformed UCX_PULL");
         return;
@@ -103,8 +108,9 @@ void ds__cluster_ucx_pull(ds_server_t *srv, ds_req_t *r)
     DS_LOG_DEBUG("rdma: sending '%.*s' (%llu bytes) to %s, tag %llu", (int)(kl > 64 ? 64 : kl), key,
                  (unsigned long long)size, requester, (unsigned long long)tag);
     char err[256];
-    if (ds__ucx_send(u, requester, addr, tag, ds__store_data(srv->store, o), size, pull_sent, s,
-                     err, sizeof(err)) != 0) {
+    uint64_t deadline = ds__now_ms() + wait_ms + DS_UCX_SEND_GRACE_MS;
+    if (ds__ucx_send(u, requester, addr, tag, ds__store_data(srv->store, o), size, deadline,
+                     pull_sent, s, err, sizeof(err)) != 0) {
         ds__req_error(d, DS_K_RPC_UNAVAILABLE, "%s", err);
         ds__store_unref(srv->store, o);
         free(s);
@@ -160,6 +166,11 @@ void ds__cluster_ucx_run(ds_ucx_t *u, ds_pconn_t *pc, ds_job_t *j, uint64_t dl, 
         snprintf(j->err, sizeof(j->err), "%s", err);
         return;
     }
+    /* How long this side waits: past it (plus a grace) the owner gives up
+     * the send and its pin, should this worker stop taking the data. */
+    uint64_t now = ds__now_ms();
+    ds__wbuf_u32(&j->req,
+                 (uint32_t)(dl > now ? (dl - now > UINT32_MAX ? UINT32_MAX : dl - now) : 1));
     ds_peer_resp_t resp;
     if (ds__peer_request(pc, j->op, &j->req, NULL, 0, dl, &resp) != 0) {
         j->transport_failed = 1;

@@ -13,6 +13,7 @@
  * scraper that connects and says nothing cannot lock others out (the loop has
  * no timers of its own to time such clients out). */
 #include "worker/core/server.h"
+#include "worker/net/ucx.h"
 
 #include "common/clock.h"
 #include "common/log.h"
@@ -250,6 +251,23 @@ static char *render(struct ds_metrics *m, size_t *len)
               "Overwritten, deleted and expired bytes in the distributed_disk log.", l2.dead_bytes);
         counter(&t, "ds_worker_l2_compactions_total", "distributed_disk log compactions completed.",
                 l2.compactions);
+    }
+    if (srv->ucx) {
+        uint64_t in_flight, timeouts;
+        ds__ucx_counts(srv->ucx, &in_flight, &timeouts);
+        counter(&t, "ds_worker_ucx_client_sends_total",
+                "Values sent to remote clients with UCX (UCX_GET, --enable_rdma).",
+                srv->uctr.client_sends);
+        counter(&t, "ds_worker_ucx_client_bytes_total", "Bytes of those values.",
+                srv->uctr.client_bytes);
+        counter(&t, "ds_worker_ucx_client_send_failures_total",
+                "UCX sends to clients that failed or were ended at their deadline.",
+                srv->uctr.client_send_failures);
+        gauge(&t, "ds_worker_ucx_sends_in_flight",
+              "UCX sends under way (each pins its object), to clients and peers.", in_flight);
+        counter(&t, "ds_worker_ucx_send_timeouts_total",
+                "UCX sends ended at their deadline: a receiver alive but not taking the data.",
+                timeouts);
     }
     if (srv->cluster) {
         counter(&t, "ds_worker_peer_link_requests_total",

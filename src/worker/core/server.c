@@ -10,6 +10,7 @@
 #include "common/net.h"
 #include "common/shm_index.h"
 #include "worker/cluster/cluster.h"
+#include "worker/net/ucx.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -137,7 +138,7 @@ int ds__server_init(ds_server_t *srv, const ds_worker_config_t *cfg, char *err, 
     net->dispatch_ctx = srv;
     net->observe = ds__metrics_observe;
     net->observe_ctx = srv;
-    net->session_end = ds__latch_session_end;
+    net->session_end = ds__ops_session_end;
     net->session_end_ctx = srv;
     net->max_data = (uint64_t)cfg->max_frame_mb << 20;
     net->max_clients = (uint32_t)cfg->max_client_num;
@@ -162,6 +163,12 @@ int ds__server_init(ds_server_t *srv, const ds_worker_config_t *cfg, char *err, 
         hi->index_keymax = DS_SHM_INDEX_KEYMAX;
     }
     if (ds__net_init(net, err, err_cap) != 0) return -1;
+    /* --enable_rdma: UCX for pulls between workers (a cluster) and for
+     * remote clients' gets (UCX_GET, standalone too); no UCX, no start. */
+    if (cfg->enable_rdma && (ds__ops_ucx_addr_init(srv, err, err_cap) != 0 ||
+                             (srv->ucx = ds__ucx_new(net->loop, srv->arena.base, srv->arena.size,
+                                                     err, err_cap)) == NULL))
+        return -1;
     if (ds__cluster_init(srv, err, err_cap) != 0) return -1;
     if (ds__tier_init(srv, err, err_cap) != 0) return -1;
     if (srv->sig_fd < 0 || ds__net_listen(net, &net->tcp, srv->tcp_fd, false) != 0 ||
@@ -195,7 +202,8 @@ void ds__server_run(ds_server_t *srv)
     uint64_t poll_ns = (uint64_t)srv->cfg.busy_poll_us * 1000u, spin_until = 0;
     while (!srv->stopping) {
         uint64_t now = ds__now_ms();
-        uint64_t due[7] = {ds__store_expire_due(srv->store, now),
+        uint64_t due[8] = {ds__store_expire_due(srv->store, now),
+                           ds__ucx_tick(srv->ucx, now),
                            ds__ops_memory_tick(srv, now),
                            ds__subs_expire(&srv->subs, now),
                            ds__cluster_tick(srv, now),
@@ -235,9 +243,14 @@ void ds__server_destroy(ds_server_t *srv)
     /* The L2 queue first: a clean stop flushes write-back and answers the
      * requests still waiting for the disk. */
     ds__tier_destroy(srv);
+    ds__ops_ucx_addr_destroy(srv);
     /* Connections first: closing them ends every deferred request's wait. */
     if (srv->net.loop) ds__net_destroy(&srv->net);
     ds__cluster_destroy(srv);
+    /* After the cluster's job threads: ends the UCX sends still under way
+     * (their pins go) and releases ranges of receives abandoned to UCX. */
+    ds__ucx_free(srv->ucx);
+    srv->ucx = NULL;
     ds__subs_destroy(&srv->subs);
     ds__ops_grefs_free(srv);
     ds__latch_destroy(srv);

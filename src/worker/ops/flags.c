@@ -150,9 +150,10 @@ static const flag_def_t flags[] = {
           "spill use (ratio of --spill_size_limit) under which paused background spilling "
           "resumes (0.01-0.99)"),
     YBOOL(enable_rdma, false,
-          "move values between workers with UCX (its transports as UCX_TLS allows: RDMA "
-          "verbs, shared memory, TCP) instead of the worker's own TCP stream; a worker that "
-          "cannot start UCX refuses to start"),
+          "move values between workers, and to remote clients that ask for it (enable_ucx), "
+          "with UCX (its transports as UCX_TLS allows: RDMA verbs, shared memory, TCP) "
+          "instead of the worker's own TCP stream; a worker that cannot start UCX refuses to "
+          "start"),
     YR(coordinator_address, COMPAT_STR),
     YR(etcd_username, COMPAT_STR),
     YR(etcd_password, COMPAT_STR),

@@ -97,10 +97,38 @@ void ds__ops_reply_values(ds_server_t *srv, ds_req_t *r, ds_status_t st, ds_wbuf
     ds__wbuf_free(w);
 }
 
+/* A UCX_GET's parameters (its metadata after the GET layout), or NULL: a
+ * plain GET, a local session (it reads the arena in place), a connection
+ * already gone, or no UCX here. op_get checked them on arrival. */
+static ds_ucx_get_t *ucx_params(ds_server_t *srv, const ds_req_t *r)
+{
+    if (r->op != DS_OP_UCX_GET || srv->ucx == NULL || r->session == NULL || r->session->shm)
+        return NULL;
+    ds_rbuf_t rb;
+    ds__rbuf_init(&rb, r->meta, r->meta_len);
+    (void)ds__rbuf_i32(&rb);
+    (void)ds__rbuf_u8(&rb);
+    key_t_ *keys = NULL;
+    uint32_t n = 0;
+    char msg[256];
+    if (read_keys(&rb, DS_MAX_BATCH, &keys, &n, msg, sizeof(msg)) != 0) return NULL;
+    free(keys);
+    ds_ucx_get_t *t = malloc(sizeof(*t));
+    /* Only the address the session registered (and the worker vetted). */
+    if (t && (ds__ops_ucx_trailer(&rb, t, msg, sizeof(msg)) != 0 || r->session->ucx_addr == NULL ||
+              strcmp(r->session->ucx_addr, t->addr) != 0)) {
+        free(t);
+        t = NULL;
+    }
+    return t;
+}
+
 void ds__ops_get_reply(ds_server_t *srv, ds_req_t *r, uint8_t flags, const char *const *keys,
                        const uint32_t *lens, uint32_t n, ds_obj_t **objs)
 {
     bool shm_ok = r->session && r->session->shm;
+    ds_ucx_get_t *ucx = ucx_params(srv, r);
+    char ucx_err[320] = "";
     struct iovec segs_small[SMALL_BATCH];
     ds_obj_t *refs_small[SMALL_BATCH];
     bool small = n <= SMALL_BATCH;
@@ -141,6 +169,14 @@ void ds__ops_get_reply(ds_server_t *srv, ds_req_t *r, uint8_t flags, const char 
                 continue;
             }
         }
+        if (ucx && !ucx_err[0] && o->size > srv->inline_max && o->size <= ucx->max_size) {
+            /* The reference just taken becomes the send's pin. */
+            if (ds__ops_ucx_send(srv, r, ucx, i, o, ucx_err, sizeof(ucx_err)) == 0) {
+                ds__wbuf_u8(&w, DS_VAL_UCX);
+                ds__wbuf_u64(&w, o->size);
+                continue;
+            }
+        }
         ds__wbuf_u8(&w, DS_VAL_INLINE);
         ds__wbuf_u64(&w, o->size);
         segs[nseg].iov_base = ds__store_data(srv->store, o);
@@ -160,7 +196,19 @@ void ds__ops_get_reply(ds_server_t *srv, ds_req_t *r, uint8_t flags, const char 
         ds__ops_lead_error(&w, msg);
         st = miss ? DS_K_NOT_FOUND_IN_L2CACHE : DS_K_NOT_FOUND;
     }
-    ds__ops_reply_values(srv, r, st, &w, segs, refs, nseg);
+    free(ucx);
+    if (ucx_err[0]) {
+        /* The client asked for UCX: no silent fall-back to the socket. Sends
+         * already started for earlier keys end at their deadline or with
+         * the session. */
+        for (uint32_t i = 0; i < nseg; i++)
+            ds__store_unref(srv->store, refs[i]);
+        nseg = 0;
+        ds__wbuf_free(&w);
+        ds__req_error(r, DS_K_RPC_UNAVAILABLE, "%s", ucx_err);
+    } else {
+        ds__ops_reply_values(srv, r, st, &w, segs, refs, nseg);
+    }
     if (!small) {
         free(segs);
         free(refs);
@@ -305,9 +353,29 @@ static void op_get(ds_server_t *srv, ds_req_t *r)
     key_t_ *keys = NULL;
     uint32_t n = 0;
     char msg[256];
+    if (r->op == DS_OP_UCX_GET && srv->ucx == NULL) {
+        ds__req_error(r, DS_K_NOT_SUPPORTED,
+                      "this worker does not send values over UCX: start it with --enable_rdma "
+                      "true for clients with enable_ucx / DS_CLIENT_UCX=1");
+        return;
+    }
     int rc =
         read_keys_into(&rb, DS_MAX_BATCH, &keys, &n, msg, sizeof(msg), keys_small, SMALL_BATCH);
-    if (rc == 0 && !ds__rbuf_done(&rb)) {
+    ds_ucx_get_t *ut = rc == 0 && r->op == DS_OP_UCX_GET ? malloc(sizeof(*ut)) : NULL;
+    if (rc == 0 && r->op == DS_OP_UCX_GET) {
+        if (ut == NULL || ds__ops_ucx_trailer(&rb, ut, msg, sizeof(msg)) != 0) {
+            if (ut == NULL) snprintf(msg, sizeof(msg), "out of memory");
+            rc = -2;
+            free_keys(keys, keys_small);
+        } else if (r->session == NULL || r->session->ucx_addr == NULL ||
+                   strcmp(r->session->ucx_addr, ut->addr) != 0) {
+            snprintf(msg, sizeof(msg),
+                     "UCX_GET names a UCX address this session did not register (UCX_ADDR)");
+            rc = -2;
+            free_keys(keys, keys_small);
+        }
+        free(ut);
+    } else if (rc == 0 && !ds__rbuf_done(&rb)) {
         snprintf(msg, sizeof(msg), "malformed GET: %zu trailing bytes", rb.len - rb.pos);
         rc = -2;
         free_keys(keys, keys_small);
@@ -550,7 +618,11 @@ void ds__ops_dispatch(void *ctx, ds_req_t *r)
         ds__ops_set(srv, r);
         break;
     case DS_OP_GET:
+    case DS_OP_UCX_GET:
         op_get(srv, r);
+        break;
+    case DS_OP_UCX_ADDR:
+        ds__ops_ucx_addr(srv, r);
         break;
     case DS_OP_CREATE:
         ds__ops_create(srv, r);

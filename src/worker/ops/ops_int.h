@@ -2,6 +2,7 @@
 #ifndef DS_WORKER_OPS_OPS_INT_H
 #define DS_WORKER_OPS_OPS_INT_H
 
+#include "common/ucx_common.h"
 #include "worker/ops/worker.h"
 
 /* Answers are built with an empty error string in front (4 bytes: length
@@ -52,5 +53,24 @@ bool ds__latch_any(const ds_server_t *srv);
  * connection closes first. false: go ahead now. */
 bool ds__latch_park(ds_server_t *srv, ds_req_t *r, const char *const *keys, const uint32_t *lens,
                     uint32_t n, ds_latch_resume_fn resume, ds_latch_cancel_fn cancel, void *ctx);
+
+/* ops_ucx.c: UCX_GET, a remote client's get over UCX (common/wire.h) */
+typedef struct {
+    uint64_t tag, max_size;
+    uint32_t wait_ms;
+    char addr[DS_UCX_ADDR_HEX_MAX + 1];
+} ds_ucx_get_t;
+/* Reads and checks what UCX_GET adds after the GET layout (rb is past the
+ * keys); -1 with a message when malformed. */
+int ds__ops_ucx_trailer(ds_rbuf_t *rb, ds_ucx_get_t *t, char *msg, size_t cap);
+/* Sends found value i (o, pinned by the caller's reference, which the send
+ * takes over) to the client; -1 with a message (the reference stays the
+ * caller's) when the send could not start. */
+int ds__ops_ucx_send(ds_server_t *srv, ds_req_t *r, const ds_ucx_get_t *t, uint32_t i, ds_obj_t *o,
+                     char *msg, size_t cap);
+/* UCX_ADDR: vets and registers a session's UCX address (ops_ucx_addr.c). */
+void ds__ops_ucx_addr(ds_server_t *srv, ds_req_t *r);
+/* The UCX endpoint name of a client session. */
+void ds__ops_ucx_peer(const ds_session_t *s, char *out, size_t cap);
 
 #endif

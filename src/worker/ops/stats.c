@@ -1,6 +1,7 @@
 /* The STATS document (dscli status, the STATS op): one JSON object with
  * the worker's identity, arena, objects, clients and counters. */
 #include "worker/ops/worker.h"
+#include "worker/net/ucx.h"
 
 #include "common/clock.h"
 
@@ -36,6 +37,18 @@ char *ds__server_stats_json(ds_server_t *srv)
     cJSON_AddNumberToObject(objs, "background_evictions", (double)srv->bg_evictions);
     cJSON_AddNumberToObject(objs, "expirations", (double)st.expirations);
     if (srv->tier) ds__tier_stats(srv, root);
+    if (srv->ucx) {
+        uint64_t in_flight, timeouts;
+        ds__ucx_counts(srv->ucx, &in_flight, &timeouts);
+        cJSON *u = cJSON_AddObjectToObject(root, "ucx");
+        cJSON_AddNumberToObject(u, "client_sends", (double)srv->uctr.client_sends);
+        cJSON_AddNumberToObject(u, "client_bytes", (double)srv->uctr.client_bytes);
+        cJSON_AddNumberToObject(u, "client_send_failures", (double)srv->uctr.client_send_failures);
+        cJSON_AddNumberToObject(u, "sends_in_flight", (double)in_flight);
+        cJSON_AddNumberToObject(u, "send_timeouts", (double)timeouts);
+        cJSON_AddNumberToObject(u, "address_checks", (double)srv->uctr.addr_checks);
+        cJSON_AddNumberToObject(u, "addresses_refused", (double)srv->uctr.addr_rejected);
+    }
     cJSON *cl = cJSON_AddObjectToObject(root, "clients");
     cJSON_AddNumberToObject(cl, "connections", srv->net.nconns);
     cJSON_AddNumberToObject(cl, "sessions", srv->net.nsessions);

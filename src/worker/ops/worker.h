@@ -51,6 +51,14 @@ typedef struct {
     uint64_t ucx_pulls, ucx_sends; /* --enable_rdma: values received / sent with UCX */
 } ds_cluster_counters_t;
 
+typedef struct {
+    /* --enable_rdma: values sent to remote clients with UCX (UCX_GET), their
+     * bytes, and sends that failed or were ended at their deadline */
+    uint64_t client_sends, client_bytes, client_send_failures;
+    /* clients' UCX addresses checked by ds_ucx_check (UCX_ADDR), and refused */
+    uint64_t addr_checks, addr_rejected;
+} ds_ucx_counters_t;
+
 struct ds_server {
     ds_worker_config_t cfg;
     char host[256];
@@ -74,6 +82,11 @@ struct ds_server {
     uint64_t liveness_due_ms; /* next liveness file refresh; 0 = none (core/probe.c) */
     bool probes_written;      /* this worker wrote probe files, to remove on a clean stop */
     ds_cluster_counters_t cctr;
+    struct ds_ucx *ucx; /* the UCX data plane (--enable_rdma), else NULL (net/ucx.h) */
+    ds_ucx_counters_t uctr;
+    char ucx_check_path[4096];       /* ds_ucx_check, next to this binary (ops_ucx_addr.c) */
+    struct ds_ucx_check *ucx_checks; /* address checks running */
+    int ucx_nchecks;
     struct ds_grefs *grefs;     /* global reference counts (ops_read.c), lazily made */
     struct ds_latches *latches; /* read latches and the writers they hold (latch.c) */
     struct ds_tier *tier;       /* L2 cache and disk I/O thread (tier.c); NULL = none */
@@ -93,6 +106,14 @@ void ds__ops_get_reply(ds_server_t *srv, ds_req_t *r, uint8_t flags, const char 
 uint64_t ds__latch_expire(ds_server_t *srv, uint64_t now);
 void ds__latch_session_end(void *srv, ds_session_t *s);
 void ds__latch_destroy(ds_server_t *srv);
+/* The net layer's session_end hook (ops_ucx.c): read latches, then the
+ * session's UCX endpoint, if any (its sends end, their pins go). */
+void ds__ops_session_end(void *srv, ds_session_t *s);
+/* --enable_rdma: finds the UCX address checker (ops_ucx_addr.c); -1 with a
+ * message when it is missing. */
+int ds__ops_ucx_addr_init(ds_server_t *srv, char *err, size_t cap);
+/* Stops the address checks still running (their requests get no answer). */
+void ds__ops_ucx_addr_destroy(ds_server_t *srv);
 /* Frees the global reference counts (ops_read.c). */
 void ds__ops_grefs_free(ds_server_t *srv);
 /* Background eviction and spill between the arena watermarks (memory.c),

@@ -1,27 +1,26 @@
-/* The UCX data plane (--enable_rdma): large values move between workers'
- * arenas with UCX tagged sends, over whatever transports UCX_TLS allows (RDMA
- * verbs, shared memory, TCP). Control messages stay on the peer links: the
- * requester posts a tagged receive into the arena range it reserved, asks the
- * owner over its peer connection (UCX_PULL), and the owner sends the object
- * from its mapped arena to that tag, holding a reference on it until UCX
- * reports the send done (cluster_ucx.c).
+/* The UCX data plane (--enable_rdma): large values move from this worker's
+ * arena with UCX tagged sends, over whatever transports UCX_TLS allows (RDMA
+ * verbs, shared memory, TCP), to other workers' arenas (pulls: the requester
+ * posts a tagged receive into the arena range it reserved and asks the owner
+ * over its peer connection, UCX_PULL; cluster_ucx.c) and to remote clients'
+ * buffers (UCX_GET; ops/ops_ucx.c). Control messages stay on TCP; the sender
+ * holds a reference on the object until UCX reports the send done, failed,
+ * or ended at its deadline.
  *
  * One UCX context and worker per process (thread mode MULTI), the arena mapped
  * once (ucp_mem_map) and named in every send and receive, and one progress
  * thread that sleeps on the UCX worker's event fd. Sends are posted from the
  * event loop and end there (their callbacks are queued to the loop through an
  * eventfd); receives are posted and waited for by job threads. */
-#ifndef DS_WORKER_CLUSTER_UCX_H
-#define DS_WORKER_CLUSTER_UCX_H
+#ifndef DS_WORKER_NET_UCX_H
+#define DS_WORKER_NET_UCX_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/ucx_common.h"
 #include "worker/net/loop.h"
-
-/* Longest worker address (hex) a membership record carries. */
-#define DS_UCX_ADDR_HEX_MAX 2048
 
 typedef struct ds_ucx ds_ucx_t;
 typedef struct ds_ucx_op ds_ucx_op_t;
@@ -55,11 +54,22 @@ bool ds__ucx_drop(ds_ucx_t *u, ds_ucx_op_t *op, uint64_t wait_ms,
 
 /* ---- the owner (the event loop) ---- */
 typedef void (*ds_ucx_sent_fn)(void *ctx, bool ok, const char *err);
-/* Sends len bytes at src (inside the arena) to tag on the worker whose
- * address is addr_hex (peer names the endpoint: one per member). done runs on
- * the loop once UCX is finished with src. -1 with a message when the send
- * could not even start (done is then not called). */
+/* Sends len bytes at src (inside the arena) to tag on the UCX worker whose
+ * address is addr_hex (peer names the endpoint: one per member, one per
+ * client session). done runs on the loop once UCX is finished with src. A
+ * send still unfinished at deadline_ms (a receiver alive but not taking the
+ * data) is ended by closing its endpoint, which fails every send on it; done
+ * then says so. -1 with a message when the send could not even start (done
+ * is then not called). */
 int ds__ucx_send(ds_ucx_t *u, const char *peer, const char *addr_hex, uint64_t tag, const void *src,
-                 size_t len, ds_ucx_sent_fn done, void *ctx, char *err, size_t err_cap);
+                 size_t len, uint64_t deadline_ms, ds_ucx_sent_fn done, void *ctx, char *err,
+                 size_t err_cap);
+/* On the loop: ends the sends past their deadline; the next deadline (0 = none). */
+uint64_t ds__ucx_tick(ds_ucx_t *u, uint64_t now);
+/* On the loop: closes peer's endpoint (its sends fail, their pins go) and
+ * lets its entry be reused: a client session that ended. */
+void ds__ucx_forget(ds_ucx_t *u, const char *peer);
+/* Sends in flight now, and sends ended by their deadline so far. */
+void ds__ucx_counts(const ds_ucx_t *u, uint64_t *in_flight, uint64_t *timeouts);
 
 #endif
