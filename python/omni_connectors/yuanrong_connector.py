@@ -183,6 +183,11 @@ class YuanrongConnector(OmniConnectorBase):
             payload = chunks[0] if len(chunks) == 1 else b"".join(chunks)
             self.client.set(key, payload, mode)
             return total
+        set_pieces = getattr(self.client, "set_pieces", None)
+        if set_pieces is not None:
+            # One call: each piece copied once into the arena, one request.
+            set_pieces(key, chunks, mode)
+            return total
         buf = self.client.mcreate([key], [total], mode)[0]
         try:
             mv = buf.mutable_data()
@@ -224,7 +229,11 @@ class YuanrongConnector(OmniConnectorBase):
         key = self._make_key(get_key, from_stage, to_stage)
         t0 = time.perf_counter()
         try:
-            view = self.client.get_buffers([key], self.get_sub_timeout_ms)[0]
+            get_view = getattr(self.client, "get_view", None)
+            if get_view is not None:
+                view = get_view(key, self.get_sub_timeout_ms)
+            else:
+                view = self.client.get_buffers([key], self.get_sub_timeout_ms)[0]
         except RuntimeError as e:
             if getattr(e, "code", None) == _K_NOT_FOUND:
                 kind = "timeout" if self.get_sub_timeout_ms > 0 else "not_found"
@@ -235,7 +244,9 @@ class YuanrongConnector(OmniConnectorBase):
                 logger.error("YuanrongConnector get %s failed: %s", key, e)
             return None
         if view is None:
-            self._fail("not_found", "key %s missing" % key, timeouts=1)
+            kind = "timeout" if self.get_sub_timeout_ms > 0 else "not_found"
+            self._fail(kind, "key %s missing" % key, timeouts=1)
+            logger.debug("YuanrongConnector get %s: not found", key)
             return None
         size = len(view)
         try:

@@ -73,6 +73,7 @@ STATUS_NAMES = {
 # Limits (kv_client.h).
 MAX_KEY_LEN = 1024
 MAX_BATCH = 10000
+MAX_SETV_PIECES = 4096  # DS_MAX_SETV_PIECES
 MAX_EXIST_BATCH = 100000
 
 INT32_MAX = 2**31 - 1
@@ -255,6 +256,17 @@ _PROTOTYPES = {
         c_status,
         [c_client_p, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(SetParamC)],
     ),
+    "ds_kv_setv": (
+        c_status,
+        [
+            c_client_p,
+            ctypes.c_char_p,
+            ctypes.c_size_t,
+            ctypes.POINTER(ctypes.c_void_p),
+            ctypes.POINTER(ctypes.c_size_t),
+            ctypes.POINTER(SetParamC),
+        ],
+    ),
     "ds_kv_mset": (
         c_status,
         [
@@ -327,6 +339,7 @@ _PROTOTYPES = {
     "ds_buffer_size": (ctypes.c_size_t, [c_buffer_p]),
     "ds_buffer_key": (ctypes.c_char_p, [c_buffer_p]),
     "ds_buffer_release": (None, [c_buffer_p]),
+    "ds_buffer_release_deferred": (None, [c_buffer_p]),
     "ds_kv_del": (c_status, [c_client_p, ctypes.c_size_t, c_keys_p, ctypes.POINTER(c_status)]),
     "ds_kv_exist": (
         c_status,
@@ -670,8 +683,9 @@ class BorrowedBuffers:
         view = _PyBuffer()
         try:
             _PyObject_GetBuffer(obj, ctypes.byref(view), _PYBUF_SIMPLE)
-        except BufferError:
-            # Not C-contiguous (a strided memoryview, say): take a packed copy.
+        except (BufferError, ValueError):
+            # Not C-contiguous (a strided memoryview or ndarray, say): take a
+            # packed copy.
             return self.add(memoryview(obj).tobytes())
         self._views.append(view)
         return view.buf, view.len
@@ -711,9 +725,12 @@ class Pin:
 
     __slots__ = ("handle", "_finalizer", "__weakref__")
 
-    def __init__(self, handle):
+    def __init__(self, handle, deferred=False):
+        """deferred: drop the pin with ds_buffer_release_deferred (the worker
+        hears of it with the client's next request) where the library has it."""
         self.handle = handle
-        self._finalizer = weakref.finalize(self, _release_handle, handle, os.getpid())
+        release = _release_handle_deferred if deferred else _release_handle
+        self._finalizer = weakref.finalize(self, release, handle, os.getpid())
 
     def release(self):
         self.handle = None
@@ -730,6 +747,13 @@ def _release_handle(handle, pid):
     lib = _lib
     if lib is not None and handle and os.getpid() == pid:
         lib.ds_buffer_release(handle)
+
+
+def _release_handle_deferred(handle, pid):
+    lib = _lib
+    if lib is not None and handle and os.getpid() == pid:
+        fn = getattr(lib, "ds_buffer_release_deferred", None) or lib.ds_buffer_release
+        fn(handle)
 
 
 def pinned_view(pin, addr, size, readonly=True):
