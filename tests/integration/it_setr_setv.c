@@ -110,6 +110,7 @@ static void values_over(ds_transport_t t)
     const size_t one[1] = {1 << 20};
     setv_cut(c, "sv-one", v + 5, one, 1);
     check_bytes(c, "sv-one", v + 5, 1 << 20);
+    free(v);
     ds_client_close(c);
 }
 
