@@ -461,13 +461,19 @@ _lib_path = None
 _lib_lock = threading.Lock()
 
 
+# ds_buffer_release_deferred of the loaded library, None when it has none.
+_release_deferred_fn = None
+
+
 def _declare(lib):
+    global _release_deferred_fn
     for name, (restype, argtypes) in _PROTOTYPES.items():
         fn = getattr(lib, name, None)
         if fn is None:
             continue
         fn.restype = restype
         fn.argtypes = argtypes
+    _release_deferred_fn = getattr(lib, "ds_buffer_release_deferred", None)
 
 
 def load():
@@ -730,7 +736,7 @@ class Pin:
         hears of it with the client's next request) where the library has it."""
         self.handle = handle
         release = _release_handle_deferred if deferred else _release_handle
-        self._finalizer = weakref.finalize(self, release, handle, os.getpid())
+        self._finalizer = weakref.finalize(self, release, handle, _pid[0])
 
     def release(self):
         self.handle = None
@@ -745,15 +751,45 @@ def _release_handle(handle, pid):
     # A forked child inherits the parent's pins but not its connections: only
     # the process that took a buffer releases it.
     lib = _lib
-    if lib is not None and handle and os.getpid() == pid:
+    if lib is not None and handle and _pid[0] == pid:
         lib.ds_buffer_release(handle)
 
 
 def _release_handle_deferred(handle, pid):
     lib = _lib
-    if lib is not None and handle and os.getpid() == pid:
-        fn = getattr(lib, "ds_buffer_release_deferred", None) or lib.ds_buffer_release
-        fn(handle)
+    if lib is not None and handle and _pid[0] == pid:
+        (_release_deferred_fn or lib.ds_buffer_release)(handle)
+
+
+# This process's id, kept current across fork without a getpid() system call
+# per request (the hot paths compare it with the id a client or pin was made in).
+_pid = [os.getpid()]
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=lambda: _pid.__setitem__(0, os.getpid()))
+
+
+def current_pid():
+    return _pid[0]
+
+
+class ViewPin:
+    """A read pin that only memoryviews refer to (KVClient.get_view): released
+    with ds_buffer_release_deferred when the last view goes, with no
+    weakref.finalize (a third of a view's cost). A view still alive at exit
+    is left to the worker, which drops a closed session's pins."""
+
+    __slots__ = ("handle", "_pid")
+
+    def __init__(self, handle):
+        self.handle = handle
+        self._pid = _pid[0]
+
+    def __del__(self):
+        h, self.handle = self.handle, None
+        lib = _lib
+        if h and lib is not None and self._pid == _pid[0]:
+            fn = _release_deferred_fn
+            (fn or lib.ds_buffer_release)(h)
 
 
 def pinned_view(pin, addr, size, readonly=True):

@@ -159,6 +159,24 @@ def _param(write_mode, ttl_second, existence=ExistenceOpt.NONE, existence_name="
     return p
 
 
+_PARAMS = {}
+
+
+def _param_cached(write_mode, ttl_second, existence):
+    """_param for the common argument types, built once per combination (the
+    library only reads it). Anything else is checked by _param each time."""
+    if type(ttl_second) is not int or type(write_mode) not in (int, WriteMode) or \
+            type(existence) not in (int, ExistenceOpt):
+        return _param(write_mode, ttl_second, existence, "existence")
+    k = (int(write_mode), ttl_second, int(existence))
+    p = _PARAMS.get(k)
+    if p is None:
+        p = _param(write_mode, ttl_second, existence, "existence")
+        if len(_PARAMS) < 256:
+            _PARAMS[k] = p
+    return p
+
+
 def _statuses(n):
     arr = (_n.c_status * n)()
     # A status the library never writes: a key it did not report on counts as failed.
@@ -365,7 +383,7 @@ class KVClient:
             h = self._handle
             if h is None:
                 raise DsError(_n.K_NOT_READY, "KVClient is not initialized: call init() first")
-            if self._pid != os.getpid():
+            if self._pid != _n.current_pid():
                 raise DsError(
                     _n.K_RUNTIME_ERROR,
                     "KVClient was connected in process %d; create and init() a new one in "
@@ -439,7 +457,7 @@ class KVClient:
             p = _param(write_mode.write_mode, write_mode.ttl_second, write_mode.existence,
                        "existence")
         else:
-            p = _param(write_mode, ttl_second, existence, "existence")
+            p = _param_cached(write_mode, ttl_second, existence)
         kb = _c.encode_key(key)
         lib = _n.load()
         if not _n.has_symbol("ds_kv_setv"):  # an older libdatasystem: join, then set
@@ -682,7 +700,6 @@ class KVClient:
         4 MiB, or more than 8 MiB of them waiting, are released at once), so
         a read costs one request and no frame of its own.
         """
-        _c.check_str("key", key)
         timeout = _c.timeout("timeout_ms", timeout_ms)
         kb = _c.encode_key(key)
         lib = _n.load()
@@ -698,8 +715,7 @@ class KVClient:
             raise _not_found_or(rc)
         if not b:  # pragma: no cover - the library reports a missing key as NOT_FOUND
             return None
-        return _n.pinned_view(_n.Pin(b, deferred=True), lib.ds_buffer_data(b),
-                              lib.ds_buffer_size(b))
+        return _n.pinned_view(_n.ViewPin(b), lib.ds_buffer_data(b), lib.ds_buffer_size(b))
 
     def query_size(self, keys):
         """Sizes of keys' values: a list of int, None for a missing key."""
