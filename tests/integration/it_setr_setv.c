@@ -11,7 +11,8 @@
  *   (the worker's pinned count and RELEASE count move only then), never
  *   later than the sixteenth waiting pin or 8 MiB of them; a large buffer, an
  *   unpublished one and a remote one are released at once.
- * - A client killed while pins wait for release leaves none behind.
+ * - A client killed while pins wait for release leaves none behind; threads
+ *   of one client setting, pinning and deferring at once leave none either.
  * - A hostile raw client's RELEASE frame of forged handles, written ahead
  *   of a GET in the same write, releases nothing of anyone else's and the
  *   GET is answered. */
@@ -20,6 +21,7 @@
 
 #include "common/clock.h"
 
+#include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -390,16 +392,73 @@ static void test_hostile_piggyback(void **state)
     ds_client_close(c);
 }
 
+/* Threads of one client take pins, release them deferred and set at once:
+ * every value reads back intact and no pin is left once the client sent a
+ * request after the last release. */
+#define DR_THREADS 4
+#define DR_ROUNDS 60
+
+typedef struct {
+    ds_client_t *c;
+    int id;
+    int bad;
+} dr_arg_t;
+
+static void *dr_thread(void *arg)
+{
+    dr_arg_t *a = arg;
+    char key[32];
+    snprintf(key, sizeof(key), "dr-thr-%d", a->id);
+    const char *k = key;
+    size_t sz = 256 * 1024;
+    uint8_t *v = malloc(sz);
+    for (int i = 0; i < DR_ROUNDS && v; i++) {
+        uint64_t seed = (uint64_t)a->id * 1000 + (uint64_t)i;
+        dst_fill(v, sz, seed);
+        const void *p[2] = {v, v + 100};
+        const size_t l[2] = {100, sz - 100};
+        ds_buffer_t *b = NULL;
+        if (ds_kv_setv(a->c, key, 2, p, l, NULL) != DS_K_OK ||
+            ds_kv_get_buffers(a->c, 1, &k, 0, &b) != DS_K_OK || b == NULL ||
+            !dst_check(ds_buffer_data(b), sz, seed))
+            a->bad++;
+        ds_buffer_release_deferred(b);
+    }
+    free(v);
+    return NULL;
+}
+
+static void test_deferred_threads(void **state)
+{
+    (void)state;
+    double base = dst_stat(&W, "objects.pinned");
+    ds_client_t *c = dst_connect(&W, DS_TRANSPORT_LOCAL);
+    pthread_t t[DR_THREADS];
+    dr_arg_t a[DR_THREADS];
+    for (int i = 0; i < DR_THREADS; i++) {
+        a[i] = (dr_arg_t){.c = c, .id = i};
+        assert_int_equal(pthread_create(&t[i], NULL, dr_thread, &a[i]), 0);
+    }
+    for (int i = 0; i < DR_THREADS; i++) {
+        assert_int_equal(pthread_join(t[i], NULL), 0);
+        assert_int_equal(a[i].bad, 0);
+    }
+    /* The waiting pins are the session's: one request takes all of them. */
+    const char *k = "dr-thr-0";
+    bool ex = false;
+    assert_int_equal(ds_kv_exist(c, 1, &k, &ex), DS_K_OK);
+    assert_true(ex);
+    assert_true(wait_stat("objects.pinned", base, 3000));
+    ds_client_close(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_values),
-        cmocka_unit_test(test_one_request),
-        cmocka_unit_test(test_bad_arguments),
-        cmocka_unit_test(test_deferred_release),
-        cmocka_unit_test(test_deferred_remote),
-        cmocka_unit_test(test_deferred_sigkill),
-        cmocka_unit_test(test_hostile_piggyback),
+        cmocka_unit_test(test_values),           cmocka_unit_test(test_one_request),
+        cmocka_unit_test(test_bad_arguments),    cmocka_unit_test(test_deferred_release),
+        cmocka_unit_test(test_deferred_remote),  cmocka_unit_test(test_deferred_sigkill),
+        cmocka_unit_test(test_deferred_threads), cmocka_unit_test(test_hostile_piggyback),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
