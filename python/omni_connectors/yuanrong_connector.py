@@ -263,8 +263,9 @@ class YuanrongConnector(OmniConnectorBase):
         if self.cleanup_reads:
             self._track(get_key, key)
         self._count(gets=1, bytes_transferred=size)
-        logger.debug("YuanrongConnector fetched %s: %d bytes in %.1f ms",
-                     key, size, (time.perf_counter() - t0) * 1000)
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug("YuanrongConnector fetched %s: %d bytes in %.1f ms",
+                         key, size, (time.perf_counter() - t0) * 1000)
         return obj, size
 
     def cleanup(self, request_id: str) -> None:

@@ -159,6 +159,7 @@ def _param(write_mode, ttl_second, existence=ExistenceOpt.NONE, existence_name="
     return p
 
 
+_INT32_MAX = (1 << 31) - 1
 _PARAMS = {}
 
 
@@ -251,7 +252,10 @@ class KVClient:
     ):
         self._handle = None
         self._pid = os.getpid()
-        self._cv = threading.Condition(threading.Lock())
+        # _mu is _cv's lock: the per-call bookkeeping takes it directly (a
+        # Condition's with-statement is two more Python calls per request).
+        self._mu = threading.Lock()
+        self._cv = threading.Condition(self._mu)
         self._active = 0  # calls in flight, which close() waits for
         if service_discovery is not None:
             if host or port:
@@ -379,7 +383,7 @@ class KVClient:
 
     def _call(self, fn, *args):
         """fn(handle, *args), with the handle kept open for the call's length."""
-        with self._cv:
+        with self._mu:
             h = self._handle
             if h is None:
                 raise DsError(_n.K_NOT_READY, "KVClient is not initialized: call init() first")
@@ -393,7 +397,7 @@ class KVClient:
         try:
             return fn(h, *args)
         finally:
-            with self._cv:
+            with self._mu:
                 self._active -= 1
                 if not self._active:
                     self._cv.notify_all()
@@ -700,7 +704,10 @@ class KVClient:
         4 MiB, or more than 8 MiB of them waiting, are released at once), so
         a read costs one request and no frame of its own.
         """
-        timeout = _c.timeout("timeout_ms", timeout_ms)
+        if type(timeout_ms) is int and 0 <= timeout_ms <= _INT32_MAX:
+            timeout = timeout_ms
+        else:
+            timeout = _c.timeout("timeout_ms", timeout_ms)
         kb = _c.encode_key(key)
         lib = _n.load()
         keys = (_n.ctypes.c_char_p * 1)(kb)
