@@ -13,13 +13,15 @@ Beyond the spec, as docs/design.md section 7 asks:
 * one-copy hand-off (the default; ``supports_raw_data``): bytes values, numpy
   arrays and torch tensors, at the top level or inside the payload, are never
   copied into an intermediate serialized blob. A payload of ``raw_inplace_min``
-  (64 KiB) or more is written piece by piece straight into a buffer of its
-  exact encoded size created in the worker's shared memory (one copy of the
-  array data) and published; the bytes stored are exactly OmniSerializer's, so
-  a consumer on the old path (plain get + deserialize) reads them. get reads a
-  pinned view and decodes the arrays as numpy views of it that keep the pin
-  alive (no copy; ``zero_copy: False`` copies). A remote (TCP) client gets the
-  same bytes through a private buffer sent with one set;
+  (64 KiB) or more is copied piece by piece straight into the worker's shared
+  memory and published with one request (``KVClient.set_pieces``: one copy of
+  the array data); the bytes stored are exactly OmniSerializer's, so a
+  consumer on the old path (plain get + deserialize) reads them. get is one
+  request (``KVClient.get_view``) for a pinned view and decodes the arrays as
+  numpy views of it that keep the pin alive (no copy; ``zero_copy: False``
+  copies); the worker hears that the pin is gone with the next request. A
+  remote (TCP) client sends the same bytes, the pieces as they are, with one
+  set;
 * metrics split failures into not_found / timeout / transport / decode;
 * a worker that cannot be reached is a RuntimeError at construction.
 """
@@ -41,18 +43,16 @@ except ImportError:  # pragma: no cover - the package ships datasystem
     SetParam = None
     WriteMode = None
 
-# The one-copy threshold. From this size up a payload is serialized straight
-# into a buffer reserved in the worker's arena (mcreate: exact size, msgpack
-# framing and each array's bytes copied once into place, then mset_buffer);
-# below it, it is joined and sent with one plain set. 64 KiB is the worker's
-# default inline_max: a set up to that size carries the bytes inline in one
-# round trip, where the in-place path takes two (CREATE, PUBLISH) to save a
-# copy of a few microseconds, so plain set is faster there (measured 190 vs
-# 255 us put+get at 8 KiB, 220 vs 255 us at 60 000 bytes); above it a set
-# itself goes through CREATE + copy + PUBLISH after the client's own join, so
-# the in-place path is never slower and saves one full copy (64 MiB: ~5.5 ms
-# against ~150 ms for serialize + set + get + deserialize). The C connector
-# uses the same threshold (OMNI__INPLACE_MIN, src/connector/dsconn.h).
+# The one-copy threshold. From this size up a payload's pieces (msgpack
+# framing and array views) go to KVClient.set_pieces: each copied once into
+# the connection's arena space and published with one SETR (a KVClient
+# without set_pieces gets mcreate + a copy loop + mset_buffer); below it the
+# pieces are joined and sent with one plain set. 64 KiB is the worker's
+# default inline_max; it was chosen when the in-place path took two round
+# trips (CREATE, PUBLISH), so plain set was faster below it (measured then:
+# 190 vs 255 us put+get at 8 KiB). set_pieces is one round trip like set, so
+# a lower threshold may now pay; not measured yet. The C connector uses the
+# same threshold (OMNI__INPLACE_MIN, src/connector/dsconn.h).
 _RAW_INPLACE_MIN = 64 * 1024
 
 # Separators that may follow a request id inside a put_key (chunked or
