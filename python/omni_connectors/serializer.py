@@ -243,10 +243,21 @@ def _lone_ndarray_chunks(arr):
     "data" key and bin header appended, which is byte for byte what the
     general path (the packer over the whole map) writes."""
     data = memoryview(arr.reshape(-1).view(np.uint8))
-    head = msgpack.packb({NDARRAY_MARKER: True, "dtype": arr.dtype.str, "shape": list(arr.shape)})
-    # fixmap of 3 -> fixmap of 4, then the fourth entry's key and bin header.
-    head = b"\x84" + head[1:] + b"\xa4data" + _bin_header(data.nbytes)
+    k = (arr.dtype.str, arr.shape)
+    head = _LONE_HEAD_CACHE.get(k)
+    if head is None:
+        head = msgpack.packb({NDARRAY_MARKER: True, "dtype": k[0], "shape": list(k[1])})
+        # fixmap of 3 -> fixmap of 4, then the fourth entry's key and bin header.
+        head = b"\x84" + head[1:] + b"\xa4data" + _bin_header(data.nbytes)
+        if len(_LONE_HEAD_CACHE) >= 256:
+            _LONE_HEAD_CACHE.clear()
+        _LONE_HEAD_CACHE[k] = head
     return [head, data], len(head) + data.nbytes
+
+
+# (dtype.str, shape) -> the header _lone_ndarray_chunks writes: a stage sends
+# the same few shapes again and again.
+_LONE_HEAD_CACHE = {}
 
 
 def serialize_chunks(obj, view_min=VIEW_MIN):
@@ -526,9 +537,10 @@ def _lone_array(mv, tensor_type):
     unsigned ints, data last), as a view of mv; None for anything else,
     which the general decoder then reads."""
     head = bytes(mv[:128])
-    for prefix, marker in _LONE_HEADS:
-        if head.startswith(prefix):
-            break
+    if head.startswith(_LONE_HEADS[0][0]):
+        prefix, marker = _LONE_HEADS[0]
+    elif head.startswith(_LONE_HEADS[1][0]):
+        prefix, marker = _LONE_HEADS[1]
     else:
         return None
     try:
@@ -567,10 +579,10 @@ def _lone_array(mv, tensor_type):
         return None
     if p + size != len(mv):
         return None
-    obj = {"dtype": dtype, "shape": shape, "data": mv[p:]}
     if marker == NDARRAY_MARKER:
-        return decode_ndarray(obj)
-    return decode_tensor(obj, tensor_type)
+        # decode_ndarray's view, without its dict and helper calls.
+        return np.frombuffer(mv[p:], dtype=dtype).reshape(shape)
+    return decode_tensor({"dtype": dtype, "shape": shape, "data": mv[p:]}, tensor_type)
 
 
 def deserialize(data, tensor_type="auto", zero_copy=False):
