@@ -191,8 +191,11 @@ DS_EXPORT void ds_buffer_release(ds_buffer_t *buf);
  * (in the same write, so it costs no frame of its own) instead of now: until
  * then the worker keeps that version (its memory is not reused, a volatile
  * value not evicted). At most 16 pins of 8 MiB together wait; one past that
- * sends them all at once, as do larger and unpublished buffers. A session
- * that ends (the client closed, the worker lost) drops them too. */
+ * sends them all at once, as do larger and unpublished buffers. Sizes are
+ * the buffers' own: a ds_kv_read range counts its length, though the whole
+ * value stays pinned, so defer only ranges of values you would keep pinned
+ * anyway. A session that ends (the client closed, the worker lost) drops
+ * them too. */
 DS_EXPORT void ds_buffer_release_deferred(ds_buffer_t *buf);
 
 /* Delete n keys; a missing key is not an error. */
