@@ -47,6 +47,8 @@ extern "C" {
 #define DS_MAX_KEY_LEN 1024
 #define DS_MAX_BATCH 10000
 #define DS_MAX_EXIST_BATCH 100000
+/* Most pieces one ds_kv_setv takes. */
+#define DS_MAX_SETV_PIECES 4096
 
 typedef enum {
     DS_WRITE_NONE_L2_CACHE = 0,       /* cache only, never evicted */
@@ -136,6 +138,16 @@ DS_EXPORT void ds_free(void *p);
 /* Set one key. param NULL means DS_SET_PARAM_INIT. */
 DS_EXPORT ds_status_t ds_kv_set(ds_client_t *c, const char *key, const void *val, size_t len,
                                 const ds_set_param_t *param);
+/* Set one key to the concatenation of n pieces (1..DS_MAX_SETV_PIECES), as
+ * ds_kv_set of the joined bytes would, without joining them: a local client
+ * copies each piece once, straight into the worker's arena, and publishes
+ * the value with one request (no pin is kept, so nothing is left to
+ * release); a remote one sends the pieces as they are. A piece may be empty
+ * (lens[i] 0, pieces[i] may then be NULL); all of them together may not. The
+ * pieces are only read during the call. */
+DS_EXPORT ds_status_t ds_kv_setv(ds_client_t *c, const char *key, size_t n,
+                                 const void *const *pieces, const size_t *lens,
+                                 const ds_set_param_t *param);
 /* Set n keys in one request. statuses (n entries, may be NULL) receives each
  * key's result; the return value is DS_K_OK when all succeeded, else the first
  * failure's code. */
@@ -185,6 +197,17 @@ DS_EXPORT size_t ds_buffer_size(const ds_buffer_t *buf);
 DS_EXPORT const char *ds_buffer_key(const ds_buffer_t *buf);
 /* Drops the pin (or discards an unpublished buffer). NULL is fine. */
 DS_EXPORT void ds_buffer_release(ds_buffer_t *buf);
+/* As ds_buffer_release, and the buffer is freed at once, but a local read
+ * pin of up to 4 MiB is told to the worker with the client's next request
+ * (in the same write, so it costs no frame of its own) instead of now: until
+ * then the worker keeps that version (its memory is not reused, a volatile
+ * value not evicted). At most 16 pins of 8 MiB together wait; one past that
+ * sends them all at once, as do larger and unpublished buffers. Sizes are
+ * the buffers' own: a ds_kv_read range counts its length, though the whole
+ * value stays pinned, so defer only ranges of values you would keep pinned
+ * anyway. A session that ends (the client closed, the worker lost) drops
+ * them too. */
+DS_EXPORT void ds_buffer_release_deferred(ds_buffer_t *buf);
 
 /* Delete n keys; a missing key is not an error. */
 DS_EXPORT ds_status_t ds_kv_del(ds_client_t *c, size_t n, const char *const *keys,

@@ -237,6 +237,29 @@ def _flat_bytes(obj):
     return mv
 
 
+def _lone_ndarray_chunks(arr):
+    """[head, data view] for a top-level C-contiguous ndarray: the map
+    encode_ndarray gives, its three small entries packed by msgpack and the
+    "data" key and bin header appended, which is byte for byte what the
+    general path (the packer over the whole map) writes."""
+    data = memoryview(arr.reshape(-1).view(np.uint8))
+    k = (arr.dtype.str, arr.shape)
+    head = _LONE_HEAD_CACHE.get(k)
+    if head is None:
+        head = msgpack.packb({NDARRAY_MARKER: True, "dtype": k[0], "shape": list(k[1])})
+        # fixmap of 3 -> fixmap of 4, then the fourth entry's key and bin header.
+        head = b"\x84" + head[1:] + b"\xa4data" + _bin_header(data.nbytes)
+        if len(_LONE_HEAD_CACHE) >= 256:
+            _LONE_HEAD_CACHE.clear()
+        _LONE_HEAD_CACHE[k] = head
+    return [head, data], len(head) + data.nbytes
+
+
+# (dtype.str, shape) -> the header _lone_ndarray_chunks writes: a stage sends
+# the same few shapes again and again.
+_LONE_HEAD_CACHE = {}
+
+
 def serialize_chunks(obj, view_min=VIEW_MIN):
     """(chunks, total): pieces whose concatenation is serialize(obj); the data of
     each array of at least view_min bytes is a view, not a copy."""
@@ -244,6 +267,10 @@ def serialize_chunks(obj, view_min=VIEW_MIN):
         mv = _flat_bytes(obj)
         head = _bin_header(mv.nbytes)
         return [head, mv], len(head) + mv.nbytes
+    if (np is not None and type(obj) is np.ndarray and obj.dtype.kind not in ("O", "V")
+            and obj.flags.c_contiguous and obj.nbytes >= view_min and obj.nbytes < 1 << 32):
+        # The common stage payload, a lone tensor: no placeholder pass.
+        return _lone_ndarray_chunks(obj)
     import os
 
     nonce = os.urandom(12)
@@ -496,6 +523,68 @@ def _object_hook(tensor_type):
 VIEW_DECODE_BUDGET = 4096
 
 
+# The fixed start of a lone ndarray's / tensor's map as every encoder here
+# writes it: {marker: True, "dtype": ...} then "shape", then "data".
+_LONE_HEADS = (
+    (b"\x84\xab" + NDARRAY_MARKER.encode() + b"\xc3\xa5dtype", NDARRAY_MARKER),
+    (b"\x84\xaa" + TENSOR_MARKER.encode() + b"\xc3\xa5dtype", TENSOR_MARKER),
+)
+
+
+def _lone_array(mv, tensor_type):
+    """The array of a document that is exactly one ndarray or tensor map in
+    the order the encoders write it (dtype a fixstr, shape a fixarray of
+    unsigned ints, data last), as a view of mv; None for anything else,
+    which the general decoder then reads."""
+    head = bytes(mv[:128])
+    if head.startswith(_LONE_HEADS[0][0]):
+        prefix, marker = _LONE_HEADS[0]
+    elif head.startswith(_LONE_HEADS[1][0]):
+        prefix, marker = _LONE_HEADS[1]
+    else:
+        return None
+    try:
+        p = len(prefix)
+        b = head[p]
+        if not 0xA0 <= b <= 0xBF:
+            return None
+        n = b & 0x1F
+        dtype = head[p + 1 : p + 1 + n].decode("utf-8")
+        p += 1 + n
+        if head[p : p + 6] != b"\xa5shape" or not 0x90 <= head[p + 6] <= 0x9F:
+            return None
+        count = head[p + 6] & 0x0F
+        p += 7
+        shape = []
+        for _ in range(count):
+            b = head[p]
+            if b <= 0x7F:
+                shape.append(b)
+                p += 1
+            elif 0xCC <= b <= 0xCF:
+                w = 1 << (b - 0xCC)
+                shape.append(int.from_bytes(head[p + 1 : p + 1 + w], "big"))
+                p += 1 + w
+            else:
+                return None
+        if head[p : p + 5] != b"\xa4data" or not 0xC4 <= head[p + 5] <= 0xC6:
+            return None
+        w = 1 << (head[p + 5] - 0xC4)
+        p += 6
+        if p + w > len(head):
+            return None
+        size = int.from_bytes(head[p : p + w], "big")
+        p += w
+    except (IndexError, UnicodeDecodeError):
+        return None
+    if p + size != len(mv):
+        return None
+    if marker == NDARRAY_MARKER:
+        # decode_ndarray's view, without its dict and helper calls.
+        return np.frombuffer(mv[p:], dtype=dtype).reshape(shape)
+    return decode_tensor({"dtype": dtype, "shape": shape, "data": mv[p:]}, tensor_type)
+
+
 def deserialize(data, tensor_type="auto", zero_copy=False):
     """bytes (or any bytes-like, e.g. a pinned view) -> the object.
 
@@ -518,6 +607,10 @@ def deserialize(data, tensor_type="auto", zero_copy=False):
             if r.pos + n != len(mv):
                 raise ValueError("malformed top-level bin")
             return mv[r.pos :]
+        if len(mv) and mv[0] == 0x84:
+            arr = _lone_array(mv, tensor_type)
+            if arr is not None:
+                return arr
         try:
             return _ViewDecoder(mv, VIEW_DECODE_BUDGET, tensor_type).decode()
         except _OverBudget:

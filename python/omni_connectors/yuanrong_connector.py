@@ -13,13 +13,15 @@ Beyond the spec, as docs/design.md section 7 asks:
 * one-copy hand-off (the default; ``supports_raw_data``): bytes values, numpy
   arrays and torch tensors, at the top level or inside the payload, are never
   copied into an intermediate serialized blob. A payload of ``raw_inplace_min``
-  (64 KiB) or more is written piece by piece straight into a buffer of its
-  exact encoded size created in the worker's shared memory (one copy of the
-  array data) and published; the bytes stored are exactly OmniSerializer's, so
-  a consumer on the old path (plain get + deserialize) reads them. get reads a
-  pinned view and decodes the arrays as numpy views of it that keep the pin
-  alive (no copy; ``zero_copy: False`` copies). A remote (TCP) client gets the
-  same bytes through a private buffer sent with one set;
+  (64 KiB) or more is copied piece by piece straight into the worker's shared
+  memory and published with one request (``KVClient.set_pieces``: one copy of
+  the array data); the bytes stored are exactly OmniSerializer's, so a
+  consumer on the old path (plain get + deserialize) reads them. get is one
+  request (``KVClient.get_view``) for a pinned view and decodes the arrays as
+  numpy views of it that keep the pin alive (no copy; ``zero_copy: False``
+  copies); the worker hears that the pin is gone with the next request. A
+  remote (TCP) client sends the same bytes, the pieces as they are, with one
+  set;
 * metrics split failures into not_found / timeout / transport / decode;
 * a worker that cannot be reached is a RuntimeError at construction.
 """
@@ -41,18 +43,16 @@ except ImportError:  # pragma: no cover - the package ships datasystem
     SetParam = None
     WriteMode = None
 
-# The one-copy threshold. From this size up a payload is serialized straight
-# into a buffer reserved in the worker's arena (mcreate: exact size, msgpack
-# framing and each array's bytes copied once into place, then mset_buffer);
-# below it, it is joined and sent with one plain set. 64 KiB is the worker's
-# default inline_max: a set up to that size carries the bytes inline in one
-# round trip, where the in-place path takes two (CREATE, PUBLISH) to save a
-# copy of a few microseconds, so plain set is faster there (measured 190 vs
-# 255 us put+get at 8 KiB, 220 vs 255 us at 60 000 bytes); above it a set
-# itself goes through CREATE + copy + PUBLISH after the client's own join, so
-# the in-place path is never slower and saves one full copy (64 MiB: ~5.5 ms
-# against ~150 ms for serialize + set + get + deserialize). The C connector
-# uses the same threshold (OMNI__INPLACE_MIN, src/connector/dsconn.h).
+# The one-copy threshold. From this size up a payload's pieces (msgpack
+# framing and array views) go to KVClient.set_pieces: each copied once into
+# the connection's arena space and published with one SETR (a KVClient
+# without set_pieces gets mcreate + a copy loop + mset_buffer); below it the
+# pieces are joined and sent with one plain set. 64 KiB is the worker's
+# default inline_max; it was chosen when the in-place path took two round
+# trips (CREATE, PUBLISH), so plain set was faster below it (measured then:
+# 190 vs 255 us put+get at 8 KiB). set_pieces is one round trip like set, so
+# a lower threshold may now pay; not measured yet. The C connector uses the
+# same threshold (OMNI__INPLACE_MIN, src/connector/dsconn.h).
 _RAW_INPLACE_MIN = 64 * 1024
 
 # Separators that may follow a request id inside a put_key (chunked or
@@ -183,6 +183,11 @@ class YuanrongConnector(OmniConnectorBase):
             payload = chunks[0] if len(chunks) == 1 else b"".join(chunks)
             self.client.set(key, payload, mode)
             return total
+        set_pieces = getattr(self.client, "set_pieces", None)
+        if set_pieces is not None:
+            # One call: each piece copied once into the arena, one request.
+            set_pieces(key, chunks, mode)
+            return total
         buf = self.client.mcreate([key], [total], mode)[0]
         try:
             mv = buf.mutable_data()
@@ -224,7 +229,11 @@ class YuanrongConnector(OmniConnectorBase):
         key = self._make_key(get_key, from_stage, to_stage)
         t0 = time.perf_counter()
         try:
-            view = self.client.get_buffers([key], self.get_sub_timeout_ms)[0]
+            get_view = getattr(self.client, "get_view", None)
+            if get_view is not None:
+                view = get_view(key, self.get_sub_timeout_ms)
+            else:
+                view = self.client.get_buffers([key], self.get_sub_timeout_ms)[0]
         except RuntimeError as e:
             if getattr(e, "code", None) == _K_NOT_FOUND:
                 kind = "timeout" if self.get_sub_timeout_ms > 0 else "not_found"
@@ -235,7 +244,9 @@ class YuanrongConnector(OmniConnectorBase):
                 logger.error("YuanrongConnector get %s failed: %s", key, e)
             return None
         if view is None:
-            self._fail("not_found", "key %s missing" % key, timeouts=1)
+            kind = "timeout" if self.get_sub_timeout_ms > 0 else "not_found"
+            self._fail(kind, "key %s missing" % key, timeouts=1)
+            logger.debug("YuanrongConnector get %s: not found", key)
             return None
         size = len(view)
         try:
@@ -252,8 +263,9 @@ class YuanrongConnector(OmniConnectorBase):
         if self.cleanup_reads:
             self._track(get_key, key)
         self._count(gets=1, bytes_transferred=size)
-        logger.debug("YuanrongConnector fetched %s: %d bytes in %.1f ms",
-                     key, size, (time.perf_counter() - t0) * 1000)
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug("YuanrongConnector fetched %s: %d bytes in %.1f ms",
+                         key, size, (time.perf_counter() - t0) * 1000)
         return obj, size
 
     def cleanup(self, request_id: str) -> None:

@@ -58,6 +58,37 @@ void ds_buffer_release(ds_buffer_t *b)
     free(b);
 }
 
+void ds_buffer_release_deferred(ds_buffer_t *b)
+{
+    if (b == NULL) return;
+    ds_sess_t *s = b->sess;
+    /* Only a published pin waits; an unpublished buffer is discarded now. */
+    if (b->kind != DS_BUF_SHM || !b->published || b->handle == 0 || b->size > DS_CLIENT_DEFER_ONE) {
+        ds_buffer_release(b);
+        return;
+    }
+    uint64_t now[DS_CLIENT_DEFER_MAX + 1];
+    size_t n = 0;
+    pthread_mutex_lock(&s->defer_mu);
+    size_t k = atomic_load_explicit(&s->ndeferred, memory_order_relaxed);
+    if (k == DS_CLIENT_DEFER_MAX || s->deferred_bytes + b->size > DS_CLIENT_DEFER_TOTAL) {
+        /* Full: these and this one go now, in one frame over the anchor. */
+        memcpy(now, s->deferred, k * sizeof(*now));
+        now[k] = b->handle;
+        n = k + 1;
+        atomic_store_explicit(&s->ndeferred, 0, memory_order_relaxed);
+        s->deferred_bytes = 0;
+    } else {
+        s->deferred[k] = b->handle;
+        s->deferred_bytes += b->size;
+        atomic_store_explicit(&s->ndeferred, (uint32_t)(k + 1), memory_order_relaxed);
+    }
+    pthread_mutex_unlock(&s->defer_mu);
+    if (n) ds__sess_release(s, now, n);
+    ds__sess_unref(s);
+    free(b);
+}
+
 const void *ds_buffer_data(const ds_buffer_t *b)
 {
     return b ? b->data : NULL;

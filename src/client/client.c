@@ -64,7 +64,20 @@ void ds__sess_unref(ds_sess_t *s)
     if (s->anchor_fd >= 0) close(s->anchor_fd);
     if (s->base) munmap(s->base, s->size);
     pthread_mutex_destroy(&s->anchor_mu);
+    pthread_mutex_destroy(&s->defer_mu);
     free(s);
+}
+
+size_t ds__sess_take_deferred(ds_sess_t *s, uint64_t *out)
+{
+    if (atomic_load_explicit(&s->ndeferred, memory_order_relaxed) == 0) return 0;
+    pthread_mutex_lock(&s->defer_mu);
+    size_t n = atomic_load_explicit(&s->ndeferred, memory_order_relaxed);
+    memcpy(out, s->deferred, n * sizeof(*out));
+    atomic_store_explicit(&s->ndeferred, 0, memory_order_relaxed);
+    s->deferred_bytes = 0;
+    pthread_mutex_unlock(&s->defer_mu);
+    return n;
 }
 
 void ds__sess_release(ds_sess_t *s, const uint64_t *handles, size_t n)
@@ -192,6 +205,8 @@ static ds_status_t sess_new(const ds_hello_t *h, int *fd, ds_sess_t **out)
     atomic_init(&s->refs, 1);
     atomic_init(&s->anchor_dead, false);
     pthread_mutex_init(&s->anchor_mu, NULL);
+    pthread_mutex_init(&s->defer_mu, NULL);
+    atomic_init(&s->ndeferred, 0);
     s->id = h->session;
     s->inline_max = h->inline_max;
     s->setr = (h->features & DS_FEATURE_SETR) != 0;

@@ -32,8 +32,9 @@
  * Locking: ds_client_t.mu guards the pool (idle list, list of all
  * connections), the current session and every session's nconns; open_mu
  * serializes opening connections so two threads never create two sessions;
- * ds_sess_t.anchor_mu serializes writes on the anchor. Order: open_mu -> mu;
- * anchor_mu is never held with the others. A function whose name ends in
+ * ds_sess_t.anchor_mu serializes writes on the anchor; ds_sess_t.defer_mu
+ * guards the deferred releases. Order: open_mu -> mu; anchor_mu and defer_mu
+ * are never held with each other or the others. A function whose name ends in
  * _locked runs with mu held. ds_cucx_t.mu (ucx.c, enable_ucx) serializes
  * every call into the client's UCX worker (thread mode SERIALIZED; its
  * request callbacks run inside those calls) and guards the receives' state;
@@ -63,6 +64,12 @@
 /* A connection asks to keep up to this much of its space for later sets
  * (the worker keeps spaces this small for smaller sets: ops_space.c). */
 #define DS_CLIENT_SPACE_KEEP (8u << 20)
+/* ds_buffer_release_deferred: at most this many pins, of at most
+ * DS_CLIENT_DEFER_TOTAL bytes together, wait for a session's next request;
+ * a buffer larger than DS_CLIENT_DEFER_ONE is released at once. */
+#define DS_CLIENT_DEFER_MAX 16
+#define DS_CLIENT_DEFER_TOTAL (8u << 20)
+#define DS_CLIENT_DEFER_ONE (4u << 20)
 /* Sanity bound on a response's data section. */
 #define DS_CLIENT_MAX_RESP_DATA (UINT64_C(1) << 42)
 #define DS_CLIENT_DEFAULT_REQUEST_MS 60000
@@ -85,6 +92,14 @@ typedef struct ds_sess {
     int anchor_fd; /* local sessions only, else -1 */
     uint64_t anchor_req;
     atomic_bool anchor_dead;
+    /* Pins dropped with ds_buffer_release_deferred, not yet told to the
+     * worker: the next request on a connection of this session carries them
+     * in a RELEASE frame ahead of its own (conn.c). ndeferred is read
+     * without the lock to skip it when there are none. */
+    pthread_mutex_t defer_mu;
+    uint64_t deferred[DS_CLIENT_DEFER_MAX];
+    uint64_t deferred_bytes;
+    _Atomic uint32_t ndeferred;
     ds_shm_index_t ix;              /* the worker's GET index in the mapping; ix.hdr NULL = none */
     _Atomic uint64_t ix_checked_ms; /* when the anchor was last seen open */
     /* The client's UCX address this session registered (UCX_ADDR), as the
@@ -264,6 +279,9 @@ void ds__sess_unref(ds_sess_t *s);
 /* Drops pins / reservations of s (NOREPLY over its anchor). A session whose
  * anchor is gone has nothing left to release. */
 void ds__sess_release(ds_sess_t *s, const uint64_t *handles, size_t n);
+/* Takes s's deferred releases (up to DS_CLIENT_DEFER_MAX) into out; their
+ * count. */
+size_t ds__sess_take_deferred(ds_sess_t *s, uint64_t *out);
 
 /* The current session, referenced, when it maps the arena and the worker
  * keeps a GET index in it that can be read now; else NULL. No syscall in the

@@ -453,7 +453,33 @@ static ds_status_t io_error(ds_conn_t *conn, const char *op, int err)
                          conn->peer, op, strerror(err));
 }
 
-static ds_status_t send_request(ds_conn_t *conn, ds_opcode_t op, bool noreply, uint64_t deadline)
+/* Encodes a NOREPLY RELEASE frame of the session's deferred pins into buf
+ * (room for DS_CLIENT_DEFER_MAX handles); its length, 0 when there are none. */
+static size_t deferred_frame(ds_conn_t *conn, uint8_t *buf)
+{
+    uint64_t h[DS_CLIENT_DEFER_MAX];
+    size_t n = conn->sess ? ds__sess_take_deferred(conn->sess, h) : 0;
+    if (n == 0) return 0;
+    uint8_t *p = buf + DS_WIRE_HEADER_LEN;
+    for (int b = 0; b < 4; b++)
+        *p++ = (uint8_t)(n >> (8 * b));
+    for (size_t i = 0; i < n; i++)
+        for (int b = 0; b < 8; b++)
+            *p++ = (uint8_t)(h[i] >> (8 * b));
+    ds_wire_header_t hd = {.magic = DS_WIRE_MAGIC,
+                           .version = DS_WIRE_VERSION,
+                           .flags = DS_FLAG_NOREPLY,
+                           .opcode = DS_OP_RELEASE,
+                           .meta_len = (uint32_t)(p - buf - DS_WIRE_HEADER_LEN),
+                           .req_id = conn->next_req++};
+    ds__wire_header_encode(&hd, buf);
+    return (size_t)(p - buf);
+}
+
+/* Sends the request built in conn->w and conn->segs; *req is its id. The
+ * session's deferred releases go first, in the same write. */
+static ds_status_t send_request(ds_conn_t *conn, ds_opcode_t op, bool noreply, uint64_t deadline,
+                                uint64_t *req)
 {
     const char *name = ds__opcode_name(op);
     if (conn->w.oom || conn->d.oom)
@@ -465,6 +491,9 @@ static ds_status_t send_request(ds_conn_t *conn, ds_opcode_t op, bool noreply, u
     if (meta_len > DS_WIRE_MAX_META)
         return ds__set_error(DS_K_INVALID, "%s request metadata of %zu bytes exceeds %u", name,
                              meta_len, DS_WIRE_MAX_META);
+    uint8_t rel[DS_WIRE_HEADER_LEN + 4 + 8 * DS_CLIENT_DEFER_MAX];
+    size_t rel_len = deferred_frame(conn, rel);
+    *req = conn->next_req;
     ds_wire_header_t h = {
         .magic = DS_WIRE_MAGIC,
         .version = DS_WIRE_VERSION,
@@ -475,21 +504,28 @@ static ds_status_t send_request(ds_conn_t *conn, ds_opcode_t op, bool noreply, u
         .data_len = data_len};
     ds__wire_header_encode(&h, conn->w.buf);
 
-    struct iovec small[17];
+    struct iovec small[18];
     struct iovec *iov = small;
-    if (conn->nsegs + 1 > sizeof(small) / sizeof(small[0])) {
-        iov = malloc((conn->nsegs + 1) * sizeof(*iov));
+    size_t k = rel_len ? 1 : 0;
+    if (conn->nsegs + k + 1 > sizeof(small) / sizeof(small[0])) {
+        iov = malloc((conn->nsegs + k + 1) * sizeof(*iov));
         if (iov == NULL)
             return ds__set_error(DS_K_OUT_OF_MEMORY, "out of memory sending a %s request", name);
     }
-    iov[0].iov_base = conn->w.buf;
-    iov[0].iov_len = conn->w.len;
+    /* Sent or not, the deferred pins are off the list: a failed write
+     * breaks the connection, and the worker drops them with the session. */
+    if (k) {
+        iov[0].iov_base = rel;
+        iov[0].iov_len = rel_len;
+    }
+    iov[k].iov_base = conn->w.buf;
+    iov[k].iov_len = conn->w.len;
     for (size_t i = 0; i < conn->nsegs; i++) {
         const ds_seg_t *s = &conn->segs[i];
-        iov[i + 1].iov_base = (void *)(s->p ? s->p : conn->d.buf + s->off);
-        iov[i + 1].iov_len = s->len;
+        iov[k + i + 1].iov_base = (void *)(s->p ? s->p : conn->d.buf + s->off);
+        iov[k + i + 1].iov_len = s->len;
     }
-    int r = send_iov(conn->fd, iov, conn->nsegs + 1, deadline);
+    int r = send_iov(conn->fd, iov, conn->nsegs + k + 1, deadline);
     int err = errno;
     if (iov != small) free(iov);
     if (r != 0) return io_error(conn, name, err);
@@ -499,8 +535,8 @@ static ds_status_t send_request(ds_conn_t *conn, ds_opcode_t op, bool noreply, u
 ds_status_t ds__conn_call(ds_conn_t *conn, ds_opcode_t op, bool noreply, uint64_t deadline)
 {
     const char *name = ds__opcode_name(op);
-    uint64_t req = conn->next_req;
-    ds_status_t st = send_request(conn, op, noreply, deadline);
+    uint64_t req = 0;
+    ds_status_t st = send_request(conn, op, noreply, deadline, &req);
     if (st != DS_K_OK || noreply) return st;
 
     uint8_t hb[DS_WIRE_HEADER_LEN];

@@ -271,7 +271,9 @@ static ds_status_t write_small(omni__dsconn_t *d, const char *key, const omni_da
 }
 
 /* Large payloads: reserve (in the arena, for a local client), write in place,
- * publish. An unpublished buffer is discarded on release. */
+ * publish. An unpublished buffer is discarded on release; a published one's
+ * pin is dropped with the client's next request (ds_buffer_release_deferred),
+ * so the put costs one request and no release frame of its own. */
 static ds_status_t write_inplace(omni__dsconn_t *d, const char *key, const omni_data_t *data,
                                  size_t total, fill_fn fill)
 {
@@ -287,7 +289,10 @@ static ds_status_t write_inplace(omni__dsconn_t *d, const char *key, const omni_
     } else if ((st = ds_kv_publish(d->client, b)) != DS_K_OK) {
         count_failure(d, st);
     }
-    ds_buffer_release(b);
+    if (st == DS_K_OK)
+        ds_buffer_release_deferred(b);
+    else
+        ds_buffer_release(b);
     return st;
 }
 
@@ -345,9 +350,10 @@ static bool lone_tensor(const uint8_t *p, size_t len)
     return len > sizeof(head) && memcmp(p, head, sizeof(head)) == 0;
 }
 
+/* A received payload's pin goes with the client's next request. */
 static void release_buffer(void *ctx)
 {
-    ds_buffer_release(ctx);
+    ds_buffer_release_deferred(ctx);
 }
 
 /* Wraps len bytes at p (kept alive by release(ctx)) as a received payload,

@@ -134,11 +134,19 @@ def rid(key):
 
 
 class Spy:
-    """Counts the connector client's plain sets and in-place creates."""
+    """Counts the connector client's plain sets, in-place creates and gather
+    sets (set_pieces: each piece copied once into the arena)."""
 
     def __init__(self, client):
-        self.sets = self.creates = 0
+        self.sets = self.creates = self.pieces = 0
         self._set, self._mcreate = client.set, client.mcreate
+        self._set_pieces = client.set_pieces
+
+        def set_pieces(*a, **k):
+            self.pieces += 1
+            return self._set_pieces(*a, **k)
+
+        client.set_pieces = set_pieces
 
         def set_(*a, **k):
             self.sets += 1
@@ -162,7 +170,7 @@ def test_python_one_copy_put_stores_serializer_bytes(conn, kv, rid, name, n):
     # A bytes value inside a container (the hand-built bfloat16 map) is packed
     # inline by msgpack, so that payload is one blob, also stored by set.
     in_place = size >= THRESHOLD and name != "bf16-tensor-map"
-    assert (spy.creates, spy.sets) == ((1, 0) if in_place else (0, 1))
+    assert (spy.pieces, spy.creates, spy.sets) == ((1, 0, 0) if in_place else (0, 0, 1))
     stored = kv.get([rid + ":0_1"])[0]
     assert stored == expect
     # An old-path consumer: plain get + deserialize.

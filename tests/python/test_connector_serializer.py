@@ -243,3 +243,74 @@ def test_malformed_input_raises(zero_copy):
                 b"\xc5\x00", b""):
         with pytest.raises(Exception):
             deserialize(bad, zero_copy=zero_copy)
+
+
+# A lone top-level array (the usual stage payload) has fast paths both ways:
+# serialize_chunks writes its header without the placeholder pass, and a
+# zero-copy deserialize reads it without the general decoder. Same bytes, same
+# results, and anything off the exact layout falls back.
+LONE_ARRAYS = [
+    np.arange(1024, dtype="<f4"),
+    np.zeros((3, 70000, 2), np.int8),
+    np.ones(5000, ">f8"),
+    np.zeros((1,) * 14 + (9000,), np.uint8),  # 15 dims: the largest fixarray shape
+    np.zeros((70000, 256), np.uint8),  # dims of 2 and 3 bytes
+    np.zeros((2,) * 16 + (64,), np.uint8),  # 17 dims: array16, general path
+    np.array(7.5, dtype=np.float64).reshape(()),
+    np.zeros((1 << 16) + 1, np.uint8),  # bin32 header
+]
+
+
+@pytest.mark.parametrize("a", LONE_ARRAYS, ids=lambda a: "%s%s" % (a.dtype.str, a.shape))
+def test_lone_array_fast_paths_match_the_general_ones(a):
+    expect = serialize(a)
+    for _ in range(2):  # the second one takes the cached header
+        chunks, total = serialize_chunks(a, view_min=0)
+        assert b"".join(bytes(c) for c in chunks) == expect and total == len(expect)
+    # Same shape, another dtype: another header.
+    b = a.astype(np.int16)
+    assert b"".join(bytes(c) for c in serialize_chunks(b, view_min=0)[0]) == serialize(b)
+    got = deserialize(memoryview(expect), zero_copy=True)
+    general = deserialize(expect)
+    assert isinstance(got, np.ndarray) and got.dtype == a.dtype and got.shape == a.shape
+    assert np.array_equal(got, a) and np.array_equal(general, a)
+    if a.nbytes:
+        assert not got.flags.owndata  # a view of the input
+
+
+def test_lone_array_fast_path_falls_back_off_layout():
+    a = np.arange(4096, dtype="<i4")
+    strided = np.arange(8192, dtype="<i4")[::2]
+    assert b"".join(bytes(c) for c in serialize_chunks(strided)[0]) == serialize(strided)
+    # Keys in another order, an extra key, a negative dim: the general decoder decides.
+    other = msgpack.packb({"dtype": "<i4", "__ndarray__": True, "shape": [4096],
+                           "data": a.tobytes()})
+    assert np.array_equal(deserialize(memoryview(other), zero_copy=True), a)
+    extra = msgpack.packb({"__ndarray__": True, "dtype": "<i4", "shape": [4096],
+                           "data": a.tobytes(), "x": 1})
+    assert deserialize(memoryview(extra), zero_copy=True)["x"] == 1
+    neg = msgpack.packb({"__ndarray__": True, "dtype": "<i4", "shape": [-1],
+                         "data": a.tobytes()})
+    assert np.array_equal(deserialize(memoryview(neg), zero_copy=True), a)
+    # Truncated data or trailing bytes are errors, as on the general path.
+    good = serialize(a)
+    with pytest.raises(ValueError):
+        deserialize(memoryview(good[:-1]), zero_copy=True)
+    with pytest.raises(ValueError):
+        deserialize(memoryview(good + b"\x00"), zero_copy=True)
+
+
+def test_lone_tensor_map_fast_path_without_torch():
+    import omni_connectors.serializer as ser
+
+    if ser._get_torch() is not None:
+        pytest.skip("torch is importable: tensors decode to torch.Tensor (a copy)")
+    a = np.arange(3000, dtype=np.float32).reshape(30, 100)
+    doc = msgpack.packb({"__tensor__": True, "dtype": "float32", "shape": [30, 100],
+                         "data": a.tobytes()})
+    got = deserialize(memoryview(doc), zero_copy=True)
+    assert isinstance(got, np.ndarray) and np.array_equal(got, a) and not got.flags.owndata
+    raw = deserialize(memoryview(msgpack.packb({"__tensor__": True, "dtype": "bfloat16",
+                                                "shape": [2], "data": b"\x01\x02\x03\x04"})),
+                      zero_copy=True)
+    assert isinstance(raw, RawTensor) and raw.dtype == "bfloat16" and raw.data == b"\x01\x02\x03\x04"

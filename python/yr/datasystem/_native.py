@@ -73,6 +73,7 @@ STATUS_NAMES = {
 # Limits (kv_client.h).
 MAX_KEY_LEN = 1024
 MAX_BATCH = 10000
+MAX_SETV_PIECES = 4096  # DS_MAX_SETV_PIECES
 MAX_EXIST_BATCH = 100000
 
 INT32_MAX = 2**31 - 1
@@ -256,6 +257,17 @@ _PROTOTYPES = {
         c_status,
         [c_client_p, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(SetParamC)],
     ),
+    "ds_kv_setv": (
+        c_status,
+        [
+            c_client_p,
+            ctypes.c_char_p,
+            ctypes.c_size_t,
+            ctypes.POINTER(ctypes.c_void_p),
+            ctypes.POINTER(ctypes.c_size_t),
+            ctypes.POINTER(SetParamC),
+        ],
+    ),
     "ds_kv_mset": (
         c_status,
         [
@@ -328,6 +340,7 @@ _PROTOTYPES = {
     "ds_buffer_size": (ctypes.c_size_t, [c_buffer_p]),
     "ds_buffer_key": (ctypes.c_char_p, [c_buffer_p]),
     "ds_buffer_release": (None, [c_buffer_p]),
+    "ds_buffer_release_deferred": (None, [c_buffer_p]),
     "ds_kv_del": (c_status, [c_client_p, ctypes.c_size_t, c_keys_p, ctypes.POINTER(c_status)]),
     "ds_kv_exist": (
         c_status,
@@ -449,13 +462,19 @@ _lib_path = None
 _lib_lock = threading.Lock()
 
 
+# ds_buffer_release_deferred of the loaded library, None when it has none.
+_release_deferred_fn = None
+
+
 def _declare(lib):
+    global _release_deferred_fn
     for name, (restype, argtypes) in _PROTOTYPES.items():
         fn = getattr(lib, name, None)
         if fn is None:
             continue
         fn.restype = restype
         fn.argtypes = argtypes
+    _release_deferred_fn = getattr(lib, "ds_buffer_release_deferred", None)
 
 
 def load():
@@ -645,6 +664,10 @@ _PyBuffer_Release = ctypes.pythonapi.PyBuffer_Release
 _PyBuffer_Release.argtypes = [ctypes.POINTER(_PyBuffer)]
 _PyBuffer_Release.restype = None
 _PYBUF_SIMPLE = 0
+# A bytes object's data pointer, in one C call (a cast through c_char_p is three).
+_PyBytes_AsString = ctypes.pythonapi.PyBytes_AsString
+_PyBytes_AsString.argtypes = [ctypes.py_object]
+_PyBytes_AsString.restype = ctypes.c_void_p
 
 
 class BorrowedBuffers:
@@ -666,13 +689,13 @@ class BorrowedBuffers:
             # A bytes object is immutable; its data pointer is stable while we hold it.
             self._keep.append(obj)
             n = len(obj)
-            addr = ctypes.cast(ctypes.c_char_p(obj), ctypes.c_void_p).value if n else None
-            return addr, n
+            return (_PyBytes_AsString(obj) if n else None), n
         view = _PyBuffer()
         try:
             _PyObject_GetBuffer(obj, ctypes.byref(view), _PYBUF_SIMPLE)
-        except BufferError:
-            # Not C-contiguous (a strided memoryview, say): take a packed copy.
+        except (BufferError, ValueError):
+            # Not C-contiguous (a strided memoryview or ndarray, say): take a
+            # packed copy.
             return self.add(memoryview(obj).tobytes())
         self._views.append(view)
         return view.buf, view.len
@@ -712,9 +735,12 @@ class Pin:
 
     __slots__ = ("handle", "_finalizer", "__weakref__")
 
-    def __init__(self, handle):
+    def __init__(self, handle, deferred=False):
+        """deferred: drop the pin with ds_buffer_release_deferred (the worker
+        hears of it with the client's next request) where the library has it."""
         self.handle = handle
-        self._finalizer = weakref.finalize(self, _release_handle, handle, os.getpid())
+        release = _release_handle_deferred if deferred else _release_handle
+        self._finalizer = weakref.finalize(self, release, handle, _pid[0])
 
     def release(self):
         self.handle = None
@@ -729,8 +755,45 @@ def _release_handle(handle, pid):
     # A forked child inherits the parent's pins but not its connections: only
     # the process that took a buffer releases it.
     lib = _lib
-    if lib is not None and handle and os.getpid() == pid:
+    if lib is not None and handle and _pid[0] == pid:
         lib.ds_buffer_release(handle)
+
+
+def _release_handle_deferred(handle, pid):
+    lib = _lib
+    if lib is not None and handle and _pid[0] == pid:
+        (_release_deferred_fn or lib.ds_buffer_release)(handle)
+
+
+# This process's id, kept current across fork without a getpid() system call
+# per request (the hot paths compare it with the id a client or pin was made in).
+_pid = [os.getpid()]
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=lambda: _pid.__setitem__(0, os.getpid()))
+
+
+def current_pid():
+    return _pid[0]
+
+
+class ViewPin:
+    """A read pin that only memoryviews refer to (KVClient.get_view): released
+    with ds_buffer_release_deferred when the last view goes, with no
+    weakref.finalize (a third of a view's cost). A view still alive at exit
+    is left to the worker, which drops a closed session's pins."""
+
+    __slots__ = ("handle", "_pid")
+
+    def __init__(self, handle):
+        self.handle = handle
+        self._pid = _pid[0]
+
+    def __del__(self):
+        h, self.handle = self.handle, None
+        lib = _lib
+        if h and lib is not None and self._pid == _pid[0]:
+            fn = _release_deferred_fn
+            (fn or lib.ds_buffer_release)(h)
 
 
 def pinned_view(pin, addr, size, readonly=True):

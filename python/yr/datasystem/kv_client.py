@@ -159,6 +159,25 @@ def _param(write_mode, ttl_second, existence=ExistenceOpt.NONE, existence_name="
     return p
 
 
+_INT32_MAX = (1 << 31) - 1
+_PARAMS = {}
+
+
+def _param_cached(write_mode, ttl_second, existence):
+    """_param for the common argument types, built once per combination (the
+    library only reads it). Anything else is checked by _param each time."""
+    if type(ttl_second) is not int or type(write_mode) not in (int, WriteMode) or \
+            type(existence) not in (int, ExistenceOpt):
+        return _param(write_mode, ttl_second, existence, "existence")
+    k = (int(write_mode), ttl_second, int(existence))
+    p = _PARAMS.get(k)
+    if p is None:
+        p = _param(write_mode, ttl_second, existence, "existence")
+        if len(_PARAMS) < 256:
+            _PARAMS[k] = p
+    return p
+
+
 def _statuses(n):
     arr = (_n.c_status * n)()
     # A status the library never writes: a key it did not report on counts as failed.
@@ -239,7 +258,10 @@ class KVClient:
     ):
         self._handle = None
         self._pid = os.getpid()
-        self._cv = threading.Condition(threading.Lock())
+        # _mu is _cv's lock: the per-call bookkeeping takes it directly (a
+        # Condition's with-statement is two more Python calls per request).
+        self._mu = threading.Lock()
+        self._cv = threading.Condition(self._mu)
         self._active = 0  # calls in flight, which close() waits for
         if service_discovery is not None:
             if host or port:
@@ -371,11 +393,11 @@ class KVClient:
 
     def _call(self, fn, *args):
         """fn(handle, *args), with the handle kept open for the call's length."""
-        with self._cv:
+        with self._mu:
             h = self._handle
             if h is None:
                 raise DsError(_n.K_NOT_READY, "KVClient is not initialized: call init() first")
-            if self._pid != os.getpid():
+            if self._pid != _n.current_pid():
                 raise DsError(
                     _n.K_RUNTIME_ERROR,
                     "KVClient was connected in process %d; create and init() a new one in "
@@ -385,7 +407,7 @@ class KVClient:
         try:
             return fn(h, *args)
         finally:
-            with self._cv:
+            with self._mu:
                 self._active -= 1
                 if not self._active:
                     self._cv.notify_all()
@@ -421,6 +443,57 @@ class KVClient:
         with _n.BorrowedBuffers() as borrowed:
             addr, n = borrowed.add(v)
             rc = self._call(lib.ds_kv_set, kb, addr, n, p)
+        _n.check(rc, "set %r" % key)
+
+    def set_pieces(self, key, pieces, write_mode=WriteMode.NONE_L2_CACHE, ttl_second=0,
+                   existence=ExistenceOpt.NONE):
+        """Sets key to the concatenation of pieces, without joining them first.
+
+        The same as ``set(key, b"".join(pieces), ...)``, but a local client
+        copies each piece once, straight into the worker's shared memory, and
+        publishes the value with one request (C: ``ds_kv_setv``).
+
+        Args:
+            key (str): the key.
+            pieces (list or tuple): bytes-like objects (bytes, bytearray,
+                memoryview, C-contiguous numpy arrays), at most 4096; empty
+                ones are allowed, an empty total is not.
+            write_mode, ttl_second, existence: as for ``set``.
+        """
+        _c.check_str("key", key)
+        if not isinstance(pieces, (list, tuple)):
+            raise _c.type_error("pieces", list, tuple)
+        n = len(pieces)
+        if n == 0 or n > _n.MAX_SETV_PIECES:
+            raise DsError(_n.K_INVALID, "The number of pieces %d is not in 1..%d."
+                          % (n, _n.MAX_SETV_PIECES))
+        if isinstance(write_mode, SetParam):
+            p = _param(write_mode.write_mode, write_mode.ttl_second, write_mode.existence,
+                       "existence")
+        else:
+            p = _param_cached(write_mode, ttl_second, existence)
+        kb = _c.encode_key(key)
+        lib = _n.load()
+        if not _n.has_symbol("ds_kv_setv"):  # an older libdatasystem: join, then set
+            joined = b"".join(x if isinstance(x, bytes) else memoryview(x).tobytes()
+                              for x in pieces)
+            _c.nonempty_value("pieces", joined)
+            with _n.BorrowedBuffers() as borrowed:
+                addr, size = borrowed.add(joined)
+                rc = self._call(lib.ds_kv_set, kb, addr, size, p)
+            _n.check(rc, "set %r" % key)
+            return
+        addrs = (_n.ctypes.c_void_p * n)()
+        lens = (_n.ctypes.c_size_t * n)()
+        with _n.BorrowedBuffers() as borrowed:
+            for i, piece in enumerate(pieces):
+                if isinstance(piece, str):
+                    raise _c.type_error("pieces[%d]" % i, bytes, bytearray, memoryview)
+                try:
+                    addrs[i], lens[i] = borrowed.add(piece)
+                except TypeError:
+                    raise _c.type_error("pieces[%d]" % i, bytes, bytearray, memoryview) from None
+            rc = self._call(lib.ds_kv_setv, kb, n, addrs, lens, p)
         _n.check(rc, "set %r" % key)
 
     def set_value(self, val, write_mode=WriteMode.NONE_L2_CACHE, ttl_second=0):
@@ -629,6 +702,37 @@ class KVClient:
             pin = _n.Pin(b)
             views.append(_n.pinned_view(pin, lib.ds_buffer_data(b), lib.ds_buffer_size(b)))
         return views
+
+    def get_view(self, key, timeout_ms=0):
+        """Zero-copy read of one key: a read-only memoryview of its value, or
+        None when it is missing (after waiting up to timeout_ms for it).
+
+        One request; the view pins the version it shows, as ``get_buffers``'
+        do, until it (and every slice or array made from it) is gone. The
+        worker hears that the pin is gone with this client's next request
+        rather than at once (C: ``ds_buffer_release_deferred``; values over
+        4 MiB, or more than 8 MiB of them waiting, are released at once), so
+        a read costs one request and no frame of its own.
+        """
+        if type(timeout_ms) is int and 0 <= timeout_ms <= _INT32_MAX:
+            timeout = timeout_ms
+        else:
+            timeout = _c.timeout("timeout_ms", timeout_ms)
+        kb = _c.encode_key(key)
+        lib = _n.load()
+        keys = (_n.ctypes.c_char_p * 1)(kb)
+        out = (_n.c_buffer_p * 1)()
+        rc = self._call(lib.ds_kv_get_buffers, 1, keys, timeout, out)
+        b = out[0]
+        if rc != _n.K_OK:
+            if b:
+                lib.ds_buffer_release(b)
+            if rc == _n.K_NOT_FOUND:
+                return None
+            raise _not_found_or(rc)
+        if not b:  # pragma: no cover - the library reports a missing key as NOT_FOUND
+            return None
+        return _n.pinned_view(_n.ViewPin(b), lib.ds_buffer_data(b), lib.ds_buffer_size(b))
 
     def query_size(self, keys):
         """Sizes of keys' values: a list of int, None for a missing key."""
