@@ -490,9 +490,14 @@ static void meta_complete(ds_conn_t *c)
 static void header_complete(ds_conn_t *c)
 {
     char err[256];
-    if (ds__wire_header_decode(c->hdr, c->net->max_data, &c->h, err, sizeof(err)) != 0 ||
-        (c->h.flags & DS_FLAG_RESPONSE)) {
-        if (c->h.flags & DS_FLAG_RESPONSE) snprintf(err, sizeof(err), "got a response frame");
+    /* A header that does not decode is named for what is wrong with it
+     * (its flags byte, read from garbage, says nothing). */
+    bool bad = ds__wire_header_decode(c->hdr, c->net->max_data, &c->h, err, sizeof(err)) != 0;
+    if (!bad && (c->h.flags & DS_FLAG_RESPONSE)) {
+        snprintf(err, sizeof(err), "got a response frame");
+        bad = true;
+    }
+    if (bad) {
         protocol_error(c, err);
         return;
     }
