@@ -204,7 +204,6 @@ void ds__server_run(ds_server_t *srv)
                            ds__latch_expire(srv, now)};
         /* Deadline sweeps may have ended deferred requests. */
         ds__net_after_event(net);
-        ds__net_flush(net);
         uint64_t next = 0;
         for (size_t i = 0; i < sizeof(due) / sizeof(due[0]); i++)
             if (due[i] && (next == 0 || due[i] < next)) next = due[i];

@@ -84,8 +84,7 @@ static void update_interest(ds_conn_t *c)
     bool reading = c->state != CONN_PARKED && c->out_bytes < DS_OUT_HIGH && !c->close_after_write;
     if (reading) ev |= EPOLLIN;
     if (reading || c->state == CONN_PARKED) ev |= EPOLLRDHUP;
-    /* Answers due at the batch's end are written then, not on EPOLLOUT. */
-    if (c->out_head && c->bulk_out == NULL && !c->wpending) ev |= EPOLLOUT;
+    if (c->out_head && c->bulk_out == NULL) ev |= EPOLLOUT;
     ds__loop_mod(c->net->loop, &c->io, ev);
 }
 
@@ -162,7 +161,7 @@ void ds__conn_bulk_done(ds_conn_t *c, ds_out_t *o, uint64_t sent, int err)
         /* Closed meanwhile: the socket and the connection waited for this. */
         free_out(net, o);
         close(c->io.fd);
-        if (!c->queued && !c->wpending) {
+        if (!c->queued) {
             c->next = net->dead;
             net->dead = c;
         }
@@ -232,9 +231,9 @@ void ds__conn_close(ds_conn_t *c, const char *why)
     if (c->next) c->next->prev = c->prev;
     net->nconns--;
     resume_listeners(net);
-    /* On the ready list, or the list of answers due, it stays until the
-     * list is walked: skipped there as closed, and freed only after. */
-    if (c->bulk_out || c->queued || c->wpending) return;
+    /* On the ready list it stays until the list is walked: skipped there as
+     * closed, and freed only after. */
+    if (c->bulk_out || c->queued) return;
     c->next = net->dead;
     net->dead = c;
 }
@@ -365,39 +364,7 @@ void ds__conn_queue(ds_conn_t *c, uint64_t req_id, uint16_t op, ds_status_t st, 
         c->out_head = o;
     c->out_tail = o;
     c->out_bytes += DS_WIRE_HEADER_LEN + meta_len + data_len;
-    if (flush && !c->wpending) {
-        /* Written once the batch of events is handled (ds__net_flush), as
-         * Redis writes its replies before it sleeps: an answer written at
-         * once wakes its client, which on a busy machine then takes the CPU
-         * from the loop while the batch's other requests wait. Measured with
-         * 4 clients on 2 cores: the loop was scheduled ~40% more often than
-         * Redis for the same requests, and waited ~35% longer for a CPU. */
-        c->wpending = true;
-        c->wnext = net->wpend;
-        net->wpend = c;
-    }
-}
-
-void ds__net_flush(void *ctx)
-{
-    ds_net_t *net = ctx;
-    /* Each connection once: those queued here meanwhile wait for the next
-     * call, which comes before the loop sleeps. */
-    ds_conn_t *list = net->wpend;
-    net->wpend = NULL;
-    while (list) {
-        ds_conn_t *c = list;
-        list = c->wnext;
-        c->wpending = false;
-        if (c->state == CONN_CLOSED) {
-            if (c->bulk_out == NULL && !c->queued) {
-                c->next = net->dead;
-                net->dead = c;
-            }
-            continue;
-        }
-        flush_out(c);
-    }
+    if (flush) flush_out(c);
 }
 
 static void reply_err(ds_conn_t *c, uint16_t op, ds_status_t st, const char *msg)
@@ -733,7 +700,7 @@ void ds__net_after_event(void *ctx)
         list = c->ready_next;
         c->queued = false;
         if (c->state == CONN_CLOSED) {
-            if (c->bulk_out == NULL && !c->wpending) {
+            if (c->bulk_out == NULL) {
                 c->next = net->dead;
                 net->dead = c;
             }
@@ -754,7 +721,7 @@ void ds__net_turn(ds_net_t *net)
 
 bool ds__net_busy(const ds_net_t *net)
 {
-    return net->ready_head != NULL || net->wpend != NULL;
+    return net->ready_head != NULL;
 }
 
 static void reject(ds_net_t *net, int fd)

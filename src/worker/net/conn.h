@@ -24,8 +24,6 @@ struct ds_conn {
     ds_conn_t *prev, *next;
     ds_conn_t *ready_next;
     bool queued; /* on the ready list */
-    ds_conn_t *wnext;
-    bool wpending; /* on the list of answers written at the end of the batch */
     ds_conn_state_t state;
     bool is_unix;
     bool hello_done;

@@ -12,8 +12,6 @@ struct ds_loop {
     int epfd;
     void (*after)(void *ctx);
     void *after_ctx;
-    void (*batch_end)(void *ctx);
-    void *batch_end_ctx;
 };
 
 ds_loop_t *ds__loop_create(void)
@@ -64,12 +62,6 @@ void ds__loop_set_after(ds_loop_t *l, void (*fn)(void *ctx), void *ctx)
     l->after_ctx = ctx;
 }
 
-void ds__loop_set_batch_end(ds_loop_t *l, void (*fn)(void *ctx), void *ctx)
-{
-    l->batch_end = fn;
-    l->batch_end_ctx = ctx;
-}
-
 int ds__loop_run_once(ds_loop_t *l, int timeout_ms)
 {
     struct epoll_event evs[DS_LOOP_BATCH];
@@ -80,6 +72,5 @@ int ds__loop_run_once(ds_loop_t *l, int timeout_ms)
         io->cb(io->ctx, evs[i].events);
         if (l->after) l->after(l->after_ctx);
     }
-    if (l->batch_end) l->batch_end(l->batch_end_ctx);
     return n;
 }

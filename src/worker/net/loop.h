@@ -28,10 +28,6 @@ void ds__loop_del(ds_loop_t *l, ds_io_t *io);
 /* fn(ctx) runs after every dispatched callback: the worker resumes there
  * the connections whose deferred requests ended during that event. */
 void ds__loop_set_after(ds_loop_t *l, void (*fn)(void *ctx), void *ctx);
-/* fn(ctx) runs once after all the callbacks of one wait were dispatched
- * (and their after hooks): the worker writes the answers of that batch
- * there, as Redis does in beforeSleep. */
-void ds__loop_set_batch_end(ds_loop_t *l, void (*fn)(void *ctx), void *ctx);
 /* Waits up to timeout_ms (-1 = forever) and dispatches ready callbacks.
  * Returns the number dispatched. */
 int ds__loop_run_once(ds_loop_t *l, int timeout_ms);

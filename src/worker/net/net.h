@@ -96,7 +96,6 @@ struct ds_net {
     uint64_t next_conn_id;
     ds_conn_t *dead; /* closed, freed after the current loop turn */
     ds_conn_t *ready_head, *ready_tail;
-    ds_conn_t *wpend;     /* connections with answers to write at the batch's end */
     uint64_t direct_left; /* of DS_BULK_DIRECT_TURN, this loop turn */
     ds_session_t *sessions;
     uint32_t nsessions;
@@ -111,9 +110,6 @@ int ds__net_listen(ds_net_t *net, ds_listener_t *l, int fd, bool is_unix);
 /* Resumes connections whose deferred request ended (the loop's after-event
  * hook). */
 void ds__net_after_event(void *net);
-/* Writes the answers queued during the current batch of events (the loop's
- * batch-end hook; the run loop also calls it before it waits). */
-void ds__net_flush(void *net);
 /* A new loop turn begins (before the loop waits for events): resets the
  * turn's budget of direct large writes. */
 void ds__net_turn(ds_net_t *net);

@@ -185,7 +185,6 @@ int ds__net_init(ds_net_t *net, char *err, size_t err_cap)
     net->bulk = ds__bulk_new(net->loop, err, err_cap);
     if (net->bulk == NULL) return -1;
     ds__loop_set_after(net->loop, ds__net_after_event, net);
-    ds__loop_set_batch_end(net->loop, ds__net_flush, net);
     ds__net_turn(net);
     return 0;
 }
@@ -213,7 +212,6 @@ void ds__net_destroy(ds_net_t *net)
     while (net->conns)
         ds__conn_close(net->conns, "worker shutting down");
     ds__net_after_event(net); /* closed connections on the ready list go to dead */
-    ds__net_flush(net);       /* and those on the list of answers due */
     ds__net_free_dead(net);
     while (net->sessions)
         ds__session_free(net, net->sessions);
