@@ -222,6 +222,7 @@ void ds__server_run(ds_server_t *srv)
         }
         bool spinning = spin_until && ds__now_ns() < spin_until;
         if (spinning || ds__net_busy(net)) timeout = 0;
+        ds__net_turn(net);
         if (ds__loop_run_once(net->loop, timeout) > 0 && poll_ns)
             spin_until = ds__now_ns() + poll_ns;
         else if (spinning)

@@ -5,7 +5,9 @@
  * made the loop a CPU-bound thread, and on a busy machine the scheduler then
  * lets a small request wait behind it for whole time slices. So a response
  * frame with at least DS_BULK_MIN bytes still to send is handed, when it
- * reaches the head of its connection's queue, to this thread, which writes
+ * reaches the head of its connection's queue, to this thread (after one
+ * direct write by the loop when that can finish it: a 1 MiB answer, for
+ * which the hand-off and the wake-ups back cost more than the copy), which writes
  * it (several connections' frames in turn, DS_BULK_STEP each) while the loop
  * goes on serving everything else. The loop writes nothing more on that
  * connection until the frame is done; it keeps reading its requests.

@@ -1,13 +1,17 @@
 /* One client connection: the state machine that reads frames (header ->
  * metadata -> data), hands each complete request to the worker's dispatch
  * callback as a ds_req_t (request.c), and writes queued answers. Small
- * frames are read through a 64 KiB buffer (one recv per request); large SET
- * values are received straight into their arena range. Answers reference
- * arena bytes directly (holding an object reference until the bytes are on
- * the wire), so no value is ever copied by the worker.
+ * frames are read through a buffer of a little over 64 KiB (one recv per
+ * request, a 64 KiB SET included); larger SET values are received straight
+ * into their arena range. Answers reference arena bytes directly (holding an
+ * object reference until the bytes are on the wire), so no value is ever
+ * copied by the worker. An answer of DS_BULK_MIN or more goes to the sender
+ * thread (bulk.c), unless one direct write of it finishes it.
  *
  * A connection never blocks the loop: every read and write is non-blocking and
- * bounded by DS_IO_SLICE per turn. A client that stops reading its answers
+ * bounded per turn (DS_IO_SLICE; DS_IO_SLICE_DATA for SET data bound for the
+ * arena; one direct write of at most DS_BULK_DIRECT for a large answer,
+ * DS_BULK_DIRECT_TURN for all of a turn's). A client that stops reading its answers
  * stops being read from once DS_OUT_HIGH bytes are queued, so its backlog is
  * bounded. A malformed frame gets an error answer and closes that connection.
  * While a request of the connection is deferred the connection is parked:
@@ -30,6 +34,10 @@
 #include <unistd.h>
 
 #define DS_RBUF 65536u
+/* The read buffer holds a little more than DS_RBUF, so that a SET of a
+ * 64 KiB value arrives, header and metadata included, in one recv (it took
+ * two, and often a third that said EAGAIN, where Redis reads one). */
+#define DS_RBUF_CAP (DS_RBUF + 4096u)
 #define DS_OUT_HIGH (16u << 20)
 #define DS_MAX_IOV 64
 /* How long accepting pauses when the process is out of descriptors, unless
@@ -42,7 +50,8 @@ struct ds_out {
     uint64_t seg_off;
     uint32_t nrefs;
     int fd;
-    ds_obj_t **refs; /* in the same allocation, after segs */
+    bool direct_tried; /* a large frame's one direct write was made */
+    ds_obj_t **refs;   /* in the same allocation, after segs */
     struct iovec segs[];
 };
 
@@ -50,7 +59,7 @@ struct ds_out {
 typedef struct {
     ds_conn_t c;
     uint32_t rpos, rlen;
-    uint8_t rbuf[DS_RBUF];
+    uint8_t rbuf[DS_RBUF_CAP];
 } conn_full_t;
 
 /* Where skipped data bytes go (only the loop's thread reads into it). */
@@ -237,9 +246,22 @@ static void flush_out(ds_conn_t *c)
         struct iovec iov[DS_MAX_IOV];
         int n = 0;
         ds_out_t *o = c->out_head;
-        if (o->fd < 0 && out_left(o) >= DS_BULK_MIN && ds__bulk_send(c->net->bulk, c, o)) {
-            c->bulk_out = o;
-            break;
+        uint64_t big = o->fd < 0 ? out_left(o) : 0;
+        if (big >= DS_BULK_MIN) {
+            /* A large frame the loop may finish in one write (a 1 MiB
+             * value's answer) gets that write first, within the turn's
+             * budget; what it leaves goes to the sender thread, as does a
+             * frame too large for it (whose first bytes the loop would
+             * only delay). */
+            ds_net_t *net = c->net;
+            if (!o->direct_tried && big <= DS_BULK_DIRECT && big <= net->direct_left) {
+                o->direct_tried = true;
+                net->direct_left -= big;
+                if (budget < big) budget = big;
+            } else if (ds__bulk_send(net->bulk, c, o)) {
+                c->bulk_out = o;
+                break;
+            }
         }
         for (ds_out_t *f = o; f && n < DS_MAX_IOV; f = f->next) {
             /* A frame carrying an fd must start its own sendmsg. */
@@ -468,9 +490,14 @@ static void meta_complete(ds_conn_t *c)
 static void header_complete(ds_conn_t *c)
 {
     char err[256];
-    if (ds__wire_header_decode(c->hdr, c->net->max_data, &c->h, err, sizeof(err)) != 0 ||
-        (c->h.flags & DS_FLAG_RESPONSE)) {
-        if (c->h.flags & DS_FLAG_RESPONSE) snprintf(err, sizeof(err), "got a response frame");
+    /* A header that does not decode is named for what is wrong with it
+     * (its flags byte, read from garbage, says nothing). */
+    bool bad = ds__wire_header_decode(c->hdr, c->net->max_data, &c->h, err, sizeof(err)) != 0;
+    if (!bad && (c->h.flags & DS_FLAG_RESPONSE)) {
+        snprintf(err, sizeof(err), "got a response frame");
+        bad = true;
+    }
+    if (bad) {
         protocol_error(c, err);
         return;
     }
@@ -585,7 +612,9 @@ static void consume(ds_conn_t *c)
 static void process_input(ds_conn_t *c)
 {
     conn_full_t *f = full(c);
-    uint64_t budget = DS_IO_SLICE;
+    /* budget: all bytes this turn; small: those through the read buffer
+     * (frames and small values), which keep the tighter DS_IO_SLICE. */
+    uint64_t budget = DS_IO_SLICE_DATA, small = DS_IO_SLICE;
     for (;;) {
         consume(c);
         if (c->state == CONN_CLOSED || c->state == CONN_PARKED || c->close_after_write) break;
@@ -599,9 +628,13 @@ static void process_input(ds_conn_t *c)
             r = recv(c->io.fd, dst, want, MSG_DONTWAIT);
             if (r > 0) data_advance(c, (uint64_t)r);
         } else {
+            if (small == 0) break;
             f->rpos = f->rlen = 0;
-            r = recv(c->io.fd, f->rbuf, DS_RBUF, MSG_DONTWAIT);
-            if (r > 0) f->rlen = (uint32_t)r;
+            r = recv(c->io.fd, f->rbuf, DS_RBUF_CAP, MSG_DONTWAIT);
+            if (r > 0) {
+                f->rlen = (uint32_t)r;
+                small = (uint64_t)r >= small ? 0 : small - (uint64_t)r;
+            }
         }
         if (r == 0) {
             ds__conn_close(c, "peer closed");
@@ -616,7 +649,7 @@ static void process_input(ds_conn_t *c)
         budget = (uint64_t)r >= budget ? 0 : budget - (uint64_t)r;
         /* A short read drained the socket: skip the recv that would only say
          * EAGAIN (level-triggered epoll calls again when more arrives). */
-        if (c->state != CONN_READ_DATA && (uint32_t)r < DS_RBUF) {
+        if (c->state != CONN_READ_DATA && (uint32_t)r < DS_RBUF_CAP) {
             consume(c);
             break;
         }
@@ -679,6 +712,11 @@ void ds__net_after_event(void *ctx)
             process_input(c);
         }
     }
+}
+
+void ds__net_turn(ds_net_t *net)
+{
+    net->direct_left = DS_BULK_DIRECT_TURN;
 }
 
 bool ds__net_busy(const ds_net_t *net)

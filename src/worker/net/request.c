@@ -185,6 +185,7 @@ int ds__net_init(ds_net_t *net, char *err, size_t err_cap)
     net->bulk = ds__bulk_new(net->loop, err, err_cap);
     if (net->bulk == NULL) return -1;
     ds__loop_set_after(net->loop, ds__net_after_event, net);
+    ds__net_turn(net);
     return 0;
 }
 
