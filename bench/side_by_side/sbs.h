@@ -162,7 +162,9 @@ int sbs_phase_single(const sbs_opts_t *o, const sbs_env_t *env, sbs_limits_t *li
 /* The connector rows when a YuanrongConnector is registered; else a note in
  * *why (returns 1 when skipped). */
 int sbs_phase_connector(const sbs_opts_t *o, const sbs_env_t *env, char *why, size_t why_cap);
-/* The Python connector's one-copy put+get (bench/py_bench.py --onecopy-only). */
+/* The Python connector's one-copy put+get (bench/py_bench.py --onecopy-only),
+ * blocking and, unless the run busy-polls already, with busy polling. */
+#define SBS_PYCONN_BUSY_POLL_US 50
 int sbs_phase_pyconn(const sbs_opts_t *o, const sbs_env_t *env);
 int sbs_phase_scale(const sbs_opts_t *o, const sbs_env_t *env);
 int sbs_phase_resident(const sbs_opts_t *o, const sbs_env_t *env);
