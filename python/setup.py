@@ -40,6 +40,9 @@ NATIVE = [
     ("datasystem_worker", os.path.join("src", "worker", "datasystem_worker"),
      os.path.join("bin", "datasystem_worker")),
     ("dscli", os.path.join("src", "cli", "dscli"), os.path.join("bin", "dscli")),
+    # --enable_rdma: the worker runs it from its own directory
+    ("ds_ucx_check", os.path.join("src", "worker", "ds_ucx_check"),
+     os.path.join("bin", "ds_ucx_check")),
 ]
 
 
@@ -60,7 +63,7 @@ def _check_root():
 
 
 def _cmake_build(announce):
-    """Configures (once) and builds the three targets; returns the build folder."""
+    """Configures (once) and builds the NATIVE targets; returns the build folder."""
     _check_root()
     if shutil.which("cmake") is None:
         raise SystemExit(

@@ -124,8 +124,10 @@ def test_clean_clone_venv_install_dscli_set_get():
 
         port = _free_port()
         addr = "127.0.0.1:%d" % port
-        p = _run(["dscli", "start", "-w", "--worker_address", addr], cwd=tmp, env=run_env,
-                 timeout=60)
+        # --enable_rdma: the bundled worker finds its UCX address checker
+        # (ds_ucx_check) beside it, or refuses to start.
+        p = _run(["dscli", "start", "-w", "--worker_address", addr, "--enable_rdma", "true"],
+                 cwd=tmp, env=run_env, timeout=60)
         m = re.search(r"started, pid (\d+)", p.stdout)
         assert m, p.stdout
         pid = int(m.group(1))
