@@ -55,6 +55,13 @@ static bool want(const char *phases, const char *name)
     return false;
 }
 
+/* Says which phase failed (its rows may be partial); 1 if it did. */
+static int phase_failed(const char *name, bool failed)
+{
+    if (failed) fprintf(stderr, "sbs: phase %s failed\n", name);
+    return failed;
+}
+
 static uint64_t phase_done(const char *name, uint64_t since)
 {
     uint64_t now = ds__now_ns();
@@ -181,31 +188,31 @@ int main(int argc, char **argv)
     char conn_status[640] = "not run";
     uint64_t tp = ds__now_ns();
     if (want(phases, "resident")) {
-        failed += sbs_phase_resident(&o, &env) != 0;
+        failed += phase_failed("resident", sbs_phase_resident(&o, &env) != 0);
         tp = phase_done("resident", tp);
     }
     if (want(phases, "single")) {
-        failed += sbs_phase_single(&o, &env, &lim) != 0;
+        failed += phase_failed("single", sbs_phase_single(&o, &env, &lim) != 0);
         tp = phase_done("single", tp);
     }
     if (want(phases, "connector")) {
         char why[512] = "";
         int r = sbs_phase_connector(&o, &env, why, sizeof(why));
-        if (r < 0) failed++;
+        if (r < 0) failed += phase_failed("connector", true);
         snprintf(conn_status, sizeof(conn_status), "%s%s", r == 1 ? "skipped: " : "", why);
         printf("  connector: %s\n", conn_status);
         tp = phase_done("connector", tp);
     }
     if (want(phases, "pyconn")) {
-        failed += sbs_phase_pyconn(&o, &env) != 0;
+        failed += phase_failed("pyconn", sbs_phase_pyconn(&o, &env) != 0);
         tp = phase_done("pyconn", tp);
     }
     if (want(phases, "scale")) {
-        failed += sbs_phase_scale(&o, &env) != 0;
+        failed += phase_failed("scale", sbs_phase_scale(&o, &env) != 0);
         tp = phase_done("scale", tp);
     }
     if (want(phases, "hol")) {
-        failed += sbs_phase_hol(&o, &env) != 0;
+        failed += phase_failed("hol", sbs_phase_hol(&o, &env) != 0);
         tp = phase_done("hol", tp);
     }
 
