@@ -305,7 +305,29 @@ def why_missed(d):
         o, p = r("ds-local", "set+get", 64 * MIB), r("vllm-omni-shm", "put+get", 64 * MIB)
         notes.append("- **vs vLLM-Omni's path at 64 MiB** missed: ours %s us, theirs %s us." % (
             num(o.get("p50_us")), num(p.get("p50_us"))))
-    mem = [m for m in missed if "memcpy" in m]
+    py = [m for m in missed if m.startswith("Python connector")]
+    if py:
+        parts = []
+        for size in (64 * MIB, MIB):
+            o, m_ = r("connector-python", "put+get", size), r("limit", "numpy memcpy", size)
+            b_ = r("connector-python", "put+get busy-poll", size)
+            bm = r("limit", "numpy memcpy, busy-poll run", size)
+            if not any(human(size) + "," in m for m in py):
+                continue
+            parts.append("%s: put+get %s us against a %s us numpy memcpy%s" % (
+                human(size), num(o.get("p50_us")), num(m_.get("p50_us")),
+                "; with busy polling %s us against %s us" % (num(b_.get("p50_us")),
+                                                             num(bm.get("p50_us")))
+                if b_ else ""))
+        notes.append(
+            "- **Python connector** missed (%s). A hand-off of a tensor is one copy and two "
+            "round trips (`set_pieces` and `get_view`); at 1 MiB the copy is a few tens of us "
+            "and a round trip between this VM's two vCPUs is a wake-up each way (the bare Unix "
+            "ping-pong took %s us in this run, more when the two processes land on different "
+            "vCPUs), so blocking round trips alone exceed the 0.3x budget; the opt-in busy "
+            "polling (`--busy_poll_us`, `DS_BUSY_POLL_US`) takes the wake-ups out."
+            % ("; ".join(parts), num(rtt)))
+    mem = [m for m in missed if m.startswith("local set vs memcpy")]
     if mem:
         parts = []
         for b in lim["by_size"]:
