@@ -361,6 +361,16 @@ double dst_stat(const dst_worker_t *w, const char *path)
     return result;
 }
 
+bool dst_wait_stat(const dst_worker_t *w, const char *path, double want, int timeout_ms)
+{
+    uint64_t end = ds__now_ms() + (uint64_t)timeout_ms;
+    do {
+        if (dst_stat(w, path) == want) return true;
+        usleep(20 * 1000);
+    } while (ds__now_ms() < end);
+    return false;
+}
+
 void dst_fill(void *buf, size_t len, uint64_t seed)
 {
     uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;

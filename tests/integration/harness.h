@@ -38,6 +38,8 @@ bool dst_worker_external(const dst_worker_t *w);
 ds_client_t *dst_connect(const dst_worker_t *w, ds_transport_t t);
 /* The worker's STATS JSON value at a dotted path (e.g. "objects.pinned"); -1 if absent. */
 double dst_stat(const dst_worker_t *w, const char *path);
+/* Polls dst_stat every 20 ms until it equals want; false after timeout_ms. */
+bool dst_wait_stat(const dst_worker_t *w, const char *path, double want, int timeout_ms);
 
 /* Deterministic test payloads: fill and verify by key and seed. */
 void dst_fill(void *buf, size_t len, uint64_t seed);

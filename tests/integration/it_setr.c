@@ -62,16 +62,6 @@ static double ops(const char *name)
     return dst_stat(&W, path);
 }
 
-static bool wait_stat(const char *path, double want, int timeout_ms)
-{
-    uint64_t end = ds__now_ms() + (uint64_t)timeout_ms;
-    do {
-        if (dst_stat(&W, path) == want) return true;
-        usleep(20 * 1000);
-    } while (ds__now_ms() < end);
-    return false;
-}
-
 static void check_value(ds_client_t *c, const char *key, size_t len, uint64_t seed)
 {
     void *out = NULL;
@@ -131,8 +121,8 @@ static void test_one_round_trip(void **state)
     assert_true(dst_stat(&W, "arena.reservations") >= 1);
     assert_true(reserved >= 1 << 20);
     ds_client_close(c);
-    assert_true(wait_stat("arena.reservations", 0, 3000));
-    assert_true(wait_stat("arena.reserved_bytes", 0, 3000));
+    assert_true(dst_wait_stat(&W, "arena.reservations", 0, 3000));
+    assert_true(dst_wait_stat(&W, "arena.reserved_bytes", 0, 3000));
     for (int i = 0; i < 4; i++)
         free(vals[i]);
     free(v);
@@ -177,14 +167,14 @@ static void test_create_publish(void **state)
     double held = dst_stat(&W, "arena.reserved_bytes");
     assert_true(held >= 3 << 20);
     ds_buffer_release(b);
-    assert_true(wait_stat("arena.reserved_bytes", 0, 3000) ||
+    assert_true(dst_wait_stat(&W, "arena.reserved_bytes", 0, 3000) ||
                 dst_stat(&W, "arena.reserved_bytes") < held);
     const char *k = "zc-drop";
     bool ex = true;
     assert_int_equal(ds_kv_exist(c, 1, &k, &ex), DS_K_OK);
     assert_false(ex);
     ds_client_close(c);
-    assert_true(wait_stat("arena.reservations", 0, 3000));
+    assert_true(dst_wait_stat(&W, "arena.reservations", 0, 3000));
 }
 
 /* ---- hostile raw clients ---- */
@@ -369,8 +359,8 @@ static void test_hostile(void **state)
     assert_int_equal(dst_stat(&W, "arena.reservations"), 1);
     hr_close(&b);
     hr_close(&a);
-    assert_true(wait_stat("arena.reservations", 0, 3000));
-    assert_true(wait_stat("arena.reserved_bytes", 0, 3000));
+    assert_true(dst_wait_stat(&W, "arena.reservations", 0, 3000));
+    assert_true(dst_wait_stat(&W, "arena.reserved_bytes", 0, 3000));
 }
 
 /* ---- a client killed holding a reservation ---- */
@@ -408,11 +398,11 @@ static void test_sigkill(void **state)
     assert_true(reserved >= 4 << 20);
     kill(pid, SIGKILL);
     waitpid(pid, NULL, 0);
-    assert_true(wait_stat("arena.reservations", 0, 5000));
-    assert_true(wait_stat("arena.reserved_bytes", 0, 5000));
+    assert_true(dst_wait_stat(&W, "arena.reservations", 0, 5000));
+    assert_true(dst_wait_stat(&W, "arena.reserved_bytes", 0, 5000));
     check_value(c, "killed", 4 << 20, 77);
     assert_int_equal(ds_kv_del(c, 1, &killed, NULL), DS_K_OK);
-    assert_true(wait_stat("arena.used_bytes", used0, 3000));
+    assert_true(dst_wait_stat(&W, "arena.used_bytes", used0, 3000));
     ds_client_close(c);
 }
 
@@ -510,8 +500,8 @@ static void test_concurrency(void **state)
     assert_true(whole);
     printf("reservations while the client is open: %.0f\n", dst_stat(&W, "arena.reservations"));
     ds_client_close(c);
-    assert_true(wait_stat("arena.reservations", 0, 5000));
-    assert_true(wait_stat("arena.reserved_bytes", 0, 5000));
+    assert_true(dst_wait_stat(&W, "arena.reservations", 0, 5000));
+    assert_true(dst_wait_stat(&W, "arena.reserved_bytes", 0, 5000));
 }
 
 /* ---- eviction ---- */

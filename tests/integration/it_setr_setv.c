@@ -57,16 +57,6 @@ static double ops(const char *name)
     return dst_stat(&W, path);
 }
 
-static bool wait_stat(const char *path, double want, int timeout_ms)
-{
-    uint64_t end = ds__now_ms() + (uint64_t)timeout_ms;
-    do {
-        if (dst_stat(&W, path) == want) return true;
-        usleep(20 * 1000);
-    } while (ds__now_ms() < end);
-    return false;
-}
-
 /* The value of key equals want[0..len). */
 static void check_bytes(ds_client_t *c, const char *key, const uint8_t *want, size_t len)
 {
@@ -121,7 +111,7 @@ static void test_values(void **state)
     (void)state;
     values_over(DS_TRANSPORT_LOCAL);
     values_over(DS_TRANSPORT_TCP);
-    assert_true(wait_stat("arena.reservations", 0, 3000));
+    assert_true(dst_wait_stat(&W, "arena.reservations", 0, 3000));
 }
 
 /* After the first large setv of a connection, each is exactly one SETR. */
@@ -158,7 +148,7 @@ static void test_one_request(void **state)
     free(w);
     free(v);
     ds_client_close(c);
-    assert_true(wait_stat("arena.reservations", 0, 3000));
+    assert_true(dst_wait_stat(&W, "arena.reservations", 0, 3000));
 }
 
 static void test_bad_arguments(void **state)
@@ -252,7 +242,7 @@ static void test_deferred_release(void **state)
     usleep(50 * 1000);
     assert_true(dst_stat(&W, "objects.pinned") == p17);
     ds_buffer_release_deferred(bs[16]);
-    assert_true(wait_stat("objects.pinned", p17 - 17, 3000));
+    assert_true(dst_wait_stat(&W, "objects.pinned", p17 - 17, 3000));
     assert_true(ops("release") == rel0 + 1); /* one frame */
 
     /* At most 8 MiB wait: three 3 MiB pins, the third sends them. */
@@ -268,20 +258,20 @@ static void test_deferred_release(void **state)
     usleep(50 * 1000);
     assert_true(dst_stat(&W, "objects.pinned") == p3);
     ds_buffer_release_deferred(m[2]);
-    assert_true(wait_stat("objects.pinned", p3 - 3, 3000));
+    assert_true(dst_wait_stat(&W, "objects.pinned", p3 - 3, 3000));
 
     /* Over 4 MiB: released at once. */
     ds_buffer_t *big = pin(c, "dr-big", 5 << 20, 60);
     double pb = dst_stat(&W, "objects.pinned");
     ds_buffer_release_deferred(big);
-    assert_true(wait_stat("objects.pinned", pb - 1, 3000));
+    assert_true(dst_wait_stat(&W, "objects.pinned", pb - 1, 3000));
 
     /* Unpublished: discarded at once, its reservation given back. */
     ds_buffer_t *u = NULL;
     assert_int_equal(ds_kv_create(c, "dr-unpub", 2 << 20, NULL, &u), DS_K_OK);
     double held = dst_stat(&W, "arena.reserved_bytes");
     ds_buffer_release_deferred(u);
-    assert_true(wait_stat("arena.reserved_bytes", 0, 3000) ||
+    assert_true(dst_wait_stat(&W, "arena.reserved_bytes", 0, 3000) ||
                 dst_stat(&W, "arena.reserved_bytes") < held);
     const char *uk = "dr-unpub";
     assert_int_equal(ds_kv_exist(c, 1, &uk, &ex), DS_K_OK);
@@ -299,7 +289,7 @@ static void test_deferred_release(void **state)
     assert_int_equal(ds_kv_set(c, "dr-ow", w, 1 << 20, NULL), DS_K_OK);
     free(w);
     ds_client_close(c);
-    assert_true(wait_stat("objects.pinned", 0, 3000));
+    assert_true(dst_wait_stat(&W, "objects.pinned", 0, 3000));
 }
 
 /* A remote buffer has no pin: released (freed) at once, nothing sent. */
@@ -354,7 +344,7 @@ static void test_deferred_sigkill(void **state)
     assert_true(dst_stat(&W, "objects.pinned") == pinned0 + 1);
     kill(pid, SIGKILL);
     waitpid(pid, NULL, 0);
-    assert_true(wait_stat("objects.pinned", pinned0, 5000));
+    assert_true(dst_wait_stat(&W, "objects.pinned", pinned0, 5000));
 }
 
 /* A raw client writes RELEASE (NOREPLY) of forged handles and a GET in one
@@ -448,7 +438,7 @@ static void test_deferred_threads(void **state)
     bool ex = false;
     assert_int_equal(ds_kv_exist(c, 1, &k, &ex), DS_K_OK);
     assert_true(ex);
-    assert_true(wait_stat("objects.pinned", base, 3000));
+    assert_true(dst_wait_stat(&W, "objects.pinned", base, 3000));
     ds_client_close(c);
 }
 
