@@ -361,6 +361,13 @@ double dst_stat(const dst_worker_t *w, const char *path)
     return result;
 }
 
+double dst_ops(const dst_worker_t *w, const char *name)
+{
+    char path[64];
+    snprintf(path, sizeof(path), "operations.%s", name);
+    return dst_stat(w, path);
+}
+
 bool dst_wait_stat(const dst_worker_t *w, const char *path, double want, int timeout_ms)
 {
     uint64_t end = ds__now_ms() + (uint64_t)timeout_ms;

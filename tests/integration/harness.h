@@ -38,6 +38,8 @@ bool dst_worker_external(const dst_worker_t *w);
 ds_client_t *dst_connect(const dst_worker_t *w, ds_transport_t t);
 /* The worker's STATS JSON value at a dotted path (e.g. "objects.pinned"); -1 if absent. */
 double dst_stat(const dst_worker_t *w, const char *path);
+/* STATS operations.<name>: how many requests of that opcode the worker served. */
+double dst_ops(const dst_worker_t *w, const char *name);
 /* Polls dst_stat every 20 ms until it equals want; false after timeout_ms. */
 bool dst_wait_stat(const dst_worker_t *w, const char *path, double want, int timeout_ms);
 

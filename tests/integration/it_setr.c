@@ -55,13 +55,6 @@ static int teardown(void **state)
     return rc == 0 ? 0 : -1;
 }
 
-static double ops(const char *name)
-{
-    char path[64];
-    snprintf(path, sizeof(path), "operations.%s", name);
-    return dst_stat(&W, path);
-}
-
 static void check_value(ds_client_t *c, const char *key, size_t len, uint64_t seed)
 {
     void *out = NULL;
@@ -82,18 +75,20 @@ static void test_one_round_trip(void **state)
     for (size_t s = 0; s < 3; s++) {
         dst_fill(v, sizes[s], 1000 + s);
         assert_int_equal(ds_kv_set(c, "rt", v, sizes[s], NULL), DS_K_OK); /* may ask first */
-        double setr0 = ops("set_reserved"), cr0 = ops("create"), pub0 = ops("publish"),
-               set0 = ops("set");
+        double setr0 = dst_ops(&W, "set_reserved"), cr0 = dst_ops(&W, "create"),
+               pub0 = dst_ops(&W, "publish"), set0 = dst_ops(&W, "set");
         for (int i = 0; i < 10; i++) {
             dst_fill(v, sizes[s], 2000 + s * 100 + (size_t)i);
             assert_int_equal(ds_kv_set(c, "rt", v, sizes[s], NULL), DS_K_OK);
             check_value(c, "rt", sizes[s], 2000 + s * 100 + (size_t)i);
         }
-        double setr = ops("set_reserved") - setr0;
+        double setr = dst_ops(&W, "set_reserved") - setr0;
         printf("size %zu: 10 sets took %.0f SETR, %.0f CREATE, %.0f PUBLISH, %.0f SET\n", sizes[s],
-               setr, ops("create") - cr0, ops("publish") - pub0, ops("set") - set0);
+               setr, dst_ops(&W, "create") - cr0, dst_ops(&W, "publish") - pub0,
+               dst_ops(&W, "set") - set0);
         assert_true(setr == 10);
-        assert_true(ops("create") == cr0 && ops("publish") == pub0 && ops("set") == set0);
+        assert_true(dst_ops(&W, "create") == cr0 && dst_ops(&W, "publish") == pub0 &&
+                    dst_ops(&W, "set") == set0);
     }
     /* A batch mixing small (inline) and large values. */
     const char *keys[4] = {"mix-a", "mix-b", "mix-c", "mix-d"};
@@ -142,7 +137,8 @@ static void test_create_publish(void **state)
     dst_fill(ds_buffer_mutable_data(b), sz, 1);
     assert_int_equal(ds_kv_publish(c, b), DS_K_OK);
     ds_buffer_release(b);
-    double setr0 = ops("set_reserved"), cr0 = ops("create"), pub0 = ops("publish");
+    double setr0 = dst_ops(&W, "set_reserved"), cr0 = dst_ops(&W, "create"),
+           pub0 = dst_ops(&W, "publish");
     ds_buffer_t *kept = NULL;
     for (int i = 0; i < 10; i++) {
         assert_int_equal(ds_kv_create(c, "zc", sz, NULL, &b), DS_K_OK);
@@ -155,10 +151,11 @@ static void test_create_publish(void **state)
         else
             ds_buffer_release(b);
     }
-    printf("10 create+publish: %.0f SETR, %.0f CREATE, %.0f PUBLISH\n", ops("set_reserved") - setr0,
-           ops("create") - cr0, ops("publish") - pub0);
-    assert_true(ops("set_reserved") - setr0 == 10);
-    assert_true(ops("create") == cr0 && ops("publish") == pub0);
+    printf("10 create+publish: %.0f SETR, %.0f CREATE, %.0f PUBLISH\n",
+           dst_ops(&W, "set_reserved") - setr0, dst_ops(&W, "create") - cr0,
+           dst_ops(&W, "publish") - pub0);
+    assert_true(dst_ops(&W, "set_reserved") - setr0 == 10);
+    assert_true(dst_ops(&W, "create") == cr0 && dst_ops(&W, "publish") == pub0);
     /* The first buffer's pin kept its version intact through 9 overwrites. */
     assert_true(dst_check(ds_buffer_data(kept), sz, 10));
     ds_buffer_release(kept);

@@ -50,13 +50,6 @@ static int teardown(void **state)
     return rc == 0 ? 0 : -1;
 }
 
-static double ops(const char *name)
-{
-    char path[64];
-    snprintf(path, sizeof(path), "operations.%s", name);
-    return dst_stat(&W, path);
-}
-
 /* The value of key equals want[0..len). */
 static void check_bytes(ds_client_t *c, const char *key, const uint8_t *want, size_t len)
 {
@@ -124,18 +117,19 @@ static void test_one_request(void **state)
     dst_fill(v, (1 << 20) + 40, 1);
     const void *p[2] = {v, v + 40};
     assert_int_equal(ds_kv_setv(c, "sv-rt", 2, p, lens, NULL), DS_K_OK); /* may ask first */
-    double setr0 = ops("set_reserved"), cr0 = ops("create"), pub0 = ops("publish"),
-           set0 = ops("set"), rel0 = ops("release");
+    double setr0 = dst_ops(&W, "set_reserved"), cr0 = dst_ops(&W, "create"),
+           pub0 = dst_ops(&W, "publish"), set0 = dst_ops(&W, "set"), rel0 = dst_ops(&W, "release");
     for (int i = 0; i < 10; i++) {
         dst_fill(v, (1 << 20) + 40, 100 + (uint64_t)i);
         assert_int_equal(ds_kv_setv(c, "sv-rt", 2, p, lens, NULL), DS_K_OK);
     }
     printf("10 setv: %.0f SETR, %.0f CREATE, %.0f PUBLISH, %.0f SET, %.0f RELEASE\n",
-           ops("set_reserved") - setr0, ops("create") - cr0, ops("publish") - pub0,
-           ops("set") - set0, ops("release") - rel0);
-    assert_true(ops("set_reserved") - setr0 == 10);
-    assert_true(ops("create") == cr0 && ops("publish") == pub0 && ops("set") == set0);
-    assert_true(ops("release") == rel0);
+           dst_ops(&W, "set_reserved") - setr0, dst_ops(&W, "create") - cr0,
+           dst_ops(&W, "publish") - pub0, dst_ops(&W, "set") - set0, dst_ops(&W, "release") - rel0);
+    assert_true(dst_ops(&W, "set_reserved") - setr0 == 10);
+    assert_true(dst_ops(&W, "create") == cr0 && dst_ops(&W, "publish") == pub0 &&
+                dst_ops(&W, "set") == set0);
+    assert_true(dst_ops(&W, "release") == rel0);
     check_bytes(c, "sv-rt", v, (1 << 20) + 40);
     /* NX of an existing key: success, the old value stays. */
     ds_set_param_t nx = DS_SET_PARAM_INIT;
@@ -214,18 +208,18 @@ static void test_deferred_release(void **state)
     ds_client_t *c = dst_connect(&W, DS_TRANSPORT_LOCAL);
     const char *k = "dr-a";
     ds_buffer_t *b = pin(c, k, 1 << 20, 3);
-    double pinned = dst_stat(&W, "objects.pinned"), rel0 = ops("release");
+    double pinned = dst_stat(&W, "objects.pinned"), rel0 = dst_ops(&W, "release");
     assert_true(pinned >= 1);
     ds_buffer_release_deferred(b);
     usleep(100 * 1000);
     /* Not told yet: the pin stays until this client's next request... */
     assert_true(dst_stat(&W, "objects.pinned") == pinned);
-    assert_true(ops("release") == rel0);
+    assert_true(dst_ops(&W, "release") == rel0);
     bool ex = false;
     assert_int_equal(ds_kv_exist(c, 1, &k, &ex), DS_K_OK);
     assert_true(ex);
     /* ...which carried it, ahead of itself. */
-    assert_true(ops("release") == rel0 + 1);
+    assert_true(dst_ops(&W, "release") == rel0 + 1);
     assert_true(dst_stat(&W, "objects.pinned") == pinned - 1);
 
     /* At most 16 wait: the 17th sends all 17 at once. */
@@ -235,7 +229,7 @@ static void test_deferred_release(void **state)
         snprintf(keys[i], sizeof(keys[i]), "dr-%d", i);
         bs[i] = pin(c, keys[i], 64 * 1024, 10 + (uint64_t)i);
     }
-    rel0 = ops("release");
+    rel0 = dst_ops(&W, "release");
     double p17 = dst_stat(&W, "objects.pinned");
     for (int i = 0; i < 16; i++)
         ds_buffer_release_deferred(bs[i]);
@@ -243,7 +237,7 @@ static void test_deferred_release(void **state)
     assert_true(dst_stat(&W, "objects.pinned") == p17);
     ds_buffer_release_deferred(bs[16]);
     assert_true(dst_wait_stat(&W, "objects.pinned", p17 - 17, 3000));
-    assert_true(ops("release") == rel0 + 1); /* one frame */
+    assert_true(dst_ops(&W, "release") == rel0 + 1); /* one frame */
 
     /* At most 8 MiB wait: three 3 MiB pins, the third sends them. */
     ds_buffer_t *m[3];
@@ -304,11 +298,11 @@ static void test_deferred_remote(void **state)
     ds_buffer_t *b = NULL;
     assert_int_equal(ds_kv_get_buffers(c, 1, &k, 0, &b), DS_K_OK);
     assert_memory_equal(ds_buffer_data(b), v, sizeof(v));
-    double rel0 = ops("release");
+    double rel0 = dst_ops(&W, "release");
     ds_buffer_release_deferred(b);
     bool ex = false;
     assert_int_equal(ds_kv_exist(c, 1, &k, &ex), DS_K_OK);
-    assert_true(ex && ops("release") == rel0);
+    assert_true(ex && dst_ops(&W, "release") == rel0);
     ds_client_close(c);
 }
 
