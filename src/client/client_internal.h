@@ -321,6 +321,12 @@ ds_status_t ds__space_get(ds_conn_t *conn, uint64_t want, uint64_t deadline);
  * protocol error when the answer has none or names a range outside the
  * mapping. t is all zeros after a transport failure. */
 ds_status_t ds__space_trailer(ds_conn_t *conn, bool pin, uint64_t t[4]);
+/* Takes the space trailer off a SETR answer and makes it the connection's
+ * space (none after a transport failure: the worker drops it with the
+ * session). A protocol error's status, else DS_K_OK. */
+ds_status_t ds__space_take(ds_conn_t *conn);
+/* A SET's parameters on the wire: write mode, TTL, existence. */
+void ds__set_param_put(ds_conn_t *conn, const ds_set_param_t *p);
 
 /* One key of a GET response. */
 typedef struct {

@@ -106,7 +106,7 @@ static void put_keys(ds_conn_t *conn, size_t n, const size_t *idx, const char *c
         ds__wbuf_cstr(&conn->w, keys[at(idx, i)]);
 }
 
-static void put_param(ds_conn_t *conn, const ds_set_param_t *p)
+void ds__set_param_put(ds_conn_t *conn, const ds_set_param_t *p)
 {
     ds__wbuf_u8(&conn->w, (uint8_t)p->write_mode);
     ds__wbuf_u32(&conn->w, p->ttl_second);
@@ -118,7 +118,7 @@ void ds__set_values(ds_conn_t *conn, const ds_set_param_t *p, size_t n, const si
                     ds_status_t *sts, uint64_t deadline)
 {
     ds__conn_begin(conn);
-    put_param(conn, p);
+    ds__set_param_put(conn, p);
     ds__wbuf_u32(&conn->w, (uint32_t)n);
     for (size_t i = 0; i < n; i++) {
         size_t k = at(idx, i);
@@ -147,7 +147,7 @@ static void set_in_arena(ds_conn_t *conn, const ds_set_param_t *p, size_t n, con
         return;
     }
     ds__conn_begin(conn);
-    put_param(conn, p);
+    ds__set_param_put(conn, p);
     ds__wbuf_u32(&conn->w, (uint32_t)n);
     for (size_t i = 0; i < n; i++) {
         ds__wbuf_cstr(&conn->w, keys[at(idx, i)]);
@@ -227,10 +227,7 @@ ds_status_t ds__space_trailer(ds_conn_t *conn, bool pin, uint64_t t[4])
     return DS_K_OK;
 }
 
-/* Takes the space trailer off a SETR answer and makes it the connection's
- * space (none after a transport failure: the worker drops it with the
- * session). A protocol error's status, else DS_K_OK. */
-static ds_status_t take_space(ds_conn_t *conn)
+ds_status_t ds__space_take(ds_conn_t *conn)
 {
     uint64_t t[4];
     conn->space = conn->space_off = conn->space_len = 0;
@@ -251,10 +248,10 @@ ds_status_t ds__space_get(ds_conn_t *conn, uint64_t want, uint64_t deadline)
     ds__wbuf_u64(&conn->w, want);
     ds__wbuf_u8(&conn->w, 0);
     ds_set_param_t p = DS_SET_PARAM_INIT;
-    put_param(conn, &p);
+    ds__set_param_put(conn, &p);
     ds__wbuf_u32(&conn->w, 0);
     ds_status_t st = ds__conn_call(conn, DS_OP_SETR, false, deadline);
-    ds_status_t ts = take_space(conn);
+    ds_status_t ts = ds__space_take(conn);
     if (ts != DS_K_OK) st = ts;
     ds__conn_drain(conn, deadline);
     if (conn->state == DS_CONN_OK) {
@@ -299,7 +296,7 @@ static bool set_in_space(ds_conn_t *conn, const ds_set_param_t *p, size_t n, con
     ds__wbuf_u64(&conn->w, conn->space);
     ds__wbuf_u64(&conn->w, want);
     ds__wbuf_u8(&conn->w, 0);
-    put_param(conn, p);
+    ds__set_param_put(conn, p);
     ds__wbuf_u32(&conn->w, (uint32_t)n);
     uint64_t off = conn->space_off;
     for (size_t i = 0; i < n; i++) {
@@ -312,7 +309,7 @@ static bool set_in_space(ds_conn_t *conn, const ds_set_param_t *p, size_t n, con
         off += ds__round_up64(lens[k]);
     }
     ds_status_t st = ds__conn_call(conn, DS_OP_SETR, false, deadline);
-    ds_status_t ts = take_space(conn);
+    ds_status_t ts = ds__space_take(conn);
     if (ts != DS_K_OK) st = ts;
     read_statuses(conn, st, n, idx, sts);
     ds__conn_drain(conn, deadline);

@@ -20,13 +20,6 @@
 
 #define KQ 64
 
-static void put_param(ds_conn_t *conn, const ds_set_param_t *p)
-{
-    ds__wbuf_u8(&conn->w, (uint8_t)p->write_mode);
-    ds__wbuf_u32(&conn->w, p->ttl_second);
-    ds__wbuf_u8(&conn->w, (uint8_t)p->existence);
-}
-
 /* The one key's status of a SET or SETR answer: a failure that carries only
  * its message is the request's status. */
 static ds_status_t key_status(ds_conn_t *conn, ds_status_t st, const char *what)
@@ -43,7 +36,7 @@ static ds_status_t setv_inline(ds_conn_t *conn, const char *key, size_t n,
                                const ds_set_param_t *p, uint64_t deadline)
 {
     ds__conn_begin(conn);
-    put_param(conn, p);
+    ds__set_param_put(conn, p);
     ds__wbuf_u32(&conn->w, 1);
     ds__wbuf_cstr(&conn->w, key);
     ds__wbuf_u64(&conn->w, total);
@@ -76,18 +69,13 @@ static ds_status_t setv_in_space(ds_conn_t *conn, const char *key, size_t n,
     ds__wbuf_u64(&conn->w, conn->space);
     ds__wbuf_u64(&conn->w, want);
     ds__wbuf_u8(&conn->w, 0);
-    put_param(conn, p);
+    ds__set_param_put(conn, p);
     ds__wbuf_u32(&conn->w, 1);
     ds__wbuf_cstr(&conn->w, key);
     ds__wbuf_u64(&conn->w, off);
     ds__wbuf_u64(&conn->w, total);
     ds_status_t st = ds__conn_call(conn, DS_OP_SETR, false, deadline);
-    uint64_t t[4];
-    conn->space = conn->space_off = conn->space_len = 0;
-    ds_status_t ts = ds__space_trailer(conn, false, t);
-    conn->space = t[0];
-    conn->space_off = t[1];
-    conn->space_len = t[0] ? t[2] : 0;
+    ds_status_t ts = ds__space_take(conn);
     if (ts != DS_K_OK) st = ts;
     st = key_status(conn, st, "set_reserved");
     ds__conn_drain(conn, deadline);
