@@ -13,7 +13,9 @@
  *  - a remote client over UCX (enable_ucx) reading from B a key A owns: B
  *    pulls it from A over UCX, then sends it to the client over UCX;
  *  - a requester that stops (SIGSTOP) mid-pull cannot hold the owner's pin:
- *    A ends its send at the pull's deadline (B's 30 s job wait + 1 s). */
+ *    A ends its send at the pull's deadline (B's 30 s job wait + 1 s),
+ *    and B's get, once it runs again, fails K_RPC_UNAVAILABLE (the key is
+ *    still there: not K_NOT_FOUND). */
 #include "cluster_util.h"
 #include "it_hostile_raw.h"
 
@@ -233,6 +235,7 @@ static void test_remote_client_over_ucx(void **state)
 
 typedef struct {
     ds_client_t *c;
+    const char *key;
     ds_status_t st;
 } pull_get_t;
 
@@ -241,7 +244,7 @@ static void *pull_getter(void *arg)
     pull_get_t *g = arg;
     void *v = NULL;
     size_t len = 0;
-    g->st = ds_kv_get(g->c, "stopped-b", 0, &v, &len);
+    g->st = ds_kv_get(g->c, g->key, 0, &v, &len);
     ds_free(v);
     return NULL;
 }
@@ -253,7 +256,7 @@ static void test_stopped_requester_pin_deadline(void **state)
     const size_t len = 96u << 20;
     assert_int_equal(ct_set(wa, "stopped-b", len, 802), DS_K_OK);
     double to0 = dst_stat(&C.w[A], "ucx.send_timeouts");
-    pull_get_t g = {.c = ct_client(&C, B, DS_TRANSPORT_TCP)};
+    pull_get_t g = {.c = ct_client(&C, B, DS_TRANSPORT_TCP), .key = "stopped-b"};
     assert_non_null(g.c);
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, pull_getter, &g), 0);
@@ -289,6 +292,9 @@ static void test_stopped_requester_pin_deadline(void **state)
     assert_true(gone <= 30000 + 1000 + 5000);
     assert_true(pinned == 0);
     assert_true(timeouts >= 1);
+    /* The key is still on A: B's get says the transfer failed, not that the
+     * key is missing. */
+    assert_int_equal(g.st, DS_K_RPC_UNAVAILABLE);
     ds_client_close(g.c);
     /* B's lease may have lapsed while it was stopped: it comes back. */
     assert_true(ct_wait_members(&C, 3, 60000) >= 0);
@@ -300,6 +306,56 @@ static void test_stopped_requester_pin_deadline(void **state)
     ds_client_close(wa);
 }
 
+/* B killed while A's UCX send of a pull into it is under way: B's peer
+ * connection closes (the pull's request is gone) and then the send fails.
+ * A ends the request once, drops its pin and serves on. */
+static void test_killed_requester(void **state)
+{
+    (void)state;
+    ds_client_t *wa = ct_client(&C, A, DS_TRANSPORT_LOCAL);
+    const size_t len = 96u << 20;
+    assert_int_equal(ct_set(wa, "killed-b", len, 803), DS_K_OK);
+    double sends0 = dst_stat(&C.w[A], "ucx.sends_in_flight");
+    assert_true(sends0 == 0);
+    pull_get_t g = {.c = ct_client(&C, B, DS_TRANSPORT_TCP), .key = "killed-b"};
+    assert_non_null(g.c);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, pull_getter, &g), 0);
+    int seen = 0;
+    uint64_t t0 = ds__now_ms();
+    while (ds__now_ms() - t0 < 10000 && !seen) {
+        if (dst_stat(&C.w[A], "ucx.sends_in_flight") >= 1) seen = 1;
+        usleep(200);
+    }
+    if (seen) dst_worker_kill(&C.w[B]);
+    pthread_join(t, NULL);
+    ds_client_close(g.c);
+    if (!seen) {
+        fprintf(stderr, "  the pull finished before it was seen in flight; skipped\n");
+        ds_client_close(wa);
+        skip();
+    }
+    /* B's client saw its worker go. */
+    assert_int_not_equal(g.st, DS_K_OK);
+    long gone = -1;
+    uint64_t s0 = ds__now_ms();
+    while (ds__now_ms() - s0 < 40000 && gone < 0) {
+        if (dst_stat(&C.w[A], "ucx.sends_in_flight") == 0 &&
+            dst_stat(&C.w[A], "objects.pinned") == 0)
+            gone = (long)(ds__now_ms() - s0);
+        usleep(20000);
+    }
+    fprintf(stderr, "  A's send and pin ended %ld ms after B was killed\n", gone);
+    assert_true(gone >= 0);
+    /* A is alive and its copy intact. */
+    assert_true(ct_read_ok(wa, "killed-b", len, 803, 0));
+    assert_int_equal(ct_worker_restart(&C, B), 0);
+    assert_true(ct_wait_members(&C, 3, 60000) >= 0);
+    const char *k = "killed-b";
+    assert_int_equal(ds_kv_del(wa, 1, &k, NULL), DS_K_OK);
+    ds_client_close(wa);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -308,6 +364,7 @@ int main(void)
         cmocka_unit_test(test_pull_tcp_fallback),
         cmocka_unit_test(test_remote_client_over_ucx),
         cmocka_unit_test(test_stopped_requester_pin_deadline),
+        cmocka_unit_test(test_killed_requester),
         cmocka_unit_test(test_refuses_to_start_without_ucx),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -115,6 +115,12 @@ static void pull_done(ds_job_t *j)
         p->ttl = 0;
         locate_keys(p, &i, 1);
         p->ttl = wait;
+    } else if (j->status != DS_K_NOT_FOUND) {
+        /* The owner has the key but could not send it (a UCX send it gave
+         * up, no memory): say so, rather than report the key as missing. */
+        p->err_status = (ds_status_t)j->status;
+        snprintf(p->err, sizeof(p->err), "key '%.64s' from worker %.48s: %.100s", p->keys[j->index],
+                 j->addr, j->err[0] ? j->err : ds_status_name(j->status));
     }
 }
 

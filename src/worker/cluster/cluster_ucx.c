@@ -51,12 +51,12 @@ static void pull_sent(void *ctx, bool ok, const char *err)
     pull_send_t *s = ctx;
     DS_LOG_DEBUG("rdma: sent '%.64s' (%llu bytes): %s", s->obj->key,
                  (unsigned long long)s->obj->size, ok ? "done" : err);
+    if (ok) s->srv->cctr.ucx_sends++;
+    /* Each branch ends the deferred request exactly once. */
     if (ds__req_gone(s->req))
         ds__req_drop(s->req);
     else if (ok)
         reply_via(s->req, true, s->obj, s->srv);
-    if (ok)
-        s->srv->cctr.ucx_sends++;
     else
         ds__req_error(s->req, DS_K_RPC_UNAVAILABLE, "UCX send of '%.64s' failed: %s", s->obj->key,
                       err);
