@@ -7,6 +7,8 @@
  *   connection's publish (a worker that does so frees a wait its caller is
  *   still walking: heap-use-after-free). Every answer is checked by request
  *   id against the histories that are legal.
+ * - Pipelined answers: a connection's pipelined requests are answered in
+ *   order, in a few writes rather than one per answer.
  * - EMFILE: a worker out of file descriptors keeps serving its clients,
  *   does not spin on its listener, says so in its log, and accepts again once
  *   descriptors are free.
@@ -354,6 +356,41 @@ static void test_pipelined_in_order(void **state)
     assert_int_equal(fs->h.status, DS_K_OK);
     hr_close(&p);
     hr_close(&s);
+}
+
+/* One connection pipelines SET k and 40 GETs of k in one write: every answer
+ * comes, in request order, with the value, and the worker writes them
+ * together (the small answers to what one read brought go out in one write)
+ * rather than one write per answer. */
+static void test_pipelined_answers_coalesce(void **state)
+{
+    (void)state;
+    enum { GETS = 40 };
+    hr_conn_t p;
+    assert_int_equal(hr_open_hello(&p, &W, true), 0);
+    double w0 = dst_stat(&W, "socket_writes");
+    uint64_t ids[GETS + 1];
+    ids[0] = hr_set(&p, "k", "v");
+    for (int i = 1; i <= GETS; i++)
+        ids[i] = hr_get(&p, "k", 0, 0);
+    assert_int_equal(hr_flush(&p), 0);
+    uint32_t got = hr_collect(&p, GETS + 1, ds__now_ms() + 5000);
+    double writes = dst_stat(&W, "socket_writes") - w0;
+    printf("# one connection: SET k + %d GETs of k in one write: %u answers, %.0f socket writes "
+           "(one of them the first stats answer)\n",
+           GETS, got, writes);
+    assert_int_equal(got, GETS + 1);
+    for (int i = 0; i <= GETS; i++) {
+        assert_int_equal(p.got[i].h.req_id, ids[i]);
+        assert_int_equal(p.got[i].h.status, 0);
+        if (i == 0) continue;
+        char v[16];
+        assert_int_equal(answer_value(&p.got[i], v, sizeof(v)), 0);
+        assert_string_equal(v, "v");
+    }
+    /* One write per answer would be 41 (+1). */
+    assert_true(writes >= 1 && writes <= 8);
+    hr_close(&p);
 }
 
 /* While 4 connections wait on a key, another pipelines GET-wait + SET of it
@@ -852,6 +889,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_pipelined_wake_many, start_worker, stop_worker),
         cmocka_unit_test_setup_teardown(test_pipelined_in_order, start_worker, stop_worker),
         cmocka_unit_test_setup_teardown(test_pipelined_then_close, start_worker, stop_worker),
+        cmocka_unit_test_setup_teardown(test_pipelined_answers_coalesce, start_worker, stop_worker),
         cmocka_unit_test_setup_teardown(test_emfile, start_worker, stop_worker),
         cmocka_unit_test_setup_teardown(test_length_wrap, start_worker, stop_worker),
         cmocka_unit_test_setup_teardown(test_session_ids_random, start_worker, stop_worker),

@@ -175,6 +175,10 @@ static char *render(struct ds_metrics *m, size_t *len)
             srv->net.ctr.bytes_in);
     counter(&t, "ds_worker_sent_bytes_total", "Bytes written to client sockets.",
             srv->net.ctr.bytes_out);
+    counter(&t, "ds_worker_socket_writes_total",
+            "Writes of answers to client sockets by the event loop (a pipelining client's small "
+            "answers go out together).",
+            srv->net.ctr.socket_writes);
 
     ds_store_stats_t st;
     ds__store_stats(srv->store, &st);

@@ -287,6 +287,7 @@ static void flush_out(ds_conn_t *c)
             return;
         }
         c->net->ctr.bytes_out += (uint64_t)w;
+        c->net->ctr.socket_writes++;
         budget = (uint64_t)w >= budget ? 0 : budget - (uint64_t)w;
         uint64_t left = (uint64_t)w;
         while (left > 0 || (c->out_head && c->out_head->seg_idx == c->out_head->nseg)) {
@@ -364,7 +365,11 @@ void ds__conn_queue(ds_conn_t *c, uint64_t req_id, uint16_t op, ds_status_t st, 
         c->out_head = o;
     c->out_tail = o;
     c->out_bytes += DS_WIRE_HEADER_LEN + meta_len + data_len;
-    if (flush) flush_out(c);
+    if (!flush) return;
+    if (c->in_input && data_len < DS_BULK_MIN)
+        c->flush_after_input = true;
+    else
+        flush_out(c);
 }
 
 static void reply_err(ds_conn_t *c, uint16_t op, ds_status_t st, const char *msg)
@@ -609,7 +614,8 @@ static void consume(ds_conn_t *c)
     }
 }
 
-static void process_input(ds_conn_t *c)
+/* Reads and handles what the client sent, within the turn's budgets. */
+static void read_input(ds_conn_t *c)
 {
     conn_full_t *f = full(c);
     /* budget: all bytes this turn; small: those through the read buffer
@@ -654,7 +660,22 @@ static void process_input(ds_conn_t *c)
             break;
         }
     }
-    if (c->state != CONN_CLOSED) update_interest(c);
+}
+
+/* read_input, then the small answers it queued in one write (see
+ * flush_after_input). */
+static void process_input(ds_conn_t *c)
+{
+    c->in_input = true;
+    read_input(c);
+    c->in_input = false;
+    if (c->state == CONN_CLOSED) return;
+    if (c->flush_after_input) {
+        c->flush_after_input = false;
+        flush_out(c); /* which sets the interest */
+    } else {
+        update_interest(c);
+    }
 }
 
 static void on_io(void *ctx, uint32_t events)

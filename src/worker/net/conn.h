@@ -54,6 +54,10 @@ struct ds_conn {
 
     ds_out_t *out_head, *out_tail;
     uint64_t out_bytes;
+    /* While its input is processed, the connection's own small answers are
+     * queued and written together once the input is (a pipelining client's
+     * answers in one write, not one each). */
+    bool in_input, flush_after_input;
     /* The head frame while the sender thread writes it; nothing else is
      * written meanwhile, and a closed connection is freed only once it is
      * back. */

@@ -46,6 +46,7 @@ typedef struct {
     uint64_t ops[DS_OP__MAX];
     uint64_t errors[DS_OP__MAX];
     uint64_t bytes_in, bytes_out;
+    uint64_t socket_writes; /* the loop's writes of answers to client sockets */
     uint64_t conns_accepted, conns_rejected, protocol_errors, auth_failures, accept_errors;
 } ds_net_counters_t;
 

@@ -67,6 +67,7 @@ char *ds__server_stats_json(ds_server_t *srv)
     }
     cJSON_AddNumberToObject(root, "bytes_in", (double)srv->net.ctr.bytes_in);
     cJSON_AddNumberToObject(root, "bytes_out", (double)srv->net.ctr.bytes_out);
+    cJSON_AddNumberToObject(root, "socket_writes", (double)srv->net.ctr.socket_writes);
     char *out = cJSON_PrintUnformatted(root);
     cJSON_Delete(root);
     return out;
