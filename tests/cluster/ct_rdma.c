@@ -249,6 +249,22 @@ static void *pull_getter(void *arg)
     return NULL;
 }
 
+/* Starts g's get on its own thread and waits (10 s at most) for A's UCX
+ * send of the pull to be under way; false when the pull ended first. */
+static bool pull_in_flight(pull_get_t *g, pthread_t *t, long *after_ms)
+{
+    assert_int_equal(pthread_create(t, NULL, pull_getter, g), 0);
+    uint64_t t0 = ds__now_ms();
+    while (ds__now_ms() - t0 < 10000) {
+        if (dst_stat(&C.w[A], "ucx.sends_in_flight") >= 1) {
+            *after_ms = (long)(ds__now_ms() - t0);
+            return true;
+        }
+        usleep(200);
+    }
+    return false;
+}
+
 static void test_stopped_requester_pin_deadline(void **state)
 {
     (void)state;
@@ -259,14 +275,8 @@ static void test_stopped_requester_pin_deadline(void **state)
     pull_get_t g = {.c = ct_client(&C, B, DS_TRANSPORT_TCP), .key = "stopped-b"};
     assert_non_null(g.c);
     pthread_t t;
-    assert_int_equal(pthread_create(&t, NULL, pull_getter, &g), 0);
     long seen = -1;
-    uint64_t t0 = ds__now_ms();
-    while (ds__now_ms() - t0 < 10000 && seen < 0) {
-        if (dst_stat(&C.w[A], "ucx.sends_in_flight") >= 1) seen = (long)(ds__now_ms() - t0);
-        usleep(200);
-    }
-    if (seen < 0) {
+    if (!pull_in_flight(&g, &t, &seen)) {
         pthread_join(t, NULL);
         fprintf(stderr, "  the pull finished before it was seen in flight; skipped\n");
         ds_client_close(g.c);
@@ -320,13 +330,8 @@ static void test_killed_requester(void **state)
     pull_get_t g = {.c = ct_client(&C, B, DS_TRANSPORT_TCP), .key = "killed-b"};
     assert_non_null(g.c);
     pthread_t t;
-    assert_int_equal(pthread_create(&t, NULL, pull_getter, &g), 0);
-    int seen = 0;
-    uint64_t t0 = ds__now_ms();
-    while (ds__now_ms() - t0 < 10000 && !seen) {
-        if (dst_stat(&C.w[A], "ucx.sends_in_flight") >= 1) seen = 1;
-        usleep(200);
-    }
+    long after = -1;
+    bool seen = pull_in_flight(&g, &t, &after);
     if (seen) dst_worker_kill(&C.w[B]);
     pthread_join(t, NULL);
     ds_client_close(g.c);
@@ -345,7 +350,8 @@ static void test_killed_requester(void **state)
             gone = (long)(ds__now_ms() - s0);
         usleep(20000);
     }
-    fprintf(stderr, "  A's send and pin ended %ld ms after B was killed\n", gone);
+    fprintf(stderr, "  pull seen after %ld ms; A's send and pin ended %ld ms after B was killed\n",
+            after, gone);
     assert_true(gone >= 0);
     /* A is alive and its copy intact. */
     assert_true(ct_read_ok(wa, "killed-b", len, 803, 0));
