@@ -9,7 +9,9 @@
  *  - a worker that cannot start UCX (UCX_TLS=bogus) says why and refuses to
  *    start. (The owner killed mid-pull under UCX: cluster.ct_failover.rdma.)
  *  - UCX_PULL's TCP fall-back: an owner that knows no UCX address for the
- *    requester answers with the value on the peer connection (via_ucx 0);
+ *    requester answers with the value on the peer connection (via_ucx 0),
+ *    and a real requester (B, its member record rewritten without its UCX
+ *    address) reads the value from there and drops the receive it posted;
  *  - a remote client over UCX (enable_ucx) reading from B a key A owns: B
  *    pulls it from A over UCX, then sends it to the client over UCX;
  *  - a requester that stops (SIGSTOP) mid-pull cannot hold the owner's pin:
@@ -20,6 +22,9 @@
 #include "it_hostile_raw.h"
 
 #include "common/clock.h"
+#include "common/etcd.h"
+
+#include <cjson/cJSON.h>
 
 #include <pthread.h>
 #include <setjmp.h>
@@ -233,6 +238,111 @@ static void test_remote_client_over_ucx(void **state)
     ds_client_close(wa);
 }
 
+/* Deletes key once B, just back (a new worker id), holds the metadata it
+ * owns again: the keys are registered with it anew shortly after it joins. */
+static ds_status_t del_after_rejoin(ds_client_t *c, const char *key)
+{
+    ds_status_t st = DS_K_RUNTIME_ERROR;
+    for (int i = 0; i < 50 && st != DS_K_OK; i++, usleep(100000))
+        st = ds_kv_del(c, 1, &key, NULL);
+    return st;
+}
+
+/* B's member record in etcd rewritten without its UCX address (with
+ * drop_ucx) or as it was (record given): what every other member sees of B. */
+static void rewrite_b_record(char *record, size_t cap, bool drop_ucx)
+{
+    char err[256], key[256];
+    snprintf(key, sizeof(key), "/datasystem/%s/cluster/%s:%d", C.name, C.w[B].host, C.w[B].port);
+    ds_etcd_t *e = ds__etcd_new(C.etcd.address, err, sizeof(err));
+    assert_non_null(e);
+    if (drop_ucx) {
+        ds_etcd_kv_t *kvs = NULL;
+        size_t n = 0;
+        assert_int_equal(ds__etcd_range_prefix(e, key, &kvs, &n, err, sizeof(err)), 0);
+        assert_int_equal(n, 1);
+        snprintf(record, cap, "%s", kvs[0].value);
+        ds__etcd_kvs_free(kvs, n);
+        cJSON *j = cJSON_Parse(record);
+        assert_non_null(cJSON_GetObjectItemCaseSensitive(j, "ucx_address"));
+        cJSON_DeleteItemFromObjectCaseSensitive(j, "ucx_address");
+        char *v = cJSON_PrintUnformatted(j);
+        cJSON_Delete(j);
+        assert_int_equal(ds__etcd_put(e, key, v, 0, err, sizeof(err)), 0);
+        free(v);
+    } else {
+        assert_int_equal(ds__etcd_put(e, key, record, 0, err, sizeof(err)), 0);
+    }
+    ds__etcd_free(e);
+}
+
+/* Waits (5 s at most) for worker i to see `want` UCX peers. */
+static bool wait_ucx_peers(int i, double want)
+{
+    for (uint64_t t0 = ds__now_ms(); ds__now_ms() - t0 < 5000; usleep(20000))
+        if (dst_stat(&C.w[i], "cluster.ucx_peers") == want) return true;
+    return false;
+}
+
+/* The requester's side of the fall-back: B knows A's UCX address but A does
+ * not know B's (as while a member list is in flight), so B's UCX_PULL is
+ * answered with the value on the peer connection; B drops the receive it
+ * posted and reads the bytes from the connection, exact. With B's record
+ * back, pulls take UCX again. */
+static void test_requester_tcp_fallback(void **state)
+{
+    (void)state;
+    ds_client_t *wa = ct_client(&C, A, DS_TRANSPORT_LOCAL);
+    ds_client_t *rb = ct_client(&C, B, DS_TRANSPORT_TCP);
+    assert_non_null(wa);
+    assert_non_null(rb);
+    const size_t len = 4u << 20;
+    assert_int_equal(ct_set(wa, "rfb-1", len, 804), DS_K_OK);
+    assert_int_equal(ct_set(wa, "rfb-2", len, 805), DS_K_OK);
+    /* B is among A's UCX peers (C, without UCX, is not). */
+    double peers = dst_stat(&C.w[A], "cluster.ucx_peers"),
+           b_peers = dst_stat(&C.w[B], "cluster.ucx_peers");
+    assert_true(peers >= 1 && b_peers >= 1);
+    char record[2048];
+    rewrite_b_record(record, sizeof(record), true);
+    assert_true(wait_ucx_peers(A, peers - 1));
+    assert_true(dst_stat(&C.w[B], "cluster.ucx_peers") == b_peers); /* B still sees A's */
+    double a_sends = dst_stat(&C.w[A], "cluster.ucx_sends");
+    double b_pulls = dst_stat(&C.w[B], "cluster.ucx_pulls");
+    double b_fb = dst_stat(&C.w[B], "cluster.ucx_pull_fallbacks");
+    bool ok = ct_read_ok(rb, "rfb-1", len, 804, 0);
+    double a_sends1 = dst_stat(&C.w[A], "cluster.ucx_sends");
+    double b_pulls1 = dst_stat(&C.w[B], "cluster.ucx_pulls");
+    double b_fb1 = dst_stat(&C.w[B], "cluster.ucx_pull_fallbacks");
+    rewrite_b_record(record, sizeof(record), false);
+    bool back = wait_ucx_peers(A, peers);
+    bool ok2 = ct_read_ok(rb, "rfb-2", len, 805, 0);
+    double a_sends2 = a_sends1;
+    for (uint64_t t0 = ds__now_ms(); a_sends2 == a_sends1 && ds__now_ms() - t0 < 2000;
+         usleep(10000))
+        a_sends2 = dst_stat(&C.w[A], "cluster.ucx_sends"); /* counted as the send ends */
+    fprintf(stderr,
+            "  without B's UCX address: read %s, A's UCX sends +%.0f, B's UCX pulls +%.0f, "
+            "answered on the connection +%.0f; "
+            "record back: %s, read %s, A's UCX sends +%.0f\n",
+            ok ? "exact" : "WRONG", a_sends1 - a_sends, b_pulls1 - b_pulls, b_fb1 - b_fb,
+            back ? "seen" : "NOT seen", ok2 ? "exact" : "WRONG", a_sends2 - a_sends1);
+    assert_true(ok);
+    assert_true(a_sends1 == a_sends);
+    assert_true(b_pulls1 == b_pulls);
+    assert_true(b_fb1 == b_fb + 1); /* B asked with UCX_PULL, the bytes came on TCP */
+    assert_true(back);
+    assert_true(ok2);
+    assert_true(a_sends2 == a_sends1 + 1);
+    /* The record put back has no lease: B registers itself again. */
+    assert_int_equal(ct_worker_restart(&C, B), 0);
+    assert_true(ct_wait_members(&C, 3, 60000) >= 0);
+    assert_int_equal(del_after_rejoin(wa, "rfb-1"), DS_K_OK);
+    assert_int_equal(del_after_rejoin(wa, "rfb-2"), DS_K_OK);
+    ds_client_close(rb);
+    ds_client_close(wa);
+}
+
 typedef struct {
     ds_client_t *c;
     const char *key;
@@ -308,11 +418,7 @@ static void test_stopped_requester_pin_deadline(void **state)
     ds_client_close(g.c);
     /* B's lease may have lapsed while it was stopped: it comes back. */
     assert_true(ct_wait_members(&C, 3, 60000) >= 0);
-    const char *k = "stopped-b";
-    ds_status_t st = DS_K_RUNTIME_ERROR;
-    for (int i = 0; i < 50 && st != DS_K_OK; i++, usleep(100000))
-        st = ds_kv_del(wa, 1, &k, NULL);
-    assert_int_equal(st, DS_K_OK);
+    assert_int_equal(del_after_rejoin(wa, "stopped-b"), DS_K_OK);
     ds_client_close(wa);
 }
 
@@ -357,8 +463,7 @@ static void test_killed_requester(void **state)
     assert_true(ct_read_ok(wa, "killed-b", len, 803, 0));
     assert_int_equal(ct_worker_restart(&C, B), 0);
     assert_true(ct_wait_members(&C, 3, 60000) >= 0);
-    const char *k = "killed-b";
-    assert_int_equal(ds_kv_del(wa, 1, &k, NULL), DS_K_OK);
+    assert_int_equal(del_after_rejoin(wa, "killed-b"), DS_K_OK);
     ds_client_close(wa);
 }
 
@@ -368,6 +473,7 @@ int main(void)
         cmocka_unit_test(test_large_pulls_use_ucx),
         cmocka_unit_test(test_mixed_cluster),
         cmocka_unit_test(test_pull_tcp_fallback),
+        cmocka_unit_test(test_requester_tcp_fallback),
         cmocka_unit_test(test_remote_client_over_ucx),
         cmocka_unit_test(test_stopped_requester_pin_deadline),
         cmocka_unit_test(test_killed_requester),

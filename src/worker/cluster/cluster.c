@@ -591,6 +591,13 @@ static void cluster_stats(ds_server_t *srv, struct cJSON *root)
     cJSON_AddNumberToObject(cl, "rdma", srv->cluster->ucx != NULL ? 1 : 0);
     cJSON_AddNumberToObject(cl, "ucx_pulls", (double)srv->cctr.ucx_pulls);
     cJSON_AddNumberToObject(cl, "ucx_sends", (double)srv->cctr.ucx_sends);
+    cJSON_AddNumberToObject(cl, "ucx_pull_fallbacks", (double)srv->cctr.ucx_pull_fallbacks);
+    /* Members this worker can send to over UCX (their record has an address). */
+    size_t np = 0;
+    for (size_t i = 0; i < srv->cluster->nmembers; i++)
+        np += srv->cluster->members[i].ucx[0] &&
+              strcmp(srv->cluster->members[i].addr, srv->cluster->self) != 0;
+    cJSON_AddNumberToObject(cl, "ucx_peers", (double)np);
 }
 
 /* What the operations layer hands to the cluster. */

@@ -95,6 +95,7 @@ static void pull_done(ds_job_t *j)
     ds_pend_t *p = j->pend;
     if (j->status == DS_K_OK && !j->transport_failed) {
         if (j->op == DS_OP_UCX_PULL && j->ucx_tag) p->srv->cctr.ucx_pulls++;
+        if (j->op == DS_OP_UCX_PULL && !j->ucx_tag) p->srv->cctr.ucx_pull_fallbacks++;
         p->objs[j->index] = j->obj; /* the pend keeps the reference */
         j->obj = NULL;
         return;
