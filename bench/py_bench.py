@@ -57,7 +57,7 @@ def free_port():
         return s.getsockname()[1]
 
 
-def start_worker(build_dir, shm_mb, busy_poll_us=0):
+def start_worker(build_dir, shm_mb, busy_poll_us=None):
     binary = Path(build_dir) / "src" / "worker" / "datasystem_worker"
     if not binary.exists():
         sys.exit("no worker at %s; build it or pass --address" % binary)
@@ -69,7 +69,7 @@ def start_worker(build_dir, shm_mb, busy_poll_us=0):
     proc = subprocess.Popen(
         [str(binary), "--worker_address", "127.0.0.1:%d" % port, "--unix_socket_dir", sock_dir,
          "--shared_memory_size_mb", str(shm_mb), "--log_level", "warn"]
-        + (["--busy_poll_us", str(busy_poll_us)] if busy_poll_us else []),
+        + (["--busy_poll_us", str(busy_poll_us)] if busy_poll_us is not None else []),
         stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
     )
     sock = os.path.join(sock_dir, "worker-127.0.0.1-%d.sock" % port)
@@ -272,11 +272,12 @@ def main():
     ap.add_argument("--json", default=str(REPO / "bench" / "results" / "py_bench.json"))
     ap.add_argument("--onecopy-only", action="store_true",
                     help="only the connector one-copy rows against memcpy")
-    ap.add_argument("--busy-poll-us", type=int, default=0,
-                    help="opt-in busy polling: the worker's --busy_poll_us and the "
-                         "client's DS_BUSY_POLL_US (default 0: blocking round trips)")
+    ap.add_argument("--busy-poll-us", type=int, default=None,
+                    help="the worker's --busy_poll_us and the client's DS_BUSY_POLL_US: "
+                         "the longest either polls before sleeping, 0 = off (default: "
+                         "their defaults, adaptive polling up to 200 us)")
     args = ap.parse_args()
-    if args.busy_poll_us:
+    if args.busy_poll_us is not None:
         os.environ["DS_BUSY_POLL_US"] = str(args.busy_poll_us)
 
     os.environ.setdefault("DS_BUILD_DIR", args.build_dir)

@@ -15,6 +15,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <hiredis/hiredis.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
@@ -148,6 +149,7 @@ int sbs_worker_start(const sbs_opts_t *o, sbs_proc_t *w)
                         mb,     "--log_level",
                         "warn", "--busy_poll_us",
                         poll,   NULL};
+        if (o->busy_poll_us < 0) argv[7] = NULL; /* the worker's default */
         w->pid = spawn(argv, w->log);
         if (w->pid < 0) return -1;
         if (wait_ready(w, worker_ready, 60000, "datasystem_worker") == 0) return 0;
@@ -356,4 +358,19 @@ double sbs_proc_faults(pid_t pid)
         sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %llu %*u %llu", &minflt, &majflt) != 2)
         return 0;
     return (double)(minflt + majflt);
+}
+
+double sbs_proc_cpu_us(pid_t pid)
+{
+    char path[64];
+    if (pid > 0)
+        snprintf(path, sizeof(path), "/proc/%d/schedstat", (int)pid);
+    else
+        snprintf(path, sizeof(path), "/proc/thread-self/schedstat");
+    FILE *f = fopen(path, "r");
+    if (f == NULL) return NAN;
+    unsigned long long run_ns = 0;
+    int n = fscanf(f, "%llu", &run_ns);
+    fclose(f);
+    return n == 1 ? (double)run_ns / 1e3 : NAN;
 }

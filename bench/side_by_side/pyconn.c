@@ -8,11 +8,13 @@
  * the limit "numpy memcpy" at 1 MiB and 64 MiB.
  *
  * At 1 MiB the hand-off is two round trips and one copy, and a round trip
- * between two vCPUs of this VM (a wake-up each way) costs more than the
- * copy, so the phase runs a second time with the opt-in busy polling (the
- * worker's --busy_poll_us and the client's DS_BUSY_POLL_US, 50 us), unless
- * the whole run already uses it: py_bench starts a worker of its own for
- * that, and its rows are "put+get busy-poll". Both stand in the report. */
+ * between two vCPUs of this VM costs more than the copy when each side
+ * sleeps on it (a wake-up each way); the default adaptive polling (the
+ * worker's --busy_poll_us, the client's DS_BUSY_POLL_US) takes those out.
+ * In a run with the default polling the phase runs a second time with
+ * polling off on both sides, to show what the wake-ups cost: py_bench
+ * starts a worker of its own for that, and its rows are "put+get, polling
+ * off". Both stand in the report. */
 #include "bench/side_by_side/sbs.h"
 
 #include <cjson/cJSON.h>
@@ -42,7 +44,7 @@ static int add_rows(const char *text, const char *op, const char *how)
         sbs_row_t *r = sbs_row_add_raw("connector-python", op, (size_t)bytes, 1, t * 1e6, NAN,
                                        bytes / t / 1e9);
         sbs_row_t *l =
-            sbs_row_add_raw("limit", how[0] ? "numpy memcpy, busy-poll run" : "numpy memcpy",
+            sbs_row_add_raw("limit", how[0] ? "numpy memcpy, polling-off run" : "numpy memcpy",
                             (size_t)bytes, 1, m * 1e6, NAN, bytes / m / 1e9);
         if (r == NULL || l == NULL) continue;
         snprintf(r->note, sizeof(r->note), "median; x%.3f one warm numpy memcpy of the size%s",
@@ -54,14 +56,13 @@ static int add_rows(const char *text, const char *op, const char *how)
     return n > 0 ? 0 : -1;
 }
 
-/* One py_bench run: against this run's worker (addr), or with busy
- * polling against a worker py_bench starts itself (addr NULL). */
-static int run_once(const sbs_opts_t *o, const char *addr, int busy_poll_us)
+/* One py_bench run: against this run's worker (addr), or with polling off
+ * against a worker py_bench starts itself (addr NULL). */
+static int run_once(const sbs_opts_t *o, const char *addr)
 {
-    char json[320], it[16], poll[16];
+    char json[320], it[16];
     snprintf(json, sizeof(json), "%s/py_onecopy.json", o->tmp_dir);
     snprintf(it, sizeof(it), "%d", o->quick ? 5 : 15);
-    snprintf(poll, sizeof(poll), "%d", busy_poll_us);
     char *argv[16] = {(char *)o->python,
                       "bench/py_bench.py",
                       "--build-dir",
@@ -77,7 +78,7 @@ static int run_once(const sbs_opts_t *o, const char *addr, int busy_poll_us)
         argv[k++] = (char *)addr;
     } else {
         argv[k++] = "--busy-poll-us";
-        argv[k++] = poll;
+        argv[k++] = "0";
     }
     argv[k] = NULL;
     /* The bindings come from the checkout (the harness runs from the repo root). */
@@ -96,10 +97,8 @@ static int run_once(const sbs_opts_t *o, const char *addr, int busy_poll_us)
     }
     if (f) fclose(f);
     unlink(json);
-    char how[64] = "";
-    if (addr == NULL)
-        snprintf(how, sizeof(how), ", busy polling %d us (its own worker)", busy_poll_us);
-    int r = text ? add_rows(text, addr ? "put+get" : "put+get busy-poll", how) : -1;
+    const char *how = addr ? "" : ", polling off on both sides (its own worker)";
+    int r = text ? add_rows(text, addr ? "put+get" : "put+get, polling off", how) : -1;
     free(text);
     if (r != 0)
         fprintf(stderr, "sbs: bench/py_bench.py --onecopy-only%s gave no rows (exit %d)\n", how,
@@ -111,7 +110,7 @@ int sbs_phase_pyconn(const sbs_opts_t *o, const sbs_env_t *env)
 {
     char addr[64];
     snprintf(addr, sizeof(addr), "%s:%d", env->worker->host, env->worker->port);
-    int r = run_once(o, addr, 0);
-    if (o->busy_poll_us == 0 && run_once(o, NULL, SBS_PYCONN_BUSY_POLL_US) != 0) r = -1;
+    int r = run_once(o, addr);
+    if (o->busy_poll_us < 0 && run_once(o, NULL) != 0) r = -1;
     return r;
 }

@@ -312,22 +312,23 @@ def why_missed(d):
         parts = []
         for size in (64 * MIB, MIB):
             o, m_ = r("connector-python", "put+get", size), r("limit", "numpy memcpy", size)
-            b_ = r("connector-python", "put+get busy-poll", size)
-            bm = r("limit", "numpy memcpy, busy-poll run", size)
+            b_ = r("connector-python", "put+get, polling off", size)
+            bm = r("limit", "numpy memcpy, polling-off run", size)
             if not any(human(size) + "," in m for m in py):
                 continue
             parts.append("%s: put+get %s us against a %s us numpy memcpy%s" % (
                 human(size), num(o.get("p50_us")), num(m_.get("p50_us")),
-                "; with busy polling %s us against %s us" % (num(b_.get("p50_us")),
-                                                             num(bm.get("p50_us")))
+                "; with polling off %s us against %s us" % (num(b_.get("p50_us")),
+                                                            num(bm.get("p50_us")))
                 if b_ else ""))
         notes.append(
             "- **Python connector** missed (%s). A hand-off of a tensor is one copy and two "
             "round trips (`set_pieces` and `get_view`); at 1 MiB the copy is a few tens of us "
             "and a round trip between this VM's two vCPUs is a wake-up each way (the bare Unix "
             "ping-pong took %s us in this run, more when the two processes land on different "
-            "vCPUs), so blocking round trips alone exceed the 0.3x budget; the opt-in busy "
-            "polling (`--busy_poll_us`, `DS_BUSY_POLL_US`) takes the wake-ups out."
+            "vCPUs); the adaptive polling (`--busy_poll_us`, `DS_BUSY_POLL_US`) takes the "
+            "wake-ups out only while the CPU has nothing else to run, so a loaded machine "
+            "pays them."
             % ("; ".join(parts), num(rtt)))
     mem = [m for m in missed if m.startswith("local set vs memcpy")]
     if mem:
@@ -423,9 +424,10 @@ so that a burst of noise from the shared machine spreads over all systems. The l
 median of the rounds. The shared-memory path's fresh segment per payload is not a harness
 artefact: it is that design's cost, paid on every payload, and no warm-up can remove it.
 What the worker pays on a cold arena range shows in our p99, not our p50. The notes of the
-set+get rows give the page faults per pair, of the server and of the client, counted from
-`/proc/<pid>/stat` around the timed loop: the worker's pre-faulted arena takes none, while
-Redis allocates a fresh buffer for every large value it receives and copies every large
+set+get rows give, per pair, the page faults of the server and of the client (from
+`/proc/<pid>/stat`) and the CPU time of the server's main thread and of the client thread
+(from `/proc/<pid>/schedstat`), counted around the timed loop: the worker's pre-faulted arena
+takes no faults, while Redis allocates a fresh buffer for every large value it receives and copies every large
 reply into fresh reply buffers, so it faults on every 4 KiB page twice per pair. Those faults,
 more than the socket, are why Redis drops to about 0.1 GB/s from 16 MiB up on this VM.
 
@@ -441,6 +443,26 @@ rows run 1, 4, 16 and 64 clients as threads over up to four processes, each thre
 own key; datasystem threads in a process share one client (it is thread safe, with one
 pooled connection per concurrent caller), each Redis thread has its own connection.
 """
+
+
+def polling_text(d):
+    """What this run's polling setting was, and what it means for the peers."""
+    p = d.get("busy_poll_us", -1)
+    if p is None or p < 0:
+        how = ("their defaults: adaptive polling up to 200 us (the worker's `--busy_poll_us`, "
+               "the client's `DS_BUSY_POLL_US`)")
+    elif p == 0:
+        how = "polling off on both sides (`--busy-poll-us 0`): every wait sleeps"
+    else:
+        how = "`--busy-poll-us %d` on both sides" % p
+    return (
+        "**Polling.** This project's worker and clients ran with %s. A waiting thread polls "
+        "its socket before it sleeps, for a window that grows while what it waits for keeps "
+        "arriving within the limit, shrinks when it does not, and ends whenever the CPU has "
+        "other work (`src/common/spin.h`); a round trip then costs no wake-up, which on this "
+        "VM is most of a small round trip's time. Redis and hiredis sleep on every wait. The "
+        "CPU this costs is in the set+get notes (CPU us per pair, server and client), next to "
+        "Redis's; the Python connector rows are also given with polling off.\n" % how)
 
 
 def main():
@@ -479,6 +501,7 @@ def main():
     doc.append("![Handoff throughput by value size](%s)\n" % args.plot)
     doc.append("## Method\n")
     doc.append(METHOD)
+    doc.append(polling_text(d))
     doc.append("## Single client\n")
     doc.append("For the connector rows, put is `omni_connector_put` (the serializer path encodes "
                "the map `{\"hidden\": float32 tensor}`; the raw path sends the bytes as they "

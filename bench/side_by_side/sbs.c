@@ -11,8 +11,9 @@
  *       [--phases resident,single,connector,pyconn,scale,hol] [--busy-poll-us N]
  *
  * --busy-poll-us N runs the worker with --busy_poll_us N and every
- * datasystem client with DS_BUSY_POLL_US=N (both poll for a while before
- * sleeping: CPU for latency). Off by default, as in the worker.
+ * datasystem client with DS_BUSY_POLL_US=N: the longest either polls before
+ * it sleeps (0: off, every wait sleeps). Without it both keep their
+ * defaults (adaptive polling up to 200 us, common/spin.h).
  *
  * Exit status: 0 when every phase ran (targets missed or not: a benchmark
  * reports, it does not assert), 1 when a phase failed, 2 on bad usage. */
@@ -94,7 +95,8 @@ int main(int argc, char **argv)
                     .python = "/usr/bin/python3",
                     .shm_script = "bench/side_by_side/shm_bench.py",
                     .redis_bin = "redis-server",
-                    .arena_mb = 1536};
+                    .arena_mb = 1536,
+                    .busy_poll_us = -1};
     const char *phases = "resident,single,connector,pyconn,scale,hol";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -135,16 +137,18 @@ int main(int argc, char **argv)
         fprintf(stderr, "sbs: --arena-mb must be at least 1024 (a million 1 KiB keys)\n");
         return 2;
     }
-    if (o.busy_poll_us < 0 || o.busy_poll_us > 1000000) {
+    if (o.busy_poll_us < -1 || o.busy_poll_us > 1000000) {
         fprintf(stderr, "sbs: --busy-poll-us must be in 0..1000000\n");
         return 2;
     }
-    if (o.busy_poll_us > 0) {
+    if (o.busy_poll_us >= 0) {
         /* Every datasystem client of the run, in this process and in the
          * children it forks, polls for its replies. */
         char v[16];
         snprintf(v, sizeof(v), "%d", o.busy_poll_us);
         setenv("DS_BUSY_POLL_US", v, 1);
+    } else {
+        unsetenv("DS_BUSY_POLL_US"); /* the clients' own default */
     }
     if (access(o.shm_script, R_OK) != 0) {
         fprintf(stderr, "sbs: cannot read --shm-script %s\n", o.shm_script);

@@ -54,7 +54,9 @@ typedef struct {
     const char *shm_script; /* bench/side_by_side/shm_bench.py */
     const char *redis_bin;  /* redis-server */
     int arena_mb;
-    int busy_poll_us;  /* the worker's --busy_poll_us and its clients' DS_BUSY_POLL_US; 0 = off */
+    /* The worker's --busy_poll_us and its clients' DS_BUSY_POLL_US (0 = off
+     * on both sides); -1 = their defaults (adaptive polling up to 200 us). */
+    int busy_poll_us;
     char tmp_dir[256]; /* private directory for sockets and logs */
 } sbs_opts_t;
 
@@ -87,6 +89,9 @@ void sbs_proc_kill_all(void);
 double sbs_proc_status_bytes(pid_t pid, const char *field);
 /* Minor plus major page faults of a process so far (0 = this process), or 0. */
 double sbs_proc_faults(pid_t pid);
+/* CPU time of the process's main thread (pid 0: the calling thread) so far,
+ * in us, from /proc/.../schedstat; NAN when it cannot be read. */
+double sbs_proc_cpu_us(pid_t pid);
 /* The worker's STATS (via `dscli status`) at a dotted path; -1 if absent. */
 double sbs_worker_stat(const sbs_opts_t *o, const sbs_proc_t *w, const char *path);
 /* Runs argv with stdout captured into a malloc'd string (NUL-terminated), at
@@ -162,9 +167,9 @@ int sbs_phase_single(const sbs_opts_t *o, const sbs_env_t *env, sbs_limits_t *li
 /* The connector rows when a YuanrongConnector is registered; else a note in
  * *why (returns 1 when skipped). */
 int sbs_phase_connector(const sbs_opts_t *o, const sbs_env_t *env, char *why, size_t why_cap);
-/* The Python connector's one-copy put+get (bench/py_bench.py --onecopy-only),
- * blocking and, unless the run busy-polls already, with busy polling. */
-#define SBS_PYCONN_BUSY_POLL_US 50
+/* The Python connector's one-copy put+get (bench/py_bench.py --onecopy-only)
+ * against this run's worker and, in a run with the default polling, once
+ * more with polling off on both sides. */
 int sbs_phase_pyconn(const sbs_opts_t *o, const sbs_env_t *env);
 int sbs_phase_scale(const sbs_opts_t *o, const sbs_env_t *env);
 int sbs_phase_resident(const sbs_opts_t *o, const sbs_env_t *env);

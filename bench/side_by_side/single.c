@@ -81,9 +81,12 @@ typedef struct {
 } samples_t;
 
 /* Page faults during the timed set+get loop, of the server and of this
- * process: on this VM they are what separates a warm path from a cold one. */
+ * process: on this VM they are what separates a warm path from a cold one;
+ * and the CPU time of the server's main thread and of this thread, which
+ * shows what polling (ours) costs against sleeping (Redis's). */
 typedef struct {
     double server, client;
+    double server_cpu_us, client_cpu_us;
     int pairs;
 } faults_t;
 
@@ -124,6 +127,7 @@ static int run_kind(sbs_conn_t *c, sbs_kind_t kind, size_t size, int n, int warm
         if (zc && sbs_get_zc(c, key, &len) != 0) return -1;
     }
     double srv0 = sbs_proc_faults(server), cli0 = sbs_proc_faults(0);
+    double scpu0 = sbs_proc_cpu_us(server), ccpu0 = sbs_proc_cpu_us(0);
     for (int i = 0; i < n; i++) {
         uint64_t t0 = ds__now_ns();
         if (sbs_set(c, key, src, size) != 0) return -1;
@@ -136,6 +140,8 @@ static int run_kind(sbs_conn_t *c, sbs_kind_t kind, size_t size, int n, int warm
     }
     f->server += sbs_proc_faults(server) - srv0;
     f->client += sbs_proc_faults(0) - cli0;
+    f->server_cpu_us += sbs_proc_cpu_us(server) - scpu0;
+    f->client_cpu_us += sbs_proc_cpu_us(0) - ccpu0;
     f->pairs += n;
     if (len != size || memcmp(src, dst, size) != 0) {
         fprintf(stderr, "sbs: %s get of %zu bytes returned wrong bytes\n", sbs_kind_name(kind),
@@ -274,8 +280,11 @@ static int size_block(const sbs_opts_t *o, const sbs_env_t *env, sbs_conn_t **co
             sbs_row_t *row = name ? sbs_row_add(sys, name, size, 1, s[k][op].ns, s[k][op].n) : NULL;
             if (row && k != PY && op == OP_SETGET && faults[k].pairs > 0)
                 snprintf(row->note, sizeof(row->note),
-                         "page faults per set+get: server %.1f, client %.1f",
-                         faults[k].server / faults[k].pairs, faults[k].client / faults[k].pairs);
+                         "per set+get: page faults server %.1f, client %.1f; CPU us server "
+                         "%.1f, client %.1f",
+                         faults[k].server / faults[k].pairs, faults[k].client / faults[k].pairs,
+                         faults[k].server_cpu_us / faults[k].pairs,
+                         faults[k].client_cpu_us / faults[k].pairs);
         }
 out:
     for (int k = 0; k < NSYS; k++)

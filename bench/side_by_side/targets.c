@@ -145,13 +145,6 @@ static void pyconn_targets(void)
                  sbs_human(sizes[i], h, sizeof(h)));
         target(name, r && m && r->p50_us > 0 ? m->p50_us / r->p50_us : NAN, goals[i], true, r,
                true);
-        const sbs_row_t *b = sbs_row_find("connector-python", "put+get busy-poll", sizes[i], 1);
-        m = sbs_row_find("limit", "numpy memcpy, busy-poll run", sizes[i], 1);
-        if (b == NULL) continue;
-        snprintf(name, sizeof(name),
-                 "Python connector put+get vs one warm memcpy, %s, busy poll %d us, fraction",
-                 sbs_human(sizes[i], h, sizeof(h)), SBS_PYCONN_BUSY_POLL_US);
-        target(name, m && b->p50_us > 0 ? m->p50_us / b->p50_us : NAN, goals[i], true, b, true);
     }
 }
 

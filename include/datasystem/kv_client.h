@@ -90,10 +90,14 @@ typedef struct {
     ds_transport_t transport;    /* default DS_TRANSPORT_AUTO */
     const char *token;           /* shared secret for authenticated workers, or NULL */
     const char *unix_socket_dir; /* where the worker's socket lives; NULL = default */
-    /* Busy polling: after sending a request, watch the socket for the reply
-     * this many microseconds before sleeping on it. Trades CPU for latency
-     * (a round trip without the wake-up); pairs with the worker's
-     * --busy_poll_us. 0 = $DS_BUSY_POLL_US, or off. */
+    /* Polling for replies: after sending a request, watch the socket for
+     * the reply for up to this many microseconds before sleeping on it, so
+     * that a round trip costs no wake-up of the calling thread. The window
+     * adapts per connection: it grows while replies come within the limit,
+     * shrinks when they take longer (a subscribe-get that waits, a large
+     * value) and stops when the CPU has other work, so a quiet client burns
+     * nothing. Pairs with the worker's --busy_poll_us. 0 = $DS_BUSY_POLL_US
+     * (0 there: off), or 200; -1 = off: always sleep. */
     int busy_poll_us;
     /* Remote gets over UCX (https://openucx.org: RDMA, or TCP, as UCX_TLS
      * allows). 1: when the session is remote (TCP), a value larger than the

@@ -481,7 +481,7 @@ static ds_status_t open_conn(ds_client_t *c, ds_conn_t **out)
             close(h.arena_fd);
         }
         ds_conn_t *conn = ds__conn_new(fd, s, c->addr);
-        if (conn) conn->busy_poll_us = c->busy_poll_us;
+        if (conn) ds__spin_init(&conn->spin, (uint64_t)c->busy_poll_us * 1000u);
         ds__sess_unref(s);
         if (conn == NULL) {
             close(fd);
@@ -606,10 +606,13 @@ ds_status_t ds_client_connect(const ds_client_options_t *opts, ds_client_t **out
         long v = strtol(env, &end, 10);
         if (*end != '\0' || v < 0 || v > 1000000)
             return ds__set_error(DS_K_INVALID, "DS_BUSY_POLL_US='%.32s' is not 0..1000000", env);
-        poll_us = (int)v;
+        poll_us = v == 0 ? -1 : (int)v;
     }
-    if (poll_us < 0 || poll_us > 1000000)
-        return ds__set_error(DS_K_INVALID, "busy_poll_us %d is not in 0..1000000", poll_us);
+    if (poll_us < -1 || poll_us > 1000000)
+        return ds__set_error(DS_K_INVALID, "busy_poll_us %d is not -1 (off) or 0..1000000",
+                             poll_us);
+    if (poll_us == 0) poll_us = DS_CLIENT_DEFAULT_POLL_US;
+    if (poll_us < 0) poll_us = 0;
     int use_ucx = opts->enable_ucx;
     if (use_ucx < -1 || use_ucx > 1)
         return ds__set_error(DS_K_INVALID, "enable_ucx %d is not -1 (off), 0 ($DS_CLIENT_UCX) or 1",

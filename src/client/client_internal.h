@@ -49,6 +49,7 @@
 #include <stdint.h>
 
 #include "common/shm_index.h"
+#include "common/spin.h"
 #include "common/wire.h"
 #include "datasystem/kv_client.h"
 
@@ -74,6 +75,8 @@
 #define DS_CLIENT_MAX_RESP_DATA (UINT64_C(1) << 42)
 #define DS_CLIENT_DEFAULT_REQUEST_MS 60000
 #define DS_CLIENT_DEFAULT_CONNECT_MS 9000
+/* The longest a call polls for its reply by default, us (common/spin.h). */
+#define DS_CLIENT_DEFAULT_POLL_US 200
 /* Longest session key accepted from a worker (it sends 32 hex characters). */
 #define DS_SESSION_KEY_MAX 64
 
@@ -145,9 +148,9 @@ typedef struct ds_conn {
     int rcvtimeo_ms;  /* the socket's SO_RCVTIMEO now; 0 = none set */
     bool is_unix;     /* a Unix socket: replies are polled for, then read */
     const char *peer; /* "host:port" of the worker, for messages */
-    uint32_t busy_poll_us;
-    bool traced;  /* the request being built carries DS_FLAG_TRACE */
-    bool ucx_get; /* the GET being answered is a UCX_GET: entries may be kind UCX */
+    ds_spin_t spin;   /* how long a call polls for its reply (busy_poll_us) */
+    bool traced;      /* the request being built carries DS_FLAG_TRACE */
+    bool ucx_get;     /* the GET being answered is a UCX_GET: entries may be kind UCX */
     /* Arena space the worker reserved for this connection's next local
      * set (SETR, kv.c): a session handle and the range; 0 = none. Given
      * back (RELEASE over the anchor) when the connection is freed. */

@@ -21,6 +21,7 @@
 #include "common/clock.h"
 #include "common/error.h"
 #include "common/net.h"
+#include "common/spin.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -540,15 +541,21 @@ ds_status_t ds__conn_call(ds_conn_t *conn, ds_opcode_t op, bool noreply, uint64_
     if (st != DS_K_OK || noreply) return st;
 
     uint8_t hb[DS_WIRE_HEADER_LEN];
-    if (conn->busy_poll_us && conn->in_pos == conn->in_len) {
-        /* Watch for the reply before sleeping on it: a round trip then
-         * costs no wake-up of this thread. */
-        uint64_t until = ds__now_ns() + (uint64_t)conn->busy_poll_us * 1000u;
+    uint64_t t0 = conn->spin.max_ns ? ds__now_ns() : 0;
+    bool contended = false;
+    if (conn->spin.window_ns && conn->in_pos == conn->in_len) {
+        /* Watch for the reply before sleeping on it (common/spin.h): a
+         * round trip then costs no wake-up of this thread. */
+        uint64_t until = t0 + conn->spin.window_ns, step;
         while (recv(conn->fd, hb, 1, MSG_DONTWAIT | MSG_PEEK) < 0 &&
-               (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) && ds__now_ns() < until)
+               (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) &&
+               (step = ds__now_ns()) < until) {
             sched_yield(); /* a worker sharing this CPU gets to answer */
+            if ((contended = ds__spin_contended(step, ds__now_ns()))) break;
+        }
     }
     if (read_resp(conn, hb, sizeof(hb), deadline) != 0) return io_error(conn, name, errno);
+    if (t0) ds__spin_done(&conn->spin, ds__now_ns() - t0, contended);
     char err[160];
     if (ds__wire_header_decode(hb, DS_CLIENT_MAX_RESP_DATA, &conn->rh, err, sizeof(err)) != 0 ||
         !(conn->rh.flags & DS_FLAG_RESPONSE) || conn->rh.opcode != op || conn->rh.req_id != req)

@@ -1,9 +1,11 @@
-/* Busy polling against a real worker started with --busy_poll_us: clients
- * that poll for their replies (the option, or DS_BUSY_POLL_US) read and
- * write every value size correctly over shared memory and TCP, including a
+/* Adaptive polling (common/spin.h) against real workers: with the default
+ * settings (the worker's --busy_poll_us 200, clients polling up to 200 us
+ * for their replies) and with polling off on either side, every value size
+ * reads and writes correctly over shared memory and TCP, including a
  * subscribe-get that outlasts the polling window and sleeps; out-of-range
- * settings are refused with a message naming them; and the worker goes back
- * to sleeping once its clients are quiet (no CPU burnt while idle). */
+ * settings are refused with a message naming them; back-to-back requests
+ * are caught while polling; and the worker stops polling once requests are
+ * sparse and sleeps while idle (no CPU burnt). */
 #include "harness.h"
 #include "it_fault_util.h"
 
@@ -22,7 +24,7 @@ static dst_worker_t W;
 static int setup(void **state)
 {
     (void)state;
-    return dst_worker_start(&W, 128, "--busy_poll_us 200");
+    return dst_worker_start(&W, 128, NULL); /* default polling */
 }
 
 static int teardown(void **state)
@@ -32,26 +34,29 @@ static int teardown(void **state)
     return 0;
 }
 
-static ds_status_t connect_polling(ds_transport_t t, int busy_poll_us, ds_client_t **c)
+static ds_status_t connect_polling(const dst_worker_t *w, ds_transport_t t, int busy_poll_us,
+                                   ds_client_t **c)
 {
     ds_client_options_t o;
     ds_client_options_init(&o);
-    o.host = W.host;
-    o.port = W.port;
+    o.host = w->host;
+    o.port = w->port;
     o.transport = t;
-    o.unix_socket_dir = W.sockdir[0] ? W.sockdir : NULL;
+    o.unix_socket_dir = w->sockdir[0] ? w->sockdir : NULL;
     o.busy_poll_us = busy_poll_us;
     return ds_client_connect(&o, c);
 }
 
-static void test_values_round_trip(void **state)
+/* Every size, both transports, against worker w, with the client polling
+ * up to busy_poll_us (0: the default; -1: off). */
+static void round_trips(const dst_worker_t *w, int busy_poll_us)
 {
-    (void)state;
     static const size_t sizes[] = {1, 1024, 65536, 65537, 1u << 20, 8u << 20};
     for (int t = 0; t < 2; t++) {
         ds_client_t *c = NULL;
-        assert_int_equal(connect_polling(t == 0 ? DS_TRANSPORT_LOCAL : DS_TRANSPORT_TCP, 200, &c),
-                         DS_K_OK);
+        assert_int_equal(
+            connect_polling(w, t == 0 ? DS_TRANSPORT_LOCAL : DS_TRANSPORT_TCP, busy_poll_us, &c),
+            DS_K_OK);
         uint8_t *v = malloc(8u << 20), *out = malloc(8u << 20);
         for (size_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++) {
             for (uint64_t round = 0; round < 20; round++) {
@@ -64,8 +69,8 @@ static void test_values_round_trip(void **state)
                 assert_true(dst_check(out, len, seed));
             }
         }
-        /* A subscribe-get longer than the polling window: the client sleeps
-         * on the socket after 200 us and still gets the timeout answer. */
+        /* A subscribe-get longer than any polling window: the client
+         * sleeps on the socket and still gets the timeout answer. */
         uint64_t t0 = ds__now_ms();
         size_t len = 0;
         assert_int_equal(ds_kv_get_into(c, "bp-never", 300, out, 64, &len), DS_K_NOT_FOUND);
@@ -77,45 +82,88 @@ static void test_values_round_trip(void **state)
     }
 }
 
+static void test_values_round_trip(void **state)
+{
+    (void)state;
+    round_trips(&W, 0);
+    round_trips(&W, 50);
+    round_trips(&W, -1);
+    /* And against a worker that never polls. */
+    dst_worker_t off;
+    memset(&off, 0, sizeof(off));
+    assert_int_equal(dst_worker_start(&off, 64, "--busy_poll_us 0"), 0);
+    round_trips(&off, 0);
+    assert_int_equal(dst_stat(&off, "polling.max_us"), 0);
+    assert_int_equal(dst_stat(&off, "polling.hits"), 0);
+    assert_int_equal(dst_stat(&off, "polling.polled_us"), 0);
+    assert_int_equal(dst_worker_stop(&off), 0);
+}
+
 static void test_bad_settings_refused(void **state)
 {
     (void)state;
     ds_client_t *c = NULL;
-    assert_int_equal(connect_polling(DS_TRANSPORT_TCP, -1, &c), DS_K_INVALID);
-    assert_non_null(strstr(ds_last_error(), "busy_poll_us"));
-    assert_int_equal(connect_polling(DS_TRANSPORT_TCP, 2000000, &c), DS_K_INVALID);
+    assert_int_equal(connect_polling(&W, DS_TRANSPORT_TCP, -2, &c), DS_K_INVALID);
+    assert_non_null(strstr(ds_last_error(), "busy_poll_us -2"));
+    assert_int_equal(connect_polling(&W, DS_TRANSPORT_TCP, 2000000, &c), DS_K_INVALID);
+    assert_non_null(strstr(ds_last_error(), "busy_poll_us 2000000"));
     setenv("DS_BUSY_POLL_US", "fast", 1);
-    assert_int_equal(connect_polling(DS_TRANSPORT_TCP, 0, &c), DS_K_INVALID);
-    assert_non_null(strstr(ds_last_error(), "DS_BUSY_POLL_US"));
-    /* The environment applies when the option is 0. */
-    setenv("DS_BUSY_POLL_US", "100", 1);
-    assert_int_equal(connect_polling(DS_TRANSPORT_LOCAL, 0, &c), DS_K_OK);
-    assert_int_equal(ds_kv_set(c, "bp-env", "x", 1, NULL), DS_K_OK);
-    ds_client_close(c);
+    assert_int_equal(connect_polling(&W, DS_TRANSPORT_TCP, 0, &c), DS_K_INVALID);
+    assert_non_null(strstr(ds_last_error(), "DS_BUSY_POLL_US='fast'"));
+    /* The environment applies when the option is 0 (0 there: off). */
+    static const char *const envs[] = {"100", "0"};
+    for (int i = 0; i < 2; i++) {
+        setenv("DS_BUSY_POLL_US", envs[i], 1);
+        assert_int_equal(connect_polling(&W, DS_TRANSPORT_LOCAL, 0, &c), DS_K_OK);
+        assert_int_equal(ds_kv_set(c, "bp-env", "x", 1, NULL), DS_K_OK);
+        ds_client_close(c);
+    }
     unsetenv("DS_BUSY_POLL_US");
     /* The worker refuses an out-of-range flag at start. */
     dst_worker_t bad;
     memset(&bad, 0, sizeof(bad));
     assert_int_not_equal(dst_worker_start(&bad, 64, "--busy_poll_us -5"), 0);
+    assert_int_not_equal(dst_worker_start(&bad, 64, "--busy_poll_us 2000000"), 0);
 }
 
-/* Polling stops once nothing arrives for --busy_poll_us: an idle worker
- * sleeps in epoll again. */
-static void test_idle_worker_sleeps(void **state)
+/* Back-to-back requests are caught while polling; requests 3 ms apart
+ * (past the 200 us limit) stop the polling within a few windows, where a
+ * fixed window would poll 200 us after each; and an idle worker sleeps. */
+static void test_polling_adapts(void **state)
 {
     (void)state;
+    assert_int_equal(dst_stat(&W, "polling.max_us"), 200);
     ds_client_t *c = NULL;
-    assert_int_equal(connect_polling(DS_TRANSPORT_LOCAL, 200, &c), DS_K_OK);
-    for (int i = 0; i < 200; i++)
-        assert_int_equal(ds_kv_set(c, "bp-idle", "abc", 3, NULL), DS_K_OK);
+    assert_int_equal(connect_polling(&W, DS_TRANSPORT_LOCAL, 0, &c), DS_K_OK);
+    double hits0 = dst_stat(&W, "polling.hits");
+    for (int i = 0; i < 2000; i++)
+        assert_int_equal(ds_kv_set(c, "bp-adapt", "abc", 3, NULL), DS_K_OK);
+    double hits = dst_stat(&W, "polling.hits") - hits0;
+    printf("2000 back-to-back sets: %.0f requests caught while polling\n", hits);
+    assert_true(hits >= 1);
+
+    double polled0 = dst_stat(&W, "polling.polled_us");
+    for (int i = 0; i < 100; i++) {
+        usleep(3000);
+        assert_int_equal(ds_kv_set(c, "bp-adapt", "abc", 3, NULL), DS_K_OK);
+    }
+    double polled = dst_stat(&W, "polling.polled_us") - polled0;
+    printf("100 sets 3 ms apart: the worker polled %.0f us in all (a fixed 200 us window: "
+           "20000)\n",
+           polled);
+    assert_true(polled < 2000);
+
     usleep(100000);
+    polled0 = dst_stat(&W, "polling.polled_us");
     long cpu0 = fu_cpu_ticks(W.pid);
     sleep(1);
     long cpu1 = fu_cpu_ticks(W.pid);
+    polled = dst_stat(&W, "polling.polled_us") - polled0;
     long hz = sysconf(_SC_CLK_TCK);
-    printf("idle worker with --busy_poll_us 200: %.2f s CPU in 1 s\n",
-           (double)(cpu1 - cpu0) / (double)hz);
+    printf("idle worker: %.2f s CPU in 1 s, polled %.0f us\n", (double)(cpu1 - cpu0) / (double)hz,
+           polled);
     assert_true((double)(cpu1 - cpu0) / (double)hz < 0.1);
+    assert_true(polled < 1000); /* at most the window after the first STATS */
     ds_client_close(c);
 }
 
@@ -124,7 +172,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_values_round_trip),
         cmocka_unit_test(test_bad_settings_refused),
-        cmocka_unit_test(test_idle_worker_sleeps),
+        cmocka_unit_test(test_polling_adapts),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -3,6 +3,7 @@
 #include "common/hash.h"
 #include "common/keys.h"
 #include "common/net.h"
+#include "common/spin.h"
 #include "datasystem/kv_client.h"
 
 #include <setjmp.h>
@@ -121,12 +122,52 @@ static void test_sum4(void **state)
     }
 }
 
+/* The adaptive polling window: grows while waits end within the limit but
+ * after sleeping, stays while polling catches them, halves after a wait past
+ * the limit, quarters when the CPU was wanted elsewhere, and is 0 when off. */
+static void test_spin_window(void **state)
+{
+    (void)state;
+    ds_spin_t s;
+    ds__spin_init(&s, 200000);
+    assert_int_equal(s.window_ns, 0);
+    /* Waits of 70 us that slept: the window doubles until it covers them. */
+    static const uint64_t grows[] = {8000, 16000, 32000, 64000, 128000, 128000};
+    for (size_t i = 0; i < sizeof(grows) / sizeof(grows[0]); i++) {
+        ds__spin_done(&s, 70000, false);
+        assert_int_equal(s.window_ns, grows[i]);
+    }
+    ds__spin_done(&s, 30000, false); /* caught while polling: unchanged */
+    assert_int_equal(s.window_ns, 128000);
+    ds__spin_done(&s, 150000, false); /* never past the limit */
+    assert_int_equal(s.window_ns, 200000);
+    ds__spin_done(&s, 5000000, false); /* a wait past the limit: halves */
+    assert_int_equal(s.window_ns, 100000);
+    ds__spin_done(&s, 1000, true); /* contended: quarters */
+    assert_int_equal(s.window_ns, 25000);
+    int quiet = 0;
+    while (s.window_ns) {
+        ds__spin_done(&s, 1000000000, false);
+        quiet++;
+    }
+    assert_true(quiet <= 5); /* a quiet thread stops polling within a few waits */
+    ds__spin_init(&s, 0);    /* off: never polls */
+    for (int i = 0; i < 5; i++)
+        ds__spin_done(&s, 1000, false);
+    assert_int_equal(s.window_ns, 0);
+    ds__spin_init(&s, 5000); /* a limit below the start window */
+    ds__spin_done(&s, 3000, false);
+    assert_int_equal(s.window_ns, 5000);
+    assert_false(ds__spin_contended(1000, 1000 + DS_SPIN_CONTENDED_NS));
+    assert_true(ds__spin_contended(1000, 1001 + DS_SPIN_CONTENDED_NS));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_keys),     cmocka_unit_test(test_status_table),
         cmocka_unit_test(test_hostport), cmocka_unit_test(test_murmur3),
-        cmocka_unit_test(test_sum4),
+        cmocka_unit_test(test_sum4),     cmocka_unit_test(test_spin_window),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

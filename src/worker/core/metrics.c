@@ -179,6 +179,12 @@ static char *render(struct ds_metrics *m, size_t *len)
             "Writes of answers to client sockets by the event loop (a pipelining client's small "
             "answers go out together).",
             srv->net.ctr.socket_writes);
+    counter(&t, "ds_worker_poll_hits_total",
+            "Events the event loop caught while polling (--busy_poll_us) instead of sleeping.",
+            srv->net.ctr.poll_hits);
+    family(&t, "ds_worker_poll_seconds_total", "counter",
+           "Time the event loop spent polling (--busy_poll_us).");
+    emit(&t, "ds_worker_poll_seconds_total %.6f\n", (double)srv->net.ctr.poll_ns / 1e9);
 
     ds_store_stats_t st;
     ds__store_stats(srv->store, &st);

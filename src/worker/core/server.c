@@ -9,6 +9,7 @@
 #include "common/log.h"
 #include "common/net.h"
 #include "common/shm_index.h"
+#include "common/spin.h"
 #include "worker/cluster/cluster.h"
 #include "worker/net/ucx.h"
 
@@ -196,10 +197,15 @@ void ds__server_stop(ds_server_t *srv)
 void ds__server_run(ds_server_t *srv)
 {
     ds_net_t *net = &srv->net;
-    /* --busy_poll_us: after a turn that handled events, poll (timeout 0)
-     * until that long has passed without any, so that a client's next
-     * request is picked up without waking the thread. */
-    uint64_t poll_ns = (uint64_t)srv->cfg.busy_poll_us * 1000u, spin_until = 0;
+    /* --busy_poll_us: the longest the loop polls (epoll timeout 0) for the
+     * next event before it sleeps; the window adapts to how soon events
+     * have been arriving (common/spin.h), so that a client's next request
+     * is picked up without a wake-up while requests come back to back, and
+     * a quiet worker sleeps. idle_since: when the loop last had work. */
+    ds_spin_t spin;
+    ds__spin_init(&spin, (uint64_t)srv->cfg.busy_poll_us * 1000u);
+    uint64_t idle_since = ds__now_ns();
+    bool contended = false;
     while (!srv->stopping) {
         uint64_t now = ds__now_ms();
         uint64_t due[8] = {ds__store_expire_due(srv->store, now),
@@ -220,13 +226,28 @@ void ds__server_run(ds_server_t *srv)
             now = ds__now_ms();
             timeout = next > now ? (int)(next - now) : 0;
         }
-        bool spinning = spin_until && ds__now_ns() < spin_until;
-        if (spinning || ds__net_busy(net)) timeout = 0;
+        uint64_t step = ds__now_ns();
+        bool busy = ds__net_busy(net);
+        bool polling = !contended && !busy && step - idle_since < spin.window_ns;
+        if (polling || busy) timeout = 0;
         ds__net_turn(net);
-        if (ds__loop_run_once(net->loop, timeout) > 0 && poll_ns)
-            spin_until = ds__now_ns() + poll_ns;
-        else if (spinning)
+        if (ds__loop_run_once(net->loop, timeout) > 0) {
+            uint64_t woke = ds__loop_woke_ns(net->loop);
+            if (polling) {
+                net->ctr.poll_hits++;
+                net->ctr.poll_ns += woke - step;
+            }
+            ds__spin_done(&spin, woke - idle_since, contended);
+            contended = false;
+            idle_since = ds__now_ns();
+        } else if (busy) {
+            idle_since = ds__now_ns();
+        } else if (polling) {
             sched_yield(); /* a client sharing this CPU gets to send its request */
+            uint64_t t = ds__now_ns();
+            net->ctr.poll_ns += t - step;
+            contended = ds__spin_contended(step, t);
+        }
         ds__net_free_dead(net);
     }
     /* Let final replies (e.g. to SHUTDOWN) go out before closing. */

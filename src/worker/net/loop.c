@@ -2,6 +2,8 @@
  * early for fairness is simply called again on the next turn. */
 #include "worker/net/loop.h"
 
+#include "common/clock.h"
+
 #include <errno.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -12,6 +14,7 @@ struct ds_loop {
     int epfd;
     void (*after)(void *ctx);
     void *after_ctx;
+    uint64_t woke_ns;
 };
 
 ds_loop_t *ds__loop_create(void)
@@ -67,10 +70,16 @@ int ds__loop_run_once(ds_loop_t *l, int timeout_ms)
     struct epoll_event evs[DS_LOOP_BATCH];
     int n = epoll_wait(l->epfd, evs, DS_LOOP_BATCH, timeout_ms);
     if (n < 0) return errno == EINTR ? 0 : -1;
+    if (n > 0) l->woke_ns = ds__now_ns();
     for (int i = 0; i < n; i++) {
         ds_io_t *io = evs[i].data.ptr;
         io->cb(io->ctx, evs[i].events);
         if (l->after) l->after(l->after_ctx);
     }
     return n;
+}
+
+uint64_t ds__loop_woke_ns(const ds_loop_t *l)
+{
+    return l->woke_ns;
 }

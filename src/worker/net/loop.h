@@ -31,5 +31,8 @@ void ds__loop_set_after(ds_loop_t *l, void (*fn)(void *ctx), void *ctx);
 /* Waits up to timeout_ms (-1 = forever) and dispatches ready callbacks.
  * Returns the number dispatched. */
 int ds__loop_run_once(ds_loop_t *l, int timeout_ms);
+/* When the last wait that returned events did (CLOCK_MONOTONIC ns), before
+ * their callbacks ran. */
+uint64_t ds__loop_woke_ns(const ds_loop_t *l);
 
 #endif

@@ -47,6 +47,9 @@ typedef struct {
     uint64_t errors[DS_OP__MAX];
     uint64_t bytes_in, bytes_out;
     uint64_t socket_writes; /* the loop's writes of answers to client sockets */
+    /* --busy_poll_us: events the loop caught while polling, and the time it
+     * spent polling. */
+    uint64_t poll_hits, poll_ns;
     uint64_t conns_accepted, conns_rejected, protocol_errors, auth_failures, accept_errors;
 } ds_net_counters_t;
 

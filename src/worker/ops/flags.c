@@ -101,8 +101,10 @@ static const flag_def_t flags[] = {
         "values up to this size travel inline to local clients, KiB"),
     INT(index_value_max_kb, 4096, 0, 1 << 20,
         "local clients read values up to this size straight from the arena index, KiB; 0 = off"),
-    INT(busy_poll_us, 0, 0, 1000000,
-        "after handling events, poll the sockets this long before sleeping (CPU for latency)"),
+    INT(busy_poll_us, 200, 0, 1000000,
+        "longest the worker polls its sockets for the next request before sleeping; the "
+        "window adapts to how soon requests arrive and stops when the CPU has other work "
+        "(CPU for latency); 0 = sleep at once"),
     INT(max_pending_subscriptions, 100000, 1, 100000000, "most keys waited on by subscribe-gets"),
     INT(metrics_port, 0, 0, 65535,
         "port of the Prometheus /metrics endpoint on the worker host; 0 = off"),

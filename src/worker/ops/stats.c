@@ -68,6 +68,10 @@ char *ds__server_stats_json(ds_server_t *srv)
     cJSON_AddNumberToObject(root, "bytes_in", (double)srv->net.ctr.bytes_in);
     cJSON_AddNumberToObject(root, "bytes_out", (double)srv->net.ctr.bytes_out);
     cJSON_AddNumberToObject(root, "socket_writes", (double)srv->net.ctr.socket_writes);
+    cJSON *poll = cJSON_AddObjectToObject(root, "polling");
+    cJSON_AddNumberToObject(poll, "max_us", (double)srv->cfg.busy_poll_us);
+    cJSON_AddNumberToObject(poll, "hits", (double)srv->net.ctr.poll_hits);
+    cJSON_AddNumberToObject(poll, "polled_us", (double)(srv->net.ctr.poll_ns / 1000u));
     char *out = cJSON_PrintUnformatted(root);
     cJSON_Delete(root);
     return out;

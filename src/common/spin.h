@@ -1,0 +1,54 @@
+/* Adaptive polling: how long a thread that waits for something (the
+ * worker for its clients' next request, a client for its reply) polls
+ * before it sleeps. Sleeping costs a wake-up when the thing arrives, which
+ * on a VM whose idle vCPUs halt is tens of microseconds, more than a round
+ * trip's own work; polling costs the CPU it spins on.
+ *
+ * The window adapts the way Linux's haltpoll cpuidle governor does, from
+ * how long each wait turned out to last (its idle time):
+ * - the wait ended while polling: the window was right, it stays;
+ * - it ended after the thread slept, but within max_ns: polling would have
+ *   caught it, the window doubles (from DS_SPIN_START_NS), up to max_ns;
+ * - it lasted longer than max_ns: the polling was wasted, the window halves
+ *   (under DS_SPIN_MIN_NS it is 0: the thread sleeps at once).
+ * So a thread polls only while what it waits for keeps arriving within
+ * max_ns, and a quiet one costs at most a few halving windows. Polling also
+ * stops when the CPU has other work: a poll step that took longer than
+ * DS_SPIN_CONTENDED_NS (the yield between steps ran another thread, or the
+ * vCPU was preempted) ends the polling and quarters the window, so a
+ * poller never holds a CPU that something else could use.
+ *
+ * Plain data, no locking: one per waiting thread or connection. */
+#ifndef DS_COMMON_SPIN_H
+#define DS_COMMON_SPIN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#define DS_SPIN_START_NS 8000u
+#define DS_SPIN_MIN_NS 1000u
+#define DS_SPIN_CONTENDED_NS 20000u
+
+typedef struct {
+    uint64_t max_ns;    /* 0: never poll */
+    uint64_t window_ns; /* how long the next wait polls */
+} ds_spin_t;
+
+static inline void ds__spin_init(ds_spin_t *s, uint64_t max_ns)
+{
+    s->max_ns = max_ns;
+    s->window_ns = 0;
+}
+
+/* One wait is over: it lasted idle_ns until what it waited for arrived;
+ * contended when polling stopped because the CPU had other work. */
+void ds__spin_done(ds_spin_t *s, uint64_t idle_ns, bool contended);
+
+/* Whether a poll step that began at step_ns and ends at now_ns says the
+ * CPU is wanted elsewhere. */
+static inline bool ds__spin_contended(uint64_t step_ns, uint64_t now_ns)
+{
+    return now_ns - step_ns > DS_SPIN_CONTENDED_NS;
+}
+
+#endif
