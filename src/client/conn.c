@@ -26,7 +26,6 @@
 #include <errno.h>
 #include <limits.h>
 #include <poll.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -546,13 +545,12 @@ ds_status_t ds__conn_call(ds_conn_t *conn, ds_opcode_t op, bool noreply, uint64_
     if (conn->spin.window_ns && conn->in_pos == conn->in_len) {
         /* Watch for the reply before sleeping on it (common/spin.h): a
          * round trip then costs no wake-up of this thread. */
-        uint64_t until = t0 + conn->spin.window_ns, step;
-        while (recv(conn->fd, hb, 1, MSG_DONTWAIT | MSG_PEEK) < 0 &&
-               (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) &&
-               (step = ds__now_ns()) < until) {
-            sched_yield(); /* a worker sharing this CPU gets to answer */
-            if ((contended = ds__spin_contended(step, ds__now_ns()))) break;
-        }
+        uint64_t until = t0 + conn->spin.window_ns, step, now;
+        for (unsigned k = 0; recv(conn->fd, hb, 1, MSG_DONTWAIT | MSG_PEEK) < 0 &&
+                             (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) &&
+                             (step = ds__now_ns()) < until;
+             k++)
+            if ((contended = ds__spin_pause(step, k, &now))) break;
     }
     if (read_resp(conn, hb, sizeof(hb), deadline) != 0) return io_error(conn, name, errno);
     if (t0) ds__spin_done(&conn->spin, ds__now_ns() - t0, contended);

@@ -1,6 +1,15 @@
 /* Adaptive polling window (spin.h says the rules). */
 #include "common/spin.h"
 
+#include "common/clock.h"
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
 void ds__spin_done(ds_spin_t *s, uint64_t idle_ns, bool contended)
 {
     if (s->max_ns == 0) return;
@@ -15,4 +24,46 @@ void ds__spin_done(ds_spin_t *s, uint64_t idle_ns, bool contended)
         w /= 2;
     if (w > s->max_ns) w = s->max_ns;
     s->window_ns = w < DS_SPIN_MIN_NS ? 0 : w;
+}
+
+/* /proc/loadavg ("0.52 0.58 0.59 2/80 1234"): its fourth field counts the
+ * threads runnable on the whole machine right now, the reader included. */
+static int loadavg_fd = -1;
+static long online_cpus = 1;
+static pthread_once_t load_once = PTHREAD_ONCE_INIT;
+
+static void load_open(void)
+{
+    loadavg_fd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    online_cpus = n > 0 ? n : 1;
+}
+
+bool ds__spin_cpus_wanted(void)
+{
+    pthread_once(&load_once, load_open);
+    char b[128];
+    ssize_t n = loadavg_fd >= 0 ? pread(loadavg_fd, b, sizeof(b) - 1, 0) : -1;
+    if (n <= 0) return false; /* not knowable here: the yield check still applies */
+    b[n] = '\0';
+    long running = 0;
+    if (sscanf(b, "%*s %*s %*s %ld/", &running) != 1) return false;
+    return running > online_cpus;
+}
+
+bool ds__spin_pause(uint64_t step_ns, unsigned step, uint64_t *now_ns)
+{
+    if (step % DS_SPIN_LOAD_EVERY == 0 && ds__spin_cpus_wanted()) {
+        *now_ns = ds__now_ns();
+        return true;
+    }
+    /* A yield that switched to another thread counts as an involuntary
+     * context switch of this one. */
+    struct rusage before, after;
+    bool counted = getrusage(RUSAGE_THREAD, &before) == 0;
+    sched_yield();
+    bool switched =
+        counted && getrusage(RUSAGE_THREAD, &after) == 0 && after.ru_nivcsw != before.ru_nivcsw;
+    *now_ns = ds__now_ns();
+    return switched || *now_ns - step_ns > DS_SPIN_CONTENDED_NS;
 }

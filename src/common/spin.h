@@ -12,13 +12,18 @@
  * - it lasted longer than max_ns: the polling was wasted, the window halves
  *   (under DS_SPIN_MIN_NS it is 0: the thread sleeps at once).
  * So a thread polls only while what it waits for keeps arriving within
- * max_ns, and a quiet one costs at most a few halving windows. Polling also
- * stops when the CPU has other work: a poll step that took longer than
- * DS_SPIN_CONTENDED_NS (the yield between steps ran another thread, or the
- * vCPU was preempted) ends the polling and quarters the window, so a
- * poller never holds a CPU that something else could use.
+ * max_ns, and a quiet one costs at most a few halving windows.
  *
- * Plain data, no locking: one per waiting thread or connection. */
+ * Polling also stops, and the window quarters, as soon as a CPU has other
+ * work, so that a poller never holds a CPU something else could use: when
+ * more threads are runnable on the machine than it has CPUs (pollers
+ * included; /proc/loadavg, read every DS_SPIN_LOAD_EVERY steps), when the
+ * yield between two steps ran another thread (this thread was switched
+ * out), or when a step took longer than DS_SPIN_CONTENDED_NS (the vCPU was
+ * preempted).
+ *
+ * A ds_spin_t is plain data, no locking: one per waiting thread or
+ * connection. */
 #ifndef DS_COMMON_SPIN_H
 #define DS_COMMON_SPIN_H
 
@@ -28,6 +33,7 @@
 #define DS_SPIN_START_NS 8000u
 #define DS_SPIN_MIN_NS 1000u
 #define DS_SPIN_CONTENDED_NS 20000u
+#define DS_SPIN_LOAD_EVERY 8u
 
 typedef struct {
     uint64_t max_ns;    /* 0: never poll */
@@ -44,11 +50,12 @@ static inline void ds__spin_init(ds_spin_t *s, uint64_t max_ns)
  * contended when polling stopped because the CPU had other work. */
 void ds__spin_done(ds_spin_t *s, uint64_t idle_ns, bool contended);
 
-/* Whether a poll step that began at step_ns and ends at now_ns says the
- * CPU is wanted elsewhere. */
-static inline bool ds__spin_contended(uint64_t step_ns, uint64_t now_ns)
-{
-    return now_ns - step_ns > DS_SPIN_CONTENDED_NS;
-}
+/* Ends poll step number step (0, 1, ...) of a wait, which began at
+ * step_ns: yields the CPU to any thread that wants it, and says whether a
+ * CPU has other work (see above); then polling should stop. *now_ns: the
+ * time after it. */
+bool ds__spin_pause(uint64_t step_ns, unsigned step, uint64_t *now_ns);
+/* Whether more threads are runnable on the machine than it has CPUs. */
+bool ds__spin_cpus_wanted(void);
 
 #endif

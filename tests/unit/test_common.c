@@ -3,13 +3,20 @@
 #include "common/hash.h"
 #include "common/keys.h"
 #include "common/net.h"
+#include "common/clock.h"
 #include "common/spin.h"
 #include "datasystem/kv_client.h"
 
+#include <pthread.h>
+#include <sched.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -158,16 +165,91 @@ static void test_spin_window(void **state)
     ds__spin_init(&s, 5000); /* a limit below the start window */
     ds__spin_done(&s, 3000, false);
     assert_int_equal(s.window_ns, 5000);
-    assert_false(ds__spin_contended(1000, 1000 + DS_SPIN_CONTENDED_NS));
-    assert_true(ds__spin_contended(1000, 1001 + DS_SPIN_CONTENDED_NS));
+    /* A step longer than DS_SPIN_CONTENDED_NS says the CPU was wanted. */
+    uint64_t now;
+    assert_true(ds__spin_pause(ds__now_ns() - DS_SPIN_CONTENDED_NS - 1000, 1, &now));
+}
+
+static atomic_bool hog_stop;
+
+static bool pin_to(int cpu)
+{
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    return pthread_setaffinity_np(pthread_self(), sizeof(set), &set) == 0;
+}
+
+/* A busy thread: on CPU 0 when arg is non-NULL, anywhere otherwise. */
+static void *hog(void *arg)
+{
+    if (arg) pin_to(0);
+    while (!atomic_load(&hog_stop)) {
+    }
+    return NULL;
+}
+
+/* More busy threads than CPUs: the machine-wide check sees threads
+ * waiting for a CPU, and a poll step at a checking step stops. */
+static void test_spin_sees_busy_machine(void **state)
+{
+    (void)state;
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    int n = (int)cpus + 1;
+    pthread_t *t = calloc((size_t)n, sizeof(*t));
+    assert_non_null(t);
+    atomic_store(&hog_stop, false);
+    for (int i = 0; i < n; i++)
+        assert_int_equal(pthread_create(&t[i], NULL, hog, NULL), 0);
+    bool wanted = false, stopped = false;
+    for (int i = 0; i < 200 && !(wanted && stopped); i++) {
+        wanted = wanted || ds__spin_cpus_wanted();
+        uint64_t now;
+        stopped = stopped || ds__spin_pause(ds__now_ns(), 0, &now);
+        usleep(1000);
+    }
+    atomic_store(&hog_stop, true);
+    for (int i = 0; i < n; i++)
+        pthread_join(t[i], NULL);
+    free(t);
+    assert_true(wanted);
+    assert_true(stopped);
+}
+
+/* A poll step whose yield hands the CPU to another runnable thread says so:
+ * this thread and a busy one pinned to the same CPU. */
+static void test_spin_pause_sees_other_work(void **state)
+{
+    (void)state;
+    cpu_set_t old;
+    assert_int_equal(pthread_getaffinity_np(pthread_self(), sizeof(old), &old), 0);
+    assert_true(pin_to(0));
+    pthread_t t;
+    atomic_store(&hog_stop, false);
+    static int on_cpu0;
+    assert_int_equal(pthread_create(&t, NULL, hog, &on_cpu0), 0);
+    int seen = 0;
+    for (int i = 0; i < 1000 && seen == 0; i++) {
+        uint64_t now; /* step 1: not a machine-wide check, the yield's */
+        seen += ds__spin_pause(ds__now_ns(), 1, &now);
+    }
+    atomic_store(&hog_stop, true);
+    pthread_join(t, NULL);
+    assert_int_equal(pthread_setaffinity_np(pthread_self(), sizeof(old), &old), 0);
+    assert_true(seen > 0);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_keys),     cmocka_unit_test(test_status_table),
-        cmocka_unit_test(test_hostport), cmocka_unit_test(test_murmur3),
-        cmocka_unit_test(test_sum4),     cmocka_unit_test(test_spin_window),
+        cmocka_unit_test(test_keys),
+        cmocka_unit_test(test_status_table),
+        cmocka_unit_test(test_hostport),
+        cmocka_unit_test(test_murmur3),
+        cmocka_unit_test(test_sum4),
+        cmocka_unit_test(test_spin_window),
+        cmocka_unit_test(test_spin_pause_sees_other_work),
+        cmocka_unit_test(test_spin_sees_busy_machine),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -16,7 +16,6 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
-#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -206,6 +205,7 @@ void ds__server_run(ds_server_t *srv)
     ds__spin_init(&spin, (uint64_t)srv->cfg.busy_poll_us * 1000u);
     uint64_t idle_since = ds__now_ns();
     bool contended = false;
+    unsigned steps = 0; /* poll steps of this idle period */
     while (!srv->stopping) {
         uint64_t now = ds__now_ms();
         uint64_t due[8] = {ds__store_expire_due(srv->store, now),
@@ -239,14 +239,17 @@ void ds__server_run(ds_server_t *srv)
             }
             ds__spin_done(&spin, woke - idle_since, contended);
             contended = false;
+            steps = 0;
             idle_since = ds__now_ns();
         } else if (busy) {
+            steps = 0;
             idle_since = ds__now_ns();
         } else if (polling) {
-            sched_yield(); /* a client sharing this CPU gets to send its request */
-            uint64_t t = ds__now_ns();
-            net->ctr.poll_ns += t - step;
-            contended = ds__spin_contended(step, t);
+            /* A client sharing this CPU gets to send its request; a step
+             * that ran another thread meanwhile was not spent polling. */
+            uint64_t t;
+            contended = ds__spin_pause(step, steps++, &t);
+            if (!contended) net->ctr.poll_ns += t - step;
         }
         ds__net_free_dead(net);
     }
