@@ -12,6 +12,7 @@
 
 #include <arpa/inet.h>
 #include <cjson/cJSON.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <hiredis/hiredis.h>
@@ -373,4 +374,25 @@ double sbs_proc_cpu_us(pid_t pid)
     int n = fscanf(f, "%llu", &run_ns);
     fclose(f);
     return n == 1 ? (double)run_ns / 1e3 : NAN;
+}
+
+double sbs_proc_cpu_all_us(pid_t pid)
+{
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+    DIR *d = opendir(path);
+    if (d == NULL) return NAN;
+    double sum = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.') continue;
+        char p[300];
+        snprintf(p, sizeof(p), "/proc/%d/task/%s/schedstat", (int)pid, e->d_name);
+        FILE *f = fopen(p, "r");
+        unsigned long long ns = 0;
+        if (f && fscanf(f, "%llu", &ns) == 1) sum += (double)ns / 1e3;
+        if (f) fclose(f);
+    }
+    closedir(d);
+    return sum;
 }

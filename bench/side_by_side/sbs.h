@@ -92,6 +92,8 @@ double sbs_proc_faults(pid_t pid);
 /* CPU time of the process's main thread (pid 0: the calling thread) so far,
  * in us, from /proc/.../schedstat; NAN when it cannot be read. */
 double sbs_proc_cpu_us(pid_t pid);
+/* The same summed over every thread of the process (/proc/<pid>/task). */
+double sbs_proc_cpu_all_us(pid_t pid);
 /* The worker's STATS (via `dscli status`) at a dotted path; -1 if absent. */
 double sbs_worker_stat(const sbs_opts_t *o, const sbs_proc_t *w, const char *path);
 /* Runs argv with stdout captured into a malloc'd string (NUL-terminated), at

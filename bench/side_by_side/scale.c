@@ -10,7 +10,10 @@
  * connection, since a hiredis context is single-threaded. Every thread warms
  * up, then waits at a start line in shared memory; the aggregate rate is all
  * pairs over the span from the first start to the last finish, and the
- * latency figures pool every pair of every thread. All waits are bounded. */
+ * latency figures pool every pair of every thread. The note gives the CPU
+ * time per pair of the server (all its threads) and of the client threads
+ * (each its own timed loop), which says whether a rate is bound by either
+ * side's work. All waits are bounded. */
 #include "bench/side_by_side/sbs.h"
 
 #include "common/clock.h"
@@ -24,6 +27,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #define MAX_CLIENTS 64
@@ -36,6 +40,7 @@ typedef struct {
     atomic_int go;
     atomic_int failed;
     uint64_t start_ns[MAX_CLIENTS], end_ns[MAX_CLIENTS];
+    uint64_t cpu_ns[MAX_CLIENTS]; /* each client thread's CPU time in its timed loop */
     size_t done[MAX_CLIENTS];
     uint64_t samples[]; /* MAX_CLIENTS slots of `per` samples */
 } shared_t;
@@ -73,6 +78,8 @@ static void *client_thread(void *p)
     ok = ok && atomic_load(&sh->go) == 1;
     uint64_t *out = sh->samples + (size_t)a->slot * (size_t)a->per;
     sh->start_ns[a->slot] = ds__now_ns();
+    struct timespec c0, c1;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
     int i = 0;
     for (; ok && i < a->per; i++) {
         uint64_t t0 = ds__now_ns();
@@ -81,6 +88,9 @@ static void *client_thread(void *p)
         out[i] = ds__now_ns() - t0;
     }
     sh->end_ns[a->slot] = ds__now_ns();
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);
+    sh->cpu_ns[a->slot] =
+        (uint64_t)((c1.tv_sec - c0.tv_sec) * 1000000000LL + (c1.tv_nsec - c0.tv_nsec));
     sh->done[a->slot] = ok ? (size_t)i : 0;
     if (!ok) atomic_store(&sh->failed, 1);
     if (a->conn) sbs_del(a->conn, key);
@@ -124,6 +134,7 @@ static void child_main(const sbs_env_t *env, sbs_kind_t kind, shared_t *sh, int 
 static int run_one(const sbs_env_t *env, sbs_kind_t kind, size_t size, int clients, int per,
                    int warmup)
 {
+    pid_t server = sbs_kind_is_ds(kind) ? env->worker->pid : env->redis->pid;
     int procs = clients < MAX_PROCS ? clients : MAX_PROCS;
     int threads = clients / procs;
     size_t bytes = sizeof(shared_t) + (size_t)MAX_CLIENTS * (size_t)per * sizeof(uint64_t);
@@ -148,6 +159,7 @@ static int run_one(const sbs_env_t *env, sbs_kind_t kind, size_t size, int clien
     while (atomic_load(&sh->ready) < clients && !atomic_load(&sh->failed) &&
            ds__now_ms() < deadline)
         usleep(1000);
+    double server_cpu0 = sbs_proc_cpu_all_us(server);
     atomic_store(&sh->go, atomic_load(&sh->ready) >= clients && !atomic_load(&sh->failed) ? 1 : 2);
     deadline = ds__now_ms() + RUN_WAIT_MS;
     int failed = atomic_load(&sh->go) != 1;
@@ -165,19 +177,22 @@ static int run_one(const sbs_env_t *env, sbs_kind_t kind, size_t size, int clien
         if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) failed = 1;
         sbs_proc_track(pids[p], false);
     }
+    /* Includes the clients' untimed deletes at the end: a few us a client. */
+    double server_cpu_us = sbs_proc_cpu_all_us(server) - server_cpu0;
     if (failed || atomic_load(&sh->failed)) {
         fprintf(stderr, "sbs: scale %s %zu bytes x %d clients failed\n", sbs_kind_name(kind), size,
                 clients);
         munmap(sh, bytes);
         return -1;
     }
-    uint64_t t0 = UINT64_MAX, t1 = 0;
+    uint64_t t0 = UINT64_MAX, t1 = 0, client_cpu_ns = 0;
     size_t n = 0;
     uint64_t *all = malloc((size_t)clients * (size_t)per * sizeof(uint64_t));
     for (int s = 0; all && s < clients; s++) {
         if (sh->start_ns[s] < t0) t0 = sh->start_ns[s];
         if (sh->end_ns[s] > t1) t1 = sh->end_ns[s];
         memcpy(all + n, sh->samples + (size_t)s * (size_t)per, sh->done[s] * sizeof(uint64_t));
+        client_cpu_ns += sh->cpu_ns[s];
         n += sh->done[s];
     }
     munmap(sh, bytes);
@@ -190,8 +205,11 @@ static int run_one(const sbs_env_t *env, sbs_kind_t kind, size_t size, int clien
     if (r) {
         r->ops_per_s = 2.0 * (double)n / wall_s;
         r->gbps = (double)n * (double)size / wall_s / 1e9;
-        snprintf(r->note, sizeof(r->note), "%d proc x %d thr, %zu pairs, aggregate", procs, threads,
-                 n);
+        snprintf(r->note, sizeof(r->note),
+                 "%d proc x %d thr, %zu pairs, aggregate; CPU us per pair server %.1f, clients "
+                 "%.1f",
+                 procs, threads, n, server_cpu_us / (double)n,
+                 (double)client_cpu_ns / 1e3 / (double)n);
     }
     free(all);
     return 0;

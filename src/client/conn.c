@@ -542,10 +542,11 @@ ds_status_t ds__conn_call(ds_conn_t *conn, ds_opcode_t op, bool noreply, uint64_
     uint8_t hb[DS_WIRE_HEADER_LEN];
     uint64_t t0 = conn->spin.max_ns ? ds__now_ns() : 0;
     bool contended = false;
-    if (conn->spin.window_ns && conn->in_pos == conn->in_len) {
+    uint64_t window = t0 ? ds__spin_window(&conn->spin, t0) : 0;
+    if (window && conn->in_pos == conn->in_len) {
         /* Watch for the reply before sleeping on it (common/spin.h): a
          * round trip then costs no wake-up of this thread. */
-        uint64_t until = t0 + conn->spin.window_ns, step, now;
+        uint64_t until = t0 + window, step, now;
         for (unsigned k = 0; recv(conn->fd, hb, 1, MSG_DONTWAIT | MSG_PEEK) < 0 &&
                              (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) &&
                              (step = ds__now_ns()) < until;

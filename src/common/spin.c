@@ -14,9 +14,10 @@ void ds__spin_done(ds_spin_t *s, uint64_t idle_ns, bool contended)
 {
     if (s->max_ns == 0) return;
     uint64_t w = s->window_ns;
-    if (contended)
+    if (contended) {
         w /= 4;
-    else if (idle_ns <= w)
+        s->calm_ns = ds__now_ns() + DS_SPIN_BACKOFF_NS;
+    } else if (idle_ns <= w)
         return; /* caught while polling */
     else if (idle_ns <= s->max_ns)
         w = w ? w * 2 : DS_SPIN_START_NS;

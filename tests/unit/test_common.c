@@ -150,8 +150,11 @@ static void test_spin_window(void **state)
     assert_int_equal(s.window_ns, 200000);
     ds__spin_done(&s, 5000000, false); /* a wait past the limit: halves */
     assert_int_equal(s.window_ns, 100000);
-    ds__spin_done(&s, 1000, true); /* contended: quarters */
+    uint64_t t = ds__now_ns();
+    ds__spin_done(&s, 1000, true); /* contended: quarters, and no polling for a while */
     assert_int_equal(s.window_ns, 25000);
+    assert_int_equal(ds__spin_window(&s, t), 0);
+    assert_int_equal(ds__spin_window(&s, ds__now_ns() + DS_SPIN_BACKOFF_NS), 25000);
     int quiet = 0;
     while (s.window_ns) {
         ds__spin_done(&s, 1000000000, false);

@@ -228,7 +228,7 @@ void ds__server_run(ds_server_t *srv)
         }
         uint64_t step = ds__now_ns();
         bool busy = ds__net_busy(net);
-        bool polling = !contended && !busy && step - idle_since < spin.window_ns;
+        bool polling = !contended && !busy && step - idle_since < ds__spin_window(&spin, step);
         if (polling || busy) timeout = 0;
         ds__net_turn(net);
         if (ds__loop_run_once(net->loop, timeout) > 0) {
