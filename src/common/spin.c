@@ -6,9 +6,20 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <sys/resource.h>
 #include <unistd.h>
+
+/* No wait of this process polls before this time: a CPU had other work. */
+static _Atomic uint64_t calm_until;
+
+uint64_t ds__spin_window(const ds_spin_t *s, uint64_t now_ns)
+{
+    if (s->window_ns == 0 || now_ns < atomic_load_explicit(&calm_until, memory_order_relaxed))
+        return 0;
+    return s->window_ns;
+}
 
 void ds__spin_done(ds_spin_t *s, uint64_t idle_ns, bool contended)
 {
@@ -16,7 +27,7 @@ void ds__spin_done(ds_spin_t *s, uint64_t idle_ns, bool contended)
     uint64_t w = s->window_ns;
     if (contended) {
         w /= 4;
-        s->calm_ns = ds__now_ns() + DS_SPIN_BACKOFF_NS;
+        atomic_store_explicit(&calm_until, ds__now_ns() + DS_SPIN_BACKOFF_NS, memory_order_relaxed);
     } else if (idle_ns <= w)
         return; /* caught while polling */
     else if (idle_ns <= s->max_ns)

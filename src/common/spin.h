@@ -14,10 +14,10 @@
  * So a thread polls only while what it waits for keeps arriving within
  * max_ns, and a quiet one costs at most a few halving windows.
  *
- * Polling also stops, the window quarters and no wait polls for the next
- * DS_SPIN_BACKOFF_NS as soon as a CPU has other work, so that a poller
- * never holds a CPU something else could use, nor pays for checking on a
- * machine that stays busy: when
+ * Polling also stops, the window quarters and no wait of the whole process
+ * polls for the next DS_SPIN_BACKOFF_NS as soon as a CPU has other work, so
+ * that a poller never holds a CPU something else could use, nor do many
+ * threads pay for checking on a machine that stays busy: when
  * more threads are runnable on the machine than it has CPUs (pollers
  * included; /proc/loadavg, read every DS_SPIN_LOAD_EVERY steps), when the
  * yield between two steps ran another thread (this thread was switched
@@ -41,21 +41,16 @@
 typedef struct {
     uint64_t max_ns;    /* 0: never poll */
     uint64_t window_ns; /* how long the next wait polls */
-    uint64_t calm_ns;   /* no wait polls before this time (a CPU had other work) */
 } ds_spin_t;
 
 static inline void ds__spin_init(ds_spin_t *s, uint64_t max_ns)
 {
     s->max_ns = max_ns;
     s->window_ns = 0;
-    s->calm_ns = 0;
 }
 
 /* How long a wait that begins at now_ns polls; 0: it sleeps at once. */
-static inline uint64_t ds__spin_window(const ds_spin_t *s, uint64_t now_ns)
-{
-    return now_ns < s->calm_ns ? 0 : s->window_ns;
-}
+uint64_t ds__spin_window(const ds_spin_t *s, uint64_t now_ns);
 
 /* One wait is over: it lasted idle_ns until what it waited for arrived;
  * contended when polling stopped because the CPU had other work. */
