@@ -17,6 +17,7 @@ import json
 import math
 import os
 import platform
+import re
 import subprocess
 import sys
 
@@ -280,16 +281,28 @@ def why_missed(d):
                                                  num(p.get("p50_us")),
                                                  num(o.get("ratio_to_limit"), "%.2f")))
         conc = [m for m in remote if "concurrent" in m]
+        cpu = []
+        for m in conc:
+            mm = re.search(r"1 KiB, (\d+) clients", m)
+            if not mm:
+                continue
+            n = int(mm.group(1))
+            o = r("ds-remote", "concurrent set+get", KIB, n)
+            p = r("redis-tcp", "concurrent set+get", KIB, n)
+            co, cp = cpu_note(o.get("note")), cpu_note(p.get("note"))
+            if co and cp:
+                cpu.append("%d clients ours %s, Redis %s" % (n, co, cp))
         notes.append(
             "- **Remote vs Redis over TCP** missed: %s%s. The 1 KiB TCP ping-pong took %s us in "
             "this run. Up to 1 MiB both servers make the same system calls per request and both "
-            "pay the kernel's copies and a wake-up of each side; a wake-up costs tens of us more "
-            "when the woken process sits on the other vCPU, and where the scheduler puts them "
-            "decides these rows, which move by +-15%% between runs (see the README's \"where the "
-            "time goes\")." % ("; ".join(parts) or "concurrent rows only",
-                          ("; concurrent set+get rate at " + ", ".join(
-                              m.split(", ", 1)[1].replace(", x rate", "") for m in conc))
-                          if conc else "", num(trtt)))
+            "pay the kernel's copies. With concurrent clients both CPUs stay busy, so polling "
+            "stops and every round trip pays a wake-up of each side, as Redis's do: the rate is "
+            "the two CPUs over the CPU time a pair costs, and that is the same for both "
+            "(server + client CPU us per pair: %s). These rows move by +-15%% between runs." % (
+                "; ".join(parts) or "concurrent rows only",
+                ("; concurrent set+get rate at " + ", ".join(
+                    m.split(", ", 1)[1].replace(", x rate", "") for m in conc)) if conc else "",
+                num(trtt), "; ".join(cpu) or "not measured"))
     resident = [m for m in missed if "among the resident keys" in m]
     if resident:
         parts = []
@@ -340,15 +353,18 @@ def why_missed(d):
             parts.append("%s: set %s GB/s (p50 %s us, p99 %s us), memcpy %s GB/s" % (
                 human(b["size"]), num(o.get("gbps"), "%.2f"), num(o.get("p50_us")),
                 num(o.get("p99_us")), num(b["memcpy_gbps"], "%.2f")))
+        small = r("ds-local", "set", KIB)
         notes.append(
             "- **Local set vs memcpy** missed at %s. The memcpy limit (`bench/limits.c`) copies "
             "between the same two warm buffers again and again, so up to a few MiB it runs "
-            "from the CPU caches; a set also pays its round trip to the worker (%s us for a "
-            "bare ping-pong; with the worker on the client's vCPU a 1 KiB set takes ~11 us, "
-            "on the other vCPU 60-70 us, see the README) and writes into arena memory the other "
-            "sizes' blocks have pushed out of the caches. At large sizes a p99 far above the "
-            "p50 means some sets landed on arena ranges that had gone cold (see Method)."
-            % ("; ".join(parts), num(rtt)))
+            "from the CPU caches; a set also pays its round trip to the worker (a 1 KiB set "
+            "took %s us in this run: about 10 us when the worker shares the client's vCPU, "
+            "where polling stops because either side's yield runs the other and each wake-up "
+            "is a cheap one on the same CPU, about 8 us when they poll on vCPUs of their own; "
+            "which of the two the scheduler picks is its choice) and writes into arena memory "
+            "the other sizes' blocks have pushed out of the caches. At large sizes a p99 far "
+            "above the p50 means some sets landed on arena ranges that had gone cold (see "
+            "Method)." % ("; ".join(parts), num(small.get("p50_us"))))
     hol = [m for m in missed if "p99 during" in m]
     if hol:
         ctl_i = r("limit", "unix_rtt idle", KIB)
@@ -443,6 +459,12 @@ rows run 1, 4, 16 and 64 clients as threads over up to four processes, each thre
 own key; datasystem threads in a process share one client (it is thread safe, with one
 pooled connection per concurrent caller), each Redis thread has its own connection.
 """
+
+
+def cpu_note(note):
+    """'X+Y us' from a row note's 'CPU us per pair server X, clients Y'."""
+    m = re.search(r"CPU us per pair server ([\d.]+), clients ([\d.]+)", note or "")
+    return "%s+%s us" % (m.group(1), m.group(2)) if m else None
 
 
 def polling_text(d):
