@@ -14,15 +14,15 @@
  * So a thread polls only while what it waits for keeps arriving within
  * max_ns, and a quiet one costs at most a few halving windows.
  *
- * Polling also stops, the window quarters and no wait of the whole process
- * polls for the next DS_SPIN_BACKOFF_NS as soon as a CPU has other work, so
- * that a poller never holds a CPU something else could use, nor do many
- * threads pay for checking on a machine that stays busy: when
- * more threads are runnable on the machine than it has CPUs (pollers
- * included; /proc/loadavg, read every DS_SPIN_LOAD_EVERY steps), when the
- * yield between two steps ran another thread (this thread was switched
- * out), or when a step took longer than DS_SPIN_CONTENDED_NS (the vCPU was
- * preempted).
+ * Polling also stops as soon as a CPU has other work: when more threads
+ * are runnable on the machine than it has CPUs (pollers included;
+ * /proc/loadavg, read every DS_SPIN_LOAD_EVERY steps), when the yield
+ * between two steps ran another thread (this thread was switched out), or
+ * when a step took longer than DS_SPIN_CONTENDED_NS (the vCPU was
+ * preempted). Then the window quarters and no wait of the whole process
+ * polls for the next DS_SPIN_BACKOFF_NS, so that a poller never holds a
+ * CPU something else could use, nor do many threads pay for checking again
+ * on a machine that stays busy.
  *
  * A ds_spin_t is plain data, no locking: one per waiting thread or
  * connection. */
