@@ -143,7 +143,7 @@ int main(int argc, char **argv)
     }
     if (o.busy_poll_us >= 0) {
         /* Every datasystem client of the run, in this process and in the
-         * children it forks, polls for its replies. */
+         * children it forks, polls for its replies up to that limit. */
         char v[16];
         snprintf(v, sizeof(v), "%d", o.busy_poll_us);
         setenv("DS_BUSY_POLL_US", v, 1);
