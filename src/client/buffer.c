@@ -2,7 +2,9 @@
  * ds_kv_publish/mpublish and the ds_buffer_* accessors.
  *
  * On a local client a buffer is a window into the worker's arena: a read
- * buffer pins one published version (GET with DS_GET_PIN), a created buffer is
+ * buffer pins one published version, with no request through the session's
+ * shared pin table when the worker's GET index lists the value
+ * (common/shm_index.h), else with a GET with DS_GET_PIN; a created buffer is
  * a reservation the caller fills before PUBLISH. A single create takes the
  * connection's reserved space (SETR, see kv.c) when it fits, with no round
  * trip, and its publish is one SETR that keeps a pin on the value. Either way the buffer holds a
@@ -35,7 +37,37 @@ static ds_buffer_t *buf_new(const char *key, ds_buf_kind_t kind)
     if (b == NULL) return NULL;
     memcpy(b->key, key, kl + 1);
     b->kind = kind;
+    b->pin_slot = -1;
     return b;
+}
+
+/* ---- readers' shared pins (common/shm_index.h) ---- */
+
+static int pin_take(ds_sess_t *s)
+{
+    uint64_t v = atomic_load_explicit(&s->pins_free, memory_order_relaxed);
+    while (v != 0) {
+        int i = __builtin_ctzll(v);
+        if (atomic_compare_exchange_weak_explicit(&s->pins_free, &v, v & ~(UINT64_C(1) << i),
+                                                  memory_order_acquire, memory_order_relaxed))
+            return i;
+    }
+    return -1;
+}
+
+static void pin_give(ds_sess_t *s, int i)
+{
+    atomic_fetch_or_explicit(&s->pins_free, UINT64_C(1) << i, memory_order_release);
+}
+
+/* Lets go of a shared pin. Not once the worker has closed the session's
+ * anchor: then the table may have gone back to the allocator. */
+static void pin_drop(ds_buffer_t *b)
+{
+    ds_sess_t *s = b->sess;
+    if (!atomic_load(&s->anchor_dead)) ds__shm_pins_clear(s->pins, (unsigned)b->pin_slot);
+    pin_give(s, b->pin_slot);
+    b->pin_slot = -1;
 }
 
 /* Big heap buffers are huge-page-backed mappings (common/bigbuf.h): a
@@ -50,6 +82,7 @@ void ds_buffer_release(ds_buffer_t *b)
 {
     if (b == NULL) return;
     if (b->kind == DS_BUF_SHM) {
+        if (b->pin_slot >= 0) pin_drop(b);
         if (b->handle) ds__sess_release(b->sess, &b->handle, 1);
         ds__sess_unref(b->sess);
     } else {
@@ -147,6 +180,39 @@ static ds_status_t entry_buffer(ds_conn_t *conn, const char *key, ds_getent_t *e
     return ds__conn_read_data(conn, b->data, e->size, deadline);
 }
 
+/* All n values as views that the session's shared pin table holds, with no
+ * request; false (nothing held) when any key has to go to the worker. */
+static bool shm_get_buffers(ds_client_t *c, size_t n, const char *const *keys, ds_buffer_t **out)
+{
+    ds_sess_t *s = ds__client_index_session(c);
+    if (s == NULL) return false;
+    size_t i = 0;
+    for (; s->pins != NULL && i < n; i++) {
+        int slot = pin_take(s);
+        if (slot < 0) break;
+        uint64_t off = 0, size = 0;
+        ds_buffer_t *b = buf_new(keys[i], DS_BUF_SHM);
+        if (b == NULL || ds__shm_index_pin(&s->ix, s->size, keys[i], strlen(keys[i]), s->pins,
+                                           (unsigned)slot, &off, &size) != DS_SHM_INDEX_HIT) {
+            free(b);
+            pin_give(s, slot);
+            break;
+        }
+        ds__sess_ref(s);
+        b->sess = s;
+        b->pin_slot = slot;
+        b->data = s->base + off;
+        DS__TSAN_READING(b->data);
+        b->size = size;
+        b->published = true;
+        out[i] = b;
+    }
+    ds__sess_unref(s);
+    if (i == n) return true;
+    release_all(out, i);
+    return false;
+}
+
 static ds_status_t kv_get_buffers(ds_client_t *c, size_t n, const char *const *keys,
                                   int32_t sub_timeout_ms, ds_buffer_t **out)
 {
@@ -158,6 +224,7 @@ static ds_status_t kv_get_buffers(ds_client_t *c, size_t n, const char *const *k
         return ds__set_error(DS_K_INVALID, "sub_timeout_ms %d is negative", (int)sub_timeout_ms);
     for (size_t i = 0; i < n; i++)
         out[i] = NULL;
+    if (shm_get_buffers(c, n, keys, out)) return DS_K_OK;
     ds_getent_t *ents = malloc(n * sizeof(*ents));
     if (ents == NULL) return ds__set_error(DS_K_OUT_OF_MEMORY, "out of memory getting %zu keys", n);
     uint64_t deadline = ds__client_deadline(c, sub_timeout_ms);

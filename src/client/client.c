@@ -231,6 +231,13 @@ static ds_status_t sess_new(const ds_hello_t *h, int *fd, ds_sess_t **out)
         if (h->index_slots)
             ds__shm_index_attach(&s->ix, base, h->arena_size, h->index_offset, h->index_slots,
                                  h->index_keymax);
+        /* Shared pins need the index, and a table that lies in the mapping. */
+        uint64_t po = h->pins_offset;
+        if (s->ix.hdr && (h->features & DS_FEATURE_SHM_PINS) && po != 0 && po % 64 == 0 &&
+            po <= h->arena_size && h->arena_size - po >= sizeof(ds_shm_pins_t)) {
+            s->pins = (ds_shm_pins_t *)(void *)(base + po);
+            atomic_init(&s->pins_free, (UINT64_C(1) << DS_SHM_PINS_SLOTS) - 1);
+        }
         s->anchor_fd = *fd;
         *fd = -1;
     }

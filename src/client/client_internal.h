@@ -103,7 +103,11 @@ typedef struct ds_sess {
     uint64_t deferred[DS_CLIENT_DEFER_MAX];
     uint64_t deferred_bytes;
     _Atomic uint32_t ndeferred;
-    ds_shm_index_t ix;              /* the worker's GET index in the mapping; ix.hdr NULL = none */
+    ds_shm_index_t ix; /* the worker's GET index in the mapping; ix.hdr NULL = none */
+    /* This session's table of readers' shared pins in the mapping (NULL =
+     * none) and which of its slots are free (bit i = slot i). */
+    ds_shm_pins_t *pins;
+    _Atomic uint64_t pins_free;
     _Atomic uint64_t ix_checked_ms; /* when the anchor was last seen open */
     /* The client's UCX address this session registered (UCX_ADDR), as the
      * UCX worker generation + 1 (ds__cucx_begin); 0 = none yet. */
@@ -197,6 +201,7 @@ struct ds_buffer {
     uint8_t *data;
     size_t size;
     uint64_t handle; /* pin or reservation in sess; 0 = none */
+    int pin_slot;    /* the slot of sess's shared pin table holding it; -1 = none */
     ds_buf_kind_t kind;
     bool published;
     /* A local buffer over a space of its own (handle is the space's) that
@@ -231,6 +236,7 @@ typedef struct {
     char unix_socket[128];                    /* the worker's Unix socket; "" when it names none */
     char local_proof[96];                     /* its answer to proof_challenge; "" = none */
     uint32_t features;                        /* DS_FEATURE_*; 0 from workers that send none */
+    uint64_t pins_offset;                     /* DS_FEATURE_SHM_PINS: the session's pin table */
 } ds_hello_t;
 ds_status_t ds__conn_dial(const ds_client_t *c, const ds_dial_t *d, int *fd, ds_hello_t *out);
 

@@ -347,6 +347,7 @@ ds_status_t ds__conn_dial(const ds_client_t *c, const ds_dial_t *d, int *out_fd,
     if (!r.err && r.pos < r.len) read_cstr(&r, out->unix_socket, sizeof(out->unix_socket));
     if (!r.err && r.pos < r.len) read_cstr(&r, out->local_proof, sizeof(out->local_proof));
     if (!r.err && r.pos < r.len) out->features = ds__rbuf_u32(&r);
+    if (!r.err && r.pos < r.len) out->pins_offset = ds__rbuf_u64(&r);
     if (r.err) {
         dial_cleanup(fd, afd, meta);
         return ds__set_error(DS_K_RUNTIME_ERROR, "worker at %s sent a malformed hello response",

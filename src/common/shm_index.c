@@ -236,9 +236,16 @@ static bool slot_stable(const ds_shm_slot_t *sl, uint64_t s1)
     return atomic_load_explicit(&sl->seq, memory_order_relaxed) == s1;
 }
 
-ds_shm_index_res_t ds__shm_index_get(const ds_shm_index_t *ix, const uint8_t *base,
-                                     uint64_t map_size, const char *key, size_t keylen, void *dst,
-                                     size_t cap, uint64_t *size)
+/* What a reader does with the key's slot once it has read the entry's range
+ * at sequence s1: a result, or RETRY when the slot changed under it. */
+#define RETRY ((ds_shm_index_res_t)-1)
+typedef ds_shm_index_res_t (*take_fn)(ds_shm_slot_t *sl, uint64_t s1, uint64_t off, uint64_t sz,
+                                      void *ctx);
+
+/* Finds the key's slot, reads its range under the seqlock and hands it to
+ * take; MISS when the key is not there or the slot will not hold still. */
+static ds_shm_index_res_t probe(const ds_shm_index_t *ix, uint64_t map_size, const char *key,
+                                size_t keylen, take_fn take, void *ctx)
 {
     if (ix->hdr == NULL || keylen == 0 || keylen > DS_SHM_INDEX_KEYMAX ||
         atomic_load_explicit(&ix->hdr->live, memory_order_acquire) != 1)
@@ -263,20 +270,97 @@ ds_shm_index_res_t ds__shm_index_get(const ds_shm_index_t *ix, const uint8_t *ba
             uint64_t off = atomic_load_explicit(&sl->offset, memory_order_relaxed);
             uint64_t sz = atomic_load_explicit(&sl->size, memory_order_relaxed);
             /* Other local clients can write the arena: never trust a range. */
-            if (off > map_size || sz > map_size - off) return DS_SHM_INDEX_MISS;
-            if (sz > cap) {
-                if (!slot_stable(sl, s1)) continue;
-                *size = sz;
-                return DS_SHM_INDEX_SMALL;
-            }
-            if (sz > 0) {
-                DS__TSAN_READING(base + off);
-                copy_relaxed(dst, base + off, sz);
-            }
-            if (!slot_stable(sl, s1)) continue;
-            *size = sz;
-            return DS_SHM_INDEX_HIT;
+            if (off == 0 || off > map_size || sz > map_size - off) return DS_SHM_INDEX_MISS;
+            ds_shm_index_res_t r = take(sl, s1, off, sz, ctx);
+            if (r != RETRY) return r;
         }
     }
     return DS_SHM_INDEX_MISS;
+}
+
+typedef struct {
+    const uint8_t *base;
+    void *dst;
+    size_t cap;
+    uint64_t *size;
+} get_ctx_t;
+
+static ds_shm_index_res_t take_copy(ds_shm_slot_t *sl, uint64_t s1, uint64_t off, uint64_t sz,
+                                    void *ctx)
+{
+    get_ctx_t *g = ctx;
+    if (sz > g->cap) {
+        if (!slot_stable(sl, s1)) return RETRY;
+        *g->size = sz;
+        return DS_SHM_INDEX_SMALL;
+    }
+    if (sz > 0) {
+        DS__TSAN_READING(g->base + off);
+        copy_relaxed(g->dst, g->base + off, sz);
+    }
+    if (!slot_stable(sl, s1)) return RETRY;
+    *g->size = sz;
+    return DS_SHM_INDEX_HIT;
+}
+
+ds_shm_index_res_t ds__shm_index_get(const ds_shm_index_t *ix, const uint8_t *base,
+                                     uint64_t map_size, const char *key, size_t keylen, void *dst,
+                                     size_t cap, uint64_t *size)
+{
+    get_ctx_t g = {base, dst, cap, size};
+    return probe(ix, map_size, key, keylen, take_copy, &g);
+}
+
+/* ---- readers' pins ---- */
+
+void ds__shm_pins_fence(void)
+{
+    atomic_thread_fence(memory_order_seq_cst);
+}
+
+bool ds__shm_pins_hold(const ds_shm_pins_t *p, uint64_t offset)
+{
+    if (atomic_load_explicit(&p->held, memory_order_seq_cst) == 0) return false;
+    for (unsigned i = 0; i < DS_SHM_PINS_SLOTS; i++)
+        if (atomic_load_explicit(&p->slot[i], memory_order_seq_cst) == offset) return true;
+    return false;
+}
+
+void ds__shm_pins_clear(ds_shm_pins_t *pins, unsigned i)
+{
+    atomic_store_explicit(&pins->slot[i], 0, memory_order_release);
+    atomic_fetch_sub_explicit(&pins->held, 1, memory_order_release);
+}
+
+typedef struct {
+    ds_shm_pins_t *pins;
+    unsigned i;
+    uint64_t *offset, *size;
+} pin_ctx_t;
+
+/* The pin first, then the check that the slot (and so the object behind it)
+ * did not change since s1 (see the header). */
+static ds_shm_index_res_t take_pin(ds_shm_slot_t *sl, uint64_t s1, uint64_t off, uint64_t sz,
+                                   void *ctx)
+{
+    pin_ctx_t *p = ctx;
+    atomic_fetch_add_explicit(&p->pins->held, 1, memory_order_seq_cst);
+    atomic_store_explicit(&p->pins->slot[p->i], off, memory_order_seq_cst);
+    atomic_thread_fence(memory_order_seq_cst);
+    if (atomic_load_explicit(&sl->seq, memory_order_seq_cst) != s1) {
+        ds__shm_pins_clear(p->pins, p->i);
+        return RETRY;
+    }
+    *p->offset = off;
+    *p->size = sz;
+    return DS_SHM_INDEX_HIT;
+}
+
+ds_shm_index_res_t ds__shm_index_pin(const ds_shm_index_t *ix, uint64_t map_size, const char *key,
+                                     size_t keylen, ds_shm_pins_t *pins, unsigned i,
+                                     uint64_t *offset, uint64_t *size)
+{
+    if (i >= DS_SHM_PINS_SLOTS) return DS_SHM_INDEX_MISS;
+    pin_ctx_t p = {pins, i, offset, size};
+    return probe(ix, map_size, key, keylen, take_pin, &p);
 }

@@ -112,6 +112,47 @@ typedef enum {
  * why). */
 void ds__shm_index_copy_in(uint8_t *dst, const void *src, size_t n);
 
+/* Readers' pins in shared memory: a local client holds a zero-copy view of
+ * an indexed value with no request at all. Each local session has one table
+ * in the arena (its offset comes with HELLO); the client writes the value's
+ * arena offset into a free slot of its table and then checks that the index
+ * slot it read the offset from is unchanged. The worker, before it frees
+ * the range of an object that was ever indexed, looks for the offset in
+ * every table and keeps the range while some slot names it (store.c).
+ *
+ * Why that is enough: the client's store to its slot and the worker's
+ * rewrite of the index slot are each followed by a seq_cst fence and then a
+ * read of the other's location (a Dekker handshake). Either the client sees
+ * the index slot changed (and lets go), or the worker sees the pin. `held`
+ * counts the slots in use, raised before a slot is written and lowered
+ * after it is cleared, so that the worker skips tables with none.
+ *
+ * A client can write anything into any table (it can write the whole
+ * arena): the worst it can do is keep ranges that no reader holds
+ * allocated until the table's session ends, which a pin taken with a
+ * request can do as well. */
+#define DS_SHM_PINS_SLOTS 63u
+typedef struct {
+    _Atomic uint64_t held;
+    _Atomic uint64_t slot[DS_SHM_PINS_SLOTS]; /* a pinned value's arena offset; 0 = free */
+} ds_shm_pins_t;
+
+_Static_assert(sizeof(ds_shm_pins_t) == 512, "a pin table is 512 bytes");
+
+/* Worker side: whether the table names offset. The caller has rewritten or
+ * removed the index slot and issued ds__shm_pins_fence() since. */
+bool ds__shm_pins_hold(const ds_shm_pins_t *p, uint64_t offset);
+void ds__shm_pins_fence(void);
+
+/* Reader side: looks the key up as ds__shm_index_get does and pins its
+ * value in slot i of the table (free, owned by the caller): HIT with the
+ * value's arena offset and size, the slot holding the pin until the caller
+ * clears it with ds__shm_pins_clear; MISS with the slot free again. */
+ds_shm_index_res_t ds__shm_index_pin(const ds_shm_index_t *ix, uint64_t map_size, const char *key,
+                                     size_t keylen, ds_shm_pins_t *pins, unsigned i,
+                                     uint64_t *offset, uint64_t *size);
+void ds__shm_pins_clear(ds_shm_pins_t *pins, unsigned i);
+
 /* Looks the key up and copies its value out of the mapping (base, map_size
  * bytes) under the slot's seqlock. A HIT is a version that was the key's
  * current one during the whole copy. */

@@ -38,7 +38,8 @@
 #define DS_TRACE_ID_MAX 128
 
 /* HELLO response features. */
-#define DS_FEATURE_SETR 0x01u /* the session mapped the arena and may send SETR */
+#define DS_FEATURE_SETR 0x01u     /* the session mapped the arena and may send SETR */
+#define DS_FEATURE_SHM_PINS 0x02u /* pins_offset names the session's pin table */
 
 /* SETR flags. */
 #define DS_SETR_PIN 0x01u
@@ -64,8 +65,11 @@
  *              [u64 proof_session, str proof_challenge]
  *         resp: str err, u64 session, u64 arena_size, u32 inline_max, str worker_id,
  *               u32 pid, u64 index_offset, u32 index_slots, u32 index_keymax,
- *               str session_key, str unix_socket, str local_proof, u32 features;
- *               features: DS_FEATURE_* bits of what this session may use.
+ *               str session_key, str unix_socket, str local_proof, u32 features,
+ *               u64 pins_offset;
+ *               features: DS_FEATURE_* bits of what this session may use;
+ *               pins_offset: the arena offset of the session's table of
+ *               readers' shared pins (common/shm_index.h), 0 = none.
  *               Discovery: unix_socket is the absolute path of the worker's
  *               Unix socket ("" when it has none). A client that reached the
  *               worker over TCP connects there and says HELLO with

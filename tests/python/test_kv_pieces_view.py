@@ -144,10 +144,41 @@ def test_get_view_argument_errors(client):
     assert e.value.code == K_INVALID
 
 
-def test_get_view_release_rides_on_the_next_request(worker, key):
+def shm_held(worker):
+    return worker_stats(worker)["objects"]["shm_held"]
+
+
+def test_get_view_of_an_indexed_value_takes_no_request(worker, key):
     c = worker.client()
     try:
         c.set(key, b"v" * MiB)
+        gets = worker_stats(worker)["operations"]["get"]
+        base = wait_pinned(worker, pinned(worker))
+        view = c.get_view(key)
+        assert bytes(view) == b"v" * MiB
+        # No pin at the worker, no request: the client's pin table holds it.
+        assert pinned(worker) == base
+        assert worker_stats(worker)["operations"]["get"] == gets
+        # Overwritten, the old version is held for the view, bytes intact.
+        c.set(key, b"x" * MiB)
+        assert shm_held(worker) == 1
+        assert bytes(view[:4]) == b"vvvv" and bytes(view[-4:]) == b"vvvv"
+        del view
+        # Freed by the worker's next sweep (an allocation, or its timer).
+        end = time.monotonic() + 3
+        while shm_held(worker) and time.monotonic() < end:
+            time.sleep(0.01)
+        assert shm_held(worker) == 0
+    finally:
+        c.close()
+
+
+def test_get_view_release_rides_on_the_next_request(worker, key):
+    c = worker.client()
+    try:
+        # A TTL keeps the value out of the shared index: its view is a pin
+        # taken with a GET.
+        c.set(key, b"v" * MiB, ttl_second=600)
         base = wait_pinned(worker, pinned(worker))
         view = c.get_view(key)
         assert pinned(worker) == base + 1
@@ -163,7 +194,7 @@ def test_get_view_release_rides_on_the_next_request(worker, key):
         del view
         assert wait_pinned(worker, base) == base
         # Pins still waiting go with the session when the client closes.
-        c.set(key, b"u" * MiB)
+        c.set(key, b"u" * MiB, ttl_second=600)
         view = c.get_view(key)
         del view
         c.close()

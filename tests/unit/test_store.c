@@ -661,11 +661,95 @@ static void test_index_follows_versions(void **state)
     fixture_free(f);
 }
 
+/* Readers' shared pins: a range a pin table names outlives its version's
+ * last reference (held) and is freed once no table names it, by the
+ * timer's sweep, by an allocation or by the table's close. */
+static void test_shm_pins_hold(void **state)
+{
+    (void)state;
+    fixture_t *f = calloc(1, sizeof(*f));
+    char err[256];
+    assert_int_equal(ds__arena_create(&f->arena, 64u << 20, err, sizeof(err)), 0);
+    f->store = ds__store_create_indexed(&f->arena, DS_SHM_INDEX_GRAIN, 1u << 20);
+    ds_store_t *s = f->store;
+    uint64_t off, n, t1, t2;
+    assert_true(ds__store_index(s, &off, &n));
+    ds_shm_index_t rd;
+    assert_true(
+        ds__shm_index_attach(&rd, f->arena.base, f->arena.size, off, n, DS_SHM_INDEX_KEYMAX));
+    /* No tables before pins_reserve; then exactly as many as reserved. */
+    assert_int_equal(ds__store_pins_open(s, &t1), DS_K_OUT_OF_MEMORY);
+    ds_store_stats_t st;
+    ds__store_stats(s, &st);
+    uint64_t used0 = st.arena.used;
+    assert_int_equal(ds__store_pins_reserve(s, 2), DS_K_OK);
+    assert_int_equal(ds__store_pins_open(s, &t1), DS_K_OK);
+    assert_int_equal(ds__store_pins_open(s, &t2), DS_K_OK);
+    assert_int_equal(ds__store_pins_open(s, &n), DS_K_OUT_OF_MEMORY);
+    ds__store_stats(s, &st);
+    assert_int_equal(st.arena.used, used0 + 2 * sizeof(ds_shm_pins_t));
+    assert_int_equal(st.pin_tables, 2);
+    ds_shm_pins_t *p1 = (ds_shm_pins_t *)(void *)(f->arena.base + t1);
+    ds_shm_pins_t *p2 = (ds_shm_pins_t *)(void *)(f->arena.base + t2);
+
+    assert_int_equal(put(s, "k", 4096, DS_WRITE_NONE_L2_CACHE_EVICT, 0, 0x11, 1), DS_K_OK);
+    uint64_t voff = 0, vsz = 0;
+    assert_int_equal(ds__shm_index_pin(&rd, f->arena.size, "k", 1, p1, 5, &voff, &vsz),
+                     DS_SHM_INDEX_HIT);
+    assert_int_equal(vsz, 4096);
+    assert_int_equal(atomic_load(&p1->held), 1);
+    /* Overwritten and deleted: the first version is held, its bytes intact. */
+    assert_int_equal(put(s, "k", 4096, DS_WRITE_NONE_L2_CACHE_EVICT, 0, 0x22, 2), DS_K_OK);
+    assert_true(ds__store_delete(s, "k", 1));
+    ds__store_stats(s, &st);
+    assert_int_equal(st.shm_held, 1);
+    assert_int_equal(st.pinned, 1);
+    assert_int_equal(ds__store_check(s), 0);
+    assert_int_equal(put(s, "j", 4096, DS_WRITE_NONE_L2_CACHE_EVICT, 0, 0x33, 3), DS_K_OK);
+    assert_int_equal(f->arena.base[voff], 0x11);
+    assert_int_equal(f->arena.base[voff + 4095], 0x11);
+    /* The timer: due while something is held, frees once the pin is gone. */
+    assert_true(ds__store_held_due(s, 10) > 0);
+    ds__shm_pins_clear(p1, 5);
+    assert_int_equal(atomic_load(&p1->held), 0);
+    assert_true(ds__store_held_due(s, 1000) == 0);
+    ds__store_stats(s, &st);
+    assert_int_equal(st.shm_held, 0);
+
+    /* A key the index does not list: MISS, the slot left free. */
+    assert_int_equal(ds__shm_index_pin(&rd, f->arena.size, "nokey", 5, p2, 0, &voff, &vsz),
+                     DS_SHM_INDEX_MISS);
+    assert_int_equal(atomic_load(&p2->held), 0);
+
+    /* An allocation sweeps; a scribbled table holds only until closed. */
+    assert_int_equal(ds__shm_index_pin(&rd, f->arena.size, "j", 1, p2, 0, &voff, &vsz),
+                     DS_SHM_INDEX_HIT);
+    atomic_store(&p2->held, UINT64_MAX);
+    for (unsigned i = 1; i < DS_SHM_PINS_SLOTS; i++)
+        atomic_store(&p2->slot[i], voff);
+    assert_true(ds__store_delete(s, "j", 1));
+    ds__shm_pins_clear(p2, 0);
+    assert_int_equal(put(s, "x", 100, DS_WRITE_NONE_L2_CACHE_EVICT, 0, 0x44, 4), DS_K_OK);
+    ds__store_stats(s, &st);
+    assert_int_equal(st.shm_held, 1);
+    ds__store_pins_close(s, t2);
+    ds__store_stats(s, &st);
+    assert_int_equal(st.shm_held, 0);
+    assert_int_equal(st.pin_tables, 1);
+    /* The closed table is the one handed out next. */
+    assert_int_equal(ds__store_pins_open(s, &n), DS_K_OK);
+    assert_int_equal(n, t2);
+    assert_int_equal(atomic_load(&p2->held), 0);
+    assert_int_equal(ds__store_check(s), 0);
+    fixture_free(f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_publish_lookup),
         cmocka_unit_test(test_index_follows_versions),
+        cmocka_unit_test(test_shm_pins_hold),
         cmocka_unit_test(test_overwrite_keeps_reader_bytes),
         cmocka_unit_test(test_nx_and_delete),
         cmocka_unit_test(test_abandoned_and_destroy),

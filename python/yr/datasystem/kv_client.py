@@ -707,12 +707,15 @@ class KVClient:
         """Zero-copy read of one key: a read-only memoryview of its value, or
         None when it is missing (after waiting up to timeout_ms for it).
 
-        One request; the view pins the version it shows, as ``get_buffers``'
-        do, until it (and every slice or array made from it) is gone. The
-        worker hears that the pin is gone with this client's next request
-        rather than at once (C: ``ds_buffer_release_deferred``; values over
-        4 MiB, or more than 8 MiB of them waiting, are released at once), so
-        a read costs one request and no frame of its own.
+        The view pins the version it shows, as ``get_buffers``' do, until it
+        (and every slice or array made from it) is gone. A value the worker's
+        shared index lists (up to 4 MiB, no TTL) is pinned through this
+        client's pin table in the arena with no request at all, and let go
+        of with one store. Others take one request; the worker hears that
+        such a pin is gone with this client's next request rather than at
+        once (C: ``ds_buffer_release_deferred``; values over 4 MiB, or more
+        than 8 MiB of them waiting, are released at once), so a read costs
+        one request and no frame of its own.
         """
         if type(timeout_ms) is int and 0 <= timeout_ms <= _INT32_MAX:
             timeout = timeout_ms

@@ -102,6 +102,11 @@ int ds__server_init(ds_server_t *srv, const ds_worker_config_t *cfg, char *err, 
         snprintf(err, err_cap, "out of memory creating the object store");
         return -1;
     }
+    /* A pin table per client for views without a request (512 bytes each;
+     * with none left, clients pin with requests). */
+    if (slots)
+        (void)ds__store_pins_reserve(
+            srv->store, cfg->max_client_num < 1024 ? (uint32_t)cfg->max_client_num : 1024u);
 
     char dir[256];
     if (cfg->unix_socket_dir[0])
@@ -208,7 +213,8 @@ void ds__server_run(ds_server_t *srv)
     unsigned steps = 0; /* poll steps of this idle period */
     while (!srv->stopping) {
         uint64_t now = ds__now_ms();
-        uint64_t due[8] = {ds__store_expire_due(srv->store, now),
+        uint64_t due[9] = {ds__store_expire_due(srv->store, now),
+                           ds__store_held_due(srv->store, now),
                            ds__ucx_tick(srv->ucx, now),
                            ds__ops_memory_tick(srv, now),
                            ds__subs_expire(&srv->subs, now),

@@ -145,6 +145,11 @@ void ds__hello(ds_conn_t *c)
     const ds_hello_info_t *hi = &net->hello;
     bool grant = want_shm && c->is_unix && hi->arena_fd >= 0;
     if (grant) s->shm = true;
+    /* Shared pins need the GET index; a session without a table (none
+     * free) takes its pins with requests as before. */
+    if (grant && hi->index_slots > 0 && s->pins_off == 0 &&
+        ds__store_pins_open(net->store, &s->pins_off) != DS_K_OK)
+        s->pins_off = 0;
     ds_wbuf_t w;
     ds__wbuf_init(&w);
     ds__wbuf_cstr(&w, "");
@@ -162,7 +167,9 @@ void ds__hello(ds_conn_t *c)
     char proof[DS_AUTH_HEX_LEN + 1];
     local_proof(c, proof_sid, chal, clen, proof);
     ds__wbuf_cstr(&w, proof);
-    ds__wbuf_u32(&w, grant ? DS_FEATURE_SETR : 0);
+    ds__wbuf_u32(&w,
+                 (grant ? DS_FEATURE_SETR : 0) | (grant && s->pins_off ? DS_FEATURE_SHM_PINS : 0));
+    ds__wbuf_u64(&w, grant ? s->pins_off : 0);
     /* A joining connection's client mapped the arena already. */
     ds__req_reply(r, DS_K_OK, &w, NULL, 0, NULL, 0, grant && sid == 0 ? hi->arena_fd : -1);
     ds__wbuf_free(&w);

@@ -62,6 +62,7 @@ void ds__session_free(ds_net_t *net, ds_session_t *s)
     }
     for (uint32_t i = 0; i < s->nslots; i++)
         if (s->slots[i].obj) ds__store_unref(net->store, s->slots[i].obj);
+    if (s->pins_off) ds__store_pins_close(net->store, s->pins_off);
     free(s->slots);
     free(s->ucx_addr);
     free(s);

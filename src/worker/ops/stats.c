@@ -33,6 +33,8 @@ char *ds__server_stats_json(ds_server_t *srv)
     cJSON *objs = cJSON_AddObjectToObject(root, "objects");
     cJSON_AddNumberToObject(objs, "count", (double)st.objects);
     cJSON_AddNumberToObject(objs, "pinned", (double)st.pinned);
+    cJSON_AddNumberToObject(objs, "shm_held", (double)st.shm_held);
+    cJSON_AddNumberToObject(objs, "pin_tables", (double)st.pin_tables);
     cJSON_AddNumberToObject(objs, "evictions", (double)st.evictions);
     cJSON_AddNumberToObject(objs, "background_evictions", (double)srv->bg_evictions);
     cJSON_AddNumberToObject(objs, "expirations", (double)st.expirations);

@@ -76,6 +76,20 @@ struct ds_store {
     bool ix_on;
     uint64_t ix_value_max;
     uint64_t base;
+    /* Readers' pin tables: a region of pt_n tables allocated once (so that
+     * a session's table never changes the arena's use, and a table is
+     * never reused for values), which are taken, and the arena offsets of
+     * those taken (npt of them); then the objects whose ranges only those
+     * tables keep (through clk_prev/clk_next). */
+    ds_block_t *pt_block;
+    uint64_t pt_base;
+    uint32_t pt_n, pt_cursor;
+    uint8_t *pt_taken;
+    uint64_t *pt;
+    uint32_t npt;
+    ds_obj_t *held;
+    uint64_t held_count;
+    uint64_t held_next_ms, held_gap_ms; /* next sweep, and the gap after it */
 };
 
 /* UNLINK_REPLACED: overwritten by a new version that already took over the
@@ -206,23 +220,34 @@ static void ring_del(ds_store_t *s, ds_obj_t *o)
     s->ring_bytes -= ds__block_size(o->block);
 }
 
-static void limbo_add(ds_store_t *s, ds_obj_t *o)
+/* The limbo and held lists: NULL-ended, newest first. */
+static void list_push(ds_obj_t **head, ds_obj_t *o)
 {
     o->clk_prev = NULL;
-    o->clk_next = s->limbo;
-    if (s->limbo != NULL) s->limbo->clk_prev = o;
-    s->limbo = o;
+    o->clk_next = *head;
+    if (*head != NULL) (*head)->clk_prev = o;
+    *head = o;
+}
+
+static void list_unlink(ds_obj_t **head, ds_obj_t *o)
+{
+    if (o->clk_prev != NULL)
+        o->clk_prev->clk_next = o->clk_next;
+    else
+        *head = o->clk_next;
+    if (o->clk_next != NULL) o->clk_next->clk_prev = o->clk_prev;
+    o->clk_prev = o->clk_next = NULL;
+}
+
+static void limbo_add(ds_store_t *s, ds_obj_t *o)
+{
+    list_push(&s->limbo, o);
     s->limbo_count++;
 }
 
 static void limbo_del(ds_store_t *s, ds_obj_t *o)
 {
-    if (o->clk_prev != NULL)
-        o->clk_prev->clk_next = o->clk_next;
-    else
-        s->limbo = o->clk_next;
-    if (o->clk_next != NULL) o->clk_next->clk_prev = o->clk_prev;
-    o->clk_prev = o->clk_next = NULL;
+    list_unlink(&s->limbo, o);
     s->limbo_count--;
 }
 
@@ -312,9 +337,10 @@ static bool ix_wanted(const ds_store_t *s, const ds_obj_t *o)
 /* Indexes o, replacing the key's entry if it has one. When the key's probe
  * run is full the put fails, but then the key was not indexed before either,
  * so in both cases no entry for an older version is left. */
-static void ix_add(ds_store_t *s, const ds_obj_t *o)
+static void ix_add(ds_store_t *s, ds_obj_t *o)
 {
     if (!ix_wanted(s, o)) return;
+    o->indexed = 1;
     ds__shm_index_put(&s->ix, o->key, o->keylen, s->base + ds__block_offset(o->block), o->size,
                       o->version);
 }
@@ -326,7 +352,7 @@ static void ix_del(ds_store_t *s, const ds_obj_t *o)
 
 /* ---- object lifetime ---- */
 
-static void obj_free(ds_store_t *s, ds_obj_t *o)
+static void obj_release(ds_store_t *s, ds_obj_t *o)
 {
     if (o->state == DS_OBJ_RESERVED) {
         s->reservations--;
@@ -334,6 +360,115 @@ static void obj_free(ds_store_t *s, ds_obj_t *o)
     }
     ds__alloc_free(s->alloc, o->block);
     free(o);
+}
+
+/* ---- readers' shared pins ---- */
+
+/* Whether some reader's pin table names o's range. The fence orders the
+ * index rewrite that preceded (o left the index before its last reference
+ * went) before the reads of the tables (common/shm_index.h). */
+static bool shm_pinned(const ds_store_t *s, const ds_obj_t *o)
+{
+    if (!o->indexed || s->npt == 0) return false;
+    uint64_t off = s->base + ds__block_offset(o->block);
+    ds__shm_pins_fence();
+    for (uint32_t i = 0; i < s->npt; i++)
+        if (ds__shm_pins_hold((const ds_shm_pins_t *)(s->arena->base + s->pt[i]), off)) return true;
+    return false;
+}
+
+static void held_add(ds_store_t *s, ds_obj_t *o)
+{
+    list_push(&s->held, o);
+    s->held_count++;
+    s->held_next_ms = 0; /* sweep soon: views are usually short */
+    s->held_gap_ms = 1;
+}
+
+/* Frees the held objects that no table names any more. */
+static void held_sweep(ds_store_t *s)
+{
+    ds_obj_t *next;
+    for (ds_obj_t *o = s->held; o != NULL; o = next) {
+        next = o->clk_next;
+        if (shm_pinned(s, o)) continue;
+        list_unlink(&s->held, o);
+        s->held_count--;
+        obj_release(s, o);
+    }
+}
+
+/* Frees o's range and o, unless a reader's shared pin holds the range. */
+static void obj_free(ds_store_t *s, ds_obj_t *o)
+{
+    if (shm_pinned(s, o)) {
+        held_add(s, o);
+        return;
+    }
+    obj_release(s, o);
+}
+
+ds_status_t ds__store_pins_reserve(ds_store_t *s, uint32_t tables)
+{
+    if (s->pt_block != NULL || tables == 0) return DS_K_OK;
+    ds_block_t *b = ds__alloc_alloc(s->alloc, (uint64_t)tables * sizeof(ds_shm_pins_t));
+    s->pt_taken = calloc(tables, 1);
+    s->pt = calloc(tables, sizeof(*s->pt));
+    if (b == NULL || s->pt_taken == NULL || s->pt == NULL) {
+        ds__alloc_free(s->alloc, b);
+        free(s->pt_taken);
+        free(s->pt);
+        s->pt_taken = NULL;
+        s->pt = NULL;
+        return ds__set_error(DS_K_OUT_OF_MEMORY, "no room for %u pin tables", tables);
+    }
+    s->pt_block = b;
+    s->pt_base = s->base + ds__block_offset(b);
+    s->pt_n = tables;
+    return DS_K_OK;
+}
+
+ds_status_t ds__store_pins_open(ds_store_t *s, uint64_t *offset)
+{
+    *offset = 0;
+    if (s->npt == s->pt_n) return ds__set_error(DS_K_OUT_OF_MEMORY, "no free pin table");
+    /* Round-robin, so that a freed table waits as long as it can before
+     * another session gets it. */
+    uint32_t i = s->pt_cursor;
+    while (s->pt_taken[i])
+        i = (i + 1) % s->pt_n;
+    s->pt_cursor = (i + 1) % s->pt_n;
+    s->pt_taken[i] = 1;
+    uint64_t off = s->pt_base + (uint64_t)i * sizeof(ds_shm_pins_t);
+    memset(s->arena->base + off, 0, sizeof(ds_shm_pins_t));
+    s->pt[s->npt++] = off;
+    *offset = off;
+    return DS_K_OK;
+}
+
+void ds__store_pins_close(ds_store_t *s, uint64_t offset)
+{
+    for (uint32_t i = 0; i < s->npt; i++) {
+        if (s->pt[i] != offset) continue;
+        s->pt_taken[(offset - s->pt_base) / sizeof(ds_shm_pins_t)] = 0;
+        s->pt[i] = s->pt[--s->npt];
+        held_sweep(s);
+        return;
+    }
+}
+
+uint64_t ds__store_held_due(ds_store_t *s, uint64_t now_ms)
+{
+    if (s->held == NULL) return 0;
+    if (now_ms >= s->held_next_ms) {
+        uint64_t before = s->held_count;
+        held_sweep(s);
+        /* Views held for long are looked at less and less often (up to
+         * every 100 ms), so a quiet worker does not wake for them. */
+        if (s->held_count == before && s->held_gap_ms < 100) s->held_gap_ms *= 2;
+        s->held_next_ms = now_ms + s->held_gap_ms;
+    }
+    return s->held ? s->held_next_ms : 0;
 }
 
 /* Takes o out of the table and drops the table's reference. */
@@ -469,6 +604,13 @@ void ds__store_destroy(ds_store_t *s)
         free(s->limbo);
         s->limbo = next;
     }
+    while (s->held != NULL) {
+        ds_obj_t *next = s->held->clk_next;
+        free(s->held);
+        s->held = next;
+    }
+    free(s->pt);
+    free(s->pt_taken);
     free(s->heap);
     ds__alloc_destroy(s->alloc);
     free(s);
@@ -500,6 +642,10 @@ ds_obj_t *ds__store_lookup(ds_store_t *s, const char *key, size_t keylen, uint64
  * until it fits; NULL when it cannot. */
 static ds_block_t *alloc_evicting(ds_store_t *s, uint64_t size)
 {
+    /* Ranges readers let go of since the last sweep go back first: the
+     * allocator hands out the most recently freed range of a size, which
+     * is likely still in the CPU's caches. */
+    if (s->held != NULL) held_sweep(s);
     ds_block_t *b = ds__alloc_alloc(s->alloc, size);
     while (b == NULL) {
         /* Evicting cannot help when even the free space plus every evictable
@@ -687,7 +833,9 @@ void ds__store_stats(const ds_store_t *s, ds_store_stats_t *out)
     out->expirations = s->expirations;
     /* ds__store_ref has no store to report to, so in-table pins are counted
      * here by a walk; limbo objects are pinned by definition. */
-    out->pinned = s->limbo_count - s->reservations;
+    out->pinned = s->limbo_count - s->reservations + s->held_count;
+    out->shm_held = s->held_count;
+    out->pin_tables = s->npt;
     out->reservations = s->reservations;
     out->reserved_bytes = s->reserved_bytes;
     for (int t = 0; t < 2; t++)
@@ -755,7 +903,15 @@ int ds__store_check(const ds_store_t *s)
             return -9;
         limbo++;
     }
-    return limbo == s->limbo_count ? 0 : -9;
+    if (limbo != s->limbo_count) return -9;
+    uint64_t held = 0;
+    for (o = s->held; o != NULL; o = o->clk_next) {
+        if (o->in_table || o->refcnt != 0 || !o->indexed ||
+            (o->clk_next != NULL && o->clk_next->clk_prev != o))
+            return -10;
+        held++;
+    }
+    return held == s->held_count ? 0 : -10;
 }
 
 void ds__store_set_gone_hook(ds_store_t *s, ds_store_gone_fn fn, void *ctx)

@@ -45,6 +45,7 @@ typedef struct ds_obj {
     uint8_t l2_persisted; /* its L2 copy is durable (a WRITE_BACK_L2_CACHE_EVICT
                              object is then evictable) */
     uint8_t spilling;     /* being copied to the spill directory (ops/tier.c) */
+    uint8_t indexed;      /* was in the shared GET index: readers' shared pins may name it */
     uint32_t ttl_second;  /* as requested; applied at publish */
     uint32_t atime;       /* store tick of its last write or lookup (eviction) */
     char key[];           /* keylen bytes + NUL */
@@ -57,6 +58,8 @@ typedef struct {
     uint64_t evictions;
     uint64_t expirations;
     uint64_t pinned;         /* objects with references beyond the table's */
+    uint64_t shm_held;       /* of those, ranges kept only for readers' shared pins */
+    uint64_t pin_tables;     /* readers' pin tables (one per local session) */
     uint64_t reservations;   /* DS_OBJ_RESERVED spaces */
     uint64_t reserved_bytes; /* arena bytes they hold (part of arena.used) */
     ds_alloc_stats_t arena;
@@ -113,6 +116,21 @@ ds_status_t ds__store_refill_space(ds_store_t *s, ds_obj_t *space, uint64_t size
 uint64_t ds__store_reserved(const ds_store_t *s);
 /* The space's current range: arena offset and length (0, 0 when empty). */
 void ds__store_space(const ds_store_t *s, const ds_obj_t *space, uint64_t *offset, uint64_t *len);
+
+/* Readers' shared pins (common/shm_index.h, ds_shm_pins_t): a local
+ * session's table of zero-copy views taken without a request.
+ * pins_reserve allocates room for `tables` tables once (no tables without
+ * it); pins_open gives a session a zeroed table, by its arena offset
+ * (DS_K_OUT_OF_MEMORY when all are taken); pins_close gives it back, and
+ * frees every range only that table kept. The range of an
+ * object that was ever indexed is not freed while some table names it: the
+ * object is held, and held_due (called from the event loop; returns when it
+ * wants to run next, 0 = nothing held) frees those no table names any more,
+ * as does an allocation that would otherwise evict. */
+ds_status_t ds__store_pins_reserve(ds_store_t *s, uint32_t tables);
+ds_status_t ds__store_pins_open(ds_store_t *s, uint64_t *offset);
+void ds__store_pins_close(ds_store_t *s, uint64_t offset);
+uint64_t ds__store_held_due(ds_store_t *s, uint64_t now_ms);
 
 /* Makes a CREATING object the key's current version. With DS_EXISTENCE_NX and a
  * current version present: DS_K_OC_KEY_ALREADY_EXIST, nothing changes. The
