@@ -335,8 +335,9 @@ def why_missed(d):
                                                             num(bm.get("p50_us")))
                 if b_ else ""))
         notes.append(
-            "- **Python connector** missed (%s). A hand-off of a tensor is one copy and two "
-            "round trips (`set_pieces` and `get_view`); at 1 MiB the copy is a few tens of us "
+            "- **Python connector** missed (%s). A hand-off of a tensor is one copy and one "
+            "round trip (`set_pieces`; `get_view` of a value up to 4 MiB pins it through the "
+            "client's pin table, no request); at 1 MiB the copy is a few tens of us "
             "and a round trip between this VM's two vCPUs is a wake-up each way (the bare Unix "
             "ping-pong took %s us in this run, more when the two processes land on different "
             "vCPUs); the adaptive polling (`--busy_poll_us`, `DS_BUSY_POLL_US`) takes the "
@@ -409,8 +410,9 @@ METHOD = """\
 
 - *This project, local*: `ds_kv_set` from a warm buffer; `ds_kv_get_into` into a warm buffer
   (a copy out of the worker's shared-memory arena); `ds_kv_get_buffers` (zero-copy: a pinned
-  view of the arena, first and last byte read, released). One worker, standalone, its arena
-  pre-faulted at start.
+  view of the arena, first and last byte read, released; a value the worker's shared index
+  lists, up to 4 MiB, is pinned through the client's pin table with no request, a larger one
+  with a GET). One worker, standalone, its arena pre-faulted at start.
 - *This project, remote*: the same client API over TCP to the same worker.
 - *Redis 7*: `redis-server --save '' --appendonly no` on a private loopback port and Unix
   socket, driven from C. hiredis connects and parses status replies; the value bytes go
