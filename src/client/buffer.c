@@ -60,8 +60,9 @@ static void pin_give(ds_sess_t *s, int i)
     atomic_fetch_or_explicit(&s->pins_free, UINT64_C(1) << i, memory_order_release);
 }
 
-/* Lets go of a shared pin. Not once the worker has closed the session's
- * anchor: then the table may have gone back to the allocator. */
+/* Lets go of a shared pin. The slot is left alone once the worker has
+ * closed the session's anchor: the session is over there, and its table
+ * may belong to another session by now. */
 static void pin_drop(ds_buffer_t *b)
 {
     ds_sess_t *s = b->sess;

@@ -5,11 +5,14 @@
  * coexist, every insert, lookup and delete moves a few buckets across, so a
  * table of millions of keys never stalls the event loop for a full rehash.
  *
- * Every object is in exactly one of two places: the table (in_table, holding
- * the table's reference) or the limbo list (CREATING objects and superseded
- * versions that readers still pin). Both lists reuse clk_prev/clk_next: the
- * clock ring only ever holds in-table objects, limbo only the others. Limbo
- * exists so that destroy can free everything and stats can count pins.
+ * Every object is in exactly one of three places: the table (in_table,
+ * holding the table's reference), the limbo list (CREATING objects and
+ * superseded versions that readers still pin) or the held list (no
+ * reference left, but a reader's shared pin in the arena still names the
+ * range; see "readers' shared pins" below). All reuse clk_prev/clk_next: the
+ * clock ring only ever holds in-table objects, limbo and held only the
+ * others. Limbo exists so that destroy can free everything and stats can
+ * count pins.
  *
  * The eviction ring holds in-table evictable objects in insertion order,
  * oldest at the hand. Each object carries the store tick of its last write
