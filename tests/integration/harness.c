@@ -407,6 +407,16 @@ bool dst_check(const void *buf, size_t len, uint64_t seed)
     return true;
 }
 
+ds_status_t dst_set_filled(ds_client_t *c, const char *key, size_t size, uint64_t seed)
+{
+    uint8_t *v = malloc(size ? size : 1);
+    if (v == NULL) return DS_K_OUT_OF_MEMORY;
+    dst_fill(v, size, seed);
+    ds_status_t st = ds_kv_set(c, key, v, size, NULL);
+    free(v);
+    return st;
+}
+
 /* ---- clusters ---- */
 
 int dst_wait_members(const dst_worker_t *w, int n, int timeout_ms)

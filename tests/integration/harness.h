@@ -46,6 +46,8 @@ bool dst_wait_stat(const dst_worker_t *w, const char *path, double want, int tim
 /* Deterministic test payloads: fill and verify by key and seed. */
 void dst_fill(void *buf, size_t len, uint64_t seed);
 bool dst_check(const void *buf, size_t len, uint64_t seed);
+/* Sets key to size bytes of dst_fill(seed): the set's status. */
+ds_status_t dst_set_filled(ds_client_t *c, const char *key, size_t size, uint64_t seed);
 
 /* Path of a built binary next to the tests (e.g. "src/worker/datasystem_worker"). */
 const char *dst_build_path(const char *rel, char *out, size_t cap);

@@ -195,10 +195,7 @@ static void test_bad_arguments(void **state)
 /* A pinned 1 MiB buffer: set, then get_buffers. */
 static ds_buffer_t *pin(ds_client_t *c, const char *key, size_t sz, uint64_t seed)
 {
-    uint8_t *v = malloc(sz);
-    dst_fill(v, sz, seed);
-    assert_int_equal(ds_kv_set(c, key, v, sz, NULL), DS_K_OK);
-    free(v);
+    assert_int_equal(dst_set_filled(c, key, sz, seed), DS_K_OK);
     ds_buffer_t *b = NULL;
     assert_int_equal(ds_kv_get_buffers(c, 1, &key, 0, &b), DS_K_OK);
     assert_non_null(b);

@@ -41,11 +41,7 @@ static int teardown(void **state)
 
 static void put(ds_client_t *c, const char *key, size_t sz, uint64_t seed)
 {
-    uint8_t *v = malloc(sz);
-    assert_non_null(v);
-    dst_fill(v, sz, seed);
-    assert_int_equal(ds_kv_set(c, key, v, sz, NULL), DS_K_OK);
-    free(v);
+    assert_int_equal(dst_set_filled(c, key, sz, seed), DS_K_OK);
 }
 
 static ds_buffer_t *view(ds_client_t *c, const char *key)
