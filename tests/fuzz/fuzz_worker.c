@@ -443,6 +443,8 @@ static void renew_store(void)
     srv.store =
         ds__store_create_indexed(&srv.arena, ix_slots, (uint64_t)srv.cfg.index_value_max_kb << 10);
     CHECK(srv.store != NULL);
+    /* Pin tables for local sessions, as ds__server_init sets aside. */
+    if (ix_slots) CHECK(ds__store_pins_reserve(srv.store, 16) == DS_K_OK);
     srv.net.store = srv.store;
     uint64_t off2 = 0, slots2 = 0;
     (void)ds__store_index(srv.store, &off2, &slots2);

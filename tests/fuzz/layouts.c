@@ -261,6 +261,8 @@ void fz_parse_response(uint16_t op, const uint8_t *meta, size_t len, ds_wbuf_t *
         if (p.r.pos < p.r.len) str(&p);
         /* the features the session may use */
         if (p.r.pos < p.r.len) (void)u32(&p);
+        /* the session's table of readers' shared pins */
+        if (p.r.pos < p.r.len) (void)u64(&p);
         break;
     case DS_OP_SETR:
         /* statuses unless refused, then always the space (handle, offset,
