@@ -1,12 +1,14 @@
 /* The machine's own limits, measured in the same run as the store so that
  * dsbench reports ratios rather than absolute numbers that drift on a shared
- * machine: single-thread memcpy into warm memory, a Unix-socket and a TCP
+ * machine: single-thread memcpy into warm memory (glibc's, and `rep movsb`,
+ * the other way the client's large copies may take), a Unix-socket and a TCP
  * ping-pong round trip between two processes, and a plain loopback TCP stream
  * into a warm buffer. */
 #include "bench/limits.h"
 
 #include "bench/stats.h"
 #include "common/clock.h"
+#include "common/copy.h"
 #include "common/net.h"
 
 #include <arpa/inet.h>
@@ -20,7 +22,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-double dsb_memcpy_gbps(size_t size, int iters)
+static void libc_copy(void *dst, const void *src, size_t n)
+{
+    memcpy(dst, src, n);
+}
+
+static double copy_gbps(size_t size, int iters, void (*copy)(void *, const void *, size_t))
 {
     uint8_t *a = malloc(size), *b = malloc(size);
     if (a == NULL || b == NULL) {
@@ -33,7 +40,7 @@ double dsb_memcpy_gbps(size_t size, int iters)
     uint64_t *t = calloc((size_t)iters, sizeof(*t));
     for (int i = 0; t && i < iters; i++) {
         uint64_t t0 = ds__now_ns();
-        memcpy(b, a, size);
+        copy(b, a, size);
         __asm__ volatile("" ::"r"(b) : "memory");
         t[i] = ds__now_ns() - t0;
     }
@@ -43,6 +50,19 @@ double dsb_memcpy_gbps(size_t size, int iters)
     free(a);
     free(b);
     return l.p50_us > 0 ? (double)size / (l.p50_us * 1e3) : 0;
+}
+
+double dsb_memcpy_gbps(size_t size, int iters)
+{
+    return copy_gbps(size, iters, libc_copy);
+}
+
+double dsb_movsb_gbps(size_t size, int iters)
+{
+    ds__copy_force(2);
+    double g = strcmp(ds__copy_way(size), "rep movsb") == 0 ? copy_gbps(size, iters, ds__copy) : 0;
+    ds__copy_force(0);
+    return g;
 }
 
 /* Child echoes msg-sized messages until EOF. */

@@ -42,7 +42,8 @@ static void target(const char *name, double measured, double goal, bool higher_i
     bool tcp = !strcmp(limit_row->system, "ds-remote");
     bool pair = strchr(limit_row->op, '+') != NULL;
     if (limit_row->size >= 64 * SBS_KIB)
-        snprintf(t->limit, sizeof(t->limit), "%s%s", tcp ? "loopback TCP stream" : "memcpy",
+        snprintf(t->limit, sizeof(t->limit), "%s%s",
+                 tcp ? "loopback TCP stream" : "fastest copy (memcpy or rep movsb)",
                  pair ? ", halved for a pair" : "");
     else
         snprintf(t->limit, sizeof(t->limit), "%s 1 KiB ping-pong%s", tcp ? "TCP" : "Unix socket",

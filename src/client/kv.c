@@ -30,6 +30,7 @@
 #include "client/client_internal.h"
 
 #include "common/clock.h"
+#include "common/copy.h"
 #include "common/error.h"
 #include "common/keys.h"
 #include "common/tsan.h"
@@ -594,7 +595,7 @@ static ds_status_t copy_value(ds_conn_t *conn, const ds_getent_t *e, void *dst, 
 {
     if (e->kind == DS_VAL_INLINE) return ds__conn_read_data(conn, dst, e->size, deadline);
     DS__TSAN_READING(conn->sess->base + e->off);
-    memcpy(dst, conn->sess->base + e->off, e->size);
+    ds__copy(dst, conn->sess->base + e->off, e->size);
     return DS_K_OK;
 }
 

@@ -13,6 +13,7 @@
  * own iovec, no copy on the client). */
 #include "client/client_internal.h"
 
+#include "common/copy.h"
 #include "common/error.h"
 #include "common/tsan.h"
 
@@ -93,7 +94,7 @@ static ds_status_t setv_created(ds_client_t *c, const char *key, size_t n,
     if (st != DS_K_OK) return st;
     uint8_t *dst = ds_buffer_mutable_data(b);
     for (size_t i = 0; i < n; i++) {
-        if (lens[i]) memcpy(dst, pieces[i], lens[i]);
+        if (lens[i]) ds__copy(dst, pieces[i], lens[i]);
         dst += lens[i];
     }
     st = ds_kv_publish(c, b);

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "common/copy.h"
 #include "common/error.h"
 
 #define ADD(counter) atomic_fetch_add_explicit(&(counter), 1, memory_order_relaxed)
@@ -203,7 +204,7 @@ static ds_status_t fill_bytes(const omni_data_t *data, uint8_t *buf, size_t tota
         for (int i = 0; i < 4; i++)
             buf[1 + i] = (uint8_t)(n >> (24 - 8 * i));
     }
-    memcpy(buf + h, data->bytes, total - h);
+    ds__copy(buf + h, data->bytes, total - h);
     return DS_K_OK;
 }
 
@@ -217,7 +218,7 @@ static ds_status_t fill_tensor(const omni_data_t *data, uint8_t *buf, size_t tot
     if (h + t->nbytes != total)
         return ds__set_error(DS_K_RUNTIME_ERROR, "tensor header is %zu bytes, expected %zu", h,
                              total - t->nbytes);
-    if (t->nbytes > 0) memcpy(buf + h, t->data, t->nbytes);
+    if (t->nbytes > 0) ds__copy(buf + h, t->data, t->nbytes);
     return DS_K_OK;
 }
 
