@@ -314,8 +314,12 @@ static ds_status_t new_session_dial(ds_client_t *c, int *fd, ds_hello_t *h)
     c->use_unix = false;
     ds_dial_t td = {.session_key = ""};
     if ((st = ds__conn_dial(c, &td, fd, h)) != DS_K_OK) {
-        if (c->require_local && conv_st != DS_K_OK)
-            return ds__set_error(conv_st, "%s (and over TCP: %s)", conv_err, ds_last_error());
+        if (c->require_local && conv_st != DS_K_OK) {
+            /* A copy: ds_last_error() is the buffer ds__set_error writes. */
+            char tcp_err[300];
+            snprintf(tcp_err, sizeof(tcp_err), "%s", ds_last_error());
+            return ds__set_error(conv_st, "%s (and over TCP: %s)", conv_err, tcp_err);
+        }
         return st;
     }
     if (c->transport == DS_TRANSPORT_TCP) return DS_K_OK;

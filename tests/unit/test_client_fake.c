@@ -804,6 +804,37 @@ static void test_discovery_proof(void **state)
     F.name_socket[0] = '\0';
 }
 
+/* No worker at all: a local client says what failed both ways, each once
+ * (the TCP half used to be formatted from the buffer it was written into). */
+static void test_nobody_there(void **state)
+{
+    (void)state;
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(s >= 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t al = sizeof(a);
+    assert_int_equal(bind(s, (struct sockaddr *)&a, sizeof(a)), 0);
+    assert_int_equal(getsockname(s, (struct sockaddr *)&a, &al), 0);
+    close(s); /* a port nobody listens on */
+    ds_client_options_t o;
+    ds_client_options_init(&o);
+    o.host = "127.0.0.1";
+    o.port = ntohs(a.sin_port);
+    o.transport = DS_TRANSPORT_LOCAL;
+    o.unix_socket_dir = F.dir;
+    o.connect_timeout_ms = 500;
+    ds_client_t *c = NULL;
+    assert_int_equal(ds_client_connect(&o, &c), DS_K_RPC_UNAVAILABLE);
+    assert_null(c);
+    const char *m = ds_last_error();
+    const char *tcp = strstr(m, "(and over TCP: ");
+    assert_non_null(tcp);
+    assert_null(strstr(tcp + 1, "(and over TCP: "));
+    assert_non_null(strstr(m, ".sock"));
+    assert_non_null(strstr(tcp, "refused"));
+    assert_int_equal(m[strlen(m) - 1], ')');
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -811,6 +842,7 @@ int main(void)
         cmocka_unit_test(test_local_paths),      cmocka_unit_test(test_failures),
         cmocka_unit_test(test_argument_checks),  cmocka_unit_test(test_session_key),
         cmocka_unit_test(test_worker_identity),  cmocka_unit_test(test_discovery_proof),
+        cmocka_unit_test(test_nobody_there),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
