@@ -7,6 +7,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -23,10 +24,26 @@
 
 enum { WAY_TRY = 0, WAY_MEMCPY = 1, WAY_MOVSB = 2 };
 
-static _Atomic int forced;
+static _Atomic int forced = -1; /* -1: DS_COPY not read yet */
 
 #ifndef DS__COPY_PLAIN
 #include <cpuid.h>
+
+/* DS_COPY=memcpy or DS_COPY=movsb forces a way for the whole process
+ * (anything else, or nothing: measure). */
+static int forced_way(void)
+{
+    int f = atomic_load_explicit(&forced, memory_order_relaxed);
+    if (f >= 0) return f;
+    const char *e = getenv("DS_COPY");
+    f = e && strcmp(e, "memcpy") == 0  ? WAY_MEMCPY
+        : e && strcmp(e, "movsb") == 0 ? WAY_MOVSB
+                                       : WAY_TRY;
+    int expect = -1;
+    atomic_compare_exchange_strong_explicit(&forced, &expect, f, memory_order_relaxed,
+                                            memory_order_relaxed);
+    return atomic_load_explicit(&forced, memory_order_relaxed);
+}
 
 /* Size classes 2^16 (64 KiB) .. 2^47 and up. */
 #define CLASS_MIN 16
@@ -97,7 +114,7 @@ void ds__copy(void *dst, const void *src, size_t n)
         memcpy(dst, src, n);
         return;
     }
-    int f = atomic_load_explicit(&forced, memory_order_relaxed);
+    int f = forced_way();
     if (f == WAY_MEMCPY || !has_erms()) {
         memcpy(dst, src, n);
         return;
@@ -121,7 +138,7 @@ void ds__copy(void *dst, const void *src, size_t n)
 
 const char *ds__copy_way(size_t n)
 {
-    int f = atomic_load_explicit(&forced, memory_order_relaxed);
+    int f = forced_way();
     if (n < DS_COPY_MIN || f == WAY_MEMCPY || !has_erms()) return "memcpy";
     if (f == WAY_MOVSB) return "rep movsb";
     int w = atomic_load_explicit(&class_of(n)->way, memory_order_relaxed);
