@@ -139,7 +139,7 @@ def single_tables(d):
 
 def limits_table(d):
     lim = d["limits"]
-    out = [[human(b["size"]), num(b["memcpy_gbps"], "%.2f"), num(b.get("movsb_gbps"), "%.2f"),
+    out = [[human(b["size"]), num(b["memcpy_gbps"], "%.2f"), num(b.get("movsb_gbps") or None, "%.2f"),
             num(b["tcp_stream_gbps"], "%.2f")] for b in lim["by_size"]]
     return table(["size", "memcpy GB/s (glibc, one thread, warm)", "rep movsb GB/s (same copy)",
                   "loopback TCP stream GB/s"], out)

@@ -184,9 +184,10 @@ bool ds__shm_index_attach(ds_shm_index_t *ix, uint8_t *base, uint64_t map_size, 
  * check. The portable cure is a copy made of relaxed atomic loads and stores
  * (a "byte-wise atomic memcpy"), which compilers cannot vectorise: measured
  * here it made a 1 MiB local get 3.2x slower (22 -> 71 us) and a 1 MiB local
- * set 1.4x slower. So release builds copy with memcpy (common/copy.h: glibc's or `rep movsb`), as
- * the seqlocks of Linux and Folly do, and builds for ThreadSanitizer use the atomic copies, so that
- * TSan checks every other access to the arena; the two differ in nothing but the instructions that
+ * set 1.4x slower. So release builds copy with memcpy (or `rep movsb`, see
+ * common/copy.h), as the seqlocks of Linux and Folly do, and builds for
+ * ThreadSanitizer use the atomic copies, so that TSan checks every other
+ * access to the arena; the two differ in nothing but the instructions that
  * move the bytes. */
 #ifdef DS__TSAN
 /* Aligned words, and bytes at the unaligned ends. */
