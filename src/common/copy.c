@@ -136,6 +136,16 @@ void ds__copy(void *dst, const void *src, size_t n)
     }
 }
 
+bool ds__copy_movsb_ok(void)
+{
+    return has_erms();
+}
+
+void ds__copy_movsb(void *dst, const void *src, size_t n)
+{
+    movsb(dst, src, n);
+}
+
 const char *ds__copy_way(size_t n)
 {
     int f = forced_way();
@@ -146,6 +156,16 @@ const char *ds__copy_way(size_t n)
 }
 #else
 void ds__copy(void *dst, const void *src, size_t n)
+{
+    memcpy(dst, src, n);
+}
+
+bool ds__copy_movsb_ok(void)
+{
+    return false;
+}
+
+void ds__copy_movsb(void *dst, const void *src, size_t n)
 {
     memcpy(dst, src, n);
 }

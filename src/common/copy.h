@@ -22,6 +22,7 @@
 #ifndef DS_COMMON_COPY_H
 #define DS_COMMON_COPY_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #define DS_COPY_MIN (64u * 1024u)
@@ -34,6 +35,12 @@ void ds__copy(void *dst, const void *src, size_t n);
 /* The way size class of n uses now: "memcpy", "rep movsb", or "trying"
  * while its trials run (for benchmarks and tests). */
 const char *ds__copy_way(size_t n);
+
+/* Whether this CPU has fast `rep movsb` (and this build uses it). */
+bool ds__copy_movsb_ok(void);
+/* memcpy(dst, src, n) with `rep movsb`, whatever the size class chose;
+ * only when ds__copy_movsb_ok(). For limit measurements. */
+void ds__copy_movsb(void *dst, const void *src, size_t n);
 
 /* Forces a way for every size class: 0 = measure (the default), 1 =
  * memcpy, 2 = rep movsb where the CPU has it. For benchmarks and tests. */

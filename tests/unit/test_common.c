@@ -277,6 +277,11 @@ static void test_copy(void **state)
         ds__copy_force(way);
         check_copies();
     }
+    if (ds__copy_movsb_ok()) { /* the limits' explicit rep movsb */
+        char from[100] = "rep movsb, whatever the class chose", to[100] = {0};
+        ds__copy_movsb(to, from, sizeof(from));
+        assert_memory_equal(to, from, sizeof(from));
+    }
     ds__copy_force(1);
     assert_string_equal(ds__copy_way(8u << 20), "memcpy");
     ds__copy_force(0);
