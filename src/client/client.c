@@ -499,6 +499,12 @@ static ds_status_t open_conn(ds_client_t *c, ds_conn_t **out)
             st = ds__set_error(DS_K_OUT_OF_MEMORY, "out of memory opening a connection");
             break;
         }
+        if (conn->sess->base && (h.features & DS_FEATURE_LANE) && ds__lane_wanted() &&
+            (st = ds__conn_lane_open(conn, ds__now_ms() + (uint64_t)c->connect_timeout_ms)) !=
+                DS_K_OK) {
+            ds__conn_free(conn);
+            break;
+        }
         if ((st = add_conn(c, conn)) != DS_K_OK) break;
         *out = conn;
         break;

@@ -47,7 +47,9 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/uio.h>
 
+#include "common/lane.h"
 #include "common/shm_index.h"
 #include "common/spin.h"
 #include "common/wire.h"
@@ -163,6 +165,13 @@ typedef struct ds_conn {
      * straight to CREATE / PUBLISH, asking again every 64th time. */
     uint64_t space_refused;
     uint32_t refusals;
+    /* Its request lane (lane.c; NULL = none): the worker's hub, the
+     * doorbell, the lane's generation, and the last request and answer
+     * sequence numbers. */
+    ds_lane_t *lane;
+    ds_lane_hub_t *hub;
+    int bell_fd;
+    uint32_t lane_gen, lane_req, lane_rep;
 } ds_conn_t;
 
 struct ds_client {
@@ -210,6 +219,10 @@ struct ds_buffer {
     ds_set_param_t param; /* remote create and space: how publish will write it */
     char key[];
 };
+
+/* Reads for the rest of a response go through conn->in of this size; larger
+ * remainders go straight to their destination. */
+#define DS_CLIENT_INBUF 16384u
 
 /* ---- conn.c: framing over one socket ---- */
 
@@ -261,6 +274,26 @@ ds_status_t ds__conn_skip(ds_conn_t *conn, uint64_t n, uint64_t deadline);
 /* Reads and drops whatever of the data section is left, so the connection can
  * serve the next request. Marks it broken if that fails. */
 void ds__conn_drain(ds_conn_t *conn, uint64_t deadline);
+/* Asks the worker for a request lane for conn (LANE). DS_K_OK also when
+ * the worker has none to give; an error when the connection failed. */
+ds_status_t ds__conn_lane_open(ds_conn_t *conn, uint64_t deadline);
+
+/* ---- lane.c: requests through the arena (common/lane.h) ---- */
+
+/* False when DS_CLIENT_LANE=0. */
+bool ds__lane_wanted(void);
+/* Sets conn's lane up from LANE's answer (takes bell_fd over); a protocol
+ * error when the answer names no valid lane. */
+ds_status_t ds__lane_attach(ds_conn_t *conn, uint64_t hub_off, uint64_t lane_off, uint32_t gen,
+                            int bell_fd);
+void ds__lane_detach(ds_conn_t *conn);
+/* Puts the request (the iovecs) into the lane; false when it cannot go
+ * there (no lane, too large, the worker closed it): use the socket. */
+bool ds__lane_send(ds_conn_t *conn, const struct iovec *iov, size_t n);
+/* Waits for the answer to the lane request: polls, then sleeps. 0 with the
+ * answer in conn->in, or with nothing there when it comes on the socket;
+ * -1 with errno (ETIMEDOUT, EPROTO for a malformed lane, ENOMEM). */
+int ds__lane_wait(ds_conn_t *conn, uint64_t deadline, bool *contended);
 /* Marks the connection broken after a malformed response and says so. */
 ds_status_t ds__conn_protocol_error(ds_conn_t *conn, const char *what);
 

@@ -53,9 +53,6 @@ static int wait_fd(int fd, short events, uint64_t deadline)
     }
 }
 
-/* Reads for the rest of a response go through conn->in of this size; larger
- * remainders go straight to their destination. */
-#define DS_CLIENT_INBUF 16384u
 /* Below this much time left a read polls instead of blocking: the receive
  * timeout's clock ticks in jiffies and could overrun a deadline this close. */
 #define DS_BLOCKING_RECV_MIN_MS 50u
@@ -371,6 +368,7 @@ ds_conn_t *ds__conn_new(int fd, ds_sess_t *sess, const char *peer)
     conn->sess = sess;
     conn->peer = peer;
     conn->next_req = 1;
+    conn->bell_fd = -1;
     ds__sess_ref(sess);
     return conn;
 }
@@ -379,6 +377,7 @@ void ds__conn_free(ds_conn_t *conn)
 {
     if (conn == NULL) return;
     if (conn->fd >= 0) close(conn->fd);
+    ds__lane_detach(conn);
     ds__wbuf_free(&conn->w);
     ds__wbuf_free(&conn->d);
     free(conn->segs);
@@ -481,7 +480,7 @@ static size_t deferred_frame(ds_conn_t *conn, uint8_t *buf)
 /* Sends the request built in conn->w and conn->segs; *req is its id. The
  * session's deferred releases go first, in the same write. */
 static ds_status_t send_request(ds_conn_t *conn, ds_opcode_t op, bool noreply, uint64_t deadline,
-                                uint64_t *req)
+                                uint64_t *req, bool *via_lane)
 {
     const char *name = ds__opcode_name(op);
     if (conn->w.oom || conn->d.oom)
@@ -527,7 +526,9 @@ static ds_status_t send_request(ds_conn_t *conn, ds_opcode_t op, bool noreply, u
         iov[k + i + 1].iov_base = (void *)(s->p ? s->p : conn->d.buf + s->off);
         iov[k + i + 1].iov_len = s->len;
     }
-    int r = send_iov(conn->fd, iov, conn->nsegs + k + 1, deadline);
+    /* An answered request that fits goes through the lane (lane.c). */
+    *via_lane = !noreply && ds__lane_send(conn, iov, conn->nsegs + k + 1);
+    int r = *via_lane ? 0 : send_iov(conn->fd, iov, conn->nsegs + k + 1, deadline);
     int err = errno;
     if (iov != small) free(iov);
     if (r != 0) return io_error(conn, name, err);
@@ -538,12 +539,17 @@ ds_status_t ds__conn_call(ds_conn_t *conn, ds_opcode_t op, bool noreply, uint64_
 {
     const char *name = ds__opcode_name(op);
     uint64_t req = 0;
-    ds_status_t st = send_request(conn, op, noreply, deadline, &req);
+    bool via_lane = false;
+    ds_status_t st = send_request(conn, op, noreply, deadline, &req, &via_lane);
     if (st != DS_K_OK || noreply) return st;
 
     uint8_t hb[DS_WIRE_HEADER_LEN];
-    uint64_t t0 = conn->spin.max_ns ? ds__now_ns() : 0;
     bool contended = false;
+    if (via_lane && ds__lane_wait(conn, deadline, &contended) != 0) {
+        if (errno == EPROTO) return ds__conn_protocol_error(conn, name);
+        return io_error(conn, name, errno);
+    }
+    uint64_t t0 = conn->spin.max_ns && !via_lane ? ds__now_ns() : 0;
     uint64_t window = t0 ? ds__spin_window(&conn->spin, t0) : 0;
     if (window && conn->in_pos == conn->in_len &&
         (conn->in != NULL || (conn->in = malloc(DS_CLIENT_INBUF)) != NULL)) {
@@ -612,6 +618,53 @@ ds_status_t ds__conn_skip(ds_conn_t *conn, uint64_t n, uint64_t deadline)
         n -= k;
     }
     return DS_K_OK;
+}
+
+ds_status_t ds__conn_lane_open(ds_conn_t *conn, uint64_t deadline)
+{
+    uint8_t f[DS_WIRE_HEADER_LEN];
+    ds_wire_header_t h = {.magic = DS_WIRE_MAGIC,
+                          .version = DS_WIRE_VERSION,
+                          .opcode = DS_OP_LANE,
+                          .req_id = conn->next_req++};
+    ds__wire_header_encode(&h, f);
+    if (ds__write_full(conn->fd, f, sizeof(f), deadline) != 0) return io_error(conn, "lane", errno);
+    int bell = -1;
+    char err[160];
+    ds_wire_header_t rh;
+    uint8_t meta[256];
+    if (read_full_fd(conn->fd, f, sizeof(f), deadline, &bell) != 0) {
+        int e = errno;
+        if (bell >= 0) close(bell);
+        return io_error(conn, "lane", e);
+    }
+    if (ds__wire_header_decode(f, 0, &rh, err, sizeof(err)) != 0 ||
+        !(rh.flags & DS_FLAG_RESPONSE) || rh.opcode != DS_OP_LANE || rh.req_id != h.req_id ||
+        rh.meta_len > sizeof(meta)) {
+        if (bell >= 0) close(bell);
+        return ds__conn_protocol_error(conn, "lane");
+    }
+    if (read_full_fd(conn->fd, meta, rh.meta_len, deadline, &bell) != 0) {
+        int e = errno;
+        if (bell >= 0) close(bell);
+        return io_error(conn, "lane", e);
+    }
+    ds_rbuf_t r;
+    ds__rbuf_init(&r, meta, rh.meta_len);
+    const char *msg;
+    (void)ds__rbuf_str(&r, &msg);
+    if (rh.status != DS_K_OK) {
+        /* None to give (all taken): the connection goes without. */
+        if (bell >= 0) close(bell);
+        return DS_K_OK;
+    }
+    uint64_t hub = ds__rbuf_u64(&r), lane = ds__rbuf_u64(&r);
+    uint32_t gen = ds__rbuf_u32(&r);
+    if (r.err) {
+        if (bell >= 0) close(bell);
+        return ds__conn_protocol_error(conn, "lane");
+    }
+    return ds__lane_attach(conn, hub, lane, gen, bell);
 }
 
 void ds__conn_drain(ds_conn_t *conn, uint64_t deadline)

@@ -40,6 +40,7 @@
 /* HELLO response features. */
 #define DS_FEATURE_SETR 0x01u     /* the session mapped the arena and may send SETR */
 #define DS_FEATURE_SHM_PINS 0x02u /* pins_offset names the session's pin table */
+#define DS_FEATURE_LANE 0x04u     /* the worker gives request lanes (LANE, common/lane.h) */
 
 /* SETR flags. */
 #define DS_SETR_PIN 0x01u
@@ -174,6 +175,12 @@
  *         object written (published or not, as a CREATE buffer holds its
  *         object), released with RELEASE; 0 when the key failed.
  *         Remote (TCP) sessions: K_NOT_SUPPORTED.
+ * LANE    req: (empty)   resp: str err, u64 hub_offset, u64 lane_offset, u32 gen
+ *         (Unix socket, session with the arena, DS_FEATURE_LANE) gives the
+ *         connection a request lane in the arena (common/lane.h); the worker's
+ *         doorbell eventfd rides along as SCM_RIGHTS. The connection's later
+ *         requests may come through the lane. None free: K_OUT_OF_MEMORY;
+ *         asked twice: K_INVALID.
  * GREF    req: i32 delta, n, n*key        resp: str err, n, n*(u32 status, u32 count)
  *         global reference counts (ObjectClient.g_increase_ref / g_decrease_ref /
  *         query_global_ref_num): delta +1, -1 or 0 (query). A key may be
@@ -232,7 +239,8 @@
     X(SETR, 23, "set_reserved")                                                                    \
     X(UCX_PULL, 24, "ucx_pull")                                                                    \
     X(UCX_GET, 25, "ucx_get")                                                                      \
-    X(UCX_ADDR, 26, "ucx_address")
+    X(UCX_ADDR, 26, "ucx_address")                                                                 \
+    X(LANE, 27, "lane")
 
 typedef enum {
 #define DS__OP_ENUM(name, num, text) DS_OP_##name = num,

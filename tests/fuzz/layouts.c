@@ -167,6 +167,7 @@ void fz_parse_request(uint16_t op, const uint8_t *meta, size_t len, ds_wbuf_t *e
     case DS_OP_HEALTH:
     case DS_OP_STATS:
     case DS_OP_SHUTDOWN:
+    case DS_OP_LANE:
         break;
     case DS_OP_LOCATE:
         (void)i32(&p);
@@ -357,6 +358,11 @@ void fz_parse_response(uint16_t op, const uint8_t *meta, size_t len, ds_wbuf_t *
     case DS_OP_GENKEY:
     case DS_OP_STATS:
         str(&p);
+        break;
+    case DS_OP_LANE: /* u64 hub_offset, u64 lane_offset, u32 gen */
+        (void)u64(&p);
+        (void)u64(&p);
+        (void)u32(&p);
         break;
     case DS_OP_LOCATE: {
         uint32_t n = count(&p, UINT32_MAX, 25);

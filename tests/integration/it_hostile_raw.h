@@ -56,6 +56,11 @@ typedef struct {
     /* Answers read so far, in arrival order. */
     hr_frame_t got[HR_MAX_FRAMES];
     uint32_t ngot;
+    /* keep_fds: descriptors riding along with answers are kept here (in
+     * arrival order) instead of closed; hr_close closes them. */
+    bool keep_fds;
+    int fds[4];
+    uint32_t nfds;
 } hr_conn_t;
 
 static inline void hr_frame_free(hr_frame_t *f)
@@ -87,6 +92,9 @@ static inline void hr_close(hr_conn_t *c)
 {
     if (c->fd >= 0) close(c->fd);
     c->fd = -1;
+    for (uint32_t i = 0; i < c->nfds; i++)
+        close(c->fds[i]);
+    c->nfds = 0;
     for (uint32_t i = 0; i < c->ngot; i++)
         hr_frame_free(&c->got[i]);
     c->ngot = 0;
@@ -150,7 +158,10 @@ static inline int hr_read_frame(hr_conn_t *c, hr_frame_t *f, uint64_t deadline)
             }
             int fd = -1;
             ssize_t r = ds__recv_with_fd(c->fd, hb, 1, &fd);
-            if (fd >= 0) close(fd);
+            if (fd >= 0 && c->keep_fds && c->nfds < 4)
+                c->fds[c->nfds++] = fd;
+            else if (fd >= 0)
+                close(fd);
             if (r == 1) break;
             if (r == 0) {
                 errno = ECONNRESET;

@@ -11,6 +11,7 @@
 #include "common/shm_index.h"
 #include "common/spin.h"
 #include "worker/cluster/cluster.h"
+#include "worker/net/lane.h"
 #include "worker/net/ucx.h"
 
 #include <errno.h>
@@ -168,6 +169,15 @@ int ds__server_init(ds_server_t *srv, const ds_worker_config_t *cfg, char *err, 
         hi->index_keymax = DS_SHM_INDEX_KEYMAX;
     }
     if (ds__net_init(net, err, err_cap) != 0) return -1;
+    /* Request lanes (common/lane.h) for local connections, where the
+     * arena has the GET index (standalone, large enough); without room the
+     * worker runs without them. */
+    if (hi->index_slots > 0) {
+        char lerr[160];
+        uint32_t lanes = cfg->max_client_num < 256 ? (uint32_t)cfg->max_client_num : 256u;
+        if (ds__lanes_init(net, lanes, lerr, sizeof(lerr)) != 0)
+            DS_LOG_WARN("no request lanes: %s", lerr);
+    }
     /* --enable_rdma: UCX for pulls between workers (a cluster) and for
      * remote clients' gets (UCX_GET, standalone too); no UCX, no start. */
     if (cfg->enable_rdma && (ds__ops_ucx_addr_init(srv, err, err_cap) != 0 ||
@@ -236,8 +246,25 @@ void ds__server_run(ds_server_t *srv)
         bool busy = ds__net_busy(net);
         bool polling = !contended && !busy && step - idle_since < ds__spin_window(&spin, step);
         if (polling || busy) timeout = 0;
+        /* Clients with a request lane ring the doorbell only while the
+         * loop may sleep. */
+        if (timeout != 0 && !ds__lanes_sleep(net)) timeout = 0;
         ds__net_turn(net);
-        if (ds__loop_run_once(net->loop, timeout) > 0) {
+        int events = ds__loop_run_once(net->loop, timeout);
+        ds__lanes_woke(net);
+        /* Lane requests that came in while polling (the doorbell's
+         * callback serves those that rang). */
+        if (ds__lanes_poll(net) > 0 && events == 0) {
+            uint64_t lane_at = ds__now_ns();
+            if (polling) {
+                net->ctr.poll_hits++;
+                net->ctr.poll_ns += lane_at - step;
+            }
+            ds__spin_done(&spin, lane_at - idle_since, contended);
+            contended = false;
+            steps = 0;
+            idle_since = ds__now_ns();
+        } else if (events > 0) {
             uint64_t woke = ds__loop_woke_ns(net->loop);
             if (polling) {
                 net->ctr.poll_hits++;

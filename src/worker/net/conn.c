@@ -18,6 +18,8 @@
  * its further requests wait (in the socket or the read buffer) until the
  * loop resumes it. */
 #include "worker/net/conn.h"
+#include "worker/net/lane.h"
+#include "common/lane.h"
 
 #include "common/clock.h"
 #include "common/log.h"
@@ -193,6 +195,8 @@ void ds__conn_close(ds_conn_t *c, const char *why)
     ds_net_t *net = c->net;
     DS_LOG_DEBUG("conn %llu closed: %s", (unsigned long long)c->id, why);
     c->state = CONN_CLOSED;
+    /* The lane says so before the socket does. */
+    ds__lane_close(c);
     ds__loop_del(net->loop, &c->io);
     /* The sender thread may be writing this socket: shut it down to fail
      * that write; it is closed when the frame comes back. */
@@ -321,17 +325,6 @@ void ds__conn_queue(ds_conn_t *c, uint64_t req_id, uint16_t op, ds_status_t st, 
 {
     ds_net_t *net = c->net;
     size_t meta_len = w ? w->len : 0;
-    /* One allocation per answer: the frame, nseg + 1 segments, the
-     * references, then the header and metadata bytes. */
-    size_t segs_end = sizeof(ds_out_t) + (nseg + 1) * sizeof(struct iovec);
-    size_t refs_end = segs_end + (size_t)nrefs * sizeof(ds_obj_t *);
-    ds_out_t *o = malloc(refs_end + DS_WIRE_HEADER_LEN + meta_len);
-    if (o == NULL) {
-        for (uint32_t i = 0; i < nrefs; i++)
-            ds__store_unref(net->store, refs[i]);
-        ds__conn_close(c, "out of memory queueing a response");
-        return;
-    }
     uint64_t data_len = 0;
     for (uint32_t i = 0; i < nseg; i++)
         data_len += segs[i].iov_len;
@@ -343,6 +336,37 @@ void ds__conn_queue(ds_conn_t *c, uint64_t req_id, uint16_t op, ds_status_t st, 
                           .meta_len = (uint32_t)meta_len,
                           .req_id = req_id,
                           .data_len = data_len};
+    if (st != DS_K_OK && op < DS_OP__MAX) net->ctr.errors[op]++;
+    if (c->lane_wait) {
+        /* The answer to a lane request: into the lane unless it carries a
+         * descriptor, must follow answers still queued, or ends the
+         * connection (those go on the socket, where the client is sent). */
+        c->lane_wait = false;
+        uint8_t head[DS_WIRE_HEADER_LEN + DS_LANE_REP_MAX];
+        bool socket = fd >= 0 || c->out_head != NULL || c->close_after_write ||
+                      DS_WIRE_HEADER_LEN + meta_len + data_len > DS_LANE_REP_MAX;
+        if (!socket) {
+            ds__wire_header_encode(&h, head);
+            if (meta_len) memcpy(head + DS_WIRE_HEADER_LEN, w->buf, meta_len);
+        }
+        if (ds__lane_reply(c, head, DS_WIRE_HEADER_LEN + meta_len, segs, nseg, data_len, socket)) {
+            net->ctr.bytes_out += DS_WIRE_HEADER_LEN + meta_len + data_len;
+            for (uint32_t i = 0; i < nrefs; i++)
+                ds__store_unref(net->store, refs[i]);
+            return;
+        }
+    }
+    /* One allocation per answer: the frame, nseg + 1 segments, the
+     * references, then the header and metadata bytes. */
+    size_t segs_end = sizeof(ds_out_t) + (nseg + 1) * sizeof(struct iovec);
+    size_t refs_end = segs_end + (size_t)nrefs * sizeof(ds_obj_t *);
+    ds_out_t *o = malloc(refs_end + DS_WIRE_HEADER_LEN + meta_len);
+    if (o == NULL) {
+        for (uint32_t i = 0; i < nrefs; i++)
+            ds__store_unref(net->store, refs[i]);
+        ds__conn_close(c, "out of memory queueing a response");
+        return;
+    }
     memset(o, 0, sizeof(*o));
     ds_obj_t **r = (ds_obj_t **)(void *)((uint8_t *)o + segs_end);
     uint8_t *head = (uint8_t *)o + refs_end;
@@ -358,7 +382,6 @@ void ds__conn_queue(ds_conn_t *c, uint64_t req_id, uint16_t op, ds_status_t st, 
     o->refs = r;
     o->nrefs = nrefs;
     o->fd = fd;
-    if (st != DS_K_OK && op < DS_OP__MAX) net->ctr.errors[op]++;
     if (c->out_tail)
         c->out_tail->next = o;
     else
@@ -478,6 +501,8 @@ static void meta_complete(ds_conn_t *c)
     c->skip = c->h.data_len; /* unless the handler names sinks for it */
     if (c->h.opcode == DS_OP_HELLO)
         ds__hello(c);
+    else if (c->h.opcode == DS_OP_LANE)
+        ds__lane_open(c, &c->cur);
     else
         net->dispatch(net->dispatch_ctx, &c->cur);
     request_handled(c);
@@ -676,6 +701,30 @@ static void process_input(ds_conn_t *c)
     } else {
         update_interest(c);
     }
+}
+
+bool ds__conn_feed(ds_conn_t *c, const uint8_t *p, uint32_t n)
+{
+    conn_full_t *f = full(c);
+    if (c->state != CONN_READ_HEADER || c->hdr_got != 0 || f->rpos != f->rlen ||
+        c->close_after_write || c->lane_wait || n > DS_RBUF_CAP)
+        return false;
+    memcpy(f->rbuf, p, n);
+    f->rpos = 0;
+    f->rlen = n;
+    c->net->ctr.bytes_in += n;
+    c->lane_wait = true;
+    c->in_input = true;
+    consume(c);
+    c->in_input = false;
+    if (c->state == CONN_CLOSED) return true;
+    if (c->flush_after_input) {
+        c->flush_after_input = false;
+        flush_out(c);
+    } else {
+        update_interest(c);
+    }
+    return true;
 }
 
 static void on_io(void *ctx, uint32_t events)

@@ -62,6 +62,11 @@ struct ds_conn {
      * written meanwhile, and a closed connection is freed only once it is
      * back. */
     ds_out_t *bulk_out;
+    /* Its request lane (lane.c): lane index + 1, 0 = none; the last request
+     * sequence number seen there and the lane's generation; lane_wait while
+     * the answer to a lane request is due (it goes into the lane). */
+    uint32_t lane, lane_seen, lane_gen;
+    bool lane_wait;
 };
 
 /* Queues a frame on c; flushes at once when flush is set. */
@@ -71,6 +76,10 @@ void ds__conn_queue(ds_conn_t *c, uint64_t req_id, uint16_t op, ds_status_t st, 
 void ds__conn_close(ds_conn_t *c, const char *why);
 /* Puts c on the ready list: resumed after the current event. */
 void ds__conn_make_ready(ds_conn_t *c);
+/* Handles the bytes of a lane request (n <= the read buffer) as if they
+ * had come over the socket; false, touching nothing, when the connection
+ * is not between requests (lane.c then closes it). */
+bool ds__conn_feed(ds_conn_t *c, const uint8_t *p, uint32_t n);
 /* HELLO (hello.c). */
 void ds__hello(ds_conn_t *c);
 

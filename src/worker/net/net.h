@@ -41,6 +41,7 @@
 
 typedef struct ds_conn ds_conn_t;
 typedef struct ds_bulk ds_bulk_t;
+typedef struct ds_lanes ds_lanes_t;
 
 typedef struct {
     uint64_t ops[DS_OP__MAX];
@@ -50,6 +51,7 @@ typedef struct {
     /* --busy_poll_us: events the loop caught while polling, and the time it
      * spent polling. */
     uint64_t poll_hits, poll_ns;
+    uint64_t lane_requests; /* requests that came through a lane (common/lane.h) */
     uint64_t conns_accepted, conns_rejected, protocol_errors, auth_failures, accept_errors;
 } ds_net_counters_t;
 
@@ -76,6 +78,7 @@ struct ds_net {
     ds_loop_t *loop;
     ds_store_t *store; /* answers hold object references */
     ds_bulk_t *bulk;
+    ds_lanes_t *lanes; /* request lanes (lane.h); NULL = none */
     /* the worker's handler for every complete request but HELLO */
     void (*dispatch)(void *ctx, ds_req_t *r);
     void *dispatch_ctx;

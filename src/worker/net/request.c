@@ -1,6 +1,7 @@
 /* The request layer (request.h) over the connections of conn.c, and the
  * connection layer's set-up and tear-down. */
 #include "worker/net/conn.h"
+#include "worker/net/lane.h"
 
 #include "common/clock.h"
 #include "common/log.h"
@@ -215,4 +216,5 @@ void ds__net_destroy(ds_net_t *net)
     ds__net_free_dead(net);
     while (net->sessions)
         ds__session_free(net, net->sessions);
+    ds__lanes_destroy(net);
 }

@@ -431,6 +431,19 @@ ds_status_t ds__store_pins_reserve(ds_store_t *s, uint32_t tables)
     return DS_K_OK;
 }
 
+ds_status_t ds__store_region(ds_store_t *s, uint64_t bytes, uint64_t *offset, uint8_t **addr)
+{
+    /* Never freed: the arena goes with the worker. */
+    ds_block_t *b = ds__alloc_alloc(s->alloc, bytes);
+    if (b == NULL)
+        return ds__set_error(DS_K_OUT_OF_MEMORY, "no room for %llu bytes",
+                             (unsigned long long)bytes);
+    *offset = s->base + ds__block_offset(b);
+    *addr = s->arena->base + *offset;
+    memset(*addr, 0, bytes);
+    return DS_K_OK;
+}
+
 ds_status_t ds__store_pins_open(ds_store_t *s, uint64_t *offset)
 {
     *offset = 0;

@@ -131,6 +131,10 @@ ds_status_t ds__store_pins_reserve(ds_store_t *s, uint32_t tables);
 ds_status_t ds__store_pins_open(ds_store_t *s, uint64_t *offset);
 void ds__store_pins_close(ds_store_t *s, uint64_t offset);
 uint64_t ds__store_held_due(ds_store_t *s, uint64_t now_ms);
+/* A region of the arena for the store's owner (the request lanes of
+ * common/lane.h), allocated once for the worker's lifetime: its arena offset
+ * and its address in the worker's mapping. DS_K_OUT_OF_MEMORY without room. */
+ds_status_t ds__store_region(ds_store_t *s, uint64_t bytes, uint64_t *offset, uint8_t **addr);
 
 /* Makes a CREATING object the key's current version. With DS_EXISTENCE_NX and a
  * current version present: DS_K_OC_KEY_ALREADY_EXIST, nothing changes. The

@@ -1,0 +1,142 @@
+/* Request lanes, the client's side (common/lane.h says the protocol): a
+ * local pool connection asks for a lane once (LANE, right after it is
+ * opened); then conn.c sends each request that expects an answer and fits
+ * through it, and waits for the answer there. What the lane gives back is
+ * the answer's frame, which conn.c reads on from its input buffer exactly
+ * as if the socket had delivered it. DS_CLIENT_LANE=0 turns lanes off. */
+#include "client/client_internal.h"
+
+#include "common/clock.h"
+#include "common/error.h"
+#include "common/lane.h"
+#include "common/net.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+bool ds__lane_wanted(void)
+{
+    const char *e = getenv("DS_CLIENT_LANE");
+    return e == NULL || strcmp(e, "0") != 0;
+}
+
+ds_status_t ds__lane_attach(ds_conn_t *conn, uint64_t hub_off, uint64_t lane_off, uint32_t gen,
+                            int bell_fd)
+{
+    ds_sess_t *s = conn->sess;
+    bool ok = s && s->base && gen != 0 && bell_fd >= 0 && hub_off % 64 == 0 && lane_off % 64 == 0 &&
+              hub_off <= s->size && s->size - hub_off >= DS_LANE_SIZE && lane_off <= s->size &&
+              s->size - lane_off >= DS_LANE_SIZE;
+    if (!ok) {
+        if (bell_fd >= 0) close(bell_fd);
+        return ds__conn_protocol_error(conn, "lane");
+    }
+    conn->hub = (ds_lane_hub_t *)(void *)(s->base + hub_off);
+    conn->lane = (ds_lane_t *)(void *)(s->base + lane_off);
+    conn->lane_gen = gen;
+    conn->bell_fd = bell_fd;
+    conn->lane_req = conn->lane_rep = 0;
+    return DS_K_OK;
+}
+
+void ds__lane_detach(ds_conn_t *conn)
+{
+    if (conn->bell_fd >= 0) close(conn->bell_fd);
+    conn->bell_fd = -1;
+    conn->lane = NULL;
+    conn->hub = NULL;
+}
+
+bool ds__lane_send(ds_conn_t *conn, const struct iovec *iov, size_t n)
+{
+    ds_lane_t *l = conn->lane;
+    if (l == NULL || atomic_load_explicit(&l->closed, memory_order_relaxed)) return false;
+    size_t total = 0;
+    for (size_t i = 0; i < n; i++)
+        total += iov[i].iov_len;
+    if (total > DS_LANE_REQ_MAX) return false;
+    uint8_t *p = l->req;
+    for (size_t i = 0; i < n; i++) {
+        memcpy(p, iov[i].iov_base, iov[i].iov_len);
+        p += iov[i].iov_len;
+    }
+    atomic_store_explicit(&l->req_len, (uint32_t)total, memory_order_relaxed);
+    atomic_store_explicit(&l->req_gen, conn->lane_gen, memory_order_relaxed);
+    atomic_store_explicit(&l->req_seq, ++conn->lane_req, memory_order_release);
+    atomic_fetch_add_explicit(&conn->hub->pending, 1, memory_order_seq_cst);
+    if (atomic_load_explicit(&conn->hub->sleeping, memory_order_seq_cst)) {
+        uint64_t one = 1;
+        /* Only fails when the counter is full, i.e. the worker is already
+         * due to wake. */
+        (void)!write(conn->bell_fd, &one, sizeof(one));
+    }
+    return true;
+}
+
+/* The worker closed the socket, or put something on it: the answer is to be
+ * read there. */
+static bool socket_says_something(int fd)
+{
+    struct pollfd p = {.fd = fd, .events = POLLIN | POLLRDHUP};
+    return poll(&p, 1, 0) > 0;
+}
+
+int ds__lane_wait(ds_conn_t *conn, uint64_t deadline, bool *contended)
+{
+    ds_lane_t *l = conn->lane;
+    uint32_t seen = conn->lane_rep;
+    uint64_t t0 = conn->spin.max_ns ? ds__now_ns() : 0;
+    uint64_t window = t0 ? ds__spin_window(&conn->spin, t0) : 0;
+    uint32_t cur = atomic_load_explicit(&l->rep_seq, memory_order_acquire);
+    if (cur == seen && window) {
+        uint64_t until = t0 + window, step, now;
+        for (unsigned k = 0;; k++) {
+            if ((cur = atomic_load_explicit(&l->rep_seq, memory_order_acquire)) != seen) break;
+            if ((step = ds__now_ns()) >= until) break;
+            if ((*contended = ds__spin_pause(step, k, &now))) break;
+        }
+    }
+    bool on_socket = false;
+    while (cur == seen) {
+        atomic_store_explicit(&l->waiting, 1, memory_order_seq_cst);
+        if ((cur = atomic_load_explicit(&l->rep_seq, memory_order_seq_cst)) != seen) break;
+        uint64_t now = ds__now_ms();
+        if (now >= deadline) {
+            atomic_store_explicit(&l->waiting, 0, memory_order_relaxed);
+            errno = ETIMEDOUT;
+            return -1;
+        }
+        uint64_t left = deadline - now;
+        uint32_t slice = left < DS_LANE_SLEEP_SLICE_MS ? (uint32_t)left : DS_LANE_SLEEP_SLICE_MS;
+        bool slept_out = ds__futex_wait(&l->rep_seq, seen, slice) != 0 && errno == ETIMEDOUT;
+        cur = atomic_load_explicit(&l->rep_seq, memory_order_acquire);
+        if (cur == seen && slept_out && socket_says_something(conn->fd)) {
+            /* No answer in the lane, but the socket closed (the worker
+             * died): reading it says so. */
+            on_socket = true;
+            break;
+        }
+    }
+    atomic_store_explicit(&l->waiting, 0, memory_order_relaxed);
+    if (t0) ds__spin_done(&conn->spin, ds__now_ns() - t0, *contended);
+    if (on_socket) return 0;
+    conn->lane_rep = cur;
+    uint32_t len = atomic_load_explicit(&l->rep_len, memory_order_relaxed);
+    if (len == DS_LANE_ON_SOCKET) return 0;
+    if (len < DS_WIRE_HEADER_LEN || len > DS_LANE_REP_MAX) {
+        errno = EPROTO;
+        return -1;
+    }
+    if (conn->in == NULL && (conn->in = malloc(DS_CLIENT_INBUF)) == NULL) {
+        errno = ENOMEM;
+        return -1;
+    }
+    memcpy(conn->in, l->rep, len);
+    conn->in_pos = 0;
+    conn->in_len = len;
+    return 0;
+}

@@ -1,0 +1,39 @@
+/* The worker's side of request lanes (common/lane.h): the arena region, the
+ * doorbell, and the loop's hooks. Private to src/worker/net and the loop
+ * that drives it (core/server.c). */
+#ifndef DS_WORKER_NET_LANE_H
+#define DS_WORKER_NET_LANE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#include "worker/net/net.h"
+
+/* Carves n lanes out of the arena and registers the doorbell with the
+ * loop. 0, or -1 with a message (the worker then runs without lanes). */
+int ds__lanes_init(ds_net_t *net, uint32_t n, char *err, size_t err_cap);
+void ds__lanes_destroy(ds_net_t *net);
+
+/* Serves every lane whose request is new; the number served. */
+int ds__lanes_poll(ds_net_t *net);
+/* The loop is about to sleep: tells clients to ring the doorbell. false
+ * when a request came in meanwhile (then it must not sleep). */
+bool ds__lanes_sleep(ds_net_t *net);
+/* The loop is awake again. */
+void ds__lanes_woke(ds_net_t *net);
+
+struct ds_conn;
+/* LANE: gives the connection of r a lane. */
+void ds__lane_open(struct ds_conn *c, ds_req_t *r);
+/* The connection closes: its lane goes back (a client waiting on it is
+ * sent to its socket, where it finds the connection closed). */
+void ds__lane_close(struct ds_conn *c);
+/* The answer to the connection's lane request: into the lane when it fits
+ * and socket is false (true), else the lane sends the client to its
+ * socket and the caller writes the answer there (false). head: header and
+ * metadata. */
+bool ds__lane_reply(struct ds_conn *c, const uint8_t *head, size_t head_len,
+                    const struct iovec *segs, uint32_t nseg, uint64_t data_len, bool socket);
+
+#endif

@@ -1,0 +1,409 @@
+/* Request lanes (common/lane.h) against a real worker.
+ *
+ * The client library: local sets and gets of every size are answered
+ * through the lane (the worker's lane_requests counter moves by the number
+ * of requests), values come back intact, a subscribe-get that waits longer
+ * than the client polls sleeps on the lane and is woken by the publish; a
+ * request after the worker fell asleep goes through the doorbell;
+ * DS_CLIENT_LANE=0 keeps every request on the socket; many threads on
+ * their own lanes interleave correctly; a worker killed while a client
+ * waits on its lane is noticed within a second, not at the deadline.
+ *
+ * A hostile client with a lane of its own (raw protocol, the arena
+ * mapped): a request length out of range, a garbage frame, and a lane
+ * request while its socket request is parked each close that connection
+ * only, with the reason; a request under a wrong generation is ignored; a
+ * well-formed lane request is answered in the lane; LANE twice, over TCP
+ * or without the arena is refused with a message. Other clients and the
+ * values already stored are untouched throughout. */
+#include "harness.h"
+#include "it_hostile_raw.h"
+
+#include "common/lane.h"
+
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+static dst_worker_t W;
+
+static int setup(void **state)
+{
+    (void)state;
+    return dst_worker_start(&W, 256, NULL);
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    /* A clean exit: no sanitizer report, no leak. */
+    if (W.pid > 0) assert_int_equal(dst_worker_stop(&W), 0);
+    return 0;
+}
+
+static double lane_requests(void)
+{
+    return dst_stat(&W, "lane_requests");
+}
+
+static void test_client_uses_lanes(void **state)
+{
+    (void)state;
+    ds_client_t *c = dst_connect(&W, DS_TRANSPORT_LOCAL);
+    assert_non_null(c);
+    static const size_t sizes[] = {1, 1000, 4096, 4097, 65536, 1u << 20, 5u << 20};
+    uint8_t *out = malloc(5u << 20);
+    assert_non_null(out);
+    /* Warm: the connection and its lane exist. */
+    assert_int_equal(dst_set_filled(c, "lane-warm", 10, 1), DS_K_OK);
+    double before = lane_requests();
+    int sets = 0;
+    for (size_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++)
+        for (uint64_t round = 0; round < 10; round++) {
+            uint64_t seed = s * 1000 + round;
+            assert_int_equal(dst_set_filled(c, "lane-k", sizes[s], seed), DS_K_OK);
+            sets++;
+            size_t len = 0;
+            assert_int_equal(ds_kv_get_into(c, "lane-k", 0, out, 5u << 20, &len), DS_K_OK);
+            assert_int_equal(len, sizes[s]);
+            assert_true(dst_check(out, len, seed));
+        }
+    /* Every set went through the lane (gets of small values are read from
+     * the shared index without a request). */
+    assert_true(lane_requests() - before >= sets);
+
+    /* A subscribe-get outlasting the polling window: the client sleeps on
+     * its lane and the publish from another client wakes it. */
+    ds_client_t *p = dst_connect(&W, DS_TRANSPORT_LOCAL);
+    assert_non_null(p);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        usleep(300000);
+        _exit(dst_set_filled(p, "lane-later", 3000, 77) == DS_K_OK ? 0 : 1);
+    }
+    uint64_t t0 = ds__now_ms();
+    size_t len = 0;
+    assert_int_equal(ds_kv_get_into(c, "lane-later", 5000, out, 5u << 20, &len), DS_K_OK);
+    uint64_t dt = ds__now_ms() - t0;
+    assert_int_equal(len, 3000);
+    assert_true(dst_check(out, len, 77));
+    assert_true(dt >= 250 && dt < 2500);
+    int ws = 0;
+    assert_int_equal(waitpid(pid, &ws, 0), pid);
+    assert_true(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+
+    /* After a second of quiet the worker sleeps: the next request rings
+     * the doorbell and is answered at once. */
+    usleep(1000000);
+    before = lane_requests();
+    t0 = ds__now_ms();
+    assert_int_equal(dst_set_filled(c, "lane-bell", 100, 5), DS_K_OK);
+    assert_true(ds__now_ms() - t0 < 200);
+    assert_true(lane_requests() - before >= 1);
+    ds_client_close(p);
+    ds_client_close(c);
+    free(out);
+}
+
+static void test_lanes_off(void **state)
+{
+    (void)state;
+    setenv("DS_CLIENT_LANE", "0", 1);
+    ds_client_t *c = dst_connect(&W, DS_TRANSPORT_LOCAL);
+    unsetenv("DS_CLIENT_LANE");
+    assert_non_null(c);
+    double before = lane_requests();
+    for (int i = 0; i < 50; i++)
+        assert_int_equal(dst_set_filled(c, "lane-off", 2000, (uint64_t)i), DS_K_OK);
+    assert_true(lane_requests() == before);
+    ds_client_close(c);
+}
+
+typedef struct {
+    int id;
+    int failures;
+} worker_arg_t;
+
+static void *hammer(void *p)
+{
+    worker_arg_t *a = p;
+    ds_client_t *c = dst_connect(&W, DS_TRANSPORT_LOCAL);
+    if (c == NULL) {
+        a->failures++;
+        return NULL;
+    }
+    char key[32];
+    uint8_t out[8192];
+    for (int i = 0; i < 400; i++) {
+        snprintf(key, sizeof(key), "lane-t%d-%d", a->id, i % 7);
+        size_t sz = 1 + (size_t)((i * 131 + a->id * 17) % 8000);
+        uint64_t seed = (uint64_t)(a->id * 100000 + i);
+        size_t len = 0;
+        if (dst_set_filled(c, key, sz, seed) != DS_K_OK ||
+            ds_kv_get_into(c, key, 0, out, sizeof(out), &len) != DS_K_OK || len != sz ||
+            !dst_check(out, len, seed))
+            a->failures++;
+    }
+    ds_client_close(c);
+    return NULL;
+}
+
+static void test_threads(void **state)
+{
+    (void)state;
+    enum { N = 8 };
+    pthread_t t[N];
+    worker_arg_t a[N];
+    double before = lane_requests();
+    for (int i = 0; i < N; i++) {
+        a[i] = (worker_arg_t){.id = i};
+        assert_int_equal(pthread_create(&t[i], NULL, hammer, &a[i]), 0);
+    }
+    for (int i = 0; i < N; i++) {
+        pthread_join(t[i], NULL);
+        assert_int_equal(a[i].failures, 0);
+    }
+    assert_true(lane_requests() - before >= N * 400);
+}
+
+/* ---- a raw client with a lane of its own ---- */
+
+typedef struct {
+    hr_conn_t c;
+    uint8_t *base;
+    size_t size;
+    ds_lane_t *lane;
+    ds_lane_hub_t *hub;
+    uint32_t gen;
+    int bell;
+} raw_lane_t;
+
+/* HELLO with the arena, then LANE; the status of LANE's answer. */
+static uint32_t raw_open(raw_lane_t *r, bool unix_sock, bool want_shm)
+{
+    memset(r, 0, sizeof(*r));
+    r->bell = -1;
+    assert_int_equal(hr_open(&r->c, &W, unix_sock), 0);
+    r->c.keep_fds = true;
+    assert_int_equal(hr_hello(&r->c, 0, want_shm, "", 3000), 0);
+    assert_int_equal(r->c.hello_status, 0);
+    uint64_t id = hr_add(&r->c, DS_OP_LANE, NULL, NULL, 0);
+    assert_int_equal(hr_flush(&r->c), 0);
+    hr_frame_t *f = hr_answer(&r->c, id, ds__now_ms() + 3000);
+    assert_non_null(f);
+    if (f->h.status != 0) {
+        print_message("LANE refused: %s\n", f->err);
+        return f->h.status;
+    }
+    assert_int_equal(r->c.nfds, 2); /* the arena, then the doorbell */
+    struct stat st;
+    assert_int_equal(fstat(r->c.fds[0], &st), 0);
+    r->size = (size_t)st.st_size;
+    r->base = mmap(NULL, r->size, PROT_READ | PROT_WRITE, MAP_SHARED, r->c.fds[0], 0);
+    assert_true(r->base != MAP_FAILED);
+    ds_rbuf_t rb;
+    ds__rbuf_init(&rb, f->meta, f->h.meta_len);
+    const char *s;
+    (void)ds__rbuf_str(&rb, &s);
+    uint64_t hub = ds__rbuf_u64(&rb), lane = ds__rbuf_u64(&rb);
+    r->gen = ds__rbuf_u32(&rb);
+    assert_false(rb.err);
+    assert_true(lane + DS_LANE_SIZE <= r->size && hub + DS_LANE_SIZE <= r->size);
+    r->hub = (ds_lane_hub_t *)(void *)(r->base + hub);
+    r->lane = (ds_lane_t *)(void *)(r->base + lane);
+    r->bell = r->c.fds[1];
+    return 0;
+}
+
+static void raw_close(raw_lane_t *r)
+{
+    if (r->base) munmap(r->base, r->size);
+    hr_close(&r->c);
+}
+
+/* Puts len bytes into the lane as a request under gen and rings. */
+static void raw_send(raw_lane_t *r, const void *p, uint32_t len, uint32_t gen, uint32_t claim)
+{
+    memcpy(r->lane->req, p, len < DS_LANE_REQ_MAX ? len : DS_LANE_REQ_MAX);
+    atomic_store(&r->lane->req_len, claim);
+    atomic_store(&r->lane->req_gen, gen);
+    atomic_fetch_add(&r->lane->req_seq, 1);
+    atomic_fetch_add(&r->hub->pending, 1);
+    uint64_t one = 1;
+    assert_int_equal(write(r->bell, &one, sizeof(one)), sizeof(one));
+}
+
+/* A HEALTH request frame into buf; its length. */
+static uint32_t health_frame(uint8_t *buf, uint64_t id)
+{
+    ds_wire_header_t h = {
+        .magic = DS_WIRE_MAGIC, .version = DS_WIRE_VERSION, .opcode = DS_OP_HEALTH, .req_id = id};
+    ds__wire_header_encode(&h, buf);
+    return DS_WIRE_HEADER_LEN;
+}
+
+/* Waits up to ms for rep_seq to move past seen. */
+static bool rep_moved(raw_lane_t *r, uint32_t seen, int ms)
+{
+    uint64_t until = ds__now_ms() + (uint64_t)ms;
+    while (ds__now_ms() < until) {
+        if (atomic_load(&r->lane->rep_seq) != seen) return true;
+        usleep(1000);
+    }
+    return false;
+}
+
+/* The worker closed the raw connection (EOF after any answers). */
+static bool closed_by_worker(raw_lane_t *r)
+{
+    hr_frame_t f;
+    uint64_t until = ds__now_ms() + 3000;
+    for (;;) {
+        if (hr_read_frame(&r->c, &f, until) != 0) return errno == ECONNRESET;
+        hr_frame_free(&f);
+    }
+}
+
+static void test_hostile_lane(void **state)
+{
+    (void)state;
+    ds_client_t *good = dst_connect(&W, DS_TRANSPORT_LOCAL);
+    assert_non_null(good);
+    assert_int_equal(dst_set_filled(good, "lane-kept", 50000, 9), DS_K_OK);
+    double perr = dst_stat(&W, "clients.protocol_errors");
+    uint8_t frame[DS_LANE_REQ_MAX];
+
+    /* A well-formed request is answered in the lane; one under another
+     * generation is not looked at. */
+    raw_lane_t r;
+    assert_int_equal(raw_open(&r, true, true), 0);
+    uint32_t n = health_frame(frame, 1000);
+    raw_send(&r, frame, n, r.gen + 1, n);
+    assert_false(rep_moved(&r, 0, 300));
+    raw_send(&r, frame, n, r.gen, n);
+    assert_true(rep_moved(&r, 0, 3000));
+    uint32_t len = atomic_load(&r.lane->rep_len);
+    assert_true(len >= DS_WIRE_HEADER_LEN && len <= DS_LANE_REP_MAX);
+    ds_wire_header_t h;
+    char err[128];
+    assert_int_equal(ds__wire_header_decode(r.lane->rep, 0, &h, err, sizeof(err)), 0);
+    assert_int_equal(h.opcode, DS_OP_HEALTH);
+    assert_int_equal(h.req_id, 1000);
+    assert_int_equal(h.status, DS_K_OK);
+    /* LANE twice. */
+    uint64_t id = hr_add(&r.c, DS_OP_LANE, NULL, NULL, 0);
+    assert_int_equal(hr_flush(&r.c), 0);
+    hr_frame_t *f = hr_answer(&r.c, id, ds__now_ms() + 3000);
+    assert_non_null(f);
+    assert_int_equal(f->h.status, DS_K_INVALID);
+    assert_non_null(strstr(f->err, "LANE asked twice"));
+    /* A length beyond the lane closes the connection. */
+    raw_send(&r, frame, n, r.gen, DS_LANE_REQ_MAX + 1);
+    assert_true(closed_by_worker(&r));
+    assert_int_equal(atomic_load(&r.lane->closed), 1);
+    raw_close(&r);
+
+    /* A frame that does not decode: the error answer comes on the socket
+     * (the lane says so), then the connection closes. */
+    assert_int_equal(raw_open(&r, true, true), 0);
+    memset(frame, 0xAB, 64);
+    raw_send(&r, frame, 64, r.gen, 64);
+    assert_true(rep_moved(&r, 0, 3000));
+    assert_int_equal(atomic_load(&r.lane->rep_len), DS_LANE_ON_SOCKET);
+    hr_frame_t e;
+    assert_int_equal(hr_read_frame(&r.c, &e, ds__now_ms() + 3000), 0);
+    assert_int_equal(e.h.status, DS_K_INVALID);
+    assert_non_null(strstr(e.err, "protocol error"));
+    hr_frame_free(&e);
+    assert_true(closed_by_worker(&r));
+    raw_close(&r);
+
+    /* A lane request while a socket request is parked. */
+    assert_int_equal(raw_open(&r, true, true), 0);
+    (void)hr_get(&r.c, "lane-never", 5000, 0);
+    assert_int_equal(hr_flush(&r.c), 0);
+    usleep(100000);
+    raw_send(&r, frame, health_frame(frame, 2000), r.gen, DS_WIRE_HEADER_LEN);
+    assert_true(closed_by_worker(&r));
+    raw_close(&r);
+
+    /* A length too short for a header. */
+    assert_int_equal(raw_open(&r, true, true), 0);
+    raw_send(&r, frame, 5, r.gen, 5);
+    assert_true(closed_by_worker(&r));
+    raw_close(&r);
+
+    assert_true(dst_stat(&W, "clients.protocol_errors") >= perr + 4);
+
+    /* No lane over TCP, nor without the arena. */
+    assert_int_equal(raw_open(&r, false, false), DS_K_NOT_SUPPORTED);
+    raw_close(&r);
+    assert_int_equal(raw_open(&r, true, false), DS_K_NOT_SUPPORTED);
+    raw_close(&r);
+
+    /* The others were not touched. */
+    uint8_t *out = malloc(50000);
+    size_t got = 0;
+    assert_int_equal(ds_kv_get_into(good, "lane-kept", 0, out, 50000, &got), DS_K_OK);
+    assert_int_equal(got, 50000);
+    assert_true(dst_check(out, got, 9));
+    assert_int_equal(ds_client_health_check(good), DS_K_OK);
+    free(out);
+    ds_client_close(good);
+}
+
+/* A worker of its own, killed while a client waits on its lane. */
+static void test_worker_dies_during_wait(void **state)
+{
+    (void)state;
+    dst_worker_t K;
+    assert_int_equal(dst_worker_start(&K, 256, NULL), 0);
+    ds_client_t *c = dst_connect(&K, DS_TRANSPORT_LOCAL);
+    assert_non_null(c);
+    assert_int_equal(dst_set_filled(c, "lane-x", 10, 1), DS_K_OK);
+    pid_t wpid = K.pid;
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        usleep(300000);
+        kill(wpid, SIGKILL);
+        _exit(0);
+    }
+    uint64_t t0 = ds__now_ms();
+    uint8_t out[64];
+    size_t len = 0;
+    ds_status_t st = ds_kv_get_into(c, "lane-never-set", 20000, out, sizeof(out), &len);
+    uint64_t dt = ds__now_ms() - t0;
+    print_message("get during the kill: %s after %llu ms\n", ds_last_error(),
+                  (unsigned long long)dt);
+    assert_int_not_equal(st, DS_K_OK);
+    assert_true(dt < 1500);
+    int ws;
+    waitpid(pid, &ws, 0);
+    dst_worker_kill(&K);
+    ds_client_close(c);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_client_uses_lanes),
+        cmocka_unit_test(test_lanes_off),
+        cmocka_unit_test(test_threads),
+        cmocka_unit_test(test_hostile_lane),
+        cmocka_unit_test(test_worker_dies_during_wait),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
