@@ -728,8 +728,10 @@ void ds_client_close(ds_client_t *c)
     /* What is left is borrowed by calls in progress: make their reads and
      * writes fail now rather than at their deadlines (a subscribe-get may
      * wait minutes). Each borrower closes its socket when it gives it back. */
-    for (ds_conn_t *conn = c->all; conn; conn = conn->all_next)
+    for (ds_conn_t *conn = c->all; conn; conn = conn->all_next) {
         shutdown(conn->fd, SHUT_RDWR);
+        ds__lane_kick(conn);
+    }
     ds_sess_t *s = c->sess;
     c->sess = NULL;
     atomic_store(&c->local, false);

@@ -172,6 +172,7 @@ typedef struct ds_conn {
     ds_lane_hub_t *hub;
     int bell_fd;
     uint32_t lane_gen, lane_req, lane_rep;
+    atomic_bool lane_kick; /* ds_client_close: stop waiting on the lane, read the socket */
 } ds_conn_t;
 
 struct ds_client {
@@ -294,6 +295,9 @@ bool ds__lane_send(ds_conn_t *conn, const struct iovec *iov, size_t n);
  * answer in conn->in, or with nothing there when it comes on the socket;
  * -1 with errno (ETIMEDOUT, EPROTO for a malformed lane, ENOMEM). */
 int ds__lane_wait(ds_conn_t *conn, uint64_t deadline, bool *contended);
+/* From another thread (ds_client_close, after shutting the socket down): a
+ * call waiting on conn's lane stops and reads the socket. */
+void ds__lane_kick(ds_conn_t *conn);
 /* Marks the connection broken after a malformed response and says so. */
 ds_status_t ds__conn_protocol_error(ds_conn_t *conn, const char *what);
 

@@ -77,6 +77,14 @@ bool ds__lane_send(ds_conn_t *conn, const struct iovec *iov, size_t n)
     return true;
 }
 
+void ds__lane_kick(ds_conn_t *conn)
+{
+    ds_lane_t *l = conn->lane;
+    if (l == NULL) return;
+    atomic_store(&conn->lane_kick, true);
+    ds__futex_wake(&l->rep_seq);
+}
+
 /* The worker closed the socket, or put something on it: the answer is to be
  * read there. */
 static bool socket_says_something(int fd)
@@ -104,6 +112,10 @@ int ds__lane_wait(ds_conn_t *conn, uint64_t deadline, bool *contended)
     while (cur == seen) {
         atomic_store_explicit(&l->waiting, 1, memory_order_seq_cst);
         if ((cur = atomic_load_explicit(&l->rep_seq, memory_order_seq_cst)) != seen) break;
+        if (atomic_load(&conn->lane_kick)) {
+            on_socket = true;
+            break;
+        }
         uint64_t now = ds__now_ms();
         if (now >= deadline) {
             atomic_store_explicit(&l->waiting, 0, memory_order_relaxed);
@@ -114,9 +126,10 @@ int ds__lane_wait(ds_conn_t *conn, uint64_t deadline, bool *contended)
         uint32_t slice = left < DS_LANE_SLEEP_SLICE_MS ? (uint32_t)left : DS_LANE_SLEEP_SLICE_MS;
         bool slept_out = ds__futex_wait(&l->rep_seq, seen, slice) != 0 && errno == ETIMEDOUT;
         cur = atomic_load_explicit(&l->rep_seq, memory_order_acquire);
-        if (cur == seen && slept_out && socket_says_something(conn->fd)) {
+        if (cur == seen &&
+            (atomic_load(&conn->lane_kick) || (slept_out && socket_says_something(conn->fd)))) {
             /* No answer in the lane, but the socket closed (the worker
-             * died): reading it says so. */
+             * died, or ds_client_close shut it down): reading it says so. */
             on_socket = true;
             break;
         }

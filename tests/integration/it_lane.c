@@ -6,8 +6,9 @@
  * than the client polls sleeps on the lane and is woken by the publish; a
  * request after the worker fell asleep goes through the doorbell;
  * DS_CLIENT_LANE=0 keeps every request on the socket; many threads on
- * their own lanes interleave correctly; a worker killed while a client
- * waits on its lane is noticed within a second, not at the deadline.
+ * their own lanes interleave correctly; ds_client_close ends a call that
+ * sleeps on its lane at once; a worker killed while a client waits on its
+ * lane is noticed within a second, not at the deadline.
  *
  * A hostile client with a lane of its own (raw protocol, the arena
  * mapped): a request length out of range, a garbage frame, and a lane
@@ -176,6 +177,48 @@ static void test_threads(void **state)
         assert_int_equal(a[i].failures, 0);
     }
     assert_true(lane_requests() - before >= N * 400);
+}
+
+typedef struct {
+    ds_client_t *c;
+    ds_status_t st;
+    uint64_t done_ms;
+} waiter_t;
+
+static void *wait_long(void *p)
+{
+    waiter_t *w = p;
+    uint8_t out[64];
+    size_t len = 0;
+    w->st = ds_kv_get_into(w->c, "lane-never-close", 20000, out, sizeof(out), &len);
+    w->done_ms = ds__now_ms();
+    return NULL;
+}
+
+/* ds_client_close ends a call that sleeps on its lane at once, not at the
+ * next look at the socket, even when the worker cannot react (stopped). */
+static void test_close_during_wait(void **state)
+{
+    (void)state;
+    waiter_t w = {.c = dst_connect(&W, DS_TRANSPORT_LOCAL)};
+    assert_non_null(w.c);
+    assert_int_equal(dst_set_filled(w.c, "lane-y", 10, 1), DS_K_OK);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, wait_long, &w), 0);
+    /* Mid-way through one of the waiter's sleeps (DS_LANE_SLEEP_SLICE_MS):
+     * without the kick the wait would end 25 ms later, and the call
+     * ~40 ms after the close (it spends ~15 ms failing afterwards). */
+    usleep(325000);
+    /* A stopped worker does not answer the hang-up: only the client's own
+     * kick ends the wait. */
+    assert_int_equal(kill(W.pid, SIGSTOP), 0);
+    uint64_t t0 = ds__now_ms();
+    ds_client_close(w.c);
+    pthread_join(t, NULL);
+    assert_int_equal(kill(W.pid, SIGCONT), 0);
+    assert_int_not_equal(w.st, DS_K_OK);
+    print_message("close ended the wait after %llu ms\n", (unsigned long long)(w.done_ms - t0));
+    assert_true(w.done_ms - t0 < 30);
 }
 
 /* ---- a raw client with a lane of its own ---- */
@@ -399,11 +442,9 @@ static void test_worker_dies_during_wait(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_client_uses_lanes),
-        cmocka_unit_test(test_lanes_off),
-        cmocka_unit_test(test_threads),
-        cmocka_unit_test(test_hostile_lane),
-        cmocka_unit_test(test_worker_dies_during_wait),
+        cmocka_unit_test(test_client_uses_lanes), cmocka_unit_test(test_lanes_off),
+        cmocka_unit_test(test_threads),           cmocka_unit_test(test_close_during_wait),
+        cmocka_unit_test(test_hostile_lane),      cmocka_unit_test(test_worker_dies_during_wait),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
