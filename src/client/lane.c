@@ -13,6 +13,7 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -66,6 +67,8 @@ bool ds__lane_send(ds_conn_t *conn, const struct iovec *iov, size_t n)
     }
     atomic_store_explicit(&l->req_len, (uint32_t)total, memory_order_relaxed);
     atomic_store_explicit(&l->req_gen, conn->lane_gen, memory_order_relaxed);
+    conn->lane_cpu = sched_getcpu();
+    atomic_store_explicit(&l->client_cpu, (uint32_t)conn->lane_cpu, memory_order_relaxed);
     atomic_store_explicit(&l->req_seq, ++conn->lane_req, memory_order_release);
     atomic_fetch_add_explicit(&conn->hub->pending, 1, memory_order_seq_cst);
     if (atomic_load_explicit(&conn->hub->sleeping, memory_order_seq_cst)) {
@@ -98,13 +101,22 @@ int ds__lane_wait(ds_conn_t *conn, uint64_t deadline, bool *contended)
     ds_lane_t *l = conn->lane;
     uint32_t seen = conn->lane_rep;
     uint64_t t0 = conn->spin.max_ns ? ds__now_ns() : 0;
+    /* Sharing the worker's CPU, watching would only keep it off. */
+    bool watch_ok = conn->lane_cpu < 0 ||
+                    (uint32_t)conn->lane_cpu !=
+                        atomic_load_explicit(&conn->hub->worker_cpu, memory_order_relaxed);
     uint64_t window = t0 ? ds__spin_window(&conn->spin, t0) : 0;
     uint32_t cur = atomic_load_explicit(&l->rep_seq, memory_order_acquire);
     if (cur == seen && window) {
         uint64_t until = t0 + window, step, now;
         for (unsigned k = 0;; k++) {
-            if ((cur = atomic_load_explicit(&l->rep_seq, memory_order_acquire)) != seen) break;
-            if ((step = ds__now_ns()) >= until) break;
+            uint64_t watch = ds__now_ns() + (watch_ok ? DS_LANE_WATCH_NS : 0);
+            for (unsigned i = 1;; i++) {
+                if ((cur = atomic_load_explicit(&l->rep_seq, memory_order_acquire)) != seen) break;
+                ds__cpu_relax();
+                if (i % 16 == 0 && ds__now_ns() >= watch) break;
+            }
+            if (cur != seen || (step = ds__now_ns()) >= until) break;
             if ((*contended = ds__spin_pause(step, k, &now))) break;
         }
     }

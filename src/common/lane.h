@@ -43,12 +43,16 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#define DS_LANE_SIZE 8192u
+#define DS_LANE_SIZE 16384u
 #define DS_LANE_HDR 128u
-#define DS_LANE_REQ_MAX 4032u
+#define DS_LANE_REQ_MAX 8128u
 #define DS_LANE_REP_MAX (DS_LANE_SIZE - DS_LANE_HDR - DS_LANE_REQ_MAX)
 /* rep_len: the answer comes on the socket. */
 #define DS_LANE_ON_SOCKET UINT32_MAX
+/* A poll step of either side first watches the lane this long: the yield
+ * and the checks of a step (common/spin.h) cost ~1.5 us here, a watch
+ * sees the other side's write within ~0.1 us. */
+#define DS_LANE_WATCH_NS 2000u
 /* How long one futex sleep of a waiting client lasts before it looks at
  * its socket and deadline again. */
 #define DS_LANE_SLEEP_SLICE_MS 50u
@@ -57,8 +61,9 @@ typedef struct {
     /* Written by the client. */
     _Atomic uint32_t req_seq;
     _Atomic uint32_t req_len;
-    _Atomic uint32_t req_gen; /* the generation LANE gave: a stale client's writes are ignored */
-    uint8_t pad0[52];
+    _Atomic uint32_t req_gen;    /* the generation LANE gave: a stale client's writes are ignored */
+    _Atomic uint32_t client_cpu; /* where the client ran when it sent (see hub.worker_cpu) */
+    uint8_t pad0[48];
     /* Written by the worker (waiting: by the client). */
     _Atomic uint32_t rep_seq;
     _Atomic uint32_t rep_len;
@@ -71,7 +76,11 @@ typedef struct {
 
 typedef struct {
     _Atomic uint32_t sleeping; /* 1 while the worker's loop may sleep */
-    uint8_t pad0[60];
+    /* Where the worker's loop runs. Watching the lane (DS_LANE_WATCH_NS)
+     * only delays a side that shares the CPU with the watcher, so neither
+     * watches when they last ran on the same one. */
+    _Atomic uint32_t worker_cpu;
+    uint8_t pad0[56];
     _Atomic uint64_t pending; /* bumped by a client after each lane request */
     uint8_t pad1[56];
 } ds_lane_hub_t;
@@ -83,6 +92,15 @@ _Static_assert(sizeof(ds_lane_hub_t) <= DS_LANE_SIZE, "hub layout");
 static inline uint64_t ds__lane_region_size(uint32_t n)
 {
     return (uint64_t)(n + 1) * DS_LANE_SIZE;
+}
+
+static inline void ds__cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
 }
 
 /* FUTEX_WAIT on a shared-memory word while it holds val, up to ms; 0 when

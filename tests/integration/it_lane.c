@@ -13,7 +13,9 @@
  * A hostile client with a lane of its own (raw protocol, the arena
  * mapped): a request length out of range, a garbage frame, and a lane
  * request while its socket request is parked each close that connection
- * only, with the reason; a request under a wrong generation is ignored; a
+ * only, with the reason; a request sent as soon as the answer to a
+ * subscribe-get arrived waits for the connection to resume (it is not such
+ * a request); a request under a wrong generation is ignored; a
  * well-formed lane request is answered in the lane; LANE twice, over TCP
  * or without the arena is refused with a message. Other clients and the
  * values already stored are untouched throughout. */
@@ -276,16 +278,36 @@ static void raw_close(raw_lane_t *r)
     hr_close(&r->c);
 }
 
-/* Puts len bytes into the lane as a request under gen and rings. */
-static void raw_send(raw_lane_t *r, const void *p, uint32_t len, uint32_t gen, uint32_t claim)
+/* Puts len bytes into the lane as a request under gen (claiming claim
+ * bytes); with ring, tells the worker (pending count, doorbell). */
+static void raw_put(raw_lane_t *r, const void *p, uint32_t len, uint32_t gen, uint32_t claim,
+                    bool ring)
 {
     memcpy(r->lane->req, p, len < DS_LANE_REQ_MAX ? len : DS_LANE_REQ_MAX);
     atomic_store(&r->lane->req_len, claim);
     atomic_store(&r->lane->req_gen, gen);
     atomic_fetch_add(&r->lane->req_seq, 1);
+    if (!ring) return;
     atomic_fetch_add(&r->hub->pending, 1);
     uint64_t one = 1;
     assert_int_equal(write(r->bell, &one, sizeof(one)), sizeof(one));
+}
+
+static void raw_send(raw_lane_t *r, const void *p, uint32_t len, uint32_t gen, uint32_t claim)
+{
+    raw_put(r, p, len, gen, claim, true);
+}
+
+/* Builds one request frame (as the raw client would send it) into the
+ * lane and sends it; its request id. */
+static uint64_t raw_request(raw_lane_t *r, uint16_t op, const ds_wbuf_t *m, const void *data,
+                            size_t dlen, bool ring)
+{
+    uint64_t id = hr_add(&r->c, op, m, data, dlen);
+    assert_true(r->c.out.len <= DS_LANE_REQ_MAX);
+    raw_put(r, r->c.out.buf, (uint32_t)r->c.out.len, r->gen, (uint32_t)r->c.out.len, ring);
+    ds__wbuf_reset(&r->c.out);
+    return id;
 }
 
 /* A HEALTH request frame into buf; its length. */
@@ -407,6 +429,50 @@ static void test_hostile_lane(void **state)
     ds_client_close(good);
 }
 
+/* A client's next request can reach its lane as soon as the answer to its
+ * subscribe-get is there, before the worker has resumed the connection
+ * (the publish that ended the wait came from another lane in the same
+ * turn): it is served after the resume, not taken for a request sent
+ * while the get was still waiting. */
+static void test_request_right_after_a_wait(void **state)
+{
+    (void)state;
+    usleep(200000); /* earlier tests' connections are gone: b's lane is scanned before a's */
+    raw_lane_t a, b;
+    assert_int_equal(raw_open(&b, true, true), 0);
+    assert_int_equal(raw_open(&a, true, true), 0);
+    ds_wbuf_t m;
+    ds__wbuf_init(&m);
+    hr_m_get(&m, "lane-early", 5000, 0);
+    uint64_t get_id = raw_request(&a, DS_OP_GET, &m, NULL, 0, true);
+    ds__wbuf_reset(&m);
+    usleep(100000); /* parked */
+    assert_int_equal(atomic_load(&a.lane->rep_seq), 0);
+    uint8_t health[DS_WIRE_HEADER_LEN];
+    uint64_t health_id = a.c.next_id++;
+    health_frame(health, health_id);
+    raw_put(&a, health, sizeof(health), a.gen, sizeof(health), false);
+    hr_m_set(&m, "lane-early", 5);
+    (void)raw_request(&b, DS_OP_SET, &m, "hello", 5, true);
+    ds__wbuf_free(&m);
+    assert_true(rep_moved(&b, 0, 3000));
+    /* a's get answered (rep_seq 1), then its HEALTH (2) on the same lane. */
+    uint64_t until = ds__now_ms() + 3000;
+    while (atomic_load(&a.lane->rep_seq) < 2 && ds__now_ms() < until)
+        usleep(1000);
+    assert_int_equal(atomic_load(&a.lane->rep_seq), 2);
+    ds_wire_header_t h;
+    char err[128];
+    assert_int_equal(ds__wire_header_decode(a.lane->rep, 0, &h, err, sizeof(err)), 0);
+    assert_int_equal(h.opcode, DS_OP_HEALTH);
+    assert_int_equal(h.req_id, health_id);
+    assert_int_equal(h.status, DS_K_OK);
+    assert_true(get_id != health_id);
+    assert_int_equal(atomic_load(&a.lane->closed), 0);
+    raw_close(&a);
+    raw_close(&b);
+}
+
 /* A worker of its own, killed while a client waits on its lane. */
 static void test_worker_dies_during_wait(void **state)
 {
@@ -442,9 +508,13 @@ static void test_worker_dies_during_wait(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_client_uses_lanes), cmocka_unit_test(test_lanes_off),
-        cmocka_unit_test(test_threads),           cmocka_unit_test(test_close_during_wait),
-        cmocka_unit_test(test_hostile_lane),      cmocka_unit_test(test_worker_dies_during_wait),
+        cmocka_unit_test(test_client_uses_lanes),
+        cmocka_unit_test(test_lanes_off),
+        cmocka_unit_test(test_threads),
+        cmocka_unit_test(test_close_during_wait),
+        cmocka_unit_test(test_hostile_lane),
+        cmocka_unit_test(test_request_right_after_a_wait),
+        cmocka_unit_test(test_worker_dies_during_wait),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -6,6 +6,7 @@
 
 #include "common/auth.h"
 #include "common/clock.h"
+#include "common/lane.h"
 #include "common/log.h"
 #include "common/net.h"
 #include "common/shm_index.h"
@@ -252,20 +253,14 @@ void ds__server_run(ds_server_t *srv)
         ds__net_turn(net);
         int events = ds__loop_run_once(net->loop, timeout);
         ds__lanes_woke(net);
-        /* Lane requests that came in while polling (the doorbell's
-         * callback serves those that rang). */
-        if (ds__lanes_poll(net) > 0 && events == 0) {
-            uint64_t lane_at = ds__now_ns();
-            if (polling) {
-                net->ctr.poll_hits++;
-                net->ctr.poll_ns += lane_at - step;
-            }
-            ds__spin_done(&spin, lane_at - idle_since, contended);
-            contended = false;
-            steps = 0;
-            idle_since = ds__now_ns();
-        } else if (events > 0) {
-            uint64_t woke = ds__loop_woke_ns(net->loop);
+        /* Lane requests that came in meanwhile (the doorbell's callback
+         * serves those that rang); a poll step that found nothing watches
+         * the lanes for a moment before it yields. */
+        int lanes = ds__lanes_poll(net);
+        if (events == 0 && lanes == 0 && polling && ds__lanes_watch(net, DS_LANE_WATCH_NS))
+            lanes = ds__lanes_poll(net);
+        if (events > 0 || lanes > 0) {
+            uint64_t woke = events > 0 ? ds__loop_woke_ns(net->loop) : ds__now_ns();
             if (polling) {
                 net->ctr.poll_hits++;
                 net->ctr.poll_ns += woke - step;

@@ -703,12 +703,15 @@ static void process_input(ds_conn_t *c)
     }
 }
 
-bool ds__conn_feed(ds_conn_t *c, const uint8_t *p, uint32_t n)
+int ds__conn_feed(ds_conn_t *c, const uint8_t *p, uint32_t n)
 {
     conn_full_t *f = full(c);
+    /* A deferred request that has ended: its answer is out, the connection
+     * resumes after the current event. */
+    if (c->state == CONN_PARKED && c->deferred == NULL) return 0;
     if (c->state != CONN_READ_HEADER || c->hdr_got != 0 || f->rpos != f->rlen ||
         c->close_after_write || c->lane_wait || n > DS_RBUF_CAP)
-        return false;
+        return -1;
     memcpy(f->rbuf, p, n);
     f->rpos = 0;
     f->rlen = n;
@@ -717,14 +720,14 @@ bool ds__conn_feed(ds_conn_t *c, const uint8_t *p, uint32_t n)
     c->in_input = true;
     consume(c);
     c->in_input = false;
-    if (c->state == CONN_CLOSED) return true;
+    if (c->state == CONN_CLOSED) return 1;
     if (c->flush_after_input) {
         c->flush_after_input = false;
         flush_out(c);
     } else {
         update_interest(c);
     }
-    return true;
+    return 1;
 }
 
 static void on_io(void *ctx, uint32_t events)

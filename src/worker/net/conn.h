@@ -77,9 +77,11 @@ void ds__conn_close(ds_conn_t *c, const char *why);
 /* Puts c on the ready list: resumed after the current event. */
 void ds__conn_make_ready(ds_conn_t *c);
 /* Handles the bytes of a lane request (n <= the read buffer) as if they
- * had come over the socket; false, touching nothing, when the connection
- * is not between requests (lane.c then closes it). */
-bool ds__conn_feed(ds_conn_t *c, const uint8_t *p, uint32_t n);
+ * had come over the socket: 1. Touching nothing: 0 when the connection is
+ * about to resume after a deferred request whose answer is out (the
+ * request is for after that), -1 when it is not between requests (lane.c
+ * then closes it). */
+int ds__conn_feed(ds_conn_t *c, const uint8_t *p, uint32_t n);
 /* HELLO (hello.c). */
 void ds__hello(ds_conn_t *c);
 

@@ -9,11 +9,13 @@
  * the answer goes differs (ds__lane_reply, from ds__conn_queue). */
 #include "worker/net/lane.h"
 
+#include "common/clock.h"
 #include "common/lane.h"
 #include "common/log.h"
 #include "worker/net/conn.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +33,8 @@ struct ds_lanes {
     uint32_t cursor; /* round-robin: a freed lane waits as long as it can */
     uint32_t next_gen;
     uint64_t pending_seen;
+    bool again;          /* a request waits for its connection to resume: look again */
+    uint32_t client_cpu; /* of the last request served */
     bool asleep;
     int bell_fd;
     ds_io_t bell;
@@ -112,21 +116,32 @@ static void serve(ds_net_t *net, ds_conn_t *c)
     ds_lane_t *l = lane_at(net->lanes, c->lane - 1);
     uint32_t seq = atomic_load_explicit(&l->req_seq, memory_order_acquire);
     if (seq == c->lane_seen) return;
-    c->lane_seen = seq;
     /* A client that wrote under an earlier owner's generation is not this
      * connection's client: nothing it wrote is read. */
-    if (atomic_load_explicit(&l->req_gen, memory_order_relaxed) != c->lane_gen) return;
+    if (atomic_load_explicit(&l->req_gen, memory_order_relaxed) != c->lane_gen) {
+        c->lane_seen = seq;
+        return;
+    }
     uint32_t len = atomic_load_explicit(&l->req_len, memory_order_relaxed);
     char why[96];
+    int fed = 0;
     if (len < DS_WIRE_HEADER_LEN || len > DS_LANE_REQ_MAX) {
         snprintf(why, sizeof(why), "lane request of %u bytes (must be %u..%u)", len,
                  DS_WIRE_HEADER_LEN, DS_LANE_REQ_MAX);
-    } else if (ds__conn_feed(c, l->req, len)) {
+    } else if ((fed = ds__conn_feed(c, l->req, len)) == 0) {
+        /* Sent as soon as the answer to a deferred request arrived, before
+         * the connection resumed: served once it has. */
+        net->lanes->again = true;
+        return;
+    } else if (fed > 0) {
+        c->lane_seen = seq;
+        net->lanes->client_cpu = atomic_load_explicit(&l->client_cpu, memory_order_relaxed);
         net->ctr.lane_requests++;
         return;
     } else {
         snprintf(why, sizeof(why), "lane request while another request is in progress");
     }
+    c->lane_seen = seq;
     net->ctr.protocol_errors++;
     DS_LOG_WARN("conn %llu: protocol error: %s", (unsigned long long)c->id, why);
     ds__conn_close(c, why);
@@ -137,8 +152,9 @@ int ds__lanes_poll(ds_net_t *net)
     ds_lanes_t *L = net->lanes;
     if (L == NULL || L->nactive == 0) return 0;
     uint64_t p = atomic_load_explicit(&L->hub->pending, memory_order_seq_cst);
-    if (p == L->pending_seen) return 0;
+    if (p == L->pending_seen && !L->again) return 0;
     L->pending_seen = p;
+    L->again = false;
     int served = 0;
     for (uint32_t i = 0; i < L->nactive;) {
         ds_conn_t *c = L->active[i];
@@ -153,10 +169,35 @@ int ds__lanes_poll(ds_net_t *net)
     return served;
 }
 
+bool ds__lanes_shared_cpu(ds_net_t *net)
+{
+    ds_lanes_t *L = net->lanes;
+    if (L == NULL || L->nactive == 0) return false;
+    int cpu = sched_getcpu();
+    if (cpu < 0) return false;
+    if ((uint32_t)cpu != atomic_load_explicit(&L->hub->worker_cpu, memory_order_relaxed))
+        atomic_store_explicit(&L->hub->worker_cpu, (uint32_t)cpu, memory_order_relaxed);
+    return (uint32_t)cpu == L->client_cpu;
+}
+
+bool ds__lanes_watch(ds_net_t *net, uint64_t ns)
+{
+    ds_lanes_t *L = net->lanes;
+    if (L == NULL || L->nactive == 0 || ds__lanes_shared_cpu(net)) return false;
+    uint64_t until = ds__now_ns() + ns;
+    for (unsigned k = 1;; k++) {
+        if (atomic_load_explicit(&L->hub->pending, memory_order_relaxed) != L->pending_seen)
+            return true;
+        ds__cpu_relax();
+        if (k % 16 == 0 && ds__now_ns() >= until) return false;
+    }
+}
+
 bool ds__lanes_sleep(ds_net_t *net)
 {
     ds_lanes_t *L = net->lanes;
     if (L == NULL || L->nactive == 0) return true;
+    if (L->again) return false;
     atomic_store_explicit(&L->hub->sleeping, 1, memory_order_seq_cst);
     L->asleep = true;
     if (atomic_load_explicit(&L->hub->pending, memory_order_seq_cst) == L->pending_seen)

@@ -17,6 +17,11 @@ void ds__lanes_destroy(ds_net_t *net);
 
 /* Serves every lane whose request is new; the number served. */
 int ds__lanes_poll(ds_net_t *net);
+/* Whether the client of the last lane request ran on this thread's CPU. */
+bool ds__lanes_shared_cpu(ds_net_t *net);
+/* Watches the hub for up to ns: true as soon as a lane request came in.
+ * Not while sharing the CPU with the last client. */
+bool ds__lanes_watch(ds_net_t *net, uint64_t ns);
 /* The loop is about to sleep: tells clients to ring the doorbell. false
  * when a request came in meanwhile (then it must not sleep). */
 bool ds__lanes_sleep(ds_net_t *net);
