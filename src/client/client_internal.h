@@ -172,6 +172,7 @@ typedef struct ds_conn {
     ds_lane_hub_t *hub;
     int bell_fd;
     uint32_t lane_gen, lane_req, lane_rep;
+    uint32_t lane_idx;     /* its bit in the hub's ready mask */
     int lane_cpu;          /* where this thread ran when it sent the lane request */
     atomic_bool lane_kick; /* ds_client_close: stop waiting on the lane, read the socket */
 } ds_conn_t;

@@ -29,8 +29,12 @@ ds_status_t ds__lane_attach(ds_conn_t *conn, uint64_t hub_off, uint64_t lane_off
                             int bell_fd)
 {
     ds_sess_t *s = conn->sess;
-    bool ok = s && s->base && gen != 0 && bell_fd >= 0 && hub_off % 64 == 0 && lane_off % 64 == 0 &&
-              hub_off <= s->size && s->size - hub_off >= DS_LANE_SIZE && lane_off <= s->size &&
+    /* The lane must lie in the mapping, a whole number of lanes past the
+     * hub, within the hub's ready mask. */
+    bool ok = s && s->base && gen != 0 && bell_fd >= 0 && hub_off % 64 == 0 && lane_off > hub_off &&
+              (lane_off - hub_off) % DS_LANE_SIZE == 0 &&
+              (lane_off - hub_off) / DS_LANE_SIZE <= DS_LANE_MAX && hub_off <= s->size &&
+              s->size - hub_off >= DS_LANE_SIZE && lane_off <= s->size &&
               s->size - lane_off >= DS_LANE_SIZE;
     if (!ok) {
         if (bell_fd >= 0) close(bell_fd);
@@ -39,6 +43,7 @@ ds_status_t ds__lane_attach(ds_conn_t *conn, uint64_t hub_off, uint64_t lane_off
     conn->hub = (ds_lane_hub_t *)(void *)(s->base + hub_off);
     conn->lane = (ds_lane_t *)(void *)(s->base + lane_off);
     conn->lane_gen = gen;
+    conn->lane_idx = (uint32_t)((lane_off - hub_off) / DS_LANE_SIZE - 1);
     conn->bell_fd = bell_fd;
     conn->lane_req = conn->lane_rep = 0;
     return DS_K_OK;
@@ -70,7 +75,8 @@ bool ds__lane_send(ds_conn_t *conn, const struct iovec *iov, size_t n)
     conn->lane_cpu = sched_getcpu();
     atomic_store_explicit(&l->client_cpu, (uint32_t)conn->lane_cpu, memory_order_relaxed);
     atomic_store_explicit(&l->req_seq, ++conn->lane_req, memory_order_release);
-    atomic_fetch_add_explicit(&conn->hub->pending, 1, memory_order_seq_cst);
+    atomic_fetch_or_explicit(&conn->hub->ready[conn->lane_idx / 64],
+                             UINT64_C(1) << (conn->lane_idx % 64), memory_order_seq_cst);
     if (atomic_load_explicit(&conn->hub->sleeping, memory_order_seq_cst)) {
         uint64_t one = 1;
         /* Only fails when the counter is full, i.e. the worker is already

@@ -15,10 +15,12 @@
  * client library sends one request per connection at a time anyway):
  *  - client: writes the whole request (header, metadata, data: at most
  *    DS_LANE_REQ_MAX bytes, else it uses the socket) and req_len, then bumps
- *    req_seq and the hub's pending count; if the hub says the worker sleeps,
- *    it writes the doorbell eventfd the worker gave it (LANE);
- *  - worker: its loop notices pending change (polling) or the doorbell
- *    (sleeping), copies the frame out of the lane and handles it exactly as
+ *    req_seq and sets its lane's bit in the hub's ready mask; if the hub
+ *    says the worker sleeps, it writes the doorbell eventfd the worker gave
+ *    it (LANE);
+ *  - worker: its loop takes the ready mask (polling) or is woken by the
+ *    doorbell (sleeping), copies the frame out of each lane whose bit was
+ *    set and whose req_seq moved, and handles it exactly as
  *    if it had come over the socket; the answer goes into rep (rep_len) when
  *    it fits and carries no descriptor, else rep_len says DS_LANE_ON_SOCKET
  *    and the answer follows on the socket; then it bumps rep_seq and, when
@@ -27,7 +29,7 @@
  *  - client: polls rep_seq, then sleeps on it (FUTEX_WAIT, in slices so
  *    that a worker that died is noticed on the socket).
  * Both sleep protocols are Dekker pairs of sequentially consistent
- * operations (a flag store, then a load of the other side's counter), so a
+ * operations (a flag store, then a load of the other side's word), so a
  * request or an answer is never left unnoticed by a side that went to sleep.
  *
  * Lanes live in a region of the arena the worker carves out at start (like
@@ -43,6 +45,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#define DS_LANE_MAX 256u /* lanes per worker: a multiple of 64, at most 512 */
 #define DS_LANE_SIZE 16384u
 #define DS_LANE_HDR 128u
 #define DS_LANE_REQ_MAX 8128u
@@ -81,8 +84,9 @@ typedef struct {
      * watches when they last ran on the same one. */
     _Atomic uint32_t worker_cpu;
     uint8_t pad0[56];
-    _Atomic uint64_t pending; /* bumped by a client after each lane request */
-    uint8_t pad1[56];
+    /* Bit i set by the client of lane i after each request it wrote. */
+    _Atomic uint64_t ready[DS_LANE_MAX / 64];
+    uint8_t pad1[64 - 8 * (DS_LANE_MAX / 64)];
 } ds_lane_hub_t;
 
 _Static_assert(sizeof(ds_lane_t) == DS_LANE_SIZE, "lane layout");

@@ -1,8 +1,7 @@
 /* Request lanes, the worker's side (common/lane.h says the protocol).
  *
- * The lanes of connections that asked for one (LANE) are kept in a dense
- * array; the loop looks at the hub's pending count each turn (one load) and
- * walks that array only when it moved. A request is copied into the
+ * The loop looks at the hub's ready mask each turn (a load per 64 lanes)
+ * and serves the lanes whose bit a client set, taking the bits. A request is copied into the
  * connection's read buffer and runs through the connection's own state
  * machine (ds__conn_feed), so a lane request is handled, checked and
  * answered exactly as the same bytes on the socket would be; only where
@@ -27,13 +26,14 @@ struct ds_lanes {
     uint64_t offset;
     ds_lane_hub_t *hub;
     uint32_t n;
-    ds_conn_t **owner;  /* per lane: its connection, NULL = free */
-    ds_conn_t **active; /* the connections holding one, dense */
+    ds_conn_t **owner; /* per lane: its connection, NULL = free */
     uint32_t nactive;
     uint32_t cursor; /* round-robin: a freed lane waits as long as it can */
     uint32_t next_gen;
-    uint64_t pending_seen;
-    bool again;          /* a request waits for its connection to resume: look again */
+    /* Lanes whose request waits for its connection to resume: looked at
+     * again on the next poll. */
+    uint64_t again[DS_LANE_MAX / 64];
+    bool any_again;
     uint32_t client_cpu; /* of the last request served */
     bool asleep;
     int bell_fd;
@@ -63,9 +63,9 @@ int ds__lanes_init(ds_net_t *net, uint32_t n, char *err, size_t err_cap)
         return -1;
     }
     L->bell_fd = -1;
+    if (n > DS_LANE_MAX) n = DS_LANE_MAX;
     L->owner = calloc(n, sizeof(*L->owner));
-    L->active = calloc(n, sizeof(*L->active));
-    if (L->owner == NULL || L->active == NULL) {
+    if (L->owner == NULL) {
         snprintf(err, err_cap, "out of memory for request lanes");
         goto fail;
     }
@@ -86,7 +86,6 @@ int ds__lanes_init(ds_net_t *net, uint32_t n, char *err, size_t err_cap)
 fail:
     if (L->bell_fd >= 0) close(L->bell_fd);
     free(L->owner);
-    free(L->active);
     free(L);
     return -1;
 }
@@ -98,7 +97,6 @@ void ds__lanes_destroy(ds_net_t *net)
     ds__loop_del(net->loop, &L->bell);
     close(L->bell_fd);
     free(L->owner);
-    free(L->active);
     free(L);
     net->lanes = NULL;
 }
@@ -131,7 +129,9 @@ static void serve(ds_net_t *net, ds_conn_t *c)
     } else if ((fed = ds__conn_feed(c, l->req, len)) == 0) {
         /* Sent as soon as the answer to a deferred request arrived, before
          * the connection resumed: served once it has. */
-        net->lanes->again = true;
+        uint32_t i = c->lane - 1;
+        net->lanes->again[i / 64] |= UINT64_C(1) << (i % 64);
+        net->lanes->any_again = true;
         return;
     } else if (fed > 0) {
         c->lane_seen = seq;
@@ -151,22 +151,35 @@ int ds__lanes_poll(ds_net_t *net)
 {
     ds_lanes_t *L = net->lanes;
     if (L == NULL || L->nactive == 0) return 0;
-    uint64_t p = atomic_load_explicit(&L->hub->pending, memory_order_seq_cst);
-    if (p == L->pending_seen && !L->again) return 0;
-    L->pending_seen = p;
-    L->again = false;
-    int served = 0;
-    for (uint32_t i = 0; i < L->nactive;) {
-        ds_conn_t *c = L->active[i];
-        uint64_t before = net->ctr.lane_requests;
-        serve(net, c);
-        served += net->ctr.lane_requests != before;
-        /* A connection that closed meanwhile left the array: its slot now
-         * holds another one, which is looked at next. */
-        if (i < L->nactive && L->active[i] == c) i++;
+    uint64_t before = net->ctr.lane_requests;
+    bool again = L->any_again;
+    L->any_again = false;
+    for (uint32_t w = 0; w < (L->n + 63) / 64; w++) {
+        uint64_t bits = atomic_load_explicit(&L->hub->ready[w], memory_order_relaxed)
+                            ? atomic_exchange_explicit(&L->hub->ready[w], 0, memory_order_seq_cst)
+                            : 0;
+        if (again) {
+            bits |= L->again[w];
+            L->again[w] = 0;
+        }
+        while (bits) {
+            uint32_t i = w * 64 + (uint32_t)__builtin_ctzll(bits);
+            bits &= bits - 1;
+            /* A bit of a free lane, or past the lanes: a stale or hostile
+             * client's; nothing to serve. */
+            if (i < L->n && L->owner[i]) serve(net, L->owner[i]);
+        }
     }
+    int served = (int)(net->ctr.lane_requests - before);
     if (served) ds__net_after_event(net);
     return served;
+}
+
+static bool any_ready(const ds_lanes_t *L, memory_order mo)
+{
+    for (uint32_t w = 0; w < (L->n + 63) / 64; w++)
+        if (atomic_load_explicit(&L->hub->ready[w], mo)) return true;
+    return false;
 }
 
 bool ds__lanes_shared_cpu(ds_net_t *net)
@@ -186,8 +199,7 @@ bool ds__lanes_watch(ds_net_t *net, uint64_t ns)
     if (L == NULL || L->nactive == 0 || ds__lanes_shared_cpu(net)) return false;
     uint64_t until = ds__now_ns() + ns;
     for (unsigned k = 1;; k++) {
-        if (atomic_load_explicit(&L->hub->pending, memory_order_relaxed) != L->pending_seen)
-            return true;
+        if (any_ready(L, memory_order_relaxed)) return true;
         ds__cpu_relax();
         if (k % 16 == 0 && ds__now_ns() >= until) return false;
     }
@@ -197,11 +209,10 @@ bool ds__lanes_sleep(ds_net_t *net)
 {
     ds_lanes_t *L = net->lanes;
     if (L == NULL || L->nactive == 0) return true;
-    if (L->again) return false;
+    if (L->any_again) return false;
     atomic_store_explicit(&L->hub->sleeping, 1, memory_order_seq_cst);
     L->asleep = true;
-    if (atomic_load_explicit(&L->hub->pending, memory_order_seq_cst) == L->pending_seen)
-        return true;
+    if (!any_ready(L, memory_order_seq_cst)) return true;
     ds__lanes_woke(net);
     return false;
 }
@@ -236,7 +247,7 @@ void ds__lane_open(ds_conn_t *c, ds_req_t *r)
         i = (i + 1) % L->n;
     L->cursor = (i + 1) % L->n;
     L->owner[i] = c;
-    L->active[L->nactive++] = c;
+    L->nactive++;
     ds_lane_t *l = lane_at(L, i);
     memset(l, 0, DS_LANE_HDR);
     c->lane = i + 1;
@@ -266,11 +277,8 @@ void ds__lane_close(ds_conn_t *c)
         publish(l);
     }
     L->owner[i] = NULL;
-    for (uint32_t k = 0; k < L->nactive; k++)
-        if (L->active[k] == c) {
-            L->active[k] = L->active[--L->nactive];
-            break;
-        }
+    L->nactive--;
+    L->again[i / 64] &= ~(UINT64_C(1) << (i % 64));
     c->lane = 0;
 }
 
