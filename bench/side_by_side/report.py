@@ -407,8 +407,9 @@ def why_missed(d):
             verdict = (
                 "%s: idle, a request through a request lane is polled for without a system "
                 "call; under the transfer both vCPUs are busy, polling stops and each operation "
-                "pays its wake-ups, as the bare ping-pong does. Nothing waits behind the "
-                "transfer." % "; ".join(below))
+                "pays its wake-ups, as the bare ping-pong does: the p99 shows no more than the "
+                "machine's own contention (the longest single waits are in the notes)." %
+                "; ".join(below))
         elif ctl_ratio is not None and ctl_ratio < 3:
             verdict = (
                 "The control with no server moved its p99 only x%s, so the machine alone does "
