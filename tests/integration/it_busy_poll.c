@@ -182,7 +182,7 @@ static void test_polling_adapts(void **state)
                p);
         /* Some requests still arrive while the worker polls (the reply's
          * wake-up may preempt it, and the client runs before its next
-         * step): about 15 in 2000 in a release build, 300 under the
+         * step): about 15-40 in 2000 in a release build, 300-500 under the
          * sanitizers. The polling itself stays short. */
         assert_true(h < 1000);
         assert_true(p < 5000);

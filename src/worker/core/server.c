@@ -170,15 +170,17 @@ int ds__server_init(ds_server_t *srv, const ds_worker_config_t *cfg, char *err, 
         hi->index_keymax = DS_SHM_INDEX_KEYMAX;
     }
     if (ds__net_init(net, err, err_cap) != 0) return -1;
-    /* Request lanes (common/lane.h) for local connections, where the
-     * arena has the GET index (standalone, large enough); without room the
-     * worker runs without them. */
-    if (hi->index_slots > 0) {
-        char lerr[160];
-        uint32_t lanes = cfg->max_client_num < 256 ? (uint32_t)cfg->max_client_num : 256u;
-        if (ds__lanes_init(net, lanes, lerr, sizeof(lerr)) != 0)
-            DS_LOG_WARN("no request lanes: %s", lerr);
-    }
+    /* Request lanes (common/lane.h) for local connections where the arena
+     * has the GET index (standalone, 128 MiB and more), whose stats count
+     * such regions as used: one per connection up to --max_client_num and
+     * DS_LANE_MAX, and at most 1/64 of the arena (4 MiB for 256 lanes);
+     * without room the worker runs without them. */
+    uint64_t lanes = hi->index_slots > 0 ? srv->arena.size / (64u * DS_LANE_SIZE) : 0;
+    if (lanes > (uint64_t)cfg->max_client_num) lanes = (uint64_t)cfg->max_client_num;
+    if (lanes > DS_LANE_MAX) lanes = DS_LANE_MAX;
+    char lerr[160];
+    if (lanes > 0 && ds__lanes_init(net, (uint32_t)lanes, lerr, sizeof(lerr)) != 0)
+        DS_LOG_WARN("no request lanes: %s", lerr);
     /* --enable_rdma: UCX for pulls between workers (a cluster) and for
      * remote clients' gets (UCX_GET, standalone too); no UCX, no start. */
     if (cfg->enable_rdma && (ds__ops_ucx_addr_init(srv, err, err_cap) != 0 ||
@@ -256,11 +258,14 @@ void ds__server_run(ds_server_t *srv)
         /* Lane requests that came in meanwhile (the doorbell's callback
          * serves those that rang); a poll step that found nothing watches
          * the lanes for a moment before it yields. */
+        uint64_t lane_at = ds__now_ns(); /* before serving: the wait ended here */
         int lanes = ds__lanes_poll(net);
-        if (events == 0 && lanes == 0 && polling && ds__lanes_watch(net, DS_LANE_WATCH_NS))
+        if (events == 0 && lanes == 0 && polling && ds__lanes_watch(net, DS_LANE_WATCH_NS)) {
+            lane_at = ds__now_ns();
             lanes = ds__lanes_poll(net);
+        }
         if (events > 0 || lanes > 0) {
-            uint64_t woke = events > 0 ? ds__loop_woke_ns(net->loop) : ds__now_ns();
+            uint64_t woke = events > 0 ? ds__loop_woke_ns(net->loop) : lane_at;
             if (polling) {
                 net->ctr.poll_hits++;
                 net->ctr.poll_ns += woke - step;
