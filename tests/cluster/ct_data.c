@@ -8,7 +8,8 @@
  *  - mget and multi-key get_buffers across keys living on every node and
  *    owned by several owners, with missing keys among them;
  *  - a consumer waiting on B (sub_timeout_ms) is woken promptly by a publish
- *    on A, and times out promptly when nothing comes. */
+ *    on A (a local consumer through its request lane), and times out
+ *    promptly when nothing comes. */
 #include "cluster_util.h"
 
 #include "common/clock.h"
@@ -209,7 +210,11 @@ static void woken(int reader, ds_transport_t rt, int writer, ds_transport_t wt, 
 static void test_consumer_on_b_woken_by_a(void **state)
 {
     (void)state;
+    double lanes_b = dst_stat(&C.w[B], "lane_requests");
     woken(B, DS_TRANSPORT_LOCAL, A, DS_TRANSPORT_LOCAL, 1000);
+    /* Cluster workers give local clients request lanes too: the consumer's
+     * get on B waited for the cluster through its lane. */
+    assert_true(dst_stat(&C.w[B], "lane_requests") > lanes_b);
     woken(B, DS_TRANSPORT_TCP, A, DS_TRANSPORT_LOCAL, 4u << 20);
     woken(B, DS_TRANSPORT_LOCAL, A, DS_TRANSPORT_TCP, 70000);
     woken(CC, DS_TRANSPORT_TCP, A, DS_TRANSPORT_TCP, 10);

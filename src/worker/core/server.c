@@ -170,12 +170,12 @@ int ds__server_init(ds_server_t *srv, const ds_worker_config_t *cfg, char *err, 
         hi->index_keymax = DS_SHM_INDEX_KEYMAX;
     }
     if (ds__net_init(net, err, err_cap) != 0) return -1;
-    /* Request lanes (common/lane.h) for local connections where the arena
-     * has the GET index (standalone, 128 MiB and more), whose stats count
-     * such regions as used: one per connection up to --max_client_num and
-     * DS_LANE_MAX, and at most 1/64 of the arena (4 MiB for 256 lanes);
-     * without room the worker runs without them. */
-    uint64_t lanes = hi->index_slots > 0 ? srv->arena.size / (64u * DS_LANE_SIZE) : 0;
+    /* Request lanes (common/lane.h) for local connections, standalone and
+     * in a cluster: one per connection up to --max_client_num and
+     * DS_LANE_MAX, and at most 1/64 of the arena (4 MiB for 256 lanes;
+     * stats arena.lane_bytes, part of used_bytes); without room the worker
+     * runs without them. */
+    uint64_t lanes = srv->arena.size / (64u * DS_LANE_SIZE);
     if (lanes > (uint64_t)cfg->max_client_num) lanes = (uint64_t)cfg->max_client_num;
     if (lanes > DS_LANE_MAX) lanes = DS_LANE_MAX;
     char lerr[160];

@@ -26,6 +26,8 @@ char *ds__server_stats_json(ds_server_t *srv)
     cJSON_AddNumberToObject(arena, "total_bytes", (double)st.arena.total);
     cJSON_AddNumberToObject(arena, "used_bytes", (double)st.arena.used);
     cJSON_AddNumberToObject(arena, "free_bytes", (double)st.arena.free);
+    /* The request lanes' region (common/lane.h), part of used_bytes. */
+    cJSON_AddNumberToObject(arena, "lane_bytes", (double)st.region_bytes);
     cJSON_AddNumberToObject(arena, "largest_free_bytes", (double)st.arena.largest_free);
     /* Reservations of local sessions (SETR), part of used_bytes. */
     cJSON_AddNumberToObject(arena, "reserved_bytes", (double)st.reserved_bytes);

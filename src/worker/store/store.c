@@ -54,6 +54,7 @@ typedef struct {
 } ds_ht_t;
 
 struct ds_store {
+    uint64_t region_bytes; /* ds__store_region's, for the owner's use */
     ds_arena_t *arena;
     ds_alloc_t *alloc;
     ds_ht_t ht[2];
@@ -441,6 +442,7 @@ ds_status_t ds__store_region(ds_store_t *s, uint64_t bytes, uint64_t *offset, ui
     *offset = s->base + ds__block_offset(b);
     *addr = s->arena->base + *offset;
     memset(*addr, 0, bytes);
+    s->region_bytes += bytes;
     return DS_K_OK;
 }
 
@@ -854,6 +856,7 @@ void ds__store_stats(const ds_store_t *s, ds_store_stats_t *out)
     out->pin_tables = s->npt;
     out->reservations = s->reservations;
     out->reserved_bytes = s->reserved_bytes;
+    out->region_bytes = s->region_bytes;
     for (int t = 0; t < 2; t++)
         for (uint64_t i = 0; i < s->ht[t].size; i++)
             for (const ds_obj_t *o = s->ht[t].b[i]; o != NULL; o = o->hnext)

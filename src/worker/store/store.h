@@ -62,6 +62,7 @@ typedef struct {
     uint64_t pin_tables;     /* readers' pin tables (one per local session) */
     uint64_t reservations;   /* DS_OBJ_RESERVED spaces */
     uint64_t reserved_bytes; /* arena bytes they hold (part of arena.used) */
+    uint64_t region_bytes;   /* regions of ds__store_region (part of arena.used) */
     ds_alloc_stats_t arena;
 } ds_store_stats_t;
 
