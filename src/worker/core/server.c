@@ -258,12 +258,10 @@ void ds__server_run(ds_server_t *srv)
         /* Lane requests that came in meanwhile (the doorbell's callback
          * serves those that rang); a poll step that found nothing watches
          * the lanes for a moment before it yields. */
-        uint64_t lane_at = ds__now_ns(); /* before serving: the wait ended here */
-        int lanes = ds__lanes_poll(net);
-        if (events == 0 && lanes == 0 && polling && ds__lanes_watch(net, DS_LANE_WATCH_NS)) {
-            lane_at = ds__now_ns();
-            lanes = ds__lanes_poll(net);
-        }
+        uint64_t lane_at = 0; /* when a lane request was found, before it was served */
+        int lanes = ds__lanes_poll(net, &lane_at);
+        if (events == 0 && lanes == 0 && polling && ds__lanes_watch(net, DS_LANE_WATCH_NS))
+            lanes = ds__lanes_poll(net, &lane_at);
         if (events > 0 || lanes > 0) {
             uint64_t woke = events > 0 ? ds__loop_woke_ns(net->loop) : lane_at;
             if (polling) {

@@ -19,7 +19,6 @@
  * loop resumes it. */
 #include "worker/net/conn.h"
 #include "worker/net/lane.h"
-#include "common/lane.h"
 
 #include "common/clock.h"
 #include "common/log.h"
@@ -342,14 +341,8 @@ void ds__conn_queue(ds_conn_t *c, uint64_t req_id, uint16_t op, ds_status_t st, 
          * descriptor, must follow answers still queued, or ends the
          * connection (those go on the socket, where the client is sent). */
         c->lane_wait = false;
-        uint8_t head[DS_WIRE_HEADER_LEN + DS_LANE_REP_MAX];
-        bool socket = fd >= 0 || c->out_head != NULL || c->close_after_write ||
-                      DS_WIRE_HEADER_LEN + meta_len + data_len > DS_LANE_REP_MAX;
-        if (!socket) {
-            ds__wire_header_encode(&h, head);
-            if (meta_len) memcpy(head + DS_WIRE_HEADER_LEN, w->buf, meta_len);
-        }
-        if (ds__lane_reply(c, head, DS_WIRE_HEADER_LEN + meta_len, segs, nseg, data_len, socket)) {
+        bool socket = fd >= 0 || c->out_head != NULL || c->close_after_write;
+        if (ds__lane_reply(c, &h, meta_len ? w->buf : NULL, segs, nseg, socket)) {
             net->ctr.bytes_out += DS_WIRE_HEADER_LEN + meta_len + data_len;
             for (uint32_t i = 0; i < nrefs; i++)
                 ds__store_unref(net->store, refs[i]);

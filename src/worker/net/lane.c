@@ -52,7 +52,7 @@ static void on_bell(void *ctx, uint32_t events)
     uint64_t v;
     while (read(net->lanes->bell_fd, &v, sizeof(v)) > 0) {
     }
-    ds__lanes_poll(net);
+    ds__lanes_poll(net, NULL);
 }
 
 int ds__lanes_init(ds_net_t *net, uint32_t n, char *err, size_t err_cap)
@@ -147,7 +147,7 @@ static void serve(ds_net_t *net, ds_conn_t *c)
     ds__conn_close(c, why);
 }
 
-int ds__lanes_poll(ds_net_t *net)
+int ds__lanes_poll(ds_net_t *net, uint64_t *found_ns)
 {
     ds_lanes_t *L = net->lanes;
     if (L == NULL || L->nactive == 0) return 0;
@@ -162,6 +162,7 @@ int ds__lanes_poll(ds_net_t *net)
             bits |= L->again[w];
             L->again[w] = 0;
         }
+        if (bits && found_ns && *found_ns == 0) *found_ns = ds__now_ns();
         while (bits) {
             uint32_t i = w * 64 + (uint32_t)__builtin_ctzll(bits);
             bits &= bits - 1;
@@ -282,21 +283,24 @@ void ds__lane_close(ds_conn_t *c)
     c->lane = 0;
 }
 
-bool ds__lane_reply(ds_conn_t *c, const uint8_t *head, size_t head_len, const struct iovec *segs,
-                    uint32_t nseg, uint64_t data_len, bool socket)
+bool ds__lane_reply(ds_conn_t *c, const ds_wire_header_t *h, const uint8_t *meta,
+                    const struct iovec *segs, uint32_t nseg, bool socket)
 {
     ds_lane_t *l = lane_at(c->net->lanes, c->lane - 1);
-    bool fits = !socket && head_len + data_len <= DS_LANE_REP_MAX;
+    uint64_t total = DS_WIRE_HEADER_LEN + (uint64_t)h->meta_len + h->data_len;
+    bool fits = !socket && total <= DS_LANE_REP_MAX;
     if (fits) {
         uint8_t *p = l->rep;
-        memcpy(p, head, head_len);
-        p += head_len;
+        ds__wire_header_encode(h, p);
+        p += DS_WIRE_HEADER_LEN;
+        if (h->meta_len) memcpy(p, meta, h->meta_len);
+        p += h->meta_len;
         for (uint32_t i = 0; i < nseg; i++) {
             if (segs[i].iov_len) memcpy(p, segs[i].iov_base, segs[i].iov_len);
             p += segs[i].iov_len;
         }
     }
-    atomic_store_explicit(&l->rep_len, fits ? (uint32_t)(head_len + data_len) : DS_LANE_ON_SOCKET,
+    atomic_store_explicit(&l->rep_len, fits ? (uint32_t)total : DS_LANE_ON_SOCKET,
                           memory_order_relaxed);
     publish(l);
     return fits;

@@ -15,8 +15,9 @@
 int ds__lanes_init(ds_net_t *net, uint32_t n, char *err, size_t err_cap);
 void ds__lanes_destroy(ds_net_t *net);
 
-/* Serves every lane whose request is new; the number served. */
-int ds__lanes_poll(ds_net_t *net);
+/* Serves every lane whose request is new; the number served. *found_ns
+ * (may be NULL): when the first of them was found, before it was served. */
+int ds__lanes_poll(ds_net_t *net, uint64_t *found_ns);
 /* Whether the client of the last lane request ran on this thread's CPU. */
 bool ds__lanes_shared_cpu(ds_net_t *net);
 /* Watches the hub for up to ns: true as soon as a lane request came in.
@@ -34,11 +35,11 @@ void ds__lane_open(struct ds_conn *c, ds_req_t *r);
 /* The connection closes: its lane goes back (a client waiting on it is
  * sent to its socket, where it finds the connection closed). */
 void ds__lane_close(struct ds_conn *c);
-/* The answer to the connection's lane request: into the lane when it fits
- * and socket is false (true), else the lane sends the client to its
- * socket and the caller writes the answer there (false). head: header and
- * metadata. */
-bool ds__lane_reply(struct ds_conn *c, const uint8_t *head, size_t head_len,
-                    const struct iovec *segs, uint32_t nseg, uint64_t data_len, bool socket);
+/* The answer to the connection's lane request (header h, metadata meta,
+ * data segs): into the lane when it fits and socket is false (true), else
+ * the lane sends the client to its socket and the caller writes the answer
+ * there (false). */
+bool ds__lane_reply(struct ds_conn *c, const ds_wire_header_t *h, const uint8_t *meta,
+                    const struct iovec *segs, uint32_t nseg, bool socket);
 
 #endif
