@@ -10,7 +10,9 @@
  * connection, since a hiredis context is single-threaded. Every thread warms
  * up, then waits at a start line in shared memory; the aggregate rate is all
  * pairs over the span from the first start to the last finish, and the
- * latency figures pool every pair of every thread. The note gives the CPU
+ * latency figures pool every pair of every thread. Each size and client
+ * count runs in three rounds, every system taking its turn in each; a row's
+ * rate is its median round's, its latencies pool all rounds. The note gives the CPU
  * time per pair of the server (all its threads) and of the client threads
  * (each its own timed loop), which says whether a rate is bound by either
  * side's work. All waits are bounded. */
@@ -34,6 +36,7 @@
 #define MAX_PROCS 4
 #define START_WAIT_MS 120000
 #define RUN_WAIT_MS 300000
+#define SCALE_ROUNDS 3
 
 typedef struct {
     atomic_int ready;
@@ -131,8 +134,17 @@ static void child_main(const sbs_env_t *env, sbs_kind_t kind, shared_t *sh, int 
     _exit(atomic_load(&sh->failed) ? 1 : 0);
 }
 
+/* One system's run at one size and client count: every pair's latency, the
+ * span from the first start to the last finish, and the CPU time spent. */
+typedef struct {
+    uint64_t *ns;
+    size_t n;
+    double wall_s, server_cpu_us, client_cpu_us;
+    int procs, threads;
+} run_t;
+
 static int run_one(const sbs_env_t *env, sbs_kind_t kind, size_t size, int clients, int per,
-                   int warmup)
+                   int warmup, run_t *out)
 {
     pid_t server = sbs_kind_is_ds(kind) ? env->worker->pid : env->redis->pid;
     int procs = clients < MAX_PROCS ? clients : MAX_PROCS;
@@ -200,19 +212,54 @@ static int run_one(const sbs_env_t *env, sbs_kind_t kind, size_t size, int clien
         free(all);
         return -1;
     }
-    double wall_s = (double)(t1 - t0) / 1e9;
-    sbs_row_t *r = sbs_row_add(sbs_kind_name(kind), "concurrent set+get", size, clients, all, n);
-    if (r) {
-        r->ops_per_s = 2.0 * (double)n / wall_s;
-        r->gbps = (double)n * (double)size / wall_s / 1e9;
-        snprintf(r->note, sizeof(r->note),
-                 "%d proc x %d thr, %zu pairs, aggregate; CPU us per pair server %.1f, clients "
-                 "%.1f",
-                 procs, threads, n, server_cpu_us / (double)n,
-                 (double)client_cpu_ns / 1e3 / (double)n);
+    *out =
+        (run_t){all,   n,      (double)(t1 - t0) / 1e9, server_cpu_us, (double)client_cpu_ns / 1e3,
+                procs, threads};
+    return 0;
+}
+
+/* One row from a system's rounds: the rate of the median round (by rate),
+ * latencies pooled over all rounds, CPU per pair over all rounds. */
+static void add_row(sbs_kind_t kind, size_t size, int clients, run_t *runs, int rounds)
+{
+    size_t total = 0;
+    double rate[SCALE_ROUNDS], sorted[SCALE_ROUNDS], server_us = 0, client_us = 0;
+    for (int r = 0; r < rounds; r++) {
+        total += runs[r].n;
+        rate[r] = sorted[r] = (double)runs[r].n / runs[r].wall_s;
+        server_us += runs[r].server_cpu_us;
+        client_us += runs[r].client_cpu_us;
+    }
+    for (int i = 1; i < rounds; i++)
+        for (int j = i; j > 0 && sorted[j] < sorted[j - 1]; j--) {
+            double t = sorted[j];
+            sorted[j] = sorted[j - 1];
+            sorted[j - 1] = t;
+        }
+    double pairs_per_s = sorted[rounds / 2];
+    uint64_t *all = malloc(total * sizeof(uint64_t));
+    if (all == NULL) return;
+    size_t n = 0;
+    for (int r = 0; r < rounds; r++) {
+        memcpy(all + n, runs[r].ns, runs[r].n * sizeof(uint64_t));
+        n += runs[r].n;
+    }
+    sbs_row_t *row = sbs_row_add(sbs_kind_name(kind), "concurrent set+get", size, clients, all, n);
+    if (row) {
+        row->ops_per_s = 2.0 * pairs_per_s;
+        row->gbps = pairs_per_s * (double)size / 1e9;
+        char rates[96] = "";
+        for (int r = 0; r < rounds; r++) {
+            size_t len = strlen(rates);
+            snprintf(rates + len, sizeof(rates) - len, "%s%.0f", r ? ", " : "", 2.0 * rate[r]);
+        }
+        snprintf(row->note, sizeof(row->note),
+                 "%d proc x %d thr, %zu pairs in %d rounds (ops/s %s; the median taken); CPU us "
+                 "per pair server %.1f, clients %.1f",
+                 runs[0].procs, runs[0].threads, n, rounds, rates, server_us / (double)n,
+                 client_us / (double)n);
     }
     free(all);
-    return 0;
 }
 
 int sbs_phase_scale(const sbs_opts_t *o, const sbs_env_t *env)
@@ -220,6 +267,8 @@ int sbs_phase_scale(const sbs_opts_t *o, const sbs_env_t *env)
     const int clients[] = {1, 4, 16, 64};
     const size_t sizes[] = {SBS_KIB, SBS_MIB};
     const sbs_kind_t kinds[] = {SBS_DS_LOCAL, SBS_REDIS_UNIX, SBS_DS_REMOTE, SBS_REDIS_TCP};
+    enum { KINDS = sizeof(kinds) / sizeof(kinds[0]) };
+    int rounds = o->quick ? 1 : SCALE_ROUNDS;
     int rc = 0;
     for (size_t si = 0; si < 2; si++) {
         size_t size = sizes[si];
@@ -227,11 +276,28 @@ int sbs_phase_scale(const sbs_opts_t *o, const sbs_env_t *env)
         int floor = size <= SBS_KIB ? 20 : 4;
         int warmup = size <= SBS_KIB ? 50 : 5;
         for (size_t ci = 0; ci < 4; ci++) {
-            int per = total / clients[ci] > floor ? total / clients[ci] : floor;
+            int per = total / rounds / clients[ci];
+            if (per < floor) per = floor;
             printf("  scale, %zu bytes, %d clients ...\n", size, clients[ci]);
             fflush(stdout);
-            for (size_t k = 0; k < 4; k++)
-                if (run_one(env, kinds[k], size, clients[ci], per, warmup) != 0) rc = -1;
+            /* Rounds, each system taking its turn in every round, so that a
+             * burst of noise on the shared machine spreads over all of them. */
+            run_t runs[KINDS][SCALE_ROUNDS];
+            int done[KINDS] = {0};
+            for (int r = 0; r < rounds; r++)
+                for (size_t k = 0; k < KINDS; k++) {
+                    if (done[k] < r) continue; /* failed in an earlier round */
+                    if (run_one(env, kinds[k], size, clients[ci], per, warmup, &runs[k][done[k]]) ==
+                        0)
+                        done[k]++;
+                    else
+                        rc = -1;
+                }
+            for (size_t k = 0; k < KINDS; k++) {
+                if (done[k] == rounds) add_row(kinds[k], size, clients[ci], runs[k], rounds);
+                for (int r = 0; r < done[k]; r++)
+                    free(runs[k][r].ns);
+            }
         }
     }
     return rc;
