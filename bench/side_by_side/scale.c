@@ -253,11 +253,13 @@ static void add_row(sbs_kind_t kind, size_t size, int clients, run_t *runs, int 
             size_t len = strlen(rates);
             snprintf(rates + len, sizeof(rates) - len, "%s%.0f", r ? ", " : "", 2.0 * rate[r]);
         }
-        snprintf(row->note, sizeof(row->note),
-                 "%d proc x %d thr, %zu pairs in %d rounds (ops/s %s; the median taken); CPU us "
-                 "per pair server %.1f, clients %.1f",
-                 runs[0].procs, runs[0].threads, n, rounds, rates, server_us / (double)n,
-                 client_us / (double)n);
+        /* A note cut short at the end loses digits of the last rate only. */
+        if (snprintf(row->note, sizeof(row->note),
+                     "%d proc x %d thr, %zu pairs; CPU us per pair server %.1f, clients %.1f; "
+                     "ops/s of the %d rounds %s (the median taken)",
+                     runs[0].procs, runs[0].threads, n, server_us / (double)n,
+                     client_us / (double)n, rounds, rates) < 0)
+            row->note[0] = '\0';
     }
     free(all);
 }
