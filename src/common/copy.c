@@ -101,7 +101,7 @@ static void trial(klass_t *k, void *dst, const void *src, size_t n)
     else
         memcpy(dst, src, n);
     keep_best(&k->best[m], ds__now_ns() - t0);
-    if (t + 1 != DS_COPY_TRIALS) return;
+    if (t + 1 != (n >= DS_COPY_BIG ? DS_COPY_TRIALS_BIG : DS_COPY_TRIALS)) return;
     uint64_t bm = atomic_load_explicit(&k->best[0], memory_order_relaxed);
     uint64_t bs = atomic_load_explicit(&k->best[1], memory_order_relaxed);
     int way = bs != 0 && bm != 0 && bs * 100 < bm * 97 ? WAY_MOVSB : WAY_MEMCPY;

@@ -10,9 +10,12 @@
  * limit) the vector loop wins instead.
  *
  * So ds__copy does not guess: for each power-of-two size class from 64 KiB
- * up, its first DS_COPY_TRIALS copies alternate between memcpy and
- * `rep movsb` and are timed, and from then on the class uses whichever had
- * the shorter best time (memcpy unless `rep movsb` wins by 3%). Smaller
+ * up, its first DS_COPY_TRIALS copies (DS_COPY_TRIALS_BIG from 8 MiB, where
+ * one copy takes milliseconds, so that a process making few large copies
+ * is not left alternating, half its copies the slower way) alternate
+ * between memcpy and `rep movsb` and are timed, and from then on the class
+ * uses whichever had the shorter best time (memcpy unless `rep movsb` wins
+ * by 3%). Smaller
  * copies, CPUs without ERMS (fast `rep movsb`), other architectures and
  * sanitizer builds (whose checks cannot see inside assembly) always use
  * memcpy. DS_COPY=memcpy or DS_COPY=movsb in the environment forces one way
@@ -27,6 +30,8 @@
 
 #define DS_COPY_MIN (64u * 1024u)
 #define DS_COPY_TRIALS 16u
+#define DS_COPY_TRIALS_BIG 4u
+#define DS_COPY_BIG (8u << 20)
 
 /* memcpy(dst, src, n), for non-overlapping ranges, at the faster of the two
  * ways this CPU has for n's size class. */

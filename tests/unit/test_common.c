@@ -304,6 +304,22 @@ static void test_copy(void **state)
     assert_true(strcmp(w, "memcpy") == 0 || strcmp(w, "rep movsb") == 0);
     free(a);
     free(b);
+    /* From DS_COPY_BIG, fewer trials decide. */
+    n = 9u << 20;
+    a = malloc(n);
+    b = malloc(n);
+    assert_non_null(a);
+    assert_non_null(b);
+    memset(a, 7, n);
+    for (unsigned i = 0; i < DS_COPY_TRIALS_BIG; i++) {
+        memset(b, 0, n);
+        ds__copy(b, a, n);
+        assert_memory_equal(a, b, n);
+    }
+    w = ds__copy_way(n);
+    assert_true(strcmp(w, "memcpy") == 0 || strcmp(w, "rep movsb") == 0);
+    free(a);
+    free(b);
     check_copies();
 }
 
