@@ -175,6 +175,7 @@ typedef struct ds_conn {
     uint32_t lane_idx;     /* its bit in the hub's ready mask */
     int lane_cpu;          /* where this thread ran when it sent the lane request */
     atomic_bool lane_kick; /* ds_client_close: stop waiting on the lane, read the socket */
+    uint64_t lane_soon;    /* the hub.soon this connection promised (0 = none) */
 } ds_conn_t;
 
 struct ds_client {
@@ -300,6 +301,16 @@ int ds__lane_wait(ds_conn_t *conn, uint64_t deadline, bool *contended);
 /* From another thread (ds_client_close, after shutting the socket down): a
  * call waiting on conn's lane stops and reads the socket. */
 void ds__lane_kick(ds_conn_t *conn);
+/* A value's bytes copied into the arena ahead of the request that publishes
+ * them, waking the worker ahead of that request (DS_LANE_AHEAD_MIN in
+ * common/lane.h): init with the value's total size, then copy each piece. */
+typedef struct {
+    ds_conn_t *conn;
+    uint64_t left; /* bytes still to copy */
+    bool armed;    /* the promise is still to be made */
+} ds_lane_ahead_t;
+void ds__lane_ahead_init(ds_lane_ahead_t *a, ds_conn_t *conn, uint64_t total);
+void ds__lane_copy_in(ds_lane_ahead_t *a, uint8_t *dst, const void *src, size_t n);
 /* Marks the connection broken after a malformed response and says so. */
 ds_status_t ds__conn_protocol_error(ds_conn_t *conn, const char *what);
 

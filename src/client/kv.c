@@ -156,6 +156,11 @@ static void set_in_arena(ds_conn_t *conn, const ds_set_param_t *p, size_t n, con
     }
     ds_status_t st = ds__conn_call(conn, DS_OP_CREATE, false, deadline);
     size_t nok = 0;
+    uint64_t total = 0;
+    for (size_t i = 0; i < n; i++)
+        total += lens[at(idx, i)];
+    ds_lane_ahead_t ahead;
+    ds__lane_ahead_init(&ahead, conn, total);
     if (conn->state == DS_CONN_OK && !(st != DS_K_OK && conn->r.pos == conn->r.len)) {
         uint32_t m = ds__rbuf_count(&conn->r, (uint32_t)n, 20);
         for (uint32_t i = 0; i < m && m == n; i++) {
@@ -170,7 +175,7 @@ static void set_in_arena(ds_conn_t *conn, const ds_set_param_t *p, size_t n, con
                 conn->r.err = true;
                 break;
             }
-            ds__shm_index_copy_in(s->base + off, vals[k], lens[k]);
+            ds__lane_copy_in(&ahead, s->base + off, vals[k], lens[k]);
             DS__TSAN_PUBLISHED(s->base + off);
             ok[nok - 1] = k;
         }
@@ -300,9 +305,11 @@ static bool set_in_space(ds_conn_t *conn, const ds_set_param_t *p, size_t n, con
     ds__set_param_put(conn, p);
     ds__wbuf_u32(&conn->w, (uint32_t)n);
     uint64_t off = conn->space_off;
+    ds_lane_ahead_t ahead;
+    ds__lane_ahead_init(&ahead, conn, total);
     for (size_t i = 0; i < n; i++) {
         size_t k = at(idx, i);
-        ds__shm_index_copy_in(s->base + off, vals[k], lens[k]);
+        ds__lane_copy_in(&ahead, s->base + off, vals[k], lens[k]);
         DS__TSAN_PUBLISHED(s->base + off);
         ds__wbuf_cstr(&conn->w, keys[k]);
         ds__wbuf_u64(&conn->w, off);

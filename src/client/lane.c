@@ -10,6 +10,7 @@
 #include "common/error.h"
 #include "common/lane.h"
 #include "common/net.h"
+#include "common/shm_index.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -77,6 +78,13 @@ bool ds__lane_send(ds_conn_t *conn, const struct iovec *iov, size_t n)
     atomic_store_explicit(&l->req_seq, ++conn->lane_req, memory_order_release);
     atomic_fetch_or_explicit(&conn->hub->ready[conn->lane_idx / 64],
                              UINT64_C(1) << (conn->lane_idx % 64), memory_order_seq_cst);
+    if (conn->lane_soon) {
+        /* The request promised is here (unless another client has promised
+         * one since: that promise stands). */
+        uint64_t mine = conn->lane_soon;
+        atomic_compare_exchange_strong(&conn->hub->soon, &mine, 0);
+        conn->lane_soon = 0;
+    }
     if (atomic_load_explicit(&conn->hub->sleeping, memory_order_seq_cst)) {
         uint64_t one = 1;
         /* Only fails when the counter is full, i.e. the worker is already
@@ -84,6 +92,51 @@ bool ds__lane_send(ds_conn_t *conn, const struct iovec *iov, size_t n)
         (void)!write(conn->bell_fd, &one, sizeof(one));
     }
     return true;
+}
+
+void ds__lane_ahead_init(ds_lane_ahead_t *a, ds_conn_t *conn, uint64_t total)
+{
+    a->conn = conn;
+    a->left = total;
+    a->armed = conn->lane && conn->spin.max_ns && total >= DS_LANE_AHEAD_MIN;
+}
+
+/* Promises the worker a request within the rest of the copy (left bytes at
+ * 1 GB/s, plus a margin) and rings the doorbell if it sleeps; not when this
+ * thread runs on the worker's CPU, where a woken worker would only take
+ * turns with the copy. */
+static void promise(ds_conn_t *conn, uint64_t left)
+{
+    ds_lane_hub_t *hub = conn->hub;
+    int cpu = sched_getcpu();
+    if (cpu >= 0 && (uint32_t)cpu == atomic_load_explicit(&hub->worker_cpu, memory_order_relaxed))
+        return;
+    uint64_t ahead = left + 50000u;
+    if (ahead > DS_LANE_AHEAD_MAX_NS) ahead = DS_LANE_AHEAD_MAX_NS;
+    uint64_t soon = ds__now_ns() + ahead;
+    uint64_t cur = atomic_load_explicit(&hub->soon, memory_order_relaxed);
+    while (cur < soon && !atomic_compare_exchange_weak(&hub->soon, &cur, soon)) {
+    }
+    conn->lane_soon = soon;
+    if (atomic_load_explicit(&hub->sleeping, memory_order_seq_cst)) {
+        uint64_t one = 1;
+        (void)!write(conn->bell_fd, &one, sizeof(one));
+    }
+}
+
+void ds__lane_copy_in(ds_lane_ahead_t *a, uint8_t *dst, const void *src, size_t n)
+{
+    size_t first = n;
+    /* The promise falls due in this piece: copy up to it, make it, copy on. */
+    if (a->armed && a->left - n < DS_LANE_AHEAD_BYTES)
+        first = a->left > DS_LANE_AHEAD_BYTES ? (size_t)(a->left - DS_LANE_AHEAD_BYTES) : 0;
+    if (first) ds__shm_index_copy_in(dst, src, first);
+    if (first < n) {
+        a->armed = false;
+        promise(a->conn, a->left - first);
+        ds__shm_index_copy_in(dst + first, (const uint8_t *)src + first, n - first);
+    }
+    a->left -= n;
 }
 
 void ds__lane_kick(ds_conn_t *conn)

@@ -61,8 +61,10 @@ static ds_status_t setv_in_space(ds_conn_t *conn, const char *key, size_t n,
     if (want < need) want = need;
     uint64_t off = conn->space_off;
     uint8_t *dst = s->base + off;
+    ds_lane_ahead_t ahead;
+    ds__lane_ahead_init(&ahead, conn, total);
     for (size_t i = 0; i < n; i++) {
-        ds__shm_index_copy_in(dst, pieces[i], lens[i]);
+        ds__lane_copy_in(&ahead, dst, pieces[i], lens[i]);
         dst += lens[i];
     }
     DS__TSAN_PUBLISHED(s->base + off);

@@ -59,6 +59,20 @@
 /* How long one futex sleep of a waiting client lasts before it looks at
  * its socket and deadline again. */
 #define DS_LANE_SLEEP_SLICE_MS 50u
+/* Waking ahead: a client that copies a value of at least
+ * DS_LANE_AHEAD_MIN bytes into the arena before the request that publishes
+ * it tells the worker, when DS_LANE_AHEAD_BYTES are left to copy, that a
+ * request is coming (hub.soon: by when, on CLOCK_MONOTONIC) and rings the
+ * doorbell if the worker sleeps. The worker's wake-up (tens of us on a VM
+ * whose idle vCPUs halt) then overlaps the end of the copy, and the worker
+ * polls the lanes until the request comes or the time passes. The client
+ * promises at most DS_LANE_AHEAD_MAX_NS ahead (the rest of the copy at
+ * 1 GB/s, plus a margin) and clears its promise when it sends; a worker
+ * ignores a promise further ahead than that, so a client that lies costs
+ * at most the polling it could cause with requests of its own. */
+#define DS_LANE_AHEAD_MIN (256u * 1024u)
+#define DS_LANE_AHEAD_BYTES (1024u * 1024u)
+#define DS_LANE_AHEAD_MAX_NS 1000000u
 
 typedef struct {
     /* Written by the client. */
@@ -83,7 +97,10 @@ typedef struct {
      * only delays a side that shares the CPU with the watcher, so neither
      * watches when they last ran on the same one. */
     _Atomic uint32_t worker_cpu;
-    uint8_t pad0[56];
+    /* Written by clients: a request is due by then (ns, CLOCK_MONOTONIC;
+     * 0 = none), see DS_LANE_AHEAD_MIN. */
+    _Atomic uint64_t soon;
+    uint8_t pad0[48];
     /* Bit i set by the client of lane i after each request it wrote. */
     _Atomic uint64_t ready[DS_LANE_MAX / 64];
     uint8_t pad1[64 - 8 * (DS_LANE_MAX / 64)];

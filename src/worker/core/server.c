@@ -247,7 +247,11 @@ void ds__server_run(ds_server_t *srv)
         }
         uint64_t step = ds__now_ns();
         bool busy = ds__net_busy(net);
-        bool polling = !contended && !busy && step - idle_since < ds__spin_window(&spin, step);
+        /* A client's promise of a request (a set copying a large value)
+         * keeps the loop polling whatever the window says. */
+        bool polling = !contended && !busy &&
+                       (step - idle_since < ds__spin_window(&spin, step) ||
+                        (spin.max_ns && ds__lanes_expected(net, step)));
         if (polling || busy) timeout = 0;
         /* Clients with a request lane ring the doorbell only while the
          * loop may sleep. */

@@ -206,6 +206,15 @@ bool ds__lanes_watch(ds_net_t *net, uint64_t ns)
     }
 }
 
+bool ds__lanes_expected(ds_net_t *net, uint64_t now_ns)
+{
+    ds_lanes_t *L = net->lanes;
+    if (L == NULL || L->nactive == 0) return false;
+    uint64_t soon = atomic_load_explicit(&L->hub->soon, memory_order_relaxed);
+    /* A promise further ahead than any client makes is a lie: ignored. */
+    return soon > now_ns && soon - now_ns <= DS_LANE_AHEAD_MAX_NS;
+}
+
 bool ds__lanes_sleep(ds_net_t *net)
 {
     ds_lanes_t *L = net->lanes;
@@ -224,6 +233,10 @@ void ds__lanes_woke(ds_net_t *net)
     if (L == NULL || !L->asleep) return;
     atomic_store_explicit(&L->hub->sleeping, 0, memory_order_relaxed);
     L->asleep = false;
+    /* A sleep may have moved the loop to another CPU (clients read it, see
+     * DS_LANE_AHEAD_MIN). */
+    int cpu = sched_getcpu();
+    if (cpu >= 0) atomic_store_explicit(&L->hub->worker_cpu, (uint32_t)cpu, memory_order_relaxed);
 }
 
 void ds__lane_open(ds_conn_t *c, ds_req_t *r)

@@ -23,6 +23,9 @@ bool ds__lanes_shared_cpu(ds_net_t *net);
 /* Watches the hub for up to ns: true as soon as a lane request came in.
  * Not while sharing the CPU with the last client. */
 bool ds__lanes_watch(ds_net_t *net, uint64_t ns);
+/* Whether a client has promised a lane request soon (DS_LANE_AHEAD_MIN in
+ * common/lane.h): the loop then polls instead of sleeping. */
+bool ds__lanes_expected(ds_net_t *net, uint64_t now_ns);
 /* The loop is about to sleep: tells clients to ring the doorbell. false
  * when a request came in meanwhile (then it must not sleep). */
 bool ds__lanes_sleep(ds_net_t *net);
