@@ -7,6 +7,7 @@
  * stopped with `dscli stop`, and by PID if a test fails before that. */
 #include "harness.h"
 
+#include "common/clock.h"
 #include "common/net.h"
 
 #include <arpa/inet.h>
@@ -135,8 +136,13 @@ static void test_kvcache_guide_command_line(void **state)
     assert_true(started_pid > 0);
 
     set_get("127.0.0.1", port, "kvcache-guide-1");
-    /* Registered in etcd, as a cluster member. */
-    assert_int_equal(dst_etcd_count(&etcd, "/datasystem/default/cluster/"), 1);
+    /* Registered in etcd, as a cluster member: the worker serves before its
+     * member thread has registered (keys are served from the start), so
+     * wait for it, as ct_etcd does (a TSan build under load took >2 s). */
+    int members = 0;
+    for (uint64_t until = ds__now_ms() + 15000; ds__now_ms() < until; usleep(100000))
+        if ((members = dst_etcd_count(&etcd, "/datasystem/default/cluster/")) == 1) break;
+    assert_int_equal(members, 1);
     /* Yuanrong's yr_liveness_check.sh: the file exists, says "liveness check
      * success", and was modified within its timeout (30 s); here it is
      * rewritten every 5 s, so its mtime moves within 7 s. */
