@@ -113,9 +113,12 @@ static void promise(ds_conn_t *conn, uint64_t left)
         return;
     uint64_t ahead = left + 50000u;
     if (ahead > DS_LANE_AHEAD_MAX_NS) ahead = DS_LANE_AHEAD_MAX_NS;
-    uint64_t soon = ds__now_ns() + ahead;
+    uint64_t now = ds__now_ns(), soon = now + ahead;
+    /* The later promise stands; one further ahead than any client makes
+     * (a lie the worker ignores) is replaced. */
     uint64_t cur = atomic_load_explicit(&hub->soon, memory_order_relaxed);
-    while (cur < soon && !atomic_compare_exchange_weak(&hub->soon, &cur, soon)) {
+    while ((cur < soon || cur - now > DS_LANE_AHEAD_MAX_NS) &&
+           !atomic_compare_exchange_weak(&hub->soon, &cur, soon)) {
     }
     conn->lane_soon = soon;
     if (atomic_load_explicit(&hub->sleeping, memory_order_seq_cst)) {

@@ -182,6 +182,10 @@ static char *render(struct ds_metrics *m, size_t *len)
     counter(&t, "ds_worker_poll_hits_total",
             "Events the event loop caught while polling (--busy_poll_us) instead of sleeping.",
             srv->net.ctr.poll_hits);
+    counter(&t, "ds_worker_poll_promised_total",
+            "Event-loop turns that polled because a local client promised a request (a large "
+            "set waking the worker ahead).",
+            srv->net.ctr.poll_promised);
     family(&t, "ds_worker_poll_seconds_total", "counter",
            "Time the event loop spent polling (--busy_poll_us).");
     emit(&t, "ds_worker_poll_seconds_total %.6f\n", (double)srv->net.ctr.poll_ns / 1e9);

@@ -249,9 +249,10 @@ void ds__server_run(ds_server_t *srv)
         bool busy = ds__net_busy(net);
         /* A client's promise of a request (a set copying a large value)
          * keeps the loop polling whatever the window says. */
-        bool polling = !contended && !busy &&
-                       (step - idle_since < ds__spin_window(&spin, step) ||
-                        (spin.max_ns && ds__lanes_expected(net, step)));
+        bool promised = !contended && !busy && spin.max_ns && ds__lanes_expected(net, step);
+        bool polling =
+            promised || (!contended && !busy && step - idle_since < ds__spin_window(&spin, step));
+        if (promised) net->ctr.poll_promised++;
         if (polling || busy) timeout = 0;
         /* Clients with a request lane ring the doorbell only while the
          * loop may sleep. */

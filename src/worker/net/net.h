@@ -51,6 +51,9 @@ typedef struct {
     /* --busy_poll_us: events the loop caught while polling, and the time it
      * spent polling. */
     uint64_t poll_hits, poll_ns;
+    /* Loop turns that polled because a client promised a request
+     * (DS_LANE_AHEAD_MIN in common/lane.h). */
+    uint64_t poll_promised;
     uint64_t lane_requests; /* requests that came through a lane (common/lane.h) */
     uint64_t conns_accepted, conns_rejected, protocol_errors, auth_failures, accept_errors;
 } ds_net_counters_t;

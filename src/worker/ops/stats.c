@@ -77,6 +77,7 @@ char *ds__server_stats_json(ds_server_t *srv)
     cJSON_AddNumberToObject(poll, "max_us", (double)srv->cfg.busy_poll_us);
     cJSON_AddNumberToObject(poll, "hits", (double)srv->net.ctr.poll_hits);
     cJSON_AddNumberToObject(poll, "polled_us", (double)(srv->net.ctr.poll_ns / 1000u));
+    cJSON_AddNumberToObject(poll, "promised", (double)srv->net.ctr.poll_promised);
     char *out = cJSON_PrintUnformatted(root);
     cJSON_Delete(root);
     return out;
