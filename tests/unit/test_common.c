@@ -246,6 +246,26 @@ static void test_spin_pause_sees_other_work(void **state)
 
 /* Every way of ds__copy moves exactly the bytes asked for, at any alignment
  * and size around the class boundaries, and leaves the bytes around alone. */
+/* n's class is still trying; trials copies of n, each exact, decide it. */
+static void trial_class(size_t n, unsigned trials)
+{
+    uint8_t *a = malloc(n), *b = malloc(n);
+    assert_non_null(a);
+    assert_non_null(b);
+    memset(a, 5, n);
+    const char *w = ds__copy_way(n);
+    assert_true(strcmp(w, "trying") == 0 || strcmp(w, "memcpy") == 0); /* memcpy: no ERMS */
+    for (unsigned i = 0; i < trials; i++) {
+        memset(b, 0, n);
+        ds__copy(b, a, n);
+        assert_memory_equal(a, b, n);
+    }
+    w = ds__copy_way(n);
+    assert_true(strcmp(w, "memcpy") == 0 || strcmp(w, "rep movsb") == 0);
+    free(a);
+    free(b);
+}
+
 static void check_copies(void)
 {
     const size_t sizes[] = {
@@ -287,39 +307,10 @@ static void test_copy(void **state)
     ds__copy_force(0);
     assert_string_equal(ds__copy_way(1000), "memcpy");
     /* Measuring: a size class tries both ways for its first trials, then
-     * keeps one (which one is this CPU's business). */
-    size_t n = 3u << 20; /* a class no check above touched */
-    uint8_t *a = malloc(n), *b = malloc(n);
-    assert_non_null(a);
-    assert_non_null(b);
-    memset(a, 5, n);
-    const char *w = ds__copy_way(n);
-    assert_true(strcmp(w, "trying") == 0 || strcmp(w, "memcpy") == 0); /* memcpy: no ERMS */
-    for (unsigned i = 0; i < DS_COPY_TRIALS; i++) {
-        memset(b, 0, n);
-        ds__copy(b, a, n);
-        assert_memory_equal(a, b, n);
-    }
-    w = ds__copy_way(n);
-    assert_true(strcmp(w, "memcpy") == 0 || strcmp(w, "rep movsb") == 0);
-    free(a);
-    free(b);
-    /* From DS_COPY_BIG, fewer trials decide. */
-    n = 9u << 20;
-    a = malloc(n);
-    b = malloc(n);
-    assert_non_null(a);
-    assert_non_null(b);
-    memset(a, 7, n);
-    for (unsigned i = 0; i < DS_COPY_TRIALS_BIG; i++) {
-        memset(b, 0, n);
-        ds__copy(b, a, n);
-        assert_memory_equal(a, b, n);
-    }
-    w = ds__copy_way(n);
-    assert_true(strcmp(w, "memcpy") == 0 || strcmp(w, "rep movsb") == 0);
-    free(a);
-    free(b);
+     * keeps one (which one is this CPU's business); from DS_COPY_BIG fewer
+     * trials decide. Classes no check above touched. */
+    trial_class(3u << 20, DS_COPY_TRIALS);
+    trial_class(9u << 20, DS_COPY_TRIALS_BIG);
     check_copies();
 }
 
