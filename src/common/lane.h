@@ -68,8 +68,10 @@
  * polls the lanes until the request comes or the time passes. The client
  * promises at most DS_LANE_AHEAD_MAX_NS ahead (the rest of the copy at
  * 1 GB/s, plus a margin) and clears its promise when it sends; a worker
- * ignores a promise further ahead than that, so a client that lies costs
- * at most the polling it could cause with requests of its own. */
+ * ignores a promise further ahead than that, and the next client's promise
+ * replaces it, so a client that lies costs at most the polling it could
+ * cause with requests of its own. Not made from the worker's CPU (hub.
+ * worker_cpu), nor by a client whose polling is off. */
 #define DS_LANE_AHEAD_MIN (256u * 1024u)
 #define DS_LANE_AHEAD_BYTES (1024u * 1024u)
 #define DS_LANE_AHEAD_MAX_NS 1000000u
