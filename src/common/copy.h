@@ -17,9 +17,9 @@
  * uses whichever had the shorter best time (memcpy unless `rep movsb` wins
  * by 3%). Smaller copies, CPUs without ERMS (fast `rep movsb`), other
  * architectures and sanitizer builds (whose checks cannot see inside
- * assembly) always use memcpy. DS_COPY=memcpy or DS_COPY=movsb in the environment forces one way
- * for the whole process. The copy itself is the same bytes either way; only
- * its speed differs. Thread-safe: the per-class statistics are relaxed
+ * assembly) always use memcpy. DS_COPY=memcpy or DS_COPY=movsb in the
+ * environment forces one way for the whole process. The copy itself is the
+ * same bytes either way; only its speed differs. Thread-safe: the per-class statistics are relaxed
  * atomics, and a race between two trials costs at most one sample. */
 #ifndef DS_COMMON_COPY_H
 #define DS_COMMON_COPY_H
