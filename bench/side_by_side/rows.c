@@ -79,3 +79,14 @@ int sbs_size_index(size_t size)
         if (sbs_sizes[i] == size) return (int)i;
     return -1;
 }
+
+double sbs_median(double *v, int n)
+{
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
+            double t = v[j];
+            v[j] = v[j - 1];
+            v[j - 1] = t;
+        }
+    return n > 0 ? v[n / 2] : 0;
+}

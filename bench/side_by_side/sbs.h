@@ -42,6 +42,9 @@ sbs_row_t *sbs_row_add_raw(const char *system, const char *op, size_t size, int 
                            double p50_us, double p99_us, double gbps);
 sbs_row_t *sbs_row_find(const char *system, const char *op, size_t size, int clients);
 size_t sbs_row_count(void);
+/* The median of n values (the upper one of an even count; 0 when n is 0);
+ * sorts v in place. */
+double sbs_median(double *v, int n);
 sbs_row_t *sbs_row_at(size_t i);
 
 /* ---- run settings ---- */

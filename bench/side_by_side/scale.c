@@ -230,13 +230,7 @@ static void add_row(sbs_kind_t kind, size_t size, int clients, run_t *runs, int 
         server_us += runs[r].server_cpu_us;
         client_us += runs[r].client_cpu_us;
     }
-    for (int i = 1; i < rounds; i++)
-        for (int j = i; j > 0 && sorted[j] < sorted[j - 1]; j--) {
-            double t = sorted[j];
-            sorted[j] = sorted[j - 1];
-            sorted[j - 1] = t;
-        }
-    double pairs_per_s = sorted[rounds / 2];
+    double pairs_per_s = sbs_median(sorted, rounds);
     uint64_t *all = malloc(total * sizeof(uint64_t));
     if (all == NULL) return;
     size_t n = 0;

@@ -97,17 +97,6 @@ static int push(samples_t *s, uint64_t v)
     return 0;
 }
 
-static double median3(double *v, int n)
-{
-    for (int i = 1; i < n; i++)
-        for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
-            double t = v[j];
-            v[j] = v[j - 1];
-            v[j - 1] = t;
-        }
-    return n > 0 ? v[n / 2] : 0;
-}
-
 /* One system's turn in a round: warm the buffers, warm up, then n timed
  * set-then-get handoffs (the set, the get and the pair are each a sample),
  * and for the local client n more with the zero-copy get and n zero-copy
@@ -261,11 +250,11 @@ static int size_block(const sbs_opts_t *o, const sbs_env_t *env, sbs_conn_t **co
         }
     }
     if (rc != 0) goto out;
-    lim->memcpy_gbps[si] = median3(mc, rounds);
-    lim->movsb_gbps[si] = median3(mv, rounds);
+    lim->memcpy_gbps[si] = sbs_median(mc, rounds);
+    lim->movsb_gbps[si] = sbs_median(mv, rounds);
     lim->copy_gbps[si] =
         lim->movsb_gbps[si] > lim->memcpy_gbps[si] ? lim->movsb_gbps[si] : lim->memcpy_gbps[si];
-    lim->tcp_stream_gbps[si] = median3(ts, rounds);
+    lim->tcp_stream_gbps[si] = sbs_median(ts, rounds);
     sbs_row_add_raw("limit", "memcpy", size, 1, (double)size / (lim->memcpy_gbps[si] * 1e3), NAN,
                     lim->memcpy_gbps[si]);
     if (lim->movsb_gbps[si] > 0)
@@ -274,8 +263,8 @@ static int size_block(const sbs_opts_t *o, const sbs_env_t *env, sbs_conn_t **co
     sbs_row_add_raw("limit", "tcp_stream", size, 1, (double)size / (lim->tcp_stream_gbps[si] * 1e3),
                     NAN, lim->tcp_stream_gbps[si]);
     if (size == SBS_KIB) {
-        lim->unix_rtt.p50_us = median3(urtt, rounds);
-        lim->tcp_rtt.p50_us = median3(trtt, rounds);
+        lim->unix_rtt.p50_us = sbs_median(urtt, rounds);
+        lim->tcp_rtt.p50_us = sbs_median(trtt, rounds);
         sbs_row_add_raw("limit", "unix_rtt", size, 1, lim->unix_rtt.p50_us, NAN, NAN);
         sbs_row_add_raw("limit", "tcp_rtt", size, 1, lim->tcp_rtt.p50_us, NAN, NAN);
     }
