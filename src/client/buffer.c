@@ -83,6 +83,7 @@ void ds_buffer_release(ds_buffer_t *b)
 {
     if (b == NULL) return;
     if (b->kind == DS_BUF_SHM) {
+        DS__TSAN_READ_DONE(b->sess->base);
         if (b->pin_slot >= 0) pin_drop(b);
         if (b->handle) ds__sess_release(b->sess, &b->handle, 1);
         ds__sess_unref(b->sess);
@@ -101,6 +102,7 @@ void ds_buffer_release_deferred(ds_buffer_t *b)
         ds_buffer_release(b);
         return;
     }
+    DS__TSAN_READ_DONE(s->base);
     uint64_t now[DS_CLIENT_DEFER_MAX + 1];
     size_t n = 0;
     pthread_mutex_lock(&s->defer_mu);
@@ -535,6 +537,7 @@ static ds_status_t kv_mcreate(ds_client_t *c, size_t n, const char *const *keys,
     ds_conn_t *conn;
     if ((st = ds__client_acquire(c, &deadline, &conn)) != DS_K_OK) return st;
     if (conn->sess->base) {
+        DS__TSAN_WRITING(conn->sess->base); /* the caller writes what this hands out */
         if (!(n == 1 && conn->sess->setr &&
               create_in_space(conn, keys[0], sizes[0], &p, out, deadline, &st)))
             st = create_in_arena(conn, n, keys, sizes, &p, out, deadline);

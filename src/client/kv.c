@@ -603,6 +603,7 @@ static ds_status_t copy_value(ds_conn_t *conn, const ds_getent_t *e, void *dst, 
     if (e->kind == DS_VAL_INLINE) return ds__conn_read_data(conn, dst, e->size, deadline);
     DS__TSAN_READING(conn->sess->base + e->off);
     ds__copy(dst, conn->sess->base + e->off, e->size);
+    DS__TSAN_READ_DONE(conn->sess->base);
     return DS_K_OK;
 }
 

@@ -11,6 +11,7 @@
 #include "common/lane.h"
 #include "common/net.h"
 #include "common/shm_index.h"
+#include "common/tsan.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -96,6 +97,7 @@ bool ds__lane_send(ds_conn_t *conn, const struct iovec *iov, size_t n)
 
 void ds__lane_ahead_init(ds_lane_ahead_t *a, ds_conn_t *conn, uint64_t total)
 {
+    DS__TSAN_WRITING(conn->sess->base); /* the copies that follow write arena space */
     a->conn = conn;
     a->left = total;
     a->armed = conn->lane && conn->spin.max_ns && total >= DS_LANE_AHEAD_MIN;

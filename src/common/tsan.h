@@ -1,11 +1,18 @@
-/* ThreadSanitizer annotations for the one synchronisation it cannot see: a
- * client thread fills an arena block and hands it to the worker (PUBLISH, or
- * CREATE then memcpy then PUBLISH); the worker, another process, makes it
- * visible (shm index seqlock, GET replies); another thread of the same client
- * then reads it. TSan sees neither the socket round trip nor the worker's
- * stores, so without these it reports that ordered write and read as a race.
- * The block's address in this process's mapping is the synchronisation
- * object: a write that truly overlaps a read is still reported. No-ops in
+/* ThreadSanitizer annotations for the synchronisation it cannot see, the
+ * worker's (another process), in both directions:
+ * - a client thread fills an arena block and hands it to the worker
+ *   (PUBLISH, or CREATE then memcpy then PUBLISH); the worker makes it
+ *   visible (shm index seqlock, GET replies); another thread of the same
+ *   client then reads it. The block's address in this process's mapping is
+ *   the synchronisation object: a write that truly overlaps a read is still
+ *   reported;
+ * - a client thread reads a pinned block and gives the pin back; the worker
+ *   frees the range and hands it, as arena space or a created buffer, to
+ *   another thread of the same client, which writes it. The object here is
+ *   the session's mapping (the new range need not start where the old block
+ *   did).
+ * TSan sees neither the socket round trips nor the worker's bookkeeping, so
+ * without these it reports those ordered accesses as races. No-ops in
  * builds without TSan. */
 #ifndef DS_COMMON_TSAN_H
 #define DS_COMMON_TSAN_H
@@ -25,9 +32,15 @@ void __tsan_release(void *addr);
 #define DS__TSAN_PUBLISHED(p) __tsan_release((void *)(p))
 /* Before reading an arena block the worker said was published. */
 #define DS__TSAN_READING(p) __tsan_acquire((void *)(p))
+/* After the last read of a pinned block, before its pin goes back. */
+#define DS__TSAN_READ_DONE(base) __tsan_release((void *)(base))
+/* Before writing arena space or a created buffer the worker handed out. */
+#define DS__TSAN_WRITING(base) __tsan_acquire((void *)(base))
 #else
 #define DS__TSAN_PUBLISHED(p) ((void)(p))
 #define DS__TSAN_READING(p) ((void)(p))
+#define DS__TSAN_READ_DONE(base) ((void)(base))
+#define DS__TSAN_WRITING(base) ((void)(base))
 #endif
 
 #endif
