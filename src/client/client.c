@@ -557,17 +557,139 @@ static ds_status_t acquire(ds_client_t *c, uint64_t deadline, ds_conn_t **out)
     }
 }
 
-ds_status_t ds__client_acquire(ds_client_t *c, uint64_t *deadline, ds_conn_t **out)
+/* A pool connection for a call already counted in c->busy. */
+static ds_status_t acquire_counted(ds_client_t *c, uint64_t *deadline, ds_conn_t **out)
 {
     uint64_t t0 = ds__now_ms();
     ds_status_t st = acquire(c, *deadline, out);
-    if (st == DS_K_OK) *deadline += ds__now_ms() - t0;
+    if (st == DS_K_OK)
+        *deadline += ds__now_ms() - t0;
+    else
+        atomic_fetch_sub(&c->busy, 1);
     return st;
+}
+
+ds_status_t ds__client_acquire(ds_client_t *c, uint64_t *deadline, ds_conn_t **out)
+{
+    atomic_fetch_add(&c->busy, 1);
+    return acquire_counted(c, deadline, out);
+}
+
+/* Opens the shared connection: one more TCP socket joining session s. NULL
+ * when that fails (the caller then takes a pool connection, which deals
+ * with a lost worker or session). */
+static ds_mux_t *mux_open(ds_client_t *c, ds_sess_t *s)
+{
+    int fd = -1;
+    ds_hello_t h;
+    ds_dial_t d = {.session = s->id, .session_key = s->key};
+    if (ds__conn_dial(c, &d, &fd, &h) != DS_K_OK) {
+        ds__clear_error();
+        return NULL;
+    }
+    if (h.arena_fd >= 0) close(h.arena_fd);
+    ds_mux_t *m = NULL;
+    if (h.session == s->id && strcmp(h.worker_id, s->worker_id) == 0) m = ds__mux_new(fd, s);
+    if (m == NULL) close(fd);
+    return m;
+}
+
+/* A call state on the shared connection, or NULL: none is open and usable
+ * and one could not be opened. Called with mu held; drops and retakes it. */
+static ds_conn_t *mux_conn_locked(ds_client_t *c, ds_sess_t *s, uint64_t deadline)
+{
+    if (c->mux && (ds__mux_sess(c->mux) != s || !ds__mux_usable(c->mux))) {
+        ds__mux_unref(c->mux); /* calls in flight keep it until they end */
+        c->mux = NULL;
+        for (ds_conn_t *v; (v = c->vidle) != NULL;) {
+            c->vidle = v->next;
+            ds__conn_free(v);
+        }
+    }
+    if (c->mux == NULL) {
+        /* One thread opens it; the others wait for it (briefly: a dial). */
+        if (c->mux_opening) {
+            struct timespec ts = {.tv_sec = (time_t)(deadline / 1000),
+                                  .tv_nsec = (long)(deadline % 1000) * 1000000L};
+            while (c->mux_opening && !atomic_load(&c->closed))
+                if (pthread_cond_timedwait(&c->cv, &c->mu, &ts) == ETIMEDOUT) return NULL;
+            if (c->mux == NULL || c->sess != s || atomic_load(&c->closed)) return NULL;
+            return mux_conn_locked(c, s, deadline);
+        }
+        c->mux_opening = true;
+        ds__sess_ref(s);
+        pthread_mutex_unlock(&c->mu);
+        ds_mux_t *m = mux_open(c, s);
+        pthread_mutex_lock(&c->mu);
+        c->mux_opening = false;
+        pthread_cond_broadcast(&c->cv);
+        ds__sess_unref(s);
+        if (m && (c->sess != s || atomic_load(&c->closed))) {
+            ds__mux_unref(m); /* things moved on meanwhile */
+            m = NULL;
+        }
+        if (m == NULL) return NULL;
+        c->mux = m;
+    }
+    ds_conn_t *v = c->vidle;
+    if (v) {
+        c->vidle = v->next;
+        v->next = NULL;
+        return v;
+    }
+    if ((v = ds__conn_new(-1, s, c->addr)) == NULL) return NULL;
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&v->mw.cv, &ca);
+    pthread_condattr_destroy(&ca);
+    v->mw.conn = v;
+    v->mux = c->mux;
+    ds__mux_ref(v->mux);
+    return v;
+}
+
+ds_status_t ds__client_acquire_small(ds_client_t *c, uint64_t *deadline, size_t bytes,
+                                     ds_conn_t **out)
+{
+    /* Sharing pays only while another call is in progress; a lone caller
+     * keeps a connection of its own and polls for its reply. */
+    int others = atomic_fetch_add(&c->busy, 1);
+    if (others == 0 || c->mux_off || bytes > DS_CLIENT_MUX_MAX || c->ucx || atomic_load(&c->local))
+        return acquire_counted(c, deadline, out);
+    pthread_mutex_lock(&c->mu);
+    ds_sess_t *s = c->sess;
+    ds_conn_t *v = NULL;
+    if (s && s->base == NULL && !atomic_load(&c->closed)) v = mux_conn_locked(c, s, *deadline);
+    pthread_mutex_unlock(&c->mu);
+    if (v == NULL) return acquire_counted(c, deadline, out);
+    *out = v;
+    return DS_K_OK;
+}
+
+/* Gives back a call state of the shared connection; a failed call retires
+ * the connection (a timeout may leave a frame half written). */
+static void put_mux_conn(ds_client_t *c, ds_conn_t *v)
+{
+    pthread_mutex_lock(&c->mu);
+    if (v->state != DS_CONN_OK) ds__mux_retire(v->mux);
+    if (v->state == DS_CONN_OK && v->mux == c->mux && !atomic_load(&c->closed)) {
+        v->next = c->vidle;
+        c->vidle = v;
+        v = NULL;
+    }
+    pthread_mutex_unlock(&c->mu);
+    ds__conn_free(v);
 }
 
 void ds__client_put(ds_client_t *c, ds_conn_t *conn)
 {
     if (conn == NULL) return;
+    atomic_fetch_sub(&c->busy, 1);
+    if (conn->mux) {
+        put_mux_conn(c, conn);
+        return;
+    }
     pthread_mutex_lock(&c->mu);
     ds_sess_t *s = conn->sess;
     if (conn->state == DS_CONN_OK && conn->data_left == 0 && !atomic_load(&c->closed) &&
@@ -641,8 +763,14 @@ ds_status_t ds_client_connect(const ds_client_options_t *opts, ds_client_t **out
         use_ucx = env[0] == '1';
     }
 
+    env = getenv("DS_CLIENT_MUX");
+    if (env && *env && strcmp(env, "1") != 0 && strcmp(env, "0") != 0)
+        return ds__set_error(DS_K_INVALID, "DS_CLIENT_MUX='%.32s' is not 1 or 0", env);
+    bool mux_off = env && env[0] == '0';
+
     ds_client_t *c = calloc(1, sizeof(*c));
     if (c == NULL) return ds__set_error(DS_K_OUT_OF_MEMORY, "out of memory creating a client");
+    c->mux_off = mux_off;
     snprintf(c->host, sizeof(c->host), "%s", opts->host);
     c->port = opts->port;
     snprintf(c->addr, sizeof(c->addr), "%s:%d", c->host, c->port);
@@ -664,6 +792,7 @@ ds_status_t ds_client_connect(const ds_client_options_t *opts, ds_client_t **out
     pthread_mutex_init(&c->open_mu, NULL);
     atomic_init(&c->refs, 1);
     atomic_init(&c->closed, false);
+    atomic_init(&c->busy, 0);
 
     /* A path too long for a socket leaves only discovery (new_session_dial). */
     if (ds__socket_path(opts->unix_socket_dir, c->host, c->port, c->sock_path,
@@ -731,6 +860,15 @@ void ds_client_close(ds_client_t *c)
     for (ds_conn_t *conn = c->all; conn; conn = conn->all_next) {
         shutdown(conn->fd, SHUT_RDWR);
         ds__lane_kick(conn);
+    }
+    if (c->mux) {
+        ds__mux_shutdown(c->mux);
+        ds__mux_unref(c->mux);
+        c->mux = NULL;
+    }
+    for (ds_conn_t *v; (v = c->vidle) != NULL;) {
+        c->vidle = v->next;
+        ds__conn_free(v);
     }
     ds_sess_t *s = c->sess;
     c->sess = NULL;

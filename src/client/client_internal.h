@@ -38,7 +38,18 @@
  * _locked runs with mu held. ds_cucx_t.mu (ucx.c, enable_ucx) serializes
  * every call into the client's UCX worker (thread mode SERIALIZED; its
  * request callbacks run inside those calls) and guards the receives' state;
- * it is taken with no other lock held, and released for every poll. */
+ * it is taken with no other lock held, and released for every poll.
+ * ds_mux_t.mu (mux.c) is taken with no other lock held (mu is released
+ * before a shared-connection call), and never held across a read or write.
+ *
+ * Multiplexing. A remote (TCP) client whose calls overlap in time sends the
+ * small ones (a set of at most DS_CLIENT_MUX_MAX bytes, a get into a buffer
+ * that small, without a subscribe wait) over one shared connection, pipelined
+ * (mux.c), instead of one pool connection each: a turn of the worker then
+ * reads and answers many callers with one segment each way, where one
+ * connection per caller costs a segment, a wake-up and two system calls on
+ * both sides per request. A call with the client to itself keeps a pool
+ * connection (and its polling for the reply). DS_CLIENT_MUX=0 turns it off. */
 #ifndef DS_CLIENT_INTERNAL_H
 #define DS_CLIENT_INTERNAL_H
 
@@ -61,6 +72,8 @@
 /* Values at most this long are copied into the request's own buffer instead
  * of getting an iovec of their own (fewer, larger writes for many small keys). */
 #define DS_CLIENT_COALESCE_MAX 4096
+/* Calls of at most this many bytes may share a connection (Multiplexing). */
+#define DS_CLIENT_MUX_MAX 65536
 /* A local set sends values above this size through the arena (SETR) when
  * the worker takes SETR; smaller ones inline. */
 #define DS_CLIENT_SPACE_MIN 4096
@@ -124,6 +137,16 @@ typedef struct {
     size_t len;
 } ds_seg_t;
 
+/* A caller waiting on the shared connection (mux.c) for its answer. */
+typedef struct ds_mux ds_mux_t;
+typedef struct ds_mux_wait {
+    struct ds_mux_wait *next;
+    struct ds_conn *conn; /* whose in buffer gets the answer */
+    uint64_t req;
+    bool done;
+    pthread_cond_t cv; /* CLOCK_MONOTONIC */
+} ds_mux_wait_t;
+
 typedef enum {
     DS_CONN_OK = 0,
     DS_CONN_BROKEN, /* unusable (timeout, protocol error): close it */
@@ -151,6 +174,11 @@ typedef struct ds_conn {
      * connection, so it never holds bytes of a later response. */
     uint8_t *in;
     uint32_t in_pos, in_len;
+    /* A call on the shared connection (mux != NULL, fd -1): the answer
+     * arrives whole in in (in_cap bytes); mw is the call's wait. */
+    ds_mux_t *mux;
+    ds_mux_wait_t mw;
+    uint32_t in_cap;
     int rcvtimeo_ms;  /* the socket's SO_RCVTIMEO now; 0 = none set */
     bool is_unix;     /* a Unix socket: replies are polled for, then read */
     const char *peer; /* "host:port" of the worker, for messages */
@@ -205,6 +233,11 @@ struct ds_client {
     atomic_int refs;     /* the caller's + one per call in progress */
     ds_sess_t *sess;     /* current session, or NULL until the next connection makes one */
     struct ds_cucx *ucx; /* enable_ucx / DS_CLIENT_UCX=1: remote gets over UCX (ucx.c) */
+    bool mux_off;        /* DS_CLIENT_MUX=0 */
+    atomic_int busy;     /* calls holding a connection, pool or shared */
+    ds_mux_t *mux;       /* the shared connection; NULL = none yet; under mu */
+    bool mux_opening;    /* a thread is opening it; under mu */
+    ds_conn_t *vidle;    /* idle call states for it (ds_conn_t with mux set); under mu */
 };
 
 typedef enum { DS_BUF_SHM = 0, DS_BUF_HEAP } ds_buf_kind_t;
@@ -311,6 +344,31 @@ typedef struct {
 } ds_lane_ahead_t;
 void ds__lane_ahead_init(ds_lane_ahead_t *a, ds_conn_t *conn, uint64_t total);
 void ds__lane_copy_in(ds_lane_ahead_t *a, uint8_t *dst, const void *src, size_t n);
+/* Writes every byte the iovecs describe (advancing them) before deadline. */
+int ds__send_iov(int fd, struct iovec *iov, size_t n, uint64_t deadline);
+
+/* ---- mux.c: the shared connection (Multiplexing, above) ---- */
+
+/* Wraps a connected socket of sess (takes it over, and a reference on sess). */
+ds_mux_t *ds__mux_new(int fd, ds_sess_t *sess);
+void ds__mux_ref(ds_mux_t *m);
+void ds__mux_unref(ds_mux_t *m);
+ds_sess_t *ds__mux_sess(const ds_mux_t *m);
+/* Neither broken nor retired: new calls may use it. */
+bool ds__mux_usable(ds_mux_t *m);
+/* No new calls; those in flight finish. */
+void ds__mux_retire(ds_mux_t *m);
+/* ds_client_close: fails every call waiting on it now. */
+void ds__mux_shutdown(ds_mux_t *m);
+uint64_t ds__mux_next_req(ds_mux_t *m);
+/* Queues conn's request (frames in iov) and writes the queue unless another
+ * caller is writing it; unless noreply, conn then waits with ds__mux_wait. */
+int ds__mux_send(ds_conn_t *conn, const struct iovec *iov, size_t n, uint64_t req, bool noreply,
+                 uint64_t deadline);
+/* 0 with the whole answer in conn->in; -1 with errno (ETIMEDOUT, ECONNRESET
+ * and others when the connection failed). */
+int ds__mux_wait(ds_conn_t *conn, uint64_t deadline);
+
 /* Marks the connection broken after a malformed response and says so. */
 ds_status_t ds__conn_protocol_error(ds_conn_t *conn, const char *what);
 
@@ -330,6 +388,11 @@ uint64_t ds__client_deadline(const ds_client_t *c, int32_t sub_timeout_ms);
  * added to *deadline: the request timeout covers the request itself, so a
  * busy pool does not eat into a subscribe-get's wait. */
 ds_status_t ds__client_acquire(ds_client_t *c, uint64_t *deadline, ds_conn_t **out);
+/* The same for a call of at most bytes bytes (DS_CLIENT_MUX_MAX to share)
+ * that never waits at the worker: a call state on the shared connection
+ * when the client is remote and another call is in progress. */
+ds_status_t ds__client_acquire_small(ds_client_t *c, uint64_t *deadline, size_t bytes,
+                                     ds_conn_t **out);
 /* Returns a borrowed connection; a broken or lost one is closed, and a lost
  * one makes the client check whether the worker went away. */
 void ds__client_put(ds_client_t *c, ds_conn_t *conn);

@@ -120,6 +120,11 @@ static int read_resp(ds_conn_t *conn, void *dst, size_t n, uint64_t deadline)
             n -= k;
             continue;
         }
+        if (conn->mux) {
+            /* The whole answer came in: reading past it is a protocol error. */
+            errno = EPROTO;
+            return -1;
+        }
         if (n >= DS_CLIENT_INBUF) {
             ssize_t r = recv_some(conn, p, n, deadline);
             if (r < 0) return -1;
@@ -139,8 +144,7 @@ static int read_resp(ds_conn_t *conn, void *dst, size_t n, uint64_t deadline)
     return 0;
 }
 
-/* Writes every byte the iovecs describe, advancing them as it goes. */
-static int send_iov(int fd, struct iovec *iov, size_t n, uint64_t deadline)
+int ds__send_iov(int fd, struct iovec *iov, size_t n, uint64_t deadline)
 {
     while (n > 0) {
         struct msghdr m = {.msg_iov = iov, .msg_iovlen = n > IOV_MAX ? IOV_MAX : n};
@@ -377,6 +381,10 @@ void ds__conn_free(ds_conn_t *conn)
 {
     if (conn == NULL) return;
     if (conn->fd >= 0) close(conn->fd);
+    if (conn->mux) {
+        ds__mux_unref(conn->mux);
+        pthread_cond_destroy(&conn->mw.cv);
+    }
     ds__lane_detach(conn);
     ds__wbuf_free(&conn->w);
     ds__wbuf_free(&conn->d);
@@ -441,6 +449,7 @@ ds_status_t ds__conn_protocol_error(ds_conn_t *conn, const char *what)
 
 static ds_status_t io_error(ds_conn_t *conn, const char *op, int err)
 {
+    if (err == EPROTO) return ds__conn_protocol_error(conn, op);
     if (err == ETIMEDOUT) {
         conn->state = DS_CONN_BROKEN;
         return ds__set_error(DS_K_RPC_DEADLINE_EXCEEDED,
@@ -494,14 +503,14 @@ static ds_status_t send_request(ds_conn_t *conn, ds_opcode_t op, bool noreply, u
                              meta_len, DS_WIRE_MAX_META);
     uint8_t rel[DS_WIRE_HEADER_LEN + 4 + 8 * DS_CLIENT_DEFER_MAX];
     size_t rel_len = deferred_frame(conn, rel);
-    *req = conn->next_req;
+    *req = conn->mux ? ds__mux_next_req(conn->mux) : conn->next_req++;
     ds_wire_header_t h = {
         .magic = DS_WIRE_MAGIC,
         .version = DS_WIRE_VERSION,
         .flags = (uint8_t)((noreply ? DS_FLAG_NOREPLY : 0) | (conn->traced ? DS_FLAG_TRACE : 0)),
         .opcode = (uint16_t)op,
         .meta_len = (uint32_t)meta_len,
-        .req_id = conn->next_req++,
+        .req_id = *req,
         .data_len = data_len};
     ds__wire_header_encode(&h, conn->w.buf);
 
@@ -528,7 +537,9 @@ static ds_status_t send_request(ds_conn_t *conn, ds_opcode_t op, bool noreply, u
     }
     /* An answered request that fits goes through the lane (lane.c). */
     *via_lane = !noreply && ds__lane_send(conn, iov, conn->nsegs + k + 1);
-    int r = *via_lane ? 0 : send_iov(conn->fd, iov, conn->nsegs + k + 1, deadline);
+    int r = *via_lane   ? 0
+            : conn->mux ? ds__mux_send(conn, iov, conn->nsegs + k + 1, *req, noreply, deadline)
+                        : ds__send_iov(conn->fd, iov, conn->nsegs + k + 1, deadline);
     int err = errno;
     if (iov != small) free(iov);
     if (r != 0) return io_error(conn, name, err);
@@ -545,6 +556,7 @@ ds_status_t ds__conn_call(ds_conn_t *conn, ds_opcode_t op, bool noreply, uint64_
 
     uint8_t hb[DS_WIRE_HEADER_LEN];
     bool contended = false;
+    if (conn->mux && ds__mux_wait(conn, deadline) != 0) return io_error(conn, name, errno);
     if (via_lane && ds__lane_wait(conn, deadline, &contended) != 0) {
         if (errno == EPROTO) return ds__conn_protocol_error(conn, name);
         return io_error(conn, name, errno);

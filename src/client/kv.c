@@ -358,8 +358,11 @@ static ds_status_t kv_mset(ds_client_t *c, size_t n, const char *const *keys,
     size_t *idx = NULL;
     if (sts == NULL) return ds__set_error(DS_K_OUT_OF_MEMORY, "out of memory setting %zu keys", n);
     uint64_t deadline = ds__client_deadline(c, 0);
+    size_t bytes = 0;
+    for (size_t i = 0; i < n; i++)
+        bytes += lens[i] + strlen(keys[i]);
     ds_conn_t *conn;
-    st = ds__client_acquire(c, &deadline, &conn);
+    st = ds__client_acquire_small(c, &deadline, bytes, &conn);
     if (st != DS_K_OK) {
         fill(sts, NULL, n, st);
         goto out;
@@ -625,7 +628,10 @@ static ds_status_t kv_get_into(ds_client_t *c, const char *key, int32_t sub_time
     if (index_get_into(c, key, buf, cap, len)) return DS_K_OK;
     uint64_t deadline = ds__client_deadline(c, sub_timeout_ms);
     ds_conn_t *conn;
-    if ((st = ds__client_acquire(c, &deadline, &conn)) != DS_K_OK) return st;
+    /* A subscribe-get may wait at the worker: never on the shared connection. */
+    st = sub_timeout_ms == 0 ? ds__client_acquire_small(c, &deadline, cap, &conn)
+                             : ds__client_acquire(c, &deadline, &conn);
+    if (st != DS_K_OK) return st;
     ds_getent_t e;
     uint64_t tag;
     st = ds__get_request_ucx(c, conn, 1, &key, sub_timeout_ms, DS_GET_WANT_SHM, cap, deadline, &e,

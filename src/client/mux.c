@@ -1,0 +1,330 @@
+/* The shared connection (client_internal.h, "Multiplexing"): small requests
+ * of concurrent callers over one TCP socket, pipelined.
+ *
+ * Sending combines: a caller copies its frames into the queue under mu, and
+ * the first caller to find no one sending writes the whole queue, again and
+ * again until it is empty, so callers arriving meanwhile ride along in one
+ * write. Receiving has one reader at a time: a waiter that finds no reader
+ * becomes it, reads what the socket has, and hands every complete answer to
+ * its waiter (matched by request id) in that waiter's conn->in; when its own
+ * answer is in, it passes the role to a waiter still waiting. The worker
+ * answers a connection's requests in order and writes the answers to one
+ * read in one write, so a turn of the worker costs one segment each way for
+ * many callers instead of one per caller.
+ *
+ * An answer nobody waits for any more (its caller timed out) is dropped. A
+ * failed read or write, or a malformed answer, breaks the connection: every
+ * waiter fails, and the client opens a new one for later calls. */
+#include "client/client_internal.h"
+#include "common/clock.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+/* The read buffer's usual size, and the most it keeps between answers. */
+#define MUX_RBUF 65536u
+#define MUX_RBUF_KEEP (4u << 20)
+/* A reader blocks at most this long before it looks at its deadline. */
+#define MUX_READ_SLICE_MS 50
+
+struct ds_mux {
+    int fd;
+    ds_sess_t *sess;
+    atomic_int refs;
+    pthread_mutex_t mu;
+    bool broken, retired; /* broken: the socket failed; retired: no new calls */
+    int err;              /* why it broke (errno) */
+    bool sending, reading;
+    ds_wbuf_t out, spare; /* queued frames; what the sender is writing */
+    uint8_t *rbuf;
+    size_t rpos, rlen, rcap;
+    ds_mux_wait_t *waiters;
+    _Atomic uint64_t next_req;
+};
+
+ds_mux_t *ds__mux_new(int fd, ds_sess_t *sess)
+{
+    ds_mux_t *m = calloc(1, sizeof(*m));
+    if (m == NULL) return NULL;
+    m->rbuf = malloc(MUX_RBUF);
+    if (m->rbuf == NULL) {
+        free(m);
+        return NULL;
+    }
+    m->rcap = MUX_RBUF;
+    m->fd = fd;
+    m->sess = sess;
+    ds__sess_ref(sess);
+    atomic_init(&m->refs, 1);
+    atomic_init(&m->next_req, 1);
+    pthread_mutex_init(&m->mu, NULL);
+    ds__wbuf_init(&m->out);
+    ds__wbuf_init(&m->spare);
+    /* A read slice, so that a reader sees its deadline. */
+    struct timeval tv = {.tv_sec = 0, .tv_usec = MUX_READ_SLICE_MS * 1000};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    return m;
+}
+
+void ds__mux_ref(ds_mux_t *m)
+{
+    atomic_fetch_add(&m->refs, 1);
+}
+
+void ds__mux_unref(ds_mux_t *m)
+{
+    if (m == NULL || atomic_fetch_sub(&m->refs, 1) != 1) return;
+    close(m->fd);
+    pthread_mutex_destroy(&m->mu);
+    ds__wbuf_free(&m->out);
+    ds__wbuf_free(&m->spare);
+    free(m->rbuf);
+    ds__sess_unref(m->sess);
+    free(m);
+}
+
+ds_sess_t *ds__mux_sess(const ds_mux_t *m)
+{
+    return m->sess;
+}
+
+bool ds__mux_usable(ds_mux_t *m)
+{
+    pthread_mutex_lock(&m->mu);
+    bool ok = !m->broken && !m->retired;
+    pthread_mutex_unlock(&m->mu);
+    return ok;
+}
+
+void ds__mux_retire(ds_mux_t *m)
+{
+    pthread_mutex_lock(&m->mu);
+    m->retired = true;
+    pthread_mutex_unlock(&m->mu);
+}
+
+void ds__mux_shutdown(ds_mux_t *m)
+{
+    shutdown(m->fd, SHUT_RDWR);
+}
+
+uint64_t ds__mux_next_req(ds_mux_t *m)
+{
+    return atomic_fetch_add(&m->next_req, 1);
+}
+
+static void wake_all_locked(ds_mux_t *m)
+{
+    for (ds_mux_wait_t *w = m->waiters; w; w = w->next)
+        pthread_cond_signal(&w->cv);
+}
+
+static void fail_locked(ds_mux_t *m, int err)
+{
+    if (!m->broken) {
+        m->broken = true;
+        m->err = err ? err : EPROTO;
+    }
+    wake_all_locked(m);
+}
+
+/* Hands each complete answer in the read buffer to its waiter. */
+static void dispatch_locked(ds_mux_t *m)
+{
+    while (m->rlen - m->rpos >= DS_WIRE_HEADER_LEN) {
+        ds_wire_header_t h;
+        char err[96];
+        if (ds__wire_header_decode(m->rbuf + m->rpos, DS_CLIENT_MAX_RESP_DATA, &h, err,
+                                   sizeof(err)) != 0 ||
+            !(h.flags & DS_FLAG_RESPONSE)) {
+            fail_locked(m, EPROTO);
+            return;
+        }
+        uint64_t total = DS_WIRE_HEADER_LEN + (uint64_t)h.meta_len + h.data_len;
+        if (total > UINT32_MAX) { /* conn->in counts in 32 bits */
+            fail_locked(m, EMSGSIZE);
+            return;
+        }
+        if (m->rlen - m->rpos < total) {
+            if (total > m->rcap - m->rpos) {
+                /* Make room for the whole answer: move it to the front, and
+                 * grow the buffer when even that is too small. */
+                memmove(m->rbuf, m->rbuf + m->rpos, m->rlen - m->rpos);
+                m->rlen -= m->rpos;
+                m->rpos = 0;
+                if (total > m->rcap) {
+                    uint8_t *nb = realloc(m->rbuf, total);
+                    if (nb == NULL) {
+                        fail_locked(m, ENOMEM);
+                        return;
+                    }
+                    m->rbuf = nb;
+                    m->rcap = total;
+                }
+            }
+            return;
+        }
+        ds_mux_wait_t *w = m->waiters;
+        while (w && (w->done || w->req != h.req_id))
+            w = w->next;
+        if (w) {
+            ds_conn_t *conn = w->conn;
+            if (total > conn->in_cap) {
+                uint8_t *nb = realloc(conn->in, total);
+                if (nb == NULL) {
+                    fail_locked(m, ENOMEM);
+                    return;
+                }
+                conn->in = nb;
+                conn->in_cap = (uint32_t)total;
+            }
+            memcpy(conn->in, m->rbuf + m->rpos, total);
+            conn->in_pos = 0;
+            conn->in_len = (uint32_t)total;
+            w->done = true;
+            pthread_cond_signal(&w->cv);
+        }
+        m->rpos += total;
+    }
+    if (m->rpos == m->rlen) {
+        m->rpos = m->rlen = 0;
+        if (m->rcap > MUX_RBUF_KEEP) {
+            uint8_t *nb = realloc(m->rbuf, MUX_RBUF);
+            if (nb) {
+                m->rbuf = nb;
+                m->rcap = MUX_RBUF;
+            }
+        }
+    }
+}
+
+int ds__mux_send(ds_conn_t *conn, const struct iovec *iov, size_t n, uint64_t req, bool noreply,
+                 uint64_t deadline)
+{
+    ds_mux_t *m = conn->mux;
+    pthread_mutex_lock(&m->mu);
+    if (m->broken) {
+        int err = m->err;
+        pthread_mutex_unlock(&m->mu);
+        errno = err;
+        return -1;
+    }
+    size_t before = m->out.len;
+    for (size_t i = 0; i < n; i++)
+        ds__wbuf_bytes(&m->out, iov[i].iov_base, iov[i].iov_len);
+    if (m->out.oom) {
+        m->out.oom = false;
+        m->out.len = before;
+        pthread_mutex_unlock(&m->mu);
+        errno = ENOMEM;
+        return -1;
+    }
+    ds_mux_wait_t *w = &conn->mw;
+    if (!noreply) {
+        /* Waiting before the bytes leave: the answer cannot beat it. */
+        w->req = req;
+        w->done = false;
+        w->next = m->waiters;
+        m->waiters = w;
+    }
+    if (m->sending) {
+        pthread_mutex_unlock(&m->mu);
+        return 0;
+    }
+    m->sending = true;
+    while (m->out.len > 0 && !m->broken) {
+        ds_wbuf_t t = m->spare;
+        m->spare = m->out;
+        m->out = t;
+        ds__wbuf_reset(&m->out);
+        pthread_mutex_unlock(&m->mu);
+        struct iovec one = {.iov_base = m->spare.buf, .iov_len = m->spare.len};
+        int r = ds__send_iov(m->fd, &one, 1, deadline);
+        int err = errno;
+        pthread_mutex_lock(&m->mu);
+        ds__wbuf_reset(&m->spare);
+        /* A write cut short leaves a frame in pieces: nothing after it can
+         * be sent, so the connection is done. */
+        if (r != 0) fail_locked(m, err);
+    }
+    m->sending = false;
+    pthread_mutex_unlock(&m->mu);
+    return 0; /* a failure reaches every waiter, this one too, in ds__mux_wait */
+}
+
+static void unlink_locked(ds_mux_t *m, ds_mux_wait_t *w)
+{
+    for (ds_mux_wait_t **pp = &m->waiters; *pp; pp = &(*pp)->next)
+        if (*pp == w) {
+            *pp = w->next;
+            break;
+        }
+    w->next = NULL;
+}
+
+int ds__mux_wait(ds_conn_t *conn, uint64_t deadline)
+{
+    ds_mux_t *m = conn->mux;
+    ds_mux_wait_t *w = &conn->mw;
+    int rc = 0, err = 0;
+    pthread_mutex_lock(&m->mu);
+    for (;;) {
+        if (w->done) break;
+        if (m->broken) {
+            rc = -1;
+            err = m->err;
+            break;
+        }
+        uint64_t now = ds__now_ms();
+        if (now >= deadline) {
+            rc = -1;
+            err = ETIMEDOUT;
+            break;
+        }
+        if (!m->reading) {
+            m->reading = true;
+            if (m->rcap - m->rlen < DS_WIRE_HEADER_LEN) {
+                /* Only a part-read answer larger than the buffer is left:
+                 * dispatch_locked has grown the buffer to hold it. */
+                memmove(m->rbuf, m->rbuf + m->rpos, m->rlen - m->rpos);
+                m->rlen -= m->rpos;
+                m->rpos = 0;
+            }
+            uint8_t *dst = m->rbuf + m->rlen;
+            size_t room = m->rcap - m->rlen;
+            pthread_mutex_unlock(&m->mu);
+            ssize_t r = recv(m->fd, dst, room, 0);
+            int e = errno;
+            pthread_mutex_lock(&m->mu);
+            m->reading = false;
+            if (r > 0) {
+                m->rlen += (size_t)r;
+                dispatch_locked(m);
+            } else if (r == 0) {
+                fail_locked(m, ECONNRESET);
+            } else if (e != EAGAIN && e != EWOULDBLOCK && e != EINTR) {
+                fail_locked(m, e);
+            }
+            continue;
+        }
+        struct timespec ts = {.tv_sec = (time_t)(deadline / 1000),
+                              .tv_nsec = (long)(deadline % 1000) * 1000000L};
+        pthread_cond_timedwait(&w->cv, &m->mu, &ts);
+    }
+    unlink_locked(m, w);
+    /* Someone must read for those still waiting: pass the role on. */
+    if (!m->reading && !m->broken)
+        for (ds_mux_wait_t *o = m->waiters; o; o = o->next)
+            if (!o->done) {
+                pthread_cond_signal(&o->cv);
+                break;
+            }
+    pthread_mutex_unlock(&m->mu);
+    if (rc != 0) errno = err;
+    return rc;
+}
