@@ -638,11 +638,6 @@ static ds_conn_t *mux_conn_locked(ds_client_t *c, ds_sess_t *s, uint64_t deadlin
         return v;
     }
     if ((v = ds__conn_new(-1, s, c->addr)) == NULL) return NULL;
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&v->mw.cv, &ca);
-    pthread_condattr_destroy(&ca);
     v->mw.conn = v;
     v->mux = c->mux;
     ds__mux_ref(v->mux);

@@ -143,8 +143,9 @@ typedef struct ds_mux_wait {
     struct ds_mux_wait *next;
     struct ds_conn *conn; /* whose in buffer gets the answer */
     uint64_t req;
-    bool done;
-    pthread_cond_t cv; /* CLOCK_MONOTONIC */
+    atomic_bool done;      /* the answer is in (read without the lock) */
+    bool sleeping;         /* on word, to be woken (under the mux's lock) */
+    _Atomic uint32_t wake; /* futex word: bumped to wake it */
 } ds_mux_wait_t;
 
 typedef enum {

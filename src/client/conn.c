@@ -381,10 +381,7 @@ void ds__conn_free(ds_conn_t *conn)
 {
     if (conn == NULL) return;
     if (conn->fd >= 0) close(conn->fd);
-    if (conn->mux) {
-        ds__mux_unref(conn->mux);
-        pthread_cond_destroy(&conn->mw.cv);
-    }
+    if (conn->mux) ds__mux_unref(conn->mux);
     ds__lane_detach(conn);
     ds__wbuf_free(&conn->w);
     ds__wbuf_free(&conn->d);

@@ -20,10 +20,13 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <linux/futex.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/time.h>
+#include <time.h>
 #include <unistd.h>
 
 /* The read buffer's usual size, and the most it keeps between answers. */
@@ -62,7 +65,13 @@ ds_mux_t *ds__mux_new(int fd, ds_sess_t *sess)
     ds__sess_ref(sess);
     atomic_init(&m->refs, 1);
     atomic_init(&m->next_req, 1);
-    pthread_mutex_init(&m->mu, NULL);
+    /* Held for a few hundred ns at a time by threads that come in bursts:
+     * spinning a little beats sleeping on it. */
+    pthread_mutexattr_t ma;
+    pthread_mutexattr_init(&ma);
+    pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_ADAPTIVE_NP);
+    pthread_mutex_init(&m->mu, &ma);
+    pthread_mutexattr_destroy(&ma);
     ds__wbuf_init(&m->out);
     ds__wbuf_init(&m->spare);
     /* A read slice, so that a reader sees its deadline. */
@@ -118,10 +127,50 @@ uint64_t ds__mux_next_req(ds_mux_t *m)
     return atomic_fetch_add(&m->next_req, 1);
 }
 
+static void futex_wait(_Atomic uint32_t *word, uint32_t val, uint64_t ms)
+{
+    struct timespec ts = {.tv_sec = (time_t)(ms / 1000), .tv_nsec = (long)(ms % 1000) * 1000000L};
+    (void)syscall(SYS_futex, (uint32_t *)word, FUTEX_WAIT_PRIVATE, val, &ts, NULL, 0);
+}
+
+/* Wakes w if it sleeps: it looks at the mux again (its turn to read, or a
+ * failure). */
+static void wake_locked(ds_mux_wait_t *w)
+{
+    if (!w->sleeping) return;
+    w->sleeping = false;
+    atomic_fetch_add(&w->wake, 1);
+    (void)syscall(SYS_futex, (uint32_t *)&w->wake, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+}
+
 static void wake_all_locked(ds_mux_t *m)
 {
     for (ds_mux_wait_t *w = m->waiters; w; w = w->next)
-        pthread_cond_signal(&w->cv);
+        wake_locked(w);
+}
+
+static void unlink_locked(ds_mux_t *m, ds_mux_wait_t *w)
+{
+    for (ds_mux_wait_t **pp = &m->waiters; *pp; pp = &(*pp)->next)
+        if (*pp == w) {
+            *pp = w->next;
+            break;
+        }
+    w->next = NULL;
+}
+
+/* Hands w its answer (already in w->conn->in). Its caller may return and
+ * reuse or free the call state as soon as done is set, without the lock:
+ * after that store only the futex word's address is used, by the kernel. */
+static void finish_locked(ds_mux_t *m, ds_mux_wait_t *w)
+{
+    unlink_locked(m, w);
+    bool asleep = w->sleeping;
+    w->sleeping = false;
+    if (asleep) atomic_fetch_add(&w->wake, 1);
+    _Atomic uint32_t *word = &w->wake;
+    atomic_store_explicit(&w->done, true, memory_order_release);
+    if (asleep) (void)syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
 }
 
 static void fail_locked(ds_mux_t *m, int err)
@@ -170,7 +219,7 @@ static void dispatch_locked(ds_mux_t *m)
             return;
         }
         ds_mux_wait_t *w = m->waiters;
-        while (w && (w->done || w->req != h.req_id))
+        while (w && w->req != h.req_id)
             w = w->next;
         if (w) {
             ds_conn_t *conn = w->conn;
@@ -186,8 +235,7 @@ static void dispatch_locked(ds_mux_t *m)
             memcpy(conn->in, m->rbuf + m->rpos, total);
             conn->in_pos = 0;
             conn->in_len = (uint32_t)total;
-            w->done = true;
-            pthread_cond_signal(&w->cv);
+            finish_locked(m, w);
         }
         m->rpos += total;
     }
@@ -228,7 +276,8 @@ int ds__mux_send(ds_conn_t *conn, const struct iovec *iov, size_t n, uint64_t re
     if (!noreply) {
         /* Waiting before the bytes leave: the answer cannot beat it. */
         w->req = req;
-        w->done = false;
+        w->sleeping = false;
+        atomic_store_explicit(&w->done, false, memory_order_relaxed);
         w->next = m->waiters;
         m->waiters = w;
     }
@@ -257,16 +306,6 @@ int ds__mux_send(ds_conn_t *conn, const struct iovec *iov, size_t n, uint64_t re
     return 0; /* a failure reaches every waiter, this one too, in ds__mux_wait */
 }
 
-static void unlink_locked(ds_mux_t *m, ds_mux_wait_t *w)
-{
-    for (ds_mux_wait_t **pp = &m->waiters; *pp; pp = &(*pp)->next)
-        if (*pp == w) {
-            *pp = w->next;
-            break;
-        }
-    w->next = NULL;
-}
-
 int ds__mux_wait(ds_conn_t *conn, uint64_t deadline)
 {
     ds_mux_t *m = conn->mux;
@@ -274,23 +313,18 @@ int ds__mux_wait(ds_conn_t *conn, uint64_t deadline)
     int rc = 0, err = 0;
     pthread_mutex_lock(&m->mu);
     for (;;) {
-        if (w->done) break;
-        if (m->broken) {
+        if (atomic_load_explicit(&w->done, memory_order_relaxed)) break; /* unlinked */
+        if (m->broken || ds__now_ms() >= deadline) {
             rc = -1;
-            err = m->err;
-            break;
-        }
-        uint64_t now = ds__now_ms();
-        if (now >= deadline) {
-            rc = -1;
-            err = ETIMEDOUT;
+            err = m->broken ? m->err : ETIMEDOUT;
+            unlink_locked(m, w);
             break;
         }
         if (!m->reading) {
             m->reading = true;
             if (m->rcap - m->rlen < DS_WIRE_HEADER_LEN) {
-                /* Only a part-read answer larger than the buffer is left:
-                 * dispatch_locked has grown the buffer to hold it. */
+                /* Only a part-read answer is left at the end of the buffer
+                 * (dispatch_locked made room for all of it). */
                 memmove(m->rbuf, m->rbuf + m->rpos, m->rlen - m->rpos);
                 m->rlen -= m->rpos;
                 m->rpos = 0;
@@ -310,20 +344,21 @@ int ds__mux_wait(ds_conn_t *conn, uint64_t deadline)
             } else if (e != EAGAIN && e != EWOULDBLOCK && e != EINTR) {
                 fail_locked(m, e);
             }
+            /* Done here: someone must read for those still waiting. */
+            if (atomic_load_explicit(&w->done, memory_order_relaxed) && m->waiters)
+                wake_locked(m->waiters);
             continue;
         }
-        struct timespec ts = {.tv_sec = (time_t)(deadline / 1000),
-                              .tv_nsec = (long)(deadline % 1000) * 1000000L};
-        pthread_cond_timedwait(&w->cv, &m->mu, &ts);
+        /* Sleep until answered, failed, or given the reader's turn. */
+        w->sleeping = true;
+        uint32_t seen = atomic_load(&w->wake);
+        pthread_mutex_unlock(&m->mu);
+        uint64_t now = ds__now_ms();
+        futex_wait(&w->wake, seen, deadline > now ? deadline - now : 0);
+        if (atomic_load_explicit(&w->done, memory_order_acquire)) return 0;
+        pthread_mutex_lock(&m->mu);
+        w->sleeping = false;
     }
-    unlink_locked(m, w);
-    /* Someone must read for those still waiting: pass the role on. */
-    if (!m->reading && !m->broken)
-        for (ds_mux_wait_t *o = m->waiters; o; o = o->next)
-            if (!o->done) {
-                pthread_cond_signal(&o->cv);
-                break;
-            }
     pthread_mutex_unlock(&m->mu);
     if (rc != 0) errno = err;
     return rc;
