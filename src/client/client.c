@@ -210,6 +210,7 @@ static ds_status_t sess_new(const ds_hello_t *h, int *fd, ds_sess_t **out)
     s->id = h->session;
     s->inline_max = h->inline_max;
     s->setr = (h->features & DS_FEATURE_SETR) != 0;
+    s->pipeline = (h->features & DS_FEATURE_PIPELINE) != 0;
     s->worker_pid = h->pid;
     s->anchor_fd = -1;
     snprintf(s->worker_id, sizeof(s->worker_id), "%s", h->worker_id);
@@ -655,7 +656,8 @@ ds_status_t ds__client_acquire_small(ds_client_t *c, uint64_t *deadline, size_t 
     pthread_mutex_lock(&c->mu);
     ds_sess_t *s = c->sess;
     ds_conn_t *v = NULL;
-    if (s && s->base == NULL && !atomic_load(&c->closed)) v = mux_conn_locked(c, s, *deadline);
+    if (s && s->base == NULL && s->pipeline && !atomic_load(&c->closed))
+        v = mux_conn_locked(c, s, *deadline);
     pthread_mutex_unlock(&c->mu);
     if (v == NULL) return acquire_counted(c, deadline, out);
     *out = v;

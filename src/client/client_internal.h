@@ -42,9 +42,10 @@
  * ds_mux_t.mu (mux.c) is taken with no other lock held (mu is released
  * before a shared-connection call), and never held across a read or write.
  *
- * Multiplexing. A remote (TCP) client whose calls overlap in time sends the
- * small ones (a set of at most DS_CLIENT_MUX_MAX bytes, a get into a buffer
- * that small, without a subscribe wait) over one shared connection, pipelined
+ * Multiplexing. A remote (TCP) client of a worker that answers plain calls
+ * at once (DS_FEATURE_PIPELINE: standalone, without storage tiers) and
+ * whose calls overlap in time sends the small ones (a set of at most DS_CLIENT_MUX_MAX bytes, a get
+ * into a buffer that small, without a subscribe wait) over one shared connection, pipelined
  * (mux.c), instead of one pool connection each: a turn of the worker then
  * reads and answers many callers with one segment each way, where one
  * connection per caller costs a segment, a wake-up and two system calls on
@@ -101,7 +102,8 @@ typedef struct ds_sess {
     uint8_t *base; /* arena mapping; NULL for a remote (TCP) session */
     size_t size;
     uint32_t inline_max;
-    bool setr; /* the worker takes SETR: local sets in one round trip (kv.c) */
+    bool setr;     /* the worker takes SETR: local sets in one round trip (kv.c) */
+    bool pipeline; /* DS_FEATURE_PIPELINE: calls may share a connection (mux.c) */
     uint32_t worker_pid;
     char worker_id[128];              /* the worker's identity when the session was created */
     char key[DS_SESSION_KEY_MAX + 1]; /* proves the right to join; "" from older workers */

@@ -46,7 +46,10 @@ struct ds_mux {
     ds_wbuf_t out, spare; /* queued frames; what the sender is writing */
     uint8_t *rbuf;
     size_t rpos, rlen, rcap;
-    ds_mux_wait_t *waiters;
+    /* Calls whose answers are due, in the order their requests went out
+     * (the order the worker answers in); a call that gave up leaves a ghost
+     * (conn NULL) that drops its answer when it comes. */
+    ds_mux_wait_t *waiters, *tail;
     _Atomic uint64_t next_req;
 };
 
@@ -88,6 +91,11 @@ void ds__mux_ref(ds_mux_t *m)
 void ds__mux_unref(ds_mux_t *m)
 {
     if (m == NULL || atomic_fetch_sub(&m->refs, 1) != 1) return;
+    /* Only ghosts can be left: every call holds a reference. */
+    for (ds_mux_wait_t *g; (g = m->waiters) != NULL;) {
+        m->waiters = g->next;
+        free(g);
+    }
     close(m->fd);
     pthread_mutex_destroy(&m->mu);
     ds__wbuf_free(&m->out);
@@ -146,17 +154,41 @@ static void wake_locked(ds_mux_wait_t *w)
 static void wake_all_locked(ds_mux_t *m)
 {
     for (ds_mux_wait_t *w = m->waiters; w; w = w->next)
-        wake_locked(w);
+        if (w->conn) wake_locked(w);
 }
 
-static void unlink_locked(ds_mux_t *m, ds_mux_wait_t *w)
+/* Takes w off the queue; with ghost, leaves a ghost in its place (false
+ * when there is no memory for one). */
+static bool unlink_locked(ds_mux_t *m, ds_mux_wait_t *w, bool ghost)
 {
-    for (ds_mux_wait_t **pp = &m->waiters; *pp; pp = &(*pp)->next)
-        if (*pp == w) {
-            *pp = w->next;
-            break;
-        }
+    ds_mux_wait_t *prev = NULL, *x = m->waiters;
+    while (x && x != w) {
+        prev = x;
+        x = x->next;
+    }
+    if (x == NULL) return true;
+    ds_mux_wait_t *g = ghost ? calloc(1, sizeof(*g)) : NULL;
+    if (g) {
+        g->req = w->req;
+        g->next = w->next;
+    }
+    ds_mux_wait_t *rest = g ? g : w->next;
+    if (prev)
+        prev->next = rest;
+    else
+        m->waiters = rest;
+    if (m->tail == w) m->tail = g ? g : prev;
     w->next = NULL;
+    return g != NULL || !ghost;
+}
+
+/* The first call still waiting (not a ghost), or NULL. */
+static ds_mux_wait_t *first_live_locked(ds_mux_t *m)
+{
+    ds_mux_wait_t *w = m->waiters;
+    while (w && w->conn == NULL)
+        w = w->next;
+    return w;
 }
 
 /* Hands w its answer (already in w->conn->in). Its caller may return and
@@ -164,7 +196,7 @@ static void unlink_locked(ds_mux_t *m, ds_mux_wait_t *w)
  * after that store only the futex word's address is used, by the kernel. */
 static void finish_locked(ds_mux_t *m, ds_mux_wait_t *w)
 {
-    unlink_locked(m, w);
+    unlink_locked(m, w, false);
     bool asleep = w->sleeping;
     w->sleeping = false;
     if (asleep) atomic_fetch_add(&w->wake, 1);
@@ -218,10 +250,18 @@ static void dispatch_locked(ds_mux_t *m)
             }
             return;
         }
+        /* The worker answers in order: anything but the oldest call's
+         * answer is a worker that lies (or a stream out of step). */
         ds_mux_wait_t *w = m->waiters;
-        while (w && w->req != h.req_id)
-            w = w->next;
-        if (w) {
+        if (w == NULL || w->req != h.req_id) {
+            fail_locked(m, EPROTO);
+            return;
+        }
+        if (w->conn == NULL) { /* a ghost: its caller gave up */
+            m->waiters = w->next;
+            if (m->tail == w) m->tail = NULL;
+            free(w);
+        } else {
             ds_conn_t *conn = w->conn;
             if (total > conn->in_cap) {
                 uint8_t *nb = realloc(conn->in, total);
@@ -278,8 +318,12 @@ int ds__mux_send(ds_conn_t *conn, const struct iovec *iov, size_t n, uint64_t re
         w->req = req;
         w->sleeping = false;
         atomic_store_explicit(&w->done, false, memory_order_relaxed);
-        w->next = m->waiters;
-        m->waiters = w;
+        w->next = NULL;
+        if (m->tail)
+            m->tail->next = w;
+        else
+            m->waiters = w;
+        m->tail = w;
     }
     if (m->sending) {
         pthread_mutex_unlock(&m->mu);
@@ -317,7 +361,9 @@ int ds__mux_wait(ds_conn_t *conn, uint64_t deadline)
         if (m->broken || ds__now_ms() >= deadline) {
             rc = -1;
             err = m->broken ? m->err : ETIMEDOUT;
-            unlink_locked(m, w);
+            /* A broken stream answers nothing more; a live one will answer
+             * this call, to a ghost. */
+            if (!unlink_locked(m, w, !m->broken)) fail_locked(m, ENOMEM);
             break;
         }
         if (!m->reading) {
@@ -345,8 +391,8 @@ int ds__mux_wait(ds_conn_t *conn, uint64_t deadline)
                 fail_locked(m, e);
             }
             /* Done here: someone must read for those still waiting. */
-            if (atomic_load_explicit(&w->done, memory_order_relaxed) && m->waiters)
-                wake_locked(m->waiters);
+            ds_mux_wait_t *next = first_live_locked(m);
+            if (atomic_load_explicit(&w->done, memory_order_relaxed) && next) wake_locked(next);
             continue;
         }
         /* Sleep until answered, failed, or given the reader's turn. */

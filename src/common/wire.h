@@ -41,6 +41,11 @@
 #define DS_FEATURE_SETR 0x01u     /* the session mapped the arena and may send SETR */
 #define DS_FEATURE_SHM_PINS 0x02u /* pins_offset names the session's pin table */
 #define DS_FEATURE_LANE 0x04u     /* the worker gives request lanes (LANE, common/lane.h) */
+/* Plain SETs and GETs without a wait are answered at once, never held for
+ * another worker or a disk (a standalone worker without storage tiers): a
+ * client may pipeline its threads' calls on one connection, where a held
+ * answer would hold up every call behind it. */
+#define DS_FEATURE_PIPELINE 0x08u
 
 /* SETR flags. */
 #define DS_SETR_PIN 0x01u

@@ -10,6 +10,8 @@
  *    arrive for calls that gave up are dropped, not handed to others);
  *  - a worker killed under load fails the calls in flight promptly, and
  *    calls succeed again once it is back;
+ *  - a worker that may hold a plain call's answer (here: with a spill
+ *    directory, whose gets may wait for the disk) is never shared;
  *  - DS_CLIENT_MUX takes only 0 or 1. */
 #include "harness.h"
 
@@ -192,6 +194,33 @@ static void test_values_and_sharing(void **state)
     assert_true(own >= 8);
 }
 
+static void test_not_with_tiers(void **state)
+{
+    (void)state;
+    if (dst_worker_external(&W)) skip();
+    char dir[] = "/tmp/it_mux_spill_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char extra[128];
+    snprintf(extra, sizeof(extra), "--spill_directory %s", dir);
+    dst_worker_t main_w = W;
+    assert_int_equal(dst_worker_start(&W, 64, extra), 0);
+    int base = (int)dst_stat(&W, "clients.connections");
+    ds_client_t *c = connect_tcp(0);
+    assert_non_null(c);
+    int wrong, errors;
+    int n = connections_after_load(c, &wrong, &errors) - base;
+    ds_client_close(c);
+    dst_worker_stop(&W);
+    W = main_w;
+    char cmd[160];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+    printf("16 threads, worker with a spill directory: %d connections\n", n);
+    assert_int_equal(wrong, 0);
+    assert_int_equal(errors, 0);
+    assert_true(n >= 8);
+}
+
 /* Threads run until told to stop; returns when they have. */
 typedef struct {
     arg_t args[T];
@@ -310,9 +339,8 @@ static void test_env_checked(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_values_and_sharing),
-        cmocka_unit_test(test_stopped_worker),
-        cmocka_unit_test(test_killed_worker),
+        cmocka_unit_test(test_values_and_sharing), cmocka_unit_test(test_not_with_tiers),
+        cmocka_unit_test(test_stopped_worker),     cmocka_unit_test(test_killed_worker),
         cmocka_unit_test(test_env_checked),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -68,6 +68,7 @@ typedef struct {
     bool legacy_hello;      /* answer HELLO without a session key, like older workers */
     char name_socket[128];  /* the Unix socket HELLO names for discovery; "" = none */
     bool bad_proof;         /* answer discovery challenges with a wrong proof */
+    bool pipeline;          /* HELLO says DS_FEATURE_PIPELINE (the client may share) */
     atomic_int mode;
     atomic_int releases, creates, hellos, sessions_created;
     atomic_bool stop;
@@ -121,10 +122,13 @@ static void reply(int fd, const ds_wire_header_t *rq, uint32_t status, ds_wbuf_t
     uint8_t hb[DS_WIRE_HEADER_LEN];
     ds__wire_header_encode(&h, hb);
     if (mode == FAKE_GARBAGE) hb[0] ^= 0xff;
-    if (pass_fd >= 0)
+    if (pass_fd >= 0) {
         assert_int_equal(ds__send_with_fd(fd, hb, sizeof(hb), pass_fd), (ssize_t)sizeof(hb));
-    else
-        assert_int_equal(ds__write_full(fd, hb, sizeof(hb), 0), 0);
+    } else if (ds__write_full(fd, hb, sizeof(hb), 0) != 0) {
+        /* A client that shares its connection hangs up on a lie while
+         * answers to its other requests are still being written. */
+        return;
+    }
     if (m->len) ds__write_full(fd, m->buf, m->len, 0);
     if (dlen) ds__write_full(fd, data, dlen, 0);
 }
@@ -212,6 +216,10 @@ static bool serve_one(int fd, bool is_unix, const ds_wire_header_t *h, const uin
             }
             ds__wbuf_cstr(&w, F.name_socket);
             ds__wbuf_cstr(&w, proof);
+            if (F.pipeline) {
+                ds__wbuf_u32(&w, DS_FEATURE_PIPELINE);
+                ds__wbuf_u64(&w, 0); /* no pin table */
+            }
         }
         if (want && sid == 0) pass_fd = F.memfd;
         break;
@@ -618,6 +626,84 @@ static void test_failures(void **state)
     ds_client_close(c);
 }
 
+/* Threads of one client that share its connection (DS_FEATURE_PIPELINE):
+ * right values while the fake behaves; when it answers garbage or another
+ * request's id, every call fails promptly as malformed (none waits for its
+ * deadline, none gets another's answer), and calls work again after. */
+typedef struct {
+    ds_client_t *c;
+    int id, iters;
+    int ok, wrong;
+    ds_status_t st;
+    uint64_t ms;
+} mux_arg_t;
+
+static void *mux_thread(void *p)
+{
+    mux_arg_t *a = p;
+    uint64_t t0 = ds__now_ms();
+    a->st = DS_K_OK;
+    for (int i = 0; i < a->iters && a->st == DS_K_OK; i++) {
+        char key[32], val[48], got[64];
+        snprintf(key, sizeof(key), "mux.%d", a->id);
+        int n = snprintf(val, sizeof(val), "value %d of thread %d", i, a->id);
+        size_t len = 0;
+        a->st = ds_kv_set(a->c, key, val, (size_t)n, NULL);
+        if (a->st == DS_K_OK) a->st = ds_kv_get_into(a->c, key, 0, got, sizeof(got), &len);
+        if (a->st == DS_K_OK && (len != (size_t)n || memcmp(got, val, len) != 0)) a->wrong++;
+        if (a->st == DS_K_OK) a->ok++;
+    }
+    a->ms = ds__now_ms() - t0;
+    return NULL;
+}
+
+static void mux_round(ds_client_t *c, int iters, mux_arg_t *args, int n)
+{
+    pthread_t th[8];
+    for (int i = 0; i < n; i++) {
+        args[i] = (mux_arg_t){.c = c, .id = i, .iters = iters};
+        assert_int_equal(pthread_create(&th[i], NULL, mux_thread, &args[i]), 0);
+    }
+    for (int i = 0; i < n; i++)
+        pthread_join(th[i], NULL);
+}
+
+static void test_shared_connection(void **state)
+{
+    (void)state;
+    enum { N = 6 };
+    F.pipeline = true;
+    ds_client_t *c = connect_fake(DS_TRANSPORT_TCP, 3000);
+    mux_arg_t a[N];
+    int hellos = atomic_load(&F.hellos);
+    mux_round(c, 200, a, N);
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(a[i].st, DS_K_OK);
+        assert_int_equal(a[i].wrong, 0);
+    }
+    /* Six threads, a handful of connections: they shared. */
+    printf("6 threads: %d new connections\n", atomic_load(&F.hellos) - hellos);
+    assert_true(atomic_load(&F.hellos) - hellos <= 3);
+    fake_mode_t lies[] = {FAKE_BAD_REQID, FAKE_GARBAGE};
+    for (size_t l = 0; l < 2; l++) {
+        atomic_store(&F.mode, lies[l]);
+        mux_round(c, 5, a, N);
+        for (int i = 0; i < N; i++) {
+            assert_int_equal(a[i].st, DS_K_RUNTIME_ERROR);
+            assert_int_equal(a[i].wrong, 0);
+            assert_true(a[i].ms < 1500); /* not the 3 s deadline */
+        }
+        atomic_store(&F.mode, FAKE_OK);
+        mux_round(c, 20, a, N);
+        for (int i = 0; i < N; i++) {
+            assert_int_equal(a[i].st, DS_K_OK);
+            assert_int_equal(a[i].wrong, 0);
+        }
+    }
+    ds_client_close(c);
+    F.pipeline = false;
+}
+
 static void test_argument_checks(void **state)
 {
     (void)state;
@@ -842,7 +928,7 @@ int main(void)
         cmocka_unit_test(test_local_paths),      cmocka_unit_test(test_failures),
         cmocka_unit_test(test_argument_checks),  cmocka_unit_test(test_session_key),
         cmocka_unit_test(test_worker_identity),  cmocka_unit_test(test_discovery_proof),
-        cmocka_unit_test(test_nobody_there),
+        cmocka_unit_test(test_nobody_there),     cmocka_unit_test(test_shared_connection),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

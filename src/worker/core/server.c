@@ -189,6 +189,7 @@ int ds__server_init(ds_server_t *srv, const ds_worker_config_t *cfg, char *err, 
         return -1;
     if (ds__cluster_init(srv, err, err_cap) != 0) return -1;
     if (ds__tier_init(srv, err, err_cap) != 0) return -1;
+    hi->pipeline = cfg->etcd_address[0] == '\0' && srv->tier == NULL;
     if (srv->sig_fd < 0 || ds__net_listen(net, &net->tcp, srv->tcp_fd, false) != 0 ||
         ds__net_listen(net, &net->unix_, srv->unix_fd, true) != 0 ||
         ds__loop_add(net->loop, &srv->sig_io, srv->sig_fd, EPOLLIN, on_signal, srv) != 0) {

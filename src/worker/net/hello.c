@@ -169,7 +169,8 @@ void ds__hello(ds_conn_t *c)
     ds__wbuf_cstr(&w, proof);
     ds__wbuf_u32(&w, (grant ? DS_FEATURE_SETR : 0) |
                          (grant && s->pins_off ? DS_FEATURE_SHM_PINS : 0) |
-                         (grant && net->lanes ? DS_FEATURE_LANE : 0));
+                         (grant && net->lanes ? DS_FEATURE_LANE : 0) |
+                         (hi->pipeline ? DS_FEATURE_PIPELINE : 0));
     ds__wbuf_u64(&w, grant ? s->pins_off : 0);
     /* A joining connection's client mapped the arena already. */
     ds__req_reply(r, DS_K_OK, &w, NULL, 0, NULL, 0, grant && sid == 0 ? hi->arena_fd : -1);

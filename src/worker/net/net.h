@@ -67,6 +67,7 @@ typedef struct {
     uint64_t index_offset;
     uint32_t index_slots, index_keymax;
     char sock_path[300]; /* absolute path of the Unix socket, for discovery; "" = none */
+    bool pipeline;       /* DS_FEATURE_PIPELINE */
 } ds_hello_info_t;
 
 typedef struct {
