@@ -306,7 +306,8 @@ def why_missed(d):
             "pay the kernel's copies. With concurrent clients both CPUs stay busy, so polling "
             "stops and every round trip pays a wake-up of each side, as Redis's do: the rate is "
             "the two CPUs over the CPU time a pair costs, most of it the kernel's on both sides "
-            "(server + client CPU us per pair: %s). These rows move by +-15%% between runs." % (
+            "(server + client CPU us per pair: %s); at 16 and 64 clients pipelining on a shared "
+            "connection cuts the server's part. These rows move by +-15%% between runs." % (
                 "; ".join(parts) or "concurrent rows only",
                 ("; concurrent set+get rate at " + ", ".join(
                     m.split(", ", 1)[1].replace(", x rate", "") for m in conc)) if conc else "",
@@ -498,8 +499,13 @@ ping-pong round trip, doubled for a pair, over the p50). `x Redis` is how many t
 than Redis on the matching path (Unix socket for same-host rows, TCP for remote rows), by
 p50, or by rate for concurrent and resident rows, or by bytes per key for memory. Concurrent
 rows run 1, 4, 16 and 64 clients as threads over up to four processes, each thread on its
-own key; datasystem threads in a process share one client (it is thread safe, with one
-pooled connection per concurrent caller), each Redis thread has its own connection.
+own key; datasystem threads in a process share one client (it is thread safe). Over TCP its
+calls that overlap send small values (up to 64 KiB) pipelined on one shared connection
+(`src/client/mux.c`; `DS_CLIENT_MUX=0` gives each caller a pooled connection instead) and
+larger ones on a pooled connection each; each Redis thread has its own hiredis connection, the
+usual way to use Redis from threads. So at 16 and 64 clients (four or sixteen threads a
+process) a worker's read and write carry several clients' requests, where Redis reads and
+writes once per request; at 1 and 4 clients (one thread a process) nothing is shared.
 """
 
 

@@ -5,9 +5,12 @@
  * Clients are threads spread over up to four forked processes (64 clients =
  * 4 processes x 16 threads), each thread on its own key with its own warm
  * buffers. In a process the datasystem threads share one client (it is
- * thread safe and gives each concurrent caller its own pooled connection,
- * and the arena is mapped once per process); each Redis thread has its own
- * connection, since a hiredis context is single-threaded. Every thread warms
+ * thread safe, and the arena is mapped once per process): over TCP, calls
+ * that overlap send their small values pipelined on one shared connection
+ * (src/client/mux.c) and large ones on a pooled connection each. Each Redis
+ * thread has its own connection, since a hiredis context is single-threaded
+ * (the usual way to use Redis from threads; hiredis has no shared,
+ * pipelining connection). Every thread warms
  * up, then waits at a start line in shared memory; the aggregate rate is all
  * pairs over the span from the first start to the last finish, and the
  * latency figures pool every pair of every thread. Each size and client
@@ -268,7 +271,7 @@ int sbs_phase_scale(const sbs_opts_t *o, const sbs_env_t *env)
     int rc = 0;
     for (size_t si = 0; si < 2; si++) {
         size_t size = sizes[si];
-        int total = size <= SBS_KIB ? (o->quick ? 2000 : 12000) : (o->quick ? 200 : 1200);
+        int total = size <= SBS_KIB ? (o->quick ? 2000 : 48000) : (o->quick ? 200 : 1200);
         int floor = size <= SBS_KIB ? 20 : 4;
         int warmup = size <= SBS_KIB ? 50 : 5;
         for (size_t ci = 0; ci < 4; ci++) {

@@ -668,6 +668,13 @@ ds_status_t ds__client_acquire_small(ds_client_t *c, uint64_t *deadline, size_t 
  * the connection (a timeout may leave a frame half written). */
 static void put_mux_conn(ds_client_t *c, ds_conn_t *v)
 {
+    if (v->in_cap > 2 * DS_CLIENT_MUX_MAX) {
+        /* A large answer came in (a get into a small buffer is answered
+         * with the whole value): do not keep its room. */
+        free(v->in);
+        v->in = NULL;
+        v->in_cap = v->in_pos = v->in_len = 0;
+    }
     pthread_mutex_lock(&c->mu);
     if (v->state != DS_CONN_OK) ds__mux_retire(v->mux);
     if (v->state == DS_CONN_OK && v->mux == c->mux && !atomic_load(&c->closed)) {

@@ -6,15 +6,18 @@
  * again until it is empty, so callers arriving meanwhile ride along in one
  * write. Receiving has one reader at a time: a waiter that finds no reader
  * becomes it, reads what the socket has, and hands every complete answer to
- * its waiter (matched by request id) in that waiter's conn->in; when its own
+ * its waiter in that waiter's conn->in, waking it if it sleeps (a futex word
+ * of its own; an answered caller returns without the lock); when its own
  * answer is in, it passes the role to a waiter still waiting. The worker
  * answers a connection's requests in order and writes the answers to one
  * read in one write, so a turn of the worker costs one segment each way for
  * many callers instead of one per caller.
  *
- * An answer nobody waits for any more (its caller timed out) is dropped. A
- * failed read or write, or a malformed answer, breaks the connection: every
- * waiter fails, and the client opens a new one for later calls. */
+ * Answers are taken in send order, each checked against its call's request
+ * id; one for a call that gave up (timed out) is dropped. A failed read or
+ * write, an answer out of order or a malformed one breaks the connection:
+ * every waiter fails at once, and the client opens a new one for later
+ * calls. An answer must fit in 4 GiB (conn->in counts in 32 bits). */
 #include "client/client_internal.h"
 #include "common/clock.h"
 

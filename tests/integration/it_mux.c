@@ -134,6 +134,20 @@ static void *run(void *p)
                 fprintf(stderr, "small: %s %s\n", ds_status_name(st), ds_last_error());
         }
     }
+    if (src && dst && a->id % 4 == 1) {
+        /* A 1 MiB value asked for into a small buffer: answered whole on
+         * the shared path, reported as too large, and nothing after it
+         * goes astray. */
+        char key[64];
+        snprintf(key, sizeof(key), "mux-big-%d", a->id);
+        uint8_t *big = calloc(1, 1u << 20);
+        size_t got = 0;
+        ds_status_t st = big ? ds_kv_set(a->c, key, big, 1u << 20, NULL) : DS_K_OUT_OF_MEMORY;
+        if (st == DS_K_OK) st = ds_kv_get_into(a->c, key, 0, dst, 16, &got);
+        if (st != DS_K_INVALID && !transport(st)) a->wrong++;
+        if (st == DS_K_INVALID && got != (1u << 20)) a->wrong++;
+        free(big);
+    }
     free(src);
     free(dst);
     return NULL;
@@ -259,18 +273,22 @@ static void test_stopped_worker(void **state)
     assert_int_equal(kill(W.pid, SIGCONT), 0);
     usleep(300 * 1000);
     load_stop(&l, N);
+    int errors = 0;
     for (int i = 0; i < N; i++) {
         arg_t *a = &l.args[i];
         printf("thread %d: %d pairs, %d errors (first %s), longest pair %llu ms\n", i, a->ok,
                a->errors, ds_status_name(a->first_error), (unsigned long long)a->max_call_ms);
         assert_int_equal(a->wrong, 0);
-        assert_true(a->errors >= 1); /* every thread had a call out when it stopped */
-        assert_int_equal(a->first_error, DS_K_RPC_DEADLINE_EXCEEDED);
+        /* A thread whose next call dialled a new connection during the stop
+         * waits in the dial (HELLO) and may see no error at all. */
+        errors += a->errors;
+        if (a->errors) assert_int_equal(a->first_error, DS_K_RPC_DEADLINE_EXCEEDED);
         /* A call gives up at its deadline; one after it may wait for a new
          * connection, whose HELLO the stopped worker answers once it runs
          * again. Nothing waits much past the stop. */
         assert_true(a->max_call_ms < STOP_MS + 2 * TIMEOUT_MS + 500);
     }
+    assert_true(errors >= N / 2);
     /* After the stop: every pair right again, on the same client. */
     arg_t after[N];
     for (int i = 0; i < N; i++)
