@@ -217,6 +217,14 @@ static void fail_locked(ds_mux_t *m, int err)
     wake_all_locked(m);
 }
 
+/* Moves the unread bytes to the front of the read buffer. */
+static void compact_locked(ds_mux_t *m)
+{
+    memmove(m->rbuf, m->rbuf + m->rpos, m->rlen - m->rpos);
+    m->rlen -= m->rpos;
+    m->rpos = 0;
+}
+
 /* Hands each complete answer in the read buffer to its waiter. */
 static void dispatch_locked(ds_mux_t *m)
 {
@@ -238,9 +246,7 @@ static void dispatch_locked(ds_mux_t *m)
             if (total > m->rcap - m->rpos) {
                 /* Make room for the whole answer: move it to the front, and
                  * grow the buffer when even that is too small. */
-                memmove(m->rbuf, m->rbuf + m->rpos, m->rlen - m->rpos);
-                m->rlen -= m->rpos;
-                m->rpos = 0;
+                compact_locked(m);
                 if (total > m->rcap) {
                     uint8_t *nb = realloc(m->rbuf, total);
                     if (nb == NULL) {
@@ -371,13 +377,9 @@ int ds__mux_wait(ds_conn_t *conn, uint64_t deadline)
         }
         if (!m->reading) {
             m->reading = true;
-            if (m->rcap - m->rlen < DS_WIRE_HEADER_LEN) {
-                /* Only a part-read answer is left at the end of the buffer
-                 * (dispatch_locked made room for all of it). */
-                memmove(m->rbuf, m->rbuf + m->rpos, m->rlen - m->rpos);
-                m->rlen -= m->rpos;
-                m->rpos = 0;
-            }
+            /* Only a part-read answer can be left at the end of the buffer
+             * (dispatch_locked made room for all of it). */
+            if (m->rcap - m->rlen < DS_WIRE_HEADER_LEN) compact_locked(m);
             uint8_t *dst = m->rbuf + m->rlen;
             size_t room = m->rcap - m->rlen;
             pthread_mutex_unlock(&m->mu);
