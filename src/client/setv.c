@@ -95,8 +95,10 @@ static ds_status_t setv_created(ds_client_t *c, const char *key, size_t n,
     ds_status_t st = ds_kv_create(c, key, (size_t)total, p, &b);
     if (st != DS_K_OK) return st;
     uint8_t *dst = ds_buffer_mutable_data(b);
+    /* A remote client's buffer is private memory this process sends next. */
+    void (*copy)(void *, const void *, size_t) = ds_client_is_local(c) ? ds__copy_in : ds__copy;
     for (size_t i = 0; i < n; i++) {
-        if (lens[i]) ds__copy(dst, pieces[i], lens[i]);
+        if (lens[i]) copy(dst, pieces[i], lens[i]);
         dst += lens[i];
     }
     st = ds_kv_publish(c, b);

@@ -22,14 +22,15 @@
 #define DS__COPY_PLAIN 1
 #endif
 
-enum { WAY_TRY = 0, WAY_MEMCPY = 1, WAY_MOVSB = 2 };
+enum { WAY_TRY = 0, WAY_MEMCPY = 1, WAY_MOVSB = 2, WAY_NT = 3, WAYS = 4 };
 
 static _Atomic int forced = -1; /* -1: DS_COPY not read yet */
 
 #ifndef DS__COPY_PLAIN
 #include <cpuid.h>
+#include <emmintrin.h>
 
-/* DS_COPY=memcpy or DS_COPY=movsb forces a way for the whole process
+/* DS_COPY=memcpy, movsb or nt forces a way for the whole process
  * (anything else, or nothing: measure). */
 static int forced_way(void)
 {
@@ -38,6 +39,7 @@ static int forced_way(void)
     const char *e = getenv("DS_COPY");
     f = e && strcmp(e, "memcpy") == 0  ? WAY_MEMCPY
         : e && strcmp(e, "movsb") == 0 ? WAY_MOVSB
+        : e && strcmp(e, "nt") == 0    ? WAY_NT
                                        : WAY_TRY;
     int expect = -1;
     atomic_compare_exchange_strong_explicit(&forced, &expect, f, memory_order_relaxed,
@@ -52,11 +54,12 @@ static int forced_way(void)
 typedef struct {
     _Atomic unsigned trials;
     _Atomic int way;
-    _Atomic uint64_t best[2]; /* shortest ns seen: memcpy, rep movsb; 0 = none yet */
+    _Atomic uint64_t best[WAYS]; /* shortest ns seen per way; 0 = none yet */
 } klass_t;
 
-static klass_t classes[CLASSES];
-static _Atomic int erms = -1; /* -1: not asked yet */
+static klass_t classes[CLASSES];    /* ds__copy */
+static klass_t classes_in[CLASSES]; /* ds__copy_in */
+static _Atomic int erms = -1;       /* -1: not asked yet */
 
 /* Enhanced REP MOVSB: CPUID leaf 7, EBX bit 9. */
 static bool has_erms(void)
@@ -75,11 +78,48 @@ static void movsb(void *dst, const void *src, size_t n)
     __asm__ volatile("rep movsb" : "+D"(dst), "+S"(src), "+c"(n) : : "memory");
 }
 
-static klass_t *class_of(size_t n)
+/* Non-temporal stores, 64 bytes a step, to a 16-byte aligned destination;
+ * the fence orders them before whatever this thread stores next (the
+ * request that publishes the value). */
+static void nt_copy(void *dst, const void *src, size_t n)
+{
+    uint8_t *d = dst;
+    const uint8_t *s = src;
+    size_t head = (16u - ((uintptr_t)d & 15u)) & 15u;
+    if (head > n) head = n;
+    memcpy(d, s, head);
+    d += head;
+    s += head;
+    n -= head;
+    for (; n >= 64; n -= 64, d += 64, s += 64) {
+        __m128i a = _mm_loadu_si128((const __m128i *)(const void *)s);
+        __m128i b = _mm_loadu_si128((const __m128i *)(const void *)(s + 16));
+        __m128i c = _mm_loadu_si128((const __m128i *)(const void *)(s + 32));
+        __m128i e = _mm_loadu_si128((const __m128i *)(const void *)(s + 48));
+        _mm_stream_si128((__m128i *)(void *)d, a);
+        _mm_stream_si128((__m128i *)(void *)(d + 16), b);
+        _mm_stream_si128((__m128i *)(void *)(d + 32), c);
+        _mm_stream_si128((__m128i *)(void *)(d + 48), e);
+    }
+    memcpy(d, s, n);
+    _mm_sfence();
+}
+
+static void copy_by(int way, void *dst, const void *src, size_t n)
+{
+    if (way == WAY_MOVSB)
+        movsb(dst, src, n);
+    else if (way == WAY_NT)
+        nt_copy(dst, src, n);
+    else
+        memcpy(dst, src, n);
+}
+
+static klass_t *class_of(klass_t *table, size_t n)
 {
     unsigned k = 63u - (unsigned)__builtin_clzll((unsigned long long)n);
     k = k < CLASS_MIN ? 0 : k - CLASS_MIN;
-    return &classes[k < CLASSES ? k : CLASSES - 1];
+    return &table[k < CLASSES ? k : CLASSES - 1];
 }
 
 static void keep_best(_Atomic uint64_t *best, uint64_t ns)
@@ -90,23 +130,42 @@ static void keep_best(_Atomic uint64_t *best, uint64_t ns)
     }
 }
 
-/* One timed trial copy; the last one decides the class's way. */
-static void trial(klass_t *k, void *dst, const void *src, size_t n)
+/* One timed trial copy, the ways taking turns; the last one decides the
+ * class's way: memcpy, unless another had a best time 3% shorter. */
+static void trial(klass_t *k, const int *ways, unsigned nways, void *dst, const void *src, size_t n)
 {
     unsigned t = atomic_fetch_add_explicit(&k->trials, 1, memory_order_relaxed);
-    int m = (int)(t & 1u);
+    int w = ways[t % nways];
     uint64_t t0 = ds__now_ns();
-    if (m)
-        movsb(dst, src, n);
-    else
-        memcpy(dst, src, n);
-    keep_best(&k->best[m], ds__now_ns() - t0);
-    if (t + 1 != (n >= DS_COPY_BIG ? DS_COPY_TRIALS_BIG : DS_COPY_TRIALS)) return;
-    uint64_t bm = atomic_load_explicit(&k->best[0], memory_order_relaxed);
-    uint64_t bs = atomic_load_explicit(&k->best[1], memory_order_relaxed);
-    int way = bs != 0 && bm != 0 && bs * 100 < bm * 97 ? WAY_MOVSB : WAY_MEMCPY;
+    copy_by(w, dst, src, n);
+    keep_best(&k->best[w], ds__now_ns() - t0);
+    unsigned per = n >= DS_COPY_BIG ? 2u : DS_COPY_TRIALS / 2u;
+    if (t + 1 != nways * per) return;
+    int way = WAY_MEMCPY;
+    uint64_t bw = atomic_load_explicit(&k->best[WAY_MEMCPY], memory_order_relaxed);
+    for (unsigned i = 0; i < nways; i++) {
+        uint64_t b = atomic_load_explicit(&k->best[ways[i]], memory_order_relaxed);
+        if (ways[i] != WAY_MEMCPY && b != 0 && bw != 0 && b * 100 < bw * 97) {
+            way = ways[i];
+            bw = b * 100 / 97;
+        }
+    }
     atomic_store_explicit(&k->way, way, memory_order_relaxed);
 }
+
+/* Copies by the class's way, or as one of its trials. */
+static void copy_class(klass_t *k, const int *ways, unsigned nways, void *dst, const void *src,
+                       size_t n)
+{
+    int w = atomic_load_explicit(&k->way, memory_order_relaxed);
+    if (w != WAY_TRY)
+        copy_by(w, dst, src, n);
+    else
+        trial(k, ways, nways, dst, src, n);
+}
+
+static const int ways_out[] = {WAY_MEMCPY, WAY_MOVSB};
+static const int ways_in[] = {WAY_MEMCPY, WAY_NT, WAY_MOVSB};
 
 void ds__copy(void *dst, const void *src, size_t n)
 {
@@ -123,17 +182,22 @@ void ds__copy(void *dst, const void *src, size_t n)
         movsb(dst, src, n);
         return;
     }
-    klass_t *k = class_of(n);
-    switch (atomic_load_explicit(&k->way, memory_order_relaxed)) {
-    case WAY_MOVSB:
-        movsb(dst, src, n);
+    copy_class(class_of(classes, n), ways_out, 2, dst, src, n);
+}
+
+void ds__copy_in(void *dst, const void *src, size_t n)
+{
+    int f = n >= DS_COPY_MIN ? forced_way() : WAY_TRY;
+    if (f == WAY_NT) {
+        nt_copy(dst, src, n);
         return;
-    case WAY_MEMCPY:
-        memcpy(dst, src, n);
-        return;
-    default:
-        trial(k, dst, src, n);
     }
+    if (n < DS_COPY_BIG || f != WAY_TRY) {
+        ds__copy(dst, src, n);
+        return;
+    }
+    /* Without ERMS: memcpy against non-temporal stores. */
+    copy_class(class_of(classes_in, n), ways_in, has_erms() ? 3 : 2, dst, src, n);
 }
 
 bool ds__copy_movsb_ok(void)
@@ -146,16 +210,36 @@ void ds__copy_movsb(void *dst, const void *src, size_t n)
     movsb(dst, src, n);
 }
 
+static const char *way_name(int w)
+{
+    return w == WAY_MOVSB    ? "rep movsb"
+           : w == WAY_NT     ? "non-temporal"
+           : w == WAY_MEMCPY ? "memcpy"
+                             : "trying";
+}
+
 const char *ds__copy_way(size_t n)
 {
     int f = forced_way();
     if (n < DS_COPY_MIN || f == WAY_MEMCPY || !has_erms()) return "memcpy";
     if (f == WAY_MOVSB) return "rep movsb";
-    int w = atomic_load_explicit(&class_of(n)->way, memory_order_relaxed);
-    return w == WAY_MOVSB ? "rep movsb" : w == WAY_MEMCPY ? "memcpy" : "trying";
+    return way_name(atomic_load_explicit(&class_of(classes, n)->way, memory_order_relaxed));
+}
+
+const char *ds__copy_in_way(size_t n)
+{
+    int f = n >= DS_COPY_MIN ? forced_way() : WAY_TRY;
+    if (f == WAY_NT) return "non-temporal";
+    if (n < DS_COPY_BIG || f != WAY_TRY) return ds__copy_way(n);
+    return way_name(atomic_load_explicit(&class_of(classes_in, n)->way, memory_order_relaxed));
 }
 #else
 void ds__copy(void *dst, const void *src, size_t n)
+{
+    memcpy(dst, src, n);
+}
+
+void ds__copy_in(void *dst, const void *src, size_t n)
 {
     memcpy(dst, src, n);
 }
@@ -175,10 +259,16 @@ const char *ds__copy_way(size_t n)
     (void)n;
     return "memcpy";
 }
+
+const char *ds__copy_in_way(size_t n)
+{
+    (void)n;
+    return "memcpy";
+}
 #endif
 
 void ds__copy_force(int way)
 {
-    atomic_store_explicit(&forced, way >= WAY_TRY && way <= WAY_MOVSB ? way : WAY_TRY,
+    atomic_store_explicit(&forced, way >= WAY_TRY && way <= WAY_NT ? way : WAY_TRY,
                           memory_order_relaxed);
 }

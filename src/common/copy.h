@@ -20,7 +20,24 @@
  * assembly) always use memcpy. DS_COPY=memcpy or DS_COPY=movsb in the
  * environment forces one way for the whole process. The copy itself is the
  * same bytes either way; only its speed differs. Thread-safe: the per-class statistics are relaxed
- * atomics, and a race between two trials costs at most one sample. */
+ * atomics, and a race between two trials costs at most one sample.
+ *
+ * ds__copy_in is the copy of a value into the arena for some other process
+ * to read later (a set). From DS_COPY_BIG up its trials have a third way,
+ * non-temporal stores (SSE2 `movntdq`, which every x86-64 has), which write
+ * the destination without first reading it into the cache. glibc turns to
+ * them only above its own threshold (3/4 of the shared cache, 19 MiB on
+ * the Intel VM of 2026-12-02), so between 8 MiB and that a copy into the
+ * arena read every destination line from memory first: there a 16 MiB set
+ * took 3.16-3.44 ms with memcpy and 2.50-2.84 ms with non-temporal stores,
+ * a 12 MiB set 2.46-2.72 against 1.94-1.99 ms, and the get that read the
+ * value back afterwards was no slower (alternating runs, p50). Smaller
+ * classes never try them: a 1 MiB value read back soon is in the cache
+ * after a plain copy and not after a non-temporal one (1 MiB get 138
+ * against 86 us). The classes of ds__copy_in are their own, so a process's
+ * gets, which copy out of the arena into a buffer its caller reads next,
+ * never take non-temporal stores. DS_COPY=nt forces them for ds__copy_in
+ * from DS_COPY_MIN up (ds__copy then measures as without DS_COPY). */
 #ifndef DS_COMMON_COPY_H
 #define DS_COMMON_COPY_H
 
@@ -31,6 +48,8 @@
 #define DS_COPY_TRIALS 16u
 #define DS_COPY_TRIALS_BIG 4u
 #define DS_COPY_BIG (8u << 20)
+/* Trials of a ds__copy_in class from DS_COPY_BIG: two of each way. */
+#define DS_COPY_TRIALS_IN 6u
 
 /* memcpy(dst, src, n), for non-overlapping ranges, at the faster of the two
  * ways this CPU has for n's size class. */
@@ -40,6 +59,13 @@ void ds__copy(void *dst, const void *src, size_t n);
  * while its trials run (for benchmarks and tests). */
 const char *ds__copy_way(size_t n);
 
+/* ds__copy for a value written into the arena for another process to read
+ * later: from DS_COPY_BIG its classes also try non-temporal stores. */
+void ds__copy_in(void *dst, const void *src, size_t n);
+/* The way ds__copy_in's class of n uses now: as ds__copy_way, or
+ * "non-temporal". */
+const char *ds__copy_in_way(size_t n);
+
 /* Whether this CPU has fast `rep movsb` (and this build uses it). */
 bool ds__copy_movsb_ok(void);
 /* memcpy(dst, src, n) with `rep movsb`, whatever the size class chose;
@@ -47,7 +73,8 @@ bool ds__copy_movsb_ok(void);
 void ds__copy_movsb(void *dst, const void *src, size_t n);
 
 /* Forces a way for every size class: 0 = measure (the default), 1 =
- * memcpy, 2 = rep movsb where the CPU has it. For benchmarks and tests. */
+ * memcpy, 2 = rep movsb where the CPU has it, 3 = non-temporal stores for
+ * ds__copy_in (ds__copy measures). For benchmarks and tests. */
 void ds__copy_force(int way);
 
 #endif

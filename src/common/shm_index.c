@@ -226,7 +226,7 @@ static void copy_relaxed(uint8_t *dst, const uint8_t *src, size_t n)
 
 void ds__shm_index_copy_in(uint8_t *dst, const void *src, size_t n)
 {
-    ds__copy(dst, src, n);
+    ds__copy_in(dst, src, n);
 }
 #endif
 

@@ -177,19 +177,23 @@ void omni__dsconn_health(omni__dsconn_t *d, omni_health_t *out)
 /* ---- writing ---- */
 
 /* Fills exactly total bytes at buf. */
-typedef ds_status_t (*fill_fn)(const omni_data_t *data, uint8_t *buf, size_t total);
+/* How a fill copies the payload's bulk: ds__copy_in into a local client's
+ * arena buffer (another process reads it later), else ds__copy. */
+typedef void (*copy_fn)(void *dst, const void *src, size_t n);
+typedef ds_status_t (*fill_fn)(const omni_data_t *data, uint8_t *buf, size_t total, copy_fn copy);
 
 static size_t bin_header_len(size_t n)
 {
     return n <= UINT8_MAX ? 2 : n <= UINT16_MAX ? 3 : 5;
 }
 
-static ds_status_t fill_value(const omni_data_t *data, uint8_t *buf, size_t total)
+static ds_status_t fill_value(const omni_data_t *data, uint8_t *buf, size_t total, copy_fn copy)
 {
+    (void)copy;
     return omni_value_encode_to(data->value, buf, total, NULL);
 }
 
-static ds_status_t fill_bytes(const omni_data_t *data, uint8_t *buf, size_t total)
+static ds_status_t fill_bytes(const omni_data_t *data, uint8_t *buf, size_t total, copy_fn copy)
 {
     size_t n = data->len, h = bin_header_len(n);
     if (h == 2) {
@@ -204,11 +208,11 @@ static ds_status_t fill_bytes(const omni_data_t *data, uint8_t *buf, size_t tota
         for (int i = 0; i < 4; i++)
             buf[1 + i] = (uint8_t)(n >> (24 - 8 * i));
     }
-    ds__copy(buf + h, data->bytes, total - h);
+    copy(buf + h, data->bytes, total - h);
     return DS_K_OK;
 }
 
-static ds_status_t fill_tensor(const omni_data_t *data, uint8_t *buf, size_t total)
+static ds_status_t fill_tensor(const omni_data_t *data, uint8_t *buf, size_t total, copy_fn copy)
 {
     const omni_tensor_view_t *t = &data->tensor;
     size_t h;
@@ -218,7 +222,7 @@ static ds_status_t fill_tensor(const omni_data_t *data, uint8_t *buf, size_t tot
     if (h + t->nbytes != total)
         return ds__set_error(DS_K_RUNTIME_ERROR, "tensor header is %zu bytes, expected %zu", h,
                              total - t->nbytes);
-    if (t->nbytes > 0) ds__copy(buf + h, t->data, t->nbytes);
+    if (t->nbytes > 0) copy(buf + h, t->data, t->nbytes);
     return DS_K_OK;
 }
 
@@ -260,7 +264,7 @@ static ds_status_t write_small(omni__dsconn_t *d, const char *key, const omni_da
     uint8_t *buf = malloc(total);
     if (buf == NULL)
         return ds__set_error(DS_K_OUT_OF_MEMORY, "out of memory encoding %zu bytes", total);
-    ds_status_t st = fill(data, buf, total);
+    ds_status_t st = fill(data, buf, total, ds__copy);
     if (st == DS_K_OK) {
         st = ds_kv_set(d->client, key, buf, total, &d->param);
         if (st != DS_K_OK) count_failure(d, st);
@@ -284,7 +288,8 @@ static ds_status_t write_inplace(omni__dsconn_t *d, const char *key, const omni_
         count_failure(d, st);
         return st;
     }
-    st = fill(data, ds_buffer_mutable_data(b), total);
+    st = fill(data, ds_buffer_mutable_data(b), total,
+              ds_client_is_local(d->client) ? ds__copy_in : ds__copy);
     if (st != DS_K_OK) {
         ADD(d->errors);
     } else if ((st = ds_kv_publish(d->client, b)) != DS_K_OK) {

@@ -266,7 +266,7 @@ static void trial_class(size_t n, unsigned trials)
     free(b);
 }
 
-static void check_copies(void)
+static void check_copies_with(void (*copy)(void *, const void *, size_t))
 {
     const size_t sizes[] = {
         1, 63, DS_COPY_MIN - 1, DS_COPY_MIN, DS_COPY_MIN + 1, 100003, (1u << 20) + 7};
@@ -281,7 +281,7 @@ static void check_copies(void)
             for (size_t d = 0; d < 3; d++) {
                 size_t n = sizes[k];
                 memset(dst, 0xEE, cap + 2);
-                ds__copy(dst + 1 + d, src + so, n);
+                copy(dst + 1 + d, src + so, n);
                 assert_memory_equal(dst + 1 + d, src + so, n);
                 assert_int_equal(dst[d], 0xEE);
                 assert_int_equal(dst[1 + d + n], 0xEE);
@@ -290,13 +290,50 @@ static void check_copies(void)
     free(dst);
 }
 
+static void check_copies(void)
+{
+    check_copies_with(ds__copy);
+    check_copies_with(ds__copy_in);
+}
+
+/* ds__copy_in's class of n (from DS_COPY_BIG) tries memcpy, non-temporal
+ * stores and rep movsb, each copy exact, and keeps one. */
+static void trial_class_in(size_t n)
+{
+    uint8_t *a = malloc(n + 1), *b = malloc(n + 2);
+    assert_non_null(a);
+    assert_non_null(b);
+    for (size_t i = 0; i < n + 1; i++)
+        a[i] = (uint8_t)(i * 7u + 1u);
+    const char *w = ds__copy_in_way(n);
+    assert_true(strcmp(w, "trying") == 0 || strcmp(w, "memcpy") == 0); /* memcpy: plain build */
+    for (unsigned i = 0; i < DS_COPY_TRIALS_IN; i++) {
+        memset(b, 0, n + 2);
+        ds__copy_in(b + 1, a + (i & 1), n); /* a destination off 16-byte alignment */
+        assert_memory_equal(b + 1, a + (i & 1), n);
+        assert_int_equal(b[0], 0);
+        assert_int_equal(b[n + 1], 0);
+    }
+    w = ds__copy_in_way(n);
+    assert_true(strcmp(w, "memcpy") == 0 || strcmp(w, "rep movsb") == 0 ||
+                strcmp(w, "non-temporal") == 0);
+    free(a);
+    free(b);
+}
+
 static void test_copy(void **state)
 {
     (void)state;
-    for (int way = 1; way <= 2; way++) {
+    for (int way = 1; way <= 3; way++) {
         ds__copy_force(way);
         check_copies();
     }
+    /* Non-temporal stores are for ds__copy_in only, and only there forced. */
+    ds__copy_force(3);
+    assert_true(strcmp(ds__copy_in_way(DS_COPY_MIN), "non-temporal") == 0 ||
+                strcmp(ds__copy_in_way(DS_COPY_MIN), "memcpy") == 0); /* memcpy: plain build */
+    assert_string_equal(ds__copy_in_way(DS_COPY_MIN - 1), "memcpy");
+    assert_string_not_equal(ds__copy_way(DS_COPY_BIG), "non-temporal");
     if (ds__copy_movsb_ok()) { /* the limits' explicit rep movsb */
         char from[100] = "rep movsb, whatever the class chose", to[100] = {0};
         ds__copy_movsb(to, from, sizeof(from));
@@ -311,6 +348,9 @@ static void test_copy(void **state)
      * trials decide. Classes no check above touched. */
     trial_class(3u << 20, DS_COPY_TRIALS);
     trial_class(9u << 20, DS_COPY_TRIALS_BIG);
+    trial_class_in(17u << 20);
+    /* Below DS_COPY_BIG, ds__copy_in is ds__copy. */
+    assert_string_equal(ds__copy_in_way(3u << 20), ds__copy_way(3u << 20));
     check_copies();
 }
 
