@@ -9,7 +9,12 @@
  * ~7 us on two vCPUs). A lane carries the same frames through shared
  * memory: while the other side polls, a round trip costs no system call at
  * all; while it sleeps, the wake-up is an eventfd write (to the worker) or
- * a futex wake (to the client), neither of which pulls the woken side over.
+ * a futex wake (to the client), neither of which asks the kernel to pull
+ * the woken side over. (It may still: on the Intel VM of 2026-12-02, kernel
+ * 6.18, `perf` saw the worker's futex wake move a client that had slept
+ * for microseconds onto the worker's CPU, so two sides that have slept
+ * and woken each other tend to stay on one CPU, and their polling backs
+ * off there; see the README's Performance section.)
  *
  * A lane is one request and its answer at a time, for one connection (the
  * client library sends one request per connection at a time anyway):
