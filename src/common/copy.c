@@ -78,9 +78,10 @@ static void movsb(void *dst, const void *src, size_t n)
     __asm__ volatile("rep movsb" : "+D"(dst), "+S"(src), "+c"(n) : : "memory");
 }
 
-/* Non-temporal stores, 64 bytes a step, to a 16-byte aligned destination;
- * the fence orders them before whatever this thread stores next (the
- * request that publishes the value). */
+/* Non-temporal stores, 64 bytes a step, once the destination is 16-byte
+ * aligned (the bytes before and the tail: memcpy); the fence orders them
+ * before whatever this thread stores next (the request that publishes the
+ * value). */
 static void nt_copy(void *dst, const void *src, size_t n)
 {
     uint8_t *d = dst;
@@ -139,7 +140,7 @@ static void trial(klass_t *k, const int *ways, unsigned nways, void *dst, const 
     uint64_t t0 = ds__now_ns();
     copy_by(w, dst, src, n);
     keep_best(&k->best[w], ds__now_ns() - t0);
-    unsigned per = n >= DS_COPY_BIG ? 2u : DS_COPY_TRIALS / 2u;
+    unsigned per = n >= DS_COPY_BIG ? DS_COPY_TRIALS_BIG / 2u : DS_COPY_TRIALS / 2u;
     if (t + 1 != nways * per) return;
     int way = WAY_MEMCPY;
     uint64_t bw = atomic_load_explicit(&k->best[WAY_MEMCPY], memory_order_relaxed);

@@ -29,8 +29,8 @@
  * them only above its own threshold (3/4 of the shared cache, 19 MiB on
  * the Intel VM of 2026-12-02), so between 8 MiB and that a copy into the
  * arena read every destination line from memory first: there a 16 MiB set
- * took 3.16-3.44 ms with memcpy and 2.50-2.84 ms with non-temporal stores,
- * a 12 MiB set 2.46-2.72 against 1.94-1.99 ms, and the get that read the
+ * took 3.16-3.49 ms with memcpy and 2.50-3.04 ms with non-temporal stores,
+ * a 12 MiB set 2.46-2.72 against 1.94-2.08 ms, and the get that read the
  * value back afterwards was no slower (alternating runs, p50). Smaller
  * classes never try them: a 1 MiB value read back soon is in the cache
  * after a plain copy and not after a non-temporal one (1 MiB get 138
@@ -46,9 +46,10 @@
 
 #define DS_COPY_MIN (64u * 1024u)
 #define DS_COPY_TRIALS 16u
-#define DS_COPY_TRIALS_BIG 4u
 #define DS_COPY_BIG (8u << 20)
-/* Trials of a ds__copy_in class from DS_COPY_BIG: two of each way. */
+/* Trials of a class from DS_COPY_BIG: two of each way (ds__copy has two
+ * ways, ds__copy_in three). */
+#define DS_COPY_TRIALS_BIG 4u
 #define DS_COPY_TRIALS_IN 6u
 
 /* memcpy(dst, src, n), for non-overlapping ranges, at the faster of the two

@@ -176,9 +176,9 @@ void omni__dsconn_health(omni__dsconn_t *d, omni_health_t *out)
 
 /* ---- writing ---- */
 
-/* Fills exactly total bytes at buf. */
-/* How a fill copies the payload's bulk: ds__copy_in into a local client's
- * arena buffer (another process reads it later), else ds__copy. */
+/* A fill writes exactly total bytes at buf, moving the payload's bulk with
+ * copy: ds__copy_in into a local client's arena buffer (another process
+ * reads it later), else ds__copy. */
 typedef void (*copy_fn)(void *dst, const void *src, size_t n);
 typedef ds_status_t (*fill_fn)(const omni_data_t *data, uint8_t *buf, size_t total, copy_fn copy);
 
