@@ -469,9 +469,14 @@ METHOD = """\
   ping-pong between two processes, and a loopback TCP stream into a warm buffer. The client
   copies values into and out of the arena with whichever of `memcpy` and `rep movsb` its
   first copies of a size class found faster (`src/common/copy.h`): glibc 2.36 stops using
-  `rep movsb` at 1 MiB on this CPU, where it is the faster way. The targets stay ratios to
-  glibc's `memcpy`, as the issue states them; the "x limit" column is against the faster of
-  the two copies, the machine's real limit.
+  `rep movsb` at 1 MiB on some CPUs, where it is the faster way. A set's copy into the arena
+  of 8 MiB or more also tries non-temporal stores, which glibc uses only above 3/4 of the
+  shared cache; they write the arena without reading it first, so such a set can run faster
+  than either copy between two warm buffers and read above 1 in the "x limit" column. The
+  targets stay ratios to glibc's `memcpy`, as the issue states them; the "x limit" column is
+  against the faster of `memcpy` and `rep movsb`. The warm-up of every size from 16 MiB covers
+  the copies a process times to choose its way (six per size class), so that no timed copy is
+  one of them.
 
 **Fairness on this VM.** First touches of fresh memory are very expensive here (a fresh
 mapping copies at about 0.4 GB/s, a warm one at 15-20 GB/s), and memory that has been warm
