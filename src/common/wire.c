@@ -131,9 +131,17 @@ void ds__wbuf_init(ds_wbuf_t *w)
     memset(w, 0, sizeof(*w));
 }
 
+void ds__wbuf_init_on(ds_wbuf_t *w, void *storage, size_t cap)
+{
+    memset(w, 0, sizeof(*w));
+    w->buf = storage;
+    w->cap = cap;
+    w->borrowed = true;
+}
+
 void ds__wbuf_free(ds_wbuf_t *w)
 {
-    free(w->buf);
+    if (!w->borrowed) free(w->buf);
     memset(w, 0, sizeof(*w));
 }
 
@@ -150,11 +158,13 @@ uint8_t *ds__wbuf_reserve(ds_wbuf_t *w, size_t n)
         size_t cap = w->cap ? w->cap : 256;
         while (cap < w->len + n)
             cap *= 2;
-        uint8_t *nb = realloc(w->buf, cap);
+        uint8_t *nb = w->borrowed ? malloc(cap) : realloc(w->buf, cap);
         if (nb == NULL) {
             w->oom = true;
             return NULL;
         }
+        if (w->borrowed && w->len) memcpy(nb, w->buf, w->len);
+        w->borrowed = false;
         w->buf = nb;
         w->cap = cap;
     }

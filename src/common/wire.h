@@ -282,9 +282,14 @@ typedef struct {
     size_t len;
     size_t cap;
     bool oom;
+    bool borrowed; /* buf is the caller's storage (ds__wbuf_init_on): never freed */
 } ds_wbuf_t;
 
 void ds__wbuf_init(ds_wbuf_t *w);
+/* Starts on the caller's storage (cap bytes, which must outlive w), and
+ * moves to the heap only when it outgrows it: an answer built on the stack
+ * costs no allocation. ds__wbuf_free is still due. */
+void ds__wbuf_init_on(ds_wbuf_t *w, void *storage, size_t cap);
 void ds__wbuf_free(ds_wbuf_t *w);
 void ds__wbuf_reset(ds_wbuf_t *w);
 void ds__wbuf_u8(ds_wbuf_t *w, uint8_t v);

@@ -122,13 +122,50 @@ static void test_reader_bounds(void **state)
     assert_false(r.err);
 }
 
+/* A buffer on the caller's storage writes there until it outgrows it, then
+ * moves to the heap with every byte written so far; the storage is never
+ * freed (ASan would see it) and stays as it was written. */
+static void test_wbuf_on_storage(void **state)
+{
+    (void)state;
+    uint8_t room[16];
+    memset(room, 0xee, sizeof(room));
+    ds_wbuf_t w;
+    ds__wbuf_init_on(&w, room, sizeof(room));
+    ds__wbuf_u64(&w, 0x0102030405060708ull);
+    ds__wbuf_u32(&w, 7);
+    assert_ptr_equal(w.buf, room);
+    assert_int_equal(w.len, 12);
+    ds__wbuf_u64(&w, 9); /* 20 bytes: past the storage */
+    assert_ptr_not_equal(w.buf, room);
+    assert_false(w.oom);
+    assert_int_equal(w.len, 20);
+    assert_true(w.cap >= 20);
+    assert_memory_equal(w.buf, room, 12);
+    ds_rbuf_t r;
+    ds__rbuf_init(&r, w.buf, w.len);
+    assert_int_equal(ds__rbuf_u64(&r), 0x0102030405060708ull);
+    assert_int_equal(ds__rbuf_u32(&r), 7);
+    assert_int_equal(ds__rbuf_u64(&r), 9);
+    assert_true(ds__rbuf_done(&r));
+    ds__wbuf_free(&w);
+    /* One that fits stays on the storage; free leaves it alone. */
+    ds__wbuf_init_on(&w, room, sizeof(room));
+    ds__wbuf_cstr(&w, "abc");
+    assert_ptr_equal(w.buf, room);
+    ds__wbuf_reset(&w);
+    assert_int_equal(w.len, 0);
+    ds__wbuf_free(&w);
+    assert_null(w.buf);
+    assert_memory_equal(room + 4, "abc", 3);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_header_roundtrip),
-        cmocka_unit_test(test_header_rejects),
-        cmocka_unit_test(test_meta_roundtrip),
-        cmocka_unit_test(test_reader_bounds),
+        cmocka_unit_test(test_header_roundtrip), cmocka_unit_test(test_header_rejects),
+        cmocka_unit_test(test_meta_roundtrip),   cmocka_unit_test(test_reader_bounds),
+        cmocka_unit_test(test_wbuf_on_storage),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -76,8 +76,9 @@ void ds__req_reply(ds_req_t *r, ds_status_t st, const ds_wbuf_t *w, const struct
     } else {
         observe(r);
         ds_wbuf_t tw;
+        uint8_t tw_room[DS_REPLY_ROOM];
         if (r->tail_len_) {
-            ds__wbuf_init(&tw);
+            ds__wbuf_init_on(&tw, tw_room, sizeof(tw_room));
             if (w) ds__wbuf_bytes(&tw, w->buf, w->len);
             ds__wbuf_bytes(&tw, r->tail_, r->tail_len_);
             if (!tw.oom) w = &tw;
@@ -105,7 +106,8 @@ void ds__req_error(ds_req_t *r, ds_status_t st, const char *fmt, ...)
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
     ds_wbuf_t w;
-    ds__wbuf_init(&w);
+    uint8_t room[DS_REPLY_ROOM];
+    ds__wbuf_init_on(&w, room, sizeof(room));
     ds__wbuf_cstr(&w, msg);
     ds__req_reply(r, st, &w, NULL, 0, NULL, 0, -1);
     ds__wbuf_free(&w);

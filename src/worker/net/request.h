@@ -32,6 +32,11 @@
 typedef struct ds_req ds_req_t;
 struct ds_conn;
 
+/* Stack room for building a small answer's metadata (a status list, an
+ * error message): ds__wbuf_init_on, so that a typical answer costs no
+ * allocation; a larger one moves to the heap. */
+#define DS_REPLY_ROOM 512
+
 struct ds_req {
     /* Read-only for handlers. */
     uint64_t conn_id; /* for logs; never reused */

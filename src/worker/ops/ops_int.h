@@ -23,8 +23,8 @@ int ds__ops_write_head(ds_rbuf_t *r, const char *what, bool may_be_empty, size_t
                        size_t cap);
 /* Publishes n written CREATING objects (pend[i] NULL where key i already
  * failed with status[i]) like the end of a SET: read latches, the storage
- * tier, the cluster, then the answer. Takes over pend and status (malloc'd)
- * and the references in pend. after(srv, r, after_arg, pend, n) runs once
+ * tier, the cluster, then the answer. Takes over the references in pend;
+ * the arrays stay the caller's (they are copied). after(srv, r, after_arg, pend, n) runs once
  * the objects are published and before the answer is built (when the
  * request waited for a latch, r is then the deferred request). */
 typedef void (*ds_published_fn)(ds_server_t *srv, ds_req_t *r, const uint64_t arg[3],

@@ -71,7 +71,8 @@ void ds__ops_reply_statuses(ds_req_t *r, const uint32_t *st, uint32_t n, const c
             break;
         }
     ds_wbuf_t w;
-    ds__wbuf_init(&w);
+    uint8_t room[DS_REPLY_ROOM];
+    ds__wbuf_init_on(&w, room, sizeof(room));
     ds__wbuf_cstr(&w, overall == DS_K_OK ? "" : first_err);
     ds__wbuf_u32(&w, n);
     for (uint32_t i = 0; i < n; i++)
@@ -118,7 +119,7 @@ typedef struct {
     ds_sink_t *sinks;      /* where each value's bytes go */
     ds_published_fn after; /* see ds__ops_publish_written */
     uint64_t after_arg[3];
-    char err[1024]; /* the first failure's message (last: set_new clears up to its first byte) */
+    char *err; /* the first failure's message (NULL: none yet), allocated only then */
 } set_t;
 
 static set_t *set_new(uint32_t n)
@@ -126,7 +127,7 @@ static set_t *set_new(uint32_t n)
     size_t arrays = (size_t)n * (2 * sizeof(ds_obj_t *) + sizeof(ds_sink_t) + sizeof(uint32_t));
     set_t *s = malloc(sizeof(*s) + arrays);
     if (s == NULL) return NULL;
-    memset(s, 0, offsetof(set_t, err) + 1);
+    memset(s, 0, sizeof(*s));
     uint8_t *p = (uint8_t *)(s + 1);
     memset(p, 0, arrays);
     s->pend = (ds_obj_t **)(void *)p;
@@ -140,7 +141,15 @@ static void set_free(set_t *s)
 {
     for (uint32_t i = 0; i < s->n; i++)
         if (s->pend[i]) ds__store_unref(s->srv->store, s->pend[i]);
+    free(s->err);
     free(s);
+}
+
+/* Keeps the first failure's message (a failure to copy it loses only the
+ * text: every key's status still says what happened). */
+static void set_err(set_t *s, const char *msg)
+{
+    if (s->err == NULL && msg && msg[0]) s->err = strdup(msg);
 }
 
 static void set_publish(ds_server_t *srv, ds_req_t *r, void *ctx);
@@ -192,7 +201,7 @@ static void set_publish(ds_server_t *srv, ds_req_t *r, void *ctx)
             st = ds__tier_admit(srv, o, s->existence == DS_EXISTENCE_NX, msg, sizeof(msg));
             if (st == DS_K_WRITE_BACK_QUEUE_FULL) {
                 s->status[i] = (uint32_t)st;
-                if (s->err[0] == '\0') snprintf(s->err, sizeof(s->err), "%s", msg);
+                set_err(s, msg);
                 continue;
             }
         }
@@ -208,7 +217,7 @@ static void set_publish(ds_server_t *srv, ds_req_t *r, void *ctx)
     }
     if (s->after) s->after(srv, r, s->after_arg, s->pend, s->n);
     ds__ops_answer_published(srv, r, published, s->status, s->n, s->existence == DS_EXISTENCE_NX,
-                             s->err);
+                             s->err ? s->err : "");
     set_free(s);
 }
 
@@ -220,8 +229,6 @@ void ds__ops_publish_written(ds_server_t *srv, ds_req_t *r, ds_obj_t **pend, uin
     if (s == NULL) {
         for (uint32_t i = 0; i < n; i++)
             if (pend[i]) ds__store_unref(srv->store, pend[i]);
-        free(pend);
-        free(status);
         ds__req_error(r, DS_K_OUT_OF_MEMORY, "out of memory");
         return;
     }
@@ -230,9 +237,7 @@ void ds__ops_publish_written(ds_server_t *srv, ds_req_t *r, ds_obj_t **pend, uin
     s->existence = existence;
     memcpy(s->pend, pend, n * sizeof(*pend));
     memcpy(s->status, status, n * sizeof(*status));
-    free(pend);
-    free(status);
-    snprintf(s->err, sizeof(s->err), "%s", first_err ? first_err : "");
+    set_err(s, first_err);
     s->after = after;
     memcpy(s->after_arg, after_arg, sizeof(s->after_arg));
     set_finish(s, r);
@@ -312,8 +317,8 @@ void ds__ops_set(ds_server_t *srv, ds_req_t *r)
         s->status[i] = (uint32_t)st;
         if (st == DS_K_OK)
             s->sinks[i].p = ds__store_data(srv->store, s->pend[i]);
-        else if (s->err[0] == '\0')
-            snprintf(s->err, sizeof(s->err), "%s", msg);
+        else
+            set_err(s, msg);
     }
     if (!small) {
         free(kp);

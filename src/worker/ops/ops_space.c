@@ -32,6 +32,8 @@
 #define DS_SPACE_KEEP (8u << 20)
 /* Each entry: key (4-byte length + at least 1 byte), offset, length. */
 #define ENTRY_MIN 21u
+/* SETRs of at most this many keys keep their arrays on the stack. */
+#define SETR_SMALL 8u
 
 static void put_u64(uint8_t *p, uint64_t v)
 {
@@ -144,6 +146,15 @@ typedef struct {
     uint64_t off, len;
 } entry_t;
 
+/* Frees a SETR's arrays unless they are the stack ones (e == e_small). */
+static void free_unless(entry_t *e, const entry_t *e_small, ds_obj_t **pend, uint32_t *status)
+{
+    if (e == e_small) return;
+    free(e);
+    free(pend);
+    free(status);
+}
+
 /* Every range inside the space, aligned, ascending: 0, or -1 with a message. */
 static int check_ranges(ds_server_t *srv, const ds_obj_t *space, const entry_t *e, uint32_t n,
                         char *msg, size_t cap)
@@ -214,13 +225,16 @@ void ds__ops_setr(ds_server_t *srv, ds_req_t *r)
         refuse(srv, r, handle, pin, DS_K_INVALID, "malformed SETR: the values belong in the arena");
         return;
     }
-    entry_t *e = malloc((n ? n : 1) * sizeof(*e));
-    ds_obj_t **pend = calloc(n ? n : 1, sizeof(*pend));
-    uint32_t *status = calloc(n ? n : 1, sizeof(*status));
+    /* A few keys (the usual one) on the stack, more on the heap. */
+    entry_t e_small[SETR_SMALL];
+    ds_obj_t *pend_small[SETR_SMALL];
+    uint32_t status_small[SETR_SMALL];
+    bool small = n <= SETR_SMALL;
+    entry_t *e = small ? e_small : malloc(n * sizeof(*e));
+    ds_obj_t **pend = small ? pend_small : malloc(n * sizeof(*pend));
+    uint32_t *status = small ? status_small : malloc(n * sizeof(*status));
     if (e == NULL || pend == NULL || status == NULL) {
-        free(e);
-        free(pend);
-        free(status);
+        free_unless(e, e_small, pend, status);
         refuse(srv, r, handle, pin, DS_K_OUT_OF_MEMORY, "out of memory");
         return;
     }
@@ -243,15 +257,14 @@ void ds__ops_setr(ds_server_t *srv, ds_req_t *r)
         bad = 1;
     }
     if (bad) {
-        free(e);
-        free(pend);
-        free(status);
+        free_unless(e, e_small, pend, status);
         refuse(srv, r, handle, pin, DS_K_INVALID, msg);
         return;
     }
     char first[512] = "";
     for (uint32_t i = 0; i < n; i++) {
         ds_status_t st;
+        pend[i] = NULL;
         if (ds__key_check(e[i].key, e[i].keylen, msg, sizeof(msg)) != 0)
             st = DS_K_INVALID;
         else
@@ -260,14 +273,12 @@ void ds__ops_setr(ds_server_t *srv, ds_req_t *r)
         status[i] = (uint32_t)st;
         if (st != DS_K_OK && first[0] == '\0') snprintf(first, sizeof(first), "%s", msg);
     }
-    free(e);
     uint64_t arg[3] = {handle, want, flags};
     if (n == 0) {
-        free(pend);
-        free(status);
         after_publish(srv, r, arg, NULL, 0);
         ds__ops_reply_statuses(r, NULL, 0, "");
-        return;
+    } else {
+        ds__ops_publish_written(srv, r, pend, status, n, existence, first, after_publish, arg);
     }
-    ds__ops_publish_written(srv, r, pend, status, n, existence, first, after_publish, arg);
+    free_unless(e, e_small, pend, status);
 }
