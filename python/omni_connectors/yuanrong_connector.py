@@ -140,11 +140,6 @@ class YuanrongConnector(OmniConnectorBase):
 
     # -- bookkeeping -------------------------------------------------------
 
-    def _count(self, **deltas):
-        with self._lock:
-            for k, v in deltas.items():
-                self._metrics[k] += v
-
     def _fail(self, kind, err, **extra):
         with self._lock:
             self._metrics[kind] += 1
@@ -218,7 +213,10 @@ class YuanrongConnector(OmniConnectorBase):
             logger.error("YuanrongConnector put %s failed: %s", key, e)
             return False, 0, None
         self._track(put_key, key)
-        self._count(puts=1, bytes_transferred=size)
+        with self._lock:
+            m = self._metrics
+            m["puts"] += 1
+            m["bytes_transferred"] += size
         logger.debug("YuanrongConnector stored %s (%d bytes)", key, size)
         return True, size, None
 
@@ -227,7 +225,8 @@ class YuanrongConnector(OmniConnectorBase):
             logger.error("YuanrongConnector: client not initialized")
             return None
         key = self._make_key(get_key, from_stage, to_stage)
-        t0 = time.perf_counter()
+        debug = logger.isEnabledFor(logging.DEBUG)
+        t0 = time.perf_counter() if debug else 0.0
         try:
             get_view = getattr(self.client, "get_view", None)
             if get_view is not None:
@@ -262,8 +261,11 @@ class YuanrongConnector(OmniConnectorBase):
             del view
         if self.cleanup_reads:
             self._track(get_key, key)
-        self._count(gets=1, bytes_transferred=size)
-        if logger.isEnabledFor(logging.DEBUG):
+        with self._lock:
+            m = self._metrics
+            m["gets"] += 1
+            m["bytes_transferred"] += size
+        if debug:
             logger.debug("YuanrongConnector fetched %s: %d bytes in %.1f ms",
                          key, size, (time.perf_counter() - t0) * 1000)
         return obj, size

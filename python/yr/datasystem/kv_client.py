@@ -409,7 +409,8 @@ class KVClient:
         finally:
             with self._mu:
                 self._active -= 1
-                if not self._active:
+                # Only close() waits (it has cleared the handle first).
+                if not self._active and self._handle is None:
                     self._cv.notify_all()
 
     @property
@@ -436,14 +437,15 @@ class KVClient:
         if isinstance(write_mode, SetParam):
             p = _param(write_mode.write_mode, write_mode.ttl_second, write_mode.existence, "existence")
         else:
-            p = _param(write_mode, ttl_second, existence, "existence")
+            p = _param_cached(write_mode, ttl_second, existence)
         kb = _c.encode_key(key)
         _c.nonempty_value("val", v)
         lib = _n.load()
         with _n.BorrowedBuffers() as borrowed:
             addr, n = borrowed.add(v)
             rc = self._call(lib.ds_kv_set, kb, addr, n, p)
-        _n.check(rc, "set %r" % key)
+        if rc != _n.K_OK:
+            _n.check(rc, "set %r" % key)
 
     def set_pieces(self, key, pieces, write_mode=WriteMode.NONE_L2_CACHE, ttl_second=0,
                    existence=ExistenceOpt.NONE):
@@ -474,7 +476,8 @@ class KVClient:
             p = _param_cached(write_mode, ttl_second, existence)
         kb = _c.encode_key(key)
         lib = _n.load()
-        if not _n.has_symbol("ds_kv_setv"):  # an older libdatasystem: join, then set
+        setv = getattr(lib, "ds_kv_setv", None)
+        if setv is None:  # an older libdatasystem: join, then set
             joined = b"".join(x if isinstance(x, bytes) else memoryview(x).tobytes()
                               for x in pieces)
             _c.nonempty_value("pieces", joined)
@@ -493,8 +496,9 @@ class KVClient:
                     addrs[i], lens[i] = borrowed.add(piece)
                 except TypeError:
                     raise _c.type_error("pieces[%d]" % i, bytes, bytearray, memoryview) from None
-            rc = self._call(lib.ds_kv_setv, kb, n, addrs, lens, p)
-        _n.check(rc, "set %r" % key)
+            rc = self._call(setv, kb, n, addrs, lens, p)
+        if rc != _n.K_OK:
+            _n.check(rc, "set %r" % key)
 
     def set_value(self, val, write_mode=WriteMode.NONE_L2_CACHE, ttl_second=0):
         """Sets val under a newly generated key and returns the key."""
