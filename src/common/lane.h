@@ -14,7 +14,9 @@
  * 6.18, `perf` saw the worker's futex wake move a client that had slept
  * for microseconds onto the worker's CPU, so two sides that have slept
  * and woken each other tend to stay on one CPU, and their polling backs
- * off there; see the README's Performance section.)
+ * off there; that guest boots with sched_vcpu_pack=15, a non-mainline
+ * option that packs tasks onto fewer vCPUs. See the README's Performance
+ * section.)
  *
  * A lane is one request and its answer at a time, for one connection (the
  * client library sends one request per connection at a time anyway):
