@@ -24,9 +24,10 @@ int ds__ops_write_head(ds_rbuf_t *r, const char *what, bool may_be_empty, size_t
 /* Publishes n written CREATING objects (pend[i] NULL where key i already
  * failed with status[i]) like the end of a SET: read latches, the storage
  * tier, the cluster, then the answer. Takes over the references in pend;
- * the arrays stay the caller's (they are copied). after(srv, r, after_arg, pend, n) runs once
- * the objects are published and before the answer is built (when the
- * request waited for a latch, r is then the deferred request). */
+ * the arrays stay the caller's (they are copied). after(srv, r, after_arg,
+ * pend, n) runs once the objects are published and before the answer is
+ * built (when the request waited for a latch, r is then the deferred
+ * request). */
 typedef void (*ds_published_fn)(ds_server_t *srv, ds_req_t *r, const uint64_t arg[3],
                                 ds_obj_t *const *objs, uint32_t n);
 void ds__ops_publish_written(ds_server_t *srv, ds_req_t *r, ds_obj_t **pend, uint32_t *status,
