@@ -104,6 +104,35 @@ static void test_one_round_trip(void **state)
         assert_int_equal(sts[i], DS_K_OK);
         check_value(c, keys[i], lens[i], 300 + (uint64_t)i);
     }
+    /* More large values than the worker keeps on its stack (SETR_SMALL,
+     * ops_space.c): one SETR for all twelve, every value as written. */
+    enum { MANY = 12 };
+    char many_names[MANY][16];
+    const char *many_keys[MANY];
+    size_t many_lens[MANY];
+    uint8_t *many_vals[MANY];
+    for (int i = 0; i < MANY; i++) {
+        snprintf(many_names[i], sizeof(many_names[i]), "many-%d", i);
+        many_keys[i] = many_names[i];
+        many_lens[i] = 64 * 1024 + (size_t)i * 4099;
+        many_vals[i] = malloc(many_lens[i]);
+        dst_fill(many_vals[i], many_lens[i], 500 + (uint64_t)i);
+    }
+    ds_status_t many_sts[MANY];
+    /* The first may ask for a space large enough; the second is one SETR. */
+    assert_int_equal(
+        ds_kv_mset(c, MANY, many_keys, (const void *const *)many_vals, many_lens, NULL, many_sts),
+        DS_K_OK);
+    double many0 = dst_ops(&W, "set_reserved");
+    assert_int_equal(
+        ds_kv_mset(c, MANY, many_keys, (const void *const *)many_vals, many_lens, NULL, many_sts),
+        DS_K_OK);
+    assert_true(dst_ops(&W, "set_reserved") - many0 == 1);
+    for (int i = 0; i < MANY; i++) {
+        assert_int_equal(many_sts[i], DS_K_OK);
+        check_value(c, many_keys[i], many_lens[i], 500 + (uint64_t)i);
+        free(many_vals[i]);
+    }
     /* NX of an existing key: success, the old value stays. */
     ds_set_param_t nx = DS_SET_PARAM_INIT;
     nx.existence = DS_EXISTENCE_NX;
