@@ -1,5 +1,6 @@
 /* Large copies at the faster of memcpy and `rep movsb` (copy.h says why). */
 #include "common/copy.h"
+#include "common/copy_int.h"
 
 #include "common/clock.h"
 #include "common/tsan.h"
@@ -22,7 +23,19 @@
 #define DS__COPY_PLAIN 1
 #endif
 
-enum { WAY_TRY = 0, WAY_MEMCPY = 1, WAY_MOVSB = 2, WAY_NT = 3, WAYS = 4 };
+enum {
+    WAY_TRY = DS__WAY_TRY,
+    WAY_MEMCPY = DS__WAY_MEMCPY,
+    WAY_MOVSB = DS__WAY_MOVSB,
+    WAY_NT = DS__WAY_NT,
+    WAYS = DS__WAYS
+};
+
+/* A copy by a way already chosen: wide when it is large enough. */
+static void copy_chosen(int way, void *dst, const void *src, size_t n)
+{
+    if (!ds__copy_wide(way, dst, src, n)) ds__copy_by(way, dst, src, n);
+}
 
 static _Atomic int forced = -1; /* -1: DS_COPY not read yet */
 
@@ -106,7 +119,7 @@ static void nt_copy(void *dst, const void *src, size_t n)
     _mm_sfence();
 }
 
-static void copy_by(int way, void *dst, const void *src, size_t n)
+void ds__copy_by(int way, void *dst, const void *src, size_t n)
 {
     if (way == WAY_MOVSB)
         movsb(dst, src, n);
@@ -138,7 +151,7 @@ static void trial(klass_t *k, const int *ways, unsigned nways, void *dst, const 
     unsigned t = atomic_fetch_add_explicit(&k->trials, 1, memory_order_relaxed);
     int w = ways[t % nways];
     uint64_t t0 = ds__now_ns();
-    copy_by(w, dst, src, n);
+    ds__copy_by(w, dst, src, n);
     keep_best(&k->best[w], ds__now_ns() - t0);
     unsigned per = n >= DS_COPY_BIG ? DS_COPY_TRIALS_BIG / 2u : DS_COPY_TRIALS / 2u;
     if (t + 1 != nways * per) return;
@@ -160,7 +173,7 @@ static void copy_class(klass_t *k, const int *ways, unsigned nways, void *dst, c
 {
     int w = atomic_load_explicit(&k->way, memory_order_relaxed);
     if (w != WAY_TRY)
-        copy_by(w, dst, src, n);
+        copy_chosen(w, dst, src, n);
     else
         trial(k, ways, nways, dst, src, n);
 }
@@ -176,11 +189,11 @@ void ds__copy(void *dst, const void *src, size_t n)
     }
     int f = forced_way();
     if (f == WAY_MEMCPY || !has_erms()) {
-        memcpy(dst, src, n);
+        copy_chosen(WAY_MEMCPY, dst, src, n);
         return;
     }
     if (f == WAY_MOVSB) {
-        movsb(dst, src, n);
+        copy_chosen(WAY_MOVSB, dst, src, n);
         return;
     }
     copy_class(class_of(classes, n), ways_out, 2, dst, src, n);
@@ -190,7 +203,7 @@ void ds__copy_in(void *dst, const void *src, size_t n)
 {
     int f = n >= DS_COPY_MIN ? forced_way() : WAY_TRY;
     if (f == WAY_NT) {
-        nt_copy(dst, src, n);
+        copy_chosen(WAY_NT, dst, src, n);
         return;
     }
     if (n < DS_COPY_BIG || f != WAY_TRY) {
@@ -235,14 +248,20 @@ const char *ds__copy_in_way(size_t n)
     return way_name(atomic_load_explicit(&class_of(classes_in, n)->way, memory_order_relaxed));
 }
 #else
+void ds__copy_by(int way, void *dst, const void *src, size_t n)
+{
+    (void)way;
+    memcpy(dst, src, n);
+}
+
 void ds__copy(void *dst, const void *src, size_t n)
 {
-    memcpy(dst, src, n);
+    copy_chosen(WAY_MEMCPY, dst, src, n);
 }
 
 void ds__copy_in(void *dst, const void *src, size_t n)
 {
-    memcpy(dst, src, n);
+    copy_chosen(WAY_MEMCPY, dst, src, n);
 }
 
 bool ds__copy_movsb_ok(void)

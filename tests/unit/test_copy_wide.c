@@ -1,0 +1,252 @@
+/* Wide copies (common/copy.h): a large copy split between the calling
+ * thread and the process's helper thread moves exactly the bytes asked
+ * for, whichever way its chunks take, whoever copies them, with several
+ * threads copying at once and in a child of fork; the helper really takes
+ * chunks; DS_COPY_THREADS=1 and a process pinned to one CPU copy alone. */
+#include "common/clock.h"
+#include "common/copy.h"
+#include "common/tsan.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+static bool two_cpus(void)
+{
+    cpu_set_t s;
+    return sched_getaffinity(0, sizeof(s), &s) == 0 && CPU_COUNT(&s) >= 2;
+}
+
+static uint64_t jobs_now(void)
+{
+    uint64_t j, h;
+    ds__copy_wide_stats(&j, &h);
+    return j;
+}
+
+static uint64_t helped_now(void)
+{
+    uint64_t j, h;
+    ds__copy_wide_stats(&j, &h);
+    return h;
+}
+
+static void fill(uint8_t *p, size_t n, unsigned seed)
+{
+    for (size_t i = 0; i < n; i++)
+        p[i] = (uint8_t)(i * 131u + seed + (i >> 16));
+}
+
+/* copy(dst + d, src + so, n) for each way and offset: exact, and the bytes
+ * on either side untouched. */
+static void check_sizes(void (*copy)(void *, const void *, size_t))
+{
+    const size_t sizes[] = {DS_COPY_WIDE_MIN - 1,
+                            DS_COPY_WIDE_MIN,
+                            DS_COPY_WIDE_MIN + 1,
+                            (1u << 20) + 7,
+                            3u * DS_COPY_WIDE_CHUNK * 5u + 13,
+                            (3u << 20) + 1};
+    size_t cap = (3u << 20) + 64;
+    uint8_t *src = malloc(cap), *dst = malloc(cap + 2);
+    assert_non_null(src);
+    assert_non_null(dst);
+    fill(src, cap, 7);
+    for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++)
+        for (size_t so = 0; so < 2; so++)
+            for (size_t d = 0; d < 3; d++) {
+                size_t n = sizes[k];
+                memset(dst, 0xEE, cap + 2);
+                copy(dst + 1 + d, src + so, n);
+                assert_memory_equal(dst + 1 + d, src + so, n);
+                assert_int_equal(dst[d], 0xEE);
+                assert_int_equal(dst[1 + d + n], 0xEE);
+            }
+    free(src);
+    free(dst);
+}
+
+static void test_wide_exact(void **state)
+{
+    (void)state;
+    ds__copy_threads_force(2);
+    uint64_t before = jobs_now();
+    for (int way = 1; way <= 3; way++) {
+        ds__copy_force(way);
+        check_sizes(ds__copy);
+        check_sizes(ds__copy_in);
+    }
+    ds__copy_force(0);
+    /* Sizes from DS_COPY_WIDE_MIN went wide (trials aside: forced ways
+     * have none) wherever the process may use two CPUs. */
+    if (two_cpus())
+        assert_true(jobs_now() - before >= 120u); /* of 180: ds__copy measures under way 3 */
+    else
+        assert_int_equal(jobs_now(), before);
+}
+
+/* The helper takes chunks: within two seconds of 4 MiB copies it has
+ * copied some (on a machine whose other CPUs stay busy that long it may
+ * not). */
+static void test_wide_helper_copies(void **state)
+{
+    (void)state;
+    if (!two_cpus()) skip();
+    ds__copy_threads_force(2);
+    ds__copy_force(1);
+    size_t n = 4u << 20;
+    uint8_t *a = malloc(n), *b = malloc(n);
+    assert_non_null(a);
+    assert_non_null(b);
+    fill(a, n, 3);
+    uint64_t h0 = helped_now(), until = ds__now_ms() + 2000;
+    unsigned copies = 0;
+    while (helped_now() == h0 && ds__now_ms() < until) {
+        memset(b, 0, n);
+        ds__copy(b, a, n);
+        assert_memory_equal(a, b, n);
+        copies++;
+        usleep(200); /* so that the helper sleeps and is woken */
+    }
+    assert_true(helped_now() > h0);
+    ds__copy_force(0);
+    free(a);
+    free(b);
+}
+
+/* Many threads copy at once: one of them at a time has the helper, the
+ * others copy alone, and every copy is exact. */
+typedef struct {
+    unsigned seed;
+    int bad;
+} job_t;
+
+static void *copier(void *arg)
+{
+    job_t *j = arg;
+    size_t n = (1u << 20) + j->seed;
+    uint8_t *a = malloc(n), *b = malloc(n);
+    if (a == NULL || b == NULL) {
+        j->bad = 1;
+    } else {
+        fill(a, n, j->seed);
+        for (int i = 0; i < 60 && !j->bad; i++) {
+            memset(b, 0, n);
+            (i % 2 ? ds__copy_in : ds__copy)(b, a, n);
+            j->bad = memcmp(a, b, n) != 0;
+        }
+    }
+    free(a);
+    free(b);
+    return NULL;
+}
+
+static void test_wide_threads(void **state)
+{
+    (void)state;
+    ds__copy_threads_force(2);
+    pthread_t t[6];
+    job_t j[6];
+    for (unsigned i = 0; i < 6; i++) {
+        j[i] = (job_t){.seed = i * 17u + 1u};
+        assert_int_equal(pthread_create(&t[i], NULL, copier, &j[i]), 0);
+    }
+    for (unsigned i = 0; i < 6; i++) {
+        pthread_join(t[i], NULL);
+        assert_int_equal(j[i].bad, 0);
+    }
+}
+
+/* A child of fork has no helper thread: it starts its own, and its copies
+ * are exact. */
+static void test_wide_after_fork(void **state)
+{
+    (void)state;
+#ifdef DS__TSAN
+    skip(); /* TSan cannot start threads in a child of a multi-threaded fork */
+#endif
+    ds__copy_threads_force(2);
+    size_t n = 2u << 20;
+    uint8_t *a = malloc(n), *b = malloc(n);
+    assert_non_null(a);
+    assert_non_null(b);
+    fill(a, n, 11);
+    ds__copy_force(1); /* no trials: every copy goes wide */
+    ds__copy(b, a, n); /* the parent's helper is running */
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        uint64_t j0 = jobs_now();
+        for (int i = 0; i < 20; i++) {
+            memset(b, 0, n);
+            ds__copy(b, a, n);
+            if (memcmp(a, b, n) != 0) _exit(2);
+        }
+        _exit(two_cpus() && jobs_now() - j0 != 20 ? 3 : 0);
+    }
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+    ds__copy_force(0);
+    free(a);
+    free(b);
+}
+
+/* DS_COPY_THREADS=1 (here: its switch), and a process pinned to one CPU
+ * (a child of fork, which starts its helper afresh), copy alone. */
+static void test_wide_off(void **state)
+{
+    (void)state;
+    size_t n = 1u << 20;
+    uint8_t *a = malloc(n), *b = malloc(n);
+    assert_non_null(a);
+    assert_non_null(b);
+    fill(a, n, 5);
+    ds__copy_force(1);
+    ds__copy_threads_force(1);
+    uint64_t j0 = jobs_now();
+    ds__copy(b, a, n);
+    assert_memory_equal(a, b, n);
+    assert_int_equal(jobs_now(), j0);
+    ds__copy_threads_force(2);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        CPU_SET(sched_getcpu() < 0 ? 0 : sched_getcpu(), &one);
+        if (sched_setaffinity(0, sizeof(one), &one) != 0) _exit(4);
+        uint64_t c0 = jobs_now();
+        memset(b, 0, n);
+        ds__copy(b, a, n);
+        if (memcmp(a, b, n) != 0) _exit(2);
+        _exit(jobs_now() != c0 ? 3 : 0);
+    }
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+    ds__copy_force(0);
+    free(a);
+    free(b);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_wide_exact),   cmocka_unit_test(test_wide_helper_copies),
+        cmocka_unit_test(test_wide_threads), cmocka_unit_test(test_wide_after_fork),
+        cmocka_unit_test(test_wide_off),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
