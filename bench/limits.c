@@ -1,7 +1,7 @@
 /* The machine's own limits, measured in the same run as the store so that
  * dsbench reports ratios rather than absolute numbers that drift on a shared
- * machine: single-thread memcpy into warm memory (glibc's, and `rep movsb`,
- * the other way the client's large copies may take), a Unix-socket and a TCP
+ * machine: memcpy into warm memory (glibc's, and `rep movsb`, the other way
+ * the client's large copies may take, on one thread; glibc's on two), a Unix-socket and a TCP
  * ping-pong round trip between two processes, and a plain loopback TCP stream
  * into a warm buffer. */
 #include "bench/limits.h"
@@ -9,9 +9,14 @@
 #include "bench/stats.h"
 #include "common/clock.h"
 #include "common/copy.h"
+#include "common/lane.h"
 #include "common/net.h"
 
 #include <arpa/inet.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <signal.h>
@@ -62,6 +67,67 @@ double dsb_memcpy_gbps(size_t size, int iters)
 double dsb_movsb_gbps(size_t size, int iters)
 {
     return ds__copy_movsb_ok() ? copy_gbps(size, iters, ds__copy_movsb) : 0;
+}
+
+/* Two threads copying one buffer, half each: the calling thread and a
+ * helper that polls for the go and is pinned off the caller's CPU. The
+ * client's large copies (wide copies, common/copy.h) split the same way
+ * but wake a sleeping helper, so this bounds them from above. */
+typedef struct {
+    _Atomic int go, done; /* round numbers; go < 0: stop */
+    uint8_t *dst;
+    const uint8_t *src;
+    size_t n;
+} half_t;
+
+static void *second_half(void *arg)
+{
+    half_t *h = arg;
+    for (int seen = 0;;) {
+        int g;
+        while ((g = atomic_load(&h->go)) == seen)
+            ds__cpu_relax();
+        if (g < 0) return NULL;
+        seen = g;
+        memcpy(h->dst + h->n / 2, h->src + h->n / 2, h->n - h->n / 2);
+        atomic_store(&h->done, g);
+    }
+}
+
+double dsb_copy2_gbps(size_t size, int iters)
+{
+    cpu_set_t cpus, off;
+    int me = sched_getcpu();
+    if (sched_getaffinity(0, sizeof(cpus), &cpus) != 0 || CPU_COUNT(&cpus) < 2 || me < 0) return 0;
+    off = cpus;
+    CPU_CLR(me, &off);
+    uint8_t *a = malloc(size), *b = malloc(size);
+    uint64_t *t = calloc((size_t)iters, sizeof(*t));
+    half_t h = {.dst = b, .src = a, .n = size};
+    pthread_t tid;
+    double gbps = 0;
+    if (a && b && t && pthread_create(&tid, NULL, second_half, &h) == 0) {
+        pthread_setaffinity_np(tid, sizeof(off), &off);
+        memset(a, 1, size);
+        memset(b, 2, size);
+        for (int i = 0; i < iters; i++) {
+            uint64_t t0 = ds__now_ns();
+            atomic_store(&h.go, i + 1);
+            memcpy(b, a, size / 2);
+            while (atomic_load(&h.done) != i + 1)
+                ds__cpu_relax();
+            t[i] = ds__now_ns() - t0;
+        }
+        atomic_store(&h.go, -1);
+        pthread_join(tid, NULL);
+        dsb_lat_t l = {0};
+        dsb_lat_from(t, (size_t)iters, &l);
+        gbps = l.p50_us > 0 ? (double)size / (l.p50_us * 1e3) : 0;
+    }
+    free(t);
+    free(a);
+    free(b);
+    return gbps;
 }
 
 /* Child echoes msg-sized messages until EOF. */

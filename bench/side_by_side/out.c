@@ -56,7 +56,7 @@ void sbs_compute_ratios(const sbs_limits_t *lim)
         bool no_limit = !strcmp(r->op, "resident memory") || !strncmp(r->op, "resident load", 13);
         if (!no_limit && strncmp(r->op, "1KiB", 4) != 0 && si >= 0 && r->p50_us > 0) {
             if (r->size >= 64 * SBS_KIB) {
-                /* Same-host paths: the faster of memcpy and rep movsb. */
+                /* Same-host paths: the fastest of memcpy, rep movsb and two threads. */
                 double l = tcp ? lim->tcp_stream_gbps[si] : lim->copy_gbps[si];
                 if (!tcp && !(l > 0)) l = lim->memcpy_gbps[si];
                 if (pair) l /= 2;
@@ -172,6 +172,8 @@ int sbs_write_json(const char *path, const sbs_opts_t *o, const sbs_limits_t *li
         json_num(f, lim->memcpy_gbps[i], "%.4f");
         fprintf(f, ", \"movsb_gbps\": ");
         json_num(f, lim->movsb_gbps[i], "%.4f");
+        fprintf(f, ", \"copy2_gbps\": ");
+        json_num(f, lim->copy2_gbps[i], "%.4f");
         fprintf(f, ", \"copy_gbps\": ");
         json_num(f, lim->copy_gbps[i], "%.4f");
         fprintf(f, ", \"tcp_stream_gbps\": ");

@@ -184,7 +184,8 @@ int main(int argc, char **argv)
     memset(&lim, 0, sizeof(lim));
     lim.unix_rtt.p50_us = lim.tcp_rtt.p50_us = NAN;
     for (size_t i = 0; i < 8; i++)
-        lim.memcpy_gbps[i] = lim.movsb_gbps[i] = lim.copy_gbps[i] = lim.tcp_stream_gbps[i] = NAN;
+        lim.memcpy_gbps[i] = lim.movsb_gbps[i] = lim.copy2_gbps[i] = lim.copy_gbps[i] =
+            lim.tcp_stream_gbps[i] = NAN;
 
     /* Resident keys first, while both servers' heaps are fresh: memory
      * growth then belongs to the keys, not to reuse of earlier phases' slack. */

@@ -152,7 +152,8 @@ int sbs_redis_purge(sbs_conn_t *c);
 typedef struct {
     double memcpy_gbps[8];       /* per value size index: glibc's memcpy */
     double movsb_gbps[8];        /* the same copy with `rep movsb`; 0: no ERMS */
-    double copy_gbps[8];         /* the faster of the two: the machine's copy limit */
+    double copy2_gbps[8];        /* glibc's memcpy by two threads, half each; 0: one CPU */
+    double copy_gbps[8];         /* the fastest of the three: the machine's copy limit */
     double tcp_stream_gbps[8];   /* per value size index */
     dsb_lat_t unix_rtt, tcp_rtt; /* 1 KiB ping-pong */
 } sbs_limits_t;

@@ -43,7 +43,7 @@ static void target(const char *name, double measured, double goal, bool higher_i
     bool pair = strchr(limit_row->op, '+') != NULL;
     if (limit_row->size >= 64 * SBS_KIB)
         snprintf(t->limit, sizeof(t->limit), "%s%s",
-                 tcp ? "loopback TCP stream" : "fastest copy (memcpy or rep movsb)",
+                 tcp ? "loopback TCP stream" : "fastest copy (memcpy, rep movsb or 2 threads)",
                  pair ? ", halved for a pair" : "");
     else
         snprintf(t->limit, sizeof(t->limit), "%s 1 KiB ping-pong%s", tcp ? "TCP" : "Unix socket",
