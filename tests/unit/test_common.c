@@ -22,6 +22,8 @@
 
 #include <cmocka.h>
 
+#include "copy_check.h"
+
 static void test_keys(void **state)
 {
     (void)state;
@@ -270,24 +272,7 @@ static void check_copies_with(void (*copy)(void *, const void *, size_t))
 {
     const size_t sizes[] = {
         1, 63, DS_COPY_MIN - 1, DS_COPY_MIN, DS_COPY_MIN + 1, 100003, (1u << 20) + 7};
-    size_t cap = (1u << 20) + 64;
-    uint8_t *src = malloc(cap), *dst = malloc(cap + 2);
-    assert_non_null(src);
-    assert_non_null(dst);
-    for (size_t i = 0; i < cap; i++)
-        src[i] = (uint8_t)(i * 131u + 7u);
-    for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++)
-        for (size_t so = 0; so < 3; so++)
-            for (size_t d = 0; d < 3; d++) {
-                size_t n = sizes[k];
-                memset(dst, 0xEE, cap + 2);
-                copy(dst + 1 + d, src + so, n);
-                assert_memory_equal(dst + 1 + d, src + so, n);
-                assert_int_equal(dst[d], 0xEE);
-                assert_int_equal(dst[1 + d + n], 0xEE);
-            }
-    free(src);
-    free(dst);
+    check_copy_sizes(copy, sizes, sizeof(sizes) / sizeof(sizes[0]));
 }
 
 static void check_copies(void)
