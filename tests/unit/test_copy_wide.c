@@ -75,6 +75,21 @@ static void test_wide_exact(void **state)
         assert_int_equal(jobs_now(), before);
 }
 
+/* From DS_COPY_BIG the chunks are larger (and the non-temporal way's
+ * heads and tails fall elsewhere): exact too. */
+static void test_wide_big_chunks(void **state)
+{
+    (void)state;
+    ds__copy_threads_force(2);
+    const size_t big[] = {DS_COPY_BIG + 4u * DS_COPY_WIDE_CHUNK + 13};
+    for (int way = 1; way <= 3; way++) {
+        ds__copy_force(way);
+        check_copy_sizes(ds__copy, big, 1);
+        check_copy_sizes(ds__copy_in, big, 1);
+    }
+    ds__copy_force(0);
+}
+
 /* The helper takes chunks: within two seconds of 4 MiB copies it has
  * copied some (on a machine whose other CPUs stay busy that long it may
  * not). */
@@ -228,9 +243,9 @@ static void test_wide_off(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_wide_exact),   cmocka_unit_test(test_wide_helper_copies),
-        cmocka_unit_test(test_wide_threads), cmocka_unit_test(test_wide_after_fork),
-        cmocka_unit_test(test_wide_off),
+        cmocka_unit_test(test_wide_exact),         cmocka_unit_test(test_wide_big_chunks),
+        cmocka_unit_test(test_wide_helper_copies), cmocka_unit_test(test_wide_threads),
+        cmocka_unit_test(test_wide_after_fork),    cmocka_unit_test(test_wide_off),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
