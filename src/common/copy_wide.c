@@ -25,6 +25,8 @@
 #include "common/copy.h"
 #include "common/copy_int.h"
 
+#include "common/lane.h" /* ds__cpu_relax (inline: nothing to link) */
+
 #include <linux/futex.h>
 #include <pthread.h>
 #include <sched.h>
@@ -74,15 +76,6 @@ static void futex_wait(_Atomic uint32_t *word, uint32_t val)
 static void futex_wake(_Atomic uint32_t *word)
 {
     (void)syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
-}
-
-static void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield");
-#endif
 }
 
 /* Takes the chunks left of the job whose ticket reads t (or of a newer
@@ -218,7 +211,7 @@ bool ds__copy_wide(int way, void *dst, const void *src, size_t n)
     take_chunks(t);
     /* The helper's chunks in flight: at most one, a chunk's copy long. */
     for (unsigned i = 1; atomic_load_explicit(&W.done, memory_order_acquire) != chunks; i++) {
-        cpu_relax();
+        ds__cpu_relax();
         if (i % 4096 == 0) sched_yield(); /* the helper was switched out */
     }
     atomic_fetch_add_explicit(&W.jobs, 1, memory_order_relaxed);
