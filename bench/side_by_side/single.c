@@ -52,12 +52,16 @@ int sbs_warmup(const sbs_opts_t *o, size_t size)
     /* From 16 MiB up, at least two: overwriting a key allocates the new
      * version before the old one is freed, so a value cycles between two
      * arena ranges, and both must have been written once; and at least
-     * DS_COPY_TRIALS_IN: a process's first copies of a size class time
-     * memcpy against `rep movsb` (and a set's, non-temporal stores:
-     * common/copy.h), some of them the slower way (2x at 256 MiB on an
+     * DS_COPY_TRIALS_IN plus DS_COPY_WIDE_TRIALS: a process's first copies
+     * of a size class time memcpy against `rep movsb` (and a set's,
+     * non-temporal stores), then copies alone against wide ones
+     * (common/copy.h), some of them the slower way (2x at 256 MiB on an
      * Intel VM), once per process. Those belong in the warm-up, not in a
-     * p50 of four samples. */
-    return size <= SBS_KIB ? 100 : size <= SBS_MIB ? 20 : DS_COPY_TRIALS_IN;
+     * p50 of four samples. Up to 1 MiB a set and its get share one class:
+     * 24 pairs are 48 of its copies, past its 40 trials. */
+    return size <= SBS_KIB   ? 100
+           : size <= SBS_MIB ? 24
+                             : (int)(DS_COPY_TRIALS_IN + DS_COPY_WIDE_TRIALS(size));
 }
 
 int sbs_rounds(const sbs_opts_t *o, size_t size)

@@ -31,10 +31,170 @@ enum {
     WAYS = DS__WAYS
 };
 
-/* A copy by a way already chosen: wide when it is large enough. */
-static void copy_chosen(int way, void *dst, const void *src, size_t n)
+/* Size classes 2^16 (64 KiB) .. 2^47 and up. */
+#define CLASS_MIN 16
+#define CLASSES 32
+/* A class that has decided measures again after RETRY_FIRST copies, then
+ * after twice as many each time, up to RETRY_MAX: the first trials may
+ * have run while its copies were not what they became (after a larger
+ * value's sets, say, into memory out of the cache). */
+#define RETRY_FIRST 64u
+#define RETRY_MAX 4096u
+#define ARMS 3 /* at most: memcpy, non-temporal, rep movsb */
+
+enum { WIDE_TRY = 0, WIDE_ALONE = 1, WIDE_ON = 2 };
+
+/* One round of trials: arms (ways of copying) take turns in blocks of
+ * consecutive copies, so that one arm's copies do not pay for the caches
+ * another left behind (a wide copy leaves half the destination in the
+ * helper's core); the first copy of each block is not counted. */
+typedef struct {
+    _Atomic unsigned next;                    /* trials started */
+    _Atomic uint32_t ns[ARMS][DS_COPY_BLOCK]; /* ns per copy; 0 = none */
+} trials_t;
+
+typedef struct {
+    trials_t ways;
+    _Atomic int way; /* WAY_TRY until the ways' trials decide */
+    trials_t wide;
+    _Atomic int wide_on;          /* WIDE_TRY, WIDE_ALONE or WIDE_ON */
+    _Atomic unsigned uses, round; /* copies since the last decision; rounds of trials */
+} klass_t;
+
+static klass_t classes[CLASSES];    /* ds__copy */
+static klass_t classes_in[CLASSES]; /* ds__copy_in */
+
+static klass_t *class_of(klass_t *table, size_t n)
 {
-    if (!ds__copy_wide(way, dst, src, n)) ds__copy_by(way, dst, src, n);
+    unsigned k = 63u - (unsigned)__builtin_clzll((unsigned long long)n);
+    k = k < CLASS_MIN ? 0 : k - CLASS_MIN;
+    return &table[k < CLASSES ? k : CLASSES - 1];
+}
+
+static unsigned block_of(size_t n)
+{
+    return n >= DS_COPY_BIG ? DS_COPY_BLOCK_BIG : DS_COPY_BLOCK;
+}
+
+/* The median of an arm's counted copies (0: none). */
+static uint32_t arm_median(trials_t *tr, unsigned arm, unsigned block)
+{
+    uint32_t v[DS_COPY_BLOCK];
+    unsigned m = 0;
+    for (unsigned i = 1; i < block; i++) {
+        uint32_t x = atomic_load_explicit(&tr->ns[arm][i], memory_order_relaxed);
+        if (x == 0) continue;
+        unsigned j = m++;
+        for (; j > 0 && v[j - 1] > x; j--) /* insertion sort */
+            v[j] = v[j - 1];
+        v[j] = x;
+    }
+    return m ? v[m / 2] : 0;
+}
+
+/* Starts a trial: its arm, and its number among the counted ones in *t;
+ * TRIAL_WARM for the warm-up block before them (uncounted: a process's
+ * first copies into a mapping fault its pages in, which would be held
+ * against whichever arm came first), TRIAL_OVER once the round's trials
+ * are all taken (another thread's last one decides). */
+enum { TRIAL_WARM = -1, TRIAL_OVER = -2 };
+static int trial_begin(trials_t *tr, unsigned arms, unsigned block, bool warm, unsigned *t)
+{
+    unsigned i = atomic_fetch_add_explicit(&tr->next, 1, memory_order_relaxed);
+    unsigned w = warm ? block : 0;
+    if (i < w) return TRIAL_WARM;
+    *t = i - w;
+    return *t < arms * block ? (int)(*t / block) : TRIAL_OVER;
+}
+
+/* Records trial t's time (0: the copy did not run that way); true for the
+ * round's last trial, which then decides. */
+static bool trial_end(trials_t *tr, unsigned block, unsigned t, uint64_t ns, bool ran,
+                      unsigned arms)
+{
+    uint32_t v = !ran ? 0 : ns >= UINT32_MAX ? UINT32_MAX : ns ? (uint32_t)ns : 1;
+    atomic_store_explicit(&tr->ns[t / block][t % block], v, memory_order_relaxed);
+    return t + 1 == arms * block;
+}
+
+/* The arm whose median is shortest, if it beats arm 0's by pct percent;
+ * else 0. */
+static unsigned trial_winner(trials_t *tr, unsigned arms, unsigned block, unsigned pct)
+{
+    unsigned win = 0;
+    uint64_t bar = arm_median(tr, 0, block);
+    for (unsigned a = 1; a < arms && bar != 0; a++) {
+        uint64_t m = arm_median(tr, a, block);
+        if (m != 0 && m * 100 < bar * (100 - pct)) {
+            win = a;
+            bar = m * 100 / (100 - pct);
+        }
+    }
+    return win;
+}
+
+static void trials_reset(trials_t *tr)
+{
+    for (unsigned a = 0; a < ARMS; a++)
+        for (unsigned i = 0; i < DS_COPY_BLOCK; i++)
+            atomic_store_explicit(&tr->ns[a][i], 0, memory_order_relaxed);
+    atomic_store_explicit(&tr->next, 0, memory_order_relaxed);
+}
+
+/* One timed copy alone (arm 0) or wide (arm 1); the last decides the
+ * class: wide only if its median copy was 10% shorter, and a copy alone
+ * takes at least DS_COPY_WIDE_MIN_NS. A wide copy that
+ * could not run (the helper busy, one CPU) is no sample. */
+static void wide_trial(klass_t *k, int way, void *dst, const void *src, size_t n)
+{
+    unsigned block = block_of(n), t = 0;
+    int arm = trial_begin(&k->wide, 2, block, false, &t);
+    if (arm < 0) {
+        ds__copy_by(way, dst, src, n);
+        return;
+    }
+    uint64_t t0 = ds__now_ns();
+    bool ran = arm == 0 || ds__copy_wide(way, dst, src, n);
+    if (arm == 0 || !ran) ds__copy_by(way, dst, src, n);
+    if (!trial_end(&k->wide, block, t, ds__now_ns() - t0, ran, 2)) return;
+    bool on = arm_median(&k->wide, 0, block) >= DS_COPY_WIDE_MIN_NS &&
+              trial_winner(&k->wide, 2, block, 10) == 1;
+    atomic_store_explicit(&k->wide_on, on ? WIDE_ON : WIDE_ALONE, memory_order_relaxed);
+}
+
+/* Now and then a class measures again, its way and then wide copies: what
+ * is faster can change. */
+static void retry(klass_t *k)
+{
+    trials_reset(&k->ways);
+    trials_reset(&k->wide);
+    atomic_store_explicit(&k->uses, 0, memory_order_relaxed);
+    atomic_fetch_add_explicit(&k->round, 1, memory_order_relaxed);
+    atomic_store_explicit(&k->wide_on, WIDE_TRY, memory_order_relaxed);
+    atomic_store_explicit(&k->way, WAY_TRY, memory_order_relaxed);
+}
+
+/* A copy by a way already chosen: wide when it is large enough and the
+ * class found wide copies faster (or DS_COPY_THREADS=2 says always). */
+static void copy_chosen(klass_t *k, int way, void *dst, const void *src, size_t n)
+{
+    int mode = n >= DS_COPY_WIDE_MIN ? ds__copy_wide_mode() : DS__WIDE_OFF;
+    int w = mode == DS__WIDE_ALWAYS ? WIDE_ON : WIDE_ALONE;
+    if (mode == DS__WIDE_MEASURE) {
+        w = atomic_load_explicit(&k->wide_on, memory_order_relaxed);
+        if (w == WIDE_TRY) {
+            wide_trial(k, way, dst, src, n);
+            return;
+        }
+    }
+    /* (Not under DS_COPY_THREADS=2, which tests use to keep classes as
+     * they are.) */
+    unsigned r = atomic_load_explicit(&k->round, memory_order_relaxed);
+    unsigned every = r < 6 ? RETRY_FIRST << r : RETRY_MAX;
+    if (mode != DS__WIDE_ALWAYS &&
+        atomic_fetch_add_explicit(&k->uses, 1, memory_order_relaxed) + 1 == every)
+        retry(k);
+    if (w != WIDE_ON || !ds__copy_wide(way, dst, src, n)) ds__copy_by(way, dst, src, n);
 }
 
 static _Atomic int forced = -1; /* -1: DS_COPY not read yet */
@@ -60,19 +220,7 @@ static int forced_way(void)
     return atomic_load_explicit(&forced, memory_order_relaxed);
 }
 
-/* Size classes 2^16 (64 KiB) .. 2^47 and up. */
-#define CLASS_MIN 16
-#define CLASSES 32
-
-typedef struct {
-    _Atomic unsigned trials;
-    _Atomic int way;
-    _Atomic uint64_t best[WAYS]; /* shortest ns seen per way; 0 = none yet */
-} klass_t;
-
-static klass_t classes[CLASSES];    /* ds__copy */
-static klass_t classes_in[CLASSES]; /* ds__copy_in */
-static _Atomic int erms = -1;       /* -1: not asked yet */
+static _Atomic int erms = -1; /* -1: not asked yet */
 
 /* Enhanced REP MOVSB: CPUID leaf 7, EBX bit 9. */
 static bool has_erms(void)
@@ -129,42 +277,23 @@ void ds__copy_by(int way, void *dst, const void *src, size_t n)
         memcpy(dst, src, n);
 }
 
-static klass_t *class_of(klass_t *table, size_t n)
-{
-    unsigned k = 63u - (unsigned)__builtin_clzll((unsigned long long)n);
-    k = k < CLASS_MIN ? 0 : k - CLASS_MIN;
-    return &table[k < CLASSES ? k : CLASSES - 1];
-}
-
-static void keep_best(_Atomic uint64_t *best, uint64_t ns)
-{
-    uint64_t b = atomic_load_explicit(best, memory_order_relaxed);
-    while ((b == 0 || ns < b) && !atomic_compare_exchange_weak_explicit(
-                                     best, &b, ns, memory_order_relaxed, memory_order_relaxed)) {
-    }
-}
-
-/* One timed trial copy, the ways taking turns; the last one decides the
- * class's way: memcpy, unless another had a best time 3% shorter. */
+/* One trial copy: after a warm-up block, the ways take turns in timed
+ * blocks; the last one decides the class's way: memcpy, unless another's median copy was 10%
+ * shorter. */
 static void trial(klass_t *k, const int *ways, unsigned nways, void *dst, const void *src, size_t n)
 {
-    unsigned t = atomic_fetch_add_explicit(&k->trials, 1, memory_order_relaxed);
-    int w = ways[t % nways];
-    uint64_t t0 = ds__now_ns();
-    ds__copy_by(w, dst, src, n);
-    keep_best(&k->best[w], ds__now_ns() - t0);
-    unsigned per = n >= DS_COPY_BIG ? DS_COPY_TRIALS_BIG / 2u : DS_COPY_TRIALS / 2u;
-    if (t + 1 != nways * per) return;
-    int way = WAY_MEMCPY;
-    uint64_t bw = atomic_load_explicit(&k->best[WAY_MEMCPY], memory_order_relaxed);
-    for (unsigned i = 0; i < nways; i++) {
-        uint64_t b = atomic_load_explicit(&k->best[ways[i]], memory_order_relaxed);
-        if (ways[i] != WAY_MEMCPY && b != 0 && bw != 0 && b * 100 < bw * 97) {
-            way = ways[i];
-            bw = b * 100 / 97;
-        }
+    unsigned block = block_of(n), t = 0;
+    bool first = atomic_load_explicit(&k->round, memory_order_relaxed) == 0;
+    int arm = trial_begin(&k->ways, nways, block, first, &t);
+    if (arm < 0) { /* warming up, or the last trial is running: any way will do */
+        ds__copy_by(WAY_MEMCPY, dst, src, n);
+        return;
     }
-    atomic_store_explicit(&k->way, way, memory_order_relaxed);
+    uint64_t t0 = ds__now_ns();
+    ds__copy_by(ways[arm], dst, src, n);
+    if (!trial_end(&k->ways, block, t, ds__now_ns() - t0, true, nways)) return;
+    atomic_store_explicit(&k->way, ways[trial_winner(&k->ways, nways, block, 10)],
+                          memory_order_relaxed);
 }
 
 /* Copies by the class's way, or as one of its trials. */
@@ -173,7 +302,7 @@ static void copy_class(klass_t *k, const int *ways, unsigned nways, void *dst, c
 {
     int w = atomic_load_explicit(&k->way, memory_order_relaxed);
     if (w != WAY_TRY)
-        copy_chosen(w, dst, src, n);
+        copy_chosen(k, w, dst, src, n);
     else
         trial(k, ways, nways, dst, src, n);
 }
@@ -188,22 +317,23 @@ void ds__copy(void *dst, const void *src, size_t n)
         return;
     }
     int f = forced_way();
+    klass_t *k = class_of(classes, n);
     if (f == WAY_MEMCPY || !has_erms()) {
-        copy_chosen(WAY_MEMCPY, dst, src, n);
+        copy_chosen(k, WAY_MEMCPY, dst, src, n);
         return;
     }
     if (f == WAY_MOVSB) {
-        copy_chosen(WAY_MOVSB, dst, src, n);
+        copy_chosen(k, WAY_MOVSB, dst, src, n);
         return;
     }
-    copy_class(class_of(classes, n), ways_out, 2, dst, src, n);
+    copy_class(k, ways_out, 2, dst, src, n);
 }
 
 void ds__copy_in(void *dst, const void *src, size_t n)
 {
     int f = n >= DS_COPY_MIN ? forced_way() : WAY_TRY;
     if (f == WAY_NT) {
-        copy_chosen(WAY_NT, dst, src, n);
+        copy_chosen(class_of(classes_in, n), WAY_NT, dst, src, n);
         return;
     }
     if (n < DS_COPY_BIG || f != WAY_TRY) {
@@ -256,12 +386,18 @@ void ds__copy_by(int way, void *dst, const void *src, size_t n)
 
 void ds__copy(void *dst, const void *src, size_t n)
 {
-    copy_chosen(WAY_MEMCPY, dst, src, n);
+    if (n < DS_COPY_WIDE_MIN)
+        memcpy(dst, src, n);
+    else
+        copy_chosen(class_of(classes, n), WAY_MEMCPY, dst, src, n);
 }
 
 void ds__copy_in(void *dst, const void *src, size_t n)
 {
-    copy_chosen(WAY_MEMCPY, dst, src, n);
+    if (n < DS_COPY_WIDE_MIN)
+        memcpy(dst, src, n);
+    else
+        copy_chosen(class_of(classes_in, n), WAY_MEMCPY, dst, src, n);
 }
 
 bool ds__copy_movsb_ok(void)
@@ -286,6 +422,16 @@ const char *ds__copy_in_way(size_t n)
     return "memcpy";
 }
 #endif
+
+const char *ds__copy_wide_choice(size_t n, bool in)
+{
+    if (n < DS_COPY_WIDE_MIN) return "alone";
+    int mode = ds__copy_wide_mode();
+    if (mode != DS__WIDE_MEASURE) return mode == DS__WIDE_OFF ? "alone" : "wide";
+    int w = atomic_load_explicit(&class_of(in ? classes_in : classes, n)->wide_on,
+                                 memory_order_relaxed);
+    return w == WIDE_ON ? "wide" : w == WIDE_ALONE ? "alone" : "trying";
+}
 
 void ds__copy_force(int way)
 {

@@ -12,14 +12,21 @@
  * So ds__copy does not guess: for each power-of-two size class from 64 KiB
  * up, its first DS_COPY_TRIALS copies (DS_COPY_TRIALS_BIG from 8 MiB, where
  * one copy takes milliseconds, so that a process making few large copies
- * is not left alternating, half its copies the slower way) alternate
- * between memcpy and `rep movsb` and are timed, and from then on the class
- * uses whichever had the shorter best time (memcpy unless `rep movsb` wins
- * by 3%). Smaller copies, CPUs without ERMS (fast `rep movsb`), other
- * architectures and sanitizer builds (whose checks cannot see inside
- * assembly) always use memcpy. DS_COPY=memcpy or DS_COPY=movsb in the
- * environment forces one way for the whole process. The copy itself is the
- * same bytes either way; only its speed differs. Thread-safe: the per-class statistics are relaxed
+ * is not left trying, some of its copies the slower way) are trials: a
+ * warm-up block of DS_COPY_BLOCK (DS_COPY_BLOCK_BIG) copies, untimed (a
+ * process's first copies into the arena fault its pages into its page
+ * tables, at 5-25x a copy's time), then a timed block of as many
+ * consecutive copies by memcpy, then one by `rep movsb`; from then on the
+ * class uses whichever had the shorter median copy (memcpy unless `rep
+ * movsb` wins by 10%). The first copy of a block is not counted, and
+ * medians, not best times, decide: on the AMD VM of 2026-12-03 `rep movsb`
+ * took 37 us to memcpy's 22 at 1 MiB (p50), yet its best time sometimes
+ * won. Smaller copies, CPUs
+ * without ERMS (fast `rep movsb`), other architectures and sanitizer
+ * builds (whose checks cannot see inside assembly) always use memcpy.
+ * DS_COPY=memcpy or DS_COPY=movsb in the environment forces one way for
+ * the whole process. The copy itself is the same bytes either way; only
+ * its speed differs. Thread-safe: the per-class statistics are relaxed
  * atomics, and a race between two trials costs at most one sample.
  *
  * ds__copy_in is the copy of a value into the arena for some other process
@@ -40,15 +47,34 @@
  * from DS_COPY_MIN up (ds__copy then measures as without DS_COPY).
  *
  * Wide copies: from DS_COPY_WIDE_MIN, once the size class has chosen its
- * way, both copy functions split the copy into chunks that the calling
+ * way, both copy functions can split the copy into chunks that the calling
  * thread and one helper thread of the process copy side by side. One core
- * does not saturate memory: on the Intel VM of 2026-12-03 two threads
- * copied 1 MiB in 35-37 us against one thread's 67-69 us, 16 MiB in 1.3
- * against 2.4 ms (warm buffers, the helper polling). The helper is started
- * at the first wide copy, sleeps between copies, and is kept off the CPU
- * its caller runs on (copy_wide.c says why); one copy at a time uses it,
- * and a thread that finds it busy copies alone, as does a process pinned
- * to one CPU. DS_COPY_THREADS=1 in the environment turns wide copies off. */
+ * does not always saturate memory: on the Intel VM of 2026-12-03 two
+ * threads copied 1 MiB in 35-37 us against one thread's 67-69 us, 16 MiB
+ * in 1.3 against 2.4 ms (warm buffers, the helper polling). But where one
+ * core's cache holds the whole copy, the helper's half crosses between the
+ * cores and waking it costs more than it saves: on the AMD VM of
+ * 2026-12-03 (2 MiB L2 per core) a local 1 MiB set took 48.8 us wide
+ * against 38.8 alone, a get 40.0 against 27.0, a 64 MiB get 7.7 against
+ * 6.3 ms, while a 64 MiB set took 3.3 against 4.5 ms. So each size class
+ * (of each function) measures this too, once its way is chosen: a block
+ * of copies alone, then one wide, timed as above, and the class goes wide
+ * only if its median copy alone took at least DS_COPY_WIDE_MIN_NS and the
+ * median wide copy was 10% shorter; every 4096 copies it measures again.
+ * Blocks matter here: copies taking turns one by one would each find the
+ * other's lines in the wrong core. The floor is the helper's wake-up,
+ * which a copy's own timing does not show in full: on the AMD VM of
+ * 2026-12-03 a block of wide 1 MiB copies sometimes timed 10% shorter,
+ * yet sets and gets that went wide from then on took twice as long
+ * (57-148 us against 26-29 us a set, 44-48 against 24-26 a get), with the
+ * worker polling or not: the helper's vCPU had gone idle between copies.
+ * There a 1 MiB copy alone takes 24 us; on the Intel VM, where wide copies
+ * did pay at 1 MiB, 67. The helper is started at the first wide copy,
+ * sleeps between copies, and is kept off the CPU its caller runs on
+ * (copy_wide.c says why); one copy at a time uses it, and a thread that
+ * finds it busy copies alone, as does a process pinned to one CPU.
+ * DS_COPY_THREADS=1 in the environment turns wide copies off, and
+ * DS_COPY_THREADS=2 makes every copy that can go wide (no trials). */
 #ifndef DS_COMMON_COPY_H
 #define DS_COMMON_COPY_H
 
@@ -57,15 +83,24 @@
 #include <stdint.h>
 
 #define DS_COPY_MIN (64u * 1024u)
-#define DS_COPY_TRIALS 16u
 #define DS_COPY_BIG (8u << 20)
-/* Trials of a class from DS_COPY_BIG: two of each way (ds__copy has two
- * ways, ds__copy_in three). */
-#define DS_COPY_TRIALS_BIG 4u
-#define DS_COPY_TRIALS_IN 6u
+/* Consecutive trial copies of one way (the first not counted), below and
+ * from DS_COPY_BIG. */
+#define DS_COPY_BLOCK 8u
+#define DS_COPY_BLOCK_BIG 3u
+/* The trials that choose a class's way, a warm-up block and one per way:
+ * ds__copy has two ways, and so ds__copy_in below DS_COPY_BIG; from there
+ * it has three. */
+#define DS_COPY_TRIALS (3u * DS_COPY_BLOCK)
+#define DS_COPY_TRIALS_BIG (3u * DS_COPY_BLOCK_BIG)
+#define DS_COPY_TRIALS_IN (4u * DS_COPY_BLOCK_BIG)
+/* Then, from DS_COPY_WIDE_MIN, the trials of wide copies (alone, wide). */
+#define DS_COPY_WIDE_TRIALS(n) (2u * ((n) >= DS_COPY_BIG ? DS_COPY_BLOCK_BIG : DS_COPY_BLOCK))
 /* Wide copies from this size, in chunks of DS_COPY_WIDE_CHUNK (four times
  * that from DS_COPY_BIG). */
 #define DS_COPY_WIDE_MIN (512u * 1024u)
+/* A class goes wide only where a copy alone takes at least this long. */
+#define DS_COPY_WIDE_MIN_NS 40000u
 #define DS_COPY_WIDE_CHUNK (64u * 1024u)
 
 /* memcpy(dst, src, n), for non-overlapping ranges, at the faster of the two
@@ -94,9 +129,13 @@ void ds__copy_movsb(void *dst, const void *src, size_t n);
  * ds__copy_in (ds__copy measures). For benchmarks and tests. */
 void ds__copy_force(int way);
 
-/* 1: no wide copies, 2: wide copies (the default). For benchmarks and
- * tests; DS_COPY_THREADS sets it for a process. */
+/* 1: no wide copies, 2: every copy that can goes wide, 0: the size
+ * classes measure (the default). For benchmarks and tests; DS_COPY_THREADS
+ * sets it for a process. */
 void ds__copy_threads_force(int threads);
+/* Whether copies of n bytes by ds__copy (in: ds__copy_in) go "wide", copy
+ * "alone", or are "trying" both. */
+const char *ds__copy_wide_choice(size_t n, bool in);
 /* Wide copies made so far, and the chunks of them the helper copied. */
 void ds__copy_wide_stats(uint64_t *jobs, uint64_t *helped);
 

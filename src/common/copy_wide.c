@@ -54,7 +54,7 @@ static struct {
     _Atomic uint32_t sleeping; /* the helper sleeps, or is about to */
     _Atomic uint32_t busy;     /* a thread runs a job */
     _Atomic int state;
-    _Atomic int threads; /* DS_COPY_THREADS: 0 = not read yet */
+    _Atomic int threads; /* ds__copy_wide_mode; 0 = DS_COPY_THREADS not read yet */
     /* The job, written by its caller before its ticket. */
     _Atomic(uint8_t *) dst;
     _Atomic(const uint8_t *) src;
@@ -127,12 +127,14 @@ static void after_fork(void)
     W.away_from = -1;
 }
 
-static int threads_wanted(void)
+int ds__copy_wide_mode(void)
 {
     int t = atomic_load_explicit(&W.threads, memory_order_relaxed);
     if (t == 0) {
         const char *e = getenv("DS_COPY_THREADS");
-        t = e && strcmp(e, "1") == 0 ? 1 : 2;
+        t = e && strcmp(e, "1") == 0   ? DS__WIDE_OFF
+            : e && strcmp(e, "2") == 0 ? DS__WIDE_ALWAYS
+                                       : DS__WIDE_MEASURE;
         atomic_store_explicit(&W.threads, t, memory_order_relaxed);
     }
     return t;
@@ -183,7 +185,8 @@ static bool helper_away(void)
 
 bool ds__copy_wide(int way, void *dst, const void *src, size_t n)
 {
-    if (n < DS_COPY_WIDE_MIN || threads_wanted() < 2 || !helper_running()) return false;
+    if (n < DS_COPY_WIDE_MIN || ds__copy_wide_mode() == DS__WIDE_OFF || !helper_running())
+        return false;
     uint32_t free_ = 0;
     if (!atomic_compare_exchange_strong_explicit(&W.busy, &free_, 1, memory_order_acquire,
                                                  memory_order_relaxed))
@@ -221,7 +224,11 @@ bool ds__copy_wide(int way, void *dst, const void *src, size_t n)
 
 void ds__copy_threads_force(int threads)
 {
-    atomic_store_explicit(&W.threads, threads == 1 ? 1 : 2, memory_order_relaxed);
+    atomic_store_explicit(&W.threads,
+                          threads == 1   ? DS__WIDE_OFF
+                          : threads == 2 ? DS__WIDE_ALWAYS
+                                         : DS__WIDE_MEASURE,
+                          memory_order_relaxed);
 }
 
 void ds__copy_wide_stats(uint64_t *jobs, uint64_t *helped)

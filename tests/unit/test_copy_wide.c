@@ -2,7 +2,8 @@
  * thread and the process's helper thread moves exactly the bytes asked
  * for, whichever way its chunks take, whoever copies them, with several
  * threads copying at once and in a child of fork; the helper really takes
- * chunks; DS_COPY_THREADS=1 and a process pinned to one CPU copy alone. */
+ * chunks; DS_COPY_THREADS=1 and a process pinned to one CPU copy alone;
+ * by default each size class measures whether to go wide. */
 #include "common/clock.h"
 #include "common/copy.h"
 #include "common/tsan.h"
@@ -240,12 +241,63 @@ static void test_wide_off(void **state)
     free(b);
 }
 
+/* Measuring (the default): a class's first copies are its trials, each
+ * exact; then it copies wide or alone, and after 64 more copies it
+ * measures again, then after 128, and so on. */
+static void test_wide_measured(void **state)
+{
+    (void)state;
+    ds__copy_threads_force(0);
+    ds__copy_force(1);                  /* memcpy: the ways' trials are not this test's */
+    size_t n = DS_COPY_WIDE_MIN + 4096; /* a class no other test uses */
+    uint8_t *a = malloc(n), *b = malloc(n);
+    assert_non_null(a);
+    assert_non_null(b);
+    fill(a, n, 9);
+    assert_string_equal(ds__copy_wide_choice(n, false), "trying");
+    assert_string_equal(ds__copy_wide_choice(DS_COPY_WIDE_MIN - 1, false), "alone");
+    for (unsigned i = 0; i < DS_COPY_WIDE_TRIALS(n); i++) {
+        memset(b, 0, n);
+        ds__copy(b, a, n);
+        assert_memory_equal(a, b, n);
+    }
+    const char *c = ds__copy_wide_choice(n, false);
+    assert_true(strcmp(c, "wide") == 0 || strcmp(c, "alone") == 0);
+    if (!two_cpus()) assert_string_equal(c, "alone");
+    /* ds__copy_in's classes are their own. */
+    assert_string_equal(ds__copy_wide_choice(n, true), "trying");
+    /* It measures again after 64 copies, then after 128, ... */
+    for (unsigned r = 0; r < 2; r++) {
+        for (unsigned i = 0; i + 1 < (64u << r); i++)
+            ds__copy(b, a, n);
+        assert_string_equal(ds__copy_wide_choice(n, false), c);
+        ds__copy(b, a, n);
+        assert_string_equal(ds__copy_wide_choice(n, false), "trying");
+        for (unsigned i = 0; i < DS_COPY_WIDE_TRIALS(n); i++) {
+            memset(b, 0, n);
+            ds__copy(b, a, n);
+            assert_memory_equal(a, b, n);
+        }
+        c = ds__copy_wide_choice(n, false);
+        assert_true(strcmp(c, "wide") == 0 || strcmp(c, "alone") == 0);
+    }
+    /* The switches override the classes. */
+    ds__copy_threads_force(1);
+    assert_string_equal(ds__copy_wide_choice(n, false), "alone");
+    ds__copy_threads_force(2);
+    assert_string_equal(ds__copy_wide_choice(n, false), "wide");
+    ds__copy_force(0);
+    free(a);
+    free(b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_wide_exact),         cmocka_unit_test(test_wide_big_chunks),
         cmocka_unit_test(test_wide_helper_copies), cmocka_unit_test(test_wide_threads),
         cmocka_unit_test(test_wide_after_fork),    cmocka_unit_test(test_wide_off),
+        cmocka_unit_test(test_wide_measured),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
