@@ -79,8 +79,11 @@
  * the worker takes SETR; smaller ones inline. */
 #define DS_CLIENT_SPACE_MIN 4096
 /* A connection asks to keep up to this much of its space for later sets
- * (the worker keeps spaces this small for smaller sets: ops_space.c). */
+ * (the worker keeps spaces this small for smaller sets: ops_space.c), for
+ * as long as it made a set that large within the last
+ * DS_CLIENT_SPACE_WINDOW to twice that many sets. */
 #define DS_CLIENT_SPACE_KEEP (8u << 20)
+#define DS_CLIENT_SPACE_WINDOW 8u
 /* ds_buffer_release_deferred: at most this many pins, of at most
  * DS_CLIENT_DEFER_TOTAL bytes together, wait for a session's next request;
  * a buffer larger than DS_CLIENT_DEFER_ONE is released at once. */
@@ -196,6 +199,10 @@ typedef struct ds_conn {
      * straight to CREATE / PUBLISH, asking again every 64th time. */
     uint64_t space_refused;
     uint32_t refusals;
+    /* The largest set of this window of DS_CLIENT_SPACE_WINDOW sets and of
+     * the one before, and the sets so far (ds__space_want). */
+    uint64_t space_win[2];
+    uint32_t space_sets;
     /* Its request lane (lane.c; NULL = none): the worker's hub, the
      * doorbell, the lane's generation, and the last request and answer
      * sequence numbers. */
@@ -437,6 +444,10 @@ ds_status_t ds__first_failure(size_t n, const char *const *keys, const ds_status
 /* Local sets from reserved arena space (SETR): values are copied to 64-byte
  * aligned offsets of the connection's space. */
 uint64_t ds__round_up64(uint64_t n);
+/* The space to ask for with a set of need bytes (rounded up): the largest
+ * of the connection's recent sets (DS_CLIENT_SPACE_WINDOW), at most
+ * DS_CLIENT_SPACE_KEEP, at least need. Counts the set. */
+uint64_t ds__space_want(ds_conn_t *conn, uint64_t need);
 /* Asks for a space of at least want bytes (SETR without keys); whether the
  * worker granted it, conn->space_len says. DS_K_OK, or a transport or
  * protocol failure's status (the connection is then broken). */

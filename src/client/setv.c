@@ -57,8 +57,7 @@ static ds_status_t setv_in_space(ds_conn_t *conn, const char *key, size_t n,
 {
     ds_sess_t *s = conn->sess;
     uint64_t need = ds__round_up64(total);
-    uint64_t want = conn->space_len < DS_CLIENT_SPACE_KEEP ? conn->space_len : DS_CLIENT_SPACE_KEEP;
-    if (want < need) want = need;
+    uint64_t want = ds__space_want(conn, need);
     uint64_t off = conn->space_off;
     uint8_t *dst = s->base + off;
     ds_lane_ahead_t ahead;

@@ -5,7 +5,8 @@
  * - Round trips: after the first set of a size, every local set of a large
  *   value is exactly one SETR (no CREATE, PUBLISH or SET), read back intact,
  *   mixed batches too; NX keeps the old value; the reservation shows in the
- *   arena stats and is gone when the client closes.
+ *   arena stats and is gone when the client closes; after a larger value it
+ *   shrinks back to the size of the sets that follow.
  * - Zero-copy create / publish: one SETR per create+publish, the buffer's
  *   pin outlives overwrites, an unpublished buffer's space goes back.
  * - Hostile raw clients: a range outside the reservation, unaligned, running
@@ -149,6 +150,41 @@ static void test_one_round_trip(void **state)
     assert_true(dst_wait_stat(&W, "arena.reserved_bytes", 0, 3000));
     for (int i = 0; i < 4; i++)
         free(vals[i]);
+    free(v);
+}
+
+/* The space follows the connection's recent sets: after a 16 MiB value,
+ * 1 MiB sets ask for 8 MiB only for a while (ds__space_want), then the
+ * reservation shrinks back to about their size, so that each set lands in
+ * the range the version it replaced held, not in fresh memory. Every set
+ * stays one SETR and reads back intact. */
+static void test_space_follows_sets(void **state)
+{
+    (void)state;
+    ds_client_t *c = dst_connect(&W, DS_TRANSPORT_LOCAL);
+    assert_non_null(c);
+    size_t big = 16u << 20, mib = 1u << 20;
+    uint8_t *v = malloc(big);
+    assert_non_null(v);
+    dst_fill(v, big, 77);
+    assert_int_equal(ds_kv_set(c, "grow", v, big, NULL), DS_K_OK);
+    assert_int_equal(ds_kv_set(c, "grow", v, big, NULL), DS_K_OK);
+    assert_true(dst_stat(&W, "arena.reserved_bytes") >= (double)big);
+    double setr0 = dst_ops(&W, "set_reserved"), cr0 = dst_ops(&W, "create");
+    for (int i = 0; i < 40; i++) {
+        dst_fill(v, mib, 100 + (uint64_t)i);
+        assert_int_equal(ds_kv_set(c, "grow", v, mib, NULL), DS_K_OK);
+        if (i % 8 == 0) check_value(c, "grow", mib, 100 + (uint64_t)i);
+    }
+    double held = dst_stat(&W, "arena.reserved_bytes");
+    printf("after 40 sets of 1 MiB: %.0f bytes reserved, %.0f SETR, %.0f CREATE\n", held,
+           dst_ops(&W, "set_reserved") - setr0, dst_ops(&W, "create") - cr0);
+    assert_true(held <= 2.0 * (double)mib);
+    assert_true(dst_ops(&W, "set_reserved") - setr0 == 40);
+    assert_true(dst_ops(&W, "create") == cr0);
+    check_value(c, "grow", mib, 139);
+    ds_client_close(c);
+    assert_true(dst_wait_stat(&W, "arena.reserved_bytes", 0, 3000));
     free(v);
 }
 
@@ -571,6 +607,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_one_round_trip, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_space_follows_sets, setup, teardown),
         cmocka_unit_test_setup_teardown(test_create_publish, setup, teardown),
         cmocka_unit_test_setup_teardown(test_hostile, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sigkill, setup, teardown),
