@@ -475,14 +475,15 @@ METHOD = """\
   of 8 MiB or more also tries non-temporal stores, which glibc uses only above 3/4 of the
   shared cache; they write the arena without reading it first, so such a set can run faster
   than either copy between two warm buffers and read above 1 in the "x limit" column. From
-  512 KiB the client splits a copy between the calling thread and a helper thread
-  (*wide copies*, `src/common/copy.h`): one core does not saturate this VM's memory, so the
-  limit for those sizes is the two-thread copy, which is also the upper bound of ours (its
-  helper sleeps between copies and is woken for each). The targets stay ratios to glibc's
-  one-thread `memcpy`, as the issue states them; the "x limit" column is against the fastest
-  of the three. The warm-up of every size from 16 MiB covers
-  the copies a process times to choose its way (six per size class), so that no timed copy is
-  one of them.
+  512 KiB the client may split a copy between the calling thread and a helper thread
+  (*wide copies*, `src/common/copy.h`), where its size class measured that faster: one core
+  does not always saturate memory, so the limit for those sizes includes the two-thread copy,
+  which is also the upper bound of ours (its helper sleeps between copies and is woken for
+  each). The targets stay ratios to glibc's one-thread `memcpy`, as the issue states them;
+  the "x limit" column is against the fastest of the three. The warm-up of every size covers
+  the copies a process times to choose its way and whether to go wide (up to 40 per size
+  class), so that no timed copy is one of those; a class measures again after 64, 128, ...
+  4096 copies, and those few copies fall among the timed ones.
 
 **Fairness on this VM.** First touches of fresh memory are very expensive here (a fresh
 mapping copies at about 0.4 GB/s, a warm one at 15-20 GB/s), and memory that has been warm
