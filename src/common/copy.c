@@ -27,8 +27,7 @@ enum {
     WAY_TRY = DS__WAY_TRY,
     WAY_MEMCPY = DS__WAY_MEMCPY,
     WAY_MOVSB = DS__WAY_MOVSB,
-    WAY_NT = DS__WAY_NT,
-    WAYS = DS__WAYS
+    WAY_NT = DS__WAY_NT
 };
 
 /* Size classes 2^16 (64 KiB) .. 2^47 and up. */
@@ -40,7 +39,7 @@ enum {
  * value's sets, say, into memory out of the cache). */
 #define RETRY_FIRST 64u
 #define RETRY_MAX 4096u
-#define ARMS 3 /* at most: memcpy, non-temporal, rep movsb */
+#define ARMS 3 /* ways a class tries at most: memcpy, non-temporal, rep movsb */
 
 enum { WIDE_TRY = 0, WIDE_ALONE = 1, WIDE_ON = 2 };
 
@@ -143,8 +142,8 @@ static void trials_reset(trials_t *tr)
 
 /* One timed copy alone (arm 0) or wide (arm 1); the last decides the
  * class: wide only if its median copy was 10% shorter, and a copy alone
- * takes at least DS_COPY_WIDE_MIN_NS. A wide copy that
- * could not run (the helper busy, one CPU) is no sample. */
+ * takes at least DS_COPY_WIDE_MIN_NS. A wide copy that could not run (the
+ * helper busy, one CPU) is no sample. */
 static void wide_trial(klass_t *k, int way, void *dst, const void *src, size_t n)
 {
     unsigned block = block_of(n), t = 0;
@@ -278,8 +277,8 @@ void ds__copy_by(int way, void *dst, const void *src, size_t n)
 }
 
 /* One trial copy: after a warm-up block, the ways take turns in timed
- * blocks; the last one decides the class's way: memcpy, unless another's median copy was 10%
- * shorter. */
+ * blocks; the last one decides the class's way: memcpy, unless another's
+ * median copy was 10% shorter. */
 static void trial(klass_t *k, const int *ways, unsigned nways, void *dst, const void *src, size_t n)
 {
     unsigned block = block_of(n), t = 0;

@@ -5,7 +5,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-enum { DS__WAY_TRY = 0, DS__WAY_MEMCPY = 1, DS__WAY_MOVSB = 2, DS__WAY_NT = 3, DS__WAYS = 4 };
+enum { DS__WAY_TRY = 0, DS__WAY_MEMCPY = 1, DS__WAY_MOVSB = 2, DS__WAY_NT = 3 };
 
 /* DS_COPY_THREADS: 1 = no wide copies, 2 = every copy that can go wide,
  * unset = each size class measures (copy.h, "Wide copies"). */
