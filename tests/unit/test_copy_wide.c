@@ -241,6 +241,19 @@ static void test_wide_off(void **state)
     free(b);
 }
 
+/* A class's wide trials, each copy exact; returns what the class decided. */
+static const char *run_wide_trials(const uint8_t *a, uint8_t *b, size_t n)
+{
+    for (unsigned i = 0; i < DS_COPY_WIDE_TRIALS(n); i++) {
+        memset(b, 0, n);
+        ds__copy(b, a, n);
+        assert_memory_equal(a, b, n);
+    }
+    const char *c = ds__copy_wide_choice(n, false);
+    assert_true(strcmp(c, "wide") == 0 || strcmp(c, "alone") == 0);
+    return c;
+}
+
 /* Measuring (the default): a class's first copies are its trials, each
  * exact; then it copies wide or alone, and after 64 more copies it
  * measures again, then after 128, and so on. */
@@ -256,13 +269,7 @@ static void test_wide_measured(void **state)
     fill(a, n, 9);
     assert_string_equal(ds__copy_wide_choice(n, false), "trying");
     assert_string_equal(ds__copy_wide_choice(DS_COPY_WIDE_MIN - 1, false), "alone");
-    for (unsigned i = 0; i < DS_COPY_WIDE_TRIALS(n); i++) {
-        memset(b, 0, n);
-        ds__copy(b, a, n);
-        assert_memory_equal(a, b, n);
-    }
-    const char *c = ds__copy_wide_choice(n, false);
-    assert_true(strcmp(c, "wide") == 0 || strcmp(c, "alone") == 0);
+    const char *c = run_wide_trials(a, b, n);
     if (!two_cpus()) assert_string_equal(c, "alone");
     /* ds__copy_in's classes are their own. */
     assert_string_equal(ds__copy_wide_choice(n, true), "trying");
@@ -273,13 +280,7 @@ static void test_wide_measured(void **state)
         assert_string_equal(ds__copy_wide_choice(n, false), c);
         ds__copy(b, a, n);
         assert_string_equal(ds__copy_wide_choice(n, false), "trying");
-        for (unsigned i = 0; i < DS_COPY_WIDE_TRIALS(n); i++) {
-            memset(b, 0, n);
-            ds__copy(b, a, n);
-            assert_memory_equal(a, b, n);
-        }
-        c = ds__copy_wide_choice(n, false);
-        assert_true(strcmp(c, "wide") == 0 || strcmp(c, "alone") == 0);
+        c = run_wide_trials(a, b, n);
     }
     /* The switches override the classes. */
     ds__copy_threads_force(1);
