@@ -686,12 +686,15 @@ static void put_mux_conn(ds_client_t *c, ds_conn_t *v)
     ds__conn_free(v);
 }
 
+/* The call stops counting as busy only once its connection is back: a
+ * caller that then finds no other call in progress takes this connection
+ * from the idle list, rather than opening one more beside it. */
 void ds__client_put(ds_client_t *c, ds_conn_t *conn)
 {
     if (conn == NULL) return;
-    atomic_fetch_sub(&c->busy, 1);
     if (conn->mux) {
         put_mux_conn(c, conn);
+        atomic_fetch_sub(&c->busy, 1);
         return;
     }
     pthread_mutex_lock(&c->mu);
@@ -702,6 +705,7 @@ void ds__client_put(ds_client_t *c, ds_conn_t *conn)
         c->idle = conn;
         pthread_cond_signal(&c->cv);
         pthread_mutex_unlock(&c->mu);
+        atomic_fetch_sub(&c->busy, 1);
         return;
     }
     bool lost = conn->state == DS_CONN_LOST;
@@ -723,6 +727,7 @@ void ds__client_put(ds_client_t *c, ds_conn_t *conn)
     if (s == c->sess && (lost || s->anchor_fd < 0) && sess_gone_locked(s)) detach_locked(c, s);
     pthread_cond_broadcast(&c->cv);
     pthread_mutex_unlock(&c->mu);
+    atomic_fetch_sub(&c->busy, 1);
     ds__sess_unref(s);
 }
 
