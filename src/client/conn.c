@@ -565,7 +565,7 @@ ds_status_t ds__conn_call(ds_conn_t *conn, ds_opcode_t op, bool noreply, uint64_
         /* Watch for the reply before sleeping on it (common/spin.h): a
          * round trip then costs no wake-up of this thread. What the watching
          * recv gets is the start of the reply, read on from the buffer. */
-        uint64_t until = t0 + window, step, now;
+        uint64_t until = t0 + window;
         for (unsigned k = 0;; k++) {
             ssize_t r = recv(conn->fd, conn->in, DS_CLIENT_INBUF, MSG_DONTWAIT);
             if (r > 0) {
@@ -576,8 +576,8 @@ ds_status_t ds__conn_call(ds_conn_t *conn, ds_opcode_t op, bool noreply, uint64_
             if (r == 0) return io_error(conn, name, ECONNRESET);
             if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
                 return io_error(conn, name, errno);
-            if ((step = ds__now_ns()) >= until) break;
-            if ((contended = ds__spin_pause(step, k, &now))) break;
+            if (ds__now_ns() >= until) break;
+            if ((contended = ds__spin_pause(k, NULL))) break;
         }
     }
     if (read_resp(conn, hb, sizeof(hb), deadline) != 0) return io_error(conn, name, errno);

@@ -172,7 +172,7 @@ int ds__lane_wait(ds_conn_t *conn, uint64_t deadline, bool *contended)
     uint64_t window = t0 ? ds__spin_window(&conn->spin, t0) : 0;
     uint32_t cur = atomic_load_explicit(&l->rep_seq, memory_order_acquire);
     if (cur == seen && window) {
-        uint64_t until = t0 + window, step, now;
+        uint64_t until = t0 + window;
         for (unsigned k = 0;; k++) {
             uint64_t watch = ds__now_ns() + (watch_ok ? DS_LANE_WATCH_NS : 0);
             for (unsigned i = 1;; i++) {
@@ -180,8 +180,8 @@ int ds__lane_wait(ds_conn_t *conn, uint64_t deadline, bool *contended)
                 ds__cpu_relax();
                 if (i % 16 == 0 && ds__now_ns() >= watch) break;
             }
-            if (cur != seen || (step = ds__now_ns()) >= until) break;
-            if ((*contended = ds__spin_pause(step, k, &now))) break;
+            if (cur != seen || ds__now_ns() >= until) break;
+            if ((*contended = ds__spin_pause(k, NULL))) break;
         }
     }
     bool on_socket = false;

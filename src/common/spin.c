@@ -63,19 +63,30 @@ bool ds__spin_cpus_wanted(void)
     return running > online_cpus;
 }
 
-bool ds__spin_pause(uint64_t step_ns, unsigned step, uint64_t *now_ns)
+/* This thread's involuntary context switches so far: another thread took
+ * its CPU (a yield that switched counts too); -1 when unknown. */
+static long thread_nivcsw(void)
 {
+    struct rusage r;
+    return getrusage(RUSAGE_THREAD, &r) == 0 ? r.ru_nivcsw : -1;
+}
+
+bool ds__spin_pause(unsigned step, uint64_t *now_ns)
+{
+    /* The count at the end of this thread's previous step: a later step
+     * compares against it, so that a preemption anywhere in the step
+     * counts, not only one in the yield. */
+    static _Thread_local long seen = -1;
+    bool wanted;
     if (step % DS_SPIN_LOAD_EVERY == 0 && ds__spin_cpus_wanted()) {
-        *now_ns = ds__now_ns();
-        return true;
+        seen = -1;
+        wanted = true;
+    } else {
+        long before = step == 0 || seen < 0 ? thread_nivcsw() : seen;
+        sched_yield();
+        seen = thread_nivcsw();
+        wanted = before >= 0 && seen >= 0 && seen != before;
     }
-    /* A yield that switched to another thread counts as an involuntary
-     * context switch of this one. */
-    struct rusage before, after;
-    bool counted = getrusage(RUSAGE_THREAD, &before) == 0;
-    sched_yield();
-    bool switched =
-        counted && getrusage(RUSAGE_THREAD, &after) == 0 && after.ru_nivcsw != before.ru_nivcsw;
-    *now_ns = ds__now_ns();
-    return switched || *now_ns - step_ns > DS_SPIN_CONTENDED_NS;
+    if (now_ns) *now_ns = ds__now_ns();
+    return wanted;
 }

@@ -285,7 +285,7 @@ void ds__server_run(ds_server_t *srv)
             /* A client sharing this CPU gets to send its request; a step
              * that ran another thread meanwhile was not spent polling. */
             uint64_t t;
-            contended = ds__spin_pause(step, steps++, &t);
+            contended = ds__spin_pause(steps++, &t);
             if (!contended) net->ctr.poll_ns += t - step;
         }
         ds__net_free_dead(net);
