@@ -139,10 +139,7 @@ static int loaded_window(const sbs_env_t *env, sbs_kind_t big_kind, const char *
     }
     atomic_store(&b->stop, 1);
     int st = 0;
-    pid_t w = 0;
-    deadline = ds__now_ms() + 60000;
-    while ((w = waitpid(pid, &st, WNOHANG)) == 0 && ds__now_ms() < deadline)
-        usleep(5000);
+    pid_t w = sbs_wait_exit(pid, ds__now_ms() + 60000, &st);
     if (w != pid) {
         kill(pid, SIGKILL);
         waitpid(pid, &st, 0);

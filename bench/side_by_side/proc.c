@@ -15,15 +15,18 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <hiredis/hiredis.h>
 #include <math.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -219,18 +222,30 @@ int sbs_redis_start(const sbs_opts_t *o, sbs_proc_t *r)
     return -1;
 }
 
+pid_t sbs_wait_exit(pid_t pid, uint64_t deadline_ms, int *st)
+{
+    /* A pidfd turns readable when the child exits: poll sleeps until then. */
+    int fd = (int)syscall(SYS_pidfd_open, pid, 0);
+    pid_t w;
+    uint64_t now;
+    while ((w = waitpid(pid, st, WNOHANG)) == 0 && (now = ds__now_ms()) < deadline_ms) {
+        uint64_t left = deadline_ms - now;
+        if (fd < 0) {
+            usleep(5000); /* no pidfds (before Linux 5.3): look now and then */
+            continue;
+        }
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, left > INT_MAX ? INT_MAX : (int)left) < 0 && errno != EINTR) break;
+    }
+    if (fd >= 0) close(fd);
+    return w;
+}
+
 void sbs_proc_stop(sbs_proc_t *p)
 {
     if (p->pid <= 0) return;
     kill(p->pid, SIGTERM);
-    uint64_t deadline = ds__now_ms() + 10000;
-    bool gone = false;
-    while (!gone && ds__now_ms() < deadline) {
-        if (waitpid(p->pid, NULL, WNOHANG) == p->pid)
-            gone = true;
-        else
-            usleep(10000);
-    }
+    bool gone = sbs_wait_exit(p->pid, ds__now_ms() + 10000, NULL) == p->pid;
     if (!gone) {
         kill(p->pid, SIGKILL);
         waitpid(p->pid, NULL, 0);
@@ -285,21 +300,30 @@ int sbs_run_capture(char *const argv[], int timeout_s, char **out)
     char *buf = malloc(cap);
     uint64_t deadline = ds__now_ms() + (uint64_t)timeout_s * 1000;
     bool eof = false;
-    while (buf && !eof && ds__now_ms() < deadline) {
+    /* Sleeps in poll until the child writes or the deadline: a parent that
+     * woke every few milliseconds to look would be a third thread wanting a
+     * CPU on a two-vCPU machine, and the child's measured round trips would
+     * pay for it (polling sides back off when another thread wants their
+     * CPU: common/spin.h). */
+    uint64_t now;
+    while (buf && !eof && (now = ds__now_ms()) < deadline) {
         if (len + 4096 > cap) {
             char *nb = realloc(buf, cap * 2);
             if (nb == NULL) break;
             buf = nb;
             cap *= 2;
         }
+        struct pollfd p = {.fd = fds[0], .events = POLLIN};
+        uint64_t left = deadline - now;
+        int ready = poll(&p, 1, left > INT_MAX ? INT_MAX : (int)left);
+        if (ready < 0 && errno != EINTR) break;
+        if (ready <= 0) continue;
         ssize_t r = read(fds[0], buf + len, cap - len - 1);
         if (r > 0)
             len += (size_t)r;
         else if (r == 0)
             eof = true;
-        else if (errno == EAGAIN || errno == EINTR)
-            usleep(2000);
-        else
+        else if (errno != EAGAIN && errno != EINTR)
             break;
     }
     close(fds[0]);

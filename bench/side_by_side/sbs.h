@@ -84,6 +84,10 @@ int sbs_worker_start(const sbs_opts_t *o, sbs_proc_t *w);
 int sbs_redis_start(const sbs_opts_t *o, sbs_proc_t *r);
 /* SIGTERM, wait up to 10 s, then SIGKILL. */
 void sbs_proc_stop(sbs_proc_t *p);
+/* Waits for child pid to exit until deadline_ms (ds__now_ms), asleep (no
+ * periodic wake-ups while a measured child runs); its wait status in *st.
+ * Returns pid, or 0 at the deadline (the child still runs), or -1. */
+pid_t sbs_wait_exit(pid_t pid, uint64_t deadline_ms, int *st);
 /* Registers (add) or forgets a child to be killed by sbs_proc_kill_all. */
 void sbs_proc_track(pid_t pid, bool add);
 /* Kills every process still registered (atexit and signal paths). */

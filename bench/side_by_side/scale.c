@@ -181,9 +181,7 @@ static int run_one(const sbs_env_t *env, sbs_kind_t kind, size_t size, int clien
     for (int p = 0; p < procs; p++) {
         if (pids[p] <= 0) continue;
         int st = 0;
-        pid_t w = 0;
-        while ((w = waitpid(pids[p], &st, WNOHANG)) == 0 && ds__now_ms() < deadline)
-            usleep(5000);
+        pid_t w = sbs_wait_exit(pids[p], deadline, &st);
         if (w != pids[p]) {
             kill(pids[p], SIGKILL);
             waitpid(pids[p], &st, 0);
