@@ -15,8 +15,8 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <limits.h>
 #include <hiredis/hiredis.h>
+#include <limits.h>
 #include <math.h>
 #include <netinet/in.h>
 #include <poll.h>
