@@ -485,7 +485,7 @@ static ds_status_t publish_space(ds_conn_t *conn, ds_buffer_t *b, uint64_t deadl
     ds__wbuf_cstr(&conn->w, b->key);
     ds__wbuf_u64(&conn->w, (uint64_t)(b->data - s->base));
     ds__wbuf_u64(&conn->w, b->size);
-    DS__TSAN_PUBLISHED(b->data);
+    DS__TSAN_PUBLISHED(s->base, b->data);
     ds_status_t st = ds__conn_call(conn, DS_OP_SETR, false, deadline);
     uint64_t t[4];
     ds_status_t ts = ds__space_trailer(conn, true, t);
@@ -596,7 +596,7 @@ static void publish_on(ds_conn_t *conn, size_t n, ds_buffer_t *const *bufs, cons
         ds__wbuf_u32(&conn->w, (uint32_t)k);
         for (size_t i = 0; i < k; i++) {
             ds__wbuf_u64(&conn->w, bufs[idx[i]]->handle);
-            DS__TSAN_PUBLISHED(bufs[idx[i]]->data);
+            DS__TSAN_PUBLISHED(bufs[idx[i]]->sess->base, bufs[idx[i]]->data);
         }
         ds_status_t st = ds__conn_call(conn, DS_OP_PUBLISH, false, deadline);
         if (conn->state != DS_CONN_OK || (st != DS_K_OK && conn->r.pos == conn->r.len)) {

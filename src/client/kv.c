@@ -176,7 +176,7 @@ static void set_in_arena(ds_conn_t *conn, const ds_set_param_t *p, size_t n, con
                 break;
             }
             ds__lane_copy_in(&ahead, s->base + off, vals[k], lens[k]);
-            DS__TSAN_PUBLISHED(s->base + off);
+            DS__TSAN_PUBLISHED(s->base, s->base + off);
             ok[nok - 1] = k;
         }
         if (conn->r.err || m != n) {
@@ -327,7 +327,7 @@ static bool set_in_space(ds_conn_t *conn, const ds_set_param_t *p, size_t n, con
     for (size_t i = 0; i < n; i++) {
         size_t k = at(idx, i);
         ds__lane_copy_in(&ahead, s->base + off, vals[k], lens[k]);
-        DS__TSAN_PUBLISHED(s->base + off);
+        DS__TSAN_PUBLISHED(s->base, s->base + off);
         ds__wbuf_cstr(&conn->w, keys[k]);
         ds__wbuf_u64(&conn->w, off);
         ds__wbuf_u64(&conn->w, lens[k]);

@@ -66,7 +66,7 @@ static ds_status_t setv_in_space(ds_conn_t *conn, const char *key, size_t n,
         ds__lane_copy_in(&ahead, dst, pieces[i], lens[i]);
         dst += lens[i];
     }
-    DS__TSAN_PUBLISHED(s->base + off);
+    DS__TSAN_PUBLISHED(s->base, s->base + off);
     ds__conn_begin(conn);
     ds__wbuf_u64(&conn->w, conn->space);
     ds__wbuf_u64(&conn->w, want);

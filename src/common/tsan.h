@@ -6,11 +6,14 @@
  *   client then reads it. The block's address in this process's mapping is
  *   the synchronisation object: a write that truly overlaps a read is still
  *   reported;
- * - a client thread reads a pinned block and gives the pin back; the worker
- *   frees the range and hands it, as arena space or a created buffer, to
- *   another thread of the same client, which writes it. The object here is
- *   the session's mapping (the new range need not start where the old block
- *   did).
+ * - a client thread reads a pinned block and gives the pin back, or writes
+ *   and publishes one that is later replaced or deleted; the worker frees
+ *   the range and hands it, as arena space or a created buffer, to another
+ *   thread of the same client, which writes it. The object here is the
+ *   session's mapping (the new range need not start where the old block
+ *   did). Without the publishing side of this (before 2026-12-03), a set's
+ *   copy into space that another thread of the client later got as a
+ *   created buffer was reported as a race in it_soak under TSan.
  * TSan sees neither the socket round trips nor the worker's bookkeeping, so
  * without these it reports those ordered accesses as races. No-ops in
  * builds without TSan. */
@@ -28,8 +31,10 @@
 #ifdef DS__TSAN
 void __tsan_acquire(void *addr);
 void __tsan_release(void *addr);
-/* After writing an arena block, before the request that publishes it. */
-#define DS__TSAN_PUBLISHED(p) __tsan_release((void *)(p))
+/* After writing an arena block at p of the mapping at base, before the
+ * request that publishes it: for its readers, and for the writers of the
+ * range once the worker hands it out again. */
+#define DS__TSAN_PUBLISHED(base, p) (__tsan_release((void *)(p)), __tsan_release((void *)(base)))
 /* Before reading an arena block the worker said was published. */
 #define DS__TSAN_READING(p) __tsan_acquire((void *)(p))
 /* After the last read of a pinned block, before its pin goes back. */
@@ -37,7 +42,7 @@ void __tsan_release(void *addr);
 /* Before writing arena space or a created buffer the worker handed out. */
 #define DS__TSAN_WRITING(base) __tsan_acquire((void *)(base))
 #else
-#define DS__TSAN_PUBLISHED(p) ((void)(p))
+#define DS__TSAN_PUBLISHED(base, p) ((void)(base), (void)(p))
 #define DS__TSAN_READING(p) ((void)(p))
 #define DS__TSAN_READ_DONE(base) ((void)(base))
 #define DS__TSAN_WRITING(base) ((void)(base))
