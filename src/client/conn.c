@@ -564,9 +564,14 @@ ds_status_t ds__conn_call(ds_conn_t *conn, ds_opcode_t op, bool noreply, uint64_
         (conn->in != NULL || (conn->in = malloc(DS_CLIENT_INBUF)) != NULL)) {
         /* Watch for the reply before sleeping on it (common/spin.h): a
          * round trip then costs no wake-up of this thread. What the watching
-         * recv gets is the start of the reply, read on from the buffer. */
+         * recv gets is the start of the reply, read on from the buffer.
+         *
+         * Unlike the other waits, this one goes on polling while other
+         * threads share the CPU (spin.h says why), each step yielding it;
+         * only a neighbour that then holds the CPU for a time slice stops
+         * it. */
         uint64_t until = t0 + window;
-        for (unsigned k = 0;; k++) {
+        for (;;) {
             ssize_t r = recv(conn->fd, conn->in, DS_CLIENT_INBUF, MSG_DONTWAIT);
             if (r > 0) {
                 conn->in_pos = 0;
@@ -576,8 +581,8 @@ ds_status_t ds__conn_call(ds_conn_t *conn, ds_opcode_t op, bool noreply, uint64_
             if (r == 0) return io_error(conn, name, ECONNRESET);
             if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
                 return io_error(conn, name, errno);
-            if (ds__now_ns() >= until) break;
-            if ((contended = ds__spin_pause(k, NULL))) break;
+            uint64_t now;
+            if ((contended = ds__spin_yield(&now)) || now >= until) break;
         }
     }
     if (read_resp(conn, hb, sizeof(hb), deadline) != 0) return io_error(conn, name, errno);

@@ -90,3 +90,18 @@ bool ds__spin_pause(unsigned step, uint64_t *now_ns)
     if (now_ns) *now_ns = ds__now_ns();
     return wanted;
 }
+
+/* The yield alone is timed: a neighbour that ran for less than
+ * DS_SPIN_HOG_NS, or the hypervisor holding the vCPU (no switch of this
+ * thread), does not count. */
+bool ds__spin_yield(uint64_t *now_ns)
+{
+    long before = thread_nivcsw();
+    uint64_t t0 = ds__now_ns();
+    sched_yield();
+    uint64_t t1 = ds__now_ns();
+    if (now_ns) *now_ns = t1;
+    if (t1 - t0 < DS_SPIN_HOG_NS) return false;
+    long after = thread_nivcsw();
+    return before >= 0 && after >= 0 && after != before;
+}

@@ -11,6 +11,7 @@
 
 #include <pthread.h>
 #include <sched.h>
+#include <stdio.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -263,6 +264,60 @@ static void test_spin_pause_sees_other_work(void **state)
     assert_true(seen > 0);
 }
 
+/* A thread that, like another poller, works a little (20 us) and yields. */
+static void *peer(void *arg)
+{
+    (void)arg;
+    pin_to(0);
+    while (!atomic_load(&hog_stop)) {
+        uint64_t t = ds__now_ns();
+        while (ds__now_ns() - t < 20000) {
+        }
+        sched_yield();
+    }
+    return NULL;
+}
+
+/* A reply wait that tolerates sharing its CPU (ds__spin_yield) stops for a
+ * CPU-bound neighbour, which holds the CPU for whole time slices once it
+ * has it, but not for a neighbour that yields back within DS_SPIN_HOG_NS:
+ * one pinned to this thread's CPU at a time. */
+static void test_spin_yield_sees_hog_not_peer(void **state)
+{
+    (void)state;
+    cpu_set_t old;
+    assert_int_equal(pthread_getaffinity_np(pthread_self(), sizeof(old), &old), 0);
+    assert_true(pin_to(0));
+    static int on_cpu0;
+    pthread_t t;
+    atomic_store(&hog_stop, false);
+    assert_int_equal(pthread_create(&t, NULL, hog, &on_cpu0), 0);
+    int hogged = 0;
+    for (int i = 0; i < 1000 && hogged == 0; i++) {
+        uint64_t t0 = ds__now_ns(), now;
+        if (ds__spin_yield(&now)) {
+            hogged++;
+            assert_true(now - t0 >= DS_SPIN_HOG_NS);
+        }
+    }
+    atomic_store(&hog_stop, true);
+    pthread_join(t, NULL);
+    assert_true(hogged > 0);
+
+    atomic_store(&hog_stop, false);
+    assert_int_equal(pthread_create(&t, NULL, peer, NULL), 0);
+    int said = 0, n = 200;
+    for (int i = 0; i < n; i++) {
+        uint64_t now;
+        said += ds__spin_yield(&now);
+    }
+    atomic_store(&hog_stop, true);
+    pthread_join(t, NULL);
+    assert_int_equal(pthread_setaffinity_np(pthread_self(), sizeof(old), &old), 0);
+    printf("yields beside a peer that yields back: %d of %d said hog\n", said, n);
+    assert_true(said < n / 4);
+}
+
 /* Every way of ds__copy moves exactly the bytes asked for, at any alignment
  * and size around the class boundaries, and leaves the bytes around alone. */
 /* n's class is still trying; trials copies of n, each exact, decide it. */
@@ -368,6 +423,7 @@ int main(void)
         cmocka_unit_test(test_spin_pause_sees_other_work),
         cmocka_unit_test(test_spin_slow_step_is_not_contention),
         cmocka_unit_test(test_spin_sees_busy_machine),
+        cmocka_unit_test(test_spin_yield_sees_hog_not_peer),
         cmocka_unit_test(test_copy),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
