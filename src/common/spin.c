@@ -77,10 +77,26 @@ bool ds__spin_pause(unsigned step, uint64_t *now_ns)
      * compares against it, so that a preemption anywhere in the step
      * counts, not only one in the yield. */
     static _Thread_local long seen = -1;
-    bool wanted;
-    if (step % DS_SPIN_LOAD_EVERY == 0 && ds__spin_cpus_wanted()) {
+    /* The machine-wide check stops polling only once it has found the
+     * machine over-busy at every check for DS_SPIN_OVER_NS: a thread
+     * runnable for a moment (a kernel worker, a timer, an agent of the
+     * host) does not. over_since: when this thread's checks began to find
+     * it so (0: the last did not); last: its previous check. */
+    static _Thread_local uint64_t over_since, last;
+    bool wanted = false;
+    if (step % DS_SPIN_LOAD_EVERY == 0) {
+        uint64_t t = ds__now_ns();
+        if (!ds__spin_cpus_wanted())
+            over_since = 0;
+        else if (over_since == 0 || t - last > DS_SPIN_OVER_NS)
+            over_since = t;
+        else
+            wanted = t - over_since >= DS_SPIN_OVER_NS;
+        last = t;
+    }
+    if (wanted) {
+        over_since = 0;
         seen = -1;
-        wanted = true;
     } else {
         long before = step == 0 || seen < 0 ? thread_nivcsw() : seen;
         sched_yield();

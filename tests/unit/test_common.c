@@ -215,7 +215,7 @@ static void *hog(void *arg)
 }
 
 /* More busy threads than CPUs: the machine-wide check sees threads
- * waiting for a CPU, and a poll step at a checking step stops. */
+ * waiting for a CPU, and a wait that goes on seeing them stops. */
 static void test_spin_sees_busy_machine(void **state)
 {
     (void)state;
@@ -229,8 +229,10 @@ static void test_spin_sees_busy_machine(void **state)
     bool wanted = false, stopped = false;
     for (int i = 0; i < 200 && !(wanted && stopped); i++) {
         wanted = wanted || ds__spin_cpus_wanted();
-        uint64_t now;
-        stopped = stopped || ds__spin_pause(0, &now);
+        /* One wait's checking steps, over DS_SPIN_OVER_NS and more. */
+        uint64_t now, t0 = ds__now_ns();
+        for (unsigned k = 0; !stopped && ds__now_ns() - t0 < 2 * DS_SPIN_OVER_NS; k++)
+            stopped = ds__spin_pause(k * DS_SPIN_LOAD_EVERY, &now);
         usleep(1000);
     }
     atomic_store(&hog_stop, true);
