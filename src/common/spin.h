@@ -34,10 +34,11 @@
  * of context switches and polling cannot start again: a Python connector's
  * 1 MiB put+get ran at 120-260 us instead of 60-70 for a few hundred
  * milliseconds at a time. Share of 20 ms rounds (300 put+get each) over
- * 120 us, three 25-30 s runs of each rule, alternating: stopping at the
- * second check in a row 5.4-8.0% (the first alone: 0.5-6.7%), the check
- * off altogether 0.0-2.1%, this rule 0.2-1.1%.
-
+ * 120 us in runs of 25-40 s, each rule alternating with the check off:
+ * stopping at the first check 0.5-6.7% (five runs), at the second in a
+ * row 1.0-8.0% (five), this rule 0.2-1.1% (three), the check off
+ * altogether 0.0-2.1% (eight).
+ *
  * One wait differs: a client's wait for a reply on its socket
  * (client/conn.c) goes on polling while other threads share its CPU, and
  * stops only for one that then holds the CPU for DS_SPIN_HOG_NS or more

@@ -11,12 +11,12 @@
 
 #include <pthread.h>
 #include <sched.h>
-#include <stdio.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
