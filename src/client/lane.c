@@ -48,6 +48,7 @@ ds_status_t ds__lane_attach(ds_conn_t *conn, uint64_t hub_off, uint64_t lane_off
     conn->lane_idx = (uint32_t)((lane_off - hub_off) / DS_LANE_SIZE - 1);
     conn->bell_fd = bell_fd;
     conn->lane_req = conn->lane_rep = 0;
+    atomic_store_explicit(&conn->lane->client_polls, conn->spin.max_ns != 0, memory_order_relaxed);
     return DS_K_OK;
 }
 
@@ -165,23 +166,27 @@ int ds__lane_wait(ds_conn_t *conn, uint64_t deadline, bool *contended)
     ds_lane_t *l = conn->lane;
     uint32_t seen = conn->lane_rep;
     uint64_t t0 = conn->spin.max_ns ? ds__now_ns() : 0;
-    /* Sharing the worker's CPU, watching would only keep it off. */
-    bool watch_ok = conn->lane_cpu < 0 ||
-                    (uint32_t)conn->lane_cpu !=
-                        atomic_load_explicit(&conn->hub->worker_cpu, memory_order_relaxed);
+    /* Sharing the worker's CPU, watching would only keep it off; each step
+     * yields to it instead, and the worker taking the CPU is no contention:
+     * it is what this wait waits for. Awake, this wait sees the answer
+     * without a wake-up from the worker's CPU (which would pull it there),
+     * also when the worker parts from it (DS_LANE_PART_NS). */
+    bool apart = conn->lane_cpu < 0 ||
+                 (uint32_t)conn->lane_cpu !=
+                     atomic_load_explicit(&conn->hub->worker_cpu, memory_order_relaxed);
     uint64_t window = t0 ? ds__spin_window(&conn->spin, t0) : 0;
     uint32_t cur = atomic_load_explicit(&l->rep_seq, memory_order_acquire);
     if (cur == seen && window) {
         uint64_t until = t0 + window;
         for (unsigned k = 0;; k++) {
-            uint64_t watch = ds__now_ns() + (watch_ok ? DS_LANE_WATCH_NS : 0);
+            uint64_t watch = ds__now_ns() + (apart ? DS_LANE_WATCH_NS : 0);
             for (unsigned i = 1;; i++) {
                 if ((cur = atomic_load_explicit(&l->rep_seq, memory_order_acquire)) != seen) break;
                 ds__cpu_relax();
                 if (i % 16 == 0 && ds__now_ns() >= watch) break;
             }
             if (cur != seen || ds__now_ns() >= until) break;
-            if ((*contended = ds__spin_pause(k, NULL))) break;
+            if ((*contended = apart ? ds__spin_pause(k, NULL) : ds__spin_yield(NULL))) break;
         }
     }
     bool on_socket = false;

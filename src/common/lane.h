@@ -82,6 +82,14 @@
 #define DS_LANE_AHEAD_MIN (256u * 1024u)
 #define DS_LANE_AHEAD_BYTES (1024u * 1024u)
 #define DS_LANE_AHEAD_MAX_NS 1000000u
+/* Parting: a worker loop that has just served a request from a client
+ * running on its own vCPU, a client that polls for its answers, moves to
+ * another vCPU (at most once per DS_LANE_PART_NS, and not while the
+ * machine has more runnable threads than CPUs). Once two sides have woken
+ * each other, the kernel tends to keep them on one vCPU (see above), where
+ * neither can poll and each round trip is a pair of context switches; on
+ * two vCPUs both poll and a round trip costs no system call. */
+#define DS_LANE_PART_NS 2000000u
 
 typedef struct {
     /* Written by the client. */
@@ -89,7 +97,8 @@ typedef struct {
     _Atomic uint32_t req_len;
     _Atomic uint32_t req_gen;    /* the generation LANE gave: a stale client's writes are ignored */
     _Atomic uint32_t client_cpu; /* where the client ran when it sent (see hub.worker_cpu) */
-    uint8_t pad0[48];
+    _Atomic uint32_t client_polls; /* 1: the client polls for its answers (see DS_LANE_PART_NS) */
+    uint8_t pad0[44];
     /* Written by the worker (waiting: by the client). */
     _Atomic uint32_t rep_seq;
     _Atomic uint32_t rep_len;

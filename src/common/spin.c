@@ -63,6 +63,19 @@ bool ds__spin_cpus_wanted(void)
     return running > online_cpus;
 }
 
+int ds__spin_move_off(int cpu)
+{
+    cpu_set_t allowed, other;
+    if (cpu < 0 || cpu >= CPU_SETSIZE || sched_getaffinity(0, sizeof(allowed), &allowed) != 0)
+        return -1;
+    other = allowed;
+    CPU_CLR(cpu, &other);
+    if (CPU_COUNT(&other) == 0 || sched_setaffinity(0, sizeof(other), &other) != 0) return -1;
+    (void)sched_setaffinity(0, sizeof(allowed), &allowed);
+    int now = sched_getcpu();
+    return now == cpu ? -1 : now;
+}
+
 /* This thread's involuntary context switches so far: another thread took
  * its CPU (a yield that switched counts too); -1 when unknown. */
 static long thread_nivcsw(void)

@@ -105,5 +105,10 @@ bool ds__spin_pause(unsigned step, uint64_t *now_ns);
 bool ds__spin_yield(uint64_t *now_ns);
 /* Whether more threads are runnable on the machine than it has CPUs. */
 bool ds__spin_cpus_wanted(void);
+/* Moves the calling thread off CPU cpu onto another CPU it may run on,
+ * leaving its allowed CPUs as they were (the kernel does not move a thread
+ * back to a CPU merely because it may run there). The CPU it then runs
+ * on, or -1 when it may run on no other or the kernel refused. */
+int ds__spin_move_off(int cpu);
 
 #endif

@@ -221,12 +221,77 @@ static void test_polling_adapts(void **state)
     ds_client_close(c);
 }
 
+static void pin_all(pid_t pid, cpu_set_t *all)
+{
+    CPU_ZERO(all);
+    for (long i = 0; i < sysconf(_SC_NPROCESSORS_ONLN) && i < CPU_SETSIZE; i++)
+        CPU_SET(i, all);
+    assert_int_equal(sched_setaffinity(pid, sizeof(*all), all), 0);
+}
+
+/* Parting (DS_LANE_PART_NS in common/lane.h): a worker that serves a polling
+ * local client on the client's own CPU moves to another CPU, leaving the
+ * CPUs it may run on as they were, and both then poll; a worker that may
+ * run on that CPU only stays, and a client whose polling is off is not
+ * parted from. */
+static void test_worker_parts(void **state)
+{
+    (void)state;
+    if (sysconf(_SC_NPROCESSORS_ONLN) < 2) {
+        printf("one CPU: parting needs two\n");
+        return;
+    }
+    cpu_set_t old, all, now;
+    assert_int_equal(pthread_getaffinity_np(pthread_self(), sizeof(old), &old), 0);
+    ds_client_t *c = NULL, *quiet = NULL;
+    assert_int_equal(connect_polling(&W, DS_TRANSPORT_LOCAL, 0, &c), DS_K_OK);
+    assert_int_equal(connect_polling(&W, DS_TRANSPORT_LOCAL, -1, &quiet), DS_K_OK);
+    pin(0, 0);
+
+    pin(W.pid, 0);
+    double p0 = dst_stat(&W, "lane_parts");
+    set_burst(c, 500);
+    assert_int_equal(dst_stat(&W, "lane_parts"), p0);
+
+    /* Free to move, the worker parts; retried a few times, since parting
+     * rightly waits while other tests keep every CPU busy. */
+    pin_all(W.pid, &all);
+    double parts = 0, hits = 0;
+    for (int round = 0; round < 10 && (parts == 0 || hits < 1000); round++) {
+        pin(W.pid, 0);
+        pin_all(W.pid, &all);
+        double h0 = dst_stat(&W, "polling.hits");
+        set_burst(c, 2000);
+        parts = dst_stat(&W, "lane_parts") - p0;
+        hits = dst_stat(&W, "polling.hits") - h0;
+        printf("2000 sets from CPU 0, worker free: parted %.0f times, %.0f caught while polling\n",
+               parts, hits);
+    }
+    assert_true(parts >= 1);
+    assert_true(hits >= 1000);
+    assert_int_equal(sched_getaffinity(W.pid, sizeof(now), &now), 0);
+    assert_true(CPU_EQUAL(&now, &all));
+
+    /* Polling off: sharing the CPU costs that client nothing to part for. */
+    pin(W.pid, 0);
+    pin_all(W.pid, &all);
+    p0 = dst_stat(&W, "lane_parts");
+    for (int i = 0; i < 500; i++)
+        assert_int_equal(ds_kv_set(quiet, "bp-quiet", "abc", 3, NULL), DS_K_OK);
+    assert_int_equal(dst_stat(&W, "lane_parts"), p0);
+
+    ds_client_close(quiet);
+    ds_client_close(c);
+    assert_int_equal(pthread_setaffinity_np(pthread_self(), sizeof(old), &old), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_values_round_trip),
         cmocka_unit_test(test_bad_settings_refused),
         cmocka_unit_test(test_polling_adapts),
+        cmocka_unit_test(test_worker_parts),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

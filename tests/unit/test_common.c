@@ -320,6 +320,40 @@ static void test_spin_yield_sees_hog_not_peer(void **state)
     assert_true(said < n / 4);
 }
 
+/* ds__spin_move_off moves the thread to another CPU it may run on and leaves
+ * its allowed CPUs as they were; a thread that may run on one CPU only, or
+ * a CPU out of range, is refused. */
+static void test_spin_move_off(void **state)
+{
+    (void)state;
+    cpu_set_t old;
+    assert_int_equal(pthread_getaffinity_np(pthread_self(), sizeof(old), &old), 0);
+    assert_int_equal(ds__spin_move_off(-1), -1);
+    assert_int_equal(ds__spin_move_off(CPU_SETSIZE), -1);
+    assert_true(pin_to(0));
+    assert_int_equal(ds__spin_move_off(0), -1); /* nowhere else to go */
+    assert_int_equal(sched_getcpu(), 0);
+    if (CPU_COUNT(&old) < 2 || !CPU_ISSET(0, &old) || !CPU_ISSET(1, &old)) {
+        assert_int_equal(pthread_setaffinity_np(pthread_self(), sizeof(old), &old), 0);
+        printf("fewer than two CPUs: the move is not checked\n");
+        return;
+    }
+    cpu_set_t two;
+    CPU_ZERO(&two);
+    CPU_SET(0, &two);
+    CPU_SET(1, &two);
+    assert_int_equal(pthread_setaffinity_np(pthread_self(), sizeof(two), &two), 0);
+    for (int i = 0; i < 20; i++) {
+        int from = sched_getcpu();
+        int to = ds__spin_move_off(from);
+        assert_int_equal(to, 1 - from);
+        cpu_set_t now;
+        assert_int_equal(pthread_getaffinity_np(pthread_self(), sizeof(now), &now), 0);
+        assert_true(CPU_EQUAL(&now, &two));
+    }
+    assert_int_equal(pthread_setaffinity_np(pthread_self(), sizeof(old), &old), 0);
+}
+
 /* Every way of ds__copy moves exactly the bytes asked for, at any alignment
  * and size around the class boundaries, and leaves the bytes around alone. */
 /* n's class is still trying; trials copies of n, each exact, decide it. */
@@ -426,6 +460,7 @@ int main(void)
         cmocka_unit_test(test_spin_slow_step_is_not_contention),
         cmocka_unit_test(test_spin_sees_busy_machine),
         cmocka_unit_test(test_spin_yield_sees_hog_not_peer),
+        cmocka_unit_test(test_spin_move_off),
         cmocka_unit_test(test_copy),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -186,6 +186,10 @@ static char *render(struct ds_metrics *m, size_t *len)
             "Event-loop turns that polled because a local client promised a request (a large "
             "set waking the worker ahead).",
             srv->net.ctr.poll_promised);
+    counter(&t, "ds_worker_lane_parts_total",
+            "Moves of the event loop off the vCPU of a polling local client it had just served, "
+            "so that both can poll.",
+            srv->net.ctr.lane_parts);
     family(&t, "ds_worker_poll_seconds_total", "counter",
            "Time the event loop spent polling (--busy_poll_us).");
     emit(&t, "ds_worker_poll_seconds_total %.6f\n", (double)srv->net.ctr.poll_ns / 1e9);

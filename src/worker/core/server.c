@@ -225,6 +225,7 @@ void ds__server_run(ds_server_t *srv)
     uint64_t idle_since = ds__now_ns();
     bool contended = false;
     unsigned steps = 0; /* poll steps of this idle period */
+    uint64_t parted_until = 0;
     while (!srv->stopping) {
         uint64_t now = ds__now_ms();
         uint64_t due[9] = {ds__store_expire_due(srv->store, now),
@@ -251,8 +252,14 @@ void ds__server_run(ds_server_t *srv)
         /* A client's promise of a request (a set copying a large value)
          * keeps the loop polling whatever the window says. */
         bool promised = !contended && !busy && spin.max_ns && ds__lanes_expected(net, step);
-        bool polling =
-            promised || (!contended && !busy && step - idle_since < ds__spin_window(&spin, step));
+        /* Not on the vCPU of the lane client served last: polling would
+         * only keep it off (the window adapts as if apart, for when the
+         * loop parts from it, DS_LANE_PART_NS). Right after parting, the
+         * loop polls for its longest window whatever the window says:
+         * asleep, it would be woken onto the client's vCPU again. */
+        uint64_t window = step < parted_until ? spin.max_ns : ds__spin_window(&spin, step);
+        bool polling = promised || (!contended && !busy && step - idle_since < window &&
+                                    !ds__lanes_shared_cpu(net));
         if (promised) net->ctr.poll_promised++;
         if (polling || busy) timeout = 0;
         /* Clients with a request lane ring the doorbell only while the
@@ -275,6 +282,10 @@ void ds__server_run(ds_server_t *srv)
                 net->ctr.poll_ns += woke - step;
             }
             ds__spin_done(&spin, woke - idle_since, contended);
+            /* Off the vCPU of a polling client whose requests come back to
+             * back (within the polling limit), so that both can poll. */
+            if (spin.max_ns && woke - idle_since <= spin.max_ns && ds__lanes_part(net))
+                parted_until = ds__now_ns() + spin.max_ns;
             contended = false;
             steps = 0;
             idle_since = ds__now_ns();

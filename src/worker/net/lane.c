@@ -11,6 +11,7 @@
 #include "common/clock.h"
 #include "common/lane.h"
 #include "common/log.h"
+#include "common/spin.h"
 #include "worker/net/conn.h"
 
 #include <errno.h>
@@ -35,6 +36,9 @@ struct ds_lanes {
     uint64_t again[DS_LANE_MAX / 64];
     bool any_again;
     uint32_t client_cpu; /* of the last request served */
+    bool client_polls;   /* its client polls for its answers */
+    bool served;         /* a request was served since ds__lanes_part looked */
+    uint64_t parted_at;  /* when the loop last tried to part (DS_LANE_PART_NS) */
     bool asleep;
     int bell_fd;
     ds_io_t bell;
@@ -136,6 +140,8 @@ static void serve(ds_net_t *net, ds_conn_t *c)
     } else if (fed > 0) {
         c->lane_seen = seq;
         net->lanes->client_cpu = atomic_load_explicit(&l->client_cpu, memory_order_relaxed);
+        net->lanes->client_polls = atomic_load_explicit(&l->client_polls, memory_order_relaxed);
+        net->lanes->served = true;
         net->ctr.lane_requests++;
         return;
     } else {
@@ -192,6 +198,26 @@ bool ds__lanes_shared_cpu(ds_net_t *net)
     if ((uint32_t)cpu != atomic_load_explicit(&L->hub->worker_cpu, memory_order_relaxed))
         atomic_store_explicit(&L->hub->worker_cpu, (uint32_t)cpu, memory_order_relaxed);
     return (uint32_t)cpu == L->client_cpu;
+}
+
+bool ds__lanes_part(ds_net_t *net)
+{
+    ds_lanes_t *L = net->lanes;
+    if (L == NULL || !L->served) return false;
+    L->served = false;
+    if (!L->client_polls) return false;
+    int cpu = sched_getcpu();
+    if (cpu < 0 || (uint32_t)cpu != L->client_cpu) return false;
+    uint64_t now = ds__now_ns();
+    if (now - L->parted_at < DS_LANE_PART_NS) return false;
+    L->parted_at = now;
+    /* Another vCPU has other work: the client's would only wait there. */
+    if (ds__spin_cpus_wanted()) return false;
+    int to = ds__spin_move_off(cpu);
+    if (to < 0) return false;
+    atomic_store_explicit(&L->hub->worker_cpu, (uint32_t)to, memory_order_relaxed);
+    net->ctr.lane_parts++;
+    return true;
 }
 
 bool ds__lanes_watch(ds_net_t *net, uint64_t ns)

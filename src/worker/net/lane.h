@@ -20,6 +20,10 @@ void ds__lanes_destroy(ds_net_t *net);
 int ds__lanes_poll(ds_net_t *net, uint64_t *found_ns);
 /* Whether the client of the last lane request ran on this thread's CPU. */
 bool ds__lanes_shared_cpu(ds_net_t *net);
+/* Parting (DS_LANE_PART_NS in common/lane.h): when the last lane request
+ * served came from a polling client on the loop's own CPU, moves the loop
+ * to another; true when it did. */
+bool ds__lanes_part(ds_net_t *net);
 /* Watches the hub for up to ns: true as soon as a lane request came in.
  * Not while sharing the CPU with the last client. */
 bool ds__lanes_watch(ds_net_t *net, uint64_t ns);

@@ -55,6 +55,7 @@ typedef struct {
      * (DS_LANE_AHEAD_MIN in common/lane.h). */
     uint64_t poll_promised;
     uint64_t lane_requests; /* requests that came through a lane (common/lane.h) */
+    uint64_t lane_parts;    /* moves of the loop off a lane client's CPU (DS_LANE_PART_NS) */
     uint64_t conns_accepted, conns_rejected, protocol_errors, auth_failures, accept_errors;
 } ds_net_counters_t;
 
