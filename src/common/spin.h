@@ -49,6 +49,10 @@
  * single-threaded processes doing 1 KiB set+get over TCP on this 2-vCPU VM
  * ran 32-42k pairs/s this way against 29-31k under the general rule, which
  * stopped nearly every one of their polls (Redis 29-38k in the same runs).
+ * A client's wait on its request lane does the same while the worker's loop
+ * runs on its CPU (client/lane.c): the worker taking the CPU is what that
+ * wait waits for, and awake the client sees the answer without a wake-up
+ * when the worker moves away (DS_LANE_PART_NS in common/lane.h).
  *
  * A step that merely took long does not count: on a VM that is the
  * hypervisor running something else on the vCPU, or interrupts, neither of
