@@ -490,6 +490,7 @@ static void meta_complete(ds_conn_t *c)
                         .conn_ = c,
                         .start_ns_ = c->cur.start_ns_};
     memcpy(c->cur.trace_id, trace, sizeof(trace));
+    net->lane_last = c->lane_wait;
     c->state = CONN_READ_HEADER;
     c->skip = c->h.data_len; /* unless the handler names sinks for it */
     if (c->h.opcode == DS_OP_HELLO)

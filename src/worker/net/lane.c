@@ -192,7 +192,7 @@ static bool any_ready(const ds_lanes_t *L, memory_order mo)
 bool ds__lanes_shared_cpu(ds_net_t *net)
 {
     ds_lanes_t *L = net->lanes;
-    if (L == NULL || L->nactive == 0) return false;
+    if (L == NULL || L->nactive == 0 || !net->lane_last) return false;
     int cpu = sched_getcpu();
     if (cpu < 0) return false;
     if ((uint32_t)cpu != atomic_load_explicit(&L->hub->worker_cpu, memory_order_relaxed))

@@ -18,7 +18,8 @@ void ds__lanes_destroy(ds_net_t *net);
 /* Serves every lane whose request is new; the number served. *found_ns
  * (may be NULL): when the first of them was found, before it was served. */
 int ds__lanes_poll(ds_net_t *net, uint64_t *found_ns);
-/* Whether the client of the last lane request ran on this thread's CPU. */
+/* Whether the last request handled came through a lane, from a client that
+ * ran on this thread's CPU. */
 bool ds__lanes_shared_cpu(ds_net_t *net);
 /* Parting (DS_LANE_PART_NS in common/lane.h): when the last lane request
  * served came from a polling client on the loop's own CPU, moves the loop

@@ -84,6 +84,9 @@ struct ds_net {
     ds_store_t *store; /* answers hold object references */
     ds_bulk_t *bulk;
     ds_lanes_t *lanes; /* request lanes (lane.h); NULL = none */
+    /* The last request handled came through a lane: the loop's placement
+     * beside that lane's client matters only then (ds__lanes_shared_cpu). */
+    bool lane_last;
     /* the worker's handler for every complete request but HELLO */
     void (*dispatch)(void *ctx, ds_req_t *r);
     void *dispatch_ctx;
