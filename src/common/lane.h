@@ -83,9 +83,10 @@
 #define DS_LANE_AHEAD_BYTES (1024u * 1024u)
 #define DS_LANE_AHEAD_MAX_NS 1000000u
 /* Parting: a worker loop that has just served a request from a client
- * running on its own vCPU, a client that polls for its answers, moves to
- * another vCPU (at most once per DS_LANE_PART_NS, and not while the
- * machine has more runnable threads than CPUs). Once two sides have woken
+ * running on its own vCPU, a client that polls for its answers and sent it
+ * within the loop's polling limit of the previous request, moves to another
+ * vCPU (at most once per DS_LANE_PART_NS, and not while the machine has
+ * more runnable threads than CPUs). Once two sides have woken
  * each other, the kernel tends to keep them on one vCPU (see above), where
  * neither can poll and each round trip is a pair of context switches; on
  * two vCPUs both poll and a round trip costs no system call. */
