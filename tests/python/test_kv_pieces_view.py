@@ -81,6 +81,30 @@ def test_set_pieces_nx_and_ttl(client, key):
     assert client.exist([k2]) == [False]
 
 
+def test_borrowed_buffers_hold_each_export_until_released():
+    """What lets a call release the GIL over borrowed memory: the address is
+    the object's own, and while it is held a bytearray cannot be resized,
+    whichever way the address was taken (a ctypes object over a writable
+    buffer, PyObject_GetBuffer for a read-only one, a bytes object kept)."""
+    import ctypes
+
+    from yr.datasystem import _native as _n
+
+    ba, arr = bytearray(b"abc"), np.arange(4, dtype=np.float32)
+    with _n.BorrowedBuffers() as b:
+        for obj, want in ((ba, b"abc"), (arr, arr.tobytes()), (memoryview(b"xyz"), b"xyz"),
+                          (b"bytes", b"bytes"), (arr[::2], arr[::2].tobytes())):
+            addr, n = b.add(obj)
+            assert ctypes.string_at(addr, n) == want
+        addr, n = b.add(ba)
+        assert addr == ctypes.addressof(ctypes.c_char.from_buffer(ba))
+        with pytest.raises(BufferError):
+            ba.extend(b"d")
+        assert b.add(bytearray())[1] == 0
+    ba.extend(b"d")  # released
+    assert ba == b"abcd"
+
+
 def test_set_pieces_argument_errors(client, key):
     with pytest.raises(TypeError):
         client.set_pieces(key, b"not a list")

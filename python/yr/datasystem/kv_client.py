@@ -258,11 +258,9 @@ class KVClient:
     ):
         self._handle = None
         self._pid = os.getpid()
-        # _mu is _cv's lock: the per-call bookkeeping takes it directly (a
-        # Condition's with-statement is two more Python calls per request).
-        self._mu = threading.Lock()
-        self._cv = threading.Condition(self._mu)
-        self._active = 0  # calls in flight, which close() waits for
+        self._cv = threading.Condition()
+        # One entry per call in flight, which close() waits for (see _call).
+        self._calls = []
         if service_discovery is not None:
             if host or port:
                 import warnings
@@ -373,7 +371,7 @@ class KVClient:
         Buffers and views still held stay valid."""
         with self._cv:
             h, self._handle = self._handle, None
-            while self._active:
+            while self._calls:
                 self._cv.wait()
         if h and self._pid == os.getpid():
             _n.load().ds_client_close(h)
@@ -392,8 +390,16 @@ class KVClient:
             pass
 
     def _call(self, fn, *args):
-        """fn(handle, *args), with the handle kept open for the call's length."""
-        with self._mu:
+        """fn(handle, *args), with the handle kept open for the call's length.
+
+        Without a lock (two lock round trips were 0.44 us of a 1.3 us set):
+        a list's append and pop are atomic, a call enters the list before it
+        reads the handle, and close() clears the handle before it looks at
+        the list. So close() either sees the call and waits for it, or the
+        call sees no handle."""
+        calls = self._calls
+        calls.append(None)
+        try:
             h = self._handle
             if h is None:
                 raise DsError(_n.K_NOT_READY, "KVClient is not initialized: call init() first")
@@ -403,14 +409,12 @@ class KVClient:
                     "KVClient was connected in process %d; create and init() a new one in "
                     "this process" % self._pid,
                 )
-            self._active += 1
-        try:
             return fn(h, *args)
         finally:
-            with self._mu:
-                self._active -= 1
-                # Only close() waits (it has cleared the handle first).
-                if not self._active and self._handle is None:
+            calls.pop()
+            # Only close() waits (it has cleared the handle first).
+            if not calls and self._handle is None:
+                with self._cv:
                     self._cv.notify_all()
 
     @property
@@ -441,9 +445,13 @@ class KVClient:
         kb = _c.encode_key(key)
         _c.nonempty_value("val", v)
         lib = _n.load()
-        with _n.BorrowedBuffers() as borrowed:
-            addr, n = borrowed.add(v)
-            rc = self._call(lib.ds_kv_set, kb, addr, n, p)
+        if type(v) is bytes:
+            # ctypes passes an immutable bytes object's own memory.
+            rc = self._call(lib.ds_kv_set, kb, v, len(v), p)
+        else:
+            with _n.BorrowedBuffers() as borrowed:
+                addr, n = borrowed.add(v)
+                rc = self._call(lib.ds_kv_set, kb, addr, n, p)
         if rc != _n.K_OK:
             _n.check(rc, "set %r" % key)
 
