@@ -7,10 +7,13 @@
  * are caught while polling when worker and client have CPUs of their own,
  * and polling stops when they share one; a worker free to move parts from
  * its lane client's CPU, and one pinned there still polls for a TCP client
- * on another CPU; and the worker stops polling once requests are sparse
- * and sleeps while idle (no CPU burnt). */
+ * on another CPU; a lane request a few microseconds after the last answer
+ * is caught by a watch of the lanes; and the worker stops polling once
+ * requests are sparse and sleeps while idle (no CPU burnt). */
 #include "harness.h"
 #include "it_fault_util.h"
+
+#include "common/clock.h"
 
 #include <pthread.h>
 #include <sched.h>
@@ -307,6 +310,44 @@ static void test_worker_parts(void **state)
     assert_int_equal(pthread_setaffinity_np(pthread_self(), sizeof(old), &old), 0);
 }
 
+/* Right after it served a lane request, the worker's poll steps watch the
+ * lanes until DS_LANE_WATCH_BACK_NS have passed (common/lane.h) instead of
+ * yielding after each DS_LANE_WATCH_NS: a client's next request 3-15 us
+ * after its answer (the time its copy of a value of some KiB takes) is
+ * caught by a watch (polling.watched), not left waiting in a step's yield
+ * and checks. Worker and client on CPUs of their own; retried while other
+ * tests keep the machine busy. */
+static void test_watch_after_lane_request(void **state)
+{
+    (void)state;
+    if (sysconf(_SC_NPROCESSORS_ONLN) < 2) {
+        printf("one CPU: a worker and a client that poll need two\n");
+        return;
+    }
+    cpu_set_t old, all;
+    assert_int_equal(pthread_getaffinity_np(pthread_self(), sizeof(old), &old), 0);
+    ds_client_t *c = NULL;
+    assert_int_equal(connect_polling(&W, DS_TRANSPORT_LOCAL, 0, &c), DS_K_OK);
+    pin(0, 0);
+    pin(W.pid, 1);
+    double watched = 0;
+    for (int round = 0; round < 10 && watched < 1700; round++) {
+        double w0 = dst_stat(&W, "polling.watched");
+        for (int i = 0; i < 2000; i++) {
+            assert_int_equal(ds_kv_set(c, "bp-watch", "abc", 3, NULL), DS_K_OK);
+            uint64_t until = ds__now_ns() + (3u + (uint64_t)(i % 13)) * 1000u;
+            while (ds__now_ns() < until) {
+            }
+        }
+        watched = dst_stat(&W, "polling.watched") - w0;
+        printf("2000 sets each 3-15 us after the last answer: %.0f caught by a watch\n", watched);
+    }
+    assert_true(watched >= 1700);
+    pin_all(W.pid, &all);
+    ds_client_close(c);
+    assert_int_equal(pthread_setaffinity_np(pthread_self(), sizeof(old), &old), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -314,6 +355,7 @@ int main(void)
         cmocka_unit_test(test_bad_settings_refused),
         cmocka_unit_test(test_polling_adapts),
         cmocka_unit_test(test_worker_parts),
+        cmocka_unit_test(test_watch_after_lane_request),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

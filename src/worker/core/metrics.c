@@ -186,6 +186,10 @@ static char *render(struct ds_metrics *m, size_t *len)
             "Event-loop turns that polled because a local client promised a request (a large "
             "set waking the worker ahead).",
             srv->net.ctr.poll_promised);
+    counter(&t, "ds_worker_poll_watched_total",
+            "Local clients' lane requests the event loop caught while watching the lanes in a "
+            "poll step.",
+            srv->net.ctr.poll_watched);
     counter(&t, "ds_worker_lane_parts_total",
             "Moves of the event loop off the vCPU of a polling local client it had just served, "
             "so that both can poll.",

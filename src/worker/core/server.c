@@ -270,10 +270,11 @@ void ds__server_run(ds_server_t *srv)
         ds__lanes_woke(net);
         /* Lane requests that came in meanwhile (the doorbell's callback
          * serves those that rang); a poll step that found nothing watches
-         * the lanes for a moment before it yields. */
+         * the lanes for a moment before it yields, right after a lane
+         * request until DS_LANE_WATCH_BACK_NS have passed. */
         uint64_t lane_at = 0; /* when a lane request was found, before it was served */
         int lanes = ds__lanes_poll(net, &lane_at);
-        if (events == 0 && lanes == 0 && polling && ds__lanes_watch(net, DS_LANE_WATCH_NS))
+        if (events == 0 && lanes == 0 && polling && ds__lanes_watch(net, idle_since))
             lanes = ds__lanes_poll(net, &lane_at);
         if (events > 0 || lanes > 0) {
             uint64_t woke = events > 0 ? ds__loop_woke_ns(net->loop) : lane_at;

@@ -220,13 +220,18 @@ bool ds__lanes_part(ds_net_t *net)
     return true;
 }
 
-bool ds__lanes_watch(ds_net_t *net, uint64_t ns)
+bool ds__lanes_watch(ds_net_t *net, uint64_t idle_since)
 {
     ds_lanes_t *L = net->lanes;
     if (L == NULL || L->nactive == 0 || ds__lanes_shared_cpu(net)) return false;
-    uint64_t until = ds__now_ns() + ns;
+    uint64_t until = ds__now_ns() + DS_LANE_WATCH_NS;
+    if (net->lane_last && idle_since + DS_LANE_WATCH_BACK_NS > until)
+        until = idle_since + DS_LANE_WATCH_BACK_NS;
     for (unsigned k = 1;; k++) {
-        if (any_ready(L, memory_order_relaxed)) return true;
+        if (any_ready(L, memory_order_relaxed)) {
+            net->ctr.poll_watched++;
+            return true;
+        }
         ds__cpu_relax();
         if (k % 16 == 0 && ds__now_ns() >= until) return false;
     }

@@ -25,9 +25,11 @@ bool ds__lanes_shared_cpu(ds_net_t *net);
  * served came from a polling client on the loop's own CPU, moves the loop
  * to another; true when it did. */
 bool ds__lanes_part(ds_net_t *net);
-/* Watches the hub for up to ns: true as soon as a lane request came in.
- * Not while sharing the CPU with the last client. */
-bool ds__lanes_watch(ds_net_t *net, uint64_t ns);
+/* Watches the hub for DS_LANE_WATCH_NS, or, when the last request came
+ * through a lane, until DS_LANE_WATCH_BACK_NS after idle_since (when the
+ * loop last had work) if that is later: true as soon as a lane request
+ * came in. Not while sharing the CPU with the last client. */
+bool ds__lanes_watch(ds_net_t *net, uint64_t idle_since);
 /* Whether a client has promised a lane request soon (DS_LANE_AHEAD_MIN in
  * common/lane.h): the loop then polls instead of sleeping. */
 bool ds__lanes_expected(ds_net_t *net, uint64_t now_ns);

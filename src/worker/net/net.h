@@ -54,6 +54,8 @@ typedef struct {
     /* Loop turns that polled because a client promised a request
      * (DS_LANE_AHEAD_MIN in common/lane.h). */
     uint64_t poll_promised;
+    /* Lane requests a poll step's watch of the lanes caught (ds__lanes_watch). */
+    uint64_t poll_watched;
     uint64_t lane_requests; /* requests that came through a lane (common/lane.h) */
     uint64_t lane_parts;    /* moves of the loop off a lane client's CPU (DS_LANE_PART_NS) */
     uint64_t conns_accepted, conns_rejected, protocol_errors, auth_failures, accept_errors;

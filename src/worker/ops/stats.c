@@ -79,6 +79,7 @@ char *ds__server_stats_json(ds_server_t *srv)
     cJSON_AddNumberToObject(poll, "hits", (double)srv->net.ctr.poll_hits);
     cJSON_AddNumberToObject(poll, "polled_us", (double)(srv->net.ctr.poll_ns / 1000u));
     cJSON_AddNumberToObject(poll, "promised", (double)srv->net.ctr.poll_promised);
+    cJSON_AddNumberToObject(poll, "watched", (double)srv->net.ctr.poll_watched);
     char *out = cJSON_PrintUnformatted(root);
     cJSON_Delete(root);
     return out;
