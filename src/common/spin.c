@@ -84,31 +84,38 @@ static long thread_nivcsw(void)
     return getrusage(RUSAGE_THREAD, &r) == 0 ? r.ru_nivcsw : -1;
 }
 
+/* The count at the end of this thread's previous poll step (-1: none to
+ * compare with): a step compares against it, so that a preemption anywhere
+ * in the step counts, not only one in the yield. */
+static _Thread_local long seen = -1;
+
+/* The machine-wide check of poll step number step: it stops polling only
+ * once it has found the machine over-busy at every check for
+ * DS_SPIN_OVER_NS, so that a thread runnable for a moment (a kernel
+ * worker, a timer, an agent of the host) does not. over_since: when this
+ * thread's checks began to find it so (0: the last did not); last: its
+ * previous check. */
+static bool machine_wanted(unsigned step)
+{
+    static _Thread_local uint64_t over_since, last;
+    if (step % DS_SPIN_LOAD_EVERY != 0) return false;
+    uint64_t t = ds__now_ns();
+    bool wanted = false;
+    if (!ds__spin_cpus_wanted())
+        over_since = 0;
+    else if (over_since == 0 || t - last > DS_SPIN_OVER_NS)
+        over_since = t;
+    else
+        wanted = t - over_since >= DS_SPIN_OVER_NS;
+    last = t;
+    if (wanted) over_since = 0;
+    return wanted;
+}
+
 bool ds__spin_pause(unsigned step, uint64_t *now_ns)
 {
-    /* The count at the end of this thread's previous step: a later step
-     * compares against it, so that a preemption anywhere in the step
-     * counts, not only one in the yield. */
-    static _Thread_local long seen = -1;
-    /* The machine-wide check stops polling only once it has found the
-     * machine over-busy at every check for DS_SPIN_OVER_NS: a thread
-     * runnable for a moment (a kernel worker, a timer, an agent of the
-     * host) does not. over_since: when this thread's checks began to find
-     * it so (0: the last did not); last: its previous check. */
-    static _Thread_local uint64_t over_since, last;
-    bool wanted = false;
-    if (step % DS_SPIN_LOAD_EVERY == 0) {
-        uint64_t t = ds__now_ns();
-        if (!ds__spin_cpus_wanted())
-            over_since = 0;
-        else if (over_since == 0 || t - last > DS_SPIN_OVER_NS)
-            over_since = t;
-        else
-            wanted = t - over_since >= DS_SPIN_OVER_NS;
-        last = t;
-    }
+    bool wanted = machine_wanted(step);
     if (wanted) {
-        over_since = 0;
         seen = -1;
     } else {
         long before = step == 0 || seen < 0 ? thread_nivcsw() : seen;
@@ -118,6 +125,14 @@ bool ds__spin_pause(unsigned step, uint64_t *now_ns)
     }
     if (now_ns) *now_ns = ds__now_ns();
     return wanted;
+}
+
+bool ds__spin_pause_beside(unsigned step, uint64_t *now_ns)
+{
+    seen = -1; /* a later ds__spin_pause step has no count to compare with */
+    if (!machine_wanted(step)) return ds__spin_yield(now_ns);
+    if (now_ns) *now_ns = ds__now_ns();
+    return true;
 }
 
 /* The yield alone is timed: a neighbour that ran for less than

@@ -320,6 +320,49 @@ static void test_spin_yield_sees_hog_not_peer(void **state)
     assert_true(said < n / 4);
 }
 
+/* The worker's poll step beside a lane client (ds__spin_pause_beside) goes
+ * on while a neighbour on its CPU yields back within DS_SPIN_HOG_NS, where
+ * the general step (ds__spin_pause) stops at nearly every one of its turns;
+ * a CPU-bound neighbour stops both. */
+static void test_spin_pause_beside_sees_hog_not_peer(void **state)
+{
+    (void)state;
+    cpu_set_t old;
+    assert_int_equal(pthread_getaffinity_np(pthread_self(), sizeof(old), &old), 0);
+    assert_true(pin_to(0));
+    pthread_t t;
+    atomic_store(&hog_stop, false);
+    assert_int_equal(pthread_create(&t, NULL, peer, NULL), 0);
+    int beside = 0, general = 0, n = 200;
+    for (int i = 0; i < n; i++) {
+        uint64_t now; /* step 1: not a machine-wide check */
+        beside += ds__spin_pause_beside(1, &now);
+        general += ds__spin_pause(1, &now);
+    }
+    atomic_store(&hog_stop, true);
+    pthread_join(t, NULL);
+    printf("steps beside a peer that yields back: %d of %d stopped (general step: %d)\n", beside, n,
+           general);
+    assert_true(beside < n / 4);
+    assert_true(general > n / 2);
+
+    static int on_cpu0;
+    atomic_store(&hog_stop, false);
+    assert_int_equal(pthread_create(&t, NULL, hog, &on_cpu0), 0);
+    int hogged = 0;
+    for (int i = 0; i < 1000 && hogged == 0; i++) {
+        uint64_t now, t0 = ds__now_ns();
+        if (ds__spin_pause_beside(1, &now)) {
+            hogged++;
+            assert_true(now - t0 >= DS_SPIN_HOG_NS);
+        }
+    }
+    atomic_store(&hog_stop, true);
+    pthread_join(t, NULL);
+    assert_int_equal(pthread_setaffinity_np(pthread_self(), sizeof(old), &old), 0);
+    assert_true(hogged > 0);
+}
+
 /* ds__spin_move_off moves the thread to another CPU it may run on and leaves
  * its allowed CPUs as they were; a thread that may run on one CPU only, or
  * a CPU out of range, is refused. */
@@ -460,6 +503,7 @@ int main(void)
         cmocka_unit_test(test_spin_slow_step_is_not_contention),
         cmocka_unit_test(test_spin_sees_busy_machine),
         cmocka_unit_test(test_spin_yield_sees_hog_not_peer),
+        cmocka_unit_test(test_spin_pause_beside_sees_hog_not_peer),
         cmocka_unit_test(test_spin_move_off),
         cmocka_unit_test(test_copy),
     };

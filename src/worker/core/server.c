@@ -295,9 +295,20 @@ void ds__server_run(ds_server_t *srv)
             idle_since = ds__now_ns();
         } else if (polling) {
             /* A client sharing this CPU gets to send its request; a step
-             * that ran another thread meanwhile was not spent polling. */
+             * that ran another thread meanwhile was not spent polling.
+             * While it serves a lane client, the step yields the way that
+             * client's wait yields to the worker (client/lane.c): the
+             * client, which may be woken onto this CPU at any moment, running
+             * here is what the step waits for, and only a thread that then
+             * holds the CPU for DS_SPIN_HOG_NS (or a machine over-busy)
+             * stops the polling. Stopping at anything that ran here put the
+             * worker to sleep for the request it was promised, kept the
+             * process from polling for DS_SPIN_BACKOFF_NS, and the client's
+             * doorbell then woke the worker onto the client's own vCPU
+             * (docs/design.md, Polling and lanes). */
             uint64_t t;
-            contended = ds__spin_pause(steps++, &t);
+            contended =
+                net->lane_last ? ds__spin_pause_beside(steps++, &t) : ds__spin_pause(steps++, &t);
             if (!contended) net->ctr.poll_ns += t - step;
         }
         ds__net_free_dead(net);
