@@ -312,6 +312,30 @@ static void test_worker_parts(void **state)
     assert_int_equal(pthread_setaffinity_np(pthread_self(), sizeof(old), &old), 0);
 }
 
+/* A polling local client on CPU 0 and the worker on CPU 1 (*old: this
+ * thread's CPUs before); false, with nothing changed, on a one-CPU machine. */
+static bool apart_begin(cpu_set_t *old, ds_client_t **c)
+{
+    if (sysconf(_SC_NPROCESSORS_ONLN) < 2) {
+        printf("one CPU: a worker and a client that poll need two\n");
+        return false;
+    }
+    assert_int_equal(pthread_getaffinity_np(pthread_self(), sizeof(*old), old), 0);
+    assert_int_equal(connect_polling(&W, DS_TRANSPORT_LOCAL, 0, c), DS_K_OK);
+    pin(0, 0);
+    pin(W.pid, 1);
+    return true;
+}
+
+/* Undoes apart_begin: the worker free to run anywhere, c closed. */
+static void apart_end(const cpu_set_t *old, ds_client_t *c)
+{
+    cpu_set_t all;
+    pin_all(W.pid, &all);
+    ds_client_close(c);
+    assert_int_equal(pthread_setaffinity_np(pthread_self(), sizeof(*old), old), 0);
+}
+
 /* Right after it served a lane request, the worker's poll steps watch the
  * lanes until DS_LANE_WATCH_BACK_NS have passed (common/lane.h) instead of
  * yielding after each DS_LANE_WATCH_NS: a client's next request 3-15 us
@@ -322,16 +346,9 @@ static void test_worker_parts(void **state)
 static void test_watch_after_lane_request(void **state)
 {
     (void)state;
-    if (sysconf(_SC_NPROCESSORS_ONLN) < 2) {
-        printf("one CPU: a worker and a client that poll need two\n");
-        return;
-    }
-    cpu_set_t old, all;
-    assert_int_equal(pthread_getaffinity_np(pthread_self(), sizeof(old), &old), 0);
+    cpu_set_t old;
     ds_client_t *c = NULL;
-    assert_int_equal(connect_polling(&W, DS_TRANSPORT_LOCAL, 0, &c), DS_K_OK);
-    pin(0, 0);
-    pin(W.pid, 1);
+    if (!apart_begin(&old, &c)) return;
     double watched = 0;
     for (int round = 0; round < 10 && watched < 1700; round++) {
         double w0 = dst_stat(&W, "polling.watched");
@@ -345,9 +362,7 @@ static void test_watch_after_lane_request(void **state)
         printf("2000 sets each 3-15 us after the last answer: %.0f caught by a watch\n", watched);
     }
     assert_true(watched >= 1700);
-    pin_all(W.pid, &all);
-    ds_client_close(c);
-    assert_int_equal(pthread_setaffinity_np(pthread_self(), sizeof(old), &old), 0);
+    apart_end(&old, c);
 }
 
 static atomic_bool blip_stop;
@@ -380,16 +395,9 @@ static void *blips(void *arg)
 static void test_polling_survives_blips(void **state)
 {
     (void)state;
-    if (sysconf(_SC_NPROCESSORS_ONLN) < 2) {
-        printf("one CPU: a worker and a client that poll need two\n");
-        return;
-    }
-    cpu_set_t old, all;
-    assert_int_equal(pthread_getaffinity_np(pthread_self(), sizeof(old), &old), 0);
+    cpu_set_t old;
     ds_client_t *c = NULL;
-    assert_int_equal(connect_polling(&W, DS_TRANSPORT_LOCAL, 0, &c), DS_K_OK);
-    pin(0, 0);
-    pin(W.pid, 1);
+    if (!apart_begin(&old, &c)) return;
     atomic_store(&blip_stop, false);
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, blips, NULL), 0);
@@ -409,9 +417,7 @@ static void test_polling_survives_blips(void **state)
     atomic_store(&blip_stop, true);
     pthread_join(t, NULL);
     assert_true(hits >= 1500);
-    pin_all(W.pid, &all);
-    ds_client_close(c);
-    assert_int_equal(pthread_setaffinity_np(pthread_self(), sizeof(old), &old), 0);
+    apart_end(&old, c);
 }
 
 int main(void)

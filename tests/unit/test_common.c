@@ -243,6 +243,21 @@ static void test_spin_sees_busy_machine(void **state)
     assert_true(stopped);
 }
 
+/* Starts a neighbour thread (hog or peer) until neighbour_stop. */
+static pthread_t neighbour_start(void *(*fn)(void *), void *arg)
+{
+    pthread_t t;
+    atomic_store(&hog_stop, false);
+    assert_int_equal(pthread_create(&t, NULL, fn, arg), 0);
+    return t;
+}
+
+static void neighbour_stop(pthread_t t)
+{
+    atomic_store(&hog_stop, true);
+    pthread_join(t, NULL);
+}
+
 /* A poll step whose yield hands the CPU to another runnable thread says so:
  * this thread and a busy one pinned to the same CPU. */
 static void test_spin_pause_sees_other_work(void **state)
@@ -251,17 +266,14 @@ static void test_spin_pause_sees_other_work(void **state)
     cpu_set_t old;
     assert_int_equal(pthread_getaffinity_np(pthread_self(), sizeof(old), &old), 0);
     assert_true(pin_to(0));
-    pthread_t t;
-    atomic_store(&hog_stop, false);
     static int on_cpu0;
-    assert_int_equal(pthread_create(&t, NULL, hog, &on_cpu0), 0);
+    pthread_t t = neighbour_start(hog, &on_cpu0);
     int seen = 0;
     for (int i = 0; i < 1000 && seen == 0; i++) {
         uint64_t now; /* step 1: not a machine-wide check, the yield's */
         seen += ds__spin_pause(1, &now);
     }
-    atomic_store(&hog_stop, true);
-    pthread_join(t, NULL);
+    neighbour_stop(t);
     assert_int_equal(pthread_setaffinity_np(pthread_self(), sizeof(old), &old), 0);
     assert_true(seen > 0);
 }
@@ -280,6 +292,27 @@ static void *peer(void *arg)
     return NULL;
 }
 
+static bool beside_step(uint64_t *now_ns)
+{
+    return ds__spin_pause_beside(1, now_ns); /* step 1: not a machine-wide check */
+}
+
+/* Steps of one kind beside a CPU-bound thread on this thread's CPU (0)
+ * until one says so (at most 1000): whether one did, having lasted
+ * DS_SPIN_HOG_NS or more. */
+static bool hog_stops(bool (*step)(uint64_t *now_ns))
+{
+    static int on_cpu0;
+    pthread_t t = neighbour_start(hog, &on_cpu0);
+    bool hogged = false;
+    for (int i = 0; i < 1000 && !hogged; i++) {
+        uint64_t t0 = ds__now_ns(), now;
+        if ((hogged = step(&now))) assert_true(now - t0 >= DS_SPIN_HOG_NS);
+    }
+    neighbour_stop(t);
+    return hogged;
+}
+
 /* A reply wait that tolerates sharing its CPU (ds__spin_yield) stops for a
  * CPU-bound neighbour, which holds the CPU for whole time slices once it
  * has it, but not for a neighbour that yields back within DS_SPIN_HOG_NS:
@@ -290,31 +323,15 @@ static void test_spin_yield_sees_hog_not_peer(void **state)
     cpu_set_t old;
     assert_int_equal(pthread_getaffinity_np(pthread_self(), sizeof(old), &old), 0);
     assert_true(pin_to(0));
-    static int on_cpu0;
-    pthread_t t;
-    atomic_store(&hog_stop, false);
-    assert_int_equal(pthread_create(&t, NULL, hog, &on_cpu0), 0);
-    int hogged = 0;
-    for (int i = 0; i < 1000 && hogged == 0; i++) {
-        uint64_t t0 = ds__now_ns(), now;
-        if (ds__spin_yield(&now)) {
-            hogged++;
-            assert_true(now - t0 >= DS_SPIN_HOG_NS);
-        }
-    }
-    atomic_store(&hog_stop, true);
-    pthread_join(t, NULL);
-    assert_true(hogged > 0);
+    assert_true(hog_stops(ds__spin_yield));
 
-    atomic_store(&hog_stop, false);
-    assert_int_equal(pthread_create(&t, NULL, peer, NULL), 0);
+    pthread_t t = neighbour_start(peer, NULL);
     int said = 0, n = 200;
     for (int i = 0; i < n; i++) {
         uint64_t now;
         said += ds__spin_yield(&now);
     }
-    atomic_store(&hog_stop, true);
-    pthread_join(t, NULL);
+    neighbour_stop(t);
     assert_int_equal(pthread_setaffinity_np(pthread_self(), sizeof(old), &old), 0);
     printf("yields beside a peer that yields back: %d of %d said hog\n", said, n);
     assert_true(said < n / 4);
@@ -330,37 +347,21 @@ static void test_spin_pause_beside_sees_hog_not_peer(void **state)
     cpu_set_t old;
     assert_int_equal(pthread_getaffinity_np(pthread_self(), sizeof(old), &old), 0);
     assert_true(pin_to(0));
-    pthread_t t;
-    atomic_store(&hog_stop, false);
-    assert_int_equal(pthread_create(&t, NULL, peer, NULL), 0);
+    pthread_t t = neighbour_start(peer, NULL);
     int beside = 0, general = 0, n = 200;
     for (int i = 0; i < n; i++) {
-        uint64_t now; /* step 1: not a machine-wide check */
-        beside += ds__spin_pause_beside(1, &now);
+        uint64_t now;
+        beside += beside_step(&now);
         general += ds__spin_pause(1, &now);
     }
-    atomic_store(&hog_stop, true);
-    pthread_join(t, NULL);
+    neighbour_stop(t);
     printf("steps beside a peer that yields back: %d of %d stopped (general step: %d)\n", beside, n,
            general);
     assert_true(beside < n / 4);
     assert_true(general > n / 2);
 
-    static int on_cpu0;
-    atomic_store(&hog_stop, false);
-    assert_int_equal(pthread_create(&t, NULL, hog, &on_cpu0), 0);
-    int hogged = 0;
-    for (int i = 0; i < 1000 && hogged == 0; i++) {
-        uint64_t now, t0 = ds__now_ns();
-        if (ds__spin_pause_beside(1, &now)) {
-            hogged++;
-            assert_true(now - t0 >= DS_SPIN_HOG_NS);
-        }
-    }
-    atomic_store(&hog_stop, true);
-    pthread_join(t, NULL);
+    assert_true(hog_stops(beside_step));
     assert_int_equal(pthread_setaffinity_np(pthread_self(), sizeof(old), &old), 0);
-    assert_true(hogged > 0);
 }
 
 /* ds__spin_move_off moves the thread to another CPU it may run on and leaves
