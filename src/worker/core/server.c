@@ -305,7 +305,8 @@ void ds__server_run(ds_server_t *srv)
              * worker to sleep for the request it was promised, kept the
              * process from polling for DS_SPIN_BACKOFF_NS, and the client's
              * doorbell then woke the worker onto the client's own vCPU
-             * (docs/design.md, Polling and lanes). */
+             * (docs/design.md, Request lanes). Such a step's time counts
+             * as polled even when its yield let that client run. */
             uint64_t t;
             contended =
                 net->lane_last ? ds__spin_pause_beside(steps++, &t) : ds__spin_pause(steps++, &t);
