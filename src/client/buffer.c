@@ -537,10 +537,12 @@ static ds_status_t kv_mcreate(ds_client_t *c, size_t n, const char *const *keys,
     ds_conn_t *conn;
     if ((st = ds__client_acquire(c, &deadline, &conn)) != DS_K_OK) return st;
     if (conn->sess->base) {
-        DS__TSAN_WRITING(conn->sess->base); /* the caller writes what this hands out */
         if (!(n == 1 && conn->sess->setr &&
               create_in_space(conn, keys[0], sizes[0], &p, out, deadline, &st)))
             st = create_in_arena(conn, n, keys, sizes, &p, out, deadline);
+        /* The caller writes what this hands out: after the answer, since the
+         * range may be one another thread wrote until the worker freed it. */
+        DS__TSAN_WRITING(conn->sess->base);
         ds__conn_drain(conn, deadline);
         ds__client_put(c, conn);
         return st;

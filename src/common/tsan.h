@@ -13,7 +13,9 @@
  *   session's mapping (the new range need not start where the old block
  *   did). Without the publishing side of this (before 2026-12-03), a set's
  *   copy into space that another thread of the client later got as a
- *   created buffer was reported as a race in it_soak under TSan.
+ *   created buffer was reported as a race in it_soak under TSan. The same
+ *   race was still reported now and then while the creating thread's
+ *   acquire came before its CREATE request rather than after the answer.
  * TSan sees neither the socket round trips nor the worker's bookkeeping, so
  * without these it reports those ordered accesses as races. No-ops in
  * builds without TSan. */
@@ -39,7 +41,8 @@ void __tsan_release(void *addr);
 #define DS__TSAN_READING(p) __tsan_acquire((void *)(p))
 /* After the last read of a pinned block, before its pin goes back. */
 #define DS__TSAN_READ_DONE(base) __tsan_release((void *)(base))
-/* Before writing arena space or a created buffer the worker handed out. */
+/* Before writing arena space or a created buffer the worker handed out,
+ * after the answer that handed it out. */
 #define DS__TSAN_WRITING(base) __tsan_acquire((void *)(base))
 #else
 #define DS__TSAN_PUBLISHED(base, p) ((void)(base), (void)(p))
