@@ -19,6 +19,7 @@
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -254,7 +255,7 @@ typedef struct {
     uint64_t seed;
     ds_status_t st;
     bool intact;
-    volatile int done;
+    atomic_int done; /* set by the reader thread, watched by the test */
     uint64_t ms;
     char err[256];
 } big_reader_t;
@@ -274,7 +275,7 @@ static void *read_big(void *arg)
         snprintf(r->err, sizeof(r->err), "(%s)", ds_last_error());
     ds_buffer_release(b);
     ds_client_close(c);
-    r->done = 1;
+    atomic_store(&r->done, 1);
     return NULL;
 }
 
@@ -304,7 +305,7 @@ static void test_kill_mid_transfer(void **state)
         pthread_create(&th, NULL, read_big, &rd);
         long long delta = 0;
         uint64_t until = ds__now_ms() + 10000;
-        while (!rd.done && ds__now_ms() < until) {
+        while (!atomic_load(&rd.done) && ds__now_ms() < until) {
             delta = bytes_acked_by(C.w[A].pid) - base;
             if (delta >= (16ll << 20)) break;
             usleep(1000);
