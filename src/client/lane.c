@@ -161,6 +161,13 @@ static bool socket_says_something(int fd)
     return poll(&p, 1, 0) > 0;
 }
 
+/* Whether the worker's loop says it runs on this thread's CPU. */
+static bool beside_worker(const ds_conn_t *conn, int cpu)
+{
+    return cpu >= 0 &&
+           (uint32_t)cpu == atomic_load_explicit(&conn->hub->worker_cpu, memory_order_relaxed);
+}
+
 int ds__lane_wait(ds_conn_t *conn, uint64_t deadline, bool *contended)
 {
     ds_lane_t *l = conn->lane;
@@ -171,10 +178,15 @@ int ds__lane_wait(ds_conn_t *conn, uint64_t deadline, bool *contended)
      * it is what this wait waits for. Awake, this wait sees the answer
      * without a wake-up from the worker's CPU (which would pull it there),
      * also when the worker parts from it (DS_LANE_PART_NS). */
-    bool apart = conn->lane_cpu < 0 ||
-                 (uint32_t)conn->lane_cpu !=
-                     atomic_load_explicit(&conn->hub->worker_cpu, memory_order_relaxed);
-    uint64_t window = t0 ? ds__spin_window(&conn->spin, t0) : 0;
+    bool apart = !beside_worker(conn, conn->lane_cpu);
+    uint64_t window = 0;
+    if (t0) {
+        /* Right after the worker parted: the longest window, whatever this
+         * connection's says (DS_LANE_PARTED_NS). */
+        uint64_t parted = atomic_load_explicit(&conn->hub->parted, memory_order_relaxed);
+        window =
+            t0 - parted < DS_LANE_PARTED_NS ? conn->spin.max_ns : ds__spin_window(&conn->spin, t0);
+    }
     uint32_t cur = atomic_load_explicit(&l->rep_seq, memory_order_acquire);
     if (cur == seen && window) {
         uint64_t until = t0 + window;
@@ -186,7 +198,19 @@ int ds__lane_wait(ds_conn_t *conn, uint64_t deadline, bool *contended)
                 if (i % 16 == 0 && ds__now_ns() >= watch) break;
             }
             if (cur != seen || ds__now_ns() >= until) break;
-            if ((*contended = apart ? ds__spin_pause(k, NULL) : ds__spin_yield(NULL))) break;
+            if (!apart) {
+                if ((*contended = ds__spin_yield(NULL))) break;
+            } else if ((*contended = ds__spin_pause(k, NULL))) {
+                /* What took this CPU may have been the worker, woken onto
+                 * it by this request's doorbell (awake, it says where it
+                 * runs): no contention, the wait goes on beside it.
+                 * Counted as one, it stopped this process's polling for
+                 * DS_SPIN_BACKOFF_NS, and the next answers came with
+                 * futex wakes that kept the two on one vCPU. */
+                if (!beside_worker(conn, sched_getcpu())) break;
+                apart = false;
+                *contended = false;
+            }
         }
     }
     bool on_socket = false;

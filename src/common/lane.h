@@ -100,6 +100,17 @@
  * neither can poll and each round trip is a pair of context switches; on
  * two vCPUs both poll and a round trip costs no system call. */
 #define DS_LANE_PART_NS 2000000u
+/* A client's lane wait that begins within DS_LANE_PARTED_NS of the
+ * worker's parting (hub.parted) polls for its longest window, whatever its
+ * window says, as the worker's loop does after parting. The move takes the
+ * worker ~100 us here (the halted vCPU it goes to must wake first), longer
+ * than a window that shrank while the two shared a vCPU; a client asleep
+ * when the answer comes is woken from the worker's new vCPU, and the
+ * kernel then moves it there too: in traces of bursts of 1 MiB set+gets
+ * the two were back on one vCPU within a request of most parts. A local
+ * client that writes a false hub.parted costs the others no more than
+ * polling their longest window, which their own requests could cause. */
+#define DS_LANE_PARTED_NS 1000000u
 
 typedef struct {
     /* Written by the client. */
@@ -128,7 +139,10 @@ typedef struct {
     /* Written by clients: a request is due by then (ns, CLOCK_MONOTONIC;
      * 0 = none), see DS_LANE_AHEAD_MIN. */
     _Atomic uint64_t soon;
-    uint8_t pad0[48];
+    /* Written by the worker: when its loop last began to part from a lane
+     * client (ns, CLOCK_MONOTONIC; 0 = never), see DS_LANE_PARTED_NS. */
+    _Atomic uint64_t parted;
+    uint8_t pad0[40];
     /* Bit i set by the client of lane i after each request it wrote. */
     _Atomic uint64_t ready[DS_LANE_MAX / 64];
     uint8_t pad1[64 - 8 * (DS_LANE_MAX / 64)];

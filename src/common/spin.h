@@ -63,6 +63,9 @@
  * 100 local 1 MiB set+get pairs 100 ms apart (40 bursts per worker, the
  * two workers alternating) had a median set under 0.7 of a memcpy in 5
  * bursts against 11 (medians of the bursts 0.85 and 0.82 of a memcpy).
+ * A lane wait that polls as if apart does not count a step's yield as
+ * contention either when the hub then says the worker's loop runs on its
+ * CPU: that was the worker, woken there by the wait's own doorbell.
  *
  * A step that merely took long does not count: on a VM that is the
  * hypervisor running something else on the vCPU, or interrupts, neither of

@@ -9,7 +9,8 @@
  * its lane client's CPU, and one pinned there still polls for a TCP client
  * on another CPU; a lane request a few microseconds after the last answer
  * is caught by a watch of the lanes; a thread that runs for moments on
- * the worker's CPU does not stop its polling; and the worker stops polling once
+ * the worker's CPU does not stop its polling; answers to a client whose
+ * polling is off wake it (lane_wakes); and the worker stops polling once
  * requests are sparse and sleeps while idle (no CPU burnt). */
 #include "harness.h"
 #include "it_fault_util.h"
@@ -303,9 +304,15 @@ static void test_worker_parts(void **state)
     pin(W.pid, 0);
     pin_all(W.pid, &all);
     p0 = dst_stat(&W, "lane_parts");
+    double w0 = dst_stat(&W, "lane_wakes");
     for (int i = 0; i < 500; i++)
         assert_int_equal(ds_kv_set(quiet, "bp-quiet", "abc", 3, NULL), DS_K_OK);
     assert_int_equal(dst_stat(&W, "lane_parts"), p0);
+    /* That client sleeps on its lane at once: answers wake it (lane_wakes),
+     * except those that come before it has gone to sleep. */
+    double wakes = dst_stat(&W, "lane_wakes") - w0;
+    printf("500 sets with the client's polling off: %.0f answers woke it\n", wakes);
+    assert_true(wakes >= 100 && wakes <= 500);
 
     ds_client_close(quiet);
     ds_client_close(c);

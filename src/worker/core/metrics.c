@@ -194,6 +194,10 @@ static char *render(struct ds_metrics *m, size_t *len)
             "Moves of the event loop off the vCPU of a polling local client it had just served, "
             "so that both can poll.",
             srv->net.ctr.lane_parts);
+    counter(&t, "ds_worker_lane_wakes_total",
+            "Answers through a request lane whose local client had stopped polling and slept: "
+            "each cost a futex wake-up.",
+            srv->net.ctr.lane_wakes);
     family(&t, "ds_worker_poll_seconds_total", "counter",
            "Time the event loop spent polling (--busy_poll_us).");
     emit(&t, "ds_worker_poll_seconds_total %.6f\n", (double)srv->net.ctr.poll_ns / 1e9);

@@ -106,10 +106,13 @@ void ds__lanes_destroy(ds_net_t *net)
 }
 
 /* Bumps rep_seq and wakes the client if it sleeps on it. */
-static void publish(ds_lane_t *l)
+static void publish(ds_net_t *net, ds_lane_t *l)
 {
     atomic_fetch_add_explicit(&l->rep_seq, 1, memory_order_seq_cst);
-    if (atomic_load_explicit(&l->waiting, memory_order_seq_cst)) ds__futex_wake(&l->rep_seq);
+    if (atomic_load_explicit(&l->waiting, memory_order_seq_cst)) {
+        ds__futex_wake(&l->rep_seq);
+        net->ctr.lane_wakes++;
+    }
 }
 
 /* One lane's new request, if any. */
@@ -213,8 +216,13 @@ bool ds__lanes_part(ds_net_t *net)
     L->parted_at = now;
     /* Another vCPU has other work: the client's would only wait there. */
     if (ds__spin_cpus_wanted()) return false;
+    /* Said before the move: the client's next request may come meanwhile. */
+    atomic_store_explicit(&L->hub->parted, now, memory_order_relaxed);
     int to = ds__spin_move_off(cpu);
-    if (to < 0) return false;
+    if (to < 0) {
+        atomic_store_explicit(&L->hub->parted, 0, memory_order_relaxed);
+        return false;
+    }
     atomic_store_explicit(&L->hub->worker_cpu, (uint32_t)to, memory_order_relaxed);
     net->ctr.lane_parts++;
     return true;
@@ -319,7 +327,7 @@ void ds__lane_close(ds_conn_t *c)
         /* The client waits: to its socket, which is closed. */
         c->lane_wait = false;
         atomic_store_explicit(&l->rep_len, DS_LANE_ON_SOCKET, memory_order_relaxed);
-        publish(l);
+        publish(c->net, l);
     }
     L->owner[i] = NULL;
     L->nactive--;
@@ -346,6 +354,6 @@ bool ds__lane_reply(ds_conn_t *c, const ds_wire_header_t *h, const uint8_t *meta
     }
     atomic_store_explicit(&l->rep_len, fits ? (uint32_t)total : DS_LANE_ON_SOCKET,
                           memory_order_relaxed);
-    publish(l);
+    publish(c->net, l);
     return fits;
 }

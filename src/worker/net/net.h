@@ -58,6 +58,7 @@ typedef struct {
     uint64_t poll_watched;
     uint64_t lane_requests; /* requests that came through a lane (common/lane.h) */
     uint64_t lane_parts;    /* moves of the loop off a lane client's CPU (DS_LANE_PART_NS) */
+    uint64_t lane_wakes;    /* lane answers whose client slept: woken with a futex wake */
     uint64_t conns_accepted, conns_rejected, protocol_errors, auth_failures, accept_errors;
 } ds_net_counters_t;
 

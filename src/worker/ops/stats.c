@@ -74,6 +74,7 @@ char *ds__server_stats_json(ds_server_t *srv)
     cJSON_AddNumberToObject(root, "socket_writes", (double)srv->net.ctr.socket_writes);
     cJSON_AddNumberToObject(root, "lane_requests", (double)srv->net.ctr.lane_requests);
     cJSON_AddNumberToObject(root, "lane_parts", (double)srv->net.ctr.lane_parts);
+    cJSON_AddNumberToObject(root, "lane_wakes", (double)srv->net.ctr.lane_wakes);
     cJSON *poll = cJSON_AddObjectToObject(root, "polling");
     cJSON_AddNumberToObject(poll, "max_us", (double)srv->cfg.busy_poll_us);
     cJSON_AddNumberToObject(poll, "hits", (double)srv->net.ctr.poll_hits);
