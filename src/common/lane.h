@@ -100,6 +100,12 @@
  * neither can poll and each round trip is a pair of context switches; on
  * two vCPUs both poll and a round trip costs no system call. */
 #define DS_LANE_PART_NS 2000000u
+/* ... but a loop that found the machine busy (more runnable threads than
+ * CPUs) looks again after DS_LANE_PART_RETRY_NS: in a trace the thread
+ * that made it so was a kernel worker running for a moment, and waiting a
+ * whole DS_LANE_PART_NS left the two sides on one vCPU for 28 set+gets of
+ * 1 MiB. */
+#define DS_LANE_PART_RETRY_NS 250000u
 /* A client's lane wait that begins within DS_LANE_PARTED_NS of the
  * worker's parting (hub.parted) polls for its longest window, whatever its
  * window says, as the worker's loop does after parting. The move takes the

@@ -38,7 +38,7 @@ struct ds_lanes {
     uint32_t client_cpu; /* of the last request served */
     bool client_polls;   /* its client polls for its answers */
     bool served;         /* a request was served since ds__lanes_part looked */
-    uint64_t parted_at;  /* when the loop last tried to part (DS_LANE_PART_NS) */
+    uint64_t part_next;  /* the loop may try to part from then on (DS_LANE_PART_NS) */
     bool asleep;
     int bell_fd;
     ds_io_t bell;
@@ -212,10 +212,15 @@ bool ds__lanes_part(ds_net_t *net)
     int cpu = sched_getcpu();
     if (cpu < 0 || (uint32_t)cpu != L->client_cpu) return false;
     uint64_t now = ds__now_ns();
-    if (now - L->parted_at < DS_LANE_PART_NS) return false;
-    L->parted_at = now;
-    /* Another vCPU has other work: the client's would only wait there. */
-    if (ds__spin_cpus_wanted()) return false;
+    if (now < L->part_next) return false;
+    /* Another vCPU has other work: the client's would only wait there.
+     * Often that is a kernel worker running for a moment: looked at again
+     * soon, not after a whole DS_LANE_PART_NS. */
+    if (ds__spin_cpus_wanted()) {
+        L->part_next = now + DS_LANE_PART_RETRY_NS;
+        return false;
+    }
+    L->part_next = now + DS_LANE_PART_NS;
     /* Said before the move: the client's next request may come meanwhile. */
     atomic_store_explicit(&L->hub->parted, now, memory_order_relaxed);
     int to = ds__spin_move_off(cpu);

@@ -1,0 +1,186 @@
+/* lane_bursts: bursts of local set+get pairs after idle gaps, against a
+ * running worker, and where the worker's loop ran meanwhile.
+ *
+ * Each burst waits --idle-ms (the worker's polling runs out and it sleeps),
+ * does 2 untimed pairs, then --pairs timed pairs of a --size value
+ * (ds_kv_set, then ds_kv_get_into), and then as many memcpys of the size in
+ * this process (the machine's limit, measured in the same burst). Every
+ * 10th pair it reads the CPU the worker's main thread last ran on
+ * (/proc/PID/stat, field 39) and counts it when that is this thread's CPU:
+ * a worker and a client on one vCPU take turns on it instead of both
+ * polling (README, Parting). One line per burst, then a summary:
+ *
+ *   lane_bursts --worker_address H:P --worker-pid PID [--bursts 10]
+ *               [--pairs 100] [--size 1048576] [--idle-ms 100]
+ *
+ * bench/lane_bursts.sh starts the worker (or two builds' workers in turn)
+ * and runs this against it. */
+#include "datasystem/kv_client.h"
+
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static uint64_t now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(uint64_t *v, int n)
+{
+    qsort(v, (size_t)n, sizeof(*v), cmp_u64);
+    return (double)v[n / 2];
+}
+
+/* The CPU thread pid last ran on; -1 when unknown. */
+static int last_cpu(int pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL) return -1;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    char *p = strrchr(buf, ')'); /* the command name may hold spaces */
+    if (p == NULL) return -1;
+    int field = 2;
+    for (char *save = NULL, *t = strtok_r(p + 1, " ", &save); t; t = strtok_r(NULL, " ", &save))
+        if (++field == 39) return atoi(t);
+    return -1;
+}
+
+static void usage(void)
+{
+    fprintf(stderr, "usage: lane_bursts --worker_address H:P --worker-pid PID [--bursts N] "
+                    "[--pairs N] [--size BYTES] [--idle-ms MS]\n");
+    exit(2);
+}
+
+int main(int argc, char **argv)
+{
+    const char *addr = NULL;
+    int wpid = 0, bursts = 10, pairs = 100, idle_ms = 100;
+    size_t size = 1u << 20;
+    for (int i = 1; i < argc; i++) {
+        if (i + 1 >= argc) usage();
+        const char *k = argv[i], *v = argv[++i];
+        if (strcmp(k, "--worker_address") == 0)
+            addr = v;
+        else if (strcmp(k, "--worker-pid") == 0)
+            wpid = atoi(v);
+        else if (strcmp(k, "--bursts") == 0)
+            bursts = atoi(v);
+        else if (strcmp(k, "--pairs") == 0)
+            pairs = atoi(v);
+        else if (strcmp(k, "--size") == 0)
+            size = (size_t)strtoull(v, NULL, 10);
+        else if (strcmp(k, "--idle-ms") == 0)
+            idle_ms = atoi(v);
+        else
+            usage();
+    }
+    char host[256];
+    const char *colon = addr ? strrchr(addr, ':') : NULL;
+    if (colon == NULL || wpid <= 0 || bursts < 1 || pairs < 10 || size == 0 || idle_ms < 0 ||
+        (size_t)(colon - addr) >= sizeof(host))
+        usage();
+    memcpy(host, addr, (size_t)(colon - addr));
+    host[colon - addr] = '\0';
+
+    ds_client_options_t o;
+    ds_client_options_init(&o);
+    o.host = host;
+    o.port = atoi(colon + 1);
+    o.transport = DS_TRANSPORT_LOCAL;
+    ds_client_t *c = NULL;
+    if (ds_client_connect(&o, &c) != DS_K_OK) {
+        fprintf(stderr, "lane_bursts: cannot connect to %s: %s\n", addr, ds_last_error());
+        return 1;
+    }
+    uint8_t *src = malloc(size), *dst = malloc(size);
+    uint64_t *set = calloc((size_t)pairs, sizeof(uint64_t));
+    uint64_t *pair = calloc((size_t)pairs, sizeof(uint64_t));
+    uint64_t *copy = calloc((size_t)pairs, sizeof(uint64_t));
+    double *ratios = calloc((size_t)bursts, sizeof(double));
+    if (!src || !dst || !set || !pair || !copy || !ratios) {
+        fprintf(stderr, "lane_bursts: out of memory\n");
+        return 1;
+    }
+    int same_total = 0, looks_total = 0, under = 0;
+    for (int b = 0; b < bursts; b++) {
+        usleep((useconds_t)idle_ms * 1000u);
+        memset(src, 'A' + b % 26, size);
+        size_t len = 0;
+        for (int i = 0; i < 2; i++)
+            if (ds_kv_set(c, "lane-bursts", src, size, NULL) != DS_K_OK ||
+                ds_kv_get_into(c, "lane-bursts", 0, dst, size, &len) != DS_K_OK || len != size) {
+                fprintf(stderr, "lane_bursts: %s\n", ds_last_error());
+                return 1;
+            }
+        int same = 0, looks = 0;
+        for (int i = 0; i < pairs; i++) {
+            uint64_t t0 = now_ns();
+            ds_status_t s1 = ds_kv_set(c, "lane-bursts", src, size, NULL);
+            uint64_t t1 = now_ns();
+            ds_status_t s2 = ds_kv_get_into(c, "lane-bursts", 0, dst, size, &len);
+            uint64_t t2 = now_ns();
+            if (s1 != DS_K_OK || s2 != DS_K_OK || len != size) {
+                fprintf(stderr, "lane_bursts: %s\n", ds_last_error());
+                return 1;
+            }
+            set[i] = t1 - t0;
+            pair[i] = t2 - t0;
+            if (i % 10 == 0) {
+                looks++;
+                same += last_cpu(wpid) == sched_getcpu();
+            }
+        }
+        if (memcmp(src, dst, size) != 0) {
+            fprintf(stderr, "lane_bursts: the value read back differs from the one set\n");
+            return 1;
+        }
+        for (int i = 0; i < pairs; i++) {
+            uint64_t t0 = now_ns();
+            memcpy(dst, src, size);
+            copy[i] = now_ns() - t0;
+        }
+        double m = median(copy, pairs), s = median(set, pairs), p = median(pair, pairs);
+        ratios[b] = m / s;
+        under += ratios[b] < 0.65;
+        same_total += same;
+        looks_total += looks;
+        printf("burst %3d  set %.1f us (%.3f of a memcpy)  set+get %.1f us (%.3f of two)  memcpy "
+               "%.1f us  worker on this CPU %d/%d\n",
+               b, s / 1e3, m / s, p / 1e3, p / (2 * m), m / 1e3, same, looks);
+    }
+    qsort(ratios, (size_t)bursts, sizeof(double), cmp_double);
+    printf("summary: %d bursts, median set %.3f of a memcpy, %d under 0.65; worker on this CPU "
+           "%d/%d\n",
+           bursts, ratios[bursts / 2], under, same_total, looks_total);
+    ds_client_close(c);
+    free(src);
+    free(dst);
+    free(set);
+    free(pair);
+    free(copy);
+    free(ratios);
+    return 0;
+}
