@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Configures and builds one flavour: scripts/build.sh [release|asan|tsan]
-# -> build/, build-asan/ or build-tsan/. These are the dev and CI builds, so
+# Configures and builds one flavour: scripts/build.sh [release|asan|tsan|profile]
+# -> build/, build-asan/, build-tsan/ or build-prof/ (release code with frame
+# pointers, for scripts/profile.sh's call graphs). These are the dev and CI builds, so
 # warnings are errors here (DS_WERROR=ON); a plain cmake configure leaves them
 # warnings.
 set -euo pipefail
@@ -13,7 +14,8 @@ case "$flavour" in
     # -Wtsan), which the shared-memory seqlock (common/shm_index.c) needs.
     # RelWithDebInfo: the integration suite runs 2-3x faster than at -O0.
     tsan) dir=build-tsan; args=(-DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDS_TSAN=ON) ;;
-    *) echo "build.sh: unknown flavour '$flavour' (release, asan or tsan)" >&2; exit 2 ;;
+    profile) dir=build-prof; args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_C_FLAGS=-fno-omit-frame-pointer") ;;
+    *) echo "build.sh: unknown flavour '$flavour' (release, asan, tsan or profile)" >&2; exit 2 ;;
 esac
 cmake -S . -B "$dir" "${args[@]}" -DDS_WERROR=ON >/dev/null
 if ! cmake --build "$dir" -j "$(nproc)" >"$dir/build.log" 2>&1; then
