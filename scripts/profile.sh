@@ -35,13 +35,7 @@ while [ $# -gt 0 ]; do
     shift
 done
 
-bash scripts/setup.sh
-if ! command -v perf >/dev/null; then
-    SUDO=""
-    [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-    $SUDO apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends linux-perf >/dev/null
-fi
+bash scripts/setup.sh linux-perf
 bash scripts/build.sh profile
 
 mkdir -p "$out"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages the project builds, tests and benchmarks
-# with. Idempotent: apt-get runs only when something is missing.
+# with, and any further packages named as arguments (scripts/profile.sh:
+# linux-perf). Idempotent: apt-get runs only when something is missing.
 set -euo pipefail
 
 PKGS=(build-essential cmake pkg-config libyaml-dev libmsgpack-dev libcurl4-openssl-dev
@@ -14,6 +15,7 @@ PKGS=(build-essential cmake pkg-config libyaml-dev libmsgpack-dev libcurl4-opens
 # (python3 -m venv --system-site-packages; pip install --no-build-isolation
 # ./python), which tests/python/test_packaging.py runs from a fresh clone.
 
+PKGS+=("$@")
 missing=()
 for p in "${PKGS[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
