@@ -11,7 +11,7 @@
  * the command line come after the file's, so they win. */
 #include "cli/cli.h"
 
-#include "worker/ops/flags.h"
+#include "config/flags.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>

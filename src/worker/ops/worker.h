@@ -16,7 +16,7 @@
 #include <stdint.h>
 
 #include "worker/net/net.h"
-#include "worker/ops/flags.h"
+#include "config/flags.h"
 #include "worker/ops/subs.h"
 #include "worker/ops/tier.h"
 #include "worker/store/arena.h"

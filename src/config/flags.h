@@ -6,8 +6,8 @@
  * are typed rows, or aliases of ours (unix_domain_socket_dir); the rest are
  * "compat" rows, whose values are checked for their type and otherwise
  * ignored, with one warning each at start (ds__flags_warn_compat). */
-#ifndef DS_WORKER_FLAGS_H
-#define DS_WORKER_FLAGS_H
+#ifndef DS_CONFIG_FLAGS_H
+#define DS_CONFIG_FLAGS_H
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -9,7 +9,7 @@
  * rest of Yuanrong's worker flags (cli/deploy/conf/worker_config.json in its
  * repository): their values are checked for their type, so a typo still
  * fails, and are otherwise ignored with one warning each. */
-#include "worker/ops/flags.h"
+#include "config/flags.h"
 
 #include "common/log.h"
 
