@@ -1,7 +1,8 @@
-/* The request -> keys table behind cleanup (see keytrack.h): a chained hash
- * table of requests, each with a small array of keys, threaded on a list in
- * insertion order so the oldest request is the one forgotten when the table
- * is full. */
+/* The request -> keys table behind cleanup (see keytrack.h): an intrusive
+ * hash table (common/dict.h) of requests, each with a small array of keys,
+ * threaded on a list in insertion order so the oldest request is the one
+ * forgotten when the table is full. The list owns the requests: the table
+ * only finds them. */
 #include "connector/keytrack.h"
 
 #include <pthread.h>
@@ -10,41 +11,45 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/dict.h"
 #include "common/error.h"
+#include "common/hash.h"
 
 typedef struct req {
+    ds_dict_node_t node; /* in the table, by id */
     char *id;
     char **keys;
     size_t n, cap;
-    struct req *chain;         /* next in the hash bucket */
     struct req *older, *newer; /* insertion order */
 } req_t;
 
 struct omni__keytrack {
     pthread_mutex_t mu;
-    req_t **buckets;
-    size_t nbuckets; /* a power of two */
+    ds_dict_t table;
     size_t nreqs, nkeys, max_reqs;
     req_t *oldest, *newest;
     char *edge_from[OMNI__MAX_EDGES], *edge_to[OMNI__MAX_EDGES];
     size_t nedges;
 };
 
-static uint64_t hash(const char *s)
+static uint32_t id_hash(const char *id)
 {
-    uint64_t h = 1469598103934665603ULL; /* FNV-1a */
-    for (; *s; s++)
-        h = (h ^ (uint8_t)*s) * 1099511628211ULL;
-    return h;
+    return ds__murmur3_32(id, strlen(id), 0);
 }
+
+static bool req_id_eq(const ds_dict_node_t *n, const void *key, size_t len)
+{
+    const req_t *r = DS_DICT_ENTRY(n, req_t, node);
+    return strlen(r->id) == len && memcmp(r->id, key, len) == 0;
+}
+
+static const ds_dict_type_t req_table_type = {req_id_eq, NULL};
 
 omni__keytrack_t *omni__keytrack_new(size_t max_requests)
 {
     omni__keytrack_t *t = calloc(1, sizeof(*t));
     if (t == NULL) return NULL;
-    t->nbuckets = 64;
-    t->buckets = calloc(t->nbuckets, sizeof(*t->buckets));
-    if (t->buckets == NULL) {
+    if (ds__dict_init(&t->table, &req_table_type, NULL, 64) != 0) {
         free(t);
         return NULL;
     }
@@ -63,6 +68,7 @@ static void req_free(req_t *r)
 void omni__keytrack_free(omni__keytrack_t *t)
 {
     if (t == NULL) return;
+    ds__dict_clear(&t->table); /* first: it walks the requests */
     for (req_t *r = t->oldest, *next; r != NULL; r = next) {
         next = r->newer;
         req_free(r);
@@ -72,7 +78,6 @@ void omni__keytrack_free(omni__keytrack_t *t)
         free(t->edge_to[i]);
     }
     pthread_mutex_destroy(&t->mu);
-    free(t->buckets);
     free(t);
 }
 
@@ -84,19 +89,16 @@ void omni__keys_free(char **keys, size_t n)
     free(keys);
 }
 
-static req_t **do_slot(omni__keytrack_t *t, const char *id)
+static req_t *do_find(omni__keytrack_t *t, const char *id)
 {
-    req_t **p = &t->buckets[hash(id) & (t->nbuckets - 1)];
-    while (*p != NULL && strcmp((*p)->id, id) != 0)
-        p = &(*p)->chain;
-    return p;
+    ds_dict_node_t *n = ds__dict_find(&t->table, id, strlen(id), id_hash(id));
+    return n ? DS_DICT_ENTRY(n, req_t, node) : NULL;
 }
 
-/* Unlinks r from its bucket and the age list; the caller frees it. */
+/* Unlinks r from the table and the age list; the caller frees it. */
 static void do_unlink(omni__keytrack_t *t, req_t *r)
 {
-    req_t **p = do_slot(t, r->id);
-    *p = r->chain;
+    ds__dict_remove(&t->table, &r->node);
     if (r->older != NULL)
         r->older->newer = r->newer;
     else
@@ -107,22 +109,6 @@ static void do_unlink(omni__keytrack_t *t, req_t *r)
         t->newest = r->older;
     t->nreqs--;
     t->nkeys -= r->n;
-}
-
-/* Doubles the bucket array; on failure the table just stays denser. */
-static void do_grow(omni__keytrack_t *t)
-{
-    size_t nb = t->nbuckets * 2;
-    req_t **b = calloc(nb, sizeof(*b));
-    if (b == NULL) return;
-    for (req_t *r = t->oldest; r != NULL; r = r->newer) {
-        req_t **slot = &b[hash(r->id) & (nb - 1)];
-        r->chain = *slot;
-        *slot = r;
-    }
-    free(t->buckets);
-    t->buckets = b;
-    t->nbuckets = nb;
 }
 
 static void do_add_edge(omni__keytrack_t *t, const char *from, const char *to)
@@ -150,21 +136,19 @@ void omni__keytrack_add_edge(omni__keytrack_t *t, const char *from_stage, const 
 
 static ds_status_t do_add(omni__keytrack_t *t, const char *id, const char *key)
 {
-    req_t **slot = do_slot(t, id);
-    req_t *r = *slot;
+    req_t *r = do_find(t, id);
     if (r == NULL) {
         if (t->nreqs >= t->max_reqs) {
             req_t *old = t->oldest;
             do_unlink(t, old);
             req_free(old);
-            slot = do_slot(t, id);
         }
         r = calloc(1, sizeof(*r));
         if (r == NULL || (r->id = strdup(id)) == NULL) {
             free(r);
             return ds__set_error(DS_K_OUT_OF_MEMORY, "out of memory tracking request '%s'", id);
         }
-        *slot = r;
+        ds__dict_add(&t->table, &r->node, id_hash(id));
         r->older = t->newest;
         if (t->newest != NULL)
             t->newest->newer = r;
@@ -172,7 +156,6 @@ static ds_status_t do_add(omni__keytrack_t *t, const char *id, const char *key)
             t->oldest = r;
         t->newest = r;
         t->nreqs++;
-        if (t->nreqs > t->nbuckets) do_grow(t);
     }
     for (size_t i = 0; i < r->n; i++) {
         if (strcmp(r->keys[i], key) == 0) return DS_K_OK;
@@ -204,7 +187,7 @@ ds_status_t omni__keytrack_add(omni__keytrack_t *t, const char *request_id, cons
 void omni__keytrack_drop(omni__keytrack_t *t, const char *request_id, const char *key)
 {
     pthread_mutex_lock(&t->mu);
-    req_t *r = *do_slot(t, request_id);
+    req_t *r = do_find(t, request_id);
     for (size_t i = 0; r != NULL && i < r->n; i++) {
         if (strcmp(r->keys[i], key) != 0) continue;
         free(r->keys[i]);
@@ -246,7 +229,7 @@ ds_status_t omni__keytrack_take(omni__keytrack_t *t, const char *request_id, cha
     size_t cap = 0;
     int rc = 0;
     pthread_mutex_lock(&t->mu);
-    req_t *r = *do_slot(t, request_id);
+    req_t *r = do_find(t, request_id);
     if (r != NULL) {
         do_unlink(t, r);
         /* The request's own array becomes the result; edge keys go after it. */

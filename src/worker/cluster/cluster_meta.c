@@ -1,10 +1,12 @@
 /* The metadata owner's table: for each key this worker owns on the ring,
  * where its current copy lives (worker address, version, size). One location
  * per key: a publish elsewhere supersedes the old copy, which is reported so
- * it can be dropped. Addresses are interned (members are few), entries
- * chained in a hash table that doubles as it grows. Loop thread only. */
+ * it can be dropped. Addresses are interned (members are few); entries live
+ * in an intrusive hash table (common/dict.h) that owns them. Loop thread
+ * only. */
 #include "worker/cluster/cluster_int.h"
 
+#include "common/dict.h"
 #include "common/hash.h"
 
 #include <stdlib.h>
@@ -19,8 +21,7 @@ typedef struct {
 } mloc_t;
 
 typedef struct mentry {
-    struct mentry *next;
-    uint32_t hash;
+    ds_dict_node_t node;
     uint32_t nlocs;
     mloc_t locs[MAX_LOCS];
     uint32_t keylen;
@@ -28,20 +29,30 @@ typedef struct mentry {
 } mentry_t;
 
 struct ds_meta {
-    mentry_t **b;
-    uint32_t nb;
-    uint64_t count;
+    ds_dict_t table;
     char **addrs;
     size_t naddrs;
 };
+
+static bool mentry_key_eq(const ds_dict_node_t *n, const void *key, size_t len)
+{
+    const mentry_t *e = DS_DICT_ENTRY(n, mentry_t, node);
+    return e->keylen == len && memcmp(e->key, key, len) == 0;
+}
+
+static void mentry_destroy(ds_dict_node_t *n, void *ctx)
+{
+    (void)ctx;
+    free(DS_DICT_ENTRY(n, mentry_t, node));
+}
+
+static const ds_dict_type_t mentry_type = {mentry_key_eq, mentry_destroy};
 
 ds_meta_t *ds__meta_new(void)
 {
     ds_meta_t *m = calloc(1, sizeof(*m));
     if (m == NULL) return NULL;
-    m->nb = 1024;
-    m->b = calloc(m->nb, sizeof(*m->b));
-    if (m->b == NULL) {
+    if (ds__dict_init(&m->table, &mentry_type, NULL, 1024) != 0) {
         free(m);
         return NULL;
     }
@@ -51,24 +62,16 @@ ds_meta_t *ds__meta_new(void)
 void ds__meta_free(ds_meta_t *m)
 {
     if (m == NULL) return;
-    for (uint32_t i = 0; i < m->nb; i++) {
-        mentry_t *e = m->b[i];
-        while (e) {
-            mentry_t *n = e->next;
-            free(e);
-            e = n;
-        }
-    }
+    ds__dict_clear(&m->table);
     for (size_t i = 0; i < m->naddrs; i++)
         free(m->addrs[i]);
     free(m->addrs);
-    free(m->b);
     free(m);
 }
 
 uint64_t ds__meta_count(const ds_meta_t *m)
 {
-    return m->count;
+    return ds__dict_count(&m->table);
 }
 
 static const char *intern(ds_meta_t *m, const char *addr)
@@ -82,38 +85,22 @@ static const char *intern(ds_meta_t *m, const char *addr)
     return m->addrs[m->naddrs] ? m->addrs[m->naddrs++] : NULL;
 }
 
-static mentry_t **find(ds_meta_t *m, const char *key, size_t len, uint32_t h)
+static mentry_t *find(ds_meta_t *m, const char *key, size_t len, uint32_t h)
 {
-    mentry_t **pp = &m->b[h & (m->nb - 1)];
-    for (; *pp; pp = &(*pp)->next)
-        if ((*pp)->hash == h && (*pp)->keylen == len && memcmp((*pp)->key, key, len) == 0)
-            return pp;
-    return pp;
+    ds_dict_node_t *n = ds__dict_find(&m->table, key, len, h);
+    return n ? DS_DICT_ENTRY(n, mentry_t, node) : NULL;
 }
 
-static void grow(ds_meta_t *m)
+static void remove_entry(ds_meta_t *m, mentry_t *e)
 {
-    uint32_t nb = m->nb * 2;
-    mentry_t **b = calloc(nb, sizeof(*b));
-    if (b == NULL) return;
-    for (uint32_t i = 0; i < m->nb; i++) {
-        mentry_t *e = m->b[i];
-        while (e) {
-            mentry_t *n = e->next;
-            e->next = b[e->hash & (nb - 1)];
-            b[e->hash & (nb - 1)] = e;
-            e = n;
-        }
-    }
-    free(m->b);
-    m->b = b;
-    m->nb = nb;
+    ds__dict_remove(&m->table, &e->node);
+    free(e);
 }
 
 int ds__meta_find(ds_meta_t *m, const char *key, size_t len, const char **loc, uint64_t *size,
                   uint64_t *version)
 {
-    mentry_t *e = *find(m, key, len, ds__murmur3_32(key, len, 0));
+    mentry_t *e = find(m, key, len, ds__murmur3_32(key, len, 0));
     if (e == NULL || e->nlocs == 0) return 0;
     /* The newest entry is last: that is the current version. */
     mloc_t *l = &e->locs[e->nlocs - 1];
@@ -128,18 +115,15 @@ void ds__meta_put(ds_meta_t *m, const char *key, size_t len, const char *loc, ui
                   void *ctx)
 {
     uint32_t h = ds__murmur3_32(key, len, 0);
-    mentry_t **pp = find(m, key, len, h);
-    mentry_t *e = *pp;
+    mentry_t *e = find(m, key, len, h);
     const char *a = intern(m, loc);
     if (a == NULL) return;
     if (e == NULL) {
         e = calloc(1, sizeof(*e) + len + 1);
         if (e == NULL) return;
-        e->hash = h;
         e->keylen = (uint32_t)len;
         memcpy(e->key, key, len);
-        *pp = e;
-        if (++m->count > 2ull * m->nb) grow(m);
+        ds__dict_add(&m->table, &e->node, h);
     }
     /* Every other location holds a superseded version now. */
     for (uint32_t i = 0; i < e->nlocs; i++)
@@ -152,8 +136,7 @@ void ds__meta_del(ds_meta_t *m, const char *key, size_t len, const char *loc, ui
                   void (*cb)(void *ctx, const char *loc, uint64_t version), void *ctx)
 {
     uint32_t h = ds__murmur3_32(key, len, 0);
-    mentry_t **pp = find(m, key, len, h);
-    mentry_t *e = *pp;
+    mentry_t *e = find(m, key, len, h);
     if (e == NULL) return;
     uint32_t k = 0;
     for (uint32_t i = 0; i < e->nlocs; i++) {
@@ -166,36 +149,25 @@ void ds__meta_del(ds_meta_t *m, const char *key, size_t len, const char *loc, ui
         }
     }
     e->nlocs = k;
-    if (k == 0) {
-        *pp = e->next;
-        free(e);
-        m->count--;
-    }
+    if (k == 0) remove_entry(m, e);
 }
 
 void ds__meta_prune(ds_meta_t *m, ds_server_t *srv, const char *dead)
 {
     const char *self = ds__cluster_self(srv);
-    for (uint32_t i = 0; i < m->nb; i++) {
-        mentry_t **pp = &m->b[i];
-        while (*pp) {
-            mentry_t *e = *pp;
-            if (dead) {
-                uint32_t k = 0;
-                for (uint32_t j = 0; j < e->nlocs; j++)
-                    if (strcmp(e->locs[j].addr, dead) != 0) e->locs[k++] = e->locs[j];
-                e->nlocs = k;
-            } else {
-                const char *owner = ds__cluster_owner(srv, e->key, e->keylen);
-                if (owner && strcmp(owner, self) != 0) e->nlocs = 0;
-            }
-            if (e->nlocs == 0) {
-                *pp = e->next;
-                free(e);
-                m->count--;
-            } else {
-                pp = &e->next;
-            }
+    ds_dict_iter_t it;
+    ds__dict_iter_init(&it, &m->table);
+    for (ds_dict_node_t *n; (n = ds__dict_iter_next(&it)) != NULL;) {
+        mentry_t *e = DS_DICT_ENTRY(n, mentry_t, node);
+        if (dead) {
+            uint32_t k = 0;
+            for (uint32_t j = 0; j < e->nlocs; j++)
+                if (strcmp(e->locs[j].addr, dead) != 0) e->locs[k++] = e->locs[j];
+            e->nlocs = k;
+        } else {
+            const char *owner = ds__cluster_owner(srv, e->key, e->keylen);
+            if (owner && strcmp(owner, self) != 0) e->nlocs = 0;
         }
+        if (e->nlocs == 0) remove_entry(m, e);
     }
 }

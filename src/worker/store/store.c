@@ -1,9 +1,8 @@
 /* The object store: key table, clock eviction, TTL heap and version lifetimes.
  *
- * The table is a chained hash table (MurmurHash3) that grows by doubling with
- * an incremental rehash in the manner of Redis's dict: while two bucket arrays
- * coexist, every insert, lookup and delete moves a few buckets across, so a
- * table of millions of keys never stalls the event loop for a full rehash.
+ * The key table is the intrusive hash table of common/dict.h (MurmurHash3
+ * of the key), whose incremental rehash keeps a table of millions of keys
+ * from stalling the event loop.
  *
  * Every object is in exactly one of three places: the table (in_table,
  * holding the table's reference), the limbo list (CREATING objects and
@@ -45,22 +44,14 @@
 
 #define DS_HASH_SEED 0x9747b28cu
 #define DS_HT_INITIAL 1024u
-#define DS_REHASH_BUCKETS 4u /* buckets moved per table operation */
-
-typedef struct {
-    ds_obj_t **b;
-    uint64_t size; /* power of two, or 0 when unused */
-    uint64_t used;
-} ds_ht_t;
 
 struct ds_store {
     uint64_t region_bytes; /* ds__store_region's, for the owner's use */
     ds_arena_t *arena;
     ds_alloc_t *alloc;
-    ds_ht_t ht[2];
-    int64_t rehash_idx; /* next ht[0] bucket to move, -1 when not rehashing */
-    ds_obj_t *hand;     /* oldest object of the eviction ring */
-    uint32_t tick;      /* advances at each write and lookup (ds_obj_t.atime) */
+    ds_dict_t table; /* published objects by key */
+    ds_obj_t *hand;  /* oldest object of the eviction ring */
+    uint32_t tick;   /* advances at each write and lookup (ds_obj_t.atime) */
     uint64_t ring_count;
     uint64_t ring_bytes;
     ds_obj_t *limbo;
@@ -110,86 +101,42 @@ static bool obj_evictable(const ds_obj_t *o)
 
 /* ---- hash table ---- */
 
-static void ht_rehash_step(ds_store_t *s, unsigned buckets)
+static bool obj_key_eq(const ds_dict_node_t *n, const void *key, size_t len)
 {
-    unsigned empty_visits = buckets * 10;
-    while (s->rehash_idx >= 0 && buckets > 0) {
-        ds_ht_t *from = &s->ht[0], *to = &s->ht[1];
-        while ((uint64_t)s->rehash_idx < from->size && from->b[s->rehash_idx] == NULL) {
-            s->rehash_idx++;
-            if (--empty_visits == 0) return;
-        }
-        if ((uint64_t)s->rehash_idx < from->size) {
-            ds_obj_t *o = from->b[s->rehash_idx];
-            while (o != NULL) {
-                ds_obj_t *next = o->hnext;
-                uint64_t i = o->hash & (to->size - 1);
-                o->hnext = to->b[i];
-                to->b[i] = o;
-                from->used--;
-                to->used++;
-                o = next;
-            }
-            from->b[s->rehash_idx++] = NULL;
-            buckets--;
-        }
-        if ((uint64_t)s->rehash_idx >= from->size) {
-            free(from->b);
-            s->ht[0] = s->ht[1];
-            memset(&s->ht[1], 0, sizeof(s->ht[1]));
-            s->rehash_idx = -1;
-        }
-    }
+    const ds_obj_t *o = DS_DICT_ENTRY(n, ds_obj_t, hnode);
+    return o->keylen == len && memcmp(o->key, key, len) == 0;
 }
+
+static void obj_destroy(ds_dict_node_t *n, void *ctx)
+{
+    (void)ctx;
+    free(DS_DICT_ENTRY(n, ds_obj_t, hnode));
+}
+
+/* The table owns the objects in it until they are unlinked. */
+static const ds_dict_type_t obj_table_type = {obj_key_eq, obj_destroy};
 
 static ds_obj_t *ht_find(ds_store_t *s, const char *key, size_t keylen, uint32_t hash)
 {
-    ht_rehash_step(s, DS_REHASH_BUCKETS);
-    for (int t = 0; t < 2; t++) {
-        const ds_ht_t *ht = &s->ht[t];
-        if (ht->size == 0) continue;
-        for (ds_obj_t *o = ht->b[hash & (ht->size - 1)]; o != NULL; o = o->hnext)
-            if (o->hash == hash && o->keylen == keylen && memcmp(o->key, key, keylen) == 0)
-                return o;
-        if (s->rehash_idx < 0) break;
-    }
-    return NULL;
+    ds_dict_node_t *n = ds__dict_find(&s->table, key, keylen, hash);
+    return n ? DS_DICT_ENTRY(n, ds_obj_t, hnode) : NULL;
 }
 
 static void ht_insert(ds_store_t *s, ds_obj_t *o)
 {
-    ht_rehash_step(s, DS_REHASH_BUCKETS);
-    if (s->rehash_idx < 0 && s->ht[0].used >= s->ht[0].size) {
-        /* If the bigger array cannot be had, chains just grow longer. */
-        ds_obj_t **b = calloc(s->ht[0].size * 2, sizeof(*b));
-        if (b != NULL) {
-            s->ht[1].b = b;
-            s->ht[1].size = s->ht[0].size * 2;
-            s->ht[1].used = 0;
-            s->rehash_idx = 0;
-        }
-    }
-    ds_ht_t *ht = s->rehash_idx >= 0 ? &s->ht[1] : &s->ht[0];
-    uint64_t i = o->hash & (ht->size - 1);
-    o->hnext = ht->b[i];
-    ht->b[i] = o;
-    ht->used++;
+    ds__dict_add(&s->table, &o->hnode, o->hnode.hash);
 }
 
 static void ht_remove(ds_store_t *s, ds_obj_t *o)
 {
-    for (int t = 0; t < 2; t++) {
-        ds_ht_t *ht = &s->ht[t];
-        if (ht->size == 0) continue;
-        for (ds_obj_t **pp = &ht->b[o->hash & (ht->size - 1)]; *pp != NULL; pp = &(*pp)->hnext) {
-            if (*pp == o) {
-                *pp = o->hnext;
-                o->hnext = NULL;
-                ht->used--;
-                return;
-            }
-        }
-    }
+    ds__dict_remove(&s->table, &o->hnode);
+}
+
+/* The next object of a walk of the table (ds__dict_iter_init), or NULL. */
+static ds_obj_t *ht_next(ds_dict_iter_t *it)
+{
+    ds_dict_node_t *n = ds__dict_iter_next(it);
+    return n ? DS_DICT_ENTRY(n, ds_obj_t, hnode) : NULL;
 }
 
 /* ---- clock ring and limbo list (both through clk_prev/clk_next) ---- */
@@ -575,17 +522,14 @@ ds_store_t *ds__store_create_indexed(ds_arena_t *arena, uint64_t index_slots, ui
     ds_store_t *s = calloc(1, sizeof(*s));
     if (s == NULL) return NULL;
     s->arena = arena;
-    s->rehash_idx = -1;
     s->base = base;
     s->alloc = ds__alloc_create(arena->size - base);
-    s->ht[0].b = calloc(DS_HT_INITIAL, sizeof(ds_obj_t *));
-    if (s->alloc == NULL || s->ht[0].b == NULL) {
+    if (s->alloc == NULL || ds__dict_init(&s->table, &obj_table_type, NULL, DS_HT_INITIAL) != 0) {
         ds__alloc_destroy(s->alloc);
-        free(s->ht[0].b);
+        ds__dict_clear(&s->table);
         free(s);
         return NULL;
     }
-    s->ht[0].size = DS_HT_INITIAL;
     if (index_slots) {
         ds__shm_index_init(&s->ix, arena->base, index_slots);
         s->ix_on = true;
@@ -606,17 +550,7 @@ void ds__store_destroy(ds_store_t *s)
     if (s == NULL) return;
     /* Clients that still map the arena must stop reading the index now. */
     if (s->ix_on) ds__shm_index_set_live(&s->ix, false);
-    for (int t = 0; t < 2; t++) {
-        for (uint64_t i = 0; i < s->ht[t].size; i++) {
-            ds_obj_t *o = s->ht[t].b[i];
-            while (o != NULL) {
-                ds_obj_t *next = o->hnext;
-                free(o);
-                o = next;
-            }
-        }
-        free(s->ht[t].b);
-    }
+    ds__dict_clear(&s->table);
     while (s->limbo != NULL) {
         ds_obj_t *next = s->limbo->clk_next;
         free(s->limbo);
@@ -685,7 +619,7 @@ static void obj_init(ds_store_t *s, ds_obj_t *o, ds_block_t *b, uint64_t size, c
     o->size = size;
     o->refcnt = 1;
     o->heap_idx = -1;
-    o->hash = ds__murmur3_32(key, keylen, DS_HASH_SEED);
+    o->hnode.hash = ds__murmur3_32(key, keylen, DS_HASH_SEED);
     o->keylen = (uint16_t)keylen;
     o->write_mode = (uint8_t)mode;
     o->state = DS_OBJ_CREATING;
@@ -744,7 +678,7 @@ ds_status_t ds__store_publish(ds_store_t *s, ds_obj_t *o, ds_existence_t existen
 {
     if (o->state != DS_OBJ_CREATING || o->in_table)
         return ds__set_error(DS_K_INVALID, "object for key '%s' was already published", o->key);
-    ds_obj_t *cur = ht_find(s, o->key, o->keylen, o->hash);
+    ds_obj_t *cur = ht_find(s, o->key, o->keylen, o->hnode.hash);
     if (cur != NULL && expired(cur, now_ms)) {
         table_unlink(s, cur, UNLINK_EXPIRE);
         cur = NULL;
@@ -837,16 +771,16 @@ uint64_t ds__store_expire_due(ds_store_t *s, uint64_t now_ms)
 
 void ds__store_foreach(ds_store_t *s, void (*fn)(void *ctx, ds_obj_t *o), void *ctx)
 {
-    for (int t = 0; t < 2; t++)
-        for (uint64_t i = 0; i < s->ht[t].size; i++)
-            for (ds_obj_t *o = s->ht[t].b[i]; o != NULL; o = o->hnext)
-                fn(ctx, o);
+    ds_dict_iter_t it;
+    ds__dict_iter_init(&it, &s->table);
+    for (ds_obj_t *o; (o = ht_next(&it)) != NULL;)
+        fn(ctx, o);
 }
 
 void ds__store_stats(const ds_store_t *s, ds_store_stats_t *out)
 {
     memset(out, 0, sizeof(*out));
-    out->objects = s->ht[0].used + s->ht[1].used;
+    out->objects = ds__dict_count(&s->table);
     out->evictions = s->evictions;
     out->expirations = s->expirations;
     /* ds__store_ref has no store to report to, so in-table pins are counted
@@ -857,10 +791,10 @@ void ds__store_stats(const ds_store_t *s, ds_store_stats_t *out)
     out->reservations = s->reservations;
     out->reserved_bytes = s->reserved_bytes;
     out->region_bytes = s->region_bytes;
-    for (int t = 0; t < 2; t++)
-        for (uint64_t i = 0; i < s->ht[t].size; i++)
-            for (const ds_obj_t *o = s->ht[t].b[i]; o != NULL; o = o->hnext)
-                if (o->refcnt > 1) out->pinned++;
+    ds_dict_iter_t it;
+    ds__dict_iter_init(&it, &s->table);
+    for (const ds_obj_t *o; (o = ht_next(&it)) != NULL;)
+        if (o->refcnt > 1) out->pinned++;
     ds__alloc_stats(s->alloc, &out->arena);
     /* The GET index is arena space in use: totals stay the arena's size. */
     out->arena.total += s->base;
@@ -887,22 +821,18 @@ uint32_t ds__store_evict_to(ds_store_t *s, uint64_t target_used, uint32_t max_ob
 int ds__store_check(const ds_store_t *s)
 {
     if (ds__alloc_check(s->alloc) != 0) return -1;
+    if (ds__dict_verify(&s->table) != 0) return -5;
     uint64_t in_ring = 0, in_heap = 0;
-    for (int t = 0; t < 2; t++) {
-        uint64_t n = 0;
-        for (uint64_t i = 0; i < s->ht[t].size; i++) {
-            for (const ds_obj_t *o = s->ht[t].b[i]; o != NULL; o = o->hnext) {
-                if ((o->hash & (s->ht[t].size - 1)) != i || !o->in_table || o->refcnt < 1 ||
-                    o->state != DS_OBJ_PUBLISHED || o->version == 0 || o->version > s->last_version)
-                    return -2;
-                if (obj_evictable(o) != (o->clk_next != NULL)) return -3;
-                in_ring += o->clk_next != NULL;
-                if ((o->ttl_deadline_ms != 0) != (o->heap_idx >= 0)) return -4;
-                in_heap += o->heap_idx >= 0;
-                n++;
-            }
-        }
-        if (n != s->ht[t].used) return -5;
+    ds_dict_iter_t it;
+    ds__dict_iter_init(&it, &s->table);
+    for (const ds_obj_t *o; (o = ht_next(&it)) != NULL;) {
+        if (!o->in_table || o->refcnt < 1 || o->state != DS_OBJ_PUBLISHED || o->version == 0 ||
+            o->version > s->last_version)
+            return -2;
+        if (obj_evictable(o) != (o->clk_next != NULL)) return -3;
+        in_ring += o->clk_next != NULL;
+        if ((o->ttl_deadline_ms != 0) != (o->heap_idx >= 0)) return -4;
+        in_heap += o->heap_idx >= 0;
     }
     if (in_ring != s->ring_count || in_heap != s->heap_len) return -6;
     uint64_t bytes = 0;

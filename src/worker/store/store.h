@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "datasystem/kv_client.h"
+#include "common/dict.h"
 #include "worker/store/alloc.h"
 #include "worker/store/arena.h"
 
@@ -29,7 +30,7 @@ typedef enum {
 } ds_obj_state_t;
 
 typedef struct ds_obj {
-    struct ds_obj *hnext;               /* hash chain */
+    ds_dict_node_t hnode;               /* in the store's key table; hnode.hash is the key's */
     struct ds_obj *clk_prev, *clk_next; /* ring of evictable objects (in_table, EVICT mode) */
     ds_block_t *block;                  /* arena range; NULL for size 0 never happens */
     uint64_t size;                      /* value size in bytes (<= block size) */
@@ -37,7 +38,6 @@ typedef struct ds_obj {
     uint64_t ttl_deadline_ms;           /* monotonic ms; 0 = none */
     uint32_t refcnt;
     int32_t heap_idx; /* index in the TTL heap, -1 if not there */
-    uint32_t hash;
     uint16_t keylen;
     uint8_t write_mode; /* ds_write_mode_t */
     uint8_t state;      /* ds_obj_state_t */
