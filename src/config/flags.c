@@ -452,23 +452,40 @@ int ds__flags_parse(ds_worker_config_t *cfg, int argc, char **argv, char *err, s
             return -1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0 || strcmp(a, "-help") == 0) {
             ds__flags_usage(argv[0]);
             return 1;
         }
-        if (strncmp(a, "--", 2) != 0) {
+        /* gflags syntax: -name or --name, each with =value, a following
+         * value, or (booleans) nothing or a no prefix. */
+        if (a[0] != '-' || a[1] == '\0' || (a[1] == '-' && a[2] == '\0')) {
             snprintf(err, err_cap, "unexpected argument '%s' (flags look like --name value)", a);
             return -1;
         }
-        a += 2;
+        a += a[1] == '-' ? 2 : 1;
         const char *eq = strchr(a, '=');
         size_t nl = eq ? (size_t)(eq - a) : strlen(a);
-        const flag_def_t *f = find_flag(a, nl);
-        if (f == NULL) {
-            snprintf(err, err_cap, "unknown flag '--%.*s' (see --help)", (int)nl, a);
-            return -1;
-        }
         const char *val = eq ? eq + 1 : NULL;
+        const flag_def_t *f = find_flag(a, nl);
+        if (f == NULL && val == NULL && nl > 2 && strncmp(a, "no", 2) == 0) {
+            const flag_def_t *b = find_flag(a + 2, nl - 2);
+            if (b != NULL && b->type == FLAG_BOOL) {
+                f = b;
+                val = "false";
+            }
+        }
+        if (f == NULL) {
+            /* A flag this worker does not know (say, one a newer Yuanrong
+             * added): warned about at start, never a refusal, so a
+             * deployment's config file keeps working. A value without '='
+             * is the next argument unless that looks like a flag. */
+            if (val == NULL && i + 1 < argc && argv[i + 1][0] != '-') i++;
+            if (cfg->nunknown_given < DS_FLAGS_MAX_COMPAT) {
+                cfg->unknown_given[cfg->nunknown_given] = a;
+                cfg->unknown_len[cfg->nunknown_given++] = (int)nl;
+            }
+            continue;
+        }
         if (val == NULL && f->type == FLAG_BOOL) {
             /* gflags style: a bare boolean is true; a following true/false is its value. */
             if (i + 1 < argc && parse_bool(argv[i + 1]) >= 0)
@@ -490,6 +507,10 @@ int ds__flags_parse(ds_worker_config_t *cfg, int argc, char **argv, char *err, s
 
 void ds__flags_warn_compat(const ds_worker_config_t *cfg)
 {
+    for (int i = 0; i < cfg->nunknown_given; i++)
+        DS_LOG_WARN("unknown flag '--%.*s' ignored (not a flag of this worker or of the Yuanrong "
+                    "Datasystem release it follows; see --help)",
+                    cfg->unknown_len[i], cfg->unknown_given[i]);
     for (int i = 0; i < cfg->ncompat_given; i++)
         DS_LOG_WARN("--%s is accepted for compatibility with Yuanrong Datasystem and has no "
                     "effect here",

@@ -58,14 +58,24 @@ typedef struct {
     /* Accepted-but-ignored flags given, each once, in the order first given. */
     const char *compat_given[DS_FLAGS_MAX_COMPAT];
     int ncompat_given;
+    /* Flags no row names, each as given (pointing into argv, not
+     * NUL-terminated: unknown_len bytes): warned about, never refused. */
+    const char *unknown_given[DS_FLAGS_MAX_COMPAT];
+    int unknown_len[DS_FLAGS_MAX_COMPAT];
+    int nunknown_given;
 } ds_worker_config_t;
 
-/* Fills defaults, then parses argv ("--name value" or "--name=value"; a
- * boolean may also stand alone, "--name", meaning true). Returns 0; 1 when
- * --help was printed; -1 with a message naming the bad flag. */
+/* Fills defaults, then parses argv in gflags' syntax: "--name value",
+ * "--name=value", the same with one dash, and for a boolean also "--name"
+ * alone (true) or "--noname" (false). A name no row knows is kept for a
+ * warning (ds__flags_warn_compat) and skipped with its value, so that a
+ * newer Yuanrong's config file still starts the worker; a bad value for a
+ * known flag is refused. Returns 0; 1 when --help was printed; -1 with a
+ * message naming the bad flag. */
 int ds__flags_parse(ds_worker_config_t *cfg, int argc, char **argv, char *err, size_t err_cap);
 void ds__flags_usage(const char *prog);
-/* Logs one warning per accepted-but-ignored flag that was given. */
+/* Logs one warning per unknown flag and per accepted-but-ignored flag that
+ * was given. */
 void ds__flags_warn_compat(const ds_worker_config_t *cfg);
 /* Writes the worker's own flags with their defaults as a configuration file
  * in Yuanrong's worker_config.json shape: {"flag": {"value": "...",
