@@ -8,7 +8,8 @@
  * 10th pair it reads the CPU the worker's main thread last ran on
  * (/proc/PID/stat, field 39) and counts it when that is this thread's CPU:
  * a worker and a client on one vCPU take turns on it instead of both
- * polling (README, Parting). One line per burst, then a summary:
+ * polling (docs/architecture.md section 4, request lanes). One line per
+ * burst, then a summary:
  *
  *   lane_bursts --worker_address H:P --worker-pid PID [--bursts 10]
  *               [--pairs 100] [--size 1048576] [--idle-ms 100]

@@ -10,7 +10,7 @@ PKGS=(build-essential cmake pkg-config libyaml-dev libmsgpack-dev libcurl4-opens
       python3-yaml python3-setuptools python3-wheel python3-venv python3-pip python3-dev
       git clang llvm valgrind iproute2 gnuplot-nox procps libucx-dev ucx-utils)
 # libucx-dev: the worker's --enable_rdma data plane (UCX); ucx-utils: ucx_perftest and
-# ucx_info, the UCX figures the README puts beside ours.
+# ucx_info, reference figures for the UCX data plane.
 # python3-venv, python3-wheel, python3-setuptools and git: the README's install
 # (python3 -m venv --system-site-packages; pip install --no-build-isolation
 # ./python), which tests/python/test_packaging.py runs from a fresh clone.

@@ -1,18 +1,21 @@
 #!/usr/bin/python3
-"""Writes docs/performance.md from one side-by-side run.
+"""Writes docs/performance.md from the results of one side-by-side run.
 
-Reads the JSON the harness (bench/side_by_side/sbs) wrote, describes the
-machine the run was on (/proc/cpuinfo, nproc, free, kernel, load), and lays
-out the targets, the plot, the tables and the method. The figures all come
-from the JSON of that one run; only the explanations are fixed text, and the
-ones for missed targets quote the run's own numbers. Standard library only.
+Reads the JSON the harness (bench/side_by_side/sbs) wrote and the machine
+description recorded next to it (machine.json, written by --capture-machine
+right after the run), and lays out the targets, the plot, the tables and the
+method, then the other benches' results found in the same folder. Every
+figure comes from the results folder; only the explanations are fixed text,
+and the ones for missed targets quote the run's own numbers. With --readme
+it also rewrites the README's performance paragraph (between the markers
+<!-- perf:begin --> and <!-- perf:end -->). Standard library only.
 
+    report.py --capture-machine bench/results/machine.json --load-before "1.0 0.9 0.8"
     report.py --json bench/results/side_by_side.json --plot ../bench/results/side_by_side.svg
-              --out docs/performance.md [--load-before "1.0 0.9 0.8"]
+              --out docs/performance.md [--readme README.md]
 """
 
 import argparse
-import datetime
 import json
 import math
 import os
@@ -58,7 +61,8 @@ def run(cmd):
         return ""
 
 
-def machine(load_before):
+def capture_machine(load_before):
+    """The machine as it is now, right after a run: what machine() prints."""
     model, mhz = "", ""
     flags = set()
     try:
@@ -78,27 +82,40 @@ def machine(load_before):
         with open("/proc/loadavg") as f:
             load_after = " ".join(f.read().split()[:3])
     except OSError:
-        load_after = "?"
+        load_after = ""
+    return {
+        "cpu_model": model, "cpu_mhz": mhz, "nproc": run(["nproc"]),
+        "hypervisor": "hypervisor" in flags,
+        "kernel": "%s %s" % (platform.system(), platform.release()),
+        "load_before": load_before, "load_after": load_after,
+        "redis": run(["redis-server", "--version"]).split(" sha=")[0],
+        "hiredis": run(["pkg-config", "--modversion", "hiredis"]),
+        "python": platform.python_version(),
+        "numpy": run(["/usr/bin/python3", "-c", "import numpy; print(numpy.__version__)"]),
+        "free_h": run(["free", "-h"]),
+    }
+
+
+def machine(m):
+    """The machine section, from the description recorded with the run."""
+    if not m:
+        return ("Not recorded with this run (no machine.json next to the results); run "
+                "`scripts/bench.sh` to record it.")
     lines = [
         "- CPU: %s%s, `nproc` = %s%s" % (
-            model or "unknown", (" at %s MHz" % mhz) if mhz else "", run(["nproc"]) or "?",
-            ", running under a hypervisor" if "hypervisor" in flags else ""),
-        "- Kernel: %s %s" % (platform.system(), platform.release()),
-        "- Load average (1, 5, 15 min): %s before the run, %s after; the machine was shared "
-        "with other work, so absolute numbers are noisy and the ratios, taken within one run, "
-        "are what to read" % (load_before or "?", load_after),
+            m.get("cpu_model") or "unknown",
+            (" at %s MHz" % m["cpu_mhz"]) if m.get("cpu_mhz") else "", m.get("nproc") or "?",
+            ", running under a hypervisor" if m.get("hypervisor") else ""),
+        "- Kernel: %s" % (m.get("kernel") or "?"),
+        "- Load average (1, 5, 15 min): %s before the run, %s after; where the machine is "
+        "shared with other work, absolute numbers are noisy and the ratios, taken within one "
+        "run, are what to read" % (m.get("load_before") or "?", m.get("load_after") or "?"),
         "- Redis: %s; hiredis %s; Python %s with numpy %s" % (
-            run(["redis-server", "--version"]).split(" sha=")[0] or "?",
-            run(["pkg-config", "--modversion", "hiredis"]) or "?",
-            platform.python_version(),
-            run(["/usr/bin/python3", "-c", "import numpy; print(numpy.__version__)"]) or "?"),
-        "",
-        "`free -h` at the end of the run:",
-        "",
-        "```",
-        run(["free", "-h"]),
-        "```",
+            m.get("redis") or "?", m.get("hiredis") or "?", m.get("python") or "?",
+            m.get("numpy") or "?"),
     ]
+    if m.get("free_h"):
+        lines += ["", "`free -h` at the end of the run:", "", "```", m["free_h"], "```"]
     return "\n".join(lines)
 
 
@@ -190,7 +207,7 @@ def targets_table(d):
         lim = t.get("ratio_to_limit")
         out.append([t["name"], num(t["measured"], "%.3f"), "%s %g" % (t["comparison"], t["target"]),
                     status, num(lim, "%.2f"), t.get("limit") or "-",
-                    "yes" if t.get("stable") else "moves with the VM"])
+                    "yes" if t.get("stable") else "moves with the machine"])
     return table(["target", "measured", "target", "", "ours x machine limit", "limit",
                   "ratio stable"], out)
 
@@ -198,15 +215,15 @@ def targets_table(d):
 STABLE = """\
 **Which ratios are stable.** A ratio to the machine's own limit (the fastest of glibc's memcpy,
 `rep movsb` and a memcpy by two threads for a copy of the same size, the loopback TCP stream, the 1 KiB ping-pong round trip, all measured in this run) compares two
-things bound by the same cost, so it moves little from day to day. A ratio to a peer bound by
+things bound by the same cost, so it moves little from run to run. A ratio to a peer bound by
 a different cost does not: Redis faults on every page of a large value it receives and
 replies, and vLLM-Omni's shared-memory path maps a fresh segment per payload, so their times
-follow this VM's page-fault cost, which has varied several-fold between days (a fresh mapping
-filling at 0.4 GB/s one day and 1.3 GB/s another, a warm memcpy at 20.8 and 5.9 GB/s). The
-same code read 83x the shared-memory path at 64 MiB on 2026-11-30 and 5.3x on 2026-12-01.
-So every target here stands next to ours as a fraction of the machine's limit from the same
-run (the column "ours x machine limit"); the peer ratios say where a user would land today,
-the limit ratios how close to the hardware we are.
+follow the machine's page-fault cost, which under a hypervisor can vary several-fold from
+one run to the next, and the same code can read an order of magnitude apart against the
+shared-memory path in two runs. So every target here stands next to ours as a fraction of
+the machine's limit from the same run (the column "ours x machine limit"); the peer ratios
+say where a user would land on this machine, the limit ratios how close to the hardware we
+are.
 """
 
 
@@ -264,7 +281,7 @@ def why_missed(d):
             "speed): a set is the copy into the arena and one round trip (%s us for a bare "
             "1 KiB ping-pong), a get of up to 4 MiB one copy out of the shared index with no "
             "request, a larger one a GET round trip and the copy. Redis's set+get took as long "
-            "as %s memcpys of the size in this run, so the ratio to it follows how fast this VM "
+            "as %s memcpys of the size in this run, so the ratio to it follows how fast the machine "
             "faults and copies for Redis that day." % (
                 "; ".join(parts), human(first), num(fo.get("ratio_to_limit"), "%.2f"),
                 num(rtt), num(redis_copies, "%.1f")))
@@ -348,7 +365,7 @@ def why_missed(d):
             "- **Python connector** missed (%s). A hand-off of a tensor is one copy and one "
             "round trip (`set_pieces`; `get_view` of a value up to 4 MiB pins it through the "
             "client's pin table, no request); at 1 MiB the copy is a few tens of us "
-            "and a round trip between this VM's two vCPUs is a wake-up each way (the bare Unix "
+            "and a round trip between the machine's two CPUs is a wake-up each way (the bare Unix "
             "ping-pong took %s us in this run, more when the two processes land on different "
             "vCPUs); the adaptive polling (`--busy_poll_us`, `DS_BUSY_POLL_US`) takes the "
             "wake-ups out only while the CPU has nothing else to run, so a loaded machine "
@@ -455,7 +472,7 @@ METHOD = """\
   socket, driven from C. hiredis connects and parses status replies; the value bytes go
   straight from the caller's warm buffer into the socket (`writev`) and a GET's bulk reply is
   read straight into a warm buffer. Stock hiredis would copy every SET into a fresh
-  allocation and return every GET in one; on this VM a fresh 256 MiB allocation costs more
+  allocation and return every GET in one; where first touches are expensive a fresh 256 MiB allocation costs more
   than the transfer, so that would measure `malloc`, not Redis. The lean path is kinder to
   Redis than a typical client.
 - *vLLM-Omni's default same-node path*: `bench/side_by_side/shm_bench.py`, run with
@@ -479,14 +496,14 @@ METHOD = """\
   (*wide copies*, `src/common/copy.h`), where its size class measured that faster: one core
   does not always saturate memory, so the limit for those sizes includes the two-thread copy,
   which is also the upper bound of ours (its helper sleeps between copies and is woken for
-  each). The targets stay ratios to glibc's one-thread `memcpy`, as the issue states them;
+  each). The targets stay ratios to glibc's one-thread `memcpy`, as the targets state them;
   the "x limit" column is against the fastest of the three. The warm-up of every size covers
   the copies a process times to choose its way and whether to go wide (up to 40 per size
   class), so that no timed copy is one of those; a class measures again after 64, 128, ...
   4096 copies, and those few copies fall among the timed ones.
 
-**Fairness on this VM.** First touches of fresh memory are very expensive here (a fresh
-mapping copies at about 0.4 GB/s, a warm one at 15-20 GB/s), and memory that has been warm
+**Fairness.** First touches of fresh memory can be very expensive, under a hypervisor
+especially (a fresh mapping copying many times slower than a warm one), and memory that has been warm
 goes cold again after seconds without use. So: every system's source and destination buffers
 are the same memory, re-touched right before that system's timed loop; every system gets the
 same number of warm-up iterations right before it is timed; and a size block runs in rounds
@@ -500,7 +517,7 @@ set+get rows give, per pair, the page faults of the server and of the client (fr
 (from `/proc/<pid>/schedstat`), counted around the timed loop: the worker's pre-faulted arena
 takes no faults, while Redis allocates a fresh buffer for every large value it receives and copies every large
 reply into fresh reply buffers, so it faults on every 4 KiB page twice per pair. Those faults,
-more than the socket, are why Redis drops to about 0.1 GB/s from 16 MiB up on this VM.
+more than the socket, are what limits Redis on large values where faults are expensive.
 
 **Figures.** p50 and p99 are over all timed iterations (pooled across rounds). GB/s is value
 bytes over the p50 time; for a set+get pair it is the value size over the pair's time (the
@@ -541,8 +558,8 @@ def polling_text(d):
         "**Polling.** This project's worker and clients ran with %s. A waiting thread polls "
         "its socket before it sleeps, for a window that grows while what it waits for keeps "
         "arriving within the limit, shrinks when it does not, and ends whenever the CPU has "
-        "other work (`src/common/spin.h`); a round trip then costs no wake-up, which on this "
-        "VM is most of a small round trip's time. A local set of 256 KiB or more also tells "
+        "other work (`src/common/spin.h`); a round trip then costs no wake-up, which under a "
+        "hypervisor is most of a small round trip's time. A local set of 256 KiB or more also tells "
         "the worker, while it copies the value into the arena, that its request is coming "
         "(`DS_LANE_AHEAD_MIN` in `src/common/lane.h`), so that a sleeping worker's wake-up "
         "overlaps the copy instead of following it. Redis and hiredis sleep on every wait. The "
@@ -550,29 +567,183 @@ def polling_text(d):
         "Redis's; the Python connector rows are also given with polling off.\n" % how)
 
 
+def load(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def other_benches(results):
+    """The other benches' results in the results folder, each with its command."""
+    out = []
+    t = load(os.path.join(results, "tier_bench.json"))
+    if t and t.get("targets"):
+        body = [[x["name"], num(x["measured"], "%.3f"),
+                 "%s %g" % (">=" if x.get("higher_is_better") else "<=", x["target"]),
+                 x.get("limit") or "-", "met" if x.get("met") else "**not met**"]
+                for x in t["targets"]]
+        out.append("### Disk tiers\n\n`build/bench/tier_bench --reps %s --json "
+                   "bench/results/tier_bench.json`: one worker per tier on the file system of "
+                   "`--dir` (here %s), each row against the disk's own limit measured in the "
+                   "same run, interleaved with it; medians of the repetitions "
+                   "(`bench/results/tier_bench.{json,txt}` has every row).\n\n" % (
+                       t.get("reps", "?"), t.get("dir", "?")) +
+                   table(["target", "measured", "target", "limit (same run)", ""], body))
+    for name, what in (("cluster_bench.json", "TCP"),
+                       ("cluster_bench_rdma.json", "TCP and UCX (`--enable_rdma true`)")):
+        c = load(os.path.join(results, name))
+        if not c or "tcp_stream_64MiB" not in c:
+            continue
+        stream = c["tcp_stream_64MiB"].get("gbps")
+        rtt = c.get("tcp_rtt_1KiB", {}).get("p50_us")
+        body = [["link: TCP stream, 64 MiB messages", num(stream, "%.3f") + " GB/s", "1.00"],
+                ["link: TCP round trip, 1 KiB", num(rtt) + " us", "1.00"]]
+        for key, label in (("get_64MiB_tcp_client", "64 MiB get by a TCP client in B from A"),
+                           ("get_64MiB_worker_pull", "64 MiB get in B, worker B pulls from A"),
+                           ("get_64MiB_ucx_pull", "64 MiB get in B, pulled over UCX")):
+            if key in c and stream:
+                body.append([label, num(c[key].get("gbps"), "%.3f") + " GB/s",
+                             num(c[key]["gbps"] / stream, "%.2f")])
+        for key, label in (("get_1KiB_tcp_client", "1 KiB get by a TCP client"),
+                           ("get_1KiB_worker_pull_owner_a", "1 KiB pulled get, A owns the key"),
+                           ("get_1KiB_worker_pull_owner_b", "1 KiB pulled get, B owns the key"),
+                           ("get_1KiB_ucx_worker_owner_a", "1 KiB pulled get over UCX workers, A owns"),
+                           ("get_1KiB_ucx_worker_owner_b", "1 KiB pulled get over UCX workers, B owns")):
+            if key in c and rtt:
+                body.append([label, num(c[key].get("p50_us")) + " us (p50)",
+                             num(c[key]["p50_us"] / rtt, "%.2f")])
+        out.append("### Cluster over a link: %s\n\n`sudo BUILD_DIR=build bench/cluster_bench.sh "
+                   "bench/results/%s`: two network namespaces joined by a veth pair, a worker "
+                   "in each; every row against the link measured in the same run (the ratio "
+                   "column: rate over the stream's, or time over the round trip's).\n\n" % (
+                       what, name) +
+                   table(["row", "measured", "x link"], body))
+    u = load(os.path.join(results, "ucx_client_bench.json"))
+    if u and u.get("sizes"):
+        body = []
+        for sz in u["sizes"]:
+            rounds = sz.get("rounds") or []
+            ratios = sorted(r["tcp_us"] / r["ucx_us"] for r in rounds if r.get("ucx_us"))
+            if not ratios:
+                continue
+            med = ratios[len(ratios) // 2]
+            body.append([human(sz["bytes"]), len(rounds), num(med, "%.2f"),
+                         "%s-%s" % (num(ratios[0], "%.2f"), num(ratios[-1], "%.2f"))])
+        out.append("### A remote client's get over UCX\n\n`BUILD_DIR=build ROUNDS=7 "
+                   "bench/ucx_client_bench.sh bench/results/ucx_client_bench.json`: one worker "
+                   "with `--enable_rdma true`, UCX over its TCP transport on loopback, one "
+                   "client process getting the same values over TCP and over UCX in "
+                   "alternating rounds; the UCX get's speed over the TCP get's.\n\n" +
+                   table(["value", "rounds", "UCX / TCP, median round", "range"], body))
+    k = load(os.path.join(results, "connector_bench.json"))
+    if k and k.get("rows"):
+        body = [[r["path"], num(r.get("put_get_p50_ms"), "%.3f"), num(r.get("gbps"), "%.2f"),
+                 num(r.get("memcpy_gbps"), "%.2f"), num(r.get("ratio"), "%.3f"),
+                 ">= %g" % r["target"] if "target" in r else "-",
+                 "met" if r.get("met") else "**not met**"] for r in k["rows"]]
+        out.append("### C connector\n\n`build/bench/connector_bench --worker_address H:P "
+                   "--json bench/results/connector_bench.json`: put+get of a %s tensor "
+                   "through YuanrongConnector against one memcpy of it in the same run.\n\n" % (
+                       human(k.get("size_bytes", 0))) +
+                   table(["path", "put+get p50 ms", "GB/s", "memcpy GB/s", "ratio", "target",
+                          ""], body))
+    if not out:
+        return ""
+    return ("## Other benches\n\nEach from its own run, recorded in `bench/results/` with the "
+            "command that made it; regenerated into this page with the rest.\n\n" +
+            "\n\n".join(out) + "\n")
+
+
+def headline(d):
+    """The README's performance paragraph: the run's headline ratios."""
+    def t(prefix):
+        return [x for x in d["targets"] if x["name"].startswith(prefix)
+                and x["measured"] is not None]
+
+    def span(xs, fmt="%.1f"):
+        vals = sorted(x["measured"] for x in xs)
+        if not vals:
+            return "-"
+        lo, hi = fmt % vals[0], fmt % vals[-1]
+        return lo if lo == hi else "%s-%s" % (lo, hi)
+
+    def lspan(xs):
+        vals = sorted(x["ratio_to_limit"] for x in xs if x.get("ratio_to_limit") is not None)
+        return ("%.2f-%.2f" % (vals[0], vals[-1])) if vals else "-"
+
+    big = [x for x in t("local set+get vs Redis (Unix socket)") if "1 KiB" not in x["name"]]
+    sets = t("local set vs memcpy bandwidth")
+    remote = t("remote set vs Redis (TCP)") + t("remote get vs Redis (TCP)")
+    n_met = sum(1 for x in d["targets"] if x["met"])
+    missed = ["%s: %.3g where the target is %s %g" % (x["name"], x["measured"], x["comparison"],
+                                                      x["target"])
+              for x in d["targets"] if x["measured"] is not None and not x["met"]]
+    return (
+        "`bash scripts/bench.sh` runs a side-by-side harness that measures this project, "
+        "Redis 7 and vLLM-Omni's shared-memory path on one machine in one run, together with "
+        "the machine's own limits (memcpy, loopback TCP, socket ping-pong), and states every "
+        "target as a ratio within that run. In the run recorded in "
+        "`bench/results/side_by_side.json`: a local client handed values of 1 MiB to 256 MiB "
+        "from producer to consumer %sx faster than Redis over its Unix socket, at %s of the "
+        "machine's copy limit; a local set ran at %sx a memcpy of the same size; remote sets "
+        "and gets over TCP ran %sx Redis's; %d of %d targets were met%s. The machine, the "
+        "method, every row and the other benches: [docs/performance.md](docs/performance.md)."
+        % (span(big), lspan(big), span(sets, "%.2f"), span(remote), n_met, len(d["targets"]),
+           (" (missed: %s)" % "; ".join(missed)) if missed else ""))
+
+
+def update_readme(path, text):
+    with open(path) as f:
+        s = f.read()
+    begin, end = "<!-- perf:begin -->", "<!-- perf:end -->"
+    a, b = s.find(begin), s.find(end)
+    if a < 0 or b < a:
+        sys.exit("report: %s has no %s ... %s markers" % (path, begin, end))
+    s = s[:a + len(begin)] + "\n" + text + "\n" + s[b:]
+    with open(path, "w") as f:
+        f.write(s)
+    print("report: rewrote the performance paragraph of", path)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--json", required=True)
-    ap.add_argument("--plot", required=True, help="the plot's path relative to the output file")
-    ap.add_argument("--out", required=True)
+    ap.add_argument("--capture-machine", metavar="FILE",
+                    help="record this machine's description (right after a run) and exit")
+    ap.add_argument("--json")
+    ap.add_argument("--machine", help="machine description (default: machine.json next to "
+                    "--json)")
+    ap.add_argument("--plot", help="the plot's path relative to the output file")
+    ap.add_argument("--out")
+    ap.add_argument("--readme", help="also rewrite this README's performance paragraph")
     ap.add_argument("--load-before", default="")
     args = ap.parse_args()
+    if args.capture_machine:
+        with open(args.capture_machine, "w") as f:
+            json.dump(capture_machine(args.load_before), f, indent=2)
+            f.write("\n")
+        return 0
+    if not (args.json and args.plot and args.out):
+        ap.error("--json, --plot and --out are needed (or --capture-machine)")
     with open(args.json) as f:
         d = json.load(f)
+    results = os.path.dirname(os.path.abspath(args.json))
+    m = load(args.machine or os.path.join(results, "machine.json"))
 
-    date = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
     mode = "quick (`--quick`)" if d.get("quick") else "full"
     n_met = sum(1 for t in d["targets"] if t["met"])
     n_measured = sum(1 for t in d["targets"] if t["measured"] is not None)
     doc = []
     doc.append("# Performance: this project next to Redis 7 and vLLM-Omni's shared memory\n")
     doc.append(
-        "Generated by `scripts/bench.sh` on %s from one %s run (%.0f s) of the side-by-side "
-        "harness (`bench/side_by_side/`); every figure below comes from that run, in "
-        "`bench/results/side_by_side.json`. Do not edit by hand: run `scripts/bench.sh` again.\n"
-        % (date, mode, d.get("wall_s", 0)))
+        "Generated by `bench/side_by_side/report.py` (`scripts/bench.sh --update-docs`) from "
+        "the results of one %s run (%.0f s) of the side-by-side harness "
+        "(`bench/side_by_side/`) in `bench/results/side_by_side.json` and `machine.json`; "
+        "every figure below comes from that folder. Do not edit by hand: run "
+        "`scripts/bench.sh --update-docs` again.\n" % (mode, d.get("wall_s", 0)))
     doc.append("## Machine\n")
-    doc.append(machine(args.load_before) + "\n")
+    doc.append(machine(m) + "\n")
     doc.append("## Targets (%d of %d met, %d measured)\n" % (n_met, len(d["targets"]),
                                                              n_measured))
     doc.append("Each target is a ratio between figures of this same run.\n")
@@ -626,17 +797,24 @@ def main():
     else:
         doc.append("Connector rows (%s) are in the single-client table under "
                    "\"YuanrongConnector\".\n" % status)
+    doc.append(other_benches(results))
     doc.append("## Reproduce\n")
-    doc.append("```\nscripts/bench.sh            # full run, about 5-8 minutes\n"
-               "scripts/bench.sh --quick    # short run, fewer iterations and keys\n```\n")
+    doc.append("```\nscripts/bench.sh                  # full run into bench/results/\n"
+               "scripts/bench.sh --update-docs    # ... and regenerate this page and the "
+               "README's paragraph\n"
+               "scripts/bench.sh --quick --out-dir /tmp/run   # a short run elsewhere\n```\n")
     doc.append("The script installs what it needs (`scripts/setup.sh`), builds the release "
                "flavour (`scripts/build.sh release`), starts a worker and a Redis of its own on "
                "free loopback ports and stops them by PID, and writes "
-               "`bench/results/side_by_side.{json,txt,svg}` and this page.\n")
+               "`side_by_side.{json,txt,svg}` and `machine.json` into its results folder; "
+               "with `--update-docs` (full runs into `bench/results/` only) it also "
+               "regenerates this page and the README's performance paragraph.\n")
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:
         f.write("\n".join(doc))
     print("report: wrote", args.out)
+    if args.readme:
+        update_readme(args.readme, headline(d))
     return 0
 
 

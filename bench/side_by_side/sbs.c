@@ -4,7 +4,8 @@
  * vLLM-Omni's shared-memory path, the connector, 1-64 concurrent clients, and
  * head-of-line blocking), stops both servers by PID, and reports a table,
  * the targets as ratios from this run, a JSON file and the plot data.
- * scripts/bench.sh builds it, runs it, plots and writes docs/performance.md.
+ * scripts/bench.sh builds it, runs it and plots; with --update-docs it also
+ * regenerates docs/performance.md from the results.
  *
  *   sbs [--quick] [--build-dir DIR] [--out-dir DIR] [--python PATH]
  *       [--shm-script PATH] [--redis-server PATH] [--arena-mb N]

@@ -170,7 +170,7 @@ int sbs_size_index(size_t size);
 size_t sbs_nsizes_run(const sbs_opts_t *o);
 
 /* Writes byte over every page of buf, so that the timed loops that follow
- * touch warm memory (see docs/performance.md on this VM's cold pages). */
+ * touch warm memory (see docs/performance.md on cold pages). */
 void sbs_warm(void *buf, size_t len, int byte);
 
 /* Single client: every system and operation at every value size, with the

@@ -10,8 +10,8 @@
  * a value of a few KiB) costs one recv. Over TCP that recv blocks in the
  * kernel (with the socket's receive timeout as the deadline); over a Unix
  * socket a poll comes first, which wakes sooner there. Either way a small
- * round trip is two or three syscalls instead of six, which on this VM is
- * a tenth of a small request's time. Large data bypasses the buffer.
+ * round trip is two or three syscalls instead of six, a noticeable share
+ * of a small request's time. Large data bypasses the buffer.
  *
  * This file knows nothing about pools or sessions; it reports what happened to
  * the socket through conn->state and lets client.c decide. */

@@ -244,12 +244,13 @@ ds_status_t ds__space_take(ds_conn_t *conn)
     return st;
 }
 
-/* Not the largest space this connection ever had: after one 64 MiB set,
- * asking for 8 MiB with every 1 MiB set kept the worker carving each from a
- * fresh part of a new space, whose memory was out of every cache, and a
- * 1 MiB set took 37-63 us against 24-29 (AMD VM of 2026-12-03). Sized to
- * the recent sets, the space comes back to the range the version just
- * replaced, still in the cache. */
+/* The space to ask for: the largest of the recent sets (two windows of
+ * DS_CLIENT_SPACE_WINDOW sets), at most DS_CLIENT_SPACE_KEEP, never less
+ * than need. Not the largest space this connection ever had: after one big
+ * set, a space that size would make the worker carve every later smaller
+ * value from a fresh part of a new space, out of every cache, and a small
+ * set would pay for cold memory. Sized to the recent sets, the space comes
+ * back to the range the version just replaced, still in the cache. */
 uint64_t ds__space_want(ds_conn_t *conn, uint64_t need)
 {
     if (need > conn->space_win[0]) conn->space_win[0] = need;

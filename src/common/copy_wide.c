@@ -17,11 +17,10 @@
  * The helper sleeps on a futex between jobs (it does not poll: on a
  * machine with few CPUs a polling helper would keep the CPU from the
  * worker the copy is for). Woken, a thread may be placed on its waker's
- * CPU, which would make the two halves take turns there (the Intel VM of
- * 2026-12-02 boots with sched_vcpu_pack=15, which does exactly that), so
- * the helper's affinity is the process's CPUs without the one its caller
- * runs on, set again (one system call) whenever the caller is seen on
- * another CPU. */
+ * CPU (schedulers that pack tasks onto few CPUs do exactly that), which
+ * would make the two halves take turns there, so the helper's affinity is
+ * the process's CPUs without the one its caller runs on, set again (one
+ * system call) whenever the caller is seen on another CPU. */
 #include "common/copy.h"
 #include "common/copy_int.h"
 

@@ -3,20 +3,18 @@
  *
  * Why: a local round trip over the Unix socket costs two socket writes and
  * reads, and each wake-up it causes is a "sync" wake-up, which makes the
- * kernel run the woken side on the waker's CPU. On a VM whose idle vCPUs
- * halt, the two sides then share one vCPU after every pause, and every
- * round trip is a socket ping-pong between them there (~10 us here against
- * ~7 us on two vCPUs). A lane carries the same frames through shared
- * memory: while the other side polls, a round trip costs no system call at
- * all; while it sleeps, the wake-up is an eventfd write (to the worker) or
- * a futex wake (to the client), neither of which asks the kernel to pull
- * the woken side over. (It may still: on the Intel VM of 2026-12-02, kernel
- * 6.18, `perf` saw the worker's futex wake move a client that had slept
- * for microseconds onto the worker's CPU, so two sides that have slept
- * and woken each other tend to stay on one CPU, and their polling backs
- * off there; that guest boots with sched_vcpu_pack=15, a non-mainline
- * option that packs tasks onto fewer vCPUs. See the README's Performance
- * section.)
+ * kernel run the woken side on the waker's CPU. Where idle CPUs halt (a
+ * VM's vCPUs), the two sides then share one CPU after every pause, and
+ * every round trip is a socket ping-pong between them there, slower than
+ * the same ping-pong across two CPUs. A lane carries the same frames
+ * through shared memory: while the other side polls, a round trip costs no
+ * system call at all; while it sleeps, the wake-up is an eventfd write (to
+ * the worker) or a futex wake (to the client), neither of which asks the
+ * kernel to pull the woken side over. (A scheduler that packs tasks onto
+ * few CPUs may still move a woken side next to its waker, so two sides
+ * that have slept and woken each other can end up on one CPU, where their
+ * polling backs off; the worker's loop then moves itself away,
+ * DS_LANE_PART_NS below.)
  *
  * A lane is one request and its answer at a time, for one connection (the
  * client library sends one request per connection at a time anyway):
@@ -60,17 +58,16 @@
 /* rep_len: the answer comes on the socket. */
 #define DS_LANE_ON_SOCKET UINT32_MAX
 /* A poll step of either side first watches the lane this long: the yield
- * and the checks of a step (common/spin.h) cost ~1.5 us here, a watch
- * sees the other side's write within ~0.1 us. */
+ * and the checks of a step (common/spin.h) cost microseconds, while a watch
+ * sees the other side's write within a fraction of one. */
 #define DS_LANE_WATCH_NS 2000u
 /* ... except in the first DS_LANE_WATCH_BACK_NS after the worker served a
  * lane request, when the worker's steps watch until then: a client's next
  * request often comes within microseconds (after its copy of a value of
  * some KiB), and one that comes while the loop is in a step's yield and
- * checks and its next turn's epoll_wait waits those out. 64 KiB sets with
- * a 64 KiB get between them took 6.4-7.5 us against 2.2-2.5 back to back;
- * 2.2-3.7 with this. A TCP request that comes meanwhile waits at most
- * this long. */
+ * checks and its next turn's epoll_wait waits those out, which can triple
+ * the time of a set that follows a get of some KiB. A TCP request that
+ * comes meanwhile waits at most this long. */
 #define DS_LANE_WATCH_BACK_NS 20000u
 /* How long one futex sleep of a waiting client lasts before it looks at
  * its socket and deadline again. */
@@ -79,8 +76,8 @@
  * DS_LANE_AHEAD_MIN bytes into the arena before the request that publishes
  * it tells the worker, when DS_LANE_AHEAD_BYTES are left to copy, that a
  * request is coming (hub.soon: by when, on CLOCK_MONOTONIC) and rings the
- * doorbell if the worker sleeps. The worker's wake-up (tens of us on a VM
- * whose idle vCPUs halt) then overlaps the end of the copy, and the worker
+ * doorbell if the worker sleeps. The worker's wake-up (tens of us where
+ * idle CPUs halt) then overlaps the end of the copy, and the worker
  * polls the lanes until the request comes or the time passes. The client
  * promises at most DS_LANE_AHEAD_MAX_NS ahead (the rest of the copy at
  * 1 GB/s, plus a margin) and clears its promise when it sends; a worker
@@ -101,19 +98,18 @@
  * two vCPUs both poll and a round trip costs no system call. */
 #define DS_LANE_PART_NS 2000000u
 /* ... but a loop that found the machine busy (more runnable threads than
- * CPUs) looks again after DS_LANE_PART_RETRY_NS: in a trace the thread
- * that made it so was a kernel worker running for a moment, and waiting a
- * whole DS_LANE_PART_NS left the two sides on one vCPU for 28 set+gets of
- * 1 MiB. */
+ * CPUs) looks again after DS_LANE_PART_RETRY_NS: the thread that made it
+ * so is often a kernel worker running for a moment, and waiting a whole
+ * DS_LANE_PART_NS would leave the two sides on one vCPU for many round
+ * trips. */
 #define DS_LANE_PART_RETRY_NS 250000u
 /* A client's lane wait that begins within DS_LANE_PARTED_NS of the
  * worker's parting (hub.parted) polls for its longest window, whatever its
  * window says, as the worker's loop does after parting. The move takes the
- * worker ~100 us here (the halted vCPU it goes to must wake first), longer
- * than a window that shrank while the two shared a vCPU; a client asleep
- * when the answer comes is woken from the worker's new vCPU, and the
- * kernel then moves it there too: in traces of bursts of 1 MiB set+gets
- * the two were back on one vCPU within a request of most parts. A local
+ * worker on the order of 100 us (the halted vCPU it goes to must wake
+ * first), longer than a window that shrank while the two shared a vCPU; a
+ * client asleep when the answer comes is woken from the worker's new vCPU,
+ * and the kernel then moves it there too, undoing the parting. A local
  * client that writes a false hub.parted costs the others no more than
  * polling their longest window, which their own requests could cause. */
 #define DS_LANE_PARTED_NS 1000000u

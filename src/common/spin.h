@@ -25,19 +25,15 @@
  * holds a CPU something else could use, nor do many threads pay for
  * checking again on a machine that stays busy.
  *
- * Why the machine-wide check waits: on a 2-vCPU VM with a worker and one
- * client polling, a third thread is runnable some 29 times a second (two
- * spinning threads reading /proc/loadavg for 10 s: 90% of those episodes
- * were over within 128 us, 7% lasted over 1 ms). Stopping at the first
- * sight of one put both sides to sleep, and once they woke each other the
- * scheduler often placed them on one vCPU, where each round trip is a pair
- * of context switches and polling cannot start again: a Python connector's
- * 1 MiB put+get ran at 120-260 us instead of 60-70 for a few hundred
- * milliseconds at a time. Share of 20 ms rounds (300 put+get each) over
- * 120 us in runs of 25-40 s, each rule alternating with the check off:
- * stopping at the first check 0.5-6.7% (five runs), at the second in a
- * row 1.0-8.0% (five), this rule 0.2-1.1% (three), the check off
- * altogether 0.0-2.1% (eight).
+ * Why the machine-wide check waits: on a machine with few CPUs, a third
+ * runnable thread shows up many times a second for a moment only (most
+ * such episodes are over within a hundred microseconds). Stopping at the
+ * first sight of one puts both sides to sleep, and once they wake each
+ * other the scheduler often places them on one CPU, where each round trip
+ * is a pair of context switches and polling cannot start again; a whole
+ * stream of round trips then runs at several times its usual latency for
+ * a while. Requiring the overload to last DS_SPIN_OVER_NS lets such
+ * moments pass and still stops for real contention.
  *
  * One wait differs: a client's wait for a reply on its socket
  * (client/conn.c) goes on polling while other threads share its CPU, and
@@ -45,10 +41,8 @@
  * (ds__spin_yield): a CPU-bound neighbour, whose time slices polling would
  * wait out where a wake-up would preempt it. Several client processes
  * sharing a CPU (each yields back within microseconds) keep polling; each
- * of them asleep instead would cost the worker a wake-up per reply. Four
- * single-threaded processes doing 1 KiB set+get over TCP on this 2-vCPU VM
- * ran 32-42k pairs/s this way against 29-31k under the general rule, which
- * stopped nearly every one of their polls (Redis 29-38k in the same runs).
+ * of them asleep instead would cost the worker a wake-up per reply, and
+ * under the general rule nearly every one of their polls would stop.
  * A client's wait on its request lane does the same while the worker's loop
  * runs on its CPU (client/lane.c): the worker taking the CPU is what that
  * wait waits for, and awake the client sees the answer without a wake-up
@@ -56,26 +50,18 @@
  * the worker's poll step while it serves a lane client
  * (ds__spin_pause_beside, which keeps the machine-wide check): the thread
  * that ran on its CPU is often that client, or a kernel worker for a
- * moment, and stopping at it put the worker to sleep, whereupon the
- * client's doorbell woke it onto the client's vCPU. With a thread of 20 us
- * every 150-200 us on the worker's CPU, the general step caught 240-770 of
- * 2000 lane requests 40 us apart while polling, this one 1961. Bursts of
- * 100 local 1 MiB set+get pairs 100 ms apart (40 bursts per worker, the
- * two workers alternating) had a median set under 0.7 of a memcpy in 5
- * bursts against 11 (medians of the bursts 0.85 and 0.82 of a memcpy).
- * A lane wait that polls as if apart does not count a step's yield as
- * contention either when the hub then says the worker's loop runs on its
- * CPU: that was the worker, woken there by the wait's own doorbell.
+ * moment, and stopping at it would put the worker to sleep, whereupon the
+ * client's doorbell wakes it onto the client's CPU. A lane wait that polls
+ * as if apart does not count a step's yield as contention either when the
+ * hub then says the worker's loop runs on its CPU: that was the worker,
+ * woken there by the wait's own doorbell.
  *
  * A step that merely took long does not count: on a VM that is the
  * hypervisor running something else on the vCPU, or interrupts, neither of
- * which a thread of this machine waits behind. Counting it (as an earlier
- * version did, over 20 us) stopped polling for a millisecond some 35 times
- * per 1000 local 1 MiB sets on a PVM guest whose vCPUs are preempted that
- * often; each set in such a millisecond rang a sleeping worker awake,
- * which costs the ringing client some 40 us there, and the sets ran at
- * 0.14-0.82 of memcpy (13 runs, median 0.69) against 0.81-0.89 without (7
- * runs; worker and client each on its own vCPU).
+ * which a thread of this machine waits behind. Counting it would stop
+ * polling for DS_SPIN_BACKOFF_NS every time a vCPU is preempted, and every
+ * request in such a pause would ring a sleeping worker awake, a cost the
+ * ringing client pays.
  *
  * A ds_spin_t is plain data, no locking: one per waiting thread or
  * connection. */

@@ -11,11 +11,11 @@
  *   the range and hands it, as arena space or a created buffer, to another
  *   thread of the same client, which writes it. The object here is the
  *   session's mapping (the new range need not start where the old block
- *   did). Without the publishing side of this (before 2026-12-03), a set's
- *   copy into space that another thread of the client later got as a
- *   created buffer was reported as a race in it_soak under TSan. The same
- *   race was still reported now and then while the creating thread's
- *   acquire came before its CREATE request rather than after the answer.
+ *   did). Both sides are needed: without the release when a block is
+ *   published, a set's copy into space that another thread of the client
+ *   later gets as a created buffer is reported as a race; and the creating
+ *   thread's acquire must come after the CREATE answer, not before the
+ *   request, or the same false race shows now and then.
  * TSan sees neither the socket round trips nor the worker's bookkeeping, so
  * without these it reports those ordered accesses as races. No-ops in
  * builds without TSan. */

@@ -19,17 +19,20 @@
 
 /* Bytes moved per connection per loop turn before yielding to others. */
 #define DS_IO_SLICE (128u << 10)
-/* ... except SET data received straight into the arena: one recv per
- * DS_IO_SLICE made a 1 MiB set cost the loop ~20 syscalls (8 epoll_wait
- * turns), against ~9 for Redis, which reads a big argument as far as it
- * goes. A turn's slice of such data is a copy of at most ~100 us here. */
+/* ... except SET data received straight into the arena: with one recv per
+ * DS_IO_SLICE a 1 MiB set would cost the loop eight turns, each another
+ * epoll_wait, where Redis reads a big argument as far as it goes. A larger
+ * slice keeps that to a turn or two while one turn's copy stays short
+ * enough (a fraction of a millisecond) not to hold other connections up;
+ * requests through the read buffer keep DS_IO_SLICE, so pipelining
+ * clients still take turns. */
 #define DS_IO_SLICE_DATA (512u << 10)
 /* Response frames with at least this many bytes left go to the sender thread,
  * after the loop's one direct write of up to DS_BULK_DIRECT of them. */
 #define DS_BULK_MIN (1u << 20)
 /* The direct write: a 1 MiB value's whole answer (header and metadata
- * included), so that answer costs no hand-off to the sender thread and back,
- * two thread wake-ups that cost more than the copy here. */
+ * included), so that answer costs no hand-off to the sender thread and back:
+ * two thread wake-ups, which can cost more than the copy itself. */
 #define DS_BULK_DIRECT (DS_BULK_MIN + (64u << 10))
 /* The most a loop turn writes directly of large frames, all connections
  * together; past it they go to the sender thread at once, so many

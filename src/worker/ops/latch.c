@@ -8,7 +8,7 @@
  * Latches are rare and short-lived, so both lists are plain linked lists: a
  * write checks them only when some latch exists (one NULL test otherwise).
  * Latches are this worker's: in a cluster a writer on another worker does not
- * wait (README, compatibility notes). */
+ * wait (docs/compatibility.md). */
 #include "worker/ops/ops_int.h"
 
 #include "common/clock.h"
