@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Regenerates the worker-flag lists in docs/ from the worker's own --help.
 
-The flag table is data in src/worker/ops/flags.c and `datasystem_worker
+The flag table is data in src/config/flags.c and `datasystem_worker
 --help` prints it; this script turns that output into Markdown and writes it
 between markers, so the documentation lists exactly what the binary accepts:
 
