@@ -435,8 +435,17 @@ ds_status_t ds_kv_set(ds_client_t *c, const char *key, const void *val, size_t l
 }
 /* ---- reads ---- */
 
-static ds_status_t not_found(const char *key, int32_t sub_timeout_ms)
+/* The message of a miss. A subscribe-get answered before its wait was over
+ * says so, with how long it took: "not found within N ms" would claim a
+ * wait that did not happen. t0_ms: when the get began. */
+static ds_status_t not_found(const char *key, int32_t sub_timeout_ms, uint64_t t0_ms)
 {
+    uint64_t took = ds__now_ms() - t0_ms;
+    if (sub_timeout_ms > 0 && took + 1 < (uint64_t)sub_timeout_ms)
+        return ds__set_error(DS_K_NOT_FOUND,
+                             "key '%.*s' not found: the worker answered after %llu ms, before "
+                             "the %d ms wait was over",
+                             KQ, key, (unsigned long long)took, (int)sub_timeout_ms);
     if (sub_timeout_ms > 0)
         return ds__set_error(DS_K_NOT_FOUND, "key '%.*s' not found within %d ms", KQ, key,
                              (int)sub_timeout_ms);
@@ -644,6 +653,7 @@ static ds_status_t kv_get_into(ds_client_t *c, const char *key, int32_t sub_time
     if (st == DS_K_OK) st = check_sub(sub_timeout_ms);
     if (st != DS_K_OK) return st;
     if (index_get_into(c, key, buf, cap, len)) return DS_K_OK;
+    uint64_t t0 = ds__now_ms();
     uint64_t deadline = ds__client_deadline(c, sub_timeout_ms);
     ds_conn_t *conn;
     /* A subscribe-get may wait at the worker: never on the shared connection. */
@@ -656,7 +666,7 @@ static ds_status_t kv_get_into(ds_client_t *c, const char *key, int32_t sub_time
                              &tag);
     if (st == DS_K_OK) {
         if (e.kind == DS_VAL_MISSING) {
-            st = not_found(key, sub_timeout_ms);
+            st = not_found(key, sub_timeout_ms, t0);
         } else if (e.kind == DS_VAL_UCX) {
             /* Straight into the caller's buffer (the worker checked it fits). */
             ds_crecv_t rv;
@@ -693,8 +703,7 @@ ds_status_t ds_kv_get(ds_client_t *c, const char *key, int32_t sub_timeout_ms, v
     *val = NULL;
     *len = 0;
     ds_status_t st = ds_kv_mget(c, 1, &key, sub_timeout_ms, &v);
-    if (st == DS_K_NOT_FOUND) return not_found(key, sub_timeout_ms);
-    if (st != DS_K_OK) return st;
+    if (st != DS_K_OK) return st; /* a miss's message is kv_mget's */
     *val = v.data;
     *len = v.len;
     return DS_K_OK;
@@ -714,6 +723,7 @@ static ds_status_t kv_mget(ds_client_t *c, size_t n, const char *const *keys,
     ds_getent_t one;
     ds_getent_t *ents = n == 1 ? &one : malloc(n * sizeof(*ents));
     if (ents == NULL) return ds__set_error(DS_K_OUT_OF_MEMORY, "out of memory getting %zu keys", n);
+    uint64_t t0 = ds__now_ms();
     uint64_t deadline = ds__client_deadline(c, sub_timeout_ms);
     ds_conn_t *conn;
     ds_crecv_t rv_one, *rv = NULL;
@@ -759,7 +769,7 @@ static ds_status_t kv_mget(ds_client_t *c, size_t n, const char *const *keys,
                 out[i] = (ds_value_t){DS_K_NOT_FOUND, NULL, 0};
             }
         } else if (found == 0) {
-            st = n == 1 ? not_found(keys[0], sub_timeout_ms)
+            st = n == 1 ? not_found(keys[0], sub_timeout_ms, t0)
                         : ds__set_error(DS_K_NOT_FOUND, "none of the %zu keys was found", n);
         }
     }
@@ -880,7 +890,7 @@ static ds_status_t kv_query_size(ds_client_t *c, size_t n, const char *const *ke
         if (conn->r.err || m != n)
             st = ds__conn_protocol_error(conn, "query_size");
         else if (found == 0)
-            st = n == 1 ? not_found(keys[0], 0)
+            st = n == 1 ? not_found(keys[0], 0, 0)
                         : ds__set_error(DS_K_NOT_FOUND, "none of the %zu keys was found", n);
     }
     ds__conn_drain(conn, deadline);

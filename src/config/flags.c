@@ -106,6 +106,9 @@ static const flag_def_t flags[] = {
         "window adapts to how soon requests arrive and stops when the CPU has other work "
         "(CPU for latency); 0 = sleep at once"),
     INT(max_pending_subscriptions, 100000, 1, 100000000, "most keys waited on by subscribe-gets"),
+    INT(max_pending_subscriptions_per_client, 0, 0, 100000000,
+        "most keys one client session waits on by subscribe-gets, so one client cannot take "
+        "every slot; 0 = a quarter of --max_pending_subscriptions"),
     INT(metrics_port, 0, 0, 65535,
         "port of the Prometheus /metrics endpoint on the worker host; 0 = off"),
     YSTR(l2_cache_type, "none",

@@ -16,6 +16,7 @@
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define LIVENESS_TEXT "liveness check success\n"
@@ -38,8 +39,18 @@ static int write_file(const char *path, const char *text)
         errno = ENAMETOOLONG;
         return -1;
     }
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    /* The directory may be writable by others: a FIFO at the temporary name
+     * must not block the event loop (O_NONBLOCK: ENXIO with no reader), a
+     * symbolic link must not redirect the write, and only a regular file is
+     * written. */
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
     if (fd < 0) return -1;
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        errno = EINVAL;
+        return -1;
+    }
     size_t len = strlen(text);
     bool ok = write(fd, text, len) == (ssize_t)len;
     close(fd);

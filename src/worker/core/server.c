@@ -82,7 +82,8 @@ int ds__server_init(ds_server_t *srv, const ds_worker_config_t *cfg, char *err, 
         return -1;
     }
     snprintf(srv->worker_id, sizeof(srv->worker_id), "%016" PRIx64, id);
-    ds__subs_init(&srv->subs, (uint64_t)cfg->max_pending_subscriptions);
+    ds__subs_init(&srv->subs, (uint64_t)cfg->max_pending_subscriptions,
+                  (uint64_t)cfg->max_pending_subscriptions_per_client);
 
     ds_net_t *net = &srv->net;
     net->loop = ds__loop_create();

@@ -281,17 +281,24 @@ static void get_wait(ds_server_t *srv, ds_req_t *r, int32_t timeout, const key_t
             }
         }
         bool parked = false;
+        const char *refused = NULL;
         if (mk && ml && nm > 0) {
             parked = ds__subs_wait(&srv->subs, r, mk, ml, nm, now + (uint64_t)timeout,
                                    get_wait_done, srv);
-            if (!parked)
-                ds__req_log(r, DS_LOG_WARN,
-                            "subscription limit (%" PRId64 ") reached; answering at once",
-                            srv->cfg.max_pending_subscriptions);
+            if (!parked) refused = ds__subs_refusal(&srv->subs);
         }
         free(mk);
         free(ml);
         if (parked) return;
+        /* A wait past a limit is refused with the limit's name: answering at
+         * once would tell the client its keys were not set in time. */
+        if (refused) {
+            ds__req_log(r, DS_LOG_WARN, "subscribe-get of %" PRIu32 " keys refused: %s", nm,
+                        refused);
+            ds__req_error(r, DS_K_TRY_AGAIN, "subscribe-get of %" PRIu32 " keys refused: %s", nm,
+                          refused);
+            return;
+        }
     }
     get_answer(srv, r);
 }

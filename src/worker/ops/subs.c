@@ -3,6 +3,8 @@
 
 #include "common/hash.h"
 
+#include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,9 +18,17 @@ struct ds_sub {
     bool linked;
 };
 
+/* The keys one client session waits on (its wait's nsubs summed). */
+struct ds_subs_owner {
+    struct ds_subs_owner *next;
+    uint64_t id; /* the session's id */
+    uint64_t keys;
+};
+
 struct ds_wait {
     ds_subs_t *ss;
-    ds_req_t *req; /* deferred */
+    uint64_t owner; /* the session counted for it, 0: none (a peer's request) */
+    ds_req_t *req;  /* deferred */
     ds_wait_done_fn done;
     void *ctx;
     uint64_t deadline_ms;
@@ -30,12 +40,55 @@ struct ds_wait {
     bool ready; /* collected by a publish, about to complete */
 };
 
-void ds__subs_init(ds_subs_t *ss, uint64_t max_subscriptions)
+void ds__subs_init(ds_subs_t *ss, uint64_t max_subscriptions, uint64_t per_client)
 {
     memset(ss, 0, sizeof(*ss));
     ss->max = max_subscriptions;
+    ss->per_client = per_client ? per_client : (max_subscriptions + 3) / 4;
     ss->nbuckets = 1024;
     ss->buckets = calloc(ss->nbuckets, sizeof(*ss->buckets));
+    ss->nowners = 256;
+    ss->owners = calloc(ss->nowners, sizeof(*ss->owners));
+}
+
+/* ---- keys waited on per client session ---- */
+
+static struct ds_subs_owner **owner_slot(ds_subs_t *ss, uint64_t id)
+{
+    struct ds_subs_owner **p = &ss->owners[(id ^ (id >> 32)) & (ss->nowners - 1)];
+    while (*p && (*p)->id != id)
+        p = &(*p)->next;
+    return p;
+}
+
+/* Counts keys for the session id; node is a fresh entry to use if the
+ * session has none (taken: *node set to NULL). */
+static void owner_add(ds_subs_t *ss, uint64_t id, uint64_t keys, struct ds_subs_owner **node)
+{
+    struct ds_subs_owner **p = owner_slot(ss, id);
+    if (*p == NULL) {
+        *p = *node;
+        *node = NULL;
+        (*p)->next = NULL;
+        (*p)->id = id;
+        (*p)->keys = 0;
+    }
+    (*p)->keys += keys;
+}
+
+static void owner_sub(ds_subs_t *ss, uint64_t id, uint64_t keys)
+{
+    struct ds_subs_owner **p = owner_slot(ss, id), *o = *p;
+    if (o == NULL) return;
+    o->keys -= keys < o->keys ? keys : o->keys;
+    if (o->keys > 0) return;
+    *p = o->next;
+    free(o);
+}
+
+const char *ds__subs_refusal(const ds_subs_t *ss)
+{
+    return ss->refusal[0] ? ss->refusal : NULL;
 }
 
 static void unlink_sub(ds_subs_t *ss, struct ds_sub *s)
@@ -132,6 +185,8 @@ static void heap_remove(ds_subs_t *ss, ds_wait_t *w)
 /* Takes w out of the table and the heap: nothing reaches it any more. */
 static void detach(ds_subs_t *ss, ds_wait_t *w)
 {
+    if (w->owner) owner_sub(ss, w->owner, w->nsubs);
+    w->owner = 0;
     heap_remove(ss, w);
     for (uint32_t i = 0; i < w->nsubs; i++)
         unlink_sub(ss, &w->subs[i]);
@@ -156,7 +211,35 @@ static void on_cancel(ds_req_t *d, void *ctx)
 bool ds__subs_wait(ds_subs_t *ss, ds_req_t *r, const char *const *keys, const uint32_t *lens,
                    uint32_t nkeys, uint64_t deadline_ms, ds_wait_done_fn done, void *ctx)
 {
-    if (ss->buckets == NULL || (uint64_t)ss->count + nkeys > ss->max) return false;
+    ss->refusal[0] = '\0';
+    if (ss->buckets == NULL || ss->owners == NULL) return false;
+    if ((uint64_t)ss->count + nkeys > ss->max) {
+        snprintf(ss->refusal, sizeof(ss->refusal),
+                 "the worker's subscription limit is reached: %" PRIu32
+                 " keys are waited on, %" PRIu32
+                 " more would pass --max_pending_subscriptions %" PRIu64,
+                 ss->count, nkeys, ss->max);
+        return false;
+    }
+    /* Each client session waits on a share of the slots; a peer worker's
+     * request carries many clients' waits and counts only above. */
+    uint64_t owner = r->session && !(r->flags & DS_FLAG_PEER) ? r->session->id : 0;
+    if (owner) {
+        struct ds_subs_owner *o = *owner_slot(ss, owner);
+        uint64_t held = o ? o->keys : 0;
+        if (held + nkeys > ss->per_client) {
+            snprintf(ss->refusal, sizeof(ss->refusal),
+                     "this client's subscription limit is reached: it waits on %" PRIu64
+                     " keys, %" PRIu32 " more would pass --max_pending_subscriptions_per_client "
+                     "%" PRIu64,
+                     held, nkeys, ss->per_client);
+            return false;
+        }
+        /* the entry it may need, allocated while failing is still simple */
+        if (o == NULL && ss->spare_owner == NULL &&
+            (ss->spare_owner = malloc(sizeof(*ss->spare_owner))) == NULL)
+            return false;
+    }
     if (ss->n == ss->cap) {
         uint32_t cap = ss->cap ? ss->cap * 2 : 64;
         ds_wait_t **nh = realloc(ss->heap, cap * sizeof(*nh));
@@ -212,6 +295,8 @@ bool ds__subs_wait(ds_subs_t *ss, ds_req_t *r, const char *const *keys, const ui
         link_sub(ss, &subs[i]);
         off += lens[i];
     }
+    w->owner = owner;
+    if (owner) owner_add(ss, owner, nkeys, &ss->spare_owner);
     w->heap_idx = (int32_t)ss->n;
     ss->heap[ss->n++] = w;
     heap_up(ss, (uint32_t)w->heap_idx);
@@ -281,6 +366,14 @@ void ds__subs_destroy(ds_subs_t *ss)
         ds__req_drop(w->req);
         free_wait(w);
     }
+    for (uint32_t i = 0; ss->owners && i < ss->nowners; i++)
+        while (ss->owners[i]) {
+            struct ds_subs_owner *o = ss->owners[i];
+            ss->owners[i] = o->next;
+            free(o);
+        }
+    free(ss->owners);
+    free(ss->spare_owner);
     free(ss->heap);
     free(ss->buckets);
     memset(ss, 0, sizeof(*ss));

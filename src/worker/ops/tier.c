@@ -487,6 +487,8 @@ static void complete(ds_server_t *srv, job_t *j)
                     : j->kind == JOB_RETTL ? "TTL rewrite"
                                            : "delete",
                     (int)(kl > 64 ? 64 : kl), key, j->err);
+    } else if (j->rc < 0) { /* a probe: a miss for the reader, named in the log */
+        DS_LOG_WARN("L2 probe of '%.*s' failed: %s", (int)(kl > 64 ? 64 : kl), key, j->err);
     }
     switch (j->kind) {
     case JOB_PUT:

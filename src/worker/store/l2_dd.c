@@ -504,7 +504,10 @@ static void compact_start(dd_t *d)
     free(v);
     d->c.n = n;
     d->c.start_end = d->end;
-    d->c.fd = openat(d->dir_fd, DD_TMP, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    /* A new file (O_EXCL): whatever a neighbour left at the name makes this
+     * compaction fail, logged, and the log stays. */
+    unlinkat(d->dir_fd, DD_TMP, 0);
+    d->c.fd = openat(d->dir_fd, DD_TMP, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (d->c.fd < 0) {
         compact_fail(d, "create");
         return;
@@ -702,13 +705,28 @@ static uint64_t resync(dd_t *d, uint64_t off, uint64_t size, uint8_t *buf, char 
     return size;
 }
 
+/* The key of a torn last record at off, when its header and key are whole
+ * and check out (so the log can name what was lost): its length, or 0. */
+static uint32_t torn_key(dd_t *d, uint64_t off, uint64_t size, char *key)
+{
+    uint8_t h[DD_HDR], type;
+    uint32_t kl;
+    ds_l2_meta_t m;
+    uint64_t dsum;
+    if (size - off < DD_HDR || pread_full(d->fd, h, DD_HDR, off) != 0 ||
+        rec_parse(h, &type, &kl, &m, &dsum) != 0 || off + DD_HDR + kl > size ||
+        pread_full(d->fd, key, kl, off + DD_HDR) != 0 || !rec_key_ok(h, key, kl))
+        return 0;
+    return kl;
+}
+
 /* Reads the records from the header to the end into the index; damage in
  * the middle is skipped, a torn tail is cut off. */
 static int replay(dd_t *d, uint64_t size, char *err, size_t cap)
 {
     uint8_t *buf = malloc(DD_CHUNK);
     char *key = malloc(DS_L2_KEY_MAX);
-    uint64_t off = DD_HDR, skipped = 0;
+    uint64_t off = DD_HDR, skipped = 0, kept = 0;
     const char *why = NULL;
     if (buf == NULL || key == NULL) {
         free(buf);
@@ -766,21 +784,29 @@ static int replay(dd_t *d, uint64_t size, char *err, size_t cap)
             ix_del(d, key, kl);
             skipped++;
         } else if (type == REC_PUT) {
+            kept++;
             if (ix_set(d, key, kl, off, &m) != 0) {
                 snprintf(err, cap, "distributed_disk: out of memory indexing %s", d->base.path);
                 goto fail;
             }
         } else {
+            kept++;
             ix_del(d, key, kl);
         }
         off += len;
     }
     if (off < size) {
+        char lost[160] = "its key unreadable";
+        uint32_t kl = torn_key(d, off, size, key);
+        if (kl > 0)
+            snprintf(lost, sizeof(lost), "the record of '%.*s' lost", (int)(kl > 64 ? 64 : kl),
+                     key);
         if (ftruncate(d->fd, (off_t)off) != 0 || fsync(d->fd) != 0) goto ioerr;
         atomic_store_explicit(&d->base.fig.torn_bytes, size - off, memory_order_relaxed);
         DS_LOG_WARN("distributed_disk: %s/" DD_LOG ": torn tail at offset %llu (%s): %llu bytes "
-                    "truncated, never served",
-                    d->base.path, (unsigned long long)off, why, (unsigned long long)(size - off));
+                    "truncated, never served (%s); the %llu intact records before it kept",
+                    d->base.path, (unsigned long long)off, why, (unsigned long long)(size - off),
+                    lost, (unsigned long long)kept);
     }
     d->end = off;
     figures(d);
@@ -864,10 +890,40 @@ ds_l2_t *ds__l2_dd_open(const char *root, const char *cluster, const char *worke
     }
     /* a compaction that did not reach its rename */
     unlinkat(d->dir_fd, DD_TMP, 0);
-    d->fd = openat(d->dir_fd, DD_LOG, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (d->fd < 0 || fstat(d->fd, &st) != 0) goto fail;
+    /* The directory may be writable by others: no symbolic link is followed,
+     * no FIFO waited on, and only a regular file is taken for the log. */
+    d->fd = openat(d->dir_fd, DD_LOG, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
+    if (d->fd < 0 && errno == ELOOP) {
+        snprintf(err, cap,
+                 "distributed_disk: %s/" DD_LOG " is a symbolic link, not a log file; move it away",
+                 path);
+        dd_destroy(&d->base);
+        return NULL;
+    }
+    int fl;
+    if (d->fd < 0 || fstat(d->fd, &st) != 0 || (fl = fcntl(d->fd, F_GETFL)) < 0) goto fail;
+    if (!S_ISREG(st.st_mode)) {
+        snprintf(err, cap, "distributed_disk: %s/" DD_LOG " is %s, not a log file; move it away",
+                 path,
+                 S_ISFIFO(st.st_mode)  ? "a FIFO"
+                 : S_ISCHR(st.st_mode) ? "a character device"
+                 : S_ISBLK(st.st_mode) ? "a block device"
+                 : S_ISDIR(st.st_mode) ? "a directory"
+                                       : "not a regular file");
+        dd_destroy(&d->base);
+        return NULL;
+    }
+    (void)fcntl(d->fd, F_SETFL, fl & ~O_NONBLOCK);
     uint8_t h[DD_HDR];
     if ((uint64_t)st.st_size < DD_HDR) {
+        if (st.st_size > 0) { /* created with nothing after the header, or cut short */
+            atomic_store_explicit(&d->base.fig.torn_bytes, (uint64_t)st.st_size,
+                                  memory_order_relaxed);
+            DS_LOG_WARN("distributed_disk: %s/" DD_LOG ": torn file header: the file ends at "
+                        "offset %llu of its %u-byte header; no record survives (every key it "
+                        "held is lost), a new log is started",
+                        path, (unsigned long long)st.st_size, DD_HDR);
+        }
         /* new (or its header torn while being created: nothing after it) */
         step = "write the header of";
         file_hdr_fill(h, 0);

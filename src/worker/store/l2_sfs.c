@@ -19,10 +19,21 @@
  * The file's size must be exactly 64 + key + value. A writer creates
  * ".tmp-<random>-<n>", writes, fsyncs, renames it onto the name and fsyncs the
  * directory: a reader sees the old object or the new one, never a mix, and a
- * crash leaves at most a temporary file, which scan removes once it is old. */
+ * crash leaves at most a temporary file, which scan removes once it is old.
+ *
+ * The directory may be writable by others (a shared file system, a spill
+ * directory on a shared disk): whatever sits under an object's name is
+ * distrusted. Files are opened without following symbolic links and without
+ * waiting (a FIFO would block the disk I/O thread for good, and every job
+ * behind it), then checked to be regular files; anything else is rejected
+ * with a log line naming it, read as a damaged copy, and never opened for
+ * data. A directory in an object's place is moved aside to
+ * ".rejected-<name>-<random>" when the object is written, so writes of that
+ * key succeed again; nothing of the neighbour's is deleted. */
 #include "worker/store/l2.h"
 
 #include "common/hash.h"
+#include "common/log.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -43,6 +54,8 @@
 #define SFS_TMP_PREFIX ".tmp-"
 #define SFS_TMP_STALE_S 600  /* older temporary files are a crashed writer's */
 #define SFS_CHUNK (4u << 20) /* value bytes checksummed and written at a time */
+#define SFS_REJECTED_PREFIX ".rejected-"
+#define SFS_SCAN_LOG_MAX 32 /* rejected files named per scan; the rest counted */
 
 typedef struct {
     ds_l2_t base;
@@ -123,6 +136,14 @@ static int hdr_parse(const uint8_t h[SFS_HDR], const char *key, uint32_t keylen,
     return v1 ? 1 : 2;
 }
 
+/* The key length a header claims (checked by hdr_parse). */
+static uint32_t hdr_keylen(const uint8_t h[SFS_HDR])
+{
+    uint32_t kl;
+    memcpy(&kl, h + 12, 4);
+    return kl;
+}
+
 /* The value checksum of a file of format version ver. */
 static uint64_t value_sum(int ver, const void *p, uint64_t n)
 {
@@ -171,6 +192,71 @@ static int full_writev(int fd, struct iovec *iov, int n)
     return 0;
 }
 
+/* What a file type is, for a log line that rejects it. */
+static const char *type_name(mode_t m)
+{
+    return S_ISDIR(m)    ? "a directory"
+           : S_ISFIFO(m) ? "a FIFO"
+           : S_ISLNK(m)  ? "a symbolic link"
+           : S_ISCHR(m)  ? "a character device"
+           : S_ISBLK(m)  ? "a block device"
+           : S_ISSOCK(m) ? "a socket"
+                         : "not a regular file";
+}
+
+/* Opens name in the directory for reading if it is a regular file, never
+ * following a symbolic link, never waiting on a FIFO and never opening a
+ * device (its type is looked at before the open and checked again on the
+ * open file, in case it was swapped in between). The descriptor, or -1 with
+ * errno (ENOENT: nothing there); *bad says what was there instead when the
+ * name is not a regular file. */
+static int open_regular(int dir_fd, const char *name, struct stat *st, const char **bad)
+{
+    *bad = NULL;
+    if (fstatat(dir_fd, name, st, AT_SYMLINK_NOFOLLOW) != 0) return -1;
+    if (!S_ISREG(st->st_mode)) {
+        *bad = type_name(st->st_mode);
+        errno = EINVAL;
+        return -1;
+    }
+    int fd = openat(dir_fd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+        if (errno == ELOOP) *bad = "a symbolic link";
+        return -1;
+    }
+    int fl;
+    if (fstat(fd, st) != 0 || (fl = fcntl(fd, F_GETFL)) < 0) {
+        int e = errno;
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    if (!S_ISREG(st->st_mode)) {
+        *bad = type_name(st->st_mode);
+        close(fd);
+        errno = EINVAL;
+        return -1;
+    }
+    /* regular files ignore O_NONBLOCK on local file systems; reads of the
+     * value must not see EAGAIN on one that honours it */
+    (void)fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+    return fd;
+}
+
+/* The name is taken by a directory (never ours): it is moved aside so the
+ * object can be written; 0 when it was. */
+static int move_aside(sfs_t *s, const char *name)
+{
+    char to[SFS_NAME_MAX + 64];
+    snprintf(to, sizeof(to), SFS_REJECTED_PREFIX "%s-%016llx-%llu", name,
+             (unsigned long long)s->tmp_rand, (unsigned long long)++s->tmp_seq);
+    if (renameat(s->dir_fd, name, s->dir_fd, to) != 0) return -1;
+    DS_LOG_WARN("sfs: %s/%s was a directory in place of an object file: moved to %s/%s so the "
+                "object can be written",
+                s->base.path, name, s->base.path, to);
+    return 0;
+}
+
 static int sfs_put(ds_l2_t *l2, const char *key, size_t keylen, const void *data,
                    const ds_l2_meta_t *meta, char *err, size_t cap)
 {
@@ -183,7 +269,8 @@ static int sfs_put(ds_l2_t *l2, const char *key, size_t keylen, const void *data
     }
     snprintf(tmp, sizeof(tmp), SFS_TMP_PREFIX "%016llx-%llu", (unsigned long long)s->tmp_rand,
              (unsigned long long)++s->tmp_seq);
-    int fd = openat(s->dir_fd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    /* O_EXCL: a new regular file, never one a neighbour put at the name */
+    int fd = openat(s->dir_fd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (fd < 0) {
         snprintf(err, cap, "sfs: cannot create %s/%s: %s (errno %d)", l2->path, tmp,
                  strerror(errno), errno);
@@ -229,7 +316,12 @@ static int sfs_put(ds_l2_t *l2, const char *key, size_t keylen, const void *data
     }
     fd = -1;
     step = "rename";
-    if (renameat(s->dir_fd, tmp, s->dir_fd, name) != 0) goto fail;
+    /* A symbolic link, FIFO or device at the name is replaced by the rename
+     * (only the name goes); a directory refuses it and is moved aside. */
+    if (renameat(s->dir_fd, tmp, s->dir_fd, name) != 0 &&
+        ((errno != EISDIR && errno != ENOTEMPTY && errno != EEXIST) || move_aside(s, name) != 0 ||
+         renameat(s->dir_fd, tmp, s->dir_fd, name) != 0))
+        goto fail;
     step = "fsync of the directory";
     if (fsync(s->dir_fd) != 0) goto fail;
     atomic_fetch_add_explicit(&l2->fig.fsyncs, 2, memory_order_relaxed);
@@ -250,8 +342,15 @@ static int sfs_get(ds_l2_t *l2, const char *key, size_t keylen, void *dst, uint6
     sfs_t *s = (sfs_t *)l2;
     char name[SFS_NAME_MAX + 32];
     if (ds__l2_sfs_name(key, keylen, name, sizeof(name)) != 0) return 1;
-    int fd = openat(s->dir_fd, name, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    const char *bad;
+    int fd = open_regular(s->dir_fd, name, &st, &bad);
     if (fd < 0) {
+        if (bad != NULL) {
+            snprintf(err, cap, "sfs: rejected %s/%s: %s in place of an object file (not read)",
+                     l2->path, name, bad);
+            return -1;
+        }
         if (errno == ENOENT) return 1;
         snprintf(err, cap, "sfs: cannot open %s/%s: %s (errno %d)", l2->path, name, strerror(errno),
                  errno);
@@ -259,13 +358,12 @@ static int sfs_get(ds_l2_t *l2, const char *key, size_t keylen, void *dst, uint6
     }
     uint8_t h[SFS_HDR];
     char *k = malloc(keylen ? keylen : 1);
-    struct stat st;
     uint64_t dsum = 0;
     int ver = 0;
     const char *why = NULL;
     if (k == NULL)
         why = "out of memory";
-    else if (fstat(fd, &st) != 0 || full_read(fd, h, SFS_HDR) != 0 || full_read(fd, k, keylen) != 0)
+    else if (full_read(fd, h, SFS_HDR) != 0 || full_read(fd, k, keylen) != 0)
         why = "short or unreadable header";
     else if (memcmp(k, key, keylen) != 0 ||
              (ver = hdr_parse(h, key, (uint32_t)keylen, meta, &dsum)) < 0)
@@ -294,6 +392,11 @@ static int sfs_del(ds_l2_t *l2, const char *key, size_t keylen, char *err, size_
     if (ds__l2_sfs_name(key, keylen, name, sizeof(name)) != 0) return 0;
     if (unlinkat(s->dir_fd, name, 0) == 0 || errno == ENOENT) return 0;
     int e = errno;
+    if (e == EISDIR) { /* a neighbour's directory: no copy of ours to delete */
+        DS_LOG_WARN("sfs: %s/%s is a directory in place of an object file: left alone", l2->path,
+                    name);
+        return 0;
+    }
     /* A read-only file system refuses even a name that is not there (EROFS
      * comes before the lookup): only a copy that exists failed to go. */
     if (e == EROFS && faccessat(s->dir_fd, name, F_OK, AT_EACCESS) != 0 && errno == ENOENT)
@@ -317,32 +420,48 @@ static int64_t sfs_scan(ds_l2_t *l2, uint64_t now_wall_ms,
     }
     rewinddir(d);
     int64_t n = 0;
+    uint64_t rejected = 0;
     char *key = malloc(DS_L2_KEY_MAX + 1);
     struct dirent *e;
     while (key && (e = readdir(d)) != NULL) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0 ||
+            strncmp(e->d_name, SFS_REJECTED_PREFIX, strlen(SFS_REJECTED_PREFIX)) == 0)
+            continue;
         struct stat st;
-        if (fstatat(s->dir_fd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode))
-            continue;
-        if (strncmp(e->d_name, SFS_TMP_PREFIX, strlen(SFS_TMP_PREFIX)) == 0) {
-            if (st.st_mtime + SFS_TMP_STALE_S < time(NULL)) unlinkat(s->dir_fd, e->d_name, 0);
-            continue;
+        const char *bad = NULL, *why = NULL;
+        bool tmp = strncmp(e->d_name, SFS_TMP_PREFIX, strlen(SFS_TMP_PREFIX)) == 0;
+        if (tmp) {
+            if (fstatat(s->dir_fd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
+            if (S_ISREG(st.st_mode)) {
+                if (st.st_mtime + SFS_TMP_STALE_S < time(NULL)) unlinkat(s->dir_fd, e->d_name, 0);
+                continue;
+            }
+            bad = type_name(st.st_mode);
         }
-        int f = openat(s->dir_fd, e->d_name, O_RDONLY | O_CLOEXEC);
-        if (f < 0) continue;
+        int f = bad ? -1 : open_regular(s->dir_fd, e->d_name, &st, &bad);
+        if (f < 0 && bad == NULL && errno == ENOENT) continue; /* gone meanwhile */
         uint8_t h[SFS_HDR];
         uint32_t kl = 0;
         ds_l2_meta_t m;
         uint64_t dsum;
         char want[SFS_NAME_MAX + 32];
-        bool ok = full_read(f, h, SFS_HDR) == 0;
-        if (ok) memcpy(&kl, h + 12, 4);
-        ok = ok && kl > 0 && kl <= DS_L2_KEY_MAX && full_read(f, key, kl) == 0 &&
-             hdr_parse(h, key, kl, &m, &dsum) >= 0 &&
-             (uint64_t)st.st_size == SFS_HDR + kl + m.size &&
-             ds__l2_sfs_name(key, kl, want, sizeof(want)) == 0 && strcmp(want, e->d_name) == 0;
-        close(f);
-        if (!ok) continue; /* not ours, or torn: never indexed, never served */
+        if (f < 0)
+            why = bad ? bad : strerror(errno);
+        else if (full_read(f, h, SFS_HDR) != 0)
+            why = "shorter than an object file's header";
+        else if ((kl = hdr_keylen(h)) == 0 || kl > DS_L2_KEY_MAX || full_read(f, key, kl) != 0 ||
+                 hdr_parse(h, key, kl, &m, &dsum) < 0)
+            why = "not an object file (a bad or torn header)";
+        else if ((uint64_t)st.st_size != SFS_HDR + kl + m.size)
+            why = "its size does not match its header (torn or truncated)";
+        else if (ds__l2_sfs_name(key, kl, want, sizeof(want)) != 0 || strcmp(want, e->d_name) != 0)
+            why = "the object of another key's name (renamed or copied)";
+        if (f >= 0) close(f);
+        if (why != NULL) { /* never indexed, never served; left where it is */
+            if (rejected++ < SFS_SCAN_LOG_MAX)
+                DS_LOG_WARN("sfs: %s/%s: %s: skipped, not served", l2->path, e->d_name, why);
+            continue;
+        }
         if (m.ttl_wall_ms != 0 && m.ttl_wall_ms <= now_wall_ms) {
             unlinkat(s->dir_fd, e->d_name, 0);
             continue;
@@ -350,6 +469,9 @@ static int64_t sfs_scan(ds_l2_t *l2, uint64_t now_wall_ms,
         fn(ctx, key, kl, &m);
         n++;
     }
+    if (rejected > SFS_SCAN_LOG_MAX)
+        DS_LOG_WARN("sfs: %s: %llu files skipped in all (the first %d named above)", l2->path,
+                    (unsigned long long)rejected, SFS_SCAN_LOG_MAX);
     free(key);
     closedir(d);
     return n;

@@ -1,0 +1,183 @@
+/* Subscription quotas, with two clients (two sessions) against one worker:
+ *
+ * - Per client: with the default share (a quarter of
+ *   --max_pending_subscriptions), a client waiting on 2 x 10,000 never-set
+ *   keys is refused a third get of 10,000 with K_TRY_AGAIN naming
+ *   --max_pending_subscriptions_per_client, while the other client's
+ *   subscribe-get is still taken and woken by the publish.
+ * - The worker's pool: when one client (allowed the whole pool) holds every
+ *   slot, the other's subscribe-get is refused with K_TRY_AGAIN naming
+ *   --max_pending_subscriptions, not a "not found within N ms" it never
+ *   waited for. */
+#include "harness.h"
+
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+static dst_worker_t W;
+
+#define NKEYS 10000
+#define WAIT_MS 8000
+
+typedef struct {
+    ds_client_t *c;
+    const char *prefix;
+    int nkeys;
+    ds_status_t st;
+} getter_t;
+
+/* A subscribe-get of nkeys never-set keys (no cmocka asserts here). */
+static void *get_never_set(void *arg)
+{
+    getter_t *g = arg;
+    char **keys = calloc((size_t)g->nkeys, sizeof(*keys));
+    ds_value_t *out = calloc((size_t)g->nkeys, sizeof(*out));
+    g->st = DS_K_OUT_OF_MEMORY;
+    if (keys && out) {
+        for (int i = 0; i < g->nkeys; i++) {
+            keys[i] = malloc(32);
+            if (keys[i]) snprintf(keys[i], 32, "%s:%d", g->prefix, i);
+        }
+        g->st = ds_kv_mget(g->c, (size_t)g->nkeys, (const char *const *)keys, WAIT_MS, out);
+        for (int i = 0; i < g->nkeys; i++)
+            if (out[i].status == DS_K_OK) ds_free(out[i].data);
+    }
+    for (int i = 0; keys && i < g->nkeys; i++)
+        free(keys[i]);
+    free(keys);
+    free(out);
+    return NULL;
+}
+
+typedef struct {
+    ds_client_t *c;
+    ds_status_t st;
+    size_t len;
+    bool intact;
+} waiter_t;
+
+static void *get_one(void *arg)
+{
+    waiter_t *w = arg;
+    void *v = NULL;
+    w->st = ds_kv_get(w->c, "quota-b", WAIT_MS, &v, &w->len);
+    if (w->st == DS_K_OK) {
+        w->intact = dst_check(v, w->len, 77);
+        ds_free(v);
+    }
+    return NULL;
+}
+
+static bool said(const char *text)
+{
+    const char *e = ds_last_error();
+    if (e && strstr(e, text)) return true;
+    fprintf(stderr, "error message '%s' lacks '%s'\n", e ? e : "(none)", text);
+    return false;
+}
+
+static void test_per_client_share(void **state)
+{
+    (void)state;
+    assert_int_equal(dst_worker_start(&W, 64, "--max_pending_subscriptions 100000"), 0);
+    ds_client_t *a = dst_connect(&W, DS_TRANSPORT_TCP);
+    ds_client_t *b = dst_connect(&W, DS_TRANSPORT_TCP);
+    assert_non_null(a);
+    assert_non_null(b);
+    /* client A waits on two gets of 10,000 keys: 20,000 of its 25,000 */
+    getter_t g[2] = {{a, "qa0", NKEYS, DS_K_OK}, {a, "qa1", NKEYS, DS_K_OK}};
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(pthread_create(&th[i], NULL, get_never_set, &g[i]), 0);
+        assert_true(dst_wait_stat(&W, "subscriptions_waiting", (double)(NKEYS * (i + 1)), 5000));
+    }
+    /* a third is past its share: refused at once, naming the limit */
+    getter_t third = {a, "qa2", NKEYS, DS_K_OK};
+    get_never_set(&third);
+    assert_int_equal(third.st, DS_K_TRY_AGAIN);
+    assert_true(said("--max_pending_subscriptions_per_client 25000"));
+    /* client B still subscribes, and the publish wakes it */
+    waiter_t w = {b, DS_K_OK, 0, false};
+    pthread_t tb;
+    assert_int_equal(pthread_create(&tb, NULL, get_one, &w), 0);
+    assert_true(dst_wait_stat(&W, "subscriptions_waiting", (double)(2 * NKEYS + 1), 5000));
+    assert_int_equal(dst_set_filled(b, "quota-b", 1000, 77), DS_K_OK);
+    pthread_join(tb, NULL);
+    assert_int_equal(w.st, DS_K_OK);
+    assert_int_equal(w.len, 1000);
+    assert_true(w.intact);
+    /* A's own waits run their course: a miss after the full wait */
+    for (int i = 0; i < 2; i++) {
+        pthread_join(th[i], NULL);
+        assert_int_equal(g[i].st, DS_K_NOT_FOUND);
+    }
+    assert_true(dst_wait_stat(&W, "subscriptions_waiting", 0, 5000));
+    /* its share is free again */
+    getter_t again = {a, "qa3", 10, DS_K_OK};
+    pthread_t ta;
+    assert_int_equal(pthread_create(&ta, NULL, get_never_set, &again), 0);
+    assert_true(dst_wait_stat(&W, "subscriptions_waiting", 10, 5000));
+    for (int i = 0; i < 10; i++) {
+        char k[32];
+        snprintf(k, sizeof(k), "qa3:%d", i);
+        assert_int_equal(dst_set_filled(b, k, 10, 1), DS_K_OK);
+    }
+    pthread_join(ta, NULL);
+    assert_int_equal(again.st, DS_K_OK);
+    ds_client_close(a);
+    ds_client_close(b);
+    assert_int_equal(dst_worker_stop(&W), 0);
+}
+
+static void test_pool_full_message(void **state)
+{
+    (void)state;
+    assert_int_equal(dst_worker_start(&W, 64,
+                                      "--max_pending_subscriptions 10000 "
+                                      "--max_pending_subscriptions_per_client 10000"),
+                     0);
+    ds_client_t *a = dst_connect(&W, DS_TRANSPORT_TCP);
+    ds_client_t *b = dst_connect(&W, DS_TRANSPORT_TCP);
+    assert_non_null(a);
+    assert_non_null(b);
+    getter_t g = {a, "pa", NKEYS, DS_K_OK};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, get_never_set, &g), 0);
+    assert_true(dst_wait_stat(&W, "subscriptions_waiting", NKEYS, 5000));
+    void *v = NULL;
+    size_t n = 0;
+    assert_int_equal(ds_kv_get(b, "pool-b", 5000, &v, &n), DS_K_TRY_AGAIN);
+    assert_true(said("--max_pending_subscriptions 10000"));
+    assert_null(strstr(ds_last_error(), "not found within"));
+    /* a get that does not wait is served as before */
+    assert_int_equal(dst_set_filled(b, "pool-c", 100, 3), DS_K_OK);
+    assert_int_equal(ds_kv_get(b, "pool-c", 0, &v, &n), DS_K_OK);
+    assert_true(dst_check(v, n, 3));
+    ds_free(v);
+    pthread_join(th, NULL);
+    assert_int_equal(g.st, DS_K_NOT_FOUND);
+    ds_client_close(a);
+    ds_client_close(b);
+    assert_int_equal(dst_worker_stop(&W), 0);
+}
+
+int main(void)
+{
+    if (getenv("DS_TEST_WORKER")) {
+        printf("it_sub_quota starts workers with its own flags: skipped with DS_TEST_WORKER\n");
+        return 0;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_per_client_share),
+        cmocka_unit_test(test_pool_full_message),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
