@@ -225,6 +225,8 @@ void ds__conn_close(ds_conn_t *c, const char *why)
         if (o != c->bulk_out) free_out(net, o);
     }
     c->out_tail = NULL;
+    ds__guard_untrack(c);
+    ds__guard_uncharge(c);
     if (c->session && --c->session->nconns == 0) ds__session_free(net, c->session);
     c->session = NULL;
     if (c->prev)
@@ -497,7 +499,7 @@ static void meta_complete(ds_conn_t *c)
         ds__hello(c);
     else if (c->h.opcode == DS_OP_LANE)
         ds__lane_open(c, &c->cur);
-    else
+    else if (c->h.opcode != DS_OP_SET || ds__guard_set_admit(c))
         net->dispatch(net->dispatch_ctx, &c->cur);
     request_handled(c);
     if (c->state == CONN_READ_DATA && c->sinks && c->sink_idx == c->nsinks && c->skip == 0) {
@@ -797,7 +799,8 @@ static void reject(ds_net_t *net, int fd)
     /* Tell the client why before closing; best effort. */
     ds_wbuf_t w;
     ds__wbuf_init(&w);
-    ds__wbuf_cstr(&w, "worker has reached its connection limit (70 per --max_client_num)");
+    ds__wbuf_cstr(&w, "worker has reached its connection limit (" DS_STRINGIFY(
+                          DS_CONNS_PER_CLIENT) " per --max_client_num)");
     uint8_t hdr[DS_WIRE_HEADER_LEN];
     ds_wire_header_t h = {.magic = DS_WIRE_MAGIC,
                           .version = DS_WIRE_VERSION,
@@ -843,8 +846,11 @@ static void on_accept(void *ctx, uint32_t events)
             return;
         }
         /* --max_client_num bounds clients (sessions, checked at HELLO); each
-         * client may open a pool of connections, bounded here. */
-        if (net->nconns >= net->max_clients * DS_CONNS_PER_CLIENT) {
+         * client may open a pool of connections, bounded here, where those
+         * that have not said HELLO give way (guard.c). */
+        uint8_t peer[17];
+        ds__guard_peer(fd, l->is_unix, peer);
+        if (!ds__guard_admit(net, peer)) {
             reject(net, fd);
             continue;
         }
@@ -876,6 +882,8 @@ static void on_accept(void *ctx, uint32_t events)
         net->conns = c;
         net->nconns++;
         net->ctr.conns_accepted++;
+        memcpy(c->peer, peer, sizeof(c->peer));
+        ds__guard_track(c);
     }
 }
 
@@ -890,8 +898,8 @@ int ds__net_listen(ds_net_t *net, ds_listener_t *l, int fd, bool is_unix)
 
 uint64_t ds__net_tick(ds_net_t *net, uint64_t now_ms)
 {
-    if (net->accept_retry_ms == 0) return 0;
-    if (now_ms < net->accept_retry_ms) return net->accept_retry_ms;
-    resume_listeners(net);
-    return 0;
+    uint64_t hs = ds__guard_tick(net, now_ms);
+    if (net->accept_retry_ms && now_ms >= net->accept_retry_ms) resume_listeners(net);
+    uint64_t ar = net->accept_retry_ms;
+    return ar == 0 ? hs : hs == 0 || ar < hs ? ar : hs;
 }

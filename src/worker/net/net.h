@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "common/wire.h"
+#include "worker/net/limits.h"
 #include "worker/net/loop.h"
 #include "worker/net/request.h"
 #include "worker/net/session.h"
@@ -35,8 +36,6 @@
  * together; past it they go to the sender thread at once, so many
  * concurrent large answers do not hold the loop up either. */
 #define DS_BULK_DIRECT_TURN (2u * DS_BULK_DIRECT)
-/* The client library's pool (64) plus its anchor, with room. */
-#define DS_CONNS_PER_CLIENT 70
 #define DS_WORKER_ID_HEX 16
 
 typedef struct ds_conn ds_conn_t;
@@ -60,6 +59,10 @@ typedef struct {
     uint64_t lane_parts;    /* moves of the loop off a lane client's CPU (DS_LANE_PART_NS) */
     uint64_t lane_wakes;    /* lane answers whose client slept: woken with a futex wake */
     uint64_t conns_accepted, conns_rejected, protocol_errors, auth_failures, accept_errors;
+    /* guard.c: connections closed for not completing HELLO in time, closed to
+     * make room for a newer one while waiting for HELLO, and SETs refused
+     * for their session's in-flight bytes. */
+    uint64_t handshake_timeouts, handshake_evictions, inflight_refusals;
 } ds_net_counters_t;
 
 /* What HELLO tells a client about this worker. */
@@ -103,6 +106,17 @@ struct ds_net {
 
     uint64_t max_data;
     uint32_t max_clients;
+    /* guard.c: connections that have not completed HELLO are closed after
+     * handshake_ms (0 = never); at most hs_max of them wait at once, at most
+     * hs_max_peer from one peer (TCP address, Unix uid), the oldest making
+     * room for a new one. A session's SETs being received or not yet
+     * answered hold at most inflight_max data bytes (0 = no cap), beyond
+     * its first. */
+    uint64_t handshake_ms;
+    uint32_t hs_max, hs_max_peer;
+    uint64_t inflight_max;
+    ds_conn_t *hs_head, *hs_tail; /* waiting for HELLO, oldest first */
+    uint32_t nhs;
     char auth_token[256]; /* empty = none */
     ds_hello_info_t hello;
 

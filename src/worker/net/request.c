@@ -26,6 +26,7 @@ static void end_deferred(ds_req_t *d)
 {
     ds_conn_t *c = d->conn_;
     if (c) {
+        ds__guard_uncharge(c);
         c->deferred = NULL;
         ds__conn_make_ready(c);
     }
@@ -74,6 +75,7 @@ void ds__req_reply(ds_req_t *r, ds_status_t st, const ds_wbuf_t *w, const struct
         for (uint32_t i = 0; i < nrefs; i++)
             ds__store_unref(r->net_->store, refs[i]);
     } else {
+        ds__guard_uncharge(c);
         observe(r);
         ds_wbuf_t tw;
         uint8_t tw_room[DS_REPLY_ROOM];

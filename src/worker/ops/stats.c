@@ -60,6 +60,10 @@ char *ds__server_stats_json(ds_server_t *srv)
     cJSON_AddNumberToObject(cl, "rejected", (double)srv->net.ctr.conns_rejected);
     cJSON_AddNumberToObject(cl, "protocol_errors", (double)srv->net.ctr.protocol_errors);
     cJSON_AddNumberToObject(cl, "auth_failures", (double)srv->net.ctr.auth_failures);
+    cJSON_AddNumberToObject(cl, "awaiting_hello", srv->net.nhs);
+    cJSON_AddNumberToObject(cl, "handshake_timeouts", (double)srv->net.ctr.handshake_timeouts);
+    cJSON_AddNumberToObject(cl, "handshake_evictions", (double)srv->net.ctr.handshake_evictions);
+    cJSON_AddNumberToObject(cl, "inflight_refusals", (double)srv->net.ctr.inflight_refusals);
     cJSON_AddNumberToObject(root, "subscriptions_waiting", srv->subs.count);
     cJSON *ops = cJSON_AddObjectToObject(root, "operations");
     cJSON *errs = cJSON_AddObjectToObject(root, "errors");
