@@ -261,13 +261,13 @@ static void test_inflight_quota(void **state)
     assert_int_equal(b.hello_status, 0);
 
     /* a's SET of 1.5 MiB is in flight: its data has not all arrived. */
-    enum { A_LEN = 3 << 19, B_LEN = 1 << 20 };
+    enum { A_LEN = 3 << 19, B_LEN = 3 << 20 };
     double sets0 = dst_ops(&W, "set");
     uint64_t aid = set_partial(&a, "quota-a", A_LEN, 4096);
     assert_int_equal(hr_flush(&a), 0);
     assert_true(dst_wait_stat(&W, "operations.set", sets0 + 1, 5000));
 
-    /* b's SET of 1 MiB would take the session past 2 MiB: refused, with
+    /* b's SET of 3 MiB would take the session past 2 MiB: refused, with
      * the flag named; its data is discarded and b goes on. */
     uint64_t bid = set_partial(&b, "quota-b", B_LEN, B_LEN);
     uint64_t hid = hr_health(&b);

@@ -6,7 +6,9 @@
  * into their arena range. Answers reference arena bytes directly (holding an
  * object reference until the bytes are on the wire), so no value is ever
  * copied by the worker. An answer of DS_BULK_MIN or more goes to the sender
- * thread (bulk.c), unless one direct write of it finishes it.
+ * thread (bulk.c), unless one direct write of it finishes it; the rest of a
+ * SET's data section of DS_BRECV_MIN or more goes to the receiver thread
+ * (bulk_recv.c).
  *
  * A connection never blocks the loop: every read and write is non-blocking and
  * bounded per turn (DS_IO_SLICE; DS_IO_SLICE_DATA for SET data bound for the
@@ -82,7 +84,8 @@ static void update_interest(ds_conn_t *c)
      * every loop turn return at once: a busy loop. Its writes still fail
      * once it is fully gone. */
     uint32_t ev = 0;
-    bool reading = c->state != CONN_PARKED && c->out_bytes < DS_OUT_HIGH && !c->close_after_write;
+    bool reading = c->state != CONN_PARKED && c->out_bytes < DS_OUT_HIGH && !c->close_after_write &&
+                   !c->bulk_in;
     if (reading) ev |= EPOLLIN;
     if (reading || c->state == CONN_PARKED) ev |= EPOLLRDHUP;
     if (c->out_head && c->bulk_out == NULL) ev |= EPOLLOUT;
@@ -159,8 +162,10 @@ void ds__conn_bulk_done(ds_conn_t *c, ds_out_t *o, uint64_t sent, int err)
     c->bulk_out = NULL;
     net->ctr.bytes_out += sent;
     if (c->state == CONN_CLOSED) {
-        /* Closed meanwhile: the socket and the connection waited for this. */
+        /* Closed meanwhile: the socket and the connection waited for this
+         * (and for the receiver thread's job, if it has one). */
         free_out(net, o);
+        if (c->bulk_in) return;
         close(c->io.fd);
         if (!c->queued) {
             c->next = net->dead;
@@ -197,9 +202,9 @@ void ds__conn_close(ds_conn_t *c, const char *why)
     /* The lane says so before the socket does. */
     ds__lane_close(c);
     ds__loop_del(net->loop, &c->io);
-    /* The sender thread may be writing this socket: shut it down to fail
-     * that write; it is closed when the frame comes back. */
-    if (c->bulk_out)
+    /* The sender or receiver thread may be using this socket: shut it down
+     * to fail its next write or read; it is closed when its job comes back. */
+    if (c->bulk_out || c->bulk_in)
         shutdown(c->io.fd, SHUT_RDWR);
     else
         close(c->io.fd);
@@ -211,7 +216,9 @@ void ds__conn_close(ds_conn_t *c, const char *why)
         d->session = NULL;
         if (d->cancel_) d->cancel_(d, d->cancel_ctx_);
     }
-    if (c->data_done) {
+    /* The receiver thread may still be writing the SET's sinks: they are
+     * let go when its job comes back (ds__conn_brecv_done). */
+    if (c->data_done && !c->bulk_in) {
         ds_req_data_fn done = c->data_done;
         c->data_done = NULL;
         done(c->data_ctx, NULL);
@@ -238,7 +245,7 @@ void ds__conn_close(ds_conn_t *c, const char *why)
     resume_listeners(net);
     /* On the ready list it stays until the list is walked: skipped there as
      * closed, and freed only after. */
-    if (c->bulk_out || c->queued) return;
+    if (c->bulk_out || c->bulk_in || c->queued) return;
     c->next = net->dead;
     net->dead = c;
 }
@@ -555,6 +562,8 @@ static void header_complete(ds_conn_t *c)
     c->state = CONN_READ_META;
 }
 
+static void data_finish(ds_conn_t *c);
+
 /* n more data bytes were taken (into the current sink, or skipped): move on,
  * and hand the SET back to its handler once every value has arrived. */
 static void data_advance(ds_conn_t *c, uint64_t n)
@@ -570,6 +579,12 @@ static void data_advance(ds_conn_t *c, uint64_t n)
         c->sink_off = 0;
     }
     if (c->sink_idx < c->nsinks) return;
+    data_finish(c);
+}
+
+/* Every value of the SET has arrived: back to its handler. */
+static void data_finish(ds_conn_t *c)
+{
     ds_req_data_fn done = c->data_done;
     c->data_done = NULL;
     c->sinks = NULL;
@@ -635,6 +650,29 @@ static void consume(ds_conn_t *c)
     }
 }
 
+/* Data bytes the SET still expects, counted up to DS_BRECV_MIN. */
+static uint64_t data_left(const ds_conn_t *c)
+{
+    if (c->sinks == NULL) return c->skip;
+    uint64_t left = 0;
+    for (uint32_t i = c->sink_idx; i < c->nsinks && left < DS_BRECV_MIN; i++)
+        left += c->sinks[i].len - (i == c->sink_idx ? c->sink_off : 0);
+    return left;
+}
+
+/* Hands the rest of a large data section to the receiver thread once the
+ * read buffer holds none of it; true when the thread took it. */
+static bool data_to_thread(ds_conn_t *c)
+{
+    conn_full_t *f = full(c);
+    if (c->state != CONN_READ_DATA || f->rpos != f->rlen || c->net->brecv == NULL ||
+        data_left(c) < DS_BRECV_MIN || !ds__brecv_take(c->net->brecv, c))
+        return false;
+    c->bulk_in = true;
+    c->net->ctr.bulk_receives++;
+    return true;
+}
+
 /* Reads and handles what the client sent, within the turn's budgets. */
 static void read_input(ds_conn_t *c)
 {
@@ -646,6 +684,7 @@ static void read_input(ds_conn_t *c)
         consume(c);
         if (c->state == CONN_CLOSED || c->state == CONN_PARKED || c->close_after_write) break;
         if (budget == 0 || c->out_bytes >= DS_OUT_HIGH) break;
+        if (data_to_thread(c)) break;
         ssize_t r;
         uint64_t want = 0;
         uint8_t *dst = c->state == CONN_READ_DATA ? data_dest(c, &want) : NULL;
@@ -694,6 +733,56 @@ static void process_input(ds_conn_t *c)
     if (c->flush_after_input) {
         c->flush_after_input = false;
         flush_out(c); /* which sets the interest */
+    } else {
+        update_interest(c);
+    }
+}
+
+void ds__conn_brecv_done(ds_conn_t *c, uint64_t got, int err)
+{
+    ds_net_t *net = c->net;
+    c->bulk_in = false;
+    net->ctr.bytes_in += got;
+    if (c->state == CONN_CLOSED) {
+        /* Closed meanwhile: the SET's sinks, the socket and the connection
+         * waited for this (and for the sender thread's frame, if any). */
+        if (c->data_done) {
+            ds_req_data_fn done = c->data_done;
+            c->data_done = NULL;
+            done(c->data_ctx, NULL);
+        }
+        if (c->bulk_out) return;
+        close(c->io.fd);
+        if (!c->queued) {
+            c->next = net->dead;
+            net->dead = c;
+        }
+        return;
+    }
+    if (err) {
+        ds__conn_close(c, err == EPIPE ? "peer closed" : strerror(err));
+        return;
+    }
+    /* All of the data section is in: the SET goes back to its handler and
+     * the connection reads on, as if the loop had read it. */
+    c->in_input = true;
+    if (c->sinks) {
+        c->sink_idx = c->nsinks;
+        c->sink_off = 0;
+        data_finish(c);
+    } else {
+        c->skip = 0;
+        c->state = CONN_READ_HEADER;
+    }
+    c->in_input = false;
+    if (c->state == CONN_READ_HEADER) {
+        process_input(c);
+        return;
+    }
+    if (c->state == CONN_CLOSED) return;
+    if (c->flush_after_input) {
+        c->flush_after_input = false;
+        flush_out(c);
     } else {
         update_interest(c);
     }
@@ -769,7 +858,7 @@ void ds__net_after_event(void *ctx)
         list = c->ready_next;
         c->queued = false;
         if (c->state == CONN_CLOSED) {
-            if (c->bulk_out == NULL) {
+            if (c->bulk_out == NULL && !c->bulk_in) {
                 c->next = net->dead;
                 net->dead = c;
             }

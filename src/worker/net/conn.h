@@ -1,7 +1,6 @@
-/* Private to the connection layer (conn.c, request.c, hello.c, bulk.c,
- * guard.c): one
- * client connection and its state machine. Nothing outside src/worker/net
- * includes this header. */
+/* Private to the connection layer (conn.c, request.c, hello.c, guard.c,
+ * bulk.c, bulk_recv.c): one client connection and its state machine.
+ * Nothing outside src/worker/net includes this header. */
 #ifndef DS_WORKER_NET_CONN_H
 #define DS_WORKER_NET_CONN_H
 
@@ -72,6 +71,11 @@ struct ds_conn {
     uint64_t hs_since_ms;
     uint8_t peer[17];
     uint64_t charged;
+    /* The bulk receiver thread (bulk_recv.c) is reading the rest of its
+     * SET's data section: the loop reads nothing on it meanwhile, and a
+     * closed connection is freed (and the SET's sinks let go) only once the
+     * job is back. */
+    bool bulk_in;
     /* Its request lane (lane.c): lane index + 1, 0 = none; the last request
      * sequence number seen there and the lane's generation; lane_wait while
      * the answer to a lane request is due (it goes into the lane). */
@@ -130,5 +134,18 @@ uint64_t ds__guard_tick(ds_net_t *net, uint64_t now_ms);
 bool ds__guard_set_admit(ds_conn_t *c);
 /* c's charged request was answered or ended, or c is closing. */
 void ds__guard_uncharge(ds_conn_t *c);
+
+/* bulk_recv.c: the receiver thread for large SET data sections */
+ds_brecv_t *ds__brecv_new(ds_loop_t *loop, char *err, size_t err_cap);
+/* Stops the thread; every job it held comes back through
+ * ds__conn_brecv_done (failed when unfinished). */
+void ds__brecv_free(ds_brecv_t *b);
+/* Hands the rest of c's data section (its sinks from the current one on,
+ * or its bytes to skip) to the thread; false when it cannot take it (the
+ * loop reads on). */
+bool ds__brecv_take(ds_brecv_t *b, ds_conn_t *c);
+/* The thread is done with c's data section: err is 0 when all of it
+ * arrived, else an errno (EPIPE when the peer closed first). */
+void ds__conn_brecv_done(ds_conn_t *c, uint64_t got, int err);
 
 #endif

@@ -4,7 +4,7 @@
  * request goes to the dispatch callback the worker registers.
  *
  * Threading: the event loop's thread only, except the sender thread of
- * bulk.c (see ../THREADS.md). */
+ * bulk.c and the receiver thread of bulk_recv.c (see ../THREADS.md). */
 #ifndef DS_WORKER_NET_NET_H
 #define DS_WORKER_NET_NET_H
 
@@ -32,6 +32,12 @@
  * included), so that answer costs no hand-off to the sender thread and back,
  * two thread wake-ups that cost more than the copy here. */
 #define DS_BULK_DIRECT (DS_BULK_MIN + (64u << 10))
+/* A SET's data section with at least this many bytes still to come, once
+ * the read buffer holds none of it, is received by the receiver thread
+ * (bulk_recv.c): the loop's first read (with the frame's header) and a
+ * value of up to about this size stay on the loop, where the hand-off
+ * would cost more than the copy. */
+#define DS_BRECV_MIN DS_BULK_MIN
 /* The most a loop turn writes directly of large frames, all connections
  * together; past it they go to the sender thread at once, so many
  * concurrent large answers do not hold the loop up either. */
@@ -41,12 +47,14 @@
 typedef struct ds_conn ds_conn_t;
 typedef struct ds_bulk ds_bulk_t;
 typedef struct ds_lanes ds_lanes_t;
+typedef struct ds_brecv ds_brecv_t;
 
 typedef struct {
     uint64_t ops[DS_OP__MAX];
     uint64_t errors[DS_OP__MAX];
     uint64_t bytes_in, bytes_out;
     uint64_t socket_writes; /* the loop's writes of answers to client sockets */
+    uint64_t bulk_receives; /* SET data sections handed to the receiver thread */
     /* --busy_poll_us: events the loop caught while polling, and the time it
      * spent polling. */
     uint64_t poll_hits, poll_ns;
@@ -89,6 +97,7 @@ struct ds_net {
     ds_loop_t *loop;
     ds_store_t *store; /* answers hold object references */
     ds_bulk_t *bulk;
+    ds_brecv_t *brecv; /* the bulk receiver thread (bulk_recv.c) */
     ds_lanes_t *lanes; /* request lanes (lane.h); NULL = none */
     /* The last request handled came through a lane: the loop's placement
      * beside that lane's client matters only then (ds__lanes_shared_cpu). */

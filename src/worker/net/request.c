@@ -189,6 +189,8 @@ int ds__net_init(ds_net_t *net, char *err, size_t err_cap)
 {
     net->bulk = ds__bulk_new(net->loop, err, err_cap);
     if (net->bulk == NULL) return -1;
+    net->brecv = ds__brecv_new(net->loop, err, err_cap);
+    if (net->brecv == NULL) return -1;
     ds__loop_set_after(net->loop, ds__net_after_event, net);
     ds__net_turn(net);
     return 0;
@@ -212,6 +214,8 @@ bool ds__net_output_pending(const ds_net_t *net)
 
 void ds__net_destroy(ds_net_t *net)
 {
+    ds__brecv_free(net->brecv); /* hands back every job it held */
+    net->brecv = NULL;
     ds__bulk_free(net->bulk); /* hands back every frame it held */
     net->bulk = NULL;
     while (net->conns)

@@ -76,6 +76,7 @@ char *ds__server_stats_json(ds_server_t *srv)
     cJSON_AddNumberToObject(root, "bytes_in", (double)srv->net.ctr.bytes_in);
     cJSON_AddNumberToObject(root, "bytes_out", (double)srv->net.ctr.bytes_out);
     cJSON_AddNumberToObject(root, "socket_writes", (double)srv->net.ctr.socket_writes);
+    cJSON_AddNumberToObject(root, "bulk_receives", (double)srv->net.ctr.bulk_receives);
     cJSON_AddNumberToObject(root, "lane_requests", (double)srv->net.ctr.lane_requests);
     cJSON_AddNumberToObject(root, "lane_parts", (double)srv->net.ctr.lane_parts);
     cJSON_AddNumberToObject(root, "lane_wakes", (double)srv->net.ctr.lane_wakes);
