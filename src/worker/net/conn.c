@@ -665,7 +665,7 @@ static uint64_t data_left(const ds_conn_t *c)
 static bool data_to_thread(ds_conn_t *c)
 {
     conn_full_t *f = full(c);
-    if (c->state != CONN_READ_DATA || f->rpos != f->rlen || c->net->brecv == NULL ||
+    if (c->bulk_in || c->state != CONN_READ_DATA || f->rpos != f->rlen || c->net->brecv == NULL ||
         data_left(c) < DS_BRECV_MIN || !ds__brecv_take(c->net->brecv, c))
         return false;
     c->bulk_in = true;
@@ -738,6 +738,8 @@ static void process_input(ds_conn_t *c)
     }
 }
 
+static void on_io(void *ctx, uint32_t events);
+
 void ds__conn_brecv_done(ds_conn_t *c, uint64_t got, int err)
 {
     ds_net_t *net = c->net;
@@ -758,6 +760,10 @@ void ds__conn_brecv_done(ds_conn_t *c, uint64_t got, int err)
             net->dead = c;
         }
         return;
+    }
+    if (c->io_off) {
+        c->io_off = false;
+        if (ds__loop_add(net->loop, &c->io, c->io.fd, 0, on_io, c) != 0 && err == 0) err = errno;
     }
     if (err) {
         ds__conn_close(c, err == EPIPE ? "peer closed" : strerror(err));
@@ -822,6 +828,17 @@ static void on_io(void *ctx, uint32_t events)
     if (events & EPOLLOUT) flush_out(c);
     if (c->state == CONN_CLOSED) return;
     if (events & (EPOLLIN | EPOLLHUP | EPOLLERR | EPOLLRDHUP)) {
+        if (c->bulk_in) {
+            /* The receiver thread reads this socket and sees the hang-up
+             * itself, after the data before it. epoll reports a hang-up
+             * whatever the interest, level-triggered: the socket leaves the
+             * loop's set until the job is back, or the loop would spin. */
+            if (events & (EPOLLHUP | EPOLLERR)) {
+                ds__loop_del(c->net->loop, &c->io);
+                c->io_off = true;
+            }
+            return;
+        }
         if (c->state == CONN_PARKED) {
             /* Parked: only notice a hang-up; pending input stays queued. */
             if (events & (EPOLLHUP | EPOLLERR | EPOLLRDHUP))

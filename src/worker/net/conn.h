@@ -76,6 +76,7 @@ struct ds_conn {
      * closed connection is freed (and the SET's sinks let go) only once the
      * job is back. */
     bool bulk_in;
+    bool io_off; /* out of the loop's epoll set while bulk_in (a hang-up) */
     /* Its request lane (lane.c): lane index + 1, 0 = none; the last request
      * sequence number seen there and the lane's generation; lane_wait while
      * the answer to a lane request is due (it goes into the lane). */
