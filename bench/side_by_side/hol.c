@@ -1,9 +1,10 @@
-/* The head-of-line phase: how much a 256 MiB transfer to one client slows
- * another client's small operations on the same server.
+/* The head-of-line phase: how much a 256 MiB transfer to or from one client
+ * slows another client's small operations on the same server.
  *
  * For each server, a separate process keeps fetching a 256 MiB value over
- * TCP (this project: a remote client of the worker; Redis: a TCP client)
- * while the measuring client does 1 KiB set and get operations, once over
+ * TCP (this project: a remote client of the worker; Redis: a TCP client),
+ * or in windows of their own keeps setting one (the server then receives
+ * the 256 MiB), while the measuring client does 1 KiB set and get operations, once over
  * the local path (shared memory / Redis Unix socket) and once over TCP. The
  * two clients share nothing but the server. A loaded window lasts several
  * whole transfers, so that whatever a transfer does to the others once per
@@ -44,6 +45,7 @@ typedef struct {
     atomic_int stop;
     atomic_int done; /* transfers completed */
     atomic_int failed;
+    int set; /* the big client sets the value (else gets it); set before the fork */
 } big_t;
 
 typedef struct {
@@ -61,7 +63,8 @@ typedef struct {
 } pool_t;
 
 /* The big client: its own process and connection, getting the 256 MiB
- * value into its own warm buffer until told to stop. */
+ * value into its own warm buffer (or setting it, from a warm buffer, under
+ * a key of its own) until told to stop. */
 static void big_child(const sbs_env_t *env, sbs_kind_t kind, const char *key, big_t *b)
 {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -71,11 +74,14 @@ static void big_child(const sbs_env_t *env, sbs_kind_t kind, const char *key, bi
         atomic_store(&b->failed, 1);
         _exit(1);
     }
-    sbs_warm(dst, BIG, 0);
+    sbs_warm(dst, BIG, b->set ? 0x55 : 0);
+    char set_key[96];
+    snprintf(set_key, sizeof(set_key), "%s-set", key);
     atomic_store(&b->ready, 1);
-    size_t len;
+    size_t len = BIG;
     for (int i = 0; i < BIG_MAX_ITERS && !atomic_load(&b->stop); i++) {
-        if (sbs_get(c, key, dst, BIG, &len) != 0 || len != BIG) {
+        int rc = b->set ? sbs_set(c, set_key, dst, BIG) : sbs_get(c, key, dst, BIG, &len);
+        if (rc != 0 || len != BIG) {
             atomic_store(&b->failed, 1);
             break;
         }
@@ -158,10 +164,12 @@ static int one_server(const sbs_env_t *env, sbs_kind_t big_kind, const sbs_kind_
     const char *big_key = "sbs-hol-big";
     sbs_conn_t *bc = sbs_connect(env, big_kind);
     pool_t idle = {calloc(MAX_SAMPLES, sizeof(uint64_t)), 0, 0, 0};
-    pool_t busy = {calloc(MAX_SAMPLES, sizeof(uint64_t)), 0, 0, 0};
+    /* Loaded windows: [0] during the big client's gets, [1] its sets. */
+    pool_t busy[2] = {{calloc(MAX_SAMPLES, sizeof(uint64_t)), 0, 0, 0},
+                      {calloc(MAX_SAMPLES, sizeof(uint64_t)), 0, 0, 0}};
     big_t *b = mmap(NULL, sizeof(big_t), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (b == MAP_FAILED) b = NULL;
-    int rc = bc && idle.ns && busy.ns && b ? 0 : -1;
+    int rc = bc && idle.ns && busy[0].ns && busy[1].ns && b ? 0 : -1;
     if (bc == NULL) fprintf(stderr, "hol: cannot connect the %s client\n", sbs_kind_name(big_kind));
     if (rc == 0) {
         sbs_warm(big_buf, BIG, 0x77);
@@ -178,53 +186,73 @@ static int one_server(const sbs_env_t *env, sbs_kind_t big_kind, const sbs_kind_
         }
         char key[64];
         snprintf(key, sizeof(key), "sbs-hol-small-%s", sbs_kind_name(sk));
-        idle.n = busy.n = 0;
-        idle.seconds = busy.seconds = 0;
-        busy.transfers = 0;
+        idle.n = 0;
+        idle.seconds = 0;
+        for (int m = 0; m < 2; m++) {
+            busy[m].n = 0;
+            busy[m].seconds = 0;
+            busy[m].transfers = 0;
+        }
         for (int r = 0; r < pl->rounds && rc == 0; r++) {
-            rc = small_window(sc, key, &idle, pl->idle_ms, NULL, 0);
-            if (rc != 0) {
-                fprintf(stderr, "hol: %s: an idle window's 1 KiB set/get failed\n",
-                        sbs_kind_name(sk));
-                break;
+            for (int m = 0; m < 2 && rc == 0; m++) {
+                rc = small_window(sc, key, &idle, pl->idle_ms, NULL, 0);
+                if (rc != 0) {
+                    fprintf(stderr, "hol: %s: an idle window's 1 KiB set/get failed\n",
+                            sbs_kind_name(sk));
+                    break;
+                }
+                b->set = m;
+                rc = loaded_window(env, big_kind, big_key, sc, key, b, pl, &busy[m]);
+                if (rc != 0)
+                    fprintf(stderr,
+                            "hol: %s beside %s %s: a loaded window failed (big client %s)\n",
+                            sbs_kind_name(sk), sbs_kind_name(big_kind), m ? "sets" : "gets",
+                            atomic_load(&b->failed) ? "failed" : "ok");
             }
-            rc = loaded_window(env, big_kind, big_key, sc, key, b, pl, &busy);
-            if (rc != 0)
-                fprintf(stderr, "hol: %s beside %s: a loaded window failed (big client %s)\n",
-                        sbs_kind_name(sk), sbs_kind_name(big_kind),
-                        atomic_load(&b->failed) ? "failed" : "ok");
         }
         sbs_row_t *row = NULL;
-        if (rc == 0 && idle.n > 0 && busy.n > 0) {
-            size_t ni = idle.n, nb = busy.n;
+        if (rc == 0 && idle.n > 0 && busy[0].n > 0 && busy[1].n > 0) {
+            size_t ni = idle.n, nb;
             row = sbs_row_add(sbs_kind_name(sk), "1KiB set/get idle", SMALL, 1, idle.ns, ni);
             /* sbs_row_add sorted the samples: the last is the longest wait. */
             if (row) row->ops_per_s = (double)ni / idle.seconds;
             if (row)
                 snprintf(row->note, sizeof(row->note), "%zu ops over %.2f s; longest op %.1f ms",
                          ni, idle.seconds, (double)idle.ns[ni - 1] / 1e6);
-            row = sbs_row_add(sbs_kind_name(sk), "1KiB set/get during 256MiB get", SMALL, 2,
-                              busy.ns, nb);
-            if (row) row->ops_per_s = (double)nb / busy.seconds;
-            if (row)
-                snprintf(row->note, sizeof(row->note),
-                         "%zu ops over %.2f s while %d transfers of 256 MiB to a %s client ran; "
-                         "longest op %.1f ms",
-                         nb, busy.seconds, busy.transfers, sbs_kind_name(big_kind),
-                         (double)busy.ns[nb - 1] / 1e6);
+            for (int m = 0; m < 2; m++) {
+                pool_t *p = &busy[m];
+                nb = p->n;
+                row = sbs_row_add(sbs_kind_name(sk),
+                                  m ? "1KiB set/get during 256MiB set"
+                                    : "1KiB set/get during 256MiB get",
+                                  SMALL, 2, p->ns, nb);
+                if (row) row->ops_per_s = (double)nb / p->seconds;
+                if (row)
+                    snprintf(row->note, sizeof(row->note),
+                             "%zu ops over %.2f s while %d transfers of 256 MiB %s a %s client "
+                             "ran; longest op %.1f ms",
+                             nb, p->seconds, p->transfers, m ? "from" : "to",
+                             sbs_kind_name(big_kind), (double)p->ns[nb - 1] / 1e6);
+            }
         } else if (rc == 0) {
-            fprintf(stderr, "hol: %s: no samples (%zu idle, %zu loaded)\n", sbs_kind_name(sk),
-                    idle.n, busy.n);
+            fprintf(stderr, "hol: %s: no samples (%zu idle, %zu/%zu loaded)\n", sbs_kind_name(sk),
+                    idle.n, busy[0].n, busy[1].n);
             rc = -1;
         }
         sbs_del(sc, key);
         sbs_close(sc);
     }
-    if (bc) sbs_del(bc, big_key);
+    if (bc) {
+        char set_key[96];
+        snprintf(set_key, sizeof(set_key), "%s-set", big_key);
+        sbs_del(bc, big_key);
+        sbs_del(bc, set_key);
+    }
     sbs_close(bc);
     if (b) munmap(b, sizeof(big_t));
     free(idle.ns);
-    free(busy.ns);
+    free(busy[0].ns);
+    free(busy[1].ns);
     return rc;
 }
 

@@ -12,6 +12,7 @@
 #include "config/flags.h"
 
 #include "common/log.h"
+#include "worker/net/limits.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -90,7 +91,20 @@ static const flag_def_t flags[] = {
     STR(auth_token_file, "", "file holding the shared secret TCP clients and peers must prove"),
     YINT(shared_memory_size_mb, 1024, 1, 1 << 20, "size of the shared-memory arena in MiB"),
     YINT(max_client_num, 200, 1, 100000,
-         "most clients served at once (each may pool up to 70 connections)"),
+         "most clients served at once (each may pool up to " DS_STRINGIFY(
+             DS_CONNS_PER_CLIENT) " connections)"),
+    INT(handshake_timeout_ms, 5000, 0, 3600000,
+        "a connection that has not completed HELLO (and its authentication) this long after "
+        "connecting is closed; 0 = no deadline"),
+    INT(max_handshake_conns, 1024, 1, 1000000,
+        "most connections waiting for HELLO at once; past it the oldest is closed for a new one"),
+    INT(max_handshake_conns_per_peer, 128, 1, 1000000,
+        "most connections waiting for HELLO from one TCP address (or local uid); past it that "
+        "peer's oldest is closed for a new one"),
+    INT(max_client_inflight_mb, 0, 0, 1 << 20,
+        "most MiB of SET data a client may have in flight (being received or not yet answered, "
+        "all its connections together) beyond its first such SET; past it a SET is refused "
+        "with K_OUT_OF_MEMORY; 0 = half of --shared_memory_size_mb"),
     YINT(node_timeout_s, 10, 1, 3600, "cluster lease: a silent worker is dropped after this"),
     YINT(node_dead_timeout_s, 300, 1, 100000000,
          "Yuanrong's grace before a lost worker counts as dead; here a member whose lease "

@@ -33,6 +33,10 @@ typedef struct {
     char spill_directory[512];
     int64_t shared_memory_size_mb;
     int64_t max_client_num;
+    int64_t handshake_timeout_ms;
+    int64_t max_handshake_conns;
+    int64_t max_handshake_conns_per_peer;
+    int64_t max_client_inflight_mb;
     int64_t node_timeout_s;
     int64_t node_dead_timeout_s;
     int64_t heartbeat_interval_ms;

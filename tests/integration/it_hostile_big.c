@@ -1,6 +1,7 @@
 /* Large transfers over TCP from raw-protocol clients (it_hostile_raw.h), each
- * test against a fresh worker. They cover the loop's large-transfer paths:
- * SET data read straight into the arena (DS_IO_SLICE_DATA per turn), the
+ * test against a fresh worker. They cover the large-transfer paths: SET
+ * data read straight into the arena (by the loop, DS_IO_SLICE_DATA per turn,
+ * or past DS_BRECV_MIN by the receiver thread of bulk_recv.c), the
  * 64 KiB SET that fits the read buffer whole, and large answers that the
  * loop writes itself when one write finishes them (DS_BULK_DIRECT) or hands
  * to the sender thread.

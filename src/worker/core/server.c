@@ -150,6 +150,11 @@ int ds__server_init(ds_server_t *srv, const ds_worker_config_t *cfg, char *err, 
     net->session_end_ctx = srv;
     net->max_data = (uint64_t)cfg->max_frame_mb << 20;
     net->max_clients = (uint32_t)cfg->max_client_num;
+    net->handshake_ms = (uint64_t)cfg->handshake_timeout_ms;
+    net->hs_max = (uint32_t)cfg->max_handshake_conns;
+    net->hs_max_peer = (uint32_t)cfg->max_handshake_conns_per_peer;
+    net->inflight_max = cfg->max_client_inflight_mb ? (uint64_t)cfg->max_client_inflight_mb << 20
+                                                    : srv->arena.size / 2;
     snprintf(net->auth_token, sizeof(net->auth_token), "%s", srv->auth_token);
     ds_hello_info_t *hi = &net->hello;
     snprintf(hi->worker_id, sizeof(hi->worker_id), "%s", srv->worker_id);

@@ -6,7 +6,9 @@
  * into their arena range. Answers reference arena bytes directly (holding an
  * object reference until the bytes are on the wire), so no value is ever
  * copied by the worker. An answer of DS_BULK_MIN or more goes to the sender
- * thread (bulk.c), unless one direct write of it finishes it.
+ * thread (bulk.c), unless one direct write of it finishes it; the rest of a
+ * SET's data section of DS_BRECV_MIN or more goes to the receiver thread
+ * (bulk_recv.c).
  *
  * A connection never blocks the loop: every read and write is non-blocking and
  * bounded per turn (DS_IO_SLICE; DS_IO_SLICE_DATA for SET data bound for the
@@ -82,7 +84,8 @@ static void update_interest(ds_conn_t *c)
      * every loop turn return at once: a busy loop. Its writes still fail
      * once it is fully gone. */
     uint32_t ev = 0;
-    bool reading = c->state != CONN_PARKED && c->out_bytes < DS_OUT_HIGH && !c->close_after_write;
+    bool reading = c->state != CONN_PARKED && c->out_bytes < DS_OUT_HIGH && !c->close_after_write &&
+                   !c->bulk_in;
     if (reading) ev |= EPOLLIN;
     if (reading || c->state == CONN_PARKED) ev |= EPOLLRDHUP;
     if (c->out_head && c->bulk_out == NULL) ev |= EPOLLOUT;
@@ -159,8 +162,10 @@ void ds__conn_bulk_done(ds_conn_t *c, ds_out_t *o, uint64_t sent, int err)
     c->bulk_out = NULL;
     net->ctr.bytes_out += sent;
     if (c->state == CONN_CLOSED) {
-        /* Closed meanwhile: the socket and the connection waited for this. */
+        /* Closed meanwhile: the socket and the connection waited for this
+         * (and for the receiver thread's job, if it has one). */
         free_out(net, o);
+        if (c->bulk_in) return;
         close(c->io.fd);
         if (!c->queued) {
             c->next = net->dead;
@@ -197,9 +202,9 @@ void ds__conn_close(ds_conn_t *c, const char *why)
     /* The lane says so before the socket does. */
     ds__lane_close(c);
     ds__loop_del(net->loop, &c->io);
-    /* The sender thread may be writing this socket: shut it down to fail
-     * that write; it is closed when the frame comes back. */
-    if (c->bulk_out)
+    /* The sender or receiver thread may be using this socket: shut it down
+     * to fail its next write or read; it is closed when its job comes back. */
+    if (c->bulk_out || c->bulk_in)
         shutdown(c->io.fd, SHUT_RDWR);
     else
         close(c->io.fd);
@@ -211,7 +216,9 @@ void ds__conn_close(ds_conn_t *c, const char *why)
         d->session = NULL;
         if (d->cancel_) d->cancel_(d, d->cancel_ctx_);
     }
-    if (c->data_done) {
+    /* The receiver thread may still be writing the SET's sinks: they are
+     * let go when its job comes back (ds__conn_brecv_done). */
+    if (c->data_done && !c->bulk_in) {
         ds_req_data_fn done = c->data_done;
         c->data_done = NULL;
         done(c->data_ctx, NULL);
@@ -225,6 +232,8 @@ void ds__conn_close(ds_conn_t *c, const char *why)
         if (o != c->bulk_out) free_out(net, o);
     }
     c->out_tail = NULL;
+    ds__guard_untrack(c);
+    ds__guard_uncharge(c);
     if (c->session && --c->session->nconns == 0) ds__session_free(net, c->session);
     c->session = NULL;
     if (c->prev)
@@ -236,7 +245,7 @@ void ds__conn_close(ds_conn_t *c, const char *why)
     resume_listeners(net);
     /* On the ready list it stays until the list is walked: skipped there as
      * closed, and freed only after. */
-    if (c->bulk_out || c->queued) return;
+    if (c->bulk_out || c->bulk_in || c->queued) return;
     c->next = net->dead;
     net->dead = c;
 }
@@ -497,7 +506,7 @@ static void meta_complete(ds_conn_t *c)
         ds__hello(c);
     else if (c->h.opcode == DS_OP_LANE)
         ds__lane_open(c, &c->cur);
-    else
+    else if (c->h.opcode != DS_OP_SET || ds__guard_set_admit(c))
         net->dispatch(net->dispatch_ctx, &c->cur);
     request_handled(c);
     if (c->state == CONN_READ_DATA && c->sinks && c->sink_idx == c->nsinks && c->skip == 0) {
@@ -553,6 +562,8 @@ static void header_complete(ds_conn_t *c)
     c->state = CONN_READ_META;
 }
 
+static void data_finish(ds_conn_t *c);
+
 /* n more data bytes were taken (into the current sink, or skipped): move on,
  * and hand the SET back to its handler once every value has arrived. */
 static void data_advance(ds_conn_t *c, uint64_t n)
@@ -568,6 +579,12 @@ static void data_advance(ds_conn_t *c, uint64_t n)
         c->sink_off = 0;
     }
     if (c->sink_idx < c->nsinks) return;
+    data_finish(c);
+}
+
+/* Every value of the SET has arrived: back to its handler. */
+static void data_finish(ds_conn_t *c)
+{
     ds_req_data_fn done = c->data_done;
     c->data_done = NULL;
     c->sinks = NULL;
@@ -633,6 +650,29 @@ static void consume(ds_conn_t *c)
     }
 }
 
+/* Data bytes the SET still expects, counted up to DS_BRECV_MIN. */
+static uint64_t data_left(const ds_conn_t *c)
+{
+    if (c->sinks == NULL) return c->skip;
+    uint64_t left = 0;
+    for (uint32_t i = c->sink_idx; i < c->nsinks && left < DS_BRECV_MIN; i++)
+        left += c->sinks[i].len - (i == c->sink_idx ? c->sink_off : 0);
+    return left;
+}
+
+/* Hands the rest of a large data section to the receiver thread once the
+ * read buffer holds none of it; true when the thread took it. */
+static bool data_to_thread(ds_conn_t *c)
+{
+    conn_full_t *f = full(c);
+    if (c->bulk_in || c->state != CONN_READ_DATA || f->rpos != f->rlen || c->net->brecv == NULL ||
+        data_left(c) < DS_BRECV_MIN || !ds__brecv_take(c->net->brecv, c))
+        return false;
+    c->bulk_in = true;
+    c->net->ctr.bulk_receives++;
+    return true;
+}
+
 /* Reads and handles what the client sent, within the turn's budgets. */
 static void read_input(ds_conn_t *c)
 {
@@ -644,6 +684,7 @@ static void read_input(ds_conn_t *c)
         consume(c);
         if (c->state == CONN_CLOSED || c->state == CONN_PARKED || c->close_after_write) break;
         if (budget == 0 || c->out_bytes >= DS_OUT_HIGH) break;
+        if (data_to_thread(c)) break;
         ssize_t r;
         uint64_t want = 0;
         uint8_t *dst = c->state == CONN_READ_DATA ? data_dest(c, &want) : NULL;
@@ -697,6 +738,62 @@ static void process_input(ds_conn_t *c)
     }
 }
 
+static void on_io(void *ctx, uint32_t events);
+
+void ds__conn_brecv_done(ds_conn_t *c, uint64_t got, int err)
+{
+    ds_net_t *net = c->net;
+    c->bulk_in = false;
+    net->ctr.bytes_in += got;
+    if (c->state == CONN_CLOSED) {
+        /* Closed meanwhile: the SET's sinks, the socket and the connection
+         * waited for this (and for the sender thread's frame, if any). */
+        if (c->data_done) {
+            ds_req_data_fn done = c->data_done;
+            c->data_done = NULL;
+            done(c->data_ctx, NULL);
+        }
+        if (c->bulk_out) return;
+        close(c->io.fd);
+        if (!c->queued) {
+            c->next = net->dead;
+            net->dead = c;
+        }
+        return;
+    }
+    if (c->io_off) {
+        c->io_off = false;
+        if (ds__loop_add(net->loop, &c->io, c->io.fd, 0, on_io, c) != 0 && err == 0) err = errno;
+    }
+    if (err) {
+        ds__conn_close(c, err == EPIPE ? "peer closed" : strerror(err));
+        return;
+    }
+    /* All of the data section is in: the SET goes back to its handler and
+     * the connection reads on, as if the loop had read it. */
+    c->in_input = true;
+    if (c->sinks) {
+        c->sink_idx = c->nsinks;
+        c->sink_off = 0;
+        data_finish(c);
+    } else {
+        c->skip = 0;
+        c->state = CONN_READ_HEADER;
+    }
+    c->in_input = false;
+    if (c->state == CONN_READ_HEADER) {
+        process_input(c);
+        return;
+    }
+    if (c->state == CONN_CLOSED) return;
+    if (c->flush_after_input) {
+        c->flush_after_input = false;
+        flush_out(c);
+    } else {
+        update_interest(c);
+    }
+}
+
 int ds__conn_feed(ds_conn_t *c, const uint8_t *p, uint32_t n)
 {
     conn_full_t *f = full(c);
@@ -731,6 +828,17 @@ static void on_io(void *ctx, uint32_t events)
     if (events & EPOLLOUT) flush_out(c);
     if (c->state == CONN_CLOSED) return;
     if (events & (EPOLLIN | EPOLLHUP | EPOLLERR | EPOLLRDHUP)) {
+        if (c->bulk_in) {
+            /* The receiver thread reads this socket and sees the hang-up
+             * itself, after the data before it. epoll reports a hang-up
+             * whatever the interest, level-triggered: the socket leaves the
+             * loop's set until the job is back, or the loop would spin. */
+            if (events & (EPOLLHUP | EPOLLERR)) {
+                ds__loop_del(c->net->loop, &c->io);
+                c->io_off = true;
+            }
+            return;
+        }
         if (c->state == CONN_PARKED) {
             /* Parked: only notice a hang-up; pending input stays queued. */
             if (events & (EPOLLHUP | EPOLLERR | EPOLLRDHUP))
@@ -767,7 +875,7 @@ void ds__net_after_event(void *ctx)
         list = c->ready_next;
         c->queued = false;
         if (c->state == CONN_CLOSED) {
-            if (c->bulk_out == NULL) {
+            if (c->bulk_out == NULL && !c->bulk_in) {
                 c->next = net->dead;
                 net->dead = c;
             }
@@ -797,7 +905,8 @@ static void reject(ds_net_t *net, int fd)
     /* Tell the client why before closing; best effort. */
     ds_wbuf_t w;
     ds__wbuf_init(&w);
-    ds__wbuf_cstr(&w, "worker has reached its connection limit (70 per --max_client_num)");
+    ds__wbuf_cstr(&w, "worker has reached its connection limit (" DS_STRINGIFY(
+                          DS_CONNS_PER_CLIENT) " per --max_client_num)");
     uint8_t hdr[DS_WIRE_HEADER_LEN];
     ds_wire_header_t h = {.magic = DS_WIRE_MAGIC,
                           .version = DS_WIRE_VERSION,
@@ -843,8 +952,11 @@ static void on_accept(void *ctx, uint32_t events)
             return;
         }
         /* --max_client_num bounds clients (sessions, checked at HELLO); each
-         * client may open a pool of connections, bounded here. */
-        if (net->nconns >= net->max_clients * DS_CONNS_PER_CLIENT) {
+         * client may open a pool of connections, bounded here, where those
+         * that have not said HELLO give way (guard.c). */
+        uint8_t peer[17];
+        ds__guard_peer(fd, l->is_unix, peer);
+        if (!ds__guard_admit(net, peer)) {
             reject(net, fd);
             continue;
         }
@@ -876,6 +988,8 @@ static void on_accept(void *ctx, uint32_t events)
         net->conns = c;
         net->nconns++;
         net->ctr.conns_accepted++;
+        memcpy(c->peer, peer, sizeof(c->peer));
+        ds__guard_track(c);
     }
 }
 
@@ -890,8 +1004,8 @@ int ds__net_listen(ds_net_t *net, ds_listener_t *l, int fd, bool is_unix)
 
 uint64_t ds__net_tick(ds_net_t *net, uint64_t now_ms)
 {
-    if (net->accept_retry_ms == 0) return 0;
-    if (now_ms < net->accept_retry_ms) return net->accept_retry_ms;
-    resume_listeners(net);
-    return 0;
+    uint64_t hs = ds__guard_tick(net, now_ms);
+    if (net->accept_retry_ms && now_ms >= net->accept_retry_ms) resume_listeners(net);
+    uint64_t ar = net->accept_retry_ms;
+    return ar == 0 ? hs : hs == 0 || ar < hs ? ar : hs;
 }

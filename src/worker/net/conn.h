@@ -1,6 +1,6 @@
-/* Private to the connection layer (conn.c, request.c, hello.c, bulk.c): one
- * client connection and its state machine. Nothing outside src/worker/net
- * includes this header. */
+/* Private to the connection layer (conn.c, request.c, hello.c, guard.c,
+ * bulk.c, bulk_recv.c): one client connection and its state machine.
+ * Nothing outside src/worker/net includes this header. */
 #ifndef DS_WORKER_NET_CONN_H
 #define DS_WORKER_NET_CONN_H
 
@@ -62,6 +62,21 @@ struct ds_conn {
      * written meanwhile, and a closed connection is freed only once it is
      * back. */
     ds_out_t *bulk_out;
+    /* guard.c: while HELLO is not complete the connection is on the net's
+     * handshake list (hs_on), since hs_since_ms; peer names who it is for
+     * the per-peer cap (TCP address or Unix uid). charged: data bytes of
+     * its SET counted in the session's in-flight bytes until answered. */
+    ds_conn_t *hs_prev, *hs_next;
+    bool hs_on;
+    uint64_t hs_since_ms;
+    uint8_t peer[17];
+    uint64_t charged;
+    /* The bulk receiver thread (bulk_recv.c) is reading the rest of its
+     * SET's data section: the loop reads nothing on it meanwhile, and a
+     * closed connection is freed (and the SET's sinks let go) only once the
+     * job is back. */
+    bool bulk_in;
+    bool io_off; /* out of the loop's epoll set while bulk_in (a hang-up) */
     /* Its request lane (lane.c): lane index + 1, 0 = none; the last request
      * sequence number seen there and the lane's generation; lane_wait while
      * the answer to a lane request is due (it goes into the lane). */
@@ -99,5 +114,39 @@ ds_bulk_t *ds__bulk_new(ds_loop_t *loop, char *err, size_t err_cap);
 void ds__bulk_free(ds_bulk_t *b);
 /* Hands c's head frame o to the thread; false when it cannot take it. */
 bool ds__bulk_send(ds_bulk_t *b, ds_conn_t *c, ds_out_t *o);
+
+/* guard.c: limits on connections that have not said HELLO, and on a
+ * session's in-flight SET bytes. */
+/* Makes room for a connection being accepted from peer (closing the oldest
+ * connections waiting for HELLO as the caps say); false when the worker
+ * is at its connection limit with no such connection to close. */
+bool ds__guard_admit(ds_net_t *net, const uint8_t peer[17]);
+/* The peer key of an accepted socket. */
+void ds__guard_peer(int fd, bool is_unix, uint8_t peer[17]);
+/* c was accepted: it waits for HELLO from now on. */
+void ds__guard_track(ds_conn_t *c);
+/* c completed HELLO, or is closing: off the handshake list. */
+void ds__guard_untrack(ds_conn_t *c);
+/* Closes connections past the handshake deadline; the next deadline or 0. */
+uint64_t ds__guard_tick(ds_net_t *net, uint64_t now_ms);
+/* A SET with a data section is about to run on c: counts its bytes in the
+ * session's in-flight bytes, or answers it with the quota error and
+ * returns false (its data section is then skipped). */
+bool ds__guard_set_admit(ds_conn_t *c);
+/* c's charged request was answered or ended, or c is closing. */
+void ds__guard_uncharge(ds_conn_t *c);
+
+/* bulk_recv.c: the receiver thread for large SET data sections */
+ds_brecv_t *ds__brecv_new(ds_loop_t *loop, char *err, size_t err_cap);
+/* Stops the thread; every job it held comes back through
+ * ds__conn_brecv_done (failed when unfinished). */
+void ds__brecv_free(ds_brecv_t *b);
+/* Hands the rest of c's data section (its sinks from the current one on,
+ * or its bytes to skip) to the thread; false when it cannot take it (the
+ * loop reads on). */
+bool ds__brecv_take(ds_brecv_t *b, ds_conn_t *c);
+/* The thread is done with c's data section: err is 0 when all of it
+ * arrived, else an errno (EPIPE when the peer closed first). */
+void ds__conn_brecv_done(ds_conn_t *c, uint64_t got, int err);
 
 #endif

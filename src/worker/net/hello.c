@@ -142,6 +142,7 @@ void ds__hello(ds_conn_t *c)
     s->nconns++;
     c->session = s;
     c->hello_done = true;
+    ds__guard_untrack(c);
     const ds_hello_info_t *hi = &net->hello;
     bool grant = want_shm && c->is_unix && hi->arena_fd >= 0;
     if (grant) s->shm = true;

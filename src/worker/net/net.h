@@ -4,7 +4,7 @@
  * request goes to the dispatch callback the worker registers.
  *
  * Threading: the event loop's thread only, except the sender thread of
- * bulk.c (see ../THREADS.md). */
+ * bulk.c and the receiver thread of bulk_recv.c (see ../THREADS.md). */
 #ifndef DS_WORKER_NET_NET_H
 #define DS_WORKER_NET_NET_H
 
@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "common/wire.h"
+#include "worker/net/limits.h"
 #include "worker/net/loop.h"
 #include "worker/net/request.h"
 #include "worker/net/session.h"
@@ -34,23 +35,29 @@
  * included), so that answer costs no hand-off to the sender thread and back:
  * two thread wake-ups, which can cost more than the copy itself. */
 #define DS_BULK_DIRECT (DS_BULK_MIN + (64u << 10))
+/* A SET's data section with at least this many bytes still to come, once
+ * the read buffer holds none of it, is received by the receiver thread
+ * (bulk_recv.c): the loop's first read (with the frame's header) and a
+ * value of up to about this size stay on the loop, where the hand-off
+ * would cost more than the copy. */
+#define DS_BRECV_MIN DS_BULK_MIN
 /* The most a loop turn writes directly of large frames, all connections
  * together; past it they go to the sender thread at once, so many
  * concurrent large answers do not hold the loop up either. */
 #define DS_BULK_DIRECT_TURN (2u * DS_BULK_DIRECT)
-/* The client library's pool (64) plus its anchor, with room. */
-#define DS_CONNS_PER_CLIENT 70
 #define DS_WORKER_ID_HEX 16
 
 typedef struct ds_conn ds_conn_t;
 typedef struct ds_bulk ds_bulk_t;
 typedef struct ds_lanes ds_lanes_t;
+typedef struct ds_brecv ds_brecv_t;
 
 typedef struct {
     uint64_t ops[DS_OP__MAX];
     uint64_t errors[DS_OP__MAX];
     uint64_t bytes_in, bytes_out;
     uint64_t socket_writes; /* the loop's writes of answers to client sockets */
+    uint64_t bulk_receives; /* SET data sections handed to the receiver thread */
     /* --busy_poll_us: events the loop caught while polling, and the time it
      * spent polling. */
     uint64_t poll_hits, poll_ns;
@@ -63,6 +70,10 @@ typedef struct {
     uint64_t lane_parts;    /* moves of the loop off a lane client's CPU (DS_LANE_PART_NS) */
     uint64_t lane_wakes;    /* lane answers whose client slept: woken with a futex wake */
     uint64_t conns_accepted, conns_rejected, protocol_errors, auth_failures, accept_errors;
+    /* guard.c: connections closed for not completing HELLO in time, closed to
+     * make room for a newer one while waiting for HELLO, and SETs refused
+     * for their session's in-flight bytes. */
+    uint64_t handshake_timeouts, handshake_evictions, inflight_refusals;
 } ds_net_counters_t;
 
 /* What HELLO tells a client about this worker. */
@@ -89,6 +100,7 @@ struct ds_net {
     ds_loop_t *loop;
     ds_store_t *store; /* answers hold object references */
     ds_bulk_t *bulk;
+    ds_brecv_t *brecv; /* the bulk receiver thread (bulk_recv.c) */
     ds_lanes_t *lanes; /* request lanes (lane.h); NULL = none */
     /* The last request handled came through a lane: the loop's placement
      * beside that lane's client matters only then (ds__lanes_shared_cpu). */
@@ -106,6 +118,17 @@ struct ds_net {
 
     uint64_t max_data;
     uint32_t max_clients;
+    /* guard.c: connections that have not completed HELLO are closed after
+     * handshake_ms (0 = never); at most hs_max of them wait at once, at most
+     * hs_max_peer from one peer (TCP address, Unix uid), the oldest making
+     * room for a new one. A session's SETs being received or not yet
+     * answered hold at most inflight_max data bytes (0 = no cap), beyond
+     * its first. */
+    uint64_t handshake_ms;
+    uint32_t hs_max, hs_max_peer;
+    uint64_t inflight_max;
+    ds_conn_t *hs_head, *hs_tail; /* waiting for HELLO, oldest first */
+    uint32_t nhs;
     char auth_token[256]; /* empty = none */
     ds_hello_info_t hello;
 

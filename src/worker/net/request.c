@@ -26,6 +26,7 @@ static void end_deferred(ds_req_t *d)
 {
     ds_conn_t *c = d->conn_;
     if (c) {
+        ds__guard_uncharge(c);
         c->deferred = NULL;
         ds__conn_make_ready(c);
     }
@@ -74,6 +75,7 @@ void ds__req_reply(ds_req_t *r, ds_status_t st, const ds_wbuf_t *w, const struct
         for (uint32_t i = 0; i < nrefs; i++)
             ds__store_unref(r->net_->store, refs[i]);
     } else {
+        ds__guard_uncharge(c);
         observe(r);
         ds_wbuf_t tw;
         uint8_t tw_room[DS_REPLY_ROOM];
@@ -187,6 +189,8 @@ int ds__net_init(ds_net_t *net, char *err, size_t err_cap)
 {
     net->bulk = ds__bulk_new(net->loop, err, err_cap);
     if (net->bulk == NULL) return -1;
+    net->brecv = ds__brecv_new(net->loop, err, err_cap);
+    if (net->brecv == NULL) return -1;
     ds__loop_set_after(net->loop, ds__net_after_event, net);
     ds__net_turn(net);
     return 0;
@@ -210,6 +214,8 @@ bool ds__net_output_pending(const ds_net_t *net)
 
 void ds__net_destroy(ds_net_t *net)
 {
+    ds__brecv_free(net->brecv); /* hands back every job it held */
+    net->brecv = NULL;
     ds__bulk_free(net->bulk); /* hands back every frame it held */
     net->bulk = NULL;
     while (net->conns)

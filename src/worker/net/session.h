@@ -45,6 +45,9 @@ struct ds_session {
     uint32_t spaces; /* live reservations (DS_OBJ_RESERVED slots), see ops_set.c */
     char *ucx_addr;  /* the UCX address this session registered and the worker vetted (UCX_ADDR) */
     uint64_t pins_off; /* its readers' pin table in the arena (store.h); 0 = none */
+    /* Data bytes of its SETs being received or not yet answered, all its
+     * connections together (guard.c). */
+    uint64_t inflight;
 };
 
 /* A new session with a random id and key; NULL when out of memory or

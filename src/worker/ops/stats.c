@@ -60,6 +60,10 @@ char *ds__server_stats_json(ds_server_t *srv)
     cJSON_AddNumberToObject(cl, "rejected", (double)srv->net.ctr.conns_rejected);
     cJSON_AddNumberToObject(cl, "protocol_errors", (double)srv->net.ctr.protocol_errors);
     cJSON_AddNumberToObject(cl, "auth_failures", (double)srv->net.ctr.auth_failures);
+    cJSON_AddNumberToObject(cl, "awaiting_hello", srv->net.nhs);
+    cJSON_AddNumberToObject(cl, "handshake_timeouts", (double)srv->net.ctr.handshake_timeouts);
+    cJSON_AddNumberToObject(cl, "handshake_evictions", (double)srv->net.ctr.handshake_evictions);
+    cJSON_AddNumberToObject(cl, "inflight_refusals", (double)srv->net.ctr.inflight_refusals);
     cJSON_AddNumberToObject(root, "subscriptions_waiting", srv->subs.count);
     cJSON *ops = cJSON_AddObjectToObject(root, "operations");
     cJSON *errs = cJSON_AddObjectToObject(root, "errors");
@@ -72,6 +76,7 @@ char *ds__server_stats_json(ds_server_t *srv)
     cJSON_AddNumberToObject(root, "bytes_in", (double)srv->net.ctr.bytes_in);
     cJSON_AddNumberToObject(root, "bytes_out", (double)srv->net.ctr.bytes_out);
     cJSON_AddNumberToObject(root, "socket_writes", (double)srv->net.ctr.socket_writes);
+    cJSON_AddNumberToObject(root, "bulk_receives", (double)srv->net.ctr.bulk_receives);
     cJSON_AddNumberToObject(root, "lane_requests", (double)srv->net.ctr.lane_requests);
     cJSON_AddNumberToObject(root, "lane_parts", (double)srv->net.ctr.lane_parts);
     cJSON_AddNumberToObject(root, "lane_wakes", (double)srv->net.ctr.lane_wakes);
