@@ -1,7 +1,7 @@
 /* Read latches (Yuanrong's ReadOnlyBuffer.rlatch / unrlatch): a session
  * holds a latch on a key for a timeout, and a writer of that key (SET,
  * PUBLISH, DEL) waits until no live latch is left on it, then proceeds.
- * Waiting is a deferred request (ds__req_defer) on a waiter list, resumed
+ * Waiting is a parked request (ds__req_park) on a waiter list, resumed
  * when a latch is released, times out, or its session ends; nothing polls
  * and the loop never blocks.
  *
@@ -114,7 +114,7 @@ bool ds__latch_park(ds_server_t *srv, ds_req_t *r, const char *const *keys, cons
         w->lens[i] = lens[i];
         w->n = i + 1;
     }
-    ds_req_t *d = ok ? ds__req_defer(r, on_cancel, w) : NULL;
+    ds_req_t *d = ok ? ds__req_park(r, on_cancel, w) : NULL;
     if (d == NULL) {
         /* Out of memory: the write goes ahead rather than waiting forever. */
         if (w) waiter_free(w);
@@ -134,7 +134,9 @@ bool ds__latch_park(ds_server_t *srv, ds_req_t *r, const char *const *keys, cons
 }
 
 /* Resumes every waiter none of whose keys is latched any more. A resumed
- * writer may not add latches, so one pass suffices. */
+ * writer may not add latches, so one pass suffices. Each resumed request is
+ * unparked first: its waiter (the cancel callback's context) is freed here,
+ * and whoever parks it next (the disk, the cluster) gives its own. */
 static void wake(ds_server_t *srv, uint64_t now)
 {
     struct ds_latches *L = srv->latches;
@@ -155,6 +157,7 @@ static void wake(ds_server_t *srv, uint64_t now)
     while (ready) {
         waiter_t *w = ready;
         ready = w->next;
+        ds__req_unpark(w->d);
         w->resume(srv, w->d, w->ctx);
         waiter_free(w);
     }

@@ -26,7 +26,7 @@ typedef struct ds_server ds_server_t;
 struct cJSON;
 
 /* What a cluster takes over (NULL hooks: standalone). Each hook answers r
- * (at once, or later through ds__req_defer). */
+ * (at once, or later through ds__req_park). */
 typedef struct {
     /* A GET whose keys may live on other workers. */
     void (*get)(ds_server_t *srv, ds_req_t *r, int32_t wait_ms, uint8_t flags,
