@@ -391,11 +391,25 @@ static void test_latch_limits(void **state)
     still_serving();
 }
 
-/* Flags out of range are refused at start. */
+/* The flags' ranges: their ends start a worker, values past them do not. */
 static void test_latch_flag_limits(void **state)
 {
     (void)state;
     if (getenv("DS_TEST_WORKER")) skip(); /* starts its own workers */
+    assert_int_equal(dst_worker_start(&W, 16,
+                                      "--max_read_latches_per_client 1 --max_read_latches 1 "
+                                      "--max_read_latch_timeout_ms 2147483647"),
+                     0);
+    ds_client_t *c = client(0);
+    const char *keys[2] = {"a", "b"};
+    put(c, "a", "v", DS_WRITE_NONE_L2_CACHE);
+    put(c, "b", "v", DS_WRITE_NONE_L2_CACHE);
+    ds_status_t st[2];
+    assert_int_equal(ds_kv_rlatch(c, 2, keys, INT32_MAX, st), DS_K_OUT_OF_MEMORY);
+    assert_int_equal(st[0], DS_K_OK);
+    assert_int_equal(st[1], DS_K_OUT_OF_MEMORY);
+    ds_client_close(c);
+    assert_int_equal(dst_worker_stop(&W), 0);
     assert_int_equal(dst_worker_start(&W, 16, "--max_read_latches_per_client 0"), -1);
     assert_int_equal(dst_worker_start(&W, 16, "--max_read_latches -1"), -1);
     assert_int_equal(dst_worker_start(&W, 16, "--max_read_latch_timeout_ms 0"), -1);
