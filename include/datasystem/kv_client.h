@@ -250,10 +250,13 @@ DS_EXPORT ds_status_t ds_kv_read(ds_client_t *c, size_t n, const ds_read_param_t
 /* ---- read latches (Yuanrong's ReadOnlyBuffer.rlatch / unrlatch) ---- */
 
 /* Takes a read latch on each key for this client's session, held until
- * released or until timeout_ms passes (1..INT32_MAX). While a key is
- * latched, a set, publish or delete of it waits for the latch to go (then
- * proceeds). Latches are released when the client closes. statuses[i] (may
- * be NULL): DS_K_NOT_FOUND for a missing key. DS_K_OK when all succeeded. */
+ * released or until timeout_ms passes (1..the worker's
+ * --max_read_latch_timeout_ms, 600000 by default; longer: DS_K_INVALID).
+ * While a key is latched, a set, publish or delete of it waits for the
+ * latch to go (then proceeds). Latches are released when the client closes.
+ * statuses[i] (may be NULL): DS_K_NOT_FOUND for a missing key,
+ * DS_K_OUT_OF_MEMORY past the worker's --max_read_latches_per_client or
+ * --max_read_latches. DS_K_OK when all succeeded. */
 DS_EXPORT ds_status_t ds_kv_rlatch(ds_client_t *c, size_t n, const char *const *keys,
                                    int32_t timeout_ms, ds_status_t *statuses);
 /* Releases one latch this client holds on each key (none: DS_K_NOT_FOUND). */

@@ -123,6 +123,13 @@ static const flag_def_t flags[] = {
     INT(max_pending_subscriptions_per_client, 0, 0, 100000000,
         "most keys one client session waits on by subscribe-gets, so one client cannot take "
         "every slot; 0 = a quarter of --max_pending_subscriptions"),
+    INT(max_read_latches_per_client, 10000, 1, 100000000,
+        "most read latches one client (session) holds; past it RLATCH answers K_OUT_OF_MEMORY"),
+    INT(max_read_latches, 100000, 1, 100000000,
+        "most read latches the worker holds for all clients; past it RLATCH answers "
+        "K_OUT_OF_MEMORY"),
+    INT(max_read_latch_timeout_ms, 600000, 1, INT32_MAX,
+        "longest timeout a read latch may ask for; a longer one is K_INVALID"),
     INT(metrics_port, 0, 0, 65535,
         "port of the Prometheus /metrics endpoint on the worker host; 0 = off"),
     YSTR(l2_cache_type, "none",

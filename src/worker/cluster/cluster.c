@@ -237,8 +237,10 @@ static void pend_done(ds_pend_t *p)
         ; /* answered when it could not be deferred */
     else if (ds__req_gone(p->req))
         ds__req_drop(p->req); /* the client left: nobody to answer */
-    else
+    else {
+        ds__req_unpark(p->req);
         p->finish(p);
+    }
     ds__pend_free(p);
 }
 
@@ -247,11 +249,7 @@ void ds__pend_start(ds_pend_t *p)
     if (p->outstanding > 0) {
         /* Its jobs finish (and free what they hold) even if the client
          * leaves meanwhile; the answer then goes nowhere. */
-        ds_req_t *d = p->req;
-        if (ds__req_is_deferred(d)) /* e.g. a write-through answer held until durable */
-            ds__req_rearm(d, NULL, NULL);
-        else
-            d = ds__req_defer(p->req, NULL, NULL);
+        ds_req_t *d = ds__req_park(p->req, NULL, NULL);
         if (d) {
             p->req = d;
             return;

@@ -97,7 +97,7 @@ void ds__cluster_ucx_pull(ds_server_t *srv, ds_req_t *r)
         return;
     }
     pull_send_t *s = calloc(1, sizeof(*s));
-    ds_req_t *d = s ? ds__req_defer(r, NULL, NULL) : NULL;
+    ds_req_t *d = s ? ds__req_park(r, NULL, NULL) : NULL;
     if (d == NULL) {
         free(s);
         ds__req_error(r, DS_K_OUT_OF_MEMORY, "out of memory");

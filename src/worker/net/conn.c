@@ -546,7 +546,7 @@ static void header_complete(ds_conn_t *c)
         /* All of it is in the read buffer (the usual case): the handler
          * reads it there. The buffer is refilled only after the handler
          * returned; a request that is deferred takes a copy
-         * (ds__req_defer). */
+         * (ds__req_park). */
         c->meta = f->rbuf + f->rpos;
         c->meta_owned = false;
         f->rpos += c->h.meta_len;

@@ -115,8 +115,13 @@ void ds__req_error(ds_req_t *r, ds_status_t st, const char *fmt, ...)
     ds__wbuf_free(&w);
 }
 
-ds_req_t *ds__req_defer(ds_req_t *r, ds_req_cancel_fn cancel, void *ctx)
+ds_req_t *ds__req_park(ds_req_t *r, ds_req_cancel_fn cancel, void *ctx)
 {
+    if (r->deferred_) {
+        r->cancel_ = cancel;
+        r->cancel_ctx_ = ctx;
+        return r;
+    }
     ds_conn_t *c = r->conn_;
     ds_req_t *d = malloc(sizeof(*d));
     if (d == NULL) return NULL;
@@ -148,10 +153,10 @@ ds_req_t *ds__req_defer(ds_req_t *r, ds_req_cancel_fn cancel, void *ctx)
     return d;
 }
 
-void ds__req_rearm(ds_req_t *d, ds_req_cancel_fn cancel, void *ctx)
+void ds__req_unpark(ds_req_t *d)
 {
-    d->cancel_ = cancel;
-    d->cancel_ctx_ = ctx;
+    d->cancel_ = NULL;
+    d->cancel_ctx_ = NULL;
 }
 
 void ds__req_drop(ds_req_t *d)

@@ -5,16 +5,23 @@
  *
  * A request is handled in one of three ways:
  *  - answered at once, from its handler: ds__req_reply / ds__req_error;
- *  - deferred: ds__req_defer hands back a request object of its own that the
- *    handler keeps (a subscribe-wait, a cluster operation waiting for peers).
- *    The connection reads nothing more until that request is ended by exactly
- *    one ds__req_reply, ds__req_error or ds__req_drop. Ending it queues the
- *    answer and puts the connection on the ready list; the event loop resumes
- *    it (writes, then reads its pipelined requests) after the current event,
- *    never from inside the handler that ended it (Redis's unblocked-clients
- *    queue). If the connection closes first, the cancel callback given to
- *    ds__req_defer runs once; the request stays valid until its owner ends
- *    it, and an answer to it is then simply dropped;
+ *  - parked: ds__req_park hands back a request object of its own that the
+ *    handler keeps (a subscribe-wait, a write waiting for a read latch or
+ *    the disk, a cluster operation waiting for peers). The connection reads
+ *    nothing more until that request is ended by exactly one ds__req_reply,
+ *    ds__req_error or ds__req_drop. Ending it queues the answer and puts the
+ *    connection on the ready list; the event loop resumes it (writes, then
+ *    reads its pipelined requests) after the current event, never from
+ *    inside the handler that ended it (Redis's unblocked-clients queue). If
+ *    the connection closes first, the cancel callback given to the last
+ *    ds__req_park runs once; the request stays valid until its owner ends
+ *    it, and an answer to it is then simply dropped.
+ *    An owner that hands its parked request on (resumes the waiting handler
+ *    with it) first calls ds__req_unpark, which clears the cancel callback
+ *    and its context: the context is usually freed with the owner's waiter,
+ *    so a handler that parks the request again must give its own, and one
+ *    whose connection closes while nobody holds it parked is only marked
+ *    gone (ds__req_gone);
  *  - for SET, the data section: ds__req_recv_data names where each value's
  *    bytes go, and the connection calls back once they have all arrived. */
 #ifndef DS_WORKER_NET_REQUEST_H
@@ -90,18 +97,21 @@ void ds__req_log(const ds_req_t *r, int level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 typedef void (*ds_req_cancel_fn)(ds_req_t *d, void *ctx);
-/* Defers the handler's request r: returns the request to keep (r itself
- * must not be used after), or NULL when out of memory (r is then still the
- * handler's to answer). The deferred request owns a copy of the metadata. */
-ds_req_t *ds__req_defer(ds_req_t *r, ds_req_cancel_fn cancel, void *ctx);
-/* A deferred request handed from one waiter to the next: cancel(d, ctx)
- * replaces the callback given to ds__req_defer. */
-void ds__req_rearm(ds_req_t *d, ds_req_cancel_fn cancel, void *ctx);
-/* Ends a deferred request without an answer (its connection resumes). */
+/* Parks r with cancel(d, ctx) (cancel may be NULL): the handler's request
+ * is deferred (the parked request owns a copy of the metadata), and one
+ * parked already (handed on by ds__req_unpark) gets cancel and ctx in place
+ * of whatever it had. Returns the request to keep (r itself must not be
+ * used after), or NULL when out of memory (r is then still the handler's to
+ * answer). */
+ds_req_t *ds__req_park(ds_req_t *r, ds_req_cancel_fn cancel, void *ctx);
+/* The owner of parked request d hands it on: its cancel callback and
+ * context are cleared (see above). d stays deferred. */
+void ds__req_unpark(ds_req_t *d);
+/* Ends a parked request without an answer (its connection resumes). */
 void ds__req_drop(ds_req_t *d);
-/* The deferred request's connection has closed: answers go nowhere. */
+/* The parked request's connection has closed: answers go nowhere. */
 bool ds__req_gone(const ds_req_t *d);
-/* r is a deferred request (ds__req_defer's, or one handed to a resume). */
+/* r is a parked request (ds__req_park's, or one handed on to a resume). */
 bool ds__req_is_deferred(const ds_req_t *r);
 
 /* done(ctx, r) once every sink is full; done(ctx, NULL) if the connection

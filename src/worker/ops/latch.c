@@ -1,31 +1,29 @@
 /* Read latches (Yuanrong's ReadOnlyBuffer.rlatch / unrlatch): a session
  * holds a latch on a key for a timeout, and a writer of that key (SET,
  * PUBLISH, DEL) waits until no live latch is left on it, then proceeds.
- * Waiting is a deferred request (ds__req_defer) on a waiter list, resumed
- * when a latch is released, times out, or its session ends; nothing polls
- * and the loop never blocks.
+ * Waiting is a parked request (ds__req_park) on a waiter list, resumed when
+ * a latch is released, times out, or its session ends; nothing polls and
+ * the loop never blocks.
  *
- * Latches are rare and short-lived, so both lists are plain linked lists: a
- * write checks them only when some latch exists (one NULL test otherwise).
- * Latches are this worker's: in a cluster a writer on another worker does not
- * wait (docs/compatibility.md). */
+ * The latches themselves are in a table (latch_tab.h) within the worker's
+ * limits: --max_read_latches_per_client, --max_read_latches, and
+ * --max_read_latch_timeout_ms for one latch's timeout. A write checks only
+ * the keys it writes (one lookup each, and none at all while no latch
+ * exists), so latches on other keys never slow it down. Waiters are few
+ * (one parked request per connection at most) and stay on a plain list.
+ * Latches are this worker's: in a cluster a writer on another worker does
+ * not wait (docs/compatibility.md). */
+#include "worker/ops/latch_tab.h"
 #include "worker/ops/ops_int.h"
 
 #include "common/clock.h"
 #include "common/keys.h"
 #include "common/log.h"
 
+#include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-typedef struct latch {
-    struct latch *next;
-    ds_session_t *sess;
-    uint64_t deadline;
-    uint32_t keylen;
-    char key[];
-} latch_t;
 
 typedef struct waiter {
     struct waiter *next;
@@ -40,26 +38,33 @@ typedef struct waiter {
 } waiter_t;
 
 struct ds_latches {
-    latch_t *latches;
+    ds_latch_tab_t tab;
     waiter_t *waiters;
+    uint32_t nwaiting;
 };
 
 static struct ds_latches *get(ds_server_t *srv)
 {
-    if (srv->latches == NULL) srv->latches = calloc(1, sizeof(*srv->latches));
+    if (srv->latches == NULL) {
+        srv->latches = calloc(1, sizeof(*srv->latches));
+        if (srv->latches)
+            ds__latch_tab_init(&srv->latches->tab, (uint64_t)srv->cfg.max_read_latches_per_client,
+                               (uint64_t)srv->cfg.max_read_latches);
+    }
     return srv->latches;
-}
-
-static bool held(struct ds_latches *L, const char *k, uint32_t kl, uint64_t now)
-{
-    for (latch_t *l = L->latches; l; l = l->next)
-        if (l->deadline > now && l->keylen == kl && memcmp(l->key, k, kl) == 0) return true;
-    return false;
 }
 
 bool ds__latch_any(const ds_server_t *srv)
 {
-    return srv->latches && srv->latches->latches;
+    return srv->latches && ds__latch_tab_count(&srv->latches->tab) > 0;
+}
+
+static bool any_held(const struct ds_latches *L, char *const *keys, const uint32_t *lens,
+                     uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++)
+        if (ds__latch_tab_held(&L->tab, keys[i], lens[i])) return true;
+    return false;
 }
 
 static void waiter_free(waiter_t *w)
@@ -76,6 +81,7 @@ static void unlink_waiter(struct ds_latches *L, waiter_t *w)
     for (waiter_t **pp = &L->waiters; *pp; pp = &(*pp)->next)
         if (*pp == w) {
             *pp = w->next;
+            L->nwaiting--;
             return;
         }
 }
@@ -93,11 +99,10 @@ bool ds__latch_park(ds_server_t *srv, ds_req_t *r, const char *const *keys, cons
                     uint32_t n, ds_latch_resume_fn resume, ds_latch_cancel_fn cancel, void *ctx)
 {
     struct ds_latches *L = srv->latches;
-    if (L == NULL || L->latches == NULL) return false;
-    uint64_t now = ds__now_ms();
+    if (L == NULL || ds__latch_tab_count(&L->tab) == 0) return false;
     bool blocked = false;
     for (uint32_t i = 0; i < n && !blocked; i++)
-        blocked = held(L, keys[i], lens[i], now);
+        blocked = ds__latch_tab_held(&L->tab, keys[i], lens[i]);
     if (!blocked) return false;
     waiter_t *w = calloc(1, sizeof(*w));
     if (w) {
@@ -114,7 +119,7 @@ bool ds__latch_park(ds_server_t *srv, ds_req_t *r, const char *const *keys, cons
         w->lens[i] = lens[i];
         w->n = i + 1;
     }
-    ds_req_t *d = ok ? ds__req_defer(r, on_cancel, w) : NULL;
+    ds_req_t *d = ok ? ds__req_park(r, on_cancel, w) : NULL;
     if (d == NULL) {
         /* Out of memory: the write goes ahead rather than waiting forever. */
         if (w) waiter_free(w);
@@ -128,87 +133,100 @@ bool ds__latch_park(ds_server_t *srv, ds_req_t *r, const char *const *keys, cons
     w->ctx = ctx;
     w->next = L->waiters;
     L->waiters = w;
+    L->nwaiting++;
     ds__req_log(d, DS_LOG_DEBUG, "conn %llu %s waits for a read latch",
                 (unsigned long long)d->conn_id, ds__opcode_name(d->op));
     return true;
 }
 
 /* Resumes every waiter none of whose keys is latched any more. A resumed
- * writer may not add latches, so one pass suffices. */
-static void wake(ds_server_t *srv, uint64_t now)
+ * writer may not add latches, so one pass suffices. Each resumed request is
+ * unparked first: its waiter (the cancel callback's context) is freed here,
+ * and whoever parks it next (the disk, the cluster) gives its own. */
+static void wake(ds_server_t *srv)
 {
     struct ds_latches *L = srv->latches;
     waiter_t *ready = NULL;
     for (waiter_t **pp = &L->waiters; *pp;) {
         waiter_t *w = *pp;
-        bool blocked = false;
-        for (uint32_t i = 0; i < w->n && !blocked; i++)
-            blocked = held(L, w->keys[i], w->lens[i], now);
-        if (blocked) {
+        if (any_held(L, w->keys, w->lens, w->n)) {
             pp = &w->next;
             continue;
         }
         *pp = w->next;
+        L->nwaiting--;
         w->next = ready;
         ready = w;
     }
     while (ready) {
         waiter_t *w = ready;
         ready = w->next;
+        ds__req_unpark(w->d);
         w->resume(srv, w->d, w->ctx);
         waiter_free(w);
     }
 }
 
-/* Drops latches matching (sess, or any when NULL; expired ones always). */
-static bool sweep(struct ds_latches *L, ds_session_t *sess, uint64_t now)
-{
-    bool dropped = false;
-    for (latch_t **pp = &L->latches; *pp;) {
-        latch_t *l = *pp;
-        if (l->deadline <= now || (sess && l->sess == sess)) {
-            *pp = l->next;
-            free(l);
-            dropped = true;
-        } else {
-            pp = &l->next;
-        }
-    }
-    return dropped;
-}
-
 uint64_t ds__latch_expire(ds_server_t *srv, uint64_t now)
 {
     struct ds_latches *L = srv->latches;
-    if (L == NULL || L->latches == NULL) return 0;
-    if (sweep(L, NULL, now)) wake(srv, now);
-    uint64_t next = 0;
-    for (latch_t *l = L->latches; l; l = l->next)
-        if (next == 0 || l->deadline < next) next = l->deadline;
-    return next;
+    if (L == NULL) return 0;
+    uint64_t next = ds__latch_tab_next(&L->tab);
+    if (next == 0 || next > now) return next;
+    if (ds__latch_tab_expire(&L->tab, now) > 0) wake(srv);
+    return ds__latch_tab_next(&L->tab);
 }
 
 void ds__latch_session_end(void *ctx, ds_session_t *s)
 {
     ds_server_t *srv = ctx;
     struct ds_latches *L = srv->latches;
-    if (L == NULL || L->latches == NULL) return;
-    uint64_t now = ds__now_ms();
-    if (sweep(L, s, now)) wake(srv, now);
+    if (L == NULL || ds__latch_tab_count(&L->tab) == 0) return;
+    if (ds__latch_tab_drop_holder(&L->tab, s) > 0) wake(srv);
 }
 
 void ds__latch_destroy(ds_server_t *srv)
 {
     struct ds_latches *L = srv->latches;
     if (L == NULL) return;
-    while (L->latches) {
-        latch_t *l = L->latches;
-        L->latches = l->next;
-        free(l);
-    }
+    ds__latch_tab_destroy(&L->tab);
     /* Waiters were cancelled with their connections (ds__net_destroy). */
     free(L);
     srv->latches = NULL;
+}
+
+void ds__latch_stats(ds_server_t *srv, cJSON *root)
+{
+    struct ds_latches *L = srv->latches;
+    cJSON *o = cJSON_AddObjectToObject(root, "latches");
+    if (o == NULL) return;
+    cJSON_AddNumberToObject(o, "held", L ? ds__latch_tab_count(&L->tab) : 0);
+    cJSON_AddNumberToObject(o, "keys", L ? ds__latch_tab_keys(&L->tab) : 0);
+    cJSON_AddNumberToObject(o, "waiting", L ? L->nwaiting : 0);
+    cJSON_AddNumberToObject(o, "max_per_client", (double)srv->cfg.max_read_latches_per_client);
+    cJSON_AddNumberToObject(o, "max", (double)srv->cfg.max_read_latches);
+}
+
+/* Why key kl:k cannot be latched (st), in msg. */
+static ds_status_t refuse_add(ds_server_t *srv, ds_latch_add_t why, const ds_req_t *r,
+                              const char *k, uint32_t kl, char *msg, size_t cap)
+{
+    const struct ds_latches *L = srv->latches;
+    if (why == DS_LATCH_HOLDER_FULL)
+        snprintf(msg, cap,
+                 "cannot latch key '%.*s': this client holds %u read latches, the most allowed "
+                 "(--max_read_latches_per_client %lld)",
+                 (int)(kl > 64 ? 64 : kl), k, ds__latch_tab_holder_count(&L->tab, r->session),
+                 (long long)srv->cfg.max_read_latches_per_client);
+    else if (why == DS_LATCH_FULL)
+        snprintf(msg, cap,
+                 "cannot latch key '%.*s': the worker holds %u read latches, the most allowed "
+                 "(--max_read_latches %lld)",
+                 (int)(kl > 64 ? 64 : kl), k, ds__latch_tab_count(&L->tab),
+                 (long long)srv->cfg.max_read_latches);
+    else
+        snprintf(msg, cap, "out of memory");
+    return DS_K_OUT_OF_MEMORY;
 }
 
 /* RLATCH and UNRLATCH. */
@@ -224,8 +242,10 @@ void ds__ops_latch(ds_server_t *srv, ds_req_t *r)
                       ds__opcode_name(r->op), n, DS_MAX_BATCH);
         return;
     }
-    if (take && (timeout == 0 || timeout > INT32_MAX)) {
-        ds__req_error(r, DS_K_INVALID, "latch timeout %u ms is not in 1..%d", timeout, INT32_MAX);
+    if (take && (timeout == 0 || timeout > srv->cfg.max_read_latch_timeout_ms)) {
+        ds__req_error(r, DS_K_INVALID,
+                      "latch timeout %u ms is not in 1..%lld (--max_read_latch_timeout_ms)",
+                      timeout, (long long)srv->cfg.max_read_latch_timeout_ms);
         return;
     }
     if (r->session == NULL) {
@@ -255,36 +275,19 @@ void ds__ops_latch(ds_server_t *srv, ds_req_t *r)
         } else if (ds__key_check(k, kl, msg, sizeof(msg)) != 0) {
             st = DS_K_INVALID;
         } else if (take) {
-            latch_t *l = NULL;
+            ds_latch_add_t a;
             if (ds__store_lookup(srv->store, k, kl, now) == NULL) {
                 snprintf(msg, sizeof(msg), "key '%.*s' not found", (int)kl, k);
                 st = DS_K_NOT_FOUND;
-            } else if ((l = malloc(sizeof(*l) + kl)) == NULL) {
-                snprintf(msg, sizeof(msg), "out of memory");
-                st = DS_K_OUT_OF_MEMORY;
-            } else {
-                memcpy(l->key, k, kl);
-                l->keylen = kl;
-                l->sess = r->session;
-                l->deadline = now + timeout;
-                l->next = L->latches;
-                L->latches = l;
+            } else if ((a = ds__latch_tab_add(&L->tab, r->session, k, kl, now + timeout)) !=
+                       DS_LATCH_ADDED) {
+                st = refuse_add(srv, a, r, k, kl, msg, sizeof(msg));
             }
+        } else if (ds__latch_tab_release(&L->tab, r->session, k, kl)) {
+            released = true;
         } else {
-            latch_t **pp = &L->latches;
-            while (*pp && !((*pp)->sess == r->session && (*pp)->keylen == kl &&
-                            memcmp((*pp)->key, k, kl) == 0))
-                pp = &(*pp)->next;
-            if (*pp) {
-                latch_t *l = *pp;
-                *pp = l->next;
-                free(l);
-                released = true;
-            } else {
-                snprintf(msg, sizeof(msg), "this client holds no read latch on key '%.*s'", (int)kl,
-                         k);
-                st = DS_K_NOT_FOUND;
-            }
+            snprintf(msg, sizeof(msg), "this client holds no read latch on key '%.*s'", (int)kl, k);
+            st = DS_K_NOT_FOUND;
         }
         if (st != DS_K_OK && first == DS_K_OK) {
             first = st;
@@ -295,5 +298,5 @@ void ds__ops_latch(ds_server_t *srv, ds_req_t *r)
     if (first != DS_K_OK) ds__ops_lead_error(&w, first_msg);
     ds__req_reply(r, first, &w, NULL, 0, NULL, 0, -1);
     ds__wbuf_free(&w);
-    if (released) wake(srv, now);
+    if (released) wake(srv);
 }

@@ -49,9 +49,10 @@ typedef void (*ds_latch_cancel_fn)(void *ctx);
 void ds__ops_latch(ds_server_t *srv, ds_req_t *r);
 /* True when some latch exists (a write then checks its keys). */
 bool ds__latch_any(const ds_server_t *srv);
-/* When any of the keys is latched: defers r and returns true; resume(srv,
- * d, ctx) runs (and must end d) once none is, cancel(ctx) instead if the
- * connection closes first. false: go ahead now. */
+/* When any of the keys is latched: parks r and returns true; resume(srv,
+ * d, ctx) runs once none is (d unparked: it must end d, or park it again
+ * with a cancel callback of its own), cancel(ctx) instead if the connection
+ * closes first. false: go ahead now. */
 bool ds__latch_park(ds_server_t *srv, ds_req_t *r, const char *const *keys, const uint32_t *lens,
                     uint32_t n, ds_latch_resume_fn resume, ds_latch_cancel_fn cancel, void *ctx);
 

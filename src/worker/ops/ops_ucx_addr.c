@@ -201,7 +201,7 @@ void ds__ops_ucx_addr(ds_server_t *srv, ds_req_t *r)
                       strerror(rc ? rc : errno));
         return;
     }
-    k->req = ds__req_defer(r, NULL, NULL);
+    k->req = ds__req_park(r, NULL, NULL);
     if (k->req == NULL) {
         kill(k->pid, SIGKILL);
         waitpid(k->pid, NULL, 0);

@@ -205,7 +205,7 @@ bool ds__tier_wait_room(ds_server_t *srv, ds_req_t *r, uint64_t size,
     if (t->spill_inflight == 0 && t->evict_writes == 0) return false;
     room_t *w = calloc(1, sizeof(*w));
     if (w == NULL) return false;
-    ds_req_t *d = ds__req_is_deferred(r) ? r : ds__req_defer(r, room_cancel, NULL);
+    ds_req_t *d = ds__req_park(r, room_cancel, NULL);
     if (d == NULL) {
         free(w);
         return false;
@@ -241,6 +241,7 @@ uint64_t ds__spill_rooms_resume(ds_server_t *srv, uint64_t now)
         if (ds__req_gone(w->d)) {
             ds__req_drop(w->d);
         } else {
+            ds__req_unpark(w->d);
             t->rerun_req = w->d;
             t->rerun_deadline = w->deadline;
             w->rerun(srv, w->d);

@@ -41,6 +41,7 @@ char *ds__server_stats_json(ds_server_t *srv)
     cJSON_AddNumberToObject(objs, "background_evictions", (double)srv->bg_evictions);
     cJSON_AddNumberToObject(objs, "expirations", (double)st.expirations);
     if (srv->tier) ds__tier_stats(srv, root);
+    ds__latch_stats(srv, root);
     if (srv->ucx) {
         uint64_t in_flight, timeouts;
         ds__ucx_counts(srv->ucx, &in_flight, &timeouts);

@@ -259,12 +259,8 @@ bool ds__subs_wait(ds_subs_t *ss, ds_req_t *r, const char *const *keys, const ui
         free(kb);
         return false;
     }
-    /* A GET that loaded keys from disk first comes here deferred already. */
-    ds_req_t *d = r;
-    if (ds__req_is_deferred(r))
-        ds__req_rearm(r, on_cancel, w);
-    else
-        d = ds__req_defer(r, on_cancel, w);
+    /* A GET that loaded keys from disk first comes here parked already. */
+    ds_req_t *d = ds__req_park(r, on_cancel, w);
     if (d == NULL) {
         free(w);
         free(subs);
@@ -310,6 +306,7 @@ static void complete(ds_wait_t *w, bool timed_out)
     ds_wait_done_fn done = w->done;
     void *ctx = w->ctx;
     free_wait(w);
+    ds__req_unpark(d);
     done(ctx, d, timed_out);
 }
 

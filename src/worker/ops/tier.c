@@ -357,6 +357,7 @@ static void waiter_cancel(ds_req_t *d, void *ctx)
 static void waiter_done(ds_server_t *srv, waiter_t *w)
 {
     if (w->is_get) srv->tier->get_miss = w->first[0] ? w->first : NULL;
+    if (w->r) ds__req_unpark(w->r);
     if (w->r && w->resume_ctx)
         w->resume_ctx(srv, w->r, w->ctx); /* it checks whether the client is gone */
     else if (w->r && ds__req_gone(w->r))
@@ -944,9 +945,8 @@ bool ds__tier_hold_answer(ds_server_t *srv, ds_req_t *r, ds_obj_t **published, c
     t->open = NULL;
     w->st = malloc((n ? n : 1) * sizeof(*w->st));
     w->objs = published ? calloc(n ? n : 1, sizeof(*w->objs)) : NULL;
-    ds_req_t *d = w->st == NULL || (published && w->objs == NULL) ? NULL
-                  : ds__req_is_deferred(r)                        ? r
-                                           : ds__req_defer(r, waiter_cancel, w);
+    ds_req_t *d =
+        w->st == NULL || (published && w->objs == NULL) ? NULL : ds__req_park(r, waiter_cancel, w);
     if (d == NULL) {
         /* No memory to wait: the writes go on, the answer goes now. */
         free(w->st);
@@ -1073,8 +1073,7 @@ static bool tier_get(ds_server_t *srv, ds_req_t *r, const char *const *keys, con
         w->resume = again ? retry : resume;
         w->resume_ctx = resume_ctx;
         w->ctx = ctx;
-        d = ds__req_is_deferred(r) ? r : ds__req_defer(r, waiter_cancel, w);
-        if (d && ds__req_is_deferred(r)) ds__req_rearm(d, waiter_cancel, w);
+        d = ds__req_park(r, waiter_cancel, w);
     }
     if (d == NULL) {
         while (jobs) {

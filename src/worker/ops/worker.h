@@ -26,7 +26,7 @@ typedef struct ds_server ds_server_t;
 struct cJSON;
 
 /* What a cluster takes over (NULL hooks: standalone). Each hook answers r
- * (at once, or later through ds__req_defer). */
+ * (at once, or later through ds__req_park). */
 typedef struct {
     /* A GET whose keys may live on other workers. */
     void (*get)(ds_server_t *srv, ds_req_t *r, int32_t wait_ms, uint8_t flags,
@@ -103,10 +103,13 @@ void ds__ops_dispatch(void *srv, ds_req_t *r);
 void ds__ops_get_reply(ds_server_t *srv, ds_req_t *r, uint8_t flags, const char *const *keys,
                        const uint32_t *lens, uint32_t n, ds_obj_t **objs);
 /* Read latches (latch.c): expiry (returns the next deadline, 0 = none), a
- * session's end (the net layer's session_end hook) and teardown. */
+ * session's end (the net layer's session_end hook), teardown, and STATS
+ * "latches" (held, keys, waiting, the limits). */
 uint64_t ds__latch_expire(ds_server_t *srv, uint64_t now);
 void ds__latch_session_end(void *srv, ds_session_t *s);
 void ds__latch_destroy(ds_server_t *srv);
+struct cJSON;
+void ds__latch_stats(ds_server_t *srv, struct cJSON *root);
 /* The net layer's session_end hook (ops_ucx.c): read latches, then the
  * session's UCX endpoint, if any (its sends end, their pins go). */
 void ds__ops_session_end(void *srv, ds_session_t *s);

@@ -1,0 +1,431 @@
+/* Read latches against real workers: the writers they hold back, and their
+ * limits.
+ *
+ * Parked writers that are handed on. A SET or DEL waiting for another
+ * client's read latch is resumed when the latch goes, and with a
+ * write-through L2 its answer then waits for the disk: the request is parked
+ * a second time, by another owner. The client leaving (closing its socket,
+ * or its request timeout closing it) while the disk write is pending must
+ * reach that owner, never the latch's freed waiter. To keep the disk write
+ * pending without timing, the worker's disk thread is held at a gate: a key
+ * written through to an sfs L2 whose file, after a restart, is replaced by
+ * a FIFO. A GET of that key makes the disk thread open the FIFO, which
+ * blocks until the test opens its other end (gate_open); every disk job
+ * queued meanwhile waits, in queue order, behind it.
+ *
+ * Limits: --max_read_latches_per_client and --max_read_latches cap the
+ * latches a session and the worker hold; --max_read_latch_timeout_ms caps a
+ * latch's timeout. The offender gets a clear error naming the flag; other
+ * clients, and writes of unlatched keys, go on; a client's latches go with
+ * it and free its share. */
+#include "harness.h"
+#include "it_hostile_raw.h"
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+static dst_worker_t W;
+static char dir[256];
+static char gate[400]; /* the FIFO the disk thread is held at */
+static hr_conn_t G;    /* the GET that holds it */
+static uint64_t gate_get;
+
+/* cmocka runs it after each test, also one that failed half-way. */
+static int teardown(void **state)
+{
+    (void)state;
+    int rc = 0;
+    if (gate[0]) { /* let a held disk thread go, or the stop waits for it */
+        int fd = open(gate, O_WRONLY | O_NONBLOCK);
+        if (fd >= 0) close(fd);
+    }
+    if (G.fd > 0) hr_close(&G);
+    memset(&G, 0, sizeof(G));
+    if (W.pid > 0 && dst_worker_stop(&W) != 0) rc = -1; /* a clean stop exits 0 */
+    memset(&W, 0, sizeof(W));
+    if (dir[0]) dst_sh("rm -rf %s", dir);
+    dir[0] = gate[0] = '\0';
+    return rc;
+}
+
+static ds_client_t *client(int request_timeout_ms)
+{
+    ds_client_options_t o;
+    ds_client_options_init(&o);
+    o.host = W.host;
+    o.port = W.port;
+    o.transport = DS_TRANSPORT_TCP;
+    o.token = getenv("DS_TEST_TOKEN");
+    o.unix_socket_dir = W.sockdir[0] ? W.sockdir : NULL;
+    o.request_timeout_ms = request_timeout_ms;
+    ds_client_t *c = NULL;
+    if (ds_client_connect(&o, &c) != DS_K_OK)
+        fprintf(stderr, "connect %s:%d: %s\n", W.host, W.port, ds_last_error());
+    assert_non_null(c);
+    return c;
+}
+
+static void put(ds_client_t *c, const char *key, const char *val, ds_write_mode_t mode)
+{
+    ds_set_param_t p = DS_SET_PARAM_INIT;
+    p.write_mode = mode;
+    ds_status_t st = ds_kv_set(c, key, val, strlen(val), &p);
+    if (st != DS_K_OK) fprintf(stderr, "set %s: %s\n", key, ds_last_error());
+    assert_int_equal(st, DS_K_OK);
+}
+
+static void want_value(ds_client_t *c, const char *key, const char *want)
+{
+    void *v = NULL;
+    size_t len = 0;
+    ds_status_t st = ds_kv_get(c, key, 0, &v, &len);
+    if (st != DS_K_OK) fprintf(stderr, "get %s: %s\n", key, ds_last_error());
+    assert_int_equal(st, DS_K_OK);
+    assert_int_equal(len, strlen(want));
+    assert_memory_equal(v, want, len);
+    ds_free(v);
+}
+
+/* The worker serves another client's write and read. */
+static void still_serving(void)
+{
+    ds_client_t *c = client(0);
+    put(c, "unrelated", "fine", DS_WRITE_NONE_L2_CACHE);
+    want_value(c, "unrelated", "fine");
+    ds_client_close(c);
+}
+
+/* A SET of one key in write mode mode, sent raw. */
+static uint64_t raw_set(hr_conn_t *c, const char *key, const char *val, uint8_t mode)
+{
+    ds_wbuf_t m;
+    ds__wbuf_init(&m);
+    ds__wbuf_u8(&m, mode);
+    ds__wbuf_u32(&m, 0); /* no TTL */
+    ds__wbuf_u8(&m, 0);  /* existence NONE */
+    ds__wbuf_u32(&m, 1);
+    ds__wbuf_cstr(&m, key);
+    ds__wbuf_u64(&m, strlen(val));
+    uint64_t id = hr_add(c, DS_OP_SET, &m, val, strlen(val));
+    ds__wbuf_free(&m);
+    return id;
+}
+
+/* Until the worker has n writers waiting for read latches. */
+static void wait_waiting(double n)
+{
+    assert_true(dst_wait_stat(&W, "latches.waiting", n, 10000));
+}
+
+/* Until the disk queue holds at least n jobs (the gate's GET is one). */
+static void wait_queued(double n)
+{
+    for (int i = 0; i < 500 && dst_stat(&W, "l2.queue_depth") < n; i++)
+        usleep(10000);
+    assert_true(dst_stat(&W, "l2.queue_depth") >= n);
+}
+
+/* A worker with an sfs L2 (and a spill directory when spill), the key
+ * "gate" written through to it, restarted so that "gate" is on disk only. */
+static void gate_prepare(int arena_mb, bool spill)
+{
+    snprintf(dir, sizeof(dir), "/tmp/ds-it-latch-XXXXXX");
+    assert_non_null(mkdtemp(dir));
+    char extra[800];
+    int n = snprintf(extra, sizeof(extra), "--l2_cache_type sfs --sfs_path %s/l2", dir);
+    if (spill)
+        snprintf(extra + n, sizeof(extra) - (size_t)n,
+                 " --spill_directory %s/spill --spill_size_limit 268435456", dir);
+    assert_int_equal(dst_worker_start(&W, arena_mb, extra), 0);
+    ds_client_t *c = client(0);
+    put(c, "gate", "g", DS_WRITE_THROUGH_L2_CACHE);
+    ds_client_close(c);
+    assert_int_equal(dst_worker_restart(&W), 0);
+}
+
+/* Replaces "gate"'s file by a FIFO and holds the disk thread there. */
+static void gate_close(void)
+{
+    snprintf(gate, sizeof(gate), "%s/l2/gate", dir);
+    assert_int_equal(unlink(gate), 0); /* sfs names a key of [a-z] after itself */
+    assert_int_equal(mkfifo(gate, 0600), 0);
+    assert_int_equal(hr_open_hello(&G, &W, false), 0);
+    gate_get = hr_get(&G, "gate", 0, 0);
+    assert_int_equal(hr_flush(&G), 0);
+    wait_queued(1);
+}
+
+/* Lets the disk thread go: it reads an empty FIFO, and the GET fails. */
+static void gate_open(void)
+{
+    int fd = -1;
+    for (int i = 0; i < 500 && fd < 0; i++) {
+        fd = open(gate, O_WRONLY | O_NONBLOCK); /* ENXIO until the reader is there */
+        if (fd < 0) usleep(10000);
+    }
+    assert_true(fd >= 0);
+    close(fd);
+    hr_frame_t *f = hr_answer(&G, gate_get, ds__now_ms() + 10000);
+    assert_non_null(f);
+    assert_int_not_equal(f->h.status, DS_K_OK);
+    hr_close(&G);
+    memset(&G, 0, sizeof(G));
+    for (int i = 0; i < 500 && dst_stat(&W, "l2.queue_depth") != 0; i++)
+        usleep(10000);
+    assert_true(dst_stat(&W, "l2.queue_depth") == 0);
+}
+
+/* A write-through SET held by a latch, resumed, waiting for the disk; the
+ * client closes its socket. The write stays, the worker keeps serving. */
+static void test_set_resumed_then_client_leaves(void **state)
+{
+    (void)state;
+    if (getenv("DS_TEST_WORKER")) skip(); /* starts its own workers */
+    gate_prepare(64, false);
+    gate_close();
+    ds_client_t *a = client(0);
+    const char *key = "lk";
+    put(a, key, "old", DS_WRITE_NONE_L2_CACHE);
+    assert_int_equal(ds_kv_rlatch(a, 1, &key, 30000, NULL), DS_K_OK);
+    hr_conn_t b;
+    assert_int_equal(hr_open_hello(&b, &W, false), 0);
+    raw_set(&b, key, "new", DS_WRITE_THROUGH_L2_CACHE);
+    assert_int_equal(hr_flush(&b), 0);
+    wait_waiting(1);
+    assert_int_equal(ds_kv_unrlatch(a, 1, &key, NULL), DS_K_OK);
+    wait_queued(2); /* published; its answer waits for the disk write */
+    wait_waiting(0);
+    hr_close(&b);
+    still_serving();
+    gate_open();
+    want_value(a, key, "new");
+    ds_client_close(a);
+    still_serving();
+}
+
+/* The same for a DEL whose L2 delete is pending. */
+static void test_del_resumed_then_client_leaves(void **state)
+{
+    (void)state;
+    if (getenv("DS_TEST_WORKER")) skip(); /* starts its own workers */
+    gate_prepare(64, false);
+    ds_client_t *a = client(0);
+    const char *key = "lk";
+    put(a, key, "old", DS_WRITE_THROUGH_L2_CACHE); /* an L2 copy for the DEL to delete */
+    gate_close();
+    assert_int_equal(ds_kv_rlatch(a, 1, &key, 30000, NULL), DS_K_OK);
+    hr_conn_t b;
+    assert_int_equal(hr_open_hello(&b, &W, false), 0);
+    hr_del(&b, key);
+    assert_int_equal(hr_flush(&b), 0);
+    wait_waiting(1);
+    assert_int_equal(ds_kv_unrlatch(a, 1, &key, NULL), DS_K_OK);
+    wait_queued(2); /* deleted from memory; its answer waits for the L2 delete */
+    hr_close(&b);
+    still_serving();
+    gate_open();
+    void *v = NULL;
+    size_t len = 0;
+    assert_int_equal(ds_kv_get(a, key, 0, &v, &len), DS_K_NOT_FOUND);
+    ds_client_close(a);
+    still_serving();
+}
+
+typedef struct {
+    ds_client_t *c;
+    const char *key;
+    ds_status_t st;
+} writer_t;
+
+static void *writer(void *arg)
+{
+    writer_t *w = arg;
+    ds_set_param_t p = DS_SET_PARAM_INIT;
+    p.write_mode = DS_WRITE_THROUGH_L2_CACHE;
+    w->st = ds_kv_set(w->c, w->key, "new", 3, &p);
+    return NULL;
+}
+
+/* The writer's own request timeout closes its connection while its resumed
+ * SET waits for the disk. */
+static void test_set_resumed_then_request_times_out(void **state)
+{
+    (void)state;
+    if (getenv("DS_TEST_WORKER")) skip(); /* starts its own workers */
+    gate_prepare(64, false);
+    gate_close();
+    ds_client_t *a = client(0);
+    const char *key = "lk";
+    put(a, key, "old", DS_WRITE_NONE_L2_CACHE);
+    assert_int_equal(ds_kv_rlatch(a, 1, &key, 30000, NULL), DS_K_OK);
+    writer_t w = {.c = client(3000), .key = key};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, writer, &w), 0);
+    wait_waiting(1);
+    assert_int_equal(ds_kv_unrlatch(a, 1, &key, NULL), DS_K_OK);
+    wait_queued(2);
+    pthread_join(th, NULL); /* the timeout closed its connection */
+    assert_int_equal(w.st, DS_K_RPC_DEADLINE_EXCEEDED);
+    ds_client_close(w.c);
+    still_serving();
+    gate_open();
+    want_value(a, key, "new");
+    ds_client_close(a);
+    still_serving();
+}
+
+/* A SET that finds the arena full waits while spills make room (parked by
+ * the spill code); its client leaves before the spills, held at the gate,
+ * are done. The worker keeps serving, and the spills complete. */
+static void test_set_waiting_for_room_client_leaves(void **state)
+{
+    (void)state;
+    if (getenv("DS_TEST_WORKER")) skip(); /* starts its own workers */
+    gate_prepare(16, true);
+    gate_close();
+    ds_client_t *c = client(0);
+    char *mib = malloc(1 << 20);
+    assert_non_null(mib);
+    memset(mib, 'm', 1 << 20);
+    ds_set_param_t p = DS_SET_PARAM_INIT;
+    char key[32];
+    int n = 0;
+    for (; n < 12; n++) { /* 12 of 16 MiB: nothing needs to wait yet */
+        snprintf(key, sizeof(key), "fill-%d", n);
+        assert_int_equal(ds_kv_set(c, key, mib, 1 << 20, &p), DS_K_OK);
+    }
+    /* 8 MiB more cannot fit: the SET waits for the spills, its data section
+     * unread meanwhile (the client sends only the head) */
+    hr_conn_t b;
+    assert_int_equal(hr_open_hello(&b, &W, false), 0);
+    ds_wbuf_t m;
+    ds__wbuf_init(&m);
+    hr_m_set(&m, "big", 8 << 20);
+    hr_add_raw(&b, DS_OP_SET, 0, &m, 8 << 20, NULL, 0);
+    ds__wbuf_free(&m);
+    assert_int_equal(hr_flush(&b), 0);
+    assert_true(dst_wait_stat(&W, "spill.waits", 1, 10000));
+    hr_close(&b);
+    still_serving();
+    gate_open();
+    for (int i = 0; i < n; i++) { /* spilled or not, every value reads back */
+        snprintf(key, sizeof(key), "fill-%d", i);
+        void *v = NULL;
+        size_t len = 0;
+        assert_int_equal(ds_kv_get(c, key, 0, &v, &len), DS_K_OK);
+        assert_int_equal(len, 1 << 20);
+        assert_memory_equal(v, mib, len);
+        ds_free(v);
+    }
+    free(mib);
+    ds_client_close(c);
+    still_serving();
+}
+
+/* ---- limits ---- */
+
+static void test_latch_limits(void **state)
+{
+    (void)state;
+    if (getenv("DS_TEST_WORKER")) skip(); /* starts its own workers */
+    assert_int_equal(dst_worker_start(&W, 64,
+                                      "--max_read_latches_per_client 4 --max_read_latches 6 "
+                                      "--max_read_latch_timeout_ms 5000"),
+                     0);
+    ds_client_t *a = client(0), *b = client(0), *c = client(0);
+    const char *keys[6] = {"k0", "k1", "k2", "k3", "k4", "k5"};
+    for (int i = 0; i < 6; i++)
+        put(a, keys[i], "v", DS_WRITE_NONE_L2_CACHE);
+    ds_status_t st[6];
+    /* a timeout past the cap: refused, naming the limit */
+    assert_int_equal(ds_kv_rlatch(a, 1, keys, 5001, st), DS_K_INVALID);
+    assert_non_null(strstr(ds_last_error(), "--max_read_latch_timeout_ms"));
+    assert_non_null(strstr(ds_last_error(), "5000"));
+    assert_int_equal(ds_kv_rlatch(a, 1, keys, 5000, NULL), DS_K_OK);
+    assert_int_equal(ds_kv_unrlatch(a, 1, keys, NULL), DS_K_OK);
+    /* the client's cap: the first four of five keys are latched */
+    assert_int_equal(ds_kv_rlatch(a, 5, keys, 5000, st), DS_K_OUT_OF_MEMORY);
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(st[i], DS_K_OK);
+    assert_int_equal(st[4], DS_K_OUT_OF_MEMORY);
+    assert_non_null(strstr(ds_last_error(), "--max_read_latches_per_client"));
+    assert_true(dst_stat(&W, "latches.held") == 4);
+    /* one key latched twice counts twice */
+    assert_int_equal(ds_kv_rlatch(a, 1, keys, 5000, st), DS_K_OUT_OF_MEMORY);
+    /* another client has its own share, up to the worker's cap */
+    assert_int_equal(ds_kv_rlatch(b, 2, keys + 4, 5000, st), DS_K_OK);
+    assert_int_equal(ds_kv_rlatch(c, 1, keys + 5, 5000, st), DS_K_OUT_OF_MEMORY);
+    assert_non_null(strstr(ds_last_error(), "--max_read_latches "));
+    assert_true(dst_stat(&W, "latches.held") == 6);
+    /* the refused client goes on: an unrelated SET, a read */
+    put(c, "unlatched", "written", DS_WRITE_NONE_L2_CACHE);
+    want_value(c, "unlatched", "written");
+    want_value(c, "k0", "v");
+    /* a release frees a share */
+    assert_int_equal(ds_kv_unrlatch(b, 1, keys + 4, NULL), DS_K_OK);
+    assert_int_equal(ds_kv_rlatch(c, 1, keys + 5, 5000, st), DS_K_OK);
+    /* a client that leaves frees its share: a's four go */
+    ds_client_close(a);
+    assert_true(dst_wait_stat(&W, "latches.held", 2, 10000));
+    assert_int_equal(ds_kv_rlatch(c, 3, keys, 5000, st), DS_K_OK);
+    assert_true(dst_stat(&W, "latches.held") == 5);
+    /* latched keys still hold writers back, unlatched ones do not */
+    put(b, "k4", "rewritten", DS_WRITE_NONE_L2_CACHE);
+    want_value(b, "k4", "rewritten");
+    assert_int_equal(ds_kv_unrlatch(c, 1, keys, NULL), DS_K_OK);
+    put(b, "k0", "rewritten", DS_WRITE_NONE_L2_CACHE);
+    want_value(b, "k0", "rewritten");
+    ds_client_close(b);
+    ds_client_close(c);
+    assert_true(dst_wait_stat(&W, "latches.held", 0, 10000));
+    still_serving();
+}
+
+/* The flags' ranges: their ends start a worker, values past them do not. */
+static void test_latch_flag_limits(void **state)
+{
+    (void)state;
+    if (getenv("DS_TEST_WORKER")) skip(); /* starts its own workers */
+    assert_int_equal(dst_worker_start(&W, 16,
+                                      "--max_read_latches_per_client 1 --max_read_latches 1 "
+                                      "--max_read_latch_timeout_ms 2147483647"),
+                     0);
+    ds_client_t *c = client(0);
+    const char *keys[2] = {"a", "b"};
+    put(c, "a", "v", DS_WRITE_NONE_L2_CACHE);
+    put(c, "b", "v", DS_WRITE_NONE_L2_CACHE);
+    ds_status_t st[2];
+    assert_int_equal(ds_kv_rlatch(c, 2, keys, INT32_MAX, st), DS_K_OUT_OF_MEMORY);
+    assert_int_equal(st[0], DS_K_OK);
+    assert_int_equal(st[1], DS_K_OUT_OF_MEMORY);
+    ds_client_close(c);
+    assert_int_equal(dst_worker_stop(&W), 0);
+    assert_int_equal(dst_worker_start(&W, 16, "--max_read_latches_per_client 0"), -1);
+    assert_int_equal(dst_worker_start(&W, 16, "--max_read_latches -1"), -1);
+    assert_int_equal(dst_worker_start(&W, 16, "--max_read_latch_timeout_ms 0"), -1);
+    assert_int_equal(dst_worker_start(&W, 16, "--max_read_latch_timeout_ms 2147483648"), -1);
+    memset(&W, 0, sizeof(W));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_teardown(test_set_resumed_then_client_leaves, teardown),
+        cmocka_unit_test_teardown(test_del_resumed_then_client_leaves, teardown),
+        cmocka_unit_test_teardown(test_set_resumed_then_request_times_out, teardown),
+        cmocka_unit_test_teardown(test_set_waiting_for_room_client_leaves, teardown),
+        cmocka_unit_test_teardown(test_latch_limits, teardown),
+        cmocka_unit_test_teardown(test_latch_flag_limits, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
