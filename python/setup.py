@@ -69,7 +69,7 @@ def _cmake_build(announce):
         raise SystemExit(
             "openyuanrong-datasystem: cmake not found; on Debian: "
             "apt-get install cmake build-essential pkg-config libyaml-dev libmsgpack-dev "
-            "libcurl4-openssl-dev libcjson-dev libcmocka-dev libssl-dev "
+            "libcurl4-openssl-dev libcjson-dev libssl-dev "
             "(or run scripts/setup.sh)"
         )
     build = os.path.abspath(
@@ -78,7 +78,9 @@ def _cmake_build(announce):
     if not os.path.isfile(os.path.join(build, "CMakeCache.txt")):
         announce("configuring %s in %s" % (ROOT, build))
         subprocess.check_call(
-            ["cmake", "-S", ROOT, "-B", build, "-DCMAKE_BUILD_TYPE=Release"]
+            # The tests are not part of the wheel: no cmocka needed.
+            ["cmake", "-S", ROOT, "-B", build, "-DCMAKE_BUILD_TYPE=Release",
+             "-DDS_BUILD_TESTS=OFF"]
         )
     jobs = os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL") or str(min(os.cpu_count() or 1, 8))
     targets = []
