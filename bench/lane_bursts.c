@@ -13,11 +13,26 @@
  *
  *   lane_bursts --worker_address H:P --worker-pid PID [--bursts 10]
  *               [--pairs 100] [--size 1048576] [--idle-ms 100]
+ *               [--dscli PATH]
+ *
+ * With --dscli (and two CPUs or more), polling rows follow: bursts of 2000
+ * small sets, worker and client placed on CPUs, and the share of them the
+ * worker caught while polling, from its statistics (`dscli status`) before
+ * and after. These shares depend on what else the machine runs, so they are
+ * figures here, not assertions of tests/integration/it_busy_poll.c:
+ *
+ *   polling  apart      client CPU 0, worker CPU 1: polling.hits
+ *   polling  parting    client CPU 0, worker moved there, then free:
+ *                       lane_parts and polling.hits
+ *   polling  watch      client CPU 0, worker CPU 1, each set 3-15 us after
+ *                       the last answer: polling.watched
  *
  * bench/lane_bursts.sh starts the worker (or two builds' workers in turn)
  * and runs this against it. */
 #include "datasystem/kv_client.h"
 
+#include <cjson/cJSON.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -71,14 +86,119 @@ static int last_cpu(int pid)
 static void usage(void)
 {
     fprintf(stderr, "usage: lane_bursts --worker_address H:P --worker-pid PID [--bursts N] "
-                    "[--pairs N] [--size BYTES] [--idle-ms MS]\n");
+                    "[--pairs N] [--size BYTES] [--idle-ms MS] [--dscli PATH]\n");
     exit(2);
+}
+
+/* One counter of the worker's statistics ("polling.hits": a member of an
+ * object), read with `dscli status`; -1 when it cannot be read. */
+static double worker_stat(const char *dscli, const char *addr, const char *path)
+{
+    char cmd[1024], buf[65536];
+    snprintf(cmd, sizeof(cmd), "'%s' status --worker_address '%s'", dscli, addr);
+    FILE *f = popen(cmd, "r");
+    if (f == NULL) return -1;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    buf[n] = '\0';
+    if (pclose(f) != 0) return -1;
+    cJSON *root = cJSON_Parse(buf), *node = root;
+    char name[128];
+    for (const char *p = path; node && *p;) {
+        const char *dot = strchr(p, '.');
+        size_t len = dot ? (size_t)(dot - p) : strlen(p);
+        if (len >= sizeof(name)) len = sizeof(name) - 1;
+        memcpy(name, p, len);
+        name[len] = '\0';
+        node = cJSON_GetObjectItemCaseSensitive(node, name);
+        p = dot ? dot + 1 : p + len;
+    }
+    double v = cJSON_IsNumber(node) ? node->valuedouble : -1;
+    cJSON_Delete(root);
+    return v;
+}
+
+/* Pins pid (0: the calling thread) to CPU cpu, or (cpu < 0) lets it run on
+ * every CPU. */
+static void place(int pid, int cpu)
+{
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    for (long i = 0; i < ncpu && i < CPU_SETSIZE; i++)
+        if (cpu < 0 || i == cpu) CPU_SET(i, &set);
+    if (pid == 0)
+        pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+    else
+        sched_setaffinity(pid, sizeof(set), &set);
+}
+
+/* n small sets, the i-th gap_min_us + i % (gap_spread_us + 1) microseconds
+ * (busy-waited) after the last answer; 0 on an error. */
+static int small_sets(ds_client_t *c, int n, int gap_min_us, int gap_spread_us)
+{
+    for (int i = 0; i < n; i++) {
+        if (ds_kv_set(c, "lane-bursts-poll", "abc", 3, NULL) != DS_K_OK) {
+            fprintf(stderr, "lane_bursts: %s\n", ds_last_error());
+            return 0;
+        }
+        if (gap_min_us > 0) {
+            uint64_t until = now_ns() + (uint64_t)(gap_min_us + i % (gap_spread_us + 1)) * 1000u;
+            while (now_ns() < until) {
+            }
+        }
+    }
+    return 1;
+}
+
+/* The polling rows (see the top of this file); 1 when all ran. */
+static int polling_rows(ds_client_t *c, const char *dscli, const char *addr, int wpid)
+{
+    if (sysconf(_SC_NPROCESSORS_ONLN) < 2) {
+        printf("polling  one CPU: the polling rows need two\n");
+        return 1;
+    }
+    cpu_set_t old;
+    pthread_getaffinity_np(pthread_self(), sizeof(old), &old);
+    enum { N = 2000 };
+    place(0, 0);
+
+    place(wpid, 1);
+    double h0 = worker_stat(dscli, addr, "polling.hits");
+    if (!small_sets(c, N, 0, 0)) return 0;
+    double h = worker_stat(dscli, addr, "polling.hits") - h0;
+    printf("polling  apart    %d back-to-back sets, client CPU 0, worker CPU 1: %.0f caught "
+           "while polling (%.3f)\n",
+           N, h, h / N);
+
+    place(wpid, 0);
+    place(wpid, -1);
+    double p0 = worker_stat(dscli, addr, "lane_parts");
+    h0 = worker_stat(dscli, addr, "polling.hits");
+    if (!small_sets(c, N, 0, 0)) return 0;
+    double parts = worker_stat(dscli, addr, "lane_parts") - p0;
+    h = worker_stat(dscli, addr, "polling.hits") - h0;
+    printf("polling  parting  %d back-to-back sets, client CPU 0, worker free: parted %.0f "
+           "times, %.0f caught while polling (%.3f)\n",
+           N, parts, h, h / N);
+
+    place(wpid, 1);
+    double w0 = worker_stat(dscli, addr, "polling.watched");
+    if (!small_sets(c, N, 3, 12)) return 0;
+    double w = worker_stat(dscli, addr, "polling.watched") - w0;
+    printf("polling  watch    %d sets each 3-15 us after the last answer, client CPU 0, worker "
+           "CPU 1: %.0f caught by a watch (%.3f)\n",
+           N, w, w / N);
+
+    place(wpid, -1);
+    pthread_setaffinity_np(pthread_self(), sizeof(old), &old);
+    return 1;
 }
 
 int main(int argc, char **argv)
 {
     const char *addr = NULL;
     int wpid = 0, bursts = 10, pairs = 100, idle_ms = 100;
+    const char *dscli = NULL;
     size_t size = 1u << 20;
     for (int i = 1; i < argc; i++) {
         if (i + 1 >= argc) usage();
@@ -95,6 +215,8 @@ int main(int argc, char **argv)
             size = (size_t)strtoull(v, NULL, 10);
         else if (strcmp(k, "--idle-ms") == 0)
             idle_ms = atoi(v);
+        else if (strcmp(k, "--dscli") == 0)
+            dscli = v;
         else
             usage();
     }
@@ -176,6 +298,7 @@ int main(int argc, char **argv)
     printf("summary: %d bursts, median set %.3f of a memcpy, %d under 0.65; worker on this CPU "
            "%d/%d\n",
            bursts, ratios[bursts / 2], under, same_total, looks_total);
+    if (dscli != NULL && !polling_rows(c, dscli, addr, wpid)) return 1;
     ds_client_close(c);
     free(src);
     free(dst);

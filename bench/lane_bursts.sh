@@ -3,15 +3,17 @@
 # against a worker of each build directory given, the builds taking turns
 # with a fresh worker per round, so that two builds are compared in one run
 # on the same machine state. Each worker runs on 127.0.0.1 and is stopped by
-# its PID. Per round and build: one line per burst, then a summary; at the
-# end each build's totals over all rounds.
+# its PID. Per round and build: one line per burst, a summary and the polling
+# rows (the shares of small sets the worker caught while polling, the worker
+# and the client on given CPUs: lane_bursts.c); at the end each build's
+# totals over all rounds.
 #
 #   bench/lane_bursts.sh BUILD_DIR [BUILD_DIR ...]
 #
 # Environment: ROUNDS (10), BURSTS per round (10), IDLE_MS (100), PAIRS (100),
 # SIZE (1048576), PORT (31557).
 set -euo pipefail
-[ $# -ge 1 ] || { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 rounds=${ROUNDS:-10}
 port=${PORT:-31557}
 out=$(mktemp -d /tmp/ds-lane-bursts-XXXXXX)
@@ -46,7 +48,8 @@ for r in $(seq 1 "$rounds"); do
         sleep 0.3
         "$b/bench/lane_bursts" --worker_address "127.0.0.1:$port" \
             --worker-pid "$pid" --bursts "${BURSTS:-10}" --pairs "${PAIRS:-100}" \
-            --size "${SIZE:-1048576}" --idle-ms "${IDLE_MS:-100}" | sed "s|^|$b |" | tee -a "$out/all"
+            --size "${SIZE:-1048576}" --idle-ms "${IDLE_MS:-100}" \
+            --dscli "$b/src/cli/dscli" | sed "s|^|$b |" | tee -a "$out/all"
         kill "$pid"
         wait "$pid" 2>/dev/null || true
         pid=""
@@ -62,4 +65,10 @@ for b in "$@"; do
     cpu=$(sed -E 's|.* CPU ([0-9]+)/([0-9]+)$|\1 \2|' <<<"$lines" |
         awk '{ s += $1; l += $2 } END { printf "%d/%d", s, l }')
     echo "$b: $n bursts, median set $median of a memcpy, $under under 0.65; worker on the client's CPU $cpu"
+    for row in apart parting watch; do
+        shares=$(grep "^$b polling  $row " "$out/all" | sed -E 's/.*\(([0-9.]+)\)$/\1/' | sort -n)
+        [ -n "$shares" ] || continue
+        k=$(wc -l <<<"$shares")
+        echo "$b: polling $row: median share caught $(sed -n "$((k / 2 + 1))p" <<<"$shares") over $k rounds"
+    done
 done

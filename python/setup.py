@@ -26,6 +26,7 @@ Environment, all optional:
 import os
 import shutil
 import subprocess
+import sys
 
 from setuptools import Distribution, setup
 from setuptools.command.build_py import build_py
@@ -69,7 +70,7 @@ def _cmake_build(announce):
         raise SystemExit(
             "openyuanrong-datasystem: cmake not found; on Debian: "
             "apt-get install cmake build-essential pkg-config libyaml-dev libmsgpack-dev "
-            "libcurl4-openssl-dev libcjson-dev libcmocka-dev libssl-dev "
+            "libcurl4-openssl-dev libcjson-dev libssl-dev "
             "(or run scripts/setup.sh)"
         )
     build = os.path.abspath(
@@ -78,7 +79,9 @@ def _cmake_build(announce):
     if not os.path.isfile(os.path.join(build, "CMakeCache.txt")):
         announce("configuring %s in %s" % (ROOT, build))
         subprocess.check_call(
-            ["cmake", "-S", ROOT, "-B", build, "-DCMAKE_BUILD_TYPE=Release"]
+            # The tests are not part of the wheel: no cmocka needed.
+            ["cmake", "-S", ROOT, "-B", build, "-DCMAKE_BUILD_TYPE=Release",
+             "-DDS_BUILD_TESTS=OFF"]
         )
     jobs = os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL") or str(min(os.cpu_count() or 1, 8))
     targets = []
@@ -89,10 +92,23 @@ def _cmake_build(announce):
     return build
 
 
+def _generate_status():
+    """yr/datasystem/_status.py from include/datasystem/status.h (when building
+    from a checkout), so the wheel's status codes are the C library's."""
+    if os.path.isfile(os.path.join(ROOT, "include", "datasystem", "status.h")):
+        sys.path.insert(0, HERE)
+        try:
+            import gen_status
+        finally:
+            sys.path.pop(0)
+        gen_status.generate()
+
+
 class BuildPyWithNative(build_py):
     """build_py that also builds the C library and binaries into the package."""
 
     def run(self):
+        _generate_status()
         super().run()
         if not _native_wanted():
             self.announce("DS_WHEEL_NO_NATIVE: no libdatasystem or binaries bundled", level=3)

@@ -6,9 +6,21 @@
 # valgrind memcheck, the libFuzzer targets for DS_FUZZ_SECONDS each (default
 # 20), the Python suite, and a formatting check. Every test starts and stops
 # its own processes.
+#
+#   bash scripts/test.sh          the whole suite (CI: .ci/run)
+#   bash scripts/test.sh quick    the edit-build-test loop: a release build and
+#                                 the unit and integration suites under ctest
+#                                 (no soak, cluster, sanitizers, valgrind,
+#                                 fuzzers or package installs); a few minutes
+#                                 on two cores
 set -uo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh || exit 1
+mode=${1:-full}
+case "$mode" in
+    full | quick) ;;
+    *) echo "test.sh: unknown mode '$mode' (quick, or none for the whole suite)" >&2; exit 2 ;;
+esac
+[ "$mode" = quick ] || bash scripts/setup.sh || exit 1
 
 LOGS=build/test-logs
 mkdir -p "$LOGS"
@@ -44,7 +56,23 @@ step() {
     [ "$rc" -eq 0 ] || failed+=("$name")
 }
 
+# summary: the failed steps and the totals; the exit status says whether all passed.
+summary() {
+    echo
+    for f in "${failed[@]}"; do echo "FAILED step: $f (log in $LOGS)"; done
+    echo "tests: $npass passed, $nfail failed"
+    [ ${#failed[@]} -eq 0 ]
+}
+
 step "build (release)" bash scripts/build.sh release
+if [ "$mode" = quick ]; then
+    # The soak runs a minute and the cluster tests need root and etcd: the
+    # full command runs them.
+    step "ctest (release, unit and integration)" ctest --test-dir build --output-on-failure \
+        -j 2 --timeout 300 -L 'unit|integration' -LE 'cluster|soak'
+    summary
+    exit
+fi
 step "build (asan+ubsan)" bash scripts/build.sh asan
 step "build (tsan)" bash scripts/build.sh tsan
 step "ctest (release)" ctest --test-dir build --output-on-failure -j 2 --timeout 300
@@ -63,8 +91,4 @@ step "fuzz (${DS_FUZZ_SECONDS:-20} s per target)" bash scripts/fuzz.sh "${DS_FUZ
 DS_BUILD_DIR=$PWD/build PYTHONPATH=$PWD/python \
     step "pytest" /usr/bin/python3 -m pytest -q tests/python -p no:cacheprovider
 step "clang-format" bash -c 'git ls-files "*.c" "*.h" | xargs clang-format --dry-run -Werror'
-
-echo
-for f in "${failed[@]}"; do echo "FAILED step: $f (log in $LOGS)"; done
-echo "tests: $npass passed, $nfail failed"
-[ ${#failed[@]} -eq 0 ]
+summary

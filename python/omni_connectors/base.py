@@ -2,7 +2,12 @@
 health / close), with its default resource-management protocol."""
 
 from abc import ABC, abstractmethod
-from typing import Any
+from typing import Any, Optional, Tuple
+
+# What put returns: (success, serialized size, metadata for the receiver or None).
+PutResult = Tuple[bool, int, Optional[dict]]
+# What get returns when found: (object, serialized size).
+GetResult = Tuple[Any, int]
 
 
 class OmniConnectorBase(ABC):
@@ -13,11 +18,13 @@ class OmniConnectorBase(ABC):
     supports_raw_data: bool = False
 
     @abstractmethod
-    def put(self, from_stage: str, to_stage: str, put_key: str, data: Any):
+    def put(self, from_stage: str, to_stage: str, put_key: str, data: Any) -> PutResult:
         """Stores data; returns (success, serialized_size, metadata or None)."""
 
     @abstractmethod
-    def get(self, from_stage: str, to_stage: str, get_key: str, metadata=None):
+    def get(
+        self, from_stage: str, to_stage: str, get_key: str, metadata: Optional[dict] = None
+    ) -> Optional[GetResult]:
         """Returns (object, serialized_size) if found, None otherwise."""
 
     @abstractmethod
@@ -38,10 +45,10 @@ class OmniConnectorBase(ABC):
         except Exception:
             pass
 
-    def __enter__(self):
+    def __enter__(self) -> "OmniConnectorBase":
         return self
 
-    def __exit__(self, exc_type, exc_val, exc_tb):
+    def __exit__(self, exc_type: Any, exc_val: Any, exc_tb: Any) -> None:
         self.close()
 
     @staticmethod
@@ -51,7 +58,7 @@ class OmniConnectorBase(ABC):
         return OmniSerializer.serialize(obj)
 
     @staticmethod
-    def deserialize_obj(data) -> Any:
+    def deserialize_obj(data: Any) -> Any:
         from .serializer import OmniSerializer
 
         return OmniSerializer.deserialize(data)

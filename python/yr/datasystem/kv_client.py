@@ -22,12 +22,17 @@ import threading
 import uuid
 from collections import namedtuple
 from enum import IntEnum
+from typing import Any, List, NoReturn, Optional, Sequence, Union
 
 from yr.datasystem import _checks as _c
 from yr.datasystem import _native as _n
 from yr.datasystem._native import DsError
 from yr.datasystem.object_client import Buffer, CacheType, WriteMode
 from yr.datasystem.util import Status, Validator
+
+# A value to set: bytes-like, or str (encoded as UTF-8).
+BytesLike = Union[bytes, bytearray, memoryview]
+Value = Union[bytes, bytearray, memoryview, str]
 
 __all__ = [
     "KVClient",
@@ -74,17 +79,17 @@ class SetParam:
 
     def __init__(
         self,
-        write_mode=WriteMode.NONE_L2_CACHE,
-        ttl_second=0,
-        existence=ExistenceOpt.NONE,
-        cache_type=CacheType.MEMORY,
-    ):
+        write_mode: WriteMode = WriteMode.NONE_L2_CACHE,
+        ttl_second: int = 0,
+        existence: "ExistenceOpt" = ExistenceOpt.NONE,
+        cache_type: CacheType = CacheType.MEMORY,
+    ) -> None:
         self.write_mode = write_mode
         self.ttl_second = ttl_second
         self.existence = existence
         self.cache_type = cache_type
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "SetParam(write_mode=%r, ttl_second=%r, existence=%r)" % (
             self.write_mode,
             self.ttl_second,
@@ -104,10 +109,10 @@ class ReadOnlyBuffer(Buffer):
 
     __slots__ = ()
 
-    def __init__(self, client, handle, key):
+    def __init__(self, client: "KVClient", handle: int, key: str) -> None:
         super().__init__(client, handle, key, published=True)
 
-    def immutable_data(self, with_latch=False, timeout_sec=60):
+    def immutable_data(self, with_latch: bool = False, timeout_sec: int = 60) -> memoryview:
         """A read-only memoryview of the value (with_latch: take the read latch first).
 
         Raises:
@@ -120,7 +125,7 @@ class ReadOnlyBuffer(Buffer):
             self.rlatch(timeout_sec)
         return Buffer.immutable_data(self)
 
-    def ImmutableData(self, with_latch=False, timeout_sec=60):  # noqa: N802 - Yuanrong's name
+    def ImmutableData(self, with_latch: bool = False, timeout_sec: int = 60) -> memoryview:  # noqa: N802 - Yuanrong's name
         return self.immutable_data(with_latch, timeout_sec)
 
     def __repr__(self):
@@ -236,26 +241,26 @@ class KVClient:
 
     def __init__(
         self,
-        host="",
-        port=0,
-        connect_timeout_ms=9000,
-        token="",
-        client_public_key="",
-        client_private_key="",
-        server_public_key="",
-        access_key="",
-        secret_key="",
-        tenant_id="",
-        enable_cross_node_connection=False,
-        req_timeout_ms=0,
-        enable_exclusive_connection=False,
-        fast_transport_mem_size=DEFAULT_FAST_TRANSPORT_MEM_SIZE,
-        service_discovery=None,
+        host: str = "",
+        port: int = 0,
+        connect_timeout_ms: int = 9000,
+        token: str = "",
+        client_public_key: str = "",
+        client_private_key: str = "",
+        server_public_key: str = "",
+        access_key: str = "",
+        secret_key: str = "",
+        tenant_id: str = "",
+        enable_cross_node_connection: bool = False,
+        req_timeout_ms: int = 0,
+        enable_exclusive_connection: bool = False,
+        fast_transport_mem_size: int = DEFAULT_FAST_TRANSPORT_MEM_SIZE,
+        service_discovery: Any = None,
         *,
-        transport="auto",
-        unix_socket_dir=None,
-        enable_ucx=None,
-    ):
+        transport: str = "auto",
+        unix_socket_dir: Optional[str] = None,
+        enable_ucx: Optional[bool] = None,
+    ) -> None:
         self._handle = None
         self._pid = os.getpid()
         self._cv = threading.Condition()
@@ -337,7 +342,7 @@ class KVClient:
             raise DsError(_n.K_INVALID, "port %d is out of range" % port)
         return host, port
 
-    def init(self):
+    def init(self) -> None:
         """Connects to the worker. Raises RuntimeError when it cannot."""
         if self._handle is not None:
             if self._pid == os.getpid():
@@ -365,7 +370,7 @@ class KVClient:
         self._handle = out.value
         self._pid = os.getpid()
 
-    def close(self):
+    def close(self) -> None:
         """Closes the connections; idempotent. Calls in flight in other threads
         finish first (a subscribe-get may take its timeout); later calls raise.
         Buffers and views still held stay valid."""
@@ -418,13 +423,20 @@ class KVClient:
                     self._cv.notify_all()
 
     @property
-    def is_local(self):
+    def is_local(self) -> bool:
         """True when values are read and written in the worker's shared memory."""
         return bool(self._call(_n.load().ds_client_is_local))
 
     # -- writes ----------------------------------------------------------
 
-    def set(self, key, val, write_mode=WriteMode.NONE_L2_CACHE, ttl_second=0, existence=ExistenceOpt.NONE):
+    def set(
+        self,
+        key: str,
+        val: Value,
+        write_mode: Union[WriteMode, SetParam] = WriteMode.NONE_L2_CACHE,
+        ttl_second: int = 0,
+        existence: ExistenceOpt = ExistenceOpt.NONE,
+    ) -> None:
         """Sets the value of key.
 
         Args:
@@ -455,8 +467,14 @@ class KVClient:
         if rc != _n.K_OK:
             _n.check(rc, "set %r" % key)
 
-    def set_pieces(self, key, pieces, write_mode=WriteMode.NONE_L2_CACHE, ttl_second=0,
-                   existence=ExistenceOpt.NONE):
+    def set_pieces(
+        self,
+        key: str,
+        pieces: Sequence[BytesLike],
+        write_mode: Union[WriteMode, SetParam] = WriteMode.NONE_L2_CACHE,
+        ttl_second: int = 0,
+        existence: ExistenceOpt = ExistenceOpt.NONE,
+    ) -> None:
         """Sets key to the concatenation of pieces, without joining them first.
 
         The same as ``set(key, b"".join(pieces), ...)``, but a local client
@@ -508,7 +526,9 @@ class KVClient:
         if rc != _n.K_OK:
             _n.check(rc, "set %r" % key)
 
-    def set_value(self, val, write_mode=WriteMode.NONE_L2_CACHE, ttl_second=0):
+    def set_value(
+        self, val: Value, write_mode: WriteMode = WriteMode.NONE_L2_CACHE, ttl_second: int = 0
+    ) -> str:
         """Sets val under a newly generated key and returns the key."""
         _c.value("val", val)
         _param(write_mode, ttl_second)
@@ -518,12 +538,12 @@ class KVClient:
 
     def mset(
         self,
-        keys,
-        vals,
-        write_mode=WriteMode.NONE_L2_CACHE,
-        ttl_second=0,
-        existence_opt=ExistenceOpt.NONE,
-    ):
+        keys: Sequence[str],
+        vals: Sequence[Value],
+        write_mode: WriteMode = WriteMode.NONE_L2_CACHE,
+        ttl_second: int = 0,
+        existence_opt: ExistenceOpt = ExistenceOpt.NONE,
+    ) -> List[str]:
         """Sets many keys in one request; returns the keys that failed.
 
         Raises RuntimeError when every key failed.
@@ -555,7 +575,13 @@ class KVClient:
 
     # -- zero-copy writes ------------------------------------------------
 
-    def mcreate(self, keys, sizes, write_mode=WriteMode.NONE_L2_CACHE, ttl_second=0):
+    def mcreate(
+        self,
+        keys: Sequence[str],
+        sizes: Sequence[int],
+        write_mode: WriteMode = WriteMode.NONE_L2_CACHE,
+        ttl_second: int = 0,
+    ) -> List[Buffer]:
         """Reserves one Buffer per key (in shared memory for a local client).
 
         Fill each ``buf.mutable_data()`` and publish them with ``mset_buffer``.
@@ -585,7 +611,7 @@ class KVClient:
             raise DsError(_n.K_RUNTIME_ERROR, "mcreate returned no buffer for some keys")
         return [Buffer(self, out[i], keys[i]) for i in range(n)]
 
-    def mset_buffer(self, buffers):
+    def mset_buffer(self, buffers: Sequence[Buffer]) -> None:
         """Publishes Buffers from ``mcreate``. Raises RuntimeError if any failed."""
         if not isinstance(buffers, (list, tuple)):
             raise _c.type_error("buffers", list)
@@ -629,7 +655,12 @@ class KVClient:
             raise err
         return out
 
-    def get(self, keys=None, convert_to_str=False, sub_timeout_ms=0):
+    def get(
+        self,
+        keys: Optional[Sequence[str]] = None,
+        convert_to_str: bool = False,
+        sub_timeout_ms: int = 0,
+    ) -> List[Union[bytes, str, None]]:
         """Gets the values of keys: a list of bytes (str if convert_to_str), None
         for a key that is missing.
 
@@ -693,7 +724,7 @@ class KVClient:
                     lib.ds_buffer_release(out[i])
         return values
 
-    def get_buffers(self, keys, timeout_ms=0):
+    def get_buffers(self, keys: Sequence[str], timeout_ms: int = 0) -> List[Optional[memoryview]]:
         """Zero-copy reads: a list of read-only memoryviews (None when missing).
 
         Each view pins the version it shows: it stays intact when the key is
@@ -715,7 +746,7 @@ class KVClient:
             views.append(_n.pinned_view(pin, lib.ds_buffer_data(b), lib.ds_buffer_size(b)))
         return views
 
-    def get_view(self, key, timeout_ms=0):
+    def get_view(self, key: str, timeout_ms: int = 0) -> Optional[memoryview]:
         """Zero-copy read of one key: a read-only memoryview of its value, or
         None when it is missing (after waiting up to timeout_ms for it).
 
@@ -749,7 +780,7 @@ class KVClient:
             return None
         return _n.pinned_view(_n.ViewPin(b), lib.ds_buffer_data(b), lib.ds_buffer_size(b))
 
-    def query_size(self, keys):
+    def query_size(self, keys: Sequence[str]) -> List[Optional[int]]:
         """Sizes of keys' values: a list of int, None for a missing key."""
         kbs = _c.key_list(keys)
         n = len(kbs)
@@ -762,7 +793,7 @@ class KVClient:
 
     # -- other operations ------------------------------------------------
 
-    def delete(self, keys=None):
+    def delete(self, keys: Optional[Sequence[str]] = None) -> List[str]:
         """Deletes keys; a missing key is not an error. Returns the keys that failed."""
         kbs = _c.key_list(keys)
         n = len(kbs)
@@ -772,7 +803,7 @@ class KVClient:
             _n.check(rc, "delete")
         return self._failed(rc, keys, statuses, "delete")
 
-    def exist(self, keys):
+    def exist(self, keys: Sequence[str]) -> List[bool]:
         """Whether each key is published: a list of bool."""
         kbs = _c.key_list(keys, limit=_n.MAX_EXIST_BATCH)
         n = len(kbs)
@@ -781,7 +812,7 @@ class KVClient:
         _n.check(rc, "exist")
         return [bool(x) for x in out]
 
-    def expire(self, keys, ttl_second):
+    def expire(self, keys: Sequence[str], ttl_second: int) -> List[str]:
         """Sets a new TTL on keys (0 removes it); returns the keys that failed
         (a missing key fails with K_NOT_FOUND). Raises when every key failed."""
         _c.check_list("keys", keys)
@@ -794,7 +825,7 @@ class KVClient:
             _n.check(rc, "expire")
         return self._failed(rc, keys, statuses, "expire")
 
-    def generate_key(self, prefix=""):
+    def generate_key(self, prefix: str = "") -> str:
         """A unique key for a set, as Yuanrong generates it.
 
         With no prefix: a random UUID in its 36-character text form
@@ -812,8 +843,14 @@ class KVClient:
 
     # -- Yuanrong calls beyond the KV basics -----------------------------
 
-    def msettx(self, keys, vals, write_mode=WriteMode.NONE_L2_CACHE, ttl_second=0,
-               existence_opt=ExistenceOpt.NONE):
+    def msettx(
+        self,
+        keys: Sequence[str],
+        vals: Sequence[Value],
+        write_mode: WriteMode = WriteMode.NONE_L2_CACHE,
+        ttl_second: int = 0,
+        existence_opt: ExistenceOpt = ExistenceOpt.NONE,
+    ) -> NoReturn:
         """Deprecated in Yuanrong: checks its arguments, then raises RuntimeError
         "code: [Runtime error], msg: [MSetTx is a deprecated API and is no longer
         supported.]". Use ``mset``."""
@@ -848,7 +885,9 @@ class KVClient:
                     lib.ds_buffer_release(out[i])
         return result
 
-    def get_read_only_buffers(self, keys=None, timeout_ms=0):
+    def get_read_only_buffers(
+        self, keys: Optional[Sequence[str]] = None, timeout_ms: int = 0
+    ) -> List[Optional[ReadOnlyBuffer]]:
         """The values of keys as ReadOnlyBuffers (None for a missing key), zero copy.
 
         timeout_ms: how long to wait for keys not yet published (0: do not wait).
@@ -858,7 +897,7 @@ class KVClient:
         timeout = _c.timeout("timeout_ms", timeout_ms)
         return self._pinned_buffers(keys, timeout, ReadOnlyBuffer)
 
-    def read(self, read_params):
+    def read(self, read_params: Sequence[ReadParam]) -> List[Optional[ReadOnlyBuffer]]:
         """Reads part of values: a ReadOnlyBuffer of ``size`` bytes from ``offset``
         per ReadParam (None for a missing key).
 
@@ -903,7 +942,7 @@ class KVClient:
                     lib.ds_buffer_release(h)
         return result
 
-    def health_check(self):
+    def health_check(self) -> Status:
         """The worker's health as a Status (``.is_ok()``)."""
         try:
             rc = self._call(_n.load().ds_client_health_check)

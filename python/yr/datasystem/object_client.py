@@ -23,6 +23,7 @@ the view pins its version anyway.
 """
 
 from enum import IntEnum
+from typing import Any, List, Optional, Sequence, Union
 
 from yr.datasystem import _checks as _c
 from yr.datasystem import _native as _n
@@ -100,7 +101,7 @@ class Buffer:
 
     __slots__ = ("_client", "_pin", "_key", "_size", "_published", "__weakref__")
 
-    def __init__(self, client, handle, key, published=False):
+    def __init__(self, client: Any, handle: int, key: str, published: bool = False) -> None:
         self._client = client
         self._pin = _n.Pin(handle)
         self._key = key
@@ -110,18 +111,18 @@ class Buffer:
     # -- properties of this package ---------------------------------------
 
     @property
-    def key(self):
+    def key(self) -> str:
         return self._key
 
     @property
-    def size(self):
+    def size(self) -> int:
         return self._size
 
     @property
-    def published(self):
+    def published(self) -> bool:
         return self._published
 
-    def __len__(self):
+    def __len__(self) -> int:
         return self._size
 
     def _handle(self):
@@ -132,11 +133,11 @@ class Buffer:
 
     # -- Yuanrong's object_client.Buffer ------------------------------------
 
-    def get_size(self):
+    def get_size(self) -> int:
         """The size of the buffer in bytes."""
         return self._size
 
-    def mutable_data(self):
+    def mutable_data(self) -> memoryview:
         """A writable memoryview; only before the buffer is published."""
         h = self._handle()
         addr = _n.load().ds_buffer_mutable_data(h)
@@ -146,13 +147,13 @@ class Buffer:
             )
         return _n.pinned_view(self._pin, addr, self._size, readonly=False)
 
-    def immutable_data(self):
+    def immutable_data(self) -> memoryview:
         """A read-only memoryview of the buffer's bytes."""
         h = self._handle()
         addr = _n.load().ds_buffer_data(h)
         return _n.pinned_view(self._pin, addr, self._size, readonly=True)
 
-    def memory_copy(self, value, offset=0):
+    def memory_copy(self, value: Union[bytes, bytearray, memoryview, str], offset: int = 0) -> None:
         """Copies value (memoryview, bytes, bytearray or str) into the buffer at offset."""
         value = _c.value("value", value)
         mv = memoryview(value)
@@ -169,7 +170,7 @@ class Buffer:
             )
         self.mutable_data()[offset : offset + n] = mv
 
-    def publish(self, nested_object_keys=None):
+    def publish(self, nested_object_keys: Optional[List[str]] = None) -> None:
         """Makes the buffer's contents visible under its key.
 
         nested_object_keys (Yuanrong's object references) is checked and
@@ -180,20 +181,20 @@ class Buffer:
             raise DsError(_n.K_INVALID, "The buffer of key %r is not writable." % self._key)
         self._client.mset_buffer([self])
 
-    def seal(self, nested_object_keys=None):
+    def seal(self, nested_object_keys: Optional[List[str]] = None) -> None:
         """Publishes the buffer as immutable (every published object is, here)."""
         self.publish(nested_object_keys)
 
-    def invalidate_buffer(self):
+    def invalidate_buffer(self) -> None:
         """Drops this client's copy (the buffer); the object stays in the worker."""
         self.release()
 
-    def wlatch(self, timeout_sec=60):
+    def wlatch(self, timeout_sec: int = 60) -> None:
         """Write latch: checked, then granted at once (see the module's notes)."""
         _check_latch_timeout(timeout_sec)
         self._handle()
 
-    def unwlatch(self):
+    def unwlatch(self) -> None:
         self._handle()
 
     def _latch_target(self, name):
@@ -203,20 +204,20 @@ class Buffer:
             return None, None
         return native, self._key.encode("utf-8", "surrogateescape")
 
-    def rlatch(self, timeout_sec=60):
+    def rlatch(self, timeout_sec: int = 60) -> None:
         """Read latch on the key (see the module's notes)."""
         _check_latch_timeout(timeout_sec)
         native, kb = self._latch_target("kv_rlatch")
         if native is not None:
             self._client._call(native, [kb], min(timeout_sec * 1000, _LATCH_MAX))
 
-    def unrlatch(self):
+    def unrlatch(self) -> None:
         """Releases the read latch."""
         native, kb = self._latch_target("kv_unrlatch")
         if native is not None:
             self._client._call(native, [kb])
 
-    def release(self):
+    def release(self) -> None:
         """Drops the buffer now (an unpublished one is discarded).
 
         Views still held from it must not be used afterwards.
@@ -225,7 +226,7 @@ class Buffer:
 
     # -- Yuanrong's KV buffer (StateValueBuffer) names -----------------------
 
-    def MutableData(self):  # noqa: N802 - Yuanrong's name
+    def MutableData(self) -> memoryview:  # noqa: N802 - Yuanrong's name
         return self.mutable_data()
 
     def ImmutableData(self, with_latch=False, timeout_sec=60):  # noqa: N802
@@ -269,20 +270,20 @@ class ObjectClient:
 
     def __init__(
         self,
-        host,
-        port,
-        connect_timeout_ms=9000,
-        token="",
-        client_public_key="",
-        client_private_key="",
-        server_public_key="",
-        access_key="",
-        secret_key="",
-        tenant_id="",
-        req_timeout_ms=0,
-        enable_exclusive_connection=False,
-        **kwargs
-    ):
+        host: str,
+        port: int,
+        connect_timeout_ms: int = 9000,
+        token: str = "",
+        client_public_key: str = "",
+        client_private_key: str = "",
+        server_public_key: str = "",
+        access_key: str = "",
+        secret_key: str = "",
+        tenant_id: str = "",
+        req_timeout_ms: int = 0,
+        enable_exclusive_connection: bool = False,
+        **kwargs: Any
+    ) -> None:
         from yr.datasystem.kv_client import KVClient
 
         Validator.check_args_types([["host", host, str], ["port", port, int]])
@@ -312,27 +313,33 @@ class ObjectClient:
         Validator.check_args_types([["consistency_type", consistency_type, ConsistencyType]])
         return consistency_type
 
-    def init(self):
+    def init(self) -> None:
         """Connects to the worker. Raises RuntimeError when it cannot."""
         self._kv.init()
 
-    def close(self):
+    def close(self) -> None:
         self._kv.close()
 
-    def __enter__(self):
+    def __enter__(self) -> "ObjectClient":
         self.init()
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def create(self, object_key, size, param=None):
+    def create(self, object_key: str, size: int, param: Optional[dict] = None) -> Buffer:
         """A writable Buffer of size bytes for object_key; publish() makes it visible."""
         self._consistency(param)
         Validator.check_args_types([["object_key", object_key, str], ["size", size, int]])
         return self._kv.mcreate([object_key], [size])[0]
 
-    def put(self, object_key, value, param=None, nested_object_keys=None):
+    def put(
+        self,
+        object_key: str,
+        value: Union[bytes, bytearray, memoryview, str],
+        param: Optional[dict] = None,
+        nested_object_keys: Optional[List[str]] = None,
+    ) -> None:
         """Writes value (memoryview, bytes or bytearray) under object_key."""
         self._consistency(param)
         _check_nested_keys(nested_object_keys)
@@ -341,7 +348,7 @@ class ObjectClient:
         )
         self._kv.set(object_key, value)
 
-    def get(self, object_keys, timeout_ms):
+    def get(self, object_keys: Sequence[str], timeout_ms: int) -> List[Optional[Buffer]]:
         """Read-only Buffers of object_keys (None for a missing one), waiting up to
         timeout_ms for them. Raises RuntimeError when none was found."""
         Validator.check_args_types([["object_keys", object_keys, list], ["timeout_ms", timeout_ms, int]])
@@ -350,7 +357,7 @@ class ObjectClient:
             raise DsError(_n.K_INVALID, "The input of object_keys list should not be empty")
         return self._kv._pinned_buffers(object_keys, timeout_ms, Buffer)
 
-    def generate_object_id(self, prefix=""):
+    def generate_object_id(self, prefix: str = "") -> str:
         """A random UUID key when prefix is empty; otherwise prefix itself."""
         return self._kv.generate_key(prefix)
 
@@ -374,16 +381,16 @@ class ObjectClient:
         statuses = self._kv._call(self._ref_hook(name), kbs)
         return [k for k, st in zip(object_keys, statuses) if st != _n.K_OK]
 
-    def g_increase_ref(self, object_keys):
+    def g_increase_ref(self, object_keys: Sequence[str]) -> List[str]:
         """Adds a global reference to each object; returns the keys that failed."""
         return self._refs("g_increase_ref", object_keys)
 
-    def g_decrease_ref(self, object_keys):
+    def g_decrease_ref(self, object_keys: Sequence[str]) -> List[str]:
         """Drops a global reference from each object (at 0 the object is deleted);
         returns the keys that failed."""
         return self._refs("g_decrease_ref", object_keys)
 
-    def query_global_ref_num(self, object_key):
+    def query_global_ref_num(self, object_key: str) -> int:
         """The object's global reference count; -1 on failure (as Yuanrong)."""
         Validator.check_args_types([["object_key", object_key, str]])
         native = _n.hook("query_global_ref_num")
@@ -394,5 +401,5 @@ class ObjectClient:
         except DsError:
             return -1
 
-    def health_check(self):
+    def health_check(self) -> Status:
         return self._kv.health_check()

@@ -16,6 +16,7 @@
 """
 
 import re
+from typing import Any, List
 
 from yr.datasystem import _native as _n
 
@@ -35,7 +36,7 @@ class Validator:
     UINT64_MAX_SIZE = 2**64 - 1
 
     @staticmethod
-    def type_error(name, types):
+    def type_error(name: str, types: Any) -> TypeError:
         return TypeError(
             "The input of {name} has invalid type, valid type: {type}".format(
                 name=name, type=list(types)
@@ -43,7 +44,7 @@ class Validator:
         )
 
     @staticmethod
-    def check_args_types(args):
+    def check_args_types(args: List[list]) -> None:
         """args: a list of [name, value, type, type, ...]; raises TypeError when
         a value is of none of its types (bool never passes for int)."""
         if not isinstance(args, list):
@@ -59,7 +60,7 @@ class Validator:
                 raise Validator.type_error(name, types)
 
     @staticmethod
-    def is_of(value, types):
+    def is_of(value: Any, types: Any) -> bool:
         for t in types:
             if t is int and isinstance(value, bool):
                 continue
@@ -68,7 +69,7 @@ class Validator:
         return False
 
     @staticmethod
-    def check_param_range(name, value, lo, hi):
+    def check_param_range(name: str, value: int, lo: int, hi: int) -> None:
         """Raises RuntimeError (also a ValueError) unless lo <= value <= hi."""
         if not lo <= value <= hi:
             raise ArgumentRangeError(
@@ -76,7 +77,7 @@ class Validator:
             )
 
     @staticmethod
-    def check_key_exists(args, keys):
+    def check_key_exists(args: dict, keys: List[str]) -> List[Any]:
         """The values of ``keys`` in the dict ``args``; TypeError when one is missing."""
         if not isinstance(args, dict):
             raise TypeError("The input of args should be dict, error type: %s" % type(args))
@@ -100,28 +101,28 @@ class Status:
 
     __slots__ = ("code", "message")
 
-    def __init__(self, code=0, message=""):
+    def __init__(self, code: int = 0, message: str = "") -> None:
         self.code = int(code)
         self.message = message or ""
 
-    def is_ok(self):
+    def is_ok(self) -> bool:
         return self.code == _n.K_OK
 
-    def is_error(self):
+    def is_error(self) -> bool:
         return self.code != _n.K_OK
 
-    def get_code(self):
+    def get_code(self) -> int:
         return self.code
 
-    def get_msg(self):
+    def get_msg(self) -> str:
         return self.message
 
     @property
-    def name(self):
+    def name(self) -> str:
         """The code's symbol, e.g. "K_NOT_FOUND"."""
         return _n.status_name(self.code)
 
-    def to_string(self):
+    def to_string(self) -> str:
         return _n.format_status(self.code, self.message)
 
     def __str__(self):
@@ -141,7 +142,7 @@ class Context:
     """Per-thread call context (Yuanrong's ``yr.datasystem.util.Context``)."""
 
     @staticmethod
-    def set_trace_id(trace_id):
+    def set_trace_id(trace_id: str) -> None:
         """Sets the trace id of every later call of the calling thread ("" clears it).
 
         Raises:
@@ -174,6 +175,6 @@ class Context:
         _n.set_current_trace_id(trace_id)
 
     @staticmethod
-    def get_trace_id():
+    def get_trace_id() -> str:
         """The calling thread's trace id ("" when none is set)."""
         return _n.current_trace_id()

@@ -1,0 +1,286 @@
+/* Subscribe-gets' table (worker/ops/subs.c) on its own, with requests that
+ * have no connection behind them: a wait completes once every key it names
+ * is published (a key published twice counts once, other keys and prefixes
+ * not at all), every wait on a key completes on one publish (more than the
+ * publish's stack room), deadlines expire in order and the next one is
+ * reported, the subscription limit refuses a wait whole and leaves the
+ * table as it was, the table grows past its first buckets, and destroying
+ * it frees the waits still pending. */
+#include "worker/ops/subs.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#define MAXREQ 6000
+
+static ds_req_t reqs[MAXREQ];
+/* What the callback saw, in call order. */
+static int ndone;
+static ds_req_t *done_req[MAXREQ];
+static bool done_timed_out[MAXREQ];
+static int ctx_token;
+
+static void on_done(void *ctx, ds_req_t *d, bool timed_out)
+{
+    assert_ptr_equal(ctx, &ctx_token);
+    assert_true(ndone < MAXREQ);
+    done_req[ndone] = d;
+    done_timed_out[ndone] = timed_out;
+    ndone++;
+}
+
+/* A request as a handler holds it once deferred; no connection behind it.
+ * The wait takes it over (ds__req_rearm) rather than deferring it again. */
+static ds_req_t *req(int i)
+{
+    memset(&reqs[i], 0, sizeof(reqs[i]));
+    reqs[i].id = (uint64_t)i;
+    reqs[i].deferred_ = true;
+    return &reqs[i];
+}
+
+static bool wait_keys(ds_subs_t *s, int i, uint64_t deadline, uint32_t n, ...)
+{
+    const char *keys[8];
+    uint32_t lens[8];
+    va_list ap;
+    va_start(ap, n);
+    for (uint32_t k = 0; k < n; k++) {
+        keys[k] = va_arg(ap, const char *);
+        lens[k] = (uint32_t)strlen(keys[k]);
+    }
+    va_end(ap);
+    return ds__subs_wait(s, req(i), keys, lens, n, deadline, on_done, &ctx_token);
+}
+
+static void publish(ds_subs_t *s, const char *key)
+{
+    ds__subs_publish(s, key, strlen(key));
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    ndone = 0;
+    return 0;
+}
+
+/* The requests have no connection: nothing for ds__req_drop to end, so
+ * ds__subs_destroy only frees the waits. */
+static void destroy(ds_subs_t *s)
+{
+    for (int i = 0; i < MAXREQ; i++)
+        reqs[i].deferred_ = false;
+    ds__subs_destroy(s);
+}
+
+static void test_one_key(void **state)
+{
+    (void)state;
+    ds_subs_t s;
+    ds__subs_init(&s, 100);
+    assert_true(wait_keys(&s, 0, 10000, 1, "alpha"));
+    assert_int_equal(s.count, 1);
+    assert_int_equal(s.n, 1);
+    publish(&s, "beta");
+    publish(&s, "alph"); /* a prefix is another key */
+    publish(&s, "alphabet");
+    assert_int_equal(ndone, 0);
+    publish(&s, "alpha");
+    assert_int_equal(ndone, 1);
+    assert_ptr_equal(done_req[0], &reqs[0]);
+    assert_false(done_timed_out[0]);
+    assert_int_equal(s.count, 0);
+    assert_int_equal(s.n, 0);
+    /* Done is done: a second publish finds nothing. */
+    publish(&s, "alpha");
+    assert_int_equal(ndone, 1);
+    assert_int_equal(ds__subs_expire(&s, 20000), 0);
+    assert_int_equal(ndone, 1);
+    destroy(&s);
+}
+
+/* Binary keys compare as bytes, NULs included. */
+static void test_binary_keys(void **state)
+{
+    (void)state;
+    ds_subs_t s;
+    ds__subs_init(&s, 100);
+    const char k[] = {'k', '\0', 'x'}, other[] = {'k', '\0', 'y'};
+    const char *keys[] = {k};
+    const uint32_t lens[] = {sizeof(k)};
+    assert_true(ds__subs_wait(&s, req(0), keys, lens, 1, 10000, on_done, &ctx_token));
+    ds__subs_publish(&s, other, sizeof(other));
+    ds__subs_publish(&s, k, 1);
+    assert_int_equal(ndone, 0);
+    ds__subs_publish(&s, k, sizeof(k));
+    assert_int_equal(ndone, 1);
+    destroy(&s);
+}
+
+static void test_all_keys_needed(void **state)
+{
+    (void)state;
+    ds_subs_t s;
+    ds__subs_init(&s, 100);
+    assert_true(wait_keys(&s, 0, 10000, 3, "a", "b", "c"));
+    assert_int_equal(s.count, 3);
+    publish(&s, "a");
+    publish(&s, "a"); /* counts once */
+    publish(&s, "b");
+    assert_int_equal(ndone, 0);
+    publish(&s, "c");
+    assert_int_equal(ndone, 1);
+    assert_false(done_timed_out[0]);
+    assert_int_equal(s.count, 0);
+    destroy(&s);
+}
+
+/* One publish completes every wait on the key, more than the 64 it has
+ * stack room for; a wait on two keys stays until its second comes. */
+static void test_many_waits_one_key(void **state)
+{
+    (void)state;
+    enum { N = 200 };
+    ds_subs_t s;
+    ds__subs_init(&s, 1000);
+    for (int i = 0; i < N; i++)
+        assert_true(wait_keys(&s, i, 10000 + (uint64_t)i, 1, "shared"));
+    assert_true(wait_keys(&s, N, 10000, 2, "shared", "later"));
+    publish(&s, "shared");
+    assert_int_equal(ndone, N);
+    bool seen[N] = {false};
+    for (int i = 0; i < N; i++) {
+        int idx = (int)(done_req[i] - reqs);
+        assert_true(idx >= 0 && idx < N);
+        assert_false(seen[idx]);
+        seen[idx] = true;
+        assert_false(done_timed_out[i]);
+    }
+    assert_int_equal(s.n, 1);
+    publish(&s, "later");
+    assert_int_equal(ndone, N + 1);
+    assert_ptr_equal(done_req[N], &reqs[N]);
+    destroy(&s);
+}
+
+/* Deadlines: expire completes the waits due, earliest first, as timed out,
+ * and says when the next is due (0: none left). */
+static void test_deadlines(void **state)
+{
+    (void)state;
+    ds_subs_t s;
+    ds__subs_init(&s, 100);
+    static const uint64_t deadlines[] = {500, 100, 300, 400, 200};
+    for (int i = 0; i < 5; i++)
+        assert_true(wait_keys(&s, i, deadlines[i], 1, "never"));
+    assert_int_equal(ds__subs_expire(&s, 50), 100);
+    assert_int_equal(ndone, 0);
+    assert_int_equal(ds__subs_expire(&s, 300), 400);
+    assert_int_equal(ndone, 3);
+    assert_ptr_equal(done_req[0], &reqs[1]); /* 100 */
+    assert_ptr_equal(done_req[1], &reqs[4]); /* 200 */
+    assert_ptr_equal(done_req[2], &reqs[2]); /* 300 */
+    for (int i = 0; i < 3; i++)
+        assert_true(done_timed_out[i]);
+    /* A publish completes one before its deadline; the heap stays in order. */
+    assert_true(wait_keys(&s, 5, 450, 1, "soon"));
+    assert_true(wait_keys(&s, 6, 50, 1, "first"));
+    assert_int_equal(ds__subs_expire(&s, 0), 50);
+    publish(&s, "first");
+    assert_int_equal(ndone, 4);
+    assert_false(done_timed_out[3]);
+    assert_int_equal(ds__subs_expire(&s, 0), 400);
+    assert_int_equal(ds__subs_expire(&s, 1000), 0);
+    assert_int_equal(ndone, 7);
+    assert_ptr_equal(done_req[4], &reqs[3]); /* 400 */
+    assert_ptr_equal(done_req[5], &reqs[5]); /* 450 */
+    assert_ptr_equal(done_req[6], &reqs[0]); /* 500 */
+    assert_int_equal(s.count, 0);
+    destroy(&s);
+}
+
+/* --max_pending_subscriptions counts keys: a wait that would pass it is
+ * refused whole, and the table is as it was. */
+static void test_limit(void **state)
+{
+    (void)state;
+    ds_subs_t s;
+    ds__subs_init(&s, 3);
+    assert_true(wait_keys(&s, 0, 10000, 2, "a", "b"));
+    assert_false(wait_keys(&s, 1, 10000, 2, "c", "d"));
+    assert_int_equal(s.count, 2);
+    assert_int_equal(s.n, 1);
+    publish(&s, "c");
+    publish(&s, "d");
+    assert_int_equal(ndone, 0);
+    assert_true(wait_keys(&s, 2, 10000, 1, "c"));
+    assert_int_equal(s.count, 3);
+    publish(&s, "a");
+    publish(&s, "b");
+    assert_int_equal(ndone, 1);
+    /* Completed waits give their room back. */
+    assert_true(wait_keys(&s, 3, 10000, 2, "e", "f"));
+    destroy(&s);
+}
+
+/* Far more keys than the first 1024 buckets: the table grows and every
+ * wait is still found by its key. */
+static void test_grows(void **state)
+{
+    (void)state;
+    enum { N = 5000 };
+    ds_subs_t s;
+    ds__subs_init(&s, 100000);
+    char key[32];
+    for (int i = 0; i < N; i++) {
+        snprintf(key, sizeof(key), "grow-%d", i);
+        assert_true(wait_keys(&s, i, 10000, 1, key));
+    }
+    assert_int_equal(s.count, N);
+    assert_true(s.nbuckets > 1024);
+    for (int i = N - 1; i >= 0; i--) {
+        snprintf(key, sizeof(key), "grow-%d", i);
+        publish(&s, key);
+        assert_int_equal(ndone, N - i);
+        assert_ptr_equal(done_req[N - i - 1], &reqs[i]);
+    }
+    assert_int_equal(s.count, 0);
+    destroy(&s);
+}
+
+/* Waits still pending when the table is destroyed are freed (ASan's leak
+ * check sees to it) without their callbacks. */
+static void test_destroy_pending(void **state)
+{
+    (void)state;
+    ds_subs_t s;
+    ds__subs_init(&s, 100);
+    assert_true(wait_keys(&s, 0, 10000, 2, "x", "y"));
+    assert_true(wait_keys(&s, 1, 20000, 1, "x"));
+    destroy(&s);
+    assert_int_equal(ndone, 0);
+    assert_null(s.buckets);
+    assert_int_equal(s.n, 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup(test_one_key, setup),
+        cmocka_unit_test_setup(test_binary_keys, setup),
+        cmocka_unit_test_setup(test_all_keys_needed, setup),
+        cmocka_unit_test_setup(test_many_waits_one_key, setup),
+        cmocka_unit_test_setup(test_deadlines, setup),
+        cmocka_unit_test_setup(test_limit, setup),
+        cmocka_unit_test_setup(test_grows, setup),
+        cmocka_unit_test_setup(test_destroy_pending, setup),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
