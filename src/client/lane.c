@@ -107,13 +107,13 @@ void ds__lane_ahead_init(ds_lane_ahead_t *a, ds_conn_t *conn, uint64_t total)
 /* Promises the worker a request within the rest of the copy (left bytes at
  * 1 GB/s, plus a margin) and rings the doorbell if it sleeps; not when this
  * thread runs on the worker's CPU, where a woken worker would only take
- * turns with the copy. */
+ * turns with the copy, nor to a worker whose polling is off. */
 static void promise(ds_conn_t *conn, uint64_t left)
 {
     ds_lane_hub_t *hub = conn->hub;
+    uint32_t worker_cpu = atomic_load_explicit(&hub->worker_cpu, memory_order_relaxed);
     int cpu = sched_getcpu();
-    if (cpu >= 0 && (uint32_t)cpu == atomic_load_explicit(&hub->worker_cpu, memory_order_relaxed))
-        return;
+    if (worker_cpu == DS_LANE_CPU_NONE || (cpu >= 0 && (uint32_t)cpu == worker_cpu)) return;
     uint64_t ahead = left + 50000u;
     if (ahead > DS_LANE_AHEAD_MAX_NS) ahead = DS_LANE_AHEAD_MAX_NS;
     uint64_t now = ds__now_ns(), soon = now + ahead;

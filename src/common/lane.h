@@ -57,6 +57,8 @@
 #define DS_LANE_HDR 128u
 #define DS_LANE_REQ_MAX 8128u
 #define DS_LANE_REP_MAX (DS_LANE_SIZE - DS_LANE_HDR - DS_LANE_REQ_MAX)
+/* hub.worker_cpu: the worker does not say where it runs. */
+#define DS_LANE_CPU_NONE UINT32_MAX
 /* rep_len: the answer comes on the socket. */
 #define DS_LANE_ON_SOCKET UINT32_MAX
 /* A poll step of either side first watches the lane this long: the yield
@@ -140,7 +142,9 @@ typedef struct {
     _Atomic uint32_t sleeping; /* 1 while the worker's loop may sleep */
     /* Where the worker's loop runs. Watching the lane (DS_LANE_WATCH_NS)
      * only delays a side that shares the CPU with the watcher, so neither
-     * watches when they last ran on the same one. */
+     * watches when they last ran on the same one. DS_LANE_CPU_NONE: the
+     * worker's polling is off (--busy_poll_us 0): it neither polls nor
+     * keeps promises, so no client makes one. */
     _Atomic uint32_t worker_cpu;
     /* Written by clients: a request is due by then (ns, CLOCK_MONOTONIC;
      * 0 = none), see DS_LANE_AHEAD_MIN. */
