@@ -1,8 +1,9 @@
 /* Adaptive polling: how long a thread that waits for something (the
  * worker for its clients' next request, a client for its reply) polls
  * before it sleeps. Sleeping costs a wake-up when the thing arrives, which
- * on a VM whose idle vCPUs halt is tens of microseconds, more than a round
- * trip's own work; polling costs the CPU it spins on.
+ * on a machine whose idle CPUs halt (a VM) can cost more than a round
+ * trip's own work; polling costs the CPU it spins on. The numbers are in
+ * common/tuning.h; the measurements behind the rules in docs/polling.md.
  *
  * The window adapts the way Linux's haltpoll cpuidle governor does, from
  * how long each wait turned out to last (its idle time):
@@ -23,59 +24,29 @@
  * DS_SPIN_OVER_NS. Then the window quarters and no wait of the whole
  * process polls for the next DS_SPIN_BACKOFF_NS, so that a poller never
  * holds a CPU something else could use, nor do many threads pay for
- * checking again on a machine that stays busy.
+ * checking again on a machine that stays busy. The machine-wide check
+ * waits DS_SPIN_OVER_NS because stopping at the first sight of a runnable
+ * thread put both sides to sleep, and once they woke each other the
+ * scheduler often placed them on one CPU, where polling cannot start again.
  *
- * Why the machine-wide check waits: on a 2-vCPU VM with a worker and one
- * client polling, a third thread is runnable some 29 times a second (two
- * spinning threads reading /proc/loadavg for 10 s: 90% of those episodes
- * were over within 128 us, 7% lasted over 1 ms). Stopping at the first
- * sight of one put both sides to sleep, and once they woke each other the
- * scheduler often placed them on one vCPU, where each round trip is a pair
- * of context switches and polling cannot start again: a Python connector's
- * 1 MiB put+get ran at 120-260 us instead of 60-70 for a few hundred
- * milliseconds at a time. Share of 20 ms rounds (300 put+get each) over
- * 120 us in runs of 25-40 s, each rule alternating with the check off:
- * stopping at the first check 0.5-6.7% (five runs), at the second in a
- * row 1.0-8.0% (five), this rule 0.2-1.1% (three), the check off
- * altogether 0.0-2.1% (eight).
- *
- * One wait differs: a client's wait for a reply on its socket
- * (client/conn.c) goes on polling while other threads share its CPU, and
- * stops only for one that then holds the CPU for DS_SPIN_HOG_NS or more
+ * Waits beside a thread they wait for differ: a client's wait for a reply
+ * on its socket (client/conn.c), a client's lane wait while the worker's
+ * loop runs on its CPU (client/lane.c), and the worker's poll step while
+ * it serves a lane client (ds__spin_pause_beside, which keeps the
+ * machine-wide check) go on polling while other threads share the CPU,
+ * and stop only for one that then holds it for DS_SPIN_HOG_NS or more
  * (ds__spin_yield): a CPU-bound neighbour, whose time slices polling would
- * wait out where a wake-up would preempt it. Several client processes
- * sharing a CPU (each yields back within microseconds) keep polling; each
- * of them asleep instead would cost the worker a wake-up per reply. Four
- * single-threaded processes doing 1 KiB set+get over TCP on this 2-vCPU VM
- * ran 32-42k pairs/s this way against 29-31k under the general rule, which
- * stopped nearly every one of their polls (Redis 29-38k in the same runs).
- * A client's wait on its request lane does the same while the worker's loop
- * runs on its CPU (client/lane.c): the worker taking the CPU is what that
- * wait waits for, and awake the client sees the answer without a wake-up
- * when the worker moves away (DS_LANE_PART_NS in common/lane.h). So does
- * the worker's poll step while it serves a lane client
- * (ds__spin_pause_beside, which keeps the machine-wide check): the thread
- * that ran on its CPU is often that client, or a kernel worker for a
- * moment, and stopping at it put the worker to sleep, whereupon the
- * client's doorbell woke it onto the client's vCPU. With a thread of 20 us
- * every 150-200 us on the worker's CPU, the general step caught 240-770 of
- * 2000 lane requests 40 us apart while polling, this one 1961. Bursts of
- * 100 local 1 MiB set+get pairs 100 ms apart (40 bursts per worker, the
- * two workers alternating) had a median set under 0.7 of a memcpy in 5
- * bursts against 11 (medians of the bursts 0.85 and 0.82 of a memcpy).
- * A lane wait that polls as if apart does not count a step's yield as
- * contention either when the hub then says the worker's loop runs on its
- * CPU: that was the worker, woken there by the wait's own doorbell.
+ * wait out where a wake-up would preempt it. The thread that ran there is
+ * often the very one waited for, and stopping at it put the waiter to
+ * sleep, whereupon its wake-up pulled the two onto one CPU. A lane wait
+ * that polls as if apart does not count a step's yield as contention
+ * either when the hub then says the worker's loop runs on its CPU: that
+ * was the worker, woken there by the wait's own doorbell.
  *
  * A step that merely took long does not count: on a VM that is the
  * hypervisor running something else on the vCPU, or interrupts, neither of
- * which a thread of this machine waits behind. Counting it (as an earlier
- * version did, over 20 us) stopped polling for a millisecond some 35 times
- * per 1000 local 1 MiB sets on a PVM guest whose vCPUs are preempted that
- * often; each set in such a millisecond rang a sleeping worker awake,
- * which costs the ringing client some 40 us there, and the sets ran at
- * 0.14-0.82 of memcpy (13 runs, median 0.69) against 0.81-0.89 without (7
- * runs; worker and client each on its own vCPU).
+ * which a thread of this machine waits behind; counting it stopped polling
+ * often on guests whose vCPUs are preempted often.
  *
  * A ds_spin_t is plain data, no locking: one per waiting thread or
  * connection. */
@@ -85,12 +56,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#define DS_SPIN_START_NS 8000u
-#define DS_SPIN_MIN_NS 1000u
-#define DS_SPIN_LOAD_EVERY 8u
-#define DS_SPIN_BACKOFF_NS 1000000u
-#define DS_SPIN_HOG_NS 200000u
-#define DS_SPIN_OVER_NS 200000u
+#include "common/tuning.h"
 
 typedef struct {
     uint64_t max_ns;    /* 0: never poll */
