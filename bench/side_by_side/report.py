@@ -561,7 +561,7 @@ def polling_text(d):
         "other work (`src/common/spin.h`); a round trip then costs no wake-up, which under a "
         "hypervisor is most of a small round trip's time. A local set of 256 KiB or more also tells "
         "the worker, while it copies the value into the arena, that its request is coming "
-        "(`DS_LANE_AHEAD_MIN` in `src/common/lane.h`), so that a sleeping worker's wake-up "
+        "(`DS_LANE_AHEAD_MIN` in `src/common/tuning.h`), so that a sleeping worker's wake-up "
         "overlaps the copy instead of following it. Redis and hiredis sleep on every wait. The "
         "CPU this costs is in the set+get notes (CPU us per pair, server and client), next to "
         "Redis's; the Python connector rows are also given with polling off.\n" % how)

@@ -13,8 +13,10 @@
  *
  * --busy-poll-us N runs the worker with --busy_poll_us N and every
  * datasystem client with DS_BUSY_POLL_US=N: the longest either polls before
- * it sleeps (0: off, every wait sleeps). Without it both keep their
- * defaults (adaptive polling up to 200 us, common/spin.h).
+ * it sleeps (0: off, every wait sleeps, and the worker runs a plain epoll
+ * loop without any of its latency policy, worker/core/poll_policy.h).
+ * Without it both keep their defaults (adaptive polling up to 200 us,
+ * common/spin.h).
  *
  * Exit status: 0 when every phase ran (targets missed or not: a benchmark
  * reports, it does not assert), 1 when a phase failed, 2 on bad usage. */

@@ -107,14 +107,14 @@ void ds__lane_ahead_init(ds_lane_ahead_t *a, ds_conn_t *conn, uint64_t total)
 /* Promises the worker a request within the rest of the copy (left bytes at
  * 1 GB/s, plus a margin) and rings the doorbell if it sleeps; not when this
  * thread runs on the worker's CPU, where a woken worker would only take
- * turns with the copy. */
+ * turns with the copy, nor to a worker whose polling is off. */
 static void promise(ds_conn_t *conn, uint64_t left)
 {
     ds_lane_hub_t *hub = conn->hub;
+    uint32_t worker_cpu = atomic_load_explicit(&hub->worker_cpu, memory_order_relaxed);
     int cpu = sched_getcpu();
-    if (cpu >= 0 && (uint32_t)cpu == atomic_load_explicit(&hub->worker_cpu, memory_order_relaxed))
-        return;
-    uint64_t ahead = left + 50000u;
+    if (worker_cpu == DS_LANE_CPU_NONE || (cpu >= 0 && (uint32_t)cpu == worker_cpu)) return;
+    uint64_t ahead = left + DS_LANE_AHEAD_MARGIN_NS;
     if (ahead > DS_LANE_AHEAD_MAX_NS) ahead = DS_LANE_AHEAD_MAX_NS;
     uint64_t now = ds__now_ns(), soon = now + ahead;
     /* The later promise stands; one further ahead than any client makes
@@ -168,51 +168,57 @@ static bool beside_worker(const ds_conn_t *conn, int cpu)
            (uint32_t)cpu == atomic_load_explicit(&conn->hub->worker_cpu, memory_order_relaxed);
 }
 
+/* The polling half of a lane wait (the client's latency policy, off with
+ * busy_poll_us -1): watches rep_seq for the connection's window (its
+ * longest right after the worker parted, DS_LANE_PARTED_NS), and returns
+ * it as last seen. Sharing the worker's CPU, watching would only keep it
+ * off; each step yields to it instead, and the worker taking the CPU is no
+ * contention: it is what this wait waits for. Awake, this wait sees the
+ * answer without a wake-up from the worker's CPU (which would pull it
+ * there), also when the worker parts from it. */
+static uint32_t poll_answer(ds_conn_t *conn, uint32_t seen, uint64_t t0, bool *contended)
+{
+    ds_lane_t *l = conn->lane;
+    bool apart = !beside_worker(conn, conn->lane_cpu);
+    uint64_t parted = atomic_load_explicit(&conn->hub->parted, memory_order_relaxed);
+    uint64_t window =
+        t0 - parted < DS_LANE_PARTED_NS ? conn->spin.max_ns : ds__spin_window(&conn->spin, t0);
+    uint32_t cur = atomic_load_explicit(&l->rep_seq, memory_order_acquire);
+    if (cur != seen || window == 0) return cur;
+    uint64_t until = t0 + window;
+    for (unsigned k = 0;; k++) {
+        uint64_t watch = ds__now_ns() + (apart ? DS_LANE_WATCH_NS : 0);
+        for (unsigned i = 1;; i++) {
+            if ((cur = atomic_load_explicit(&l->rep_seq, memory_order_acquire)) != seen) return cur;
+            ds__cpu_relax();
+            if (i % 16 == 0 && ds__now_ns() >= watch) break;
+        }
+        if (ds__now_ns() >= until) return cur;
+        if (!apart) {
+            if ((*contended = ds__spin_yield(NULL))) return cur;
+        } else if ((*contended = ds__spin_pause(k, NULL))) {
+            /* What took this CPU may have been the worker, woken onto it
+             * by this request's doorbell (awake, it says where it runs):
+             * no contention, the wait goes on beside it. Counted as one,
+             * it stopped this process's polling for DS_SPIN_BACKOFF_NS,
+             * and the next answers came with futex wakes that kept the two
+             * on one CPU. */
+            if (!beside_worker(conn, sched_getcpu())) return cur;
+            apart = false;
+            *contended = false;
+        }
+    }
+}
+
 int ds__lane_wait(ds_conn_t *conn, uint64_t deadline, bool *contended)
 {
     ds_lane_t *l = conn->lane;
     uint32_t seen = conn->lane_rep;
     uint64_t t0 = conn->spin.max_ns ? ds__now_ns() : 0;
-    /* Sharing the worker's CPU, watching would only keep it off; each step
-     * yields to it instead, and the worker taking the CPU is no contention:
-     * it is what this wait waits for. Awake, this wait sees the answer
-     * without a wake-up from the worker's CPU (which would pull it there),
-     * also when the worker parts from it (DS_LANE_PART_NS). */
-    bool apart = !beside_worker(conn, conn->lane_cpu);
-    uint64_t window = 0;
-    if (t0) {
-        /* Right after the worker parted: the longest window, whatever this
-         * connection's says (DS_LANE_PARTED_NS). */
-        uint64_t parted = atomic_load_explicit(&conn->hub->parted, memory_order_relaxed);
-        window =
-            t0 - parted < DS_LANE_PARTED_NS ? conn->spin.max_ns : ds__spin_window(&conn->spin, t0);
-    }
-    uint32_t cur = atomic_load_explicit(&l->rep_seq, memory_order_acquire);
-    if (cur == seen && window) {
-        uint64_t until = t0 + window;
-        for (unsigned k = 0;; k++) {
-            uint64_t watch = ds__now_ns() + (apart ? DS_LANE_WATCH_NS : 0);
-            for (unsigned i = 1;; i++) {
-                if ((cur = atomic_load_explicit(&l->rep_seq, memory_order_acquire)) != seen) break;
-                ds__cpu_relax();
-                if (i % 16 == 0 && ds__now_ns() >= watch) break;
-            }
-            if (cur != seen || ds__now_ns() >= until) break;
-            if (!apart) {
-                if ((*contended = ds__spin_yield(NULL))) break;
-            } else if ((*contended = ds__spin_pause(k, NULL))) {
-                /* What took this CPU may have been the worker, woken onto
-                 * it by this request's doorbell (awake, it says where it
-                 * runs): no contention, the wait goes on beside it.
-                 * Counted as one, it stopped this process's polling for
-                 * DS_SPIN_BACKOFF_NS, and the next answers came with
-                 * futex wakes that kept the two on one vCPU. */
-                if (!beside_worker(conn, sched_getcpu())) break;
-                apart = false;
-                *contended = false;
-            }
-        }
-    }
+    uint32_t cur = t0 ? poll_answer(conn, seen, t0, contended)
+                      : atomic_load_explicit(&l->rep_seq, memory_order_acquire);
+    /* No answer yet: sleep on rep_seq (in slices, to notice a closed
+     * socket and the deadline). */
     bool on_socket = false;
     while (cur == seen) {
         atomic_store_explicit(&l->waiting, 1, memory_order_seq_cst);

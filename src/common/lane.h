@@ -3,18 +3,12 @@
  *
  * Why: a local round trip over the Unix socket costs two socket writes and
  * reads, and each wake-up it causes is a "sync" wake-up, which makes the
- * kernel run the woken side on the waker's CPU. Where idle CPUs halt (a
- * VM's vCPUs), the two sides then share one CPU after every pause, and
- * every round trip is a socket ping-pong between them there, slower than
- * the same ping-pong across two CPUs. A lane carries the same frames
- * through shared memory: while the other side polls, a round trip costs no
- * system call at all; while it sleeps, the wake-up is an eventfd write (to
- * the worker) or a futex wake (to the client), neither of which asks the
- * kernel to pull the woken side over. (A scheduler that packs tasks onto
- * few CPUs may still move a woken side next to its waker, so two sides
- * that have slept and woken each other can end up on one CPU, where their
- * polling backs off; the worker's loop then moves itself away,
- * DS_LANE_PART_NS below.)
+ * kernel run the woken side on the waker's CPU. On a VM whose idle vCPUs
+ * halt, the two sides then share one vCPU after every pause, and every
+ * round trip is a socket ping-pong between them there. A lane carries the same frames through
+ * shared memory: while the other side polls, a round trip costs no system call at all; while it
+ * sleeps, the wake-up is an eventfd write (to the worker) or a futex wake (to the client), neither
+ * of which asks the kernel to pull the woken side over (it may still: docs/polling.md).
  *
  * A lane is one request and its answer at a time, for one connection (the
  * client library sends one request per connection at a time anyway):
@@ -50,69 +44,22 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "common/tuning.h"
+
 #define DS_LANE_MAX 256u /* lanes per worker: a multiple of 64, at most 512 */
 #define DS_LANE_SIZE 16384u
 #define DS_LANE_HDR 128u
 #define DS_LANE_REQ_MAX 8128u
 #define DS_LANE_REP_MAX (DS_LANE_SIZE - DS_LANE_HDR - DS_LANE_REQ_MAX)
+/* hub.worker_cpu: the worker does not say where it runs. */
+#define DS_LANE_CPU_NONE UINT32_MAX
 /* rep_len: the answer comes on the socket. */
 #define DS_LANE_ON_SOCKET UINT32_MAX
-/* A poll step of either side first watches the lane this long: the yield
- * and the checks of a step (common/spin.h) cost microseconds, while a watch
- * sees the other side's write within a fraction of one. */
-#define DS_LANE_WATCH_NS 2000u
-/* ... except in the first DS_LANE_WATCH_BACK_NS after the worker served a
- * lane request, when the worker's steps watch until then: a client's next
- * request often comes within microseconds (after its copy of a value of
- * some KiB), and one that comes while the loop is in a step's yield and
- * checks and its next turn's epoll_wait waits those out, which can triple
- * the time of a set that follows a get of some KiB. A TCP request that
- * comes meanwhile waits at most this long. */
-#define DS_LANE_WATCH_BACK_NS 20000u
 /* How long one futex sleep of a waiting client lasts before it looks at
  * its socket and deadline again. */
 #define DS_LANE_SLEEP_SLICE_MS 50u
-/* Waking ahead: a client that copies a value of at least
- * DS_LANE_AHEAD_MIN bytes into the arena before the request that publishes
- * it tells the worker, when DS_LANE_AHEAD_BYTES are left to copy, that a
- * request is coming (hub.soon: by when, on CLOCK_MONOTONIC) and rings the
- * doorbell if the worker sleeps. The worker's wake-up (tens of us where
- * idle CPUs halt) then overlaps the end of the copy, and the worker
- * polls the lanes until the request comes or the time passes. The client
- * promises at most DS_LANE_AHEAD_MAX_NS ahead (the rest of the copy at
- * 1 GB/s, plus a margin) and clears its promise when it sends; a worker
- * ignores a promise further ahead than that, and the next client's promise
- * replaces it, so a client that lies costs at most the polling it could
- * cause with requests of its own. Not made from the worker's CPU (hub.
- * worker_cpu), nor by a client whose polling is off. */
-#define DS_LANE_AHEAD_MIN (256u * 1024u)
-#define DS_LANE_AHEAD_BYTES (1024u * 1024u)
-#define DS_LANE_AHEAD_MAX_NS 1000000u
-/* Parting: a worker loop that has just served a request from a client
- * running on its own vCPU, a client that polls for its answers and sent it
- * within the loop's polling limit of the previous request, moves to another
- * vCPU (at most once per DS_LANE_PART_NS, and not while the machine has
- * more runnable threads than CPUs). Once two sides have woken
- * each other, the kernel tends to keep them on one vCPU (see above), where
- * neither can poll and each round trip is a pair of context switches; on
- * two vCPUs both poll and a round trip costs no system call. */
-#define DS_LANE_PART_NS 2000000u
-/* ... but a loop that found the machine busy (more runnable threads than
- * CPUs) looks again after DS_LANE_PART_RETRY_NS: the thread that made it
- * so is often a kernel worker running for a moment, and waiting a whole
- * DS_LANE_PART_NS would leave the two sides on one vCPU for many round
- * trips. */
-#define DS_LANE_PART_RETRY_NS 250000u
-/* A client's lane wait that begins within DS_LANE_PARTED_NS of the
- * worker's parting (hub.parted) polls for its longest window, whatever its
- * window says, as the worker's loop does after parting. The move takes the
- * worker on the order of 100 us (the halted vCPU it goes to must wake
- * first), longer than a window that shrank while the two shared a vCPU; a
- * client asleep when the answer comes is woken from the worker's new vCPU,
- * and the kernel then moves it there too, undoing the parting. A local
- * client that writes a false hub.parted costs the others no more than
- * polling their longest window, which their own requests could cause. */
-#define DS_LANE_PARTED_NS 1000000u
+/* The tuning numbers (DS_LANE_WATCH_NS, DS_LANE_AHEAD_*, DS_LANE_PART*_NS)
+ * are in common/tuning.h. */
 
 typedef struct {
     /* Written by the client. */
@@ -136,7 +83,9 @@ typedef struct {
     _Atomic uint32_t sleeping; /* 1 while the worker's loop may sleep */
     /* Where the worker's loop runs. Watching the lane (DS_LANE_WATCH_NS)
      * only delays a side that shares the CPU with the watcher, so neither
-     * watches when they last ran on the same one. */
+     * watches when they last ran on the same one. DS_LANE_CPU_NONE: the
+     * worker's polling is off (--busy_poll_us 0): it neither polls nor
+     * keeps promises, so no client makes one. */
     _Atomic uint32_t worker_cpu;
     /* Written by clients: a request is due by then (ns, CLOCK_MONOTONIC;
      * 0 = none), see DS_LANE_AHEAD_MIN. */

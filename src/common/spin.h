@@ -1,8 +1,9 @@
 /* Adaptive polling: how long a thread that waits for something (the
  * worker for its clients' next request, a client for its reply) polls
  * before it sleeps. Sleeping costs a wake-up when the thing arrives, which
- * on a VM whose idle vCPUs halt is tens of microseconds, more than a round
- * trip's own work; polling costs the CPU it spins on.
+ * on a machine whose idle CPUs halt (a VM) can cost more than a round
+ * trip's own work; polling costs the CPU it spins on. The numbers are in
+ * common/tuning.h; the measurements behind the rules in docs/polling.md.
  *
  * The window adapts the way Linux's haltpoll cpuidle governor does, from
  * how long each wait turned out to last (its idle time):
@@ -23,45 +24,29 @@
  * DS_SPIN_OVER_NS. Then the window quarters and no wait of the whole
  * process polls for the next DS_SPIN_BACKOFF_NS, so that a poller never
  * holds a CPU something else could use, nor do many threads pay for
- * checking again on a machine that stays busy.
+ * checking again on a machine that stays busy. The machine-wide check
+ * waits DS_SPIN_OVER_NS because stopping at the first sight of a runnable
+ * thread put both sides to sleep, and once they woke each other the
+ * scheduler often placed them on one CPU, where polling cannot start again.
  *
- * Why the machine-wide check waits: on a machine with few CPUs, a third
- * runnable thread shows up many times a second for a moment only (most
- * such episodes are over within a hundred microseconds). Stopping at the
- * first sight of one puts both sides to sleep, and once they wake each
- * other the scheduler often places them on one CPU, where each round trip
- * is a pair of context switches and polling cannot start again; a whole
- * stream of round trips then runs at several times its usual latency for
- * a while. Requiring the overload to last DS_SPIN_OVER_NS lets such
- * moments pass and still stops for real contention.
- *
- * One wait differs: a client's wait for a reply on its socket
- * (client/conn.c) goes on polling while other threads share its CPU, and
- * stops only for one that then holds the CPU for DS_SPIN_HOG_NS or more
+ * Waits beside a thread they wait for differ: a client's wait for a reply
+ * on its socket (client/conn.c), a client's lane wait while the worker's
+ * loop runs on its CPU (client/lane.c), and the worker's poll step while
+ * it serves a lane client (ds__spin_pause_beside, which keeps the
+ * machine-wide check) go on polling while other threads share the CPU,
+ * and stop only for one that then holds it for DS_SPIN_HOG_NS or more
  * (ds__spin_yield): a CPU-bound neighbour, whose time slices polling would
- * wait out where a wake-up would preempt it. Several client processes
- * sharing a CPU (each yields back within microseconds) keep polling; each
- * of them asleep instead would cost the worker a wake-up per reply, and
- * under the general rule nearly every one of their polls would stop.
- * A client's wait on its request lane does the same while the worker's loop
- * runs on its CPU (client/lane.c): the worker taking the CPU is what that
- * wait waits for, and awake the client sees the answer without a wake-up
- * when the worker moves away (DS_LANE_PART_NS in common/lane.h). So does
- * the worker's poll step while it serves a lane client
- * (ds__spin_pause_beside, which keeps the machine-wide check): the thread
- * that ran on its CPU is often that client, or a kernel worker for a
- * moment, and stopping at it would put the worker to sleep, whereupon the
- * client's doorbell wakes it onto the client's CPU. A lane wait that polls
- * as if apart does not count a step's yield as contention either when the
- * hub then says the worker's loop runs on its CPU: that was the worker,
- * woken there by the wait's own doorbell.
+ * wait out where a wake-up would preempt it. The thread that ran there is
+ * often the very one waited for, and stopping at it put the waiter to
+ * sleep, whereupon its wake-up pulled the two onto one CPU. A lane wait
+ * that polls as if apart does not count a step's yield as contention
+ * either when the hub then says the worker's loop runs on its CPU: that
+ * was the worker, woken there by the wait's own doorbell.
  *
  * A step that merely took long does not count: on a VM that is the
  * hypervisor running something else on the vCPU, or interrupts, neither of
- * which a thread of this machine waits behind. Counting it would stop
- * polling for DS_SPIN_BACKOFF_NS every time a vCPU is preempted, and every
- * request in such a pause would ring a sleeping worker awake, a cost the
- * ringing client pays.
+ * which a thread of this machine waits behind; counting it stopped polling
+ * often on guests whose vCPUs are preempted often.
  *
  * A ds_spin_t is plain data, no locking: one per waiting thread or
  * connection. */
@@ -71,12 +56,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#define DS_SPIN_START_NS 8000u
-#define DS_SPIN_MIN_NS 1000u
-#define DS_SPIN_LOAD_EVERY 8u
-#define DS_SPIN_BACKOFF_NS 1000000u
-#define DS_SPIN_HOG_NS 200000u
-#define DS_SPIN_OVER_NS 200000u
+#include "common/tuning.h"
 
 typedef struct {
     uint64_t max_ns;    /* 0: never poll */

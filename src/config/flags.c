@@ -118,7 +118,8 @@ static const flag_def_t flags[] = {
     INT(busy_poll_us, 200, 0, 1000000,
         "longest the worker polls its sockets for the next request before sleeping; the "
         "window adapts to how soon requests arrive and stops when the CPU has other work "
-        "(CPU for latency); 0 = sleep at once"),
+        "(CPU for latency); 0 = a plain epoll loop: no polling, parting, load checks or "
+        "lane watching"),
     INT(max_pending_subscriptions, 100000, 1, 100000000, "most keys waited on by subscribe-gets"),
     INT(max_pending_subscriptions_per_client, 0, 0, 100000000,
         "most keys one client session waits on by subscribe-gets, so one client cannot take "

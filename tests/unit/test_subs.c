@@ -84,7 +84,7 @@ static void test_one_key(void **state)
 {
     (void)state;
     ds_subs_t s;
-    ds__subs_init(&s, 100);
+    ds__subs_init(&s, 100, 0);
     assert_true(wait_keys(&s, 0, 10000, 1, "alpha"));
     assert_int_equal(s.count, 1);
     assert_int_equal(s.n, 1);
@@ -111,7 +111,7 @@ static void test_binary_keys(void **state)
 {
     (void)state;
     ds_subs_t s;
-    ds__subs_init(&s, 100);
+    ds__subs_init(&s, 100, 0);
     const char k[] = {'k', '\0', 'x'}, other[] = {'k', '\0', 'y'};
     const char *keys[] = {k};
     const uint32_t lens[] = {sizeof(k)};
@@ -128,7 +128,7 @@ static void test_all_keys_needed(void **state)
 {
     (void)state;
     ds_subs_t s;
-    ds__subs_init(&s, 100);
+    ds__subs_init(&s, 100, 0);
     assert_true(wait_keys(&s, 0, 10000, 3, "a", "b", "c"));
     assert_int_equal(s.count, 3);
     publish(&s, "a");
@@ -149,7 +149,7 @@ static void test_many_waits_one_key(void **state)
     (void)state;
     enum { N = 200 };
     ds_subs_t s;
-    ds__subs_init(&s, 1000);
+    ds__subs_init(&s, 1000, 0);
     for (int i = 0; i < N; i++)
         assert_true(wait_keys(&s, i, 10000 + (uint64_t)i, 1, "shared"));
     assert_true(wait_keys(&s, N, 10000, 2, "shared", "later"));
@@ -176,7 +176,7 @@ static void test_deadlines(void **state)
 {
     (void)state;
     ds_subs_t s;
-    ds__subs_init(&s, 100);
+    ds__subs_init(&s, 100, 0);
     static const uint64_t deadlines[] = {500, 100, 300, 400, 200};
     for (int i = 0; i < 5; i++)
         assert_true(wait_keys(&s, i, deadlines[i], 1, "never"));
@@ -212,7 +212,7 @@ static void test_limit(void **state)
 {
     (void)state;
     ds_subs_t s;
-    ds__subs_init(&s, 3);
+    ds__subs_init(&s, 3, 0);
     assert_true(wait_keys(&s, 0, 10000, 2, "a", "b"));
     assert_false(wait_keys(&s, 1, 10000, 2, "c", "d"));
     assert_int_equal(s.count, 2);
@@ -237,7 +237,7 @@ static void test_grows(void **state)
     (void)state;
     enum { N = 5000 };
     ds_subs_t s;
-    ds__subs_init(&s, 100000);
+    ds__subs_init(&s, 100000, 0);
     char key[32];
     for (int i = 0; i < N; i++) {
         snprintf(key, sizeof(key), "grow-%d", i);
@@ -261,7 +261,7 @@ static void test_destroy_pending(void **state)
 {
     (void)state;
     ds_subs_t s;
-    ds__subs_init(&s, 100);
+    ds__subs_init(&s, 100, 0);
     assert_true(wait_keys(&s, 0, 10000, 2, "x", "y"));
     assert_true(wait_keys(&s, 1, 20000, 1, "x"));
     destroy(&s);

@@ -1,7 +1,8 @@
 /* The worker process: listeners (TCP on exactly --worker_address, a Unix
  * socket in a 0700 directory), the arena and store, signals through a
- * signalfd, and the loop that also drives TTL expiry and subscribe-get
- * deadlines. */
+ * signalfd, and the loop (in the manner of Redis's aeMain): the timers that
+ * drive TTL expiry and the other deadlines, the polling policy's timeout,
+ * the wait, the events, the lanes. */
 #include "worker/core/server.h"
 
 #include "common/auth.h"
@@ -10,8 +11,8 @@
 #include "common/log.h"
 #include "common/net.h"
 #include "common/shm_index.h"
-#include "common/spin.h"
 #include "worker/cluster/cluster.h"
+#include "worker/core/poll_policy.h"
 #include "worker/net/lane.h"
 #include "worker/net/ucx.h"
 
@@ -50,6 +51,60 @@ static int make_socket_dir(const char *dir, char *err, size_t err_cap)
         return -1;
     }
     chmod(dir, 0700); /* only the worker's user may reach the socket */
+    return 0;
+}
+
+/* The loop's timers: each sweep of deadlines it drives, in the order the
+ * loop ran them before timers were registered. Every one runs each turn
+ * (DS_TIMER_EACH_TURN): their deadlines are created by request handlers in
+ * other layers (a TTL, a wait's deadline, a link request, a held object,
+ * eviction past the high watermark) without telling the loop, and each
+ * sweep finds its earliest deadline in a look (a heap's or list's head). */
+static uint64_t tick_store_expire(void *ctx, uint64_t now)
+{
+    return ds__store_expire_due(((ds_server_t *)ctx)->store, now);
+}
+static uint64_t tick_store_held(void *ctx, uint64_t now)
+{
+    return ds__store_held_due(((ds_server_t *)ctx)->store, now);
+}
+static uint64_t tick_ucx(void *ctx, uint64_t now)
+{
+    return ds__ucx_tick(((ds_server_t *)ctx)->ucx, now);
+}
+static uint64_t tick_memory(void *ctx, uint64_t now)
+{
+    return ds__ops_memory_tick(ctx, now);
+}
+static uint64_t tick_subs(void *ctx, uint64_t now)
+{
+    return ds__subs_expire(&((ds_server_t *)ctx)->subs, now);
+}
+static uint64_t tick_cluster(void *ctx, uint64_t now)
+{
+    return ds__cluster_tick(ctx, now);
+}
+static uint64_t tick_net(void *ctx, uint64_t now)
+{
+    return ds__net_tick(&((ds_server_t *)ctx)->net, now);
+}
+static uint64_t tick_probe(void *ctx, uint64_t now)
+{
+    return ds__probe_tick(ctx, now);
+}
+static uint64_t tick_latch(void *ctx, uint64_t now)
+{
+    return ds__latch_expire(ctx, now);
+}
+
+static int add_timers(ds_server_t *srv)
+{
+    static const ds_timer_cb ticks[] = {tick_store_expire, tick_store_held, tick_ucx,
+                                        tick_memory,       tick_subs,       tick_cluster,
+                                        tick_net,          tick_probe,      tick_latch};
+    for (size_t i = 0; i < sizeof(ticks) / sizeof(ticks[0]); i++)
+        if (ds__loop_timer_add(srv->net.loop, DS_TIMER_EACH_TURN, 0, ticks[i], srv) == NULL)
+            return -1;
     return 0;
 }
 
@@ -196,6 +251,10 @@ int ds__server_init(ds_server_t *srv, const ds_worker_config_t *cfg, char *err, 
     if (ds__cluster_init(srv, err, err_cap) != 0) return -1;
     if (ds__tier_init(srv, err, err_cap) != 0) return -1;
     hi->pipeline = cfg->etcd_address[0] == '\0' && srv->tier == NULL;
+    if (add_timers(srv) != 0) {
+        snprintf(err, err_cap, "out of memory registering the loop's timers");
+        return -1;
+    }
     if (srv->sig_fd < 0 || ds__net_listen(net, &net->tcp, srv->tcp_fd, false) != 0 ||
         ds__net_listen(net, &net->unix_, srv->unix_fd, true) != 0 ||
         ds__loop_add(net->loop, &srv->sig_io, srv->sig_fd, EPOLLIN, on_signal, srv) != 0) {
@@ -221,103 +280,29 @@ void ds__server_stop(ds_server_t *srv)
 void ds__server_run(ds_server_t *srv)
 {
     ds_net_t *net = &srv->net;
-    /* --busy_poll_us: the longest the loop polls (epoll timeout 0) for the
-     * next event before it sleeps; the window adapts to how soon events
-     * have been arriving (common/spin.h), so that a client's next request
-     * is picked up without a wake-up while requests come back to back, and
-     * a quiet worker sleeps. idle_since: when the loop last had work. */
-    ds_spin_t spin;
-    ds__spin_init(&spin, (uint64_t)srv->cfg.busy_poll_us * 1000u);
-    uint64_t idle_since = ds__now_ns();
-    bool contended = false;
-    unsigned steps = 0; /* poll steps of this idle period */
-    uint64_t parted_until = 0;
+    ds_loop_t *loop = net->loop;
+    /* --busy_poll_us: polling and the other latency heuristics
+     * (poll_policy.h); 0 leaves a plain epoll loop. */
+    ds_poll_t poll;
+    ds__poll_init(&poll, net, (uint64_t)srv->cfg.busy_poll_us);
     while (!srv->stopping) {
-        uint64_t now = ds__now_ms();
-        uint64_t due[9] = {ds__store_expire_due(srv->store, now),
-                           ds__store_held_due(srv->store, now),
-                           ds__ucx_tick(srv->ucx, now),
-                           ds__ops_memory_tick(srv, now),
-                           ds__subs_expire(&srv->subs, now),
-                           ds__cluster_tick(srv, now),
-                           ds__net_tick(net, now),
-                           ds__probe_tick(srv, now),
-                           ds__latch_expire(srv, now)};
-        /* Deadline sweeps may have ended deferred requests. */
-        ds__net_after_event(net);
-        uint64_t next = 0;
-        for (size_t i = 0; i < sizeof(due) / sizeof(due[0]); i++)
-            if (due[i] && (next == 0 || due[i] < next)) next = due[i];
-        int timeout = -1;
-        if (next) {
-            now = ds__now_ms();
-            timeout = next > now ? (int)(next - now) : 0;
-        }
-        uint64_t step = ds__now_ns();
-        bool busy = ds__net_busy(net);
-        /* A client's promise of a request (a set copying a large value)
-         * keeps the loop polling whatever the window says. */
-        bool promised = !contended && !busy && spin.max_ns && ds__lanes_expected(net, step);
-        /* Not on the vCPU of the lane client served last: polling would
-         * only keep it off (the window adapts as if apart, for when the
-         * loop parts from it, DS_LANE_PART_NS). Right after parting, the
-         * loop polls for its longest window whatever the window says:
-         * asleep, it would be woken onto the client's vCPU again. */
-        uint64_t window = step < parted_until ? spin.max_ns : ds__spin_window(&spin, step);
-        bool polling = promised || (!contended && !busy && step - idle_since < window &&
-                                    !ds__lanes_shared_cpu(net));
-        if (promised) net->ctr.poll_promised++;
-        if (polling || busy) timeout = 0;
+        /* Timers first; they run the after-event hook, since a sweep may
+         * have ended deferred requests. */
+        uint64_t due = ds__loop_timers_run(loop, ds__now_ms());
+        /* Connections on the ready list: the loop must not sleep. */
+        int timeout = ds__net_busy(net) ? 0 : ds__loop_timeout(due, ds__now_ms());
+        timeout = ds__poll_timeout(&poll, timeout);
         /* Clients with a request lane ring the doorbell only while the
          * loop may sleep. */
         if (timeout != 0 && !ds__lanes_sleep(net)) timeout = 0;
         ds__net_turn(net);
-        int events = ds__loop_run_once(net->loop, timeout);
-        ds__lanes_woke(net);
+        int events = ds__loop_run_once(loop, timeout);
+        bool slept = ds__lanes_woke(net);
         /* Lane requests that came in meanwhile (the doorbell's callback
-         * serves those that rang); a poll step that found nothing watches
-         * the lanes for a moment before it yields, right after a lane
-         * request until DS_LANE_WATCH_BACK_NS have passed. */
-        uint64_t lane_at = 0; /* when a lane request was found, before it was served */
+         * serves those that rang). */
+        uint64_t lane_at = 0; /* when one was found, before it was served */
         int lanes = ds__lanes_poll(net, &lane_at);
-        if (events == 0 && lanes == 0 && polling && ds__lanes_watch(net, idle_since))
-            lanes = ds__lanes_poll(net, &lane_at);
-        if (events > 0 || lanes > 0) {
-            uint64_t woke = events > 0 ? ds__loop_woke_ns(net->loop) : lane_at;
-            if (polling) {
-                net->ctr.poll_hits++;
-                net->ctr.poll_ns += woke - step;
-            }
-            ds__spin_done(&spin, woke - idle_since, contended);
-            /* Off the vCPU of a polling client whose requests come back to
-             * back (within the polling limit), so that both can poll. */
-            if (spin.max_ns && woke - idle_since <= spin.max_ns && ds__lanes_part(net))
-                parted_until = ds__now_ns() + spin.max_ns;
-            contended = false;
-            steps = 0;
-            idle_since = ds__now_ns();
-        } else if (busy) {
-            steps = 0;
-            idle_since = ds__now_ns();
-        } else if (polling) {
-            /* A client sharing this CPU gets to send its request; a step
-             * that ran another thread meanwhile was not spent polling.
-             * While it serves a lane client, the step yields the way that
-             * client's wait yields to the worker (client/lane.c): the
-             * client, which may be woken onto this CPU at any moment, running
-             * here is what the step waits for, and only a thread that then
-             * holds the CPU for DS_SPIN_HOG_NS (or a machine over-busy)
-             * stops the polling. Stopping at anything that ran here put the
-             * worker to sleep for the request it was promised, kept the
-             * process from polling for DS_SPIN_BACKOFF_NS, and the client's
-             * doorbell then woke the worker onto the client's own vCPU
-             * (docs/design.md, Request lanes). Such a step's time counts
-             * as polled even when its yield let that client run. */
-            uint64_t t;
-            contended =
-                net->lane_last ? ds__spin_pause_beside(steps++, &t) : ds__spin_pause(steps++, &t);
-            if (!contended) net->ctr.poll_ns += t - step;
-        }
+        ds__poll_after(&poll, events, lanes, lane_at, slept);
         ds__net_free_dead(net);
     }
     /* Let final replies (e.g. to SHUTDOWN) go out before closing. */

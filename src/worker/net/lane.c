@@ -11,38 +11,14 @@
 #include "common/clock.h"
 #include "common/lane.h"
 #include "common/log.h"
-#include "common/spin.h"
 #include "worker/net/conn.h"
 
 #include <errno.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
-
-struct ds_lanes {
-    uint8_t *base; /* the region in the worker's mapping */
-    uint64_t offset;
-    ds_lane_hub_t *hub;
-    uint32_t n;
-    ds_conn_t **owner; /* per lane: its connection, NULL = free */
-    uint32_t nactive;
-    uint32_t cursor; /* round-robin: a freed lane waits as long as it can */
-    uint32_t next_gen;
-    /* Lanes whose request waits for its connection to resume: looked at
-     * again on the next poll. */
-    uint64_t again[DS_LANE_MAX / 64];
-    bool any_again;
-    uint32_t client_cpu; /* of the last request served */
-    bool client_polls;   /* its client polls for its answers */
-    bool served;         /* a request was served since ds__lanes_part looked */
-    uint64_t part_next;  /* the loop may try to part from then on (DS_LANE_PART_NS) */
-    bool asleep;
-    int bell_fd;
-    ds_io_t bell;
-};
 
 static ds_lane_t *lane_at(const ds_lanes_t *L, uint32_t i)
 {
@@ -185,80 +161,6 @@ int ds__lanes_poll(ds_net_t *net, uint64_t *found_ns)
     return served;
 }
 
-static bool any_ready(const ds_lanes_t *L, memory_order mo)
-{
-    for (uint32_t w = 0; w < (L->n + 63) / 64; w++)
-        if (atomic_load_explicit(&L->hub->ready[w], mo)) return true;
-    return false;
-}
-
-bool ds__lanes_shared_cpu(ds_net_t *net)
-{
-    ds_lanes_t *L = net->lanes;
-    if (L == NULL || L->nactive == 0 || !net->lane_last) return false;
-    int cpu = sched_getcpu();
-    if (cpu < 0) return false;
-    if ((uint32_t)cpu != atomic_load_explicit(&L->hub->worker_cpu, memory_order_relaxed))
-        atomic_store_explicit(&L->hub->worker_cpu, (uint32_t)cpu, memory_order_relaxed);
-    return (uint32_t)cpu == L->client_cpu;
-}
-
-bool ds__lanes_part(ds_net_t *net)
-{
-    ds_lanes_t *L = net->lanes;
-    if (L == NULL || !L->served) return false;
-    L->served = false;
-    if (!L->client_polls) return false;
-    int cpu = sched_getcpu();
-    if (cpu < 0 || (uint32_t)cpu != L->client_cpu) return false;
-    uint64_t now = ds__now_ns();
-    if (now < L->part_next) return false;
-    /* Another vCPU has other work: the client's would only wait there.
-     * Often that is a kernel worker running for a moment: looked at again
-     * soon, not after a whole DS_LANE_PART_NS. */
-    if (ds__spin_cpus_wanted()) {
-        L->part_next = now + DS_LANE_PART_RETRY_NS;
-        return false;
-    }
-    L->part_next = now + DS_LANE_PART_NS;
-    /* Said before the move: the client's next request may come meanwhile. */
-    atomic_store_explicit(&L->hub->parted, now, memory_order_relaxed);
-    int to = ds__spin_move_off(cpu);
-    if (to < 0) {
-        atomic_store_explicit(&L->hub->parted, 0, memory_order_relaxed);
-        return false;
-    }
-    atomic_store_explicit(&L->hub->worker_cpu, (uint32_t)to, memory_order_relaxed);
-    net->ctr.lane_parts++;
-    return true;
-}
-
-bool ds__lanes_watch(ds_net_t *net, uint64_t idle_since)
-{
-    ds_lanes_t *L = net->lanes;
-    if (L == NULL || L->nactive == 0 || ds__lanes_shared_cpu(net)) return false;
-    uint64_t until = ds__now_ns() + DS_LANE_WATCH_NS;
-    if (net->lane_last && idle_since + DS_LANE_WATCH_BACK_NS > until)
-        until = idle_since + DS_LANE_WATCH_BACK_NS;
-    for (unsigned k = 1;; k++) {
-        if (any_ready(L, memory_order_relaxed)) {
-            net->ctr.poll_watched++;
-            return true;
-        }
-        ds__cpu_relax();
-        if (k % 16 == 0 && ds__now_ns() >= until) return false;
-    }
-}
-
-bool ds__lanes_expected(ds_net_t *net, uint64_t now_ns)
-{
-    ds_lanes_t *L = net->lanes;
-    if (L == NULL || L->nactive == 0) return false;
-    uint64_t soon = atomic_load_explicit(&L->hub->soon, memory_order_relaxed);
-    /* A promise further ahead than any client makes is a lie: ignored. */
-    return soon > now_ns && soon - now_ns <= DS_LANE_AHEAD_MAX_NS;
-}
-
 bool ds__lanes_sleep(ds_net_t *net)
 {
     ds_lanes_t *L = net->lanes;
@@ -266,21 +168,18 @@ bool ds__lanes_sleep(ds_net_t *net)
     if (L->any_again) return false;
     atomic_store_explicit(&L->hub->sleeping, 1, memory_order_seq_cst);
     L->asleep = true;
-    if (!any_ready(L, memory_order_seq_cst)) return true;
+    if (!ds__lanes_any_ready(L, memory_order_seq_cst)) return true;
     ds__lanes_woke(net);
     return false;
 }
 
-void ds__lanes_woke(ds_net_t *net)
+bool ds__lanes_woke(ds_net_t *net)
 {
     ds_lanes_t *L = net->lanes;
-    if (L == NULL || !L->asleep) return;
+    if (L == NULL || !L->asleep) return false;
     atomic_store_explicit(&L->hub->sleeping, 0, memory_order_relaxed);
     L->asleep = false;
-    /* A sleep may have moved the loop to another CPU (clients read it, see
-     * DS_LANE_AHEAD_MIN). */
-    int cpu = sched_getcpu();
-    if (cpu >= 0) atomic_store_explicit(&L->hub->worker_cpu, (uint32_t)cpu, memory_order_relaxed);
+    return true;
 }
 
 void ds__lane_open(ds_conn_t *c, ds_req_t *r)

@@ -4,11 +4,45 @@
 #ifndef DS_WORKER_NET_LANE_H
 #define DS_WORKER_NET_LANE_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/uio.h>
 
+#include "common/lane.h"
 #include "worker/net/net.h"
+
+/* The lanes of a worker. What the loop's polling policy reads
+ * (core/poll_policy.c) is the hub, the ready mask and what the last lane
+ * request served said about its client; only this file writes any of it. */
+struct ds_lanes {
+    uint8_t *base; /* the region in the worker's mapping */
+    uint64_t offset;
+    ds_lane_hub_t *hub;
+    uint32_t n;
+    struct ds_conn **owner; /* per lane: its connection, NULL = free */
+    uint32_t nactive;
+    uint32_t cursor; /* round-robin: a freed lane waits as long as it can */
+    uint32_t next_gen;
+    /* Lanes whose request waits for its connection to resume: looked at
+     * again on the next poll. */
+    uint64_t again[DS_LANE_MAX / 64];
+    bool any_again;
+    uint32_t client_cpu; /* of the last request served */
+    bool client_polls;   /* its client polls for its answers */
+    bool served;         /* a request was served since the policy last looked */
+    bool asleep;
+    int bell_fd;
+    ds_io_t bell;
+};
+
+/* Whether a client has set its bit in the ready mask. */
+static inline bool ds__lanes_any_ready(const ds_lanes_t *L, memory_order mo)
+{
+    for (uint32_t w = 0; w < (L->n + 63) / 64; w++)
+        if (atomic_load_explicit(&L->hub->ready[w], mo)) return true;
+    return false;
+}
 
 /* Carves n lanes out of the arena and registers the doorbell with the
  * loop. 0, or -1 with a message (the worker then runs without lanes). */
@@ -18,26 +52,11 @@ void ds__lanes_destroy(ds_net_t *net);
 /* Serves every lane whose request is new; the number served. *found_ns
  * (may be NULL): when the first of them was found, before it was served. */
 int ds__lanes_poll(ds_net_t *net, uint64_t *found_ns);
-/* Whether the last request handled came through a lane, from a client that
- * ran on this thread's CPU. */
-bool ds__lanes_shared_cpu(ds_net_t *net);
-/* Parting (DS_LANE_PART_NS in common/lane.h): when the last lane request
- * served came from a polling client on the loop's own CPU, moves the loop
- * to another; true when it did. */
-bool ds__lanes_part(ds_net_t *net);
-/* Watches the hub for DS_LANE_WATCH_NS, or, when the last request came
- * through a lane, until DS_LANE_WATCH_BACK_NS after idle_since (when the
- * loop last had work) if that is later: true as soon as a lane request
- * came in. Not while sharing the CPU with the last client. */
-bool ds__lanes_watch(ds_net_t *net, uint64_t idle_since);
-/* Whether a client has promised a lane request soon (DS_LANE_AHEAD_MIN in
- * common/lane.h): the loop then polls instead of sleeping. */
-bool ds__lanes_expected(ds_net_t *net, uint64_t now_ns);
 /* The loop is about to sleep: tells clients to ring the doorbell. false
  * when a request came in meanwhile (then it must not sleep). */
 bool ds__lanes_sleep(ds_net_t *net);
-/* The loop is awake again. */
-void ds__lanes_woke(ds_net_t *net);
+/* The loop is awake again; true when it had said it sleeps. */
+bool ds__lanes_woke(ds_net_t *net);
 
 struct ds_conn;
 /* LANE: gives the connection of r a lane. */

@@ -5,16 +5,28 @@
 #include "common/clock.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <unistd.h>
 
 #define DS_LOOP_BATCH 256
+
+/* Timers are few (one per subsystem) and each turn looks at all of them:
+ * a list in the order they were added, not a heap. */
+struct ds_timer {
+    ds_timer_t *next;
+    uint32_t flags;
+    uint64_t due; /* ms; 0 = nothing due */
+    ds_timer_cb cb;
+    void *ctx;
+};
 
 struct ds_loop {
     int epfd;
     void (*after)(void *ctx);
     void *after_ctx;
     uint64_t woke_ns;
+    ds_timer_t *timers, *timers_tail;
 };
 
 ds_loop_t *ds__loop_create(void)
@@ -32,6 +44,8 @@ ds_loop_t *ds__loop_create(void)
 void ds__loop_destroy(ds_loop_t *l)
 {
     if (l == NULL) return;
+    while (l->timers)
+        ds__loop_timer_del(l, l->timers);
     close(l->epfd);
     free(l);
 }
@@ -82,4 +96,56 @@ int ds__loop_run_once(ds_loop_t *l, int timeout_ms)
 uint64_t ds__loop_woke_ns(const ds_loop_t *l)
 {
     return l->woke_ns;
+}
+
+ds_timer_t *ds__loop_timer_add(ds_loop_t *l, uint32_t flags, uint64_t first_due_ms, ds_timer_cb cb,
+                               void *ctx)
+{
+    ds_timer_t *t = calloc(1, sizeof(*t));
+    if (t == NULL) return NULL;
+    t->flags = flags;
+    /* 1: due at once (0 would say "nothing due"). */
+    t->due = first_due_ms ? first_due_ms : 1;
+    t->cb = cb;
+    t->ctx = ctx;
+    if (l->timers_tail)
+        l->timers_tail->next = t;
+    else
+        l->timers = t;
+    l->timers_tail = t;
+    return t;
+}
+
+void ds__loop_timer_del(ds_loop_t *l, ds_timer_t *t)
+{
+    if (t == NULL) return;
+    ds_timer_t **pp = &l->timers, *prev = NULL;
+    while (*pp && *pp != t) {
+        prev = *pp;
+        pp = &(*pp)->next;
+    }
+    if (*pp == NULL) return;
+    *pp = t->next;
+    if (l->timers_tail == t) l->timers_tail = prev;
+    free(t);
+}
+
+uint64_t ds__loop_timers_run(ds_loop_t *l, uint64_t now_ms)
+{
+    uint64_t next = 0;
+    for (ds_timer_t *t = l->timers; t; t = t->next) {
+        if ((t->flags & DS_TIMER_EACH_TURN) || (t->due && t->due <= now_ms))
+            t->due = t->cb(t->ctx, now_ms);
+        if (t->due && (next == 0 || t->due < next)) next = t->due;
+    }
+    if (l->after) l->after(l->after_ctx);
+    return next;
+}
+
+int ds__loop_timeout(uint64_t due_ms, uint64_t now_ms)
+{
+    if (due_ms == 0) return -1;
+    if (due_ms <= now_ms) return 0;
+    uint64_t d = due_ms - now_ms;
+    return d > INT_MAX ? INT_MAX : (int)d;
 }
