@@ -195,13 +195,40 @@ static void test_write_config(void **state)
     free(buf);
 }
 
+/* gflags' syntax beyond --name value: one dash, no-prefixed booleans, and
+ * unknown names (with or without a value) kept for the start-up warning. */
+static void test_gflags_syntax(void **state)
+{
+    (void)state;
+    assert_int_equal(parse("-worker_address=127.0.0.1:4000", "-shared_memory_size_mb", "64", NULL),
+                     0);
+    assert_string_equal(cfg.worker_address, "127.0.0.1:4000");
+    assert_int_equal(cfg.shared_memory_size_mb, 64);
+    assert_int_equal(parse("--enable_rdma", "--noenable_rdma", NULL), 0);
+    assert_false(cfg.enable_rdma);
+    assert_int_equal(parse("-noenable_rdma", NULL), 0);
+    assert_false(cfg.enable_rdma);
+    /* "no" is a prefix of booleans only. */
+    assert_int_equal(parse("--nomax_client_num", NULL), 0);
+    assert_int_equal(cfg.nunknown_given, 1);
+    assert_int_equal(parse("--some_future_flag", "7", "-another_one=x", "--bare_future",
+                           "--max_client_num", "5", NULL),
+                     0);
+    assert_int_equal(cfg.max_client_num, 5);
+    assert_int_equal(cfg.nunknown_given, 3);
+    assert_memory_equal(cfg.unknown_given[0], "some_future_flag", cfg.unknown_len[0]);
+    assert_memory_equal(cfg.unknown_given[1], "another_one", cfg.unknown_len[1]);
+    assert_memory_equal(cfg.unknown_given[2], "bare_future", cfg.unknown_len[2]);
+    refused(parse("-max_client_num=many", NULL), "max_client_num", "many");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_defaults),     cmocka_unit_test(test_both_spellings_and_booleans),
         cmocka_unit_test(test_limits),       cmocka_unit_test(test_bad_values_name_the_flag),
         cmocka_unit_test(test_compat_flags), cmocka_unit_test(test_log_level),
-        cmocka_unit_test(test_write_config),
+        cmocka_unit_test(test_write_config), cmocka_unit_test(test_gflags_syntax),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
