@@ -626,7 +626,8 @@ static void cluster_stats(ds_server_t *srv, struct cJSON *root)
     cJSON_AddStringToObject(cl, "name", srv->cfg.cluster_name);
     cJSON_AddNumberToObject(cl, "members", (double)nm);
     cJSON_AddNumberToObject(cl, "peers_proven", (double)srv->cctr.peers_proven);
-    cJSON_AddNumberToObject(cl, "peer_auth_failures", (double)srv->cctr.peer_auth_failures);
+    cJSON_AddNumberToObject(cl, "peer_auth_failures",
+                            (double)ds__peer_auth_failures(srv->cluster->auth));
     cJSON_AddStringToObject(cl, "member_list", members);
     cJSON_AddNumberToObject(cl, "owned_keys", (double)ds__meta_count(srv->cluster->meta));
     cJSON_AddNumberToObject(cl, "peer_link_requests", (double)srv->cctr.peer_link_requests);

@@ -70,7 +70,7 @@ void ds__cluster_peer_auth(ds_server_t *srv, ds_req_t *r)
               ds__peer_auth_check(a, DS_PEER_ROLE_INITIATOR, from, self, nonce_a, nonce_b, proof,
                                   pl, pub[0] ? pub : NULL);
     if (!ok) {
-        srv->cctr.peer_auth_failures++;
+        ds__peer_auth_failed(a);
         DS_LOG_WARN("cluster: conn %" PRIu64 " claiming to be member %s failed PEER_AUTH",
                     r->conn_id, from);
         ds__req_error(r, DS_K_NOT_AUTHORIZED, "PEER_AUTH: wrong proof for member %s (%s)", from,

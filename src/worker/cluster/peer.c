@@ -170,6 +170,7 @@ static int peer_auth(ds_peers_t *p, ds_pconn_t *c, const char *peer_pub, uint64_
     }
     ds__peer_resp_free(&r);
     if (!ok) {
+        ds__peer_auth_failed(p->auth);
         snprintf(err, err_cap, "peer %s did not prove it is a cluster member (%s does not match)",
                  c->addr,
                  ds__peer_auth_has_secret(p->auth) ? "its cluster secret"

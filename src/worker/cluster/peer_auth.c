@@ -5,6 +5,7 @@
 #include "common/log.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +24,7 @@ struct ds_peer_auth {
     int nsecrets;
     struct stat seen;
     uint64_t checked_ms;
+    _Atomic uint64_t failures;
 };
 
 static const char *what = "cluster secret file";
@@ -166,4 +168,14 @@ bool ds__peer_auth_nonce_ok(const char *p, size_t len)
     for (size_t i = 0; i < len; i++)
         if (!((p[i] >= '0' && p[i] <= '9') || (p[i] >= 'a' && p[i] <= 'f'))) return false;
     return true;
+}
+
+void ds__peer_auth_failed(ds_peer_auth_t *a)
+{
+    atomic_fetch_add_explicit(&a->failures, 1, memory_order_relaxed);
+}
+
+uint64_t ds__peer_auth_failures(const ds_peer_auth_t *a)
+{
+    return atomic_load_explicit(&((ds_peer_auth_t *)a)->failures, memory_order_relaxed);
 }

@@ -54,6 +54,10 @@ bool ds__peer_auth_check(ds_peer_auth_t *a, const char *role, const char *from, 
  * valid on another connection. */
 void ds__peer_auth_nonce(ds_peer_auth_t *a, uint64_t conn_id, const char *from, const char *nonce_a,
                          char out[DS_AUTH_HEX_LEN + 1]);
+/* Counts a handshake that failed on a wrong proof, on either side (any
+ * thread), and reads the count. */
+void ds__peer_auth_failed(ds_peer_auth_t *a);
+uint64_t ds__peer_auth_failures(const ds_peer_auth_t *a);
 /* A nonce is exactly DS_AUTH_HEX_LEN lowercase hex digits. */
 bool ds__peer_auth_nonce_ok(const char *p, size_t len);
 
