@@ -119,8 +119,12 @@ static int read_resp(ds_pconn_t *c, ds_peer_resp_t *resp, uint64_t deadline_ms)
 }
 
 /* A member whose record has not reached the acceptor yet is told
- * K_TRY_AGAIN: ask again after this long, until the deadline. */
+ * K_TRY_AGAIN: ask again after this long, for at most DS_PEER_AUTH_WAIT_MS
+ * (a watch delivers a new record in milliseconds; an acceptor that stays
+ * behind longer, e.g. cut off from etcd, should not hold a job thread for a
+ * job's whole deadline). */
 #define DS_PEER_AUTH_RETRY_MS 100
+#define DS_PEER_AUTH_WAIT_MS 3000
 
 /* The initiator's side of PEER_AUTH (common/wire.h) on a HELLO'd connection.
  * 0, or -1 with a message. */
@@ -134,6 +138,8 @@ static int peer_auth(ds_peers_t *p, ds_pconn_t *c, const char *peer_pub, uint64_
         return -1;
     }
     ds_peer_resp_t r = {0};
+    uint64_t retry_until = ds__now_ms() + DS_PEER_AUTH_WAIT_MS;
+    if (retry_until > deadline_ms) retry_until = deadline_ms;
     for (;;) {
         ds_wbuf_t m;
         ds__wbuf_init(&m);
@@ -148,7 +154,7 @@ static int peer_auth(ds_peers_t *p, ds_pconn_t *c, const char *peer_pub, uint64_
             snprintf(err, err_cap, "peer %s: connection lost during PEER_AUTH", c->addr);
             return -1;
         }
-        if (r.status != DS_K_TRY_AGAIN || ds__now_ms() + DS_PEER_AUTH_RETRY_MS >= deadline_ms)
+        if (r.status != DS_K_TRY_AGAIN || ds__now_ms() + DS_PEER_AUTH_RETRY_MS >= retry_until)
             break;
         ds__peer_resp_free(&r);
         usleep(DS_PEER_AUTH_RETRY_MS * 1000);
