@@ -18,9 +18,8 @@
  *   only "new" and a worker with only "new" joins; all read each other's keys
  *   at every step, and "old" is refused at the end. */
 #include "cluster_util.h"
-#include "it_hostile_raw.h"
+#include "ct_peer_raw.h"
 
-#include "common/auth.h"
 #include "common/clock.h"
 
 #include <setjmp.h>
@@ -47,18 +46,11 @@ static void secret_path(const char *name, char *out, size_t cap)
     snprintf(out, cap, "%s/%s", dir, name);
 }
 
-/* Writes the file whole and renames it into place, as an operator would. */
 static void write_secret(const char *name, const char *text)
 {
-    char path[128], tmp[160];
+    char path[128];
     secret_path(name, path, sizeof(path));
-    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
-    assert_non_null(f);
-    fputs(text, f);
-    fclose(f);
-    chmod(tmp, 0600);
-    assert_int_equal(rename(tmp, path), 0);
+    assert_int_equal(ct_write_secret(path, text), 0);
 }
 
 static int make_dir(void)
@@ -166,74 +158,10 @@ static uint32_t answer(hr_conn_t *c, uint64_t id, const char *what, hr_frame_t *
     return f ? f->h.status : UINT32_MAX;
 }
 
-/* The transcript PEER_AUTH proofs are made over (common/wire.h). */
-static void transcript(char *out, size_t cap, const char *role, const char *from, const char *to,
-                       const char *na, const char *nb)
+static void peer_auth_ok(hr_conn_t *c, const char *from, const char *to, const char *secret,
+                         const char *proof2, const char *nb2, ct_pa_result_t *res)
 {
-    snprintf(out, cap, "ds-peer-auth-v1\n%s\n%s\n%s\n%s\n%s", role, from, to, na, nb);
-}
-
-typedef struct {
-    uint32_t st1, st2;
-    char nb[DS_AUTH_HEX_LEN + 1];
-    char proof_b[256];
-    bool proof_b_ok; /* proof_b is HMAC(check_secret) of the acceptor's transcript */
-} pa_result_t;
-
-/* PEER_AUTH on c claiming to be `from`, to the worker at `to`. Step 2 sends
- * HMAC(secret) over the initiator's transcript, or proof2 verbatim when
- * given; nb2 replaces the nonce the worker gave (NULL: keep it). Step 2 is
- * sent only when step 1 succeeded. */
-static void peer_auth(hr_conn_t *c, const char *from, const char *to, const char *secret,
-                      const char *proof2, const char *nb2, pa_result_t *res)
-{
-    memset(res, 0, sizeof(*res));
-    char na[DS_AUTH_HEX_LEN + 1], t[1024];
-    assert_int_equal(ds__auth_challenge(na), 0);
-    ds_wbuf_t m;
-    ds__wbuf_init(&m);
-    ds__wbuf_u8(&m, 1);
-    ds__wbuf_cstr(&m, from);
-    ds__wbuf_cstr(&m, na);
-    uint64_t id = hr_add(c, DS_OP_PEER_AUTH, &m, NULL, 0);
-    ds__wbuf_free(&m);
-    assert_int_equal(hr_flush(c), 0);
-    hr_frame_t *f;
-    res->st1 = answer(c, id, "PEER_AUTH step 1", &f);
-    if (res->st1 != DS_K_OK) return;
-    ds_rbuf_t r;
-    ds__rbuf_init(&r, f->meta, f->h.meta_len);
-    const char *s;
-    (void)ds__rbuf_str(&r, &s);
-    uint32_t nl = ds__rbuf_str(&r, &s);
-    assert_false(r.err);
-    assert_int_equal(nl, DS_AUTH_HEX_LEN);
-    memcpy(res->nb, s, nl);
-    uint32_t pl = ds__rbuf_str(&r, &s);
-    assert_false(r.err);
-    snprintf(res->proof_b, sizeof(res->proof_b), "%.*s", (int)pl, s);
-    if (secret) {
-        char want[DS_AUTH_HEX_LEN + 1];
-        transcript(t, sizeof(t), "acceptor", from, to, na, res->nb);
-        ds__auth_hmac_hex(secret, t, strlen(t), want);
-        res->proof_b_ok = strcmp(want, res->proof_b) == 0;
-    }
-    char proof[DS_AUTH_HEX_LEN + 1] = "";
-    if (proof2 == NULL) {
-        transcript(t, sizeof(t), "initiator", from, to, na, res->nb);
-        ds__auth_hmac_hex(secret ? secret : "none", t, strlen(t), proof);
-        proof2 = proof;
-    }
-    ds__wbuf_init(&m);
-    ds__wbuf_u8(&m, 2);
-    ds__wbuf_cstr(&m, from);
-    ds__wbuf_cstr(&m, na);
-    ds__wbuf_cstr(&m, nb2 ? nb2 : res->nb);
-    ds__wbuf_cstr(&m, proof2);
-    id = hr_add(c, DS_OP_PEER_AUTH, &m, NULL, 0);
-    ds__wbuf_free(&m);
-    assert_int_equal(hr_flush(c), 0);
-    res->st2 = answer(c, id, "PEER_AUTH step 2", NULL);
+    assert_int_equal(ct_peer_auth(c, from, to, secret, proof2, nb2, res), 0);
 }
 
 /* LOCATE of one key (no wait): its status. */
@@ -326,25 +254,25 @@ static void test_fake_peer_refused(void **state)
     hr_conn_t c;
     assert_int_equal(hr_open(&c, &C.w[A], false), 0);
     assert_int_equal(hr_hello(&c, 0, false, "", 3000), 0);
-    pa_result_t r;
+    ct_pa_result_t r;
     /* Not a member. */
-    peer_auth(&c, "127.0.0.1:9", a, NULL, NULL, NULL, &r);
+    peer_auth_ok(&c, "127.0.0.1:9", a, NULL, NULL, NULL, &r);
     assert_int_equal(r.st1, DS_K_TRY_AGAIN);
     /* A member's address, without its key: a made-up signature. */
     char junk[DS_AUTH_SIG_HEX + 1];
     memset(junk, 'a', DS_AUTH_SIG_HEX);
     junk[DS_AUTH_SIG_HEX] = '\0';
-    peer_auth(&c, b, a, NULL, junk, NULL, &r);
+    peer_auth_ok(&c, b, a, NULL, junk, NULL, &r);
     assert_int_equal(r.st1, DS_K_OK);
     assert_int_equal(r.st2, DS_K_NOT_AUTHORIZED);
     /* The worker's own proof sent back as ours. */
-    pa_result_t r2;
-    peer_auth(&c, b, a, NULL, NULL, NULL, &r2);
+    ct_pa_result_t r2;
+    peer_auth_ok(&c, b, a, NULL, NULL, NULL, &r2);
     assert_int_equal(r2.st1, DS_K_OK);
-    peer_auth(&c, b, a, NULL, r2.proof_b, NULL, &r);
+    peer_auth_ok(&c, b, a, NULL, r2.proof_b, NULL, &r);
     assert_int_equal(r.st2, DS_K_NOT_AUTHORIZED);
     /* A nonce of another handshake. */
-    peer_auth(&c, b, a, NULL, junk, r2.nb, &r);
+    peer_auth_ok(&c, b, a, NULL, junk, r2.nb, &r);
     assert_int_equal(r.st2, DS_K_NOT_AUTHORIZED);
     assert_int_equal(locate(&c, "fake-0"), DS_K_NOT_AUTHORIZED);
     hr_close(&c);
@@ -365,13 +293,13 @@ static void test_secret_cluster(void **state)
     assert_int_equal(hr_open(&c, &C.w[A], false), 0);
     assert_int_equal(hr_hello(&c, 0, false, "", 3000), 0);
     assert_int_equal(locate(&c, "sec-0"), DS_K_NOT_AUTHORIZED);
-    pa_result_t r;
-    peer_auth(&c, b, a, "wrong-secret", NULL, NULL, &r);
+    ct_pa_result_t r;
+    peer_auth_ok(&c, b, a, "wrong-secret", NULL, NULL, &r);
     assert_int_equal(r.st1, DS_K_OK);
     assert_false(r.proof_b_ok);
     assert_int_equal(r.st2, DS_K_NOT_AUTHORIZED);
     assert_int_equal(locate(&c, "sec-0"), DS_K_NOT_AUTHORIZED);
-    peer_auth(&c, b, a, "s3cret-one", NULL, NULL, &r);
+    peer_auth_ok(&c, b, a, "s3cret-one", NULL, NULL, &r);
     assert_true(r.proof_b_ok);
     assert_int_equal(r.st2, DS_K_OK);
     assert_int_equal(locate(&c, "sec-0"), DS_K_OK);
@@ -443,12 +371,12 @@ static void test_rotation(void **state)
     hr_conn_t c;
     assert_int_equal(hr_open(&c, &C.w[A], false), 0);
     assert_int_equal(hr_hello(&c, 0, false, "", 3000), 0);
-    pa_result_t r;
-    peer_auth(&c, b, a, "old", NULL, NULL, &r);
+    ct_pa_result_t r;
+    peer_auth_ok(&c, b, a, "old", NULL, NULL, &r);
     assert_int_equal(r.st1, DS_K_OK);
     assert_false(r.proof_b_ok);
     assert_int_equal(r.st2, DS_K_NOT_AUTHORIZED);
-    peer_auth(&c, b, a, "new", NULL, NULL, &r);
+    peer_auth_ok(&c, b, a, "new", NULL, NULL, &r);
     assert_true(r.proof_b_ok);
     assert_int_equal(r.st2, DS_K_OK);
     hr_close(&c);
