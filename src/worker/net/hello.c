@@ -3,7 +3,9 @@
  * secret), creates a session or joins one the client proves it owns (its id
  * and key, over the same kind of socket), and tells the client about this
  * worker: its identity, the arena (whose memfd rides along for a local
- * client) and the shared GET index. */
+ * client) and the shared GET index. Here too is the check every request
+ * passes before its handler runs (ds__conn_rights): what the connection
+ * proved decides what it may send (docs/security.md). */
 #include "worker/net/conn.h"
 
 #include "common/auth.h"
