@@ -6,7 +6,11 @@
  * challenge (64 hex digits); the client answers with a second HELLO whose
  * token is hex(HMAC-SHA256(secret, challenge)). Any other request before that
  * gets K_NOT_AUTHORIZED and the connection is closed. The Unix socket is
- * trusted through its 0700 directory. */
+ * trusted through its 0700 directory.
+ *
+ * Peers prove more (PEER_AUTH, worker/cluster/peer_auth.h) with the helpers
+ * below: HMAC over a cluster secret read from a file of one or two secrets,
+ * or Ed25519 signatures by member keys published in etcd. */
 #ifndef DS_COMMON_AUTH_H
 #define DS_COMMON_AUTH_H
 
