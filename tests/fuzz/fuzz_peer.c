@@ -122,7 +122,10 @@ static bool client_conn_left(void)
 
 static void cleanup(void)
 {
+    char sock[sizeof(srv.sock_path)];
+    snprintf(sock, sizeof(sock), "%s", srv.sock_path);
     ds__server_destroy(&srv);
+    if (sock[0]) unlink(sock);
     unlink(secret_path);
     rmdir(dir);
 }
