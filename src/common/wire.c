@@ -19,6 +19,12 @@ const char *ds__opcode_name(unsigned op)
     }
 }
 
+bool ds__opcode_peer_only(unsigned op)
+{
+    return op == DS_OP_LOCATE || op == DS_OP_META_PUT || op == DS_OP_META_DEL || op == DS_OP_DROP ||
+           op == DS_OP_UCX_PULL;
+}
+
 /* Little-endian fields. On a little-endian host they are plain unaligned
  * loads and stores (memcpy); the byte loops are what a big-endian host runs.
  * Every request and answer goes through these, so they matter. */

@@ -28,7 +28,9 @@
 /* Header flags. */
 #define DS_FLAG_RESPONSE 0x01u
 #define DS_FLAG_NOREPLY 0x02u
-/* From a peer worker: act on the local store only, no cluster logic. */
+/* From a peer worker: act on the local store only, no cluster logic. The
+ * worker honours it only on a connection that completed PEER_AUTH; from any
+ * other connection the request is refused K_NOT_AUTHORIZED. */
 #define DS_FLAG_PEER 0x04u
 /* Requests only: the metadata starts with `str trace_id` (1..DS_TRACE_ID_MAX
  * bytes of [A-Za-z0-9._:-]), which the worker takes off before the opcode's
@@ -36,6 +38,10 @@
  * (Yuanrong's Context.set_trace_id). Frames without the flag are unchanged. */
 #define DS_FLAG_TRACE 0x08u
 #define DS_TRACE_ID_MAX 128
+/* Every flag a request may carry. A request with another bit set is refused
+ * K_INVALID (never guessed at); DS_FLAG_RESPONSE on a request is a protocol
+ * error that closes the connection. */
+#define DS_FLAG_REQUEST_MASK (DS_FLAG_NOREPLY | DS_FLAG_PEER | DS_FLAG_TRACE)
 
 /* HELLO response features. */
 #define DS_FEATURE_SETR 0x01u     /* the session mapped the arena and may send SETR */
@@ -217,6 +223,27 @@
  *         (its UCX address from its membership record) and answers once UCX is done:
  *         resp: str err, u8 via_ucx; via_ucx=0 (no UCX route to the requester): the value
  *         is the data section instead. K_NOT_FOUND: no such key of that size here.
+ * PEER_AUTH req: u8 step, str from, str nonce_a, then step 2 only: str nonce_b, str proof_a
+ *         resp: str err, then step 1 only: str nonce_b, str proof_b
+ *         A worker proves to another that it is a cluster member, and the other
+ *         proves it back (docs/security.md). The initiator (from: its member
+ *         address) sends a fresh nonce_a (64 hex digits); the acceptor answers
+ *         its own nonce_b and proof_b; the initiator checks proof_b and sends
+ *         proof_a (repeating from and both nonces: the acceptor keeps no
+ *         state between the steps; its nonce_b is derived from the connection
+ *         and the step-1 fields, so it is checked again). A proof is hex(HMAC-SHA256(cluster
+ * secret, transcript)) with
+ *         --cluster_secret_file, else the hex Ed25519 signature of the
+ *         transcript by the prover's member key, whose public half its etcd
+ *         record carries as peer_key. transcript = "ds-peer-auth-v1\n" role
+ *         "\n" from "\n" to "\n" nonce_a "\n" nonce_b, role "acceptor" or
+ *         "initiator" (so a proof is never valid for the other direction) and
+ *         to the acceptor's member address. Only after step 2 succeeded does
+ *         the connection count as a peer's: the peer-only operations (LOCATE,
+ *         META_PUT, META_DEL, DROP, UCX_PULL) and DS_FLAG_PEER are refused
+ *         K_NOT_AUTHORIZED on every other connection. from not a member in
+ *         etcd: K_TRY_AGAIN (its record may not have arrived yet); a wrong
+ *         proof: K_NOT_AUTHORIZED. Standalone: K_NOT_SUPPORTED.
  */
 #define DS_OPCODE_MAP(X)                                                                           \
     X(HELLO, 1, "hello")                                                                           \
@@ -245,7 +272,8 @@
     X(UCX_PULL, 24, "ucx_pull")                                                                    \
     X(UCX_GET, 25, "ucx_get")                                                                      \
     X(UCX_ADDR, 26, "ucx_address")                                                                 \
-    X(LANE, 27, "lane")
+    X(LANE, 27, "lane")                                                                            \
+    X(PEER_AUTH, 28, "peer_auth")
 
 typedef enum {
 #define DS__OP_ENUM(name, num, text) DS_OP_##name = num,
@@ -256,6 +284,9 @@ typedef enum {
 
 /* "get" for DS_OP_GET; NULL for an unknown number. */
 const char *ds__opcode_name(unsigned op);
+/* Worker-to-worker operations: served only on a connection that completed
+ * PEER_AUTH. */
+bool ds__opcode_peer_only(unsigned op);
 
 typedef struct {
     uint32_t magic;

@@ -89,6 +89,9 @@ static const flag_def_t flags[] = {
     YSTR(ready_check_path, "",
          "file created once the worker accepts clients; removed on a clean stop"),
     STR(auth_token_file, "", "file holding the shared secret TCP clients and peers must prove"),
+    STR(cluster_secret_file, "",
+        "file holding the cluster secret peers prove to each other (one line; a second line "
+        "is also accepted, for rotation); empty = member keys published in etcd"),
     YINT(shared_memory_size_mb, 1024, 1, 1 << 20, "size of the shared-memory arena in MiB"),
     YINT(max_client_num, 200, 1, 100000,
          "most clients served at once (each may pool up to " DS_STRINGIFY(

@@ -27,6 +27,7 @@ typedef struct {
     char health_check_path[512];
     char ready_check_path[512];
     char auth_token_file[512];
+    char cluster_secret_file[512];
     char l2_cache_type[32];
     char sfs_path[512];
     char distributed_disk_path[512];

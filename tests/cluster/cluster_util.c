@@ -47,6 +47,23 @@ int ct_cluster_start_with(ct_cluster_t *c, int n, const int *arena_mb, const cha
     return 0;
 }
 
+int ct_worker_add(ct_cluster_t *c, const char *extra)
+{
+    if (c->n >= CT_MAX_WORKERS) return -1;
+    int i = c->n;
+    char base[512], host[32], flags[768];
+    worker_flags(c, base, sizeof(base));
+    snprintf(flags, sizeof(flags), "%s%s%s", base, extra ? " " : "", extra ? extra : "");
+    snprintf(host, sizeof(host), "127.0.0.%d", 11 + i);
+    c->arena_mb[i] = 64;
+    if (dst_worker_start_on(&c->w[i], host, c->arena_mb[i], flags) != 0) {
+        fprintf(stderr, "worker %d on %s did not start\n", i, host);
+        return -1;
+    }
+    c->n++;
+    return ct_wait_members(c, c->n, 15000) < 0 ? -1 : 0;
+}
+
 int ct_worker_restart(ct_cluster_t *c, int i)
 {
     return dst_worker_restart(&c->w[i]);

@@ -26,6 +26,10 @@ typedef struct {
 int ct_cluster_start(ct_cluster_t *c, int n, const int *arena_mb);
 /* The same with more flags for worker i in extra[i] (extra or extra[i] NULL: none). */
 int ct_cluster_start_with(ct_cluster_t *c, int n, const int *arena_mb, const char *const *extra);
+/* Starts one more worker (index c->n, on 127.0.0.(11 + c->n)) with the
+ * cluster's flags and extra (NULL: none), and waits until every worker sees
+ * it. 0 or -1. */
+int ct_worker_add(ct_cluster_t *c, const char *extra);
 /* Starts worker i again (on its address; a fresh process and worker id). */
 int ct_worker_restart(ct_cluster_t *c, int i);
 /* Waits until every running worker sees n members; ms taken or -1. */

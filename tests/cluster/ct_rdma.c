@@ -19,7 +19,7 @@
  *    and B's get, once it runs again, fails K_RPC_UNAVAILABLE (the key is
  *    still there: not K_NOT_FOUND). */
 #include "cluster_util.h"
-#include "it_hostile_raw.h"
+#include "ct_peer_raw.h"
 
 #include "common/clock.h"
 #include "common/etcd.h"
@@ -42,11 +42,23 @@
 static ct_cluster_t C;
 enum { A = 0, B = 1, CC = 2 };
 
+/* The cluster secret, so that a test can speak as a peer (PEER_AUTH). */
+#define SECRET "ct-rdma-secret"
+static char secret_dir[64], secret_file[128];
+
 static int setup(void **state)
 {
     (void)state;
+    snprintf(secret_dir, sizeof(secret_dir), "/tmp/ct_rdma.XXXXXX");
+    if (mkdtemp(secret_dir) == NULL) return -1;
+    snprintf(secret_file, sizeof(secret_file), "%s/secret", secret_dir);
+    if (ct_write_secret(secret_file, SECRET "\n") != 0) return -1;
+    static char ea[256], eb[256], ec[256];
+    snprintf(ea, sizeof(ea), "--enable_rdma true --cluster_secret_file %s", secret_file);
+    snprintf(eb, sizeof(eb), "--enable_rdma=true --cluster_secret_file %s", secret_file);
+    snprintf(ec, sizeof(ec), "--cluster_secret_file %s", secret_file);
     const int arenas[] = {200, 200, 128};
-    const char *const extra[] = {"--enable_rdma true", "--enable_rdma=true", NULL};
+    const char *const extra[] = {ea, eb, ec};
     return ct_cluster_start_with(&C, 3, arenas, extra);
 }
 
@@ -54,6 +66,8 @@ static int teardown(void **state)
 {
     (void)state;
     ct_cluster_stop(&C);
+    unlink(secret_file);
+    rmdir(secret_dir);
     return 0;
 }
 
@@ -170,6 +184,13 @@ static void test_pull_tcp_fallback(void **state)
     double sends0 = dst_stat(&C.w[A], "cluster.ucx_sends");
     hr_conn_t h;
     assert_int_equal(hr_open_hello(&h, &C.w[A], false), 0);
+    /* UCX_PULL is for peers: this connection proves it is one, as B. */
+    char a[96], b[96];
+    snprintf(a, sizeof(a), "%s:%d", C.w[A].host, C.w[A].port);
+    snprintf(b, sizeof(b), "%s:%d", C.w[B].host, C.w[B].port);
+    ct_pa_result_t pa;
+    assert_int_equal(ct_peer_auth(&h, b, a, SECRET, NULL, NULL, &pa), 0);
+    assert_int_equal(pa.st2, DS_K_OK);
     /* A requester A has no UCX address for (no such member): the bytes
      * come on this connection. */
     ds_wbuf_t m;

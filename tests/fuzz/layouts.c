@@ -223,6 +223,16 @@ void fz_parse_request(uint16_t op, const uint8_t *meta, size_t len, ds_wbuf_t *e
         (void)i32(&p);
         keys(&p, DS_MAX_BATCH);
         break;
+    case DS_OP_PEER_AUTH: {
+        uint8_t step = u8(&p);
+        str(&p); /* from */
+        str(&p); /* nonce_a */
+        if (step == 2) {
+            str(&p); /* nonce_b */
+            str(&p); /* proof_a */
+        }
+        break;
+    }
     default:
         break;
     }
@@ -231,7 +241,8 @@ void fz_parse_request(uint16_t op, const uint8_t *meta, size_t len, ds_wbuf_t *e
 
 bool fz_response_is_bare(uint16_t op)
 {
-    return op == DS_OP_RELEASE || op == DS_OP_HEALTH || op == DS_OP_SHUTDOWN;
+    return op == DS_OP_RELEASE || op == DS_OP_HEALTH || op == DS_OP_SHUTDOWN ||
+           op == DS_OP_PEER_AUTH; /* step 2 */
 }
 
 void fz_parse_response(uint16_t op, const uint8_t *meta, size_t len, ds_wbuf_t *echo,
@@ -375,6 +386,12 @@ void fz_parse_response(uint16_t op, const uint8_t *meta, size_t len, ds_wbuf_t *
         }
         break;
     }
+    case DS_OP_PEER_AUTH: /* step 1: str nonce_b, str proof_b; step 2: nothing */
+        if (p.r.pos < p.r.len) {
+            str(&p);
+            str(&p);
+        }
+        break;
     default: /* RELEASE, HEALTH, SHUTDOWN: the error string only */
         break;
     }

@@ -21,7 +21,9 @@ DATA = os.path.join(HERE, "..", "data")
 MAGIC = 0x53445259
 OPS = {"HELLO": 1, "SET": 2, "GET": 3, "CREATE": 4, "PUBLISH": 5, "RELEASE": 6, "DEL": 7,
        "EXIST": 8, "EXPIRE": 9, "QSIZE": 10, "GENKEY": 11, "HEALTH": 12, "STATS": 13,
-       "SHUTDOWN": 14, "LOCATE": 15, "META_PUT": 16, "META_DEL": 17, "DROP": 18, "SETR": 23}
+       "SHUTDOWN": 14, "LOCATE": 15, "META_PUT": 16, "META_DEL": 17, "DROP": 18, "SETR": 23, "UCX_PULL": 24,
+       "PEER_AUTH": 28}
+PEER = 4
 RESPONSE, NOREPLY = 1, 2
 
 
@@ -199,6 +201,27 @@ def main():
                                                 chunks=[chunk(0, stream)]))
     for name, data in worker_multi_seeds().items():
         write("fuzz_worker", name, data)
+    # fuzz_peer: one setup byte (bit 0 the harness completes PEER_AUTH first,
+    # bit 1 Unix socket, bit 2 fire deadlines at the end, bit 3 no HELLO),
+    # then the connection's frames (see fuzz_peer.c).
+    nonce = b"0123456789abcdef" * 4
+    pa1 = frame("PEER_AUTH", u8(1) + s(b"127.0.0.1:9") + s(nonce), req=40)
+    pa2 = frame("PEER_AUTH", u8(2) + s(b"127.0.0.1:9") + s(nonce) + s(nonce) + s(b"ab" * 32),
+                req=41)
+    peer_ops = r["locate"] + r["meta_put"] + r["meta_del"] + r["drop"]
+    wait_locate = frame("LOCATE", i32(100000) + u32(0) + keys([b"waited"]), req=7)
+    pull = frame("UCX_PULL", s(b"k") + u64(5) + u64(9) + s(b"127.0.0.1:9") + u32(100), req=8)
+    for name, (setup, stream) in {
+        "client_peer_ops": (0, peer_ops + r["health"]),
+        "client_peer_flag": (2, frame("DEL", keys([b"k"]), flags=PEER, req=3) +
+                             frame("GET", i32(0) + u8(0) + keys([b"k"]), flags=PEER | NOREPLY,
+                                   req=4) + frame("HEALTH", flags=0x40, req=5)),
+        "client_peer_auth": (0, pa1 + pa2 + peer_ops),
+        "proven_ops": (1, r["set"] + peer_ops + wait_locate + pull + r["get"]),
+        "proven_wait": (5, wait_locate + r["set"]),
+        "no_hello": (8, pa1 + peer_ops),
+    }.items():
+        write("fuzz_peer", name, u8(setup) + stream)
 
     for fn in sorted(os.listdir(DATA)):
         if fn.endswith((".yaml", ".yml")):

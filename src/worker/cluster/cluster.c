@@ -7,6 +7,7 @@
 #include "common/etcd.h"
 #include "common/log.h"
 #include "worker/cluster/peer.h"
+#include "worker/cluster/peer_auth.h"
 #include "worker/cluster/ring.h"
 #include "worker/net/ucx.h"
 
@@ -27,6 +28,7 @@ typedef struct {
     char addr[300];
     char id[64];
     char ucx[DS_UCX_ADDR_HEX_MAX + 1]; /* its UCX worker address (hex), "" without --enable_rdma */
+    char pub[DS_AUTH_PUB_HEX + 1]; /* its member key (peer_auth.h), "" when its record has none */
 } member_t;
 
 struct ds_cluster {
@@ -34,7 +36,8 @@ struct ds_cluster {
     char self[300];
     char prefix[256];
     char member_key[600];
-    char member_value[DS_UCX_ADDR_HEX_MAX + 512];
+    char member_value[DS_UCX_ADDR_HEX_MAX + 640];
+    ds_peer_auth_t *auth;
     ds_peers_t *peers;
     ds_links_t *links;
     ds_meta_t *meta;
@@ -91,11 +94,25 @@ static void job_free(ds_job_t *j)
     free(j);
 }
 
+/* The member at addr, or NULL: this worker talks only to members it learned
+ * from etcd (and itself). */
+static const member_t *member_at(const struct ds_cluster *cl, const char *addr)
+{
+    for (size_t i = 0; i < cl->nmembers; i++)
+        if (strcmp(cl->members[i].addr, addr) == 0) return &cl->members[i];
+    return NULL;
+}
+
 void ds__job_submit(ds_server_t *srv, ds_job_t *j)
 {
     struct ds_cluster *cl = srv->cluster;
     if (j->pend) j->pend->outstanding++;
-    if (ds__links_submit(cl->links, j)) {
+    const member_t *m = member_at(cl, j->addr);
+    /* A job for an address that is not a member fails on a job thread (so
+     * it completes after its caller, like every job), never connecting. */
+    j->not_member = m == NULL;
+    snprintf(j->peer_pub, sizeof(j->peer_pub), "%s", m ? m->pub : "");
+    if (!j->not_member && ds__links_submit(cl->links, j)) {
         srv->cctr.peer_link_requests++;
         return;
     }
@@ -133,7 +150,14 @@ static void run_job(struct ds_cluster *cl, ds_job_t *j)
 {
     char err[256];
     uint64_t dl = ds__now_ms() + j->timeout_ms;
-    ds_pconn_t *pc = ds__peer_acquire(cl->peers, j->addr, dl, err, sizeof(err));
+    if (j->not_member) {
+        j->transport_failed = 1;
+        snprintf(j->err, sizeof(j->err),
+                 "%.200s is not a member of this cluster in etcd: not contacted", j->addr);
+        return;
+    }
+    ds_pconn_t *pc = ds__peer_acquire(cl->peers, j->addr, j->peer_pub[0] ? j->peer_pub : NULL, dl,
+                                      err, sizeof(err));
     if (pc == NULL) {
         j->transport_failed = 1;
         snprintf(j->err, sizeof(j->err), "%s", err);
@@ -313,12 +337,17 @@ static void post_members(struct ds_cluster *cl)
         const cJSON *a = cJSON_GetObjectItemCaseSensitive(j, "address");
         const cJSON *id = cJSON_GetObjectItemCaseSensitive(j, "worker_id");
         const cJSON *ux = cJSON_GetObjectItemCaseSensitive(j, "ucx_address");
+        const cJSON *pk = cJSON_GetObjectItemCaseSensitive(j, "peer_key");
         if (cJSON_IsString(a) && cJSON_IsString(id)) {
             snprintf(m[k].addr, sizeof(m[k].addr), "%s", a->valuestring);
             snprintf(m[k].id, sizeof(m[k].id), "%s", id->valuestring);
             snprintf(m[k].ucx, sizeof(m[k].ucx), "%s",
                      cJSON_IsString(ux) && strlen(ux->valuestring) < sizeof(m[k].ucx)
                          ? ux->valuestring
+                         : "");
+            snprintf(m[k].pub, sizeof(m[k].pub), "%s",
+                     cJSON_IsString(pk) && strlen(pk->valuestring) == DS_AUTH_PUB_HEX
+                         ? pk->valuestring
                          : "");
             k++;
         }
@@ -443,6 +472,7 @@ static void adopt_members(struct ds_cluster *cl)
         self_listed = true; /* an old registration of ours may still show a stale id */
         snprintf(m[i].id, sizeof(m[i].id), "%s", cl->srv->worker_id);
         snprintf(m[i].ucx, sizeof(m[i].ucx), "%s", cl->ucx ? ds__ucx_address(cl->ucx) : "");
+        snprintf(m[i].pub, sizeof(m[i].pub), "%s", ds__peer_auth_pub(cl->auth));
     }
     /* Listed again after a list without us: the others may have dropped us
      * meanwhile (the first list, before our registration, does not count). */
@@ -455,13 +485,14 @@ static void adopt_members(struct ds_cluster *cl)
         snprintf(m[n].addr, sizeof(m[n].addr), "%s", cl->self);
         snprintf(m[n].id, sizeof(m[n].id), "%s", cl->srv->worker_id);
         snprintf(m[n].ucx, sizeof(m[n].ucx), "%s", cl->ucx ? ds__ucx_address(cl->ucx) : "");
+        snprintf(m[n].pub, sizeof(m[n].pub), "%s", ds__peer_auth_pub(cl->auth));
         n++;
     }
     qsort(m, n, sizeof(*m), cmp_member);
     bool same = n == cl->nmembers;
     for (size_t i = 0; same && i < n; i++)
         same = !strcmp(m[i].addr, cl->members[i].addr) && !strcmp(m[i].id, cl->members[i].id) &&
-               !strcmp(m[i].ucx, cl->members[i].ucx);
+               !strcmp(m[i].ucx, cl->members[i].ucx) && !strcmp(m[i].pub, cl->members[i].pub);
     if (same) {
         free(m);
         return;
@@ -555,6 +586,17 @@ ds_ucx_t *ds__cluster_ucx(ds_server_t *srv)
     return srv->cluster->ucx;
 }
 
+const char *ds__cluster_member_key(ds_server_t *srv, const char *addr)
+{
+    const member_t *m = member_at(srv->cluster, addr);
+    return m ? m->pub : NULL;
+}
+
+ds_peer_auth_t *ds__cluster_auth(ds_server_t *srv)
+{
+    return srv->cluster->auth;
+}
+
 const char *ds__cluster_ucx_address_of(ds_server_t *srv, const char *addr)
 {
     struct ds_cluster *cl = srv->cluster;
@@ -581,6 +623,9 @@ static void cluster_stats(ds_server_t *srv, struct cJSON *root)
     cJSON *cl = cJSON_AddObjectToObject(root, "cluster");
     cJSON_AddStringToObject(cl, "name", srv->cfg.cluster_name);
     cJSON_AddNumberToObject(cl, "members", (double)nm);
+    cJSON_AddNumberToObject(cl, "peers_proven", (double)srv->cctr.peers_proven);
+    cJSON_AddNumberToObject(cl, "peer_auth_failures",
+                            (double)ds__peer_auth_failures(srv->cluster->auth));
     cJSON_AddStringToObject(cl, "member_list", members);
     cJSON_AddNumberToObject(cl, "owned_keys", (double)ds__meta_count(srv->cluster->meta));
     cJSON_AddNumberToObject(cl, "peer_link_requests", (double)srv->cctr.peer_link_requests);
@@ -622,16 +667,25 @@ int ds__cluster_init(ds_server_t *srv, char *err, size_t err_cap)
     snprintf(cl->prefix, sizeof(cl->prefix), "/datasystem/%s/cluster/", srv->cfg.cluster_name);
     snprintf(cl->member_key, sizeof(cl->member_key), "%s%s", cl->prefix, cl->self);
     cl->ucx = srv->ucx; /* the server's (--enable_rdma), or NULL */
-    /* With --enable_rdma the record carries the UCX worker address peers
-     * send to (cluster_ucx.c). */
-    snprintf(
-        cl->member_value, sizeof(cl->member_value),
-        "{\"address\": \"%s\", \"worker_id\": \"%s\", \"state\": \"ready\", \"pid\": %d%s%s%s}",
-        cl->self, srv->worker_id, (int)getpid(), cl->ucx ? ", \"ucx_address\": \"" : "",
-        cl->ucx ? ds__ucx_address(cl->ucx) : "", cl->ucx ? "\"" : "");
     pthread_mutex_init(&cl->mu, NULL);
     pthread_cond_init(&cl->cv, NULL);
-    cl->peers = ds__peers_new(srv->auth_token);
+    cl->auth = ds__peer_auth_new(cl->self, srv->cfg.cluster_secret_file, err, err_cap);
+    if (cl->auth == NULL) return -1;
+    /* The record carries the member key peers check this worker's proofs
+     * with when there is no cluster secret (peer_auth.h), and with
+     * --enable_rdma the UCX worker address peers send to (cluster_ucx.c). */
+    snprintf(cl->member_value, sizeof(cl->member_value),
+             "{\"address\": \"%s\", \"worker_id\": \"%s\", \"state\": \"ready\", \"pid\": "
+             "%d, \"peer_key\": \"%s\"%s%s%s}",
+             cl->self, srv->worker_id, (int)getpid(), ds__peer_auth_pub(cl->auth),
+             cl->ucx ? ", \"ucx_address\": \"" : "", cl->ucx ? ds__ucx_address(cl->ucx) : "",
+             cl->ucx ? "\"" : "");
+    if (!ds__peer_auth_has_secret(cl->auth))
+        DS_LOG_WARN("cluster: no --cluster_secret_file: peers prove themselves with member keys "
+                    "published in etcd, so whoever may write /datasystem/%s/cluster/ in etcd "
+                    "can act as a peer (docs/security.md)",
+                    srv->cfg.cluster_name);
+    cl->peers = ds__peers_new(srv->auth_token, cl->auth);
     cl->links = ds__links_new(srv);
     cl->meta = ds__meta_new();
     cl->etcd_member = ds__etcd_new(srv->cfg.etcd_address, err, err_cap);
@@ -654,6 +708,7 @@ int ds__cluster_init(ds_server_t *srv, char *err, size_t err_cap)
     snprintf(cl->members[0].id, sizeof(cl->members[0].id), "%s", srv->worker_id);
     snprintf(cl->members[0].ucx, sizeof(cl->members[0].ucx), "%s",
              cl->ucx ? ds__ucx_address(cl->ucx) : "");
+    snprintf(cl->members[0].pub, sizeof(cl->members[0].pub), "%s", ds__peer_auth_pub(cl->auth));
     cl->nmembers = 1;
     /* A thread that cannot start fails start-up; ds__cluster_destroy stops and
      * joins the ones that did. */
@@ -711,6 +766,7 @@ void ds__cluster_destroy(ds_server_t *srv)
     ds__etcd_free(cl->etcd_watch);
     ds__etcd_free(cl->etcd_range);
     ds__peers_free(cl->peers);
+    ds__peer_auth_free(cl->auth);
     ds__meta_free(cl->meta);
     ds__ring_free(cl->ring);
     pthread_mutex_destroy(&cl->mu);

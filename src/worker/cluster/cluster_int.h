@@ -22,7 +22,9 @@
 #ifndef DS_WORKER_CLUSTER_CLUSTER_INT_H
 #define DS_WORKER_CLUSTER_CLUSTER_INT_H
 
+#include "common/auth.h"
 #include "worker/cluster/cluster.h"
+#include "worker/cluster/peer_auth.h"
 #include "worker/cluster/ring.h"
 #include "worker/ops/worker.h"
 
@@ -78,6 +80,8 @@ struct ds_job {
     uint64_t ucx_tag;  /* a UCX_PULL: the tag its value arrives with (cluster_ucx.c) */
     bool waits;        /* a LOCATE that may wait at the owner */
     bool connect_only; /* peer_link.c: connect and HELLO, hand back conn_fd */
+    bool not_member;   /* addr is no member (ds__job_submit): fails without contact */
+    char peer_pub[DS_AUTH_PUB_HEX + 1]; /* addr's member key from etcd, "" = none */
     int conn_fd;
     uint64_t link_req; /* on a link: the request id and when it is overdue */
     uint64_t deadline;
@@ -96,6 +100,10 @@ struct ds_job {
 #define DS_LOCATE_INLINE_MAX (64u << 10)
 
 /* cluster.c */
+/* The member key (hex, "" = none in its record) of the member at addr, or
+ * NULL when addr is not a member. */
+const char *ds__cluster_member_key(ds_server_t *srv, const char *addr);
+ds_peer_auth_t *ds__cluster_auth(ds_server_t *srv);
 /* The ring owner of a key, or NULL when the ring is empty. */
 const char *ds__cluster_owner(ds_server_t *srv, const char *key, size_t len);
 const char *ds__cluster_self(ds_server_t *srv);
@@ -172,7 +180,10 @@ void ds__cluster_ucx_run(ds_ucx_t *u, ds_pconn_t *pc, ds_job_t *j, uint64_t dl, 
 /* The owner's side of UCX_PULL (on the loop). */
 void ds__cluster_ucx_pull(ds_server_t *srv, ds_req_t *r);
 
-/* cluster_owner.c: LOCATE, META_PUT, META_DEL and DROP */
+/* cluster_auth.c: the acceptor's side of PEER_AUTH (on the loop) */
+void ds__cluster_peer_auth(ds_server_t *srv, ds_req_t *r);
+
+/* cluster_owner.c: LOCATE, META_PUT, META_DEL and DROP (and PEER_AUTH's dispatch) */
 void ds__cluster_peer_op(ds_server_t *srv, ds_req_t *r);
 /* A local copy left the table by eviction or expiry: tell its owner. */
 void ds__cluster_gone(ds_server_t *srv, const ds_obj_t *o);

@@ -282,6 +282,9 @@ void ds__cluster_peer_op(ds_server_t *srv, ds_req_t *r)
     case DS_OP_UCX_PULL:
         ds__cluster_ucx_pull(srv, r);
         break;
+    case DS_OP_PEER_AUTH:
+        ds__cluster_peer_auth(srv, r);
+        break;
     default:
         op_drop(srv, r);
     }

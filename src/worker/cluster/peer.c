@@ -2,6 +2,7 @@
 #include "worker/cluster/peer.h"
 
 #include "common/auth.h"
+#include "common/clock.h"
 #include "common/net.h"
 #include "datasystem/status.h"
 
@@ -23,12 +24,14 @@ struct ds_peers {
     pthread_mutex_t mu;
     ds_pconn_t *idle;
     char *token;
+    ds_peer_auth_t *auth;
 };
 
-ds_peers_t *ds__peers_new(const char *token)
+ds_peers_t *ds__peers_new(const char *token, ds_peer_auth_t *auth)
 {
     ds_peers_t *p = calloc(1, sizeof(*p));
     if (p == NULL) return NULL;
+    p->auth = auth;
     pthread_mutex_init(&p->mu, NULL);
     p->token = strdup(token ? token : "");
     return p;
@@ -115,8 +118,98 @@ static int read_resp(ds_pconn_t *c, ds_peer_resp_t *resp, uint64_t deadline_ms)
     return 0;
 }
 
-ds_pconn_t *ds__peer_acquire(ds_peers_t *p, const char *addr, uint64_t deadline_ms, char *err,
-                             size_t err_cap)
+/* A member whose record has not reached the acceptor yet is told
+ * K_TRY_AGAIN: ask again after this long, for at most DS_PEER_AUTH_WAIT_MS
+ * (a watch delivers a new record in milliseconds; an acceptor that stays
+ * behind longer, e.g. cut off from etcd, should not hold a job thread for a
+ * job's whole deadline). */
+#define DS_PEER_AUTH_RETRY_MS 100
+#define DS_PEER_AUTH_WAIT_MS 3000
+
+/* The initiator's side of PEER_AUTH (common/wire.h) on a HELLO'd connection.
+ * 0, or -1 with a message. */
+static int peer_auth(ds_peers_t *p, ds_pconn_t *c, const char *peer_pub, uint64_t deadline_ms,
+                     char *err, size_t err_cap)
+{
+    const char *self = ds__peer_auth_self(p->auth);
+    char na[DS_AUTH_HEX_LEN + 1], nb[DS_AUTH_HEX_LEN + 1], proof[DS_PEER_PROOF_MAX + 1];
+    if (ds__auth_challenge(na) != 0) {
+        snprintf(err, err_cap, "no randomness for a peer nonce");
+        return -1;
+    }
+    ds_peer_resp_t r = {0};
+    uint64_t retry_until = ds__now_ms() + DS_PEER_AUTH_WAIT_MS;
+    if (retry_until > deadline_ms) retry_until = deadline_ms;
+    for (;;) {
+        ds_wbuf_t m;
+        ds__wbuf_init(&m);
+        ds__wbuf_u8(&m, 1);
+        ds__wbuf_cstr(&m, self);
+        ds__wbuf_cstr(&m, na);
+        int rc = send_frame(c, DS_OP_PEER_AUTH, 0, &m, NULL, 0, deadline_ms);
+        ds__wbuf_free(&m);
+        if (rc == 0) rc = read_resp(c, &r, deadline_ms);
+        if (rc != 0) {
+            ds__peer_resp_free(&r);
+            snprintf(err, err_cap, "peer %s: connection lost during PEER_AUTH", c->addr);
+            return -1;
+        }
+        if (r.status != DS_K_TRY_AGAIN || ds__now_ms() + DS_PEER_AUTH_RETRY_MS >= retry_until)
+            break;
+        ds__peer_resp_free(&r);
+        usleep(DS_PEER_AUTH_RETRY_MS * 1000);
+    }
+    if (r.status != DS_K_OK) {
+        snprintf(err, err_cap, "peer %s refused PEER_AUTH: %s", c->addr, r.err);
+        ds__peer_resp_free(&r);
+        return -1;
+    }
+    const char *s, *pb;
+    uint32_t sl = ds__rbuf_str(&r.r, &s);
+    uint32_t pl = ds__rbuf_str(&r.r, &pb);
+    bool ok = !r.r.err && ds__peer_auth_nonce_ok(s, sl);
+    if (ok) {
+        memcpy(nb, s, sl);
+        nb[sl] = '\0';
+        ok = ds__peer_auth_check(p->auth, DS_PEER_ROLE_ACCEPTOR, self, c->addr, na, nb, pb, pl,
+                                 peer_pub);
+    }
+    ds__peer_resp_free(&r);
+    if (!ok) {
+        ds__peer_auth_failed(p->auth);
+        snprintf(err, err_cap, "peer %s did not prove it is a cluster member (%s does not match)",
+                 c->addr,
+                 ds__peer_auth_has_secret(p->auth) ? "its cluster secret"
+                                                   : "its member key in etcd");
+        return -1;
+    }
+    if (ds__peer_auth_prove(p->auth, DS_PEER_ROLE_INITIATOR, self, c->addr, na, nb, proof) != 0) {
+        snprintf(err, err_cap, "cannot make a peer proof (libcrypto failed)");
+        return -1;
+    }
+    ds_wbuf_t m;
+    ds__wbuf_init(&m);
+    ds__wbuf_u8(&m, 2);
+    ds__wbuf_cstr(&m, self);
+    ds__wbuf_cstr(&m, na);
+    ds__wbuf_cstr(&m, nb);
+    ds__wbuf_cstr(&m, proof);
+    int rc = send_frame(c, DS_OP_PEER_AUTH, 0, &m, NULL, 0, deadline_ms);
+    ds__wbuf_free(&m);
+    if (rc == 0) rc = read_resp(c, &r, deadline_ms);
+    if (rc != 0) {
+        ds__peer_resp_free(&r);
+        snprintf(err, err_cap, "peer %s: connection lost during PEER_AUTH", c->addr);
+        return -1;
+    }
+    rc = r.status == DS_K_OK ? 0 : -1;
+    if (rc != 0) snprintf(err, err_cap, "peer %s refused PEER_AUTH: %s", c->addr, r.err);
+    ds__peer_resp_free(&r);
+    return rc;
+}
+
+ds_pconn_t *ds__peer_acquire(ds_peers_t *p, const char *addr, const char *peer_pub,
+                             uint64_t deadline_ms, char *err, size_t err_cap)
 {
     pthread_mutex_lock(&p->mu);
     for (ds_pconn_t **pp = &p->idle; *pp; pp = &(*pp)->next) {
@@ -176,6 +269,11 @@ ds_pconn_t *ds__peer_acquire(ds_peers_t *p, const char *addr, uint64_t deadline_
         return NULL;
     }
     ds__peer_resp_free(&r);
+    if (peer_auth(p, c, peer_pub, deadline_ms, err, err_cap) != 0) {
+        close(fd);
+        free(c);
+        return NULL;
+    }
     return c;
 }
 

@@ -1,7 +1,8 @@
 /* Synchronous worker-to-worker RPC for the cluster's job threads: a pool of
- * TCP connections per peer address (HELLO'd once), requests framed with the
- * common wire codec and marked DS_FLAG_PEER so the peer acts locally only.
- * Thread-safe; never used from the event loop. */
+ * TCP connections per peer address (HELLO'd and PEER_AUTH'd once, so each
+ * side has proved to the other that it is a cluster member: peer_auth.h),
+ * requests framed with the common wire codec and marked DS_FLAG_PEER so the
+ * peer acts locally only. Thread-safe; never used from the event loop. */
 #ifndef DS_WORKER_PEER_H
 #define DS_WORKER_PEER_H
 
@@ -10,6 +11,7 @@
 #include <sys/uio.h>
 
 #include "common/wire.h"
+#include "worker/cluster/peer_auth.h"
 
 typedef struct ds_peers ds_peers_t;
 typedef struct ds_pconn ds_pconn_t;
@@ -23,14 +25,18 @@ typedef struct {
     char err[256];
 } ds_peer_resp_t;
 
-ds_peers_t *ds__peers_new(const char *token);
+/* token: the client token (--auth_token_file) HELLO may ask for; auth: how
+ * this worker proves itself to peers (not owned). */
+ds_peers_t *ds__peers_new(const char *token, ds_peer_auth_t *auth);
 void ds__peers_free(ds_peers_t *p);
 /* Closes every pooled connection to addr (the peer died or left). */
 void ds__peers_forget(ds_peers_t *p, const char *addr);
 
-/* A connection to addr, from the pool or new. NULL with a message. */
-ds_pconn_t *ds__peer_acquire(ds_peers_t *p, const char *addr, uint64_t deadline_ms, char *err,
-                             size_t err_cap);
+/* A connection to addr, from the pool or new: a new one has completed
+ * PEER_AUTH (peer_pub: addr's member key from its etcd record, NULL = none).
+ * NULL with a message. */
+ds_pconn_t *ds__peer_acquire(ds_peers_t *p, const char *addr, const char *peer_pub,
+                             uint64_t deadline_ms, char *err, size_t err_cap);
 /* Sends one request and reads the response header and metadata. 0, or -1 on
  * a transport failure (message in resp->err; the connection is then dead). */
 int ds__peer_request(ds_pconn_t *c, uint16_t op, const ds_wbuf_t *meta, const struct iovec *data,

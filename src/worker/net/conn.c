@@ -502,7 +502,11 @@ static void meta_complete(ds_conn_t *c)
     net->lane_last = c->lane_wait;
     c->state = CONN_READ_HEADER;
     c->skip = c->h.data_len; /* unless the handler names sinks for it */
-    if (c->h.opcode == DS_OP_HELLO)
+    char why[200];
+    ds_status_t denied = ds__conn_rights(c, why, sizeof(why));
+    if (denied != DS_K_OK)
+        ds__req_error(&c->cur, denied, "%s", why);
+    else if (c->h.opcode == DS_OP_HELLO)
         ds__hello(c);
     else if (c->h.opcode == DS_OP_LANE)
         ds__lane_open(c, &c->cur);

@@ -28,6 +28,7 @@ struct ds_conn {
     bool is_unix;
     bool hello_done;
     bool authed; /* Unix socket, no secret configured, or the challenge answered */
+    bool peer;   /* completed PEER_AUTH: a proven cluster member (docs/security.md) */
     uint8_t auth_failures;
     char challenge[68]; /* outstanding auth challenge, "" = none */
     bool close_after_write;
@@ -99,6 +100,9 @@ void ds__conn_make_ready(ds_conn_t *c);
 int ds__conn_feed(ds_conn_t *c, const uint8_t *p, uint32_t n);
 /* HELLO (hello.c). */
 void ds__hello(ds_conn_t *c);
+/* Whether c may send its current request (header c->h): DS_K_OK, or the
+ * refusal with its reason in why (hello.c). */
+ds_status_t ds__conn_rights(ds_conn_t *c, char *why, size_t cap);
 
 /* The sender thread is done with c's head frame o: sent bytes, errno or 0. */
 void ds__conn_bulk_done(ds_conn_t *c, ds_out_t *o, uint64_t sent, int err);

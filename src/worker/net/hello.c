@@ -3,13 +3,16 @@
  * secret), creates a session or joins one the client proves it owns (its id
  * and key, over the same kind of socket), and tells the client about this
  * worker: its identity, the arena (whose memfd rides along for a local
- * client) and the shared GET index. */
+ * client) and the shared GET index. Here too is the check every request
+ * passes before its handler runs (ds__conn_rights): what the connection
+ * proved decides what it may send (docs/security.md). */
 #include "worker/net/conn.h"
 
 #include "common/auth.h"
 #include "common/log.h"
 
 #include <inttypes.h>
+#include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -89,6 +92,47 @@ static void local_proof(ds_conn_t *c, uint64_t sid, const char *chal, uint32_t c
     memcpy(ch, chal, clen);
     ch[clen] = '\0';
     ds__auth_prove(ts->key, ch, out);
+}
+
+/* Requests are checked against what the connection proved before any
+ * handler sees them: a header flag or an operation reserved for peers is
+ * refused on every connection that did not complete PEER_AUTH (a client
+ * setting DS_FLAG_PEER would otherwise skip read latches and the cluster
+ * logic; one sending META_PUT could point keys at an address of its
+ * choosing), and a flag bit this worker does not know is refused rather than
+ * guessed at. The connection keeps working: only the request is refused. */
+ds_status_t ds__conn_rights(ds_conn_t *c, char *why, size_t cap)
+{
+    const char *name = ds__opcode_name(c->h.opcode);
+    uint8_t unknown = (uint8_t)(c->h.flags & ~DS_FLAG_REQUEST_MASK);
+    ds_status_t st = DS_K_OK;
+    if (unknown) {
+        snprintf(why, cap, "%s: header flags 0x%02x carry bits a request may not set (0x%02x)",
+                 name, c->h.flags, unknown);
+        st = DS_K_INVALID;
+    } else if (!c->peer && ds__opcode_peer_only(c->h.opcode)) {
+        snprintf(why, cap,
+                 "%s is a worker-to-worker operation: this connection has not proved it is a "
+                 "cluster peer (PEER_AUTH)",
+                 name);
+        st = DS_K_NOT_AUTHORIZED;
+    } else if (!c->peer && (c->h.flags & DS_FLAG_PEER)) {
+        snprintf(why, cap,
+                 "%s: the peer flag is for cluster peers; this connection has not proved it is "
+                 "one (PEER_AUTH)",
+                 name);
+        st = DS_K_NOT_AUTHORIZED;
+    }
+    if (st != DS_K_OK) {
+        c->net->ctr.requests_refused++;
+        DS_LOG_DEBUG("conn %" PRIu64 ": refused: %s", c->id, why);
+    }
+    return st;
+}
+
+void ds__req_set_peer(ds_req_t *r)
+{
+    if (r->conn_ && !ds__req_gone(r)) r->conn_->peer = true;
 }
 
 void ds__hello(ds_conn_t *c)

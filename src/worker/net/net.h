@@ -55,6 +55,9 @@ typedef struct ds_brecv ds_brecv_t;
 typedef struct {
     uint64_t ops[DS_OP__MAX];
     uint64_t errors[DS_OP__MAX];
+    /* requests refused for what their connection had not proved (a peer
+     * operation or flag without PEER_AUTH) or for unknown header flags */
+    uint64_t requests_refused;
     uint64_t bytes_in, bytes_out;
     uint64_t socket_writes; /* the loop's writes of answers to client sockets */
     uint64_t bulk_receives; /* SET data sections handed to the receiver thread */

@@ -92,6 +92,10 @@ void ds__req_set_tail(ds_req_t *r, const void *p, uint8_t n);
 void ds__req_error(ds_req_t *r, ds_status_t st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* r's connection proved it is a cluster peer (PEER_AUTH, answered by the
+ * cluster): from now on it may send peer operations and DS_FLAG_PEER. */
+void ds__req_set_peer(ds_req_t *r);
+
 /* A log line about request r: "[trace_id] " leads it when r has one. */
 void ds__req_log(const ds_req_t *r, int level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

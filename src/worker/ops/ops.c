@@ -673,6 +673,7 @@ void ds__ops_dispatch(void *ctx, ds_req_t *r)
     case DS_OP_META_DEL:
     case DS_OP_DROP:
     case DS_OP_UCX_PULL:
+    case DS_OP_PEER_AUTH:
         if (srv->remote)
             srv->remote->peer_op(srv, r);
         else

@@ -50,6 +50,7 @@ typedef struct {
     uint64_t peer_link_requests, peer_job_requests, locate_inline_values;
     uint64_t ucx_pulls, ucx_sends; /* --enable_rdma: values received / sent with UCX */
     uint64_t ucx_pull_fallbacks;   /* UCX_PULLs the owner answered on the peer connection */
+    uint64_t peers_proven;         /* connections that completed PEER_AUTH */
 } ds_cluster_counters_t;
 
 typedef struct {
