@@ -992,7 +992,7 @@ static void on_accept(void *ctx, uint32_t events)
         net->conns = c;
         net->nconns++;
         net->ctr.conns_accepted++;
-        memcpy(c->peer, peer, sizeof(c->peer));
+        memcpy(c->origin, peer, sizeof(c->origin));
         ds__guard_track(c);
     }
 }

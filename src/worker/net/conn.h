@@ -64,13 +64,13 @@ struct ds_conn {
      * back. */
     ds_out_t *bulk_out;
     /* guard.c: while HELLO is not complete the connection is on the net's
-     * handshake list (hs_on), since hs_since_ms; peer names who it is for
+     * handshake list (hs_on), since hs_since_ms; origin names where it comes from, for
      * the per-peer cap (TCP address or Unix uid). charged: data bytes of
      * its SET counted in the session's in-flight bytes until answered. */
     ds_conn_t *hs_prev, *hs_next;
     bool hs_on;
     uint64_t hs_since_ms;
-    uint8_t peer[17];
+    uint8_t origin[17];
     uint64_t charged;
     /* The bulk receiver thread (bulk_recv.c) is reading the rest of its
      * SET's data section: the loop reads nothing on it meanwhile, and a

@@ -111,7 +111,7 @@ static void evict(ds_conn_t *c, const char *why)
     char who[INET6_ADDRSTRLEN + 16];
     net->ctr.handshake_evictions++;
     DS_LOG_DEBUG("conn %" PRIu64 " (%s) closed before HELLO: %s", c->id,
-                 peer_name(c->peer, who, sizeof(who)), why);
+                 peer_name(c->origin, who, sizeof(who)), why);
     close_waiting(c, DS_K_RUNTIME_ERROR, why);
 }
 
@@ -121,7 +121,7 @@ bool ds__guard_admit(ds_net_t *net, const uint8_t peer[17])
         uint32_t n = 0;
         ds_conn_t *oldest = NULL;
         for (ds_conn_t *c = net->hs_head; c; c = c->hs_next)
-            if (memcmp(c->peer, peer, 17) == 0 && n++ == 0) oldest = c;
+            if (memcmp(c->origin, peer, 17) == 0 && n++ == 0) oldest = c;
         if (n >= net->hs_max_peer && oldest) {
             static bool told;
             char who[INET6_ADDRSTRLEN + 16];
@@ -189,7 +189,7 @@ uint64_t ds__guard_tick(ds_net_t *net, uint64_t now_ms)
         snprintf(why, sizeof(why),
                  "closed: no HELLO completed within --handshake_timeout_ms (%" PRIu64 " ms)",
                  net->handshake_ms);
-        DS_LOG_DEBUG("conn %" PRIu64 " (%s) %s", c->id, peer_name(c->peer, who, sizeof(who)), why);
+        DS_LOG_DEBUG("conn %" PRIu64 " (%s) %s", c->id, peer_name(c->origin, who, sizeof(who)), why);
         close_waiting(c, DS_K_RPC_DEADLINE_EXCEEDED, why); /* which untracks it */
     }
     return net->hs_head ? net->hs_head->hs_since_ms + net->handshake_ms : 0;
