@@ -521,9 +521,9 @@ bool ds__tier_counters(ds_server_t *srv, ds_tier_counters_t *out)
     *out = t->c;
     out->l2_on = t->l2 != NULL;
     out->spill_on = t->spill != NULL;
-    out->objects = t->ix.count;
+    out->objects = ds__tier_ix_count(&t->ix);
     out->bytes = t->ix.bytes;
-    out->spill_objects = t->sx.count;
+    out->spill_objects = ds__tier_ix_count(&t->sx);
     out->spill_bytes = t->sx.bytes;
     out->spill_disk = t->sx.disk;
     out->spill_limit = t->spill_limit;

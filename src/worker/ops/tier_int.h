@@ -9,6 +9,8 @@
 #include "worker/ops/ops_int.h"
 #include "worker/ops/tier.h"
 
+#include "common/dict.h"
+
 #include <pthread.h>
 #include <stdatomic.h>
 #include <time.h>
@@ -59,10 +61,9 @@ struct waiter {
 };
 
 typedef struct ent {
-    struct ent *next;
-    struct job *put; /* the key's last queued L2 write-back, until it completes */
+    ds_dict_node_t node; /* in its ix_t's table, by key */
+    struct job *put;     /* the key's last queued L2 write-back, until it completes */
     uint64_t size, version, ttl_wall_ms;
-    uint32_t hash;
     uint32_t keylen;
     uint8_t mode;
     char key[];
@@ -70,8 +71,8 @@ typedef struct ent {
 
 /* An index of what a backend holds (loop only). */
 typedef struct {
-    ent_t **b;
-    uint64_t nb, count, bytes;
+    ds_dict_t table; /* ent_t by key; the table frees those left at ds__tier_ix_free */
+    uint64_t bytes;
     uint64_t disk;    /* bytes the files take on disk (disk_of) */
     uint64_t version; /* of entries, to tell a later write apart */
 } ix_t;
@@ -150,6 +151,8 @@ static inline bool ds__tier_is_l2_mode(uint8_t m)
 bool ds__tier_ix_init(ix_t *x);
 /* Frees every entry and the table. */
 void ds__tier_ix_free(ix_t *x);
+/* The number of entries. */
+uint64_t ds__tier_ix_count(const ix_t *x);
 ent_t *ds__tier_ix_find(ix_t *x, const char *key, uint32_t keylen);
 void ds__tier_ix_remove(ix_t *x, const char *key, uint32_t keylen);
 /* Adds or replaces; returns the entry's version (0 when out of memory). */
