@@ -3,8 +3,9 @@
  * commit (sync only when due or idle, counted), a torn tail cut at open and
  * never served, a corrupt record in the middle skipped, compaction that
  * shrinks the log and keeps every live record (and a leftover compaction
- * file removed at open), one process per log (flock), and a foreign file
- * refused rather than overwritten. */
+ * file removed at open), one process per log (flock), a foreign file
+ * refused rather than overwritten, and an index past its first buckets
+ * whose expired records scans and compaction drop. */
 #include "worker/store/l2.h"
 
 #include <setjmp.h>
@@ -415,6 +416,66 @@ static void test_lock_and_foreign(void **state)
     assert_non_null(strstr(err, "--distributed_disk_path"));
 }
 
+static int put_ttl(ds_l2_t *l2, const char *key, size_t n, uint8_t seed, uint64_t ttl_wall_ms)
+{
+    uint8_t v[64];
+    fill(v, n, seed);
+    ds_l2_meta_t m = {n, seed, ttl_wall_ms, 1};
+    char err[600];
+    return l2->ops->put(l2, key, strlen(key), v, &m, err, sizeof(err));
+}
+
+static void count_live(void *ctx, const char *key, size_t keylen, const ds_l2_meta_t *m)
+{
+    (void)key;
+    (void)keylen;
+    assert_int_equal(m->ttl_wall_ms, 0);
+    (*(int *)ctx)++;
+}
+
+/* More records than the index's first 1024 buckets, a third of them past
+ * their deadline: a scan, while the index is still growing, drops the
+ * expired ones as it walks and lists the rest once each; the index finds
+ * each of the rest; a compaction keeps exactly the rest, and they replay. */
+static void test_many_expired(void **state)
+{
+    (void)state;
+    enum { N = 2100 };
+    ds_l2_dd_opts_t o = opts;
+    o.compact_min_dead_bytes = 1;
+    o.compact_dead_pct = 10; /* a third of the log is dead */
+    ds_l2_t *l2 = open_dd(&o);
+    assert_non_null(l2);
+    char k[32], err[64];
+    for (int i = 0; i < N; i++) {
+        snprintf(k, sizeof(k), "m%d", i);
+        assert_int_equal(put_ttl(l2, k, (size_t)(i % 50), (uint8_t)i, i % 3 == 0 ? 5000 : 0),
+                         DS_L2_PENDING);
+    }
+    assert_int_equal(sync_now(l2), 1);
+    int live = 0;
+    assert_int_equal(l2->ops->scan(l2, 6000, count_live, &live, err, sizeof(err)), N - N / 3);
+    assert_int_equal(live, N - N / 3);
+    for (int i = 0; i < N; i++) {
+        snprintf(k, sizeof(k), "m%d", i);
+        assert_int_equal(get(l2, k, (size_t)(i % 50), (uint8_t)i), i % 3 != 0);
+    }
+    assert_true(atomic_load(&l2->fig.dead_bytes) > 0);
+    for (int step = 0; step < 100 && l2->ops->maintain(l2); step++)
+        ;
+    assert_int_equal(atomic_load(&l2->fig.compactions), 1);
+    assert_int_equal(atomic_load(&l2->fig.dead_bytes), 0);
+    l2->ops->destroy(l2);
+    l2 = open_dd(&o);
+    assert_non_null(l2);
+    assert_int_equal(count(l2), N - N / 3);
+    for (int i = 0; i < N; i++) {
+        snprintf(k, sizeof(k), "m%d", i);
+        assert_int_equal(get(l2, k, (size_t)(i % 50), (uint8_t)i), i % 3 != 0);
+    }
+    l2->ops->destroy(l2);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -425,6 +486,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_compaction, setup, teardown),
         cmocka_unit_test_setup_teardown(test_compaction_in_steps, setup, teardown),
         cmocka_unit_test_setup_teardown(test_lock_and_foreign, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_many_expired, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -193,7 +193,9 @@ static void test_grows(void **state)
     l2->ops->destroy(l2);
     ds_server_t *srv = server("sfs");
     if (ds__tier_init(srv, err, sizeof(err)) != 0) fail_msg("tier init: %s", err);
-    assert_true(srv->tier->ix.nb > 1024);
+    const ds_dict_t *table = &srv->tier->ix.table;
+    assert_true(table->ht[0].size + table->ht[1].size > 1024);
+    assert_int_equal(ds__dict_verify(table), 0);
     uint64_t bytes = 0;
     for (int i = 0; i < N; i++) {
         int n = snprintf(key, sizeof(key), "grow-%d", i);

@@ -1,5 +1,7 @@
-/* Storage tiers: the L2 index on the loop, the disk I/O thread, and the glue
- * that SET, PUBLISH, GET and DEL call (see tier.h and ../THREADS.md).
+/* Storage tiers: starting and stopping them, and the glue that SET, PUBLISH,
+ * GET and DEL call (see tier.h and ../THREADS.md). The indexes are in
+ * tier_index.c, the disk queue and its thread in tier_io.c, completions in
+ * tier_done.c, spilling in spill.c.
  *
  * Write-through: the answer is held until the file is durable; a failed L2
  * write answers K_IO_ERROR with the backend's message (path and errno) and
@@ -22,7 +24,6 @@
 #include "worker/ops/ops_int.h"
 
 #include "common/clock.h"
-#include "common/hash.h"
 #include "common/log.h"
 
 #include <cjson/cJSON.h>
@@ -33,601 +34,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
-#include <time.h>
 #include <unistd.h>
-
-static uint64_t wall_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
-static bool is_l2_mode(uint8_t m)
-{
-    return m == DS_WRITE_THROUGH_L2_CACHE || m == DS_WRITE_BACK_L2_CACHE ||
-           m == DS_WRITE_BACK_L2_CACHE_EVICT;
-}
-
-/* ---- the index ---- */
-
-static ent_t **ix_slot(ix_t *t, const char *key, uint32_t keylen, uint32_t h)
-{
-    ent_t **p = &t->b[h & (t->nb - 1)];
-    while (*p &&
-           !((*p)->hash == h && (*p)->keylen == keylen && memcmp((*p)->key, key, keylen) == 0))
-        p = &(*p)->next;
-    return p;
-}
-
-static void ix_grow(ix_t *t)
-{
-    uint64_t nb = t->nb * 2;
-    ent_t **b = calloc(nb, sizeof(*b));
-    if (b == NULL) return; /* longer chains, still correct */
-    for (uint64_t i = 0; i < t->nb; i++)
-        for (ent_t *e = t->b[i], *next; e; e = next) {
-            next = e->next;
-            e->next = b[e->hash & (nb - 1)];
-            b[e->hash & (nb - 1)] = e;
-        }
-    free(t->b);
-    t->b = b;
-    t->nb = nb;
-}
-
-static void ix_remove(ix_t *t, const char *key, uint32_t keylen)
-{
-    ent_t **p = ix_slot(t, key, keylen, ds__murmur3_32(key, keylen, 0));
-    ent_t *e = *p;
-    if (e == NULL) return;
-    *p = e->next;
-    t->count--;
-    t->bytes -= e->size;
-    t->disk -= ds__tier_disk_of(e->size, e->keylen);
-    free(e);
-}
-
-/* Adds or replaces; returns the entry's version (0 when out of memory). */
-static uint64_t ix_put(ix_t *t, const char *key, uint32_t keylen, const ds_l2_meta_t *m)
-{
-    ix_remove(t, key, keylen);
-    if (t->count >= t->nb) ix_grow(t);
-    ent_t *e = malloc(sizeof(*e) + keylen + 1);
-    if (e == NULL) return 0;
-    e->hash = ds__murmur3_32(key, keylen, 0);
-    e->keylen = keylen;
-    e->size = m->size;
-    e->ttl_wall_ms = m->ttl_wall_ms;
-    e->mode = m->write_mode;
-    e->version = ++t->version;
-    e->put = NULL;
-    memcpy(e->key, key, keylen);
-    e->key[keylen] = '\0';
-    ent_t **p = &t->b[e->hash & (t->nb - 1)];
-    e->next = *p;
-    *p = e;
-    t->count++;
-    t->bytes += e->size;
-    t->disk += ds__tier_disk_of(e->size, e->keylen);
-    return e->version;
-}
-
-static ent_t *ix_find(ix_t *t, const char *key, uint32_t keylen)
-{
-    return *ix_slot(t, key, keylen, ds__murmur3_32(key, keylen, 0));
-}
-
-/* ---- the I/O thread ---- */
-
-/* JOB_RETTL: an object only on disk gets a new deadline: read it, write it
- * back with j->meta.ttl_wall_ms (same temporary-file-and-rename write). */
-static int run_rettl(job_t *j)
-{
-    ds_l2_t *l2 = j->be;
-    void *buf = malloc(j->meta.size ? j->meta.size : 1);
-    if (buf == NULL) {
-        snprintf(j->err, sizeof(j->err), "out of memory for %llu bytes",
-                 (unsigned long long)j->meta.size);
-        return -1;
-    }
-    ds_l2_meta_t m;
-    int rc = l2->ops->get(l2, j->key, j->keylen, buf, j->meta.size, &m, j->err, sizeof(j->err));
-    if (rc == 0) {
-        m.ttl_wall_ms = j->meta.ttl_wall_ms;
-        rc = l2->ops->put(l2, j->key, j->keylen, buf, &m, j->err, sizeof(j->err));
-    }
-    free(buf);
-    return rc;
-}
-
-static void run_job(job_t *j)
-{
-    ds_l2_t *l2 = j->be;
-    const char *key = j->obj ? j->obj->key : j->key;
-    uint32_t kl = j->obj ? j->obj->keylen : j->keylen;
-    j->err[0] = '\0';
-    switch (j->kind) {
-    case JOB_PUT:
-        if (atomic_load(&j->superseded)) { /* a newer value of the key follows */
-            j->skipped = true;
-            j->rc = 0;
-            break;
-        }
-        j->rc = l2->ops->put(l2, key, kl, j->data, &j->meta, j->err, sizeof(j->err));
-        break;
-    case JOB_GET:
-        j->rc = l2->ops->get(l2, key, kl, j->data, j->obj->size, &j->meta, j->err, sizeof(j->err));
-        break;
-    case JOB_DEL:
-        j->rc = l2->ops->del(l2, key, kl, j->err, sizeof(j->err));
-        break;
-    case JOB_NOP: /* marks a point in the queue: everything before it is done */
-        j->rc = 0;
-        break;
-    case JOB_RETTL:
-        j->rc = run_rettl(j);
-        break;
-    case JOB_HEAD: /* sfs: the header only (see l2.h) */
-        j->rc = l2->ops->get(l2, key, kl, NULL, 0, &j->meta, j->err, sizeof(j->err));
-        break;
-    }
-}
-
-/* Hands finished jobs (a list, in order) back to the loop. */
-static void post_done(ds_tier_t *t, job_t *l)
-{
-    pthread_mutex_lock(&t->mu);
-    while (l) {
-        job_t *next = l->next;
-        l->next = t->done;
-        t->done = l;
-        l = next;
-    }
-    pthread_mutex_unlock(&t->mu);
-    uint64_t one = 1;
-    ssize_t w = write(t->done_fd, &one, sizeof(one));
-    (void)w;
-}
-
-/* Takes jobs in order until told to stop with nothing left: a clean stop
- * flushes the write-back queue. A write or delete the L2 answers with
- * DS_L2_PENDING (group commit) is held until a sync covers it (every held
- * job is the L2's, in queue order): the backend syncs when its batch is due,
- * or at once when the queue is empty. Other jobs are handed back as they
- * finish, ahead of held ones. With nothing queued or held, the L2 does its
- * upkeep (compaction), a bounded step at a time so that a job waits for one
- * step at most, unless the worker is stopping. */
-static void *io_thread(void *arg)
-{
-    ds_tier_t *t = arg;
-    job_t *held = NULL, **held_tail = &held;
-    char err[sizeof(held->err)];
-    bool upkeep = false; /* the L2's upkeep has another step to do */
-    for (;;) {
-        pthread_mutex_lock(&t->mu);
-        while (t->todo == NULL && !atomic_load(&t->stop) && !upkeep)
-            pthread_cond_wait(&t->cv, &t->mu);
-        job_t *j = t->todo;
-        if (j) {
-            t->todo = j->next;
-            if (t->todo == NULL) t->todo_tail = NULL;
-        }
-        bool idle = t->todo == NULL;
-        pthread_mutex_unlock(&t->mu);
-        if (j == NULL && atomic_load(&t->stop)) break;
-        if (j == NULL) { /* nothing queued: the next step of the upkeep */
-            upkeep = held == NULL && t->l2->ops->maintain(t->l2);
-            continue;
-        }
-        run_job(j);
-        j->next = NULL;
-        if (j->rc == DS_L2_PENDING) {
-            *held_tail = j;
-            held_tail = &j->next;
-        } else {
-            post_done(t, j);
-        }
-        if (held) {
-            err[0] = '\0';
-            int s = t->l2->ops->sync(t->l2, idle, err, sizeof(err));
-            if (s != 0) {
-                for (job_t *h = held; h; h = h->next) {
-                    h->rc = s > 0 ? 0 : -1;
-                    if (s < 0) snprintf(h->err, sizeof(h->err), "%s", err);
-                }
-                post_done(t, held);
-                held = NULL;
-                held_tail = &held;
-            }
-        }
-        if (idle && held == NULL && !atomic_load(&t->stop) && t->l2 && t->l2->ops->maintain)
-            upkeep = t->l2->ops->maintain(t->l2);
-    }
-    return NULL;
-}
-
-/* Jobs are collected on the loop and handed to the thread in one go at
- * the end of the loop's turn (submit_flush, from ds__tier_tick), after the
- * turn's answers went out: a write-back SET does not pay for waking the
- * thread, and a batch of jobs costs one lock and one wake. */
-static void submit(ds_tier_t *t, job_t *j)
-{
-    t->depth++;
-    if (j->w) j->w->pending++;
-    j->next = NULL;
-    if (t->pend_tail)
-        t->pend_tail->next = j;
-    else
-        t->pend = j;
-    t->pend_tail = j;
-}
-
-static void submit_flush(ds_tier_t *t)
-{
-    if (t->pend == NULL) return;
-    pthread_mutex_lock(&t->mu);
-    if (t->todo_tail)
-        t->todo_tail->next = t->pend;
-    else
-        t->todo = t->pend;
-    t->todo_tail = t->pend_tail;
-    pthread_cond_signal(&t->cv);
-    pthread_mutex_unlock(&t->mu);
-    t->pend = t->pend_tail = NULL;
-}
-
-/* Queues the deletion of key's file in a backend (no index change); the
- * job, or NULL when out of memory. */
-static job_t *submit_del(ds_tier_t *t, bool spill, const char *key, uint32_t keylen)
-{
-    job_t *j = calloc(1, sizeof(*j));
-    char *k = malloc(keylen + 1);
-    if (j == NULL || k == NULL) {
-        free(j);
-        free(k);
-        t->c.errors++;
-        DS_LOG_ERROR("out of memory queueing the deletion of '%.*s'",
-                     (int)(keylen > 64 ? 64 : keylen), key);
-        return NULL;
-    }
-    memcpy(k, key, keylen);
-    k[keylen] = '\0';
-    j->kind = JOB_DEL;
-    j->be = spill ? t->spill : t->l2;
-    j->spill = spill;
-    j->key = k;
-    j->keylen = keylen;
-    submit(t, j);
-    return j;
-}
-
-/* The waiter of the request being handled: its answer waits for every job
- * that joins it (ds__tier_hold_answer). NULL on out of memory. */
-static waiter_t *open_waiter(ds_tier_t *t)
-{
-    if (t->open == NULL) t->open = calloc(1, sizeof(*t->open));
-    return t->open;
-}
-
-/* Queues the deletion of key's L2 copy for key idx of the request being
- * handled, whose answer waits for it; e: the index entry being removed,
- * restored if the delete fails (restore), else only reported. Without
- * memory to wait, the delete is queued unwatched. */
-static void del_waited(ds_tier_t *t, const char *key, uint32_t keylen, uint32_t idx, const ent_t *e,
-                       bool restore)
-{
-    waiter_t *w = idx == DS_TIER_UNWATCHED ? NULL : open_waiter(t);
-    job_t *j = submit_del(t, false, key, keylen);
-    if (w == NULL || j == NULL) return;
-    j->w = w;
-    w->pending++;
-    j->idx = idx;
-    j->restore = restore;
-    j->meta.size = e->size;
-    j->meta.write_mode = e->mode;
-    j->meta.ttl_wall_ms = e->ttl_wall_ms;
-}
-
-/* A watched L2 delete failed: the request learns it, and a DEL's key keeps
- * its copy in the index unless a newer value came meanwhile. */
-static void del_failed(ds_server_t *srv, job_t *j)
-{
-    ds_tier_t *t = srv->tier;
-    waiter_t *w = j->w;
-    if (w && w->st && j->idx < w->n) {
-        w->st[j->idx] = DS_K_IO_ERROR;
-        if (w->first[0] == '\0')
-            snprintf(w->first, sizeof(w->first), "L2 delete of '%.*s' failed: %.300s",
-                     (int)(j->keylen > 64 ? 64 : j->keylen), j->key, j->err);
-    }
-    if (j->restore && ix_find(&t->ix, j->key, j->keylen) == NULL &&
-        ds__store_lookup(srv->store, j->key, j->keylen, ds__now_ms()) == NULL)
-        ix_put(&t->ix, j->key, j->keylen, &j->meta);
-}
-
-/* ---- completions, on the loop ---- */
-
-static void waiter_cancel(ds_req_t *d, void *ctx)
-{
-    (void)d;
-    (void)ctx; /* the request stays valid; its answer is dropped */
-}
-
-static void waiter_done(ds_server_t *srv, waiter_t *w)
-{
-    if (w->is_get) srv->tier->get_miss = w->first[0] ? w->first : NULL;
-    if (w->r) ds__req_unpark(w->r);
-    if (w->r && w->resume_ctx)
-        w->resume_ctx(srv, w->r, w->ctx); /* it checks whether the client is gone */
-    else if (w->r && ds__req_gone(w->r))
-        ds__req_drop(w->r);
-    else if (w->r && w->is_get)
-        w->resume(srv, w->r);
-    else if (w->r)
-        ds__ops_answer_durable(srv, w->r, w->objs, w->st, w->n, w->nx, w->first);
-    srv->tier->get_miss = NULL;
-    for (uint32_t i = 0; w->objs && i < w->n; i++)
-        if (w->objs[i]) ds__store_unref(srv->store, w->objs[i]);
-    free(w->objs);
-    free(w->st);
-    free(w);
-}
-
-/* A probe found another worker's object on the shared directory: it joins
- * the index, and is read like any L2 object for the same waiter. */
-static void head_done(ds_server_t *srv, job_t *j)
-{
-    ds_tier_t *t = srv->tier;
-    uint64_t wnow = wall_ms();
-    if (j->rc != 0 || (j->meta.ttl_wall_ms && j->meta.ttl_wall_ms <= wnow) ||
-        ds__store_lookup(srv->store, j->key, j->keylen, ds__now_ms()) != NULL ||
-        ix_find(&t->ix, j->key, j->keylen) != NULL)
-        return;
-    ix_put(&t->ix, j->key, j->keylen, &j->meta);
-    uint32_t ttl = 0;
-    if (j->meta.ttl_wall_ms) ttl = (uint32_t)((j->meta.ttl_wall_ms - wnow + 999) / 1000);
-    char msg[256];
-    ds_obj_t *o = NULL;
-    job_t *g = calloc(1, sizeof(*g));
-    if (g == NULL || ds__store_reserve(srv->store, j->key, j->keylen, j->meta.size,
-                                       (ds_write_mode_t)j->meta.write_mode, ttl, &o, msg,
-                                       sizeof(msg)) != DS_K_OK) {
-        if (g) DS_LOG_WARN("cannot load '%.64s' from the shared L2: %s", j->key, msg);
-        free(g);
-        return;
-    }
-    t->c.fallback_reads++;
-    g->kind = JOB_GET;
-    g->be = t->l2;
-    g->obj = o;
-    g->data = ds__store_data(srv->store, o);
-    g->w = j->w;
-    submit(t, g);
-}
-
-/* A failed write-back is tried again while its object is still the key's
- * current value in memory and no later write or delete of the key came:
- * first after RETRY_MIN_MS, the wait doubling up to RETRY_MAX_MS, for as long
- * as the L2 keeps failing (a full or read-only disk that an operator mends).
- * Until then the object stays in memory, unevictable as it was (its copy is
- * not durable). */
-#define RETRY_MIN_MS 100u
-#define RETRY_MAX_MS 5000u
-
-static bool retry_current(ds_server_t *srv, job_t *j)
-{
-    ent_t *e = ix_find(&srv->tier->ix, j->obj->key, j->obj->keylen);
-    return !atomic_load(&j->superseded) && e && e->put == j && e->version == j->meta.version &&
-           ds__store_lookup(srv->store, j->obj->key, j->obj->keylen, ds__now_ms()) == j->obj;
-}
-
-static bool park_retry(ds_server_t *srv, job_t *j)
-{
-    ds_tier_t *t = srv->tier;
-    if (atomic_load(&t->stop) || !retry_current(srv, j)) return false;
-    uint64_t delay = (uint64_t)RETRY_MIN_MS << (j->attempts < 6 ? j->attempts : 6);
-    j->attempts++;
-    j->due_ms = ds__now_ms() + (delay < RETRY_MAX_MS ? delay : RETRY_MAX_MS);
-    job_t **p = &t->retry;
-    while (*p && (*p)->due_ms <= j->due_ms)
-        p = &(*p)->next;
-    j->next = *p;
-    *p = j;
-    t->retry_pending++;
-    return true;
-}
-
-/* A write-back that will not be written (superseded, deleted, expired, or
- * the worker stopping) lets go of its object. */
-static void drop_put(ds_server_t *srv, job_t *j)
-{
-    ds_tier_t *t = srv->tier;
-    ent_t *e = ix_find(&t->ix, j->obj->key, j->obj->keylen);
-    if (e && e->put == j) e->put = NULL;
-    if (j->obj->write_mode == DS_WRITE_BACK_L2_CACHE_EVICT) {
-        t->evict_writes--;
-        t->room_kick = true;
-    }
-    ds__store_unref(srv->store, j->obj);
-    free(j);
-}
-
-/* Queues the retries that are due; returns when the next one is (0 none). */
-static uint64_t retry_due(ds_server_t *srv, uint64_t now)
-{
-    ds_tier_t *t = srv->tier;
-    while (t->retry && t->retry->due_ms <= now) {
-        job_t *j = t->retry;
-        t->retry = j->next;
-        t->retry_pending--;
-        if (retry_current(srv, j)) {
-            t->c.retries++;
-            submit(t, j);
-        } else {
-            drop_put(srv, j);
-        }
-    }
-    return t->retry ? t->retry->due_ms : 0;
-}
-
-static void complete(ds_server_t *srv, job_t *j)
-{
-    ds_tier_t *t = srv->tier;
-    t->depth--;
-    const char *key = j->obj ? j->obj->key : j->key;
-    uint32_t kl = j->obj ? j->obj->keylen : j->keylen;
-    if (j->rc < 0 && j->kind != JOB_HEAD) {
-        if (j->spill)
-            t->c.spill_errors++;
-        else
-            t->c.errors++;
-        DS_LOG_WARN("%s %s of '%.*s' failed: %s", j->spill ? "spill" : "L2",
-                    j->kind == JOB_PUT     ? "write"
-                    : j->kind == JOB_GET   ? "read"
-                    : j->kind == JOB_RETTL ? "TTL rewrite"
-                                           : "delete",
-                    (int)(kl > 64 ? 64 : kl), key, j->err);
-    } else if (j->rc < 0) { /* a probe: a miss for the reader, named in the log */
-        DS_LOG_WARN("L2 probe of '%.*s' failed: %s", (int)(kl > 64 ? 64 : kl), key, j->err);
-    }
-    switch (j->kind) {
-    case JOB_PUT:
-        if (!j->spill && j->rc < 0 && j->w == NULL && park_retry(srv, j)) return;
-        if (!j->spill) {
-            ent_t *e = ix_find(&t->ix, key, kl);
-            if (e && e->put == j) e->put = NULL;
-            if (j->obj->write_mode == DS_WRITE_BACK_L2_CACHE_EVICT) {
-                t->evict_writes--;
-                t->room_kick = true; /* its object may be evictable now */
-            }
-        }
-        if (j->spill) {
-            ds__spill_put_done(srv, j);
-        } else if (j->skipped) {
-            t->c.coalesced++;
-        } else if (j->rc == 0) {
-            t->c.writes++;
-            t->c.write_bytes += j->meta.size;
-            ds__store_persisted(srv->store, j->obj);
-        } else {
-            ent_t *e = ix_find(&t->ix, key, kl);
-            if (e && e->version == j->meta.version) ix_remove(&t->ix, key, kl);
-            if (j->w && j->w->st && j->idx < j->w->n) {
-                j->w->st[j->idx] = DS_K_IO_ERROR;
-                if (j->w->first[0] == '\0')
-                    snprintf(j->w->first, sizeof(j->w->first), "L2 write of '%.*s' failed: %.300s",
-                             (int)(kl > 64 ? 64 : kl), key, j->err);
-            }
-        }
-        ds__store_unref(srv->store, j->obj);
-        break;
-    case JOB_GET: {
-        uint64_t now = ds__now_ms();
-        if (j->rc == 0) {
-            if (j->spill) {
-                t->c.spill_reads++;
-            } else {
-                t->c.reads++;
-                t->c.read_bytes += j->meta.size;
-            }
-            j->obj->l2_persisted = !j->spill || (t->l2 && ix_find(&t->ix, key, kl) != NULL);
-            /* NX: a value written meanwhile is newer than the copy read. */
-            if (ds__store_publish(srv->store, j->obj, DS_EXISTENCE_NX, now) == DS_K_OK)
-                ds__subs_publish(&srv->subs, key, kl);
-        }
-        if (j->spill || (j->rc == 0 && t->spill)) {
-            /* back in memory (or superseded, or rejected): a spill copy goes */
-            if (ix_find(&t->sx, key, kl)) {
-                ix_remove(&t->sx, key, kl);
-                submit_del(t, true, key, kl);
-            }
-        } else if (j->rc != 0) {
-            /* gone or rejected (torn, foreign): not served, not tried again;
-             * the get learns why (K_NOT_FOUND_IN_L2CACHE, as Yuanrong
-             * answers for an object its metadata lists but its L2 lacks) */
-            ix_remove(&t->ix, key, kl);
-            if (j->w && j->w->first[0] == '\0')
-                snprintf(j->w->first, sizeof(j->w->first),
-                         "key '%.*s' is listed in the L2 cache but its copy cannot be read: %s",
-                         (int)(kl > 64 ? 64 : kl), key, j->rc > 0 ? "no longer there" : j->err);
-        }
-        ds__store_unref(srv->store, j->obj);
-        break;
-    }
-    case JOB_DEL:
-        if (j->rc == 0 && !j->spill) t->c.deletes++;
-        if (j->rc < 0 && !j->spill) del_failed(srv, j);
-        free(j->key);
-        break;
-    case JOB_RETTL:
-        free(j->key);
-        break;
-    case JOB_HEAD:
-        head_done(srv, j);
-        free(j->key);
-        break;
-    case JOB_NOP:
-        break;
-    }
-    waiter_t *w = j->w;
-    free(j);
-    if (w && --w->pending == 0) waiter_done(srv, w);
-}
-
-static void on_done(void *ctx, uint32_t events)
-{
-    (void)events;
-    ds_server_t *srv = ctx;
-    ds_tier_t *t = srv->tier;
-    uint64_t v;
-    ssize_t r = read(t->done_fd, &v, sizeof(v));
-    (void)r;
-    pthread_mutex_lock(&t->mu);
-    job_t *l = t->done;
-    t->done = NULL;
-    pthread_mutex_unlock(&t->mu);
-    /* The list is newest first: complete in submission order. */
-    job_t *rev = NULL;
-    while (l) {
-        job_t *next = l->next;
-        l->next = rev;
-        rev = l;
-        l = next;
-    }
-    while (rev) {
-        job_t *next = rev->next;
-        complete(srv, rev);
-        rev = next;
-    }
-    if (t->room_kick) {
-        t->room_kick = false;
-        if (t->rooms) ds__spill_rooms_resume(srv, 0);
-    }
-}
 
 /* ---- start and stop ---- */
 
 static void index_one(void *ctx, const char *key, size_t keylen, const ds_l2_meta_t *m)
 {
-    ix_put(ctx, key, (uint32_t)keylen, m);
-}
-
-static bool ix_init(ix_t *x)
-{
-    x->nb = 1024;
-    x->b = calloc(x->nb, sizeof(*x->b));
-    return x->b != NULL;
-}
-
-static void ix_free(ix_t *x)
-{
-    for (uint64_t i = 0; x->b && i < x->nb; i++)
-        for (ent_t *e = x->b[i], *next; e; e = next) {
-            next = e->next;
-            free(e);
-        }
-    free(x->b);
+    ds__tier_ix_put(ctx, key, (uint32_t)keylen, m);
 }
 
 int ds__tier_init(ds_server_t *srv, char *err, size_t cap)
@@ -653,7 +66,7 @@ int ds__tier_init(ds_server_t *srv, char *err, size_t cap)
     t->cap = (uint64_t)cfg->l2_cache_async_write_queue_size;
     pthread_mutex_init(&t->mu, NULL);
     pthread_cond_init(&t->cv, NULL);
-    if (!ix_init(&t->ix) || !ix_init(&t->sx)) {
+    if (!ds__tier_ix_init(&t->ix) || !ds__tier_ix_init(&t->sx)) {
         snprintf(err, cap, "out of memory");
         return -1;
     }
@@ -667,7 +80,7 @@ int ds__tier_init(ds_server_t *srv, char *err, size_t cap)
                                     cfg->worker_address, &o, err, cap)
                    : ds__l2_sfs_open(cfg->sfs_path, err, cap);
         if (t->l2 == NULL) return -1;
-        int64_t n = t->l2->ops->scan(t->l2, wall_ms(), index_one, &t->ix, err, cap);
+        int64_t n = t->l2->ops->scan(t->l2, ds__tier_wall_ms(), index_one, &t->ix, err, cap);
         if (n < 0) return -1;
         DS_LOG_INFO("L2 cache %s at %s: %lld objects (%llu bytes) indexed in %llu ms",
                     t->l2->ops->name, t->l2->path, (long long)n, (unsigned long long)t->ix.bytes,
@@ -676,11 +89,11 @@ int ds__tier_init(ds_server_t *srv, char *err, size_t cap)
     if (spill && ds__spill_open(srv, err, cap) != 0) return -1;
     t->done_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (t->done_fd < 0 ||
-        ds__loop_add(srv->net.loop, &t->done_io, t->done_fd, EPOLLIN, on_done, srv) != 0) {
+        ds__loop_add(srv->net.loop, &t->done_io, t->done_fd, EPOLLIN, ds__tier_on_done, srv) != 0) {
         snprintf(err, cap, "cannot set up the disk completion eventfd: %s", strerror(errno));
         return -1;
     }
-    if (pthread_create(&t->thread, NULL, io_thread, t) != 0) {
+    if (pthread_create(&t->thread, NULL, ds__tier_io_thread, t) != 0) {
         snprintf(err, cap, "cannot start the disk I/O thread");
         return -1;
     }
@@ -693,13 +106,13 @@ void ds__tier_destroy(ds_server_t *srv)
     ds_tier_t *t = srv->tier;
     if (t == NULL) return;
     if (t->started) {
-        submit_flush(t);
+        ds__tier_submit_flush(t);
         atomic_store(&t->stop, true);
         pthread_mutex_lock(&t->mu);
         pthread_cond_signal(&t->cv);
         pthread_mutex_unlock(&t->mu);
         pthread_join(t->thread, NULL);
-        on_done(srv, 0);
+        ds__tier_on_done(srv, 0);
         if (t->retry_pending)
             DS_LOG_WARN("stopping with %llu write-backs still failing: those values are not in "
                         "the L2 cache",
@@ -707,7 +120,7 @@ void ds__tier_destroy(ds_server_t *srv)
         while (t->retry) {
             job_t *j = t->retry;
             t->retry = j->next;
-            drop_put(srv, j);
+            ds__tier_drop_put(srv, j);
         }
         /* what those completions queued (deletions of spill copies) is
          * dropped: the spill directory is emptied at the next start */
@@ -724,8 +137,8 @@ void ds__tier_destroy(ds_server_t *srv)
         if (t->started) ds__loop_del(srv->net.loop, &t->done_io);
         close(t->done_fd);
     }
-    ix_free(&t->ix);
-    ix_free(&t->sx);
+    ds__tier_ix_free(&t->ix);
+    ds__tier_ix_free(&t->sx);
     if (t->l2) t->l2->ops->destroy(t->l2);
     if (t->spill) t->spill->ops->destroy(t->spill);
     pthread_mutex_destroy(&t->mu);
@@ -740,10 +153,10 @@ void ds__tier_destroy(ds_server_t *srv)
  * deleted. */
 static ent_t *live_in(ds_tier_t *t, ix_t *x, bool spill, const char *key, uint32_t keylen)
 {
-    ent_t *e = ix_find(x, key, keylen);
-    if (e && e->ttl_wall_ms && e->ttl_wall_ms <= wall_ms()) {
-        ix_remove(x, key, keylen);
-        submit_del(t, spill, key, keylen);
+    ent_t *e = ds__tier_ix_find(x, key, keylen);
+    if (e && e->ttl_wall_ms && e->ttl_wall_ms <= ds__tier_wall_ms()) {
+        ds__tier_ix_remove(x, key, keylen);
+        ds__tier_submit_del(t, spill, key, keylen);
         return NULL;
     }
     return e;
@@ -767,7 +180,7 @@ ds_status_t ds__tier_admit(ds_server_t *srv, const ds_obj_t *o, bool nx, char *m
     if (nx && ds__tier_has(srv, o->key, o->keylen) &&
         ds__store_lookup(srv->store, o->key, o->keylen, ds__now_ms()) == NULL)
         return DS_K_OC_KEY_ALREADY_EXIST;
-    if (t->l2 && is_l2_mode(o->write_mode) && t->depth >= t->cap) {
+    if (t->l2 && ds__tier_is_l2_mode(o->write_mode) && t->depth >= t->cap) {
         t->c.queue_full++;
         snprintf(msg, cap,
                  "L2 write queue full (%llu of --l2_cache_async_write_queue_size %llu) for key "
@@ -782,14 +195,14 @@ ds_status_t ds__tier_admit(ds_server_t *srv, const ds_obj_t *o, bool nx, char *m
 void ds__tier_del(ds_server_t *srv, const char *key, uint32_t keylen, uint32_t idx)
 {
     ds_tier_t *t = srv->tier;
-    ent_t *e = ix_find(&t->ix, key, keylen);
+    ent_t *e = ds__tier_ix_find(&t->ix, key, keylen);
     if (e) {
-        del_waited(t, key, keylen, idx, e, true);
-        ix_remove(&t->ix, key, keylen);
+        ds__tier_del_waited(t, key, keylen, idx, e, true);
+        ds__tier_ix_remove(&t->ix, key, keylen);
     }
-    if (ix_find(&t->sx, key, keylen)) {
-        ix_remove(&t->sx, key, keylen);
-        submit_del(t, true, key, keylen);
+    if (ds__tier_ix_find(&t->sx, key, keylen)) {
+        ds__tier_ix_remove(&t->sx, key, keylen);
+        ds__tier_submit_del(t, true, key, keylen);
     }
 }
 
@@ -797,7 +210,7 @@ static uint64_t wall_deadline(const ds_obj_t *o)
 {
     if (o->ttl_deadline_ms == 0) return 0;
     uint64_t now = ds__now_ms();
-    return wall_ms() + (o->ttl_deadline_ms > now ? o->ttl_deadline_ms - now : 0);
+    return ds__tier_wall_ms() + (o->ttl_deadline_ms > now ? o->ttl_deadline_ms - now : 0);
 }
 
 /* Queues o's copy to the L2 (a write-through one joins the open waiter) or
@@ -806,7 +219,7 @@ static bool queue_put(ds_server_t *srv, ds_obj_t *o, uint32_t idx, bool wait, bo
 {
     ds_tier_t *t = srv->tier;
     job_t *j = calloc(1, sizeof(*j));
-    waiter_t *w = j && wait ? open_waiter(t) : NULL;
+    waiter_t *w = j && wait ? ds__tier_open_waiter(t) : NULL;
     if (j == NULL || (wait && w == NULL)) {
         free(j);
         t->c.errors++;
@@ -827,32 +240,17 @@ static bool queue_put(ds_server_t *srv, ds_obj_t *o, uint32_t idx, bool wait, bo
     ix_t *x = spill ? &t->sx : &t->ix;
     /* Write-back coalescing: an older write-back of the key still queued is
      * skipped by the thread (this newer write follows it in the queue). */
-    ent_t *old = spill ? NULL : ix_find(x, o->key, o->keylen);
+    ent_t *old = spill ? NULL : ds__tier_ix_find(x, o->key, o->keylen);
     if (old && old->put) atomic_store(&old->put->superseded, true);
-    j->meta.version = ix_put(x, o->key, o->keylen, &j->meta);
+    j->meta.version = ds__tier_ix_put(x, o->key, o->keylen, &j->meta);
     if (!spill && o->write_mode == DS_WRITE_BACK_L2_CACHE_EVICT) t->evict_writes++;
-    ent_t *e = (!spill && !wait) ? ix_find(x, o->key, o->keylen) : NULL;
+    ent_t *e = (!spill && !wait) ? ds__tier_ix_find(x, o->key, o->keylen) : NULL;
     if (e) e->put = j;
-    submit(t, j);
+    ds__tier_submit(t, j);
     return true;
 }
 
 /* For spill.c (tier_int.h). */
-ent_t *ds__tier_ix_find(ix_t *x, const char *key, uint32_t keylen)
-{
-    return ix_find(x, key, keylen);
-}
-
-void ds__tier_ix_remove(ix_t *x, const char *key, uint32_t keylen)
-{
-    ix_remove(x, key, keylen);
-}
-
-void ds__tier_submit_del(ds_tier_t *t, bool spill, const char *key, uint32_t keylen)
-{
-    submit_del(t, spill, key, keylen);
-}
-
 bool ds__tier_queue_put(ds_server_t *srv, ds_obj_t *o, bool spill)
 {
     return queue_put(srv, o, 0, false, spill);
@@ -863,26 +261,26 @@ uint64_t ds__tier_tick(ds_server_t *srv, uint64_t now, bool spill, uint64_t low)
     ds_tier_t *t = srv->tier;
     if (spill) ds__spill_round(srv, low, 0);
     uint64_t next = t->rooms ? ds__spill_rooms_resume(srv, now) : 0; /* past their deadline */
-    uint64_t retry = t->retry ? retry_due(srv, now) : 0;
+    uint64_t retry = t->retry ? ds__tier_retry_due(srv, now) : 0;
     if (retry && (next == 0 || retry < next)) next = retry;
-    submit_flush(t);
+    ds__tier_submit_flush(t);
     return next;
 }
 
 void ds__tier_published(ds_server_t *srv, ds_obj_t *o, uint32_t idx)
 {
     ds_tier_t *t = srv->tier;
-    if (t->spill && ix_find(&t->sx, o->key, o->keylen)) {
+    if (t->spill && ds__tier_ix_find(&t->sx, o->key, o->keylen)) {
         /* an older version's spill copy */
-        ix_remove(&t->sx, o->key, o->keylen);
-        submit_del(t, true, o->key, o->keylen);
+        ds__tier_ix_remove(&t->sx, o->key, o->keylen);
+        ds__tier_submit_del(t, true, o->key, o->keylen);
     }
     if (t->l2) {
-        if (!is_l2_mode(o->write_mode)) {
-            ent_t *e = ix_find(&t->ix, o->key, o->keylen);
+        if (!ds__tier_is_l2_mode(o->write_mode)) {
+            ent_t *e = ds__tier_ix_find(&t->ix, o->key, o->keylen);
             if (e) { /* a cache-only overwrite: its answer says if the old copy stays */
-                del_waited(t, o->key, o->keylen, idx, e, false);
-                ix_remove(&t->ix, o->key, o->keylen);
+                ds__tier_del_waited(t, o->key, o->keylen, idx, e, false);
+                ds__tier_ix_remove(&t->ix, o->key, o->keylen);
             }
         } else {
             queue_put(srv, o, idx, o->write_mode == DS_WRITE_THROUGH_L2_CACHE, false);
@@ -913,7 +311,7 @@ static job_t *key_job(ds_tier_t *t, job_kind_t kind, const char *key, uint32_t k
 ds_status_t ds__tier_expire_key(ds_server_t *srv, const char *key, uint32_t keylen, uint32_t ttl)
 {
     ds_tier_t *t = srv->tier;
-    uint64_t deadline = ttl ? wall_ms() + (uint64_t)ttl * 1000u : 0;
+    uint64_t deadline = ttl ? ds__tier_wall_ms() + (uint64_t)ttl * 1000u : 0;
     ent_t *e = t->spill ? live_in(t, &t->sx, true, key, keylen) : NULL;
     /* The spill directory is emptied at start: its index alone counts. */
     if (e) e->ttl_wall_ms = deadline;
@@ -924,7 +322,7 @@ ds_status_t ds__tier_expire_key(ds_server_t *srv, const char *key, uint32_t keyl
     if (j == NULL) return DS_K_OUT_OF_MEMORY;
     j->meta.size = l->size;
     j->meta.ttl_wall_ms = deadline;
-    submit(t, j); /* rewritten like a write-back: the answer does not wait */
+    ds__tier_submit(t, j); /* rewritten like a write-back: the answer does not wait */
     return DS_K_OK;
 }
 
@@ -932,7 +330,8 @@ void ds__tier_expire(ds_server_t *srv, ds_obj_t *o)
 {
     ds_tier_t *t = srv->tier;
     /* Rewritten like a write-back: the EXPIRE answer does not wait for it. */
-    if (o && t->l2 && is_l2_mode(o->write_mode) && ix_find(&t->ix, o->key, o->keylen) != NULL)
+    if (o && t->l2 && ds__tier_is_l2_mode(o->write_mode) &&
+        ds__tier_ix_find(&t->ix, o->key, o->keylen) != NULL)
         queue_put(srv, o, 0, false, false);
 }
 
@@ -945,8 +344,9 @@ bool ds__tier_hold_answer(ds_server_t *srv, ds_req_t *r, ds_obj_t **published, c
     t->open = NULL;
     w->st = malloc((n ? n : 1) * sizeof(*w->st));
     w->objs = published ? calloc(n ? n : 1, sizeof(*w->objs)) : NULL;
-    ds_req_t *d =
-        w->st == NULL || (published && w->objs == NULL) ? NULL : ds__req_park(r, waiter_cancel, w);
+    ds_req_t *d = w->st == NULL || (published && w->objs == NULL)
+                      ? NULL
+                      : ds__req_park(r, ds__tier_waiter_cancel, w);
     if (d == NULL) {
         /* No memory to wait: the writes go on, the answer goes now. */
         free(w->st);
@@ -1018,7 +418,7 @@ static bool tier_get(ds_server_t *srv, ds_req_t *r, const char *const *keys, con
         if (e == NULL) continue;
         uint32_t ttl = 0;
         if (e->ttl_wall_ms) {
-            uint64_t wnow = wall_ms();
+            uint64_t wnow = ds__tier_wall_ms();
             uint64_t left = e->ttl_wall_ms > wnow ? e->ttl_wall_ms - wnow : 1;
             ttl = (uint32_t)((left + 999) / 1000);
         }
@@ -1073,7 +473,7 @@ static bool tier_get(ds_server_t *srv, ds_req_t *r, const char *const *keys, con
         w->resume = again ? retry : resume;
         w->resume_ctx = resume_ctx;
         w->ctx = ctx;
-        d = ds__req_park(r, waiter_cancel, w);
+        d = ds__req_park(r, ds__tier_waiter_cancel, w);
     }
     if (d == NULL) {
         while (jobs) {
@@ -1090,7 +490,7 @@ static bool tier_get(ds_server_t *srv, ds_req_t *r, const char *const *keys, con
     while (jobs) {
         job_t *next = jobs->next;
         jobs->w = w;
-        submit(t, jobs);
+        ds__tier_submit(t, jobs);
         jobs = next;
     }
     return true;
@@ -1121,9 +521,9 @@ bool ds__tier_counters(ds_server_t *srv, ds_tier_counters_t *out)
     *out = t->c;
     out->l2_on = t->l2 != NULL;
     out->spill_on = t->spill != NULL;
-    out->objects = t->ix.count;
+    out->objects = ds__tier_ix_count(&t->ix);
     out->bytes = t->ix.bytes;
-    out->spill_objects = t->sx.count;
+    out->spill_objects = ds__tier_ix_count(&t->sx);
     out->spill_bytes = t->sx.bytes;
     out->spill_disk = t->sx.disk;
     out->spill_limit = t->spill_limit;

@@ -1,15 +1,19 @@
-/* The storage tiers' internals, shared by tier.c (the L2 index, the disk
- * I/O thread, the glue SET, GET and DEL call) and spill.c (spilling,
- * writes waiting for room). Loop-only state unless said otherwise; see
- * tier.h and ../THREADS.md. */
+/* The storage tiers' internals, shared by tier.c (start, stop, the glue
+ * SET, GET and DEL call), tier_index.c (the indexes), tier_io.c (the disk
+ * queue and its thread), tier_done.c (completions on the loop) and spill.c
+ * (spilling, writes waiting for room). Loop-only state unless said
+ * otherwise; see tier.h and ../THREADS.md. */
 #ifndef DS_WORKER_OPS_TIER_INT_H
 #define DS_WORKER_OPS_TIER_INT_H
 
 #include "worker/ops/ops_int.h"
 #include "worker/ops/tier.h"
 
+#include "common/dict.h"
+
 #include <pthread.h>
 #include <stdatomic.h>
+#include <time.h>
 
 typedef enum { JOB_PUT, JOB_GET, JOB_DEL, JOB_NOP, JOB_RETTL, JOB_HEAD } job_kind_t;
 
@@ -57,10 +61,9 @@ struct waiter {
 };
 
 typedef struct ent {
-    struct ent *next;
-    struct job *put; /* the key's last queued L2 write-back, until it completes */
+    ds_dict_node_t node; /* in its ix_t's table, by key */
+    struct job *put;     /* the key's last queued L2 write-back, until it completes */
     uint64_t size, version, ttl_wall_ms;
-    uint32_t hash;
     uint32_t keylen;
     uint8_t mode;
     char key[];
@@ -68,8 +71,8 @@ typedef struct ent {
 
 /* An index of what a backend holds (loop only). */
 typedef struct {
-    ent_t **b;
-    uint64_t nb, count, bytes;
+    ds_dict_t table; /* ent_t by key; the table frees those left at ds__tier_ix_free */
+    uint64_t bytes;
     uint64_t disk;    /* bytes the files take on disk (disk_of) */
     uint64_t version; /* of entries, to tell a later write apart */
 } ix_t;
@@ -128,11 +131,57 @@ static inline uint64_t ds__tier_disk_of(uint64_t size, uint32_t keylen)
     return (size + 64 + keylen + 4095) & ~(uint64_t)4095;
 }
 
-/* tier.c, for spill.c */
+/* Wall-clock milliseconds: the L2's deadlines outlive the process, so
+ * they are kept in wall time, not the loop's clock. */
+static inline uint64_t ds__tier_wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static inline bool ds__tier_is_l2_mode(uint8_t m)
+{
+    return m == DS_WRITE_THROUGH_L2_CACHE || m == DS_WRITE_BACK_L2_CACHE ||
+           m == DS_WRITE_BACK_L2_CACHE_EVICT;
+}
+
+/* tier_index.c */
+/* An empty index; false when out of memory. */
+bool ds__tier_ix_init(ix_t *x);
+/* Frees every entry and the table. */
+void ds__tier_ix_free(ix_t *x);
+/* The number of entries. */
+uint64_t ds__tier_ix_count(const ix_t *x);
 ent_t *ds__tier_ix_find(ix_t *x, const char *key, uint32_t keylen);
 void ds__tier_ix_remove(ix_t *x, const char *key, uint32_t keylen);
-/* Queues the deletion of key's file in a backend (no index change). */
-void ds__tier_submit_del(ds_tier_t *t, bool spill, const char *key, uint32_t keylen);
+/* Adds or replaces; returns the entry's version (0 when out of memory). */
+uint64_t ds__tier_ix_put(ix_t *x, const char *key, uint32_t keylen, const ds_l2_meta_t *m);
+
+/* tier_io.c */
+/* The disk I/O thread (arg: the ds_tier_t). */
+void *ds__tier_io_thread(void *arg);
+/* Queues j on the loop; handed to the thread by ds__tier_submit_flush. */
+void ds__tier_submit(ds_tier_t *t, job_t *j);
+void ds__tier_submit_flush(ds_tier_t *t);
+/* Queues the deletion of key's file in a backend (no index change); the
+ * job, or NULL when out of memory. */
+job_t *ds__tier_submit_del(ds_tier_t *t, bool spill, const char *key, uint32_t keylen);
+waiter_t *ds__tier_open_waiter(ds_tier_t *t);
+void ds__tier_del_waited(ds_tier_t *t, const char *key, uint32_t keylen, uint32_t idx,
+                         const ent_t *e, bool restore);
+void ds__tier_del_failed(ds_server_t *srv, job_t *j);
+
+/* tier_done.c */
+/* A waiter's ds__req_park cancel hook. */
+void ds__tier_waiter_cancel(ds_req_t *d, void *ctx);
+void ds__tier_drop_put(ds_server_t *srv, job_t *j);
+/* Queues the retries that are due; returns when the next one is (0 none). */
+uint64_t ds__tier_retry_due(ds_server_t *srv, uint64_t now);
+/* The completion eventfd's handler (ctx: the server). */
+void ds__tier_on_done(void *ctx, uint32_t events);
+
+/* tier.c, for spill.c */
 /* Queues o's copy to the spill directory (spill) or the L2, as a
  * write-back; false when out of memory. */
 bool ds__tier_queue_put(ds_server_t *srv, ds_obj_t *o, bool spill);

@@ -1,6 +1,6 @@
 /* The L2 cache backend interface: a second, persistent tier behind the
  * arena. A backend stores whole objects by key; each call is synchronous and
- * may block on disk, so only the worker's disk I/O thread (ops/tier.c) calls
+ * may block on disk, so only the worker's disk I/O thread (ops/tier_io.c) calls
  * put, get and del. open and scan run on the loop at start-up, before any
  * client is served.
  *

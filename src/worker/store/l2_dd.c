@@ -48,6 +48,7 @@
 #include "worker/store/l2.h"
 
 #include "common/clock.h"
+#include "common/dict.h"
 #include "common/hash.h"
 #include "common/log.h"
 
@@ -71,10 +72,10 @@
 enum { REC_PUT = 1, REC_DEL = 2 };
 
 typedef struct dent {
-    struct dent *next;
-    uint64_t off; /* the record's offset in the log */
+    ds_dict_node_t node; /* in dd_t.table, by key */
+    uint64_t off;        /* the record's offset in the log */
     uint64_t size, version, ttl_wall_ms;
-    uint32_t hash, keylen;
+    uint32_t keylen;
     uint8_t mode;
     char key[];
 } dent_t;
@@ -82,8 +83,7 @@ typedef struct dent {
 typedef struct {
     ds_l2_t base;
     int dir_fd, fd;
-    dent_t **b;
-    uint64_t nb, count;
+    ds_dict_t table;  /* the live records (dent_t) by key; it frees those left at close */
     uint64_t end;     /* where the next record goes (the log's size) */
     uint64_t live;    /* the file header plus every live record */
     uint64_t pending; /* bytes written since the last sync */
@@ -125,51 +125,46 @@ static void figures(dd_t *d)
 
 /* ---- the index (disk I/O thread only) ---- */
 
-static dent_t **ix_slot(dd_t *d, const char *key, uint32_t kl, uint32_t h)
+static bool dent_key_eq(const ds_dict_node_t *n, const void *key, size_t len)
 {
-    dent_t **p = &d->b[h & (d->nb - 1)];
-    while (*p && !((*p)->hash == h && (*p)->keylen == kl && memcmp((*p)->key, key, kl) == 0))
-        p = &(*p)->next;
-    return p;
+    const dent_t *e = DS_DICT_ENTRY(n, dent_t, node);
+    return e->keylen == len && memcmp(e->key, key, len) == 0;
 }
+
+static void dent_destroy(ds_dict_node_t *n, void *ctx)
+{
+    (void)ctx;
+    free(DS_DICT_ENTRY(n, dent_t, node));
+}
+
+static const ds_dict_type_t dent_type = {dent_key_eq, dent_destroy};
 
 static dent_t *ix_find(dd_t *d, const char *key, uint32_t kl)
 {
-    return *ix_slot(d, key, kl, ds__murmur3_32(key, kl, 0));
+    ds_dict_node_t *n = ds__dict_find(&d->table, key, kl, ds__murmur3_32(key, kl, 0));
+    return n ? DS_DICT_ENTRY(n, dent_t, node) : NULL;
+}
+
+/* Drops entry e, its record now dead space. Moves no other entry, so a walk
+ * of the table may drop the entry it is at. */
+static void ix_unlink(dd_t *d, dent_t *e)
+{
+    ds__dict_remove(&d->table, &e->node);
+    d->live -= rec_len(e);
+    free(e);
 }
 
 static void ix_del(dd_t *d, const char *key, uint32_t kl)
 {
-    dent_t **p = ix_slot(d, key, kl, ds__murmur3_32(key, kl, 0));
-    dent_t *e = *p;
-    if (e == NULL) return;
-    *p = e->next;
-    d->live -= rec_len(e);
-    d->count--;
-    free(e);
+    dent_t *e = ix_find(d, key, kl);
+    if (e != NULL) ix_unlink(d, e);
 }
 
 static int ix_set(dd_t *d, const char *key, uint32_t kl, uint64_t off, const ds_l2_meta_t *m)
 {
-    if (d->count >= d->nb) {
-        uint64_t nb = d->nb * 2;
-        dent_t **b = calloc(nb, sizeof(*b));
-        if (b) {
-            for (uint64_t i = 0; i < d->nb; i++)
-                for (dent_t *e = d->b[i], *next; e; e = next) {
-                    next = e->next;
-                    e->next = b[e->hash & (nb - 1)];
-                    b[e->hash & (nb - 1)] = e;
-                }
-            free(d->b);
-            d->b = b;
-            d->nb = nb;
-        }
-    }
     ix_del(d, key, kl);
     dent_t *e = malloc(sizeof(*e) + kl);
     if (e == NULL) return -1;
-    e->hash = ds__murmur3_32(key, kl, 0);
     e->keylen = kl;
     e->off = off;
     e->size = m->size;
@@ -177,10 +172,7 @@ static int ix_set(dd_t *d, const char *key, uint32_t kl, uint64_t off, const ds_
     e->ttl_wall_ms = m->ttl_wall_ms;
     e->mode = m->write_mode;
     memcpy(e->key, key, kl);
-    dent_t **p = &d->b[e->hash & (d->nb - 1)];
-    e->next = *p;
-    *p = e;
-    d->count++;
+    ds__dict_add(&d->table, &e->node, ds__murmur3_32(key, kl, 0));
     d->live += rec_len(e);
     return 0;
 }
@@ -375,17 +367,18 @@ static int64_t dd_scan(ds_l2_t *l2, uint64_t now_wall_ms,
     (void)cap;
     dd_t *d = (dd_t *)l2;
     int64_t n = 0;
-    for (uint64_t i = 0; i < d->nb; i++)
-        for (dent_t *e = d->b[i], *next; e; e = next) {
-            next = e->next;
-            if (e->ttl_wall_ms != 0 && e->ttl_wall_ms <= now_wall_ms) {
-                ix_del(d, e->key, e->keylen); /* dead space now */
-                continue;
-            }
-            ds_l2_meta_t m = {e->size, e->version, e->ttl_wall_ms, e->mode};
-            fn(ctx, e->key, e->keylen, &m);
-            n++;
+    ds_dict_iter_t it;
+    ds__dict_iter_init(&it, &d->table);
+    for (ds_dict_node_t *nd; (nd = ds__dict_iter_next(&it)) != NULL;) {
+        dent_t *e = DS_DICT_ENTRY(nd, dent_t, node);
+        if (e->ttl_wall_ms != 0 && e->ttl_wall_ms <= now_wall_ms) {
+            ix_unlink(d, e); /* dead space now */
+            continue;
         }
+        ds_l2_meta_t m = {e->size, e->version, e->ttl_wall_ms, e->mode};
+        fn(ctx, e->key, e->keylen, &m);
+        n++;
+    }
     figures(d);
     return n;
 }
@@ -478,11 +471,11 @@ static void compact_fail(dd_t *d, const char *step)
  * order, and data.compact with its header. */
 static void compact_start(dd_t *d)
 {
-    uint64_t now = wall_ms(), n = 0;
-    dent_t **v = malloc((d->count ? d->count : 1) * sizeof(*v));
-    d->c.from = malloc((d->count ? d->count : 1) * sizeof(uint64_t));
-    d->c.len = malloc((d->count ? d->count : 1) * sizeof(uint64_t));
-    d->c.to = malloc((d->count + 1) * sizeof(uint64_t)); /* and the tail's place */
+    uint64_t now = wall_ms(), n = 0, count = ds__dict_count(&d->table);
+    dent_t **v = malloc((count ? count : 1) * sizeof(*v));
+    d->c.from = malloc((count ? count : 1) * sizeof(uint64_t));
+    d->c.len = malloc((count ? count : 1) * sizeof(uint64_t));
+    d->c.to = malloc((count + 1) * sizeof(uint64_t)); /* and the tail's place */
     d->c.fd = -1;
     d->c.t0 = ds__now_ms();
     d->c.before = d->end;
@@ -493,9 +486,12 @@ static void compact_start(dd_t *d)
         compact_fail(d, "start");
         return;
     }
-    for (uint64_t i = 0; i < d->nb; i++)
-        for (dent_t *e = d->b[i]; e; e = e->next)
-            if (e->ttl_wall_ms == 0 || e->ttl_wall_ms > now) v[n++] = e; /* expired: left */
+    ds_dict_iter_t it;
+    ds__dict_iter_init(&it, &d->table);
+    for (ds_dict_node_t *nd; (nd = ds__dict_iter_next(&it)) != NULL;) {
+        dent_t *e = DS_DICT_ENTRY(nd, dent_t, node);
+        if (e->ttl_wall_ms == 0 || e->ttl_wall_ms > now) v[n++] = e; /* expired: left */
+    }
     qsort(v, n, sizeof(*v), by_off);
     for (uint64_t i = 0; i < n; i++) {
         d->c.from[i] = v[i]->off;
@@ -564,17 +560,18 @@ static void compact_finish(dd_t *d)
         DS_LOG_WARN("distributed_disk: fsync of the directory %s failed after compaction: %s",
                     d->base.path, strerror(errno));
     uint64_t live = DD_HDR;
-    for (uint64_t i = 0; i < d->nb; i++)
-        for (dent_t *e = d->b[i], *next; e; e = next) {
-            next = e->next;
-            uint64_t to = compact_moved(d, e->off);
-            if (to == UINT64_MAX) { /* expired before the start: not copied */
-                ix_del(d, e->key, e->keylen);
-                continue;
-            }
-            e->off = to;
-            live += rec_len(e);
+    ds_dict_iter_t it;
+    ds__dict_iter_init(&it, &d->table);
+    for (ds_dict_node_t *nd; (nd = ds__dict_iter_next(&it)) != NULL;) {
+        dent_t *e = DS_DICT_ENTRY(nd, dent_t, node);
+        uint64_t to = compact_moved(d, e->off);
+        if (to == UINT64_MAX) { /* expired before the start: not copied */
+            ix_unlink(d, e);
+            continue;
         }
+        e->off = to;
+        live += rec_len(e);
+    }
     close(d->fd);
     d->fd = d->c.fd;
     d->end = d->c.out + tail;
@@ -641,12 +638,7 @@ static void dd_destroy(ds_l2_t *l2)
     compact_free(d);
     if (d->fd >= 0) close(d->fd);
     if (d->dir_fd >= 0) close(d->dir_fd); /* and its lock */
-    for (uint64_t i = 0; d->b && i < d->nb; i++)
-        for (dent_t *e = d->b[i], *next; e; e = next) {
-            next = e->next;
-            free(e);
-        }
-    free(d->b);
+    ds__dict_clear(&d->table);
     free(d);
 }
 
@@ -870,13 +862,12 @@ ds_l2_t *ds__l2_dd_open(const char *root, const char *cluster, const char *worke
     d->fd = -1;
     d->c.fd = -1;
     d->o = *o;
-    d->nb = 1024;
-    d->b = calloc(d->nb, sizeof(*d->b));
+    bool table_ok = ds__dict_init(&d->table, &dent_type, NULL, 1024) == 0;
     d->live = DD_HDR;
     const char *step = "open";
     struct stat st;
     d->dir_fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (d->b == NULL || d->dir_fd < 0) goto fail;
+    if (!table_ok || d->dir_fd < 0) goto fail;
     if (flock(d->dir_fd, LOCK_EX | LOCK_NB) != 0) {
         if (errno == EWOULDBLOCK)
             snprintf(err, cap,
