@@ -1,6 +1,7 @@
 /* The table-driven argument parser of dscli and the usage text generated from
- * the same tables. Accepted forms: --name value, --name=value, -x value and
- * bare switches; anything else is an error naming the offending argument. */
+ * the same tables. Accepted forms: --name value, --name=value, gflags' -name
+ * value and -name=value, -x value and bare switches; anything else is an
+ * error naming the offending argument. */
 #include "cli/cli.h"
 
 #include <errno.h>
@@ -32,53 +33,78 @@ static int add_fwd(cli_args_t *out, const char *arg, char *err, size_t err_cap)
     return 0;
 }
 
+/* A worker flag's value may follow it as the next argument: anything that
+ * does not look like a flag, or a negative number. */
+static bool value_like(const char *s)
+{
+    if (s[0] != '-') return true;
+    char *end = NULL;
+    (void)strtod(s, &end);
+    return end != s && *end == '\0';
+}
+
 int cli_parse(const cli_cmd_t *cmd, int argc, char **argv, cli_args_t *out, char *err,
               size_t err_cap)
 {
     memset(out, 0, sizeof(*out));
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0 || strcmp(a, "-help") == 0) {
             out->help = true;
             return 1;
         }
         int fi = -1;
         const char *val = NULL;
         size_t nl = 0;
-        if (strncmp(a, "--", 2) == 0 && a[2] != '\0') {
-            const char *name = a + 2;
+        bool is_short = a[0] == '-' && a[1] != '\0' && a[1] != '-' && a[2] == '\0';
+        if (is_short && (fi = find_short(cmd, a[1])) < 0 && !cmd->passthrough) {
+            snprintf(err, err_cap, "unknown flag '%s'", a);
+            return -1;
+        }
+        if (fi < 0 && a[0] == '-' && a[1] != '\0' && !(a[1] == '-' && a[2] == '\0')) {
+            /* --name and gflags' -name, each with =value or a following value. */
+            const char *name = a + (a[1] == '-' ? 2 : 1);
             const char *eq = strchr(name, '=');
             nl = eq ? (size_t)(eq - name) : strlen(name);
             if (eq) val = eq + 1;
             fi = find_long(cmd, name, nl);
             if (fi < 0) {
                 if (!cmd->passthrough) {
-                    snprintf(err, err_cap, "unknown flag '--%.*s'", (int)nl, name);
+                    snprintf(err, err_cap, "unknown flag '%.*s'", (int)(name - a + nl), a);
                     return -1;
                 }
-                /* Not ours: the worker's flags all take a value. */
+                /* Not ours: the worker's, which reports its own errors. A
+                 * value is the next argument unless that looks like a flag
+                 * (a boolean such as --enable_rdma or --noenable_rdma). */
                 if (add_fwd(out, a, err, err_cap) != 0) return -1;
-                if (val == NULL) {
-                    if (i + 1 >= argc) {
-                        snprintf(err, err_cap, "worker flag '--%.*s' needs a value", (int)nl, name);
-                        return -1;
-                    }
-                    if (add_fwd(out, argv[++i], err, err_cap) != 0) return -1;
-                }
+                if (val == NULL && i + 1 < argc && value_like(argv[i + 1]) &&
+                    add_fwd(out, argv[++i], err, err_cap) != 0)
+                    return -1;
                 continue;
             }
-        } else if (a[0] == '-' && a[1] != '\0' && a[1] != '-' && a[2] == '\0') {
-            fi = find_short(cmd, a[1]);
-            if (fi < 0) {
-                snprintf(err, err_cap, "unknown flag '%s'", a);
-                return -1;
-            }
-        } else {
+        } else if (fi < 0) {
             snprintf(err, err_cap, "unexpected argument '%s' (flags look like --name value)", a);
             return -1;
         }
 
         const cli_flag_t *f = &cmd->flags[fi];
+        if (f->multi) {
+            if (val != NULL && *val != '\0' && out->nmulti < CLI_MAX_FWD)
+                out->multi[out->nmulti++] = val;
+            while (i + 1 < argc && argv[i + 1][0] != '-') {
+                if (out->nmulti >= CLI_MAX_FWD) {
+                    snprintf(err, err_cap, "--%s takes at most %d values", f->name, CLI_MAX_FWD);
+                    return -1;
+                }
+                out->multi[out->nmulti++] = argv[++i];
+            }
+            if (out->nmulti == 0) {
+                snprintf(err, err_cap, "--%s needs at least one value", f->name);
+                return -1;
+            }
+            out->values[fi] = out->multi[0];
+            continue;
+        }
         bool forward_as_is = f->forward;
         if (f->takes_value && val == NULL) {
             if (i + 1 >= argc) {
@@ -101,6 +127,23 @@ int cli_parse(const cli_cmd_t *cmd, int argc, char **argv, cli_args_t *out, char
         out->values[fi] = f->takes_value ? val : "";
     }
     return 0;
+}
+
+const char *cli_fwd_value(const cli_args_t *a, const char *name)
+{
+    const char *found = NULL;
+    size_t nl = strlen(name);
+    for (int i = 0; i < a->nfwd; i++) {
+        const char *s = a->fwd[i];
+        if (s[0] != '-') continue;
+        s += s[1] == '-' ? 2 : 1;
+        if (strncmp(s, name, nl) != 0) continue;
+        if (s[nl] == '=')
+            found = s + nl + 1;
+        else if (s[nl] == '\0' && i + 1 < a->nfwd && value_like(a->fwd[i + 1]))
+            found = a->fwd[++i];
+    }
+    return found;
 }
 
 const char *cli_value(const cli_cmd_t *cmd, const cli_args_t *a, const char *name)
@@ -141,7 +184,7 @@ void cli_print_usage(FILE *f, const cli_cmd_t *cmd)
                      fl->takes_value ? " V" : "");
         else
             snprintf(left, sizeof(left), "    --%s%s", fl->name, fl->takes_value ? " V" : "");
-        fprintf(f, "  %-30s %s", left, fl->help);
+        fprintf(f, "  %-30s %s%s", left, fl->help, fl->multi ? " [V ...]" : "");
         if (fl->def) fprintf(f, " (default: %s)", fl->def);
         fputc('\n', f);
     }
@@ -157,7 +200,7 @@ void cli_print_main_usage(FILE *f)
     const cli_cmd_t *cmds = cli_commands(&n);
     fprintf(f, "usage: dscli <command> [flags]\n\ncommands:\n");
     for (size_t i = 0; i < n; i++)
-        fprintf(f, "  %-10s %s\n", cmds[i].name, cmds[i].summary);
+        fprintf(f, "  %-15s %s\n", cmds[i].name, cmds[i].summary);
     fprintf(f, "\nRun 'dscli <command> --help' for a command's flags; 'dscli --version' prints "
                "the version.\n");
 }

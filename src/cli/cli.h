@@ -16,7 +16,12 @@
 #define CLI_MAX_FWD 256
 
 #define CLI_DEFAULT_WORKER_ADDRESS "127.0.0.1:31501"
-#define CLI_DEFAULT_TIMEOUT_S "30"
+/* Yuanrong's dscli: start waits 90 s; stop waits 180 s plus the time to
+ * migrate the arena (shared_memory_size_mb / data_migrate_rate_limit_mb). */
+#define CLI_DEFAULT_START_TIMEOUT_S "90"
+#define CLI_STOP_BASE_TIMEOUT_S 180
+#define CLI_DEFAULT_SHM_MB 1024
+#define CLI_DEFAULT_MIGRATE_MB 40
 
 typedef struct {
     const char *name; /* long name, without the leading "--" */
@@ -25,6 +30,7 @@ typedef struct {
     bool forward; /* start: also passed to the worker */
     const char *def;
     const char *help;
+    bool multi; /* takes every following argument up to the next flag (--keys a b c) */
 } cli_flag_t;
 
 typedef struct {
@@ -32,6 +38,8 @@ typedef struct {
     bool help;
     int nfwd;
     const char *fwd[CLI_MAX_FWD]; /* the worker's argv tail, in the order given */
+    int nmulti;
+    const char *multi[CLI_MAX_FWD]; /* the values of the (one) multi flag */
 } cli_args_t;
 
 typedef struct cli_cmd {
@@ -78,6 +86,7 @@ int cli_cmd_start(const cli_cmd_t *cmd, const cli_args_t *a);
 int cli_cmd_stop(const cli_cmd_t *cmd, const cli_args_t *a);
 int cli_cmd_status(const cli_cmd_t *cmd, const cli_args_t *a);
 int cli_cmd_query_cluster(const cli_cmd_t *cmd, const cli_args_t *a);
+int cli_cmd_query_route(const cli_cmd_t *cmd, const cli_args_t *a);
 int cli_cmd_generate_config(const cli_cmd_t *cmd, const cli_args_t *a);
 
 /* config.c: Yuanrong-style worker configuration files (start -f). Loads
@@ -88,5 +97,16 @@ int cli_cmd_generate_config(const cli_cmd_t *cmd, const cli_args_t *a);
  * message. */
 int cli_config_merge(const cli_cmd_t *cmd, const cli_args_t *a, const char *path,
                      const char *home_dir, cli_args_t *out, char *err, size_t err_cap);
+/* The value of one entry of a configuration file (either shape), into out;
+ * 1 when present and non-empty, 0 when not, -1 with a message when the file
+ * cannot be read. */
+int cli_config_get(const char *path, const char *name, char *out, size_t cap, char *err,
+                   size_t err_cap);
+/* The value a worker flag is given in fwd (--name=v, -name=v, --name v or
+ * -name v; the last one wins), or NULL. */
+const char *cli_fwd_value(const cli_args_t *a, const char *name);
+/* The value Yuanrong's configuration file gives a flag whose own default
+ * differs (the ./datasystem/... paths), or NULL. */
+const char *cli_file_default(const char *name);
 
 #endif

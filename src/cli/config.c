@@ -8,7 +8,12 @@
  * keeps its default. Every entry becomes --flag=V on the worker's command
  * line; flags dscli itself needs (worker_address for the health check,
  * auth_token_file, log_dir) are read from the file too. Flags also given on
- * the command line come after the file's, so they win. */
+ * the command line come after the file's, so they win. The worker warns
+ * about (and ignores) entries it does not know, so a newer Yuanrong file
+ * works as it is; a value out of range is still refused, naming the flag.
+ * `generate_config` writes this worker's flags with Yuanrong's file values
+ * for the probe and log paths (./datasystem/...), plus Yuanrong's
+ * cluster_config.json and coordinator_config.json. */
 #include "cli/cli.h"
 
 #include "config/flags.h"
@@ -18,6 +23,7 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 /* The JSON value of one entry as flag text; NULL when empty or not a scalar. */
 static char *entry_text(const cJSON *item, char *num, size_t num_cap)
@@ -130,25 +136,100 @@ int cli_config_merge(const cli_cmd_t *cmd, const cli_args_t *a, const char *path
     return 0;
 }
 
-int cli_cmd_generate_config(const cli_cmd_t *cmd, const cli_args_t *a)
+int cli_config_get(const char *path, const char *name, char *out, size_t cap, char *err,
+                   size_t err_cap)
 {
-    const char *dir = cli_value(cmd, a, "output_path");
+    char *text = read_all(path, err, err_cap);
+    if (text == NULL) return -1;
+    cJSON *root = cJSON_Parse(text);
+    free(text);
+    if (!cJSON_IsObject(root)) {
+        snprintf(err, err_cap, "%s is not a JSON object of worker flags", path);
+        cJSON_Delete(root);
+        return -1;
+    }
+    char num[64];
+    const cJSON *item = cJSON_GetObjectItemCaseSensitive(root, name);
+    const char *v = item ? entry_text(item, num, sizeof(num)) : NULL;
+    if (v) snprintf(out, cap, "%s", v);
+    cJSON_Delete(root);
+    return v != NULL;
+}
+
+/* Yuanrong's worker_config.json gives these flags paths under ./datasystem
+ * while the flags themselves default to "" (no file; stderr). */
+static const char *const file_defaults[][2] = {
+    {"health_check_path", "./datasystem/probe/healthy"},
+    {"ready_check_path", "./datasystem/probe/ready"},
+    {"log_dir", "./datasystem/logs"},
+};
+
+const char *cli_file_default(const char *name)
+{
+    for (size_t i = 0; i < sizeof(file_defaults) / sizeof(file_defaults[0]); i++)
+        if (strcmp(file_defaults[i][0], name) == 0) return file_defaults[i][1];
+    return NULL;
+}
+
+/* The other two files Yuanrong's generate_config writes, in its shapes: the
+ * cluster description of `dscli up` and the coordinator's flags (this system
+ * has no coordinator; the file is there so scripts that copy it work). */
+static const char cluster_config[] = "{\n"
+                                     "    \"ssh_auth\": {\n"
+                                     "        \"ssh_private_key\": \"~/.ssh/id_rsa\",\n"
+                                     "        \"ssh_user_name\": \"root\"\n"
+                                     "    },\n"
+                                     "    \"worker_config_path\": \"./worker_config.json\",\n"
+                                     "    \"worker_nodes\": [\n"
+                                     "        \"127.0.0.1\"\n"
+                                     "    ],\n"
+                                     "    \"worker_port\": 31501,\n"
+                                     "    \"metastore_head_node\": \"\"\n"
+                                     "}\n";
+static const char coordinator_config[] =
+    "{\n"
+    "  \"coordinator_address\": {\n"
+    "    \"value\": \"127.0.0.1:31511\",\n"
+    "    \"description\": \"Address of coordinator in 'host:port' format. This system has no "
+    "coordinator: workers coordinate through etcd (etcd_address in worker_config.json).\"\n"
+    "  }\n"
+    "}\n";
+
+static int write_one(const char *dir, const char *name, const char *text)
+{
     char path[PATH_MAX];
-    if (dir == NULL) dir = ".";
-    if ((size_t)snprintf(path, sizeof(path), "%s/worker_config.json", dir) >= sizeof(path)) {
-        fprintf(stderr, "dscli generate_config: the path under %s is too long\n", dir);
+    if ((size_t)snprintf(path, sizeof(path), "%s/%s", dir, name) >= sizeof(path)) {
+        fprintf(stderr, "[ERROR] Generate failed: the path under %s is too long\n", dir);
         return CLI_EXIT_USAGE;
     }
     FILE *f = fopen(path, "w");
     if (f == NULL) {
-        fprintf(stderr, "dscli generate_config: cannot write %s: %s\n", path, strerror(errno));
+        fprintf(stderr, "[ERROR] Generate failed: cannot write %s: %s\n", path, strerror(errno));
         return CLI_EXIT_FAIL;
     }
-    int r = ds__flags_write_config(f);
+    int r = text ? (fputs(text, f) < 0 ? -1 : 0) : ds__flags_write_config(f, cli_file_default);
     if (fclose(f) != 0 || r != 0) {
-        fprintf(stderr, "dscli generate_config: cannot write %s: %s\n", path, strerror(errno));
+        fprintf(stderr, "[ERROR] Generate failed: cannot write %s: %s\n", path, strerror(errno));
         return CLI_EXIT_FAIL;
     }
-    printf("worker configuration written to %s (start it with: dscli start -f %s)\n", path, path);
+    printf("[INFO] Configuration file %s has been generated to %s\n", name, path);
+    return CLI_EXIT_OK;
+}
+
+int cli_cmd_generate_config(const cli_cmd_t *cmd, const cli_args_t *a)
+{
+    const char *dir = cli_value(cmd, a, "output_path");
+    if (dir == NULL) dir = ".";
+    struct stat st;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "[ERROR] Generate failed: Path is not a directory: %s\n", dir);
+        return CLI_EXIT_FAIL;
+    }
+    int rc;
+    if ((rc = write_one(dir, "cluster_config.json", cluster_config)) != CLI_EXIT_OK ||
+        (rc = write_one(dir, "worker_config.json", NULL)) != CLI_EXIT_OK ||
+        (rc = write_one(dir, "coordinator_config.json", coordinator_config)) != CLI_EXIT_OK)
+        return rc;
+    printf("[INFO] Configuration generation completed successfully\n");
     return CLI_EXIT_OK;
 }

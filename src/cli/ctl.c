@@ -280,17 +280,73 @@ static bool timeout_arg(const cli_cmd_t *cmd, const cli_args_t *a, const char *v
     return false;
 }
 
-int cli_cmd_stop(const cli_cmd_t *cmd, const cli_args_t *a)
+static void set_value(const cli_cmd_t *cmd, cli_args_t *a, const char *name, const char *v)
 {
-    long timeout_ms;
-    if (!timeout_arg(cmd, a, "stop", &timeout_ms)) return CLI_EXIT_USAGE;
-    uint64_t deadline = ds__now_ms() + (uint64_t)timeout_ms;
-    const char *addr = cli_value(cmd, a, "worker_address");
-    ctl_conn_t c;
+    for (size_t i = 0; i < cmd->nflags; i++)
+        if (strcmp(cmd->flags[i].name, name) == 0 && a->values[i] == NULL) a->values[i] = v;
+}
+
+/* A positive integer entry of the configuration file, else def. */
+static long file_long(const char *path, const char *name, long def)
+{
+    char v[64], e[256];
+    if (path == NULL || cli_config_get(path, name, v, sizeof(v), e, sizeof(e)) != 1) return def;
+    char *end = NULL;
+    long n = strtol(v, &end, 10);
+    return end != v && *end == '\0' && n > 0 ? n : def;
+}
+
+int cli_cmd_stop(const cli_cmd_t *cmd, const cli_args_t *given)
+{
+    /* -f FILE: the worker the file describes; flags given on the command
+     * line win over the file's entries. */
+    cli_args_t args = *given;
+    cli_args_t *a = &args;
+    const char *config = cli_value(cmd, a, "config_path");
+    if (config == NULL) config = cli_value(cmd, a, "worker_config_path");
+    static char f_addr[256], f_sock[PATH_MAX], f_token[PATH_MAX];
     char err[512];
+    if (config != NULL) {
+        int r = cli_config_get(config, "worker_address", f_addr, sizeof(f_addr), err, sizeof(err));
+        if (r < 0) {
+            fprintf(stderr, "[ERROR] Stop failed: %s\n", err);
+            return CLI_EXIT_FAIL;
+        }
+        if (r == 0) {
+            fprintf(stderr,
+                    "[ERROR] Stop failed: The configuration file is missing worker_address\n");
+            return CLI_EXIT_FAIL;
+        }
+        set_value(cmd, a, "worker_address", f_addr);
+        if (cli_config_get(config, "unix_socket_dir", f_sock, sizeof(f_sock), err, sizeof(err)) ==
+                1 ||
+            cli_config_get(config, "unix_domain_socket_dir", f_sock, sizeof(f_sock), err,
+                           sizeof(err)) == 1)
+            set_value(cmd, a, "unix_socket_dir", f_sock);
+        if (cli_config_get(config, "auth_token_file", f_token, sizeof(f_token), err, sizeof(err)) ==
+            1)
+            set_value(cmd, a, "auth_token_file", f_token);
+    }
+    const char *addr = cli_value(cmd, a, "worker_address");
+    if (addr == NULL) {
+        fprintf(stderr, "[ERROR] Stop failed: worker_address (-w) or config_path (-f) must be "
+                        "specified\n");
+        return CLI_EXIT_USAGE;
+    }
+    long timeout_ms;
+    if (cli_value(cmd, a, "timeout") != NULL) {
+        if (!timeout_arg(cmd, a, "stop", &timeout_ms)) return CLI_EXIT_USAGE;
+    } else {
+        /* Yuanrong's: time to migrate the arena at the migration rate. */
+        long shm = file_long(config, "shared_memory_size_mb", CLI_DEFAULT_SHM_MB);
+        long rate = file_long(config, "data_migrate_rate_limit_mb", CLI_DEFAULT_MIGRATE_MB);
+        timeout_ms = (CLI_STOP_BASE_TIMEOUT_S * 1000L) + shm * 1000L / rate;
+    }
+    uint64_t deadline = ds__now_ms() + (uint64_t)timeout_ms;
+    ctl_conn_t c;
     int rc = ctl_open(cmd, a, false, deadline, &c, err, sizeof(err));
     if (rc != CLI_EXIT_OK) {
-        fprintf(stderr, "dscli stop: %s\n", err);
+        fprintf(stderr, "[ERROR] Stop failed: %s\n", err);
         ctl_close(&c);
         return rc;
     }
@@ -298,7 +354,8 @@ int cli_cmd_stop(const cli_cmd_t *cmd, const cli_args_t *a)
     /* The worker may close the connection as soon as it took the request;
      * whether the process exits is what counts, checked below. */
     if (ctl_call(&c, DS_OP_SHUTDOWN, NULL, deadline, &st, err, sizeof(err)) == 0 && st != DS_K_OK) {
-        fprintf(stderr, "dscli stop: the worker at %s refused to shut down: %s\n", addr, err);
+        fprintf(stderr, "[ERROR] Stop failed: the worker at %s refused to shut down: %s\n", addr,
+                err);
         ctl_close(&c);
         return CLI_EXIT_FAIL;
     }
@@ -306,14 +363,16 @@ int cli_cmd_stop(const cli_cmd_t *cmd, const cli_args_t *a)
     pid_t pid = (pid_t)c.pid;
     while (pid > 0 && pid_alive(pid)) {
         if (ds__now_ms() >= deadline) {
-            fprintf(stderr, "dscli stop: the worker at %s (pid %d) is still running after %.1f s\n",
+            fprintf(stderr,
+                    "[ERROR] Stop failed: [  FAILED  ] the worker service @ %s (PID: %d) is still "
+                    "running after %.1f s\n",
                     addr, (int)pid, timeout_ms / 1000.0);
             return CLI_EXIT_FAIL;
         }
         struct timespec ts = {0, 20 * 1000000L};
         nanosleep(&ts, NULL);
     }
-    printf("worker %s stopped\n", addr);
+    printf("[INFO] [  OK  ] Stop worker service @ %s normally, PID: %d\n", addr, (int)pid);
     return CLI_EXIT_OK;
 }
 

@@ -1,6 +1,16 @@
 /* `dscli start`: find datasystem_worker, run it detached (its own session,
- * output to a log file) with the given flags, and wait until it answers a
- * health check through the client library, exits, or runs out of time.
+ * output to a log file) with the given flags, and wait until it is ready (its
+ * --ready_check_path file exists, as Yuanrong's dscli waits, and it answers a
+ * health check through the client library), exits, or runs out of time.
+ * Output lines are Yuanrong's ("[INFO] [  OK  ] Start worker service @ H:P
+ * success, PID: N").
+ *
+ * Probe files: the worker's flags default to "" (no file), as Yuanrong's
+ * gflags do; dscli start fills --health_check_path and --ready_check_path
+ * when neither the configuration file nor the command line names them:
+ * with -d DIR, Yuanrong's file values under DIR (DIR/datasystem/probe/
+ * healthy and .../ready); without, <log dir>/worker-<host>-<port>/probe/
+ * healthy and .../ready, so workers started side by side never share one.
  *
  * The health check goes over TCP on purpose: a local client would map the
  * whole arena just to say hello, which for a large --shared_memory_size_mb is
@@ -132,6 +142,36 @@ static long now_ms(void)
     return ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
 }
 
+/* The flag's value as the worker will see it: "~/" is $HOME. */
+static void expand_home(const char *p, char *out, size_t cap)
+{
+    const char *home = getenv("HOME");
+    if (strncmp(p, "~/", 2) == 0 && home && *home)
+        snprintf(out, cap, "%s/%s", home, p + 2);
+    else
+        snprintf(out, cap, "%s", p);
+}
+
+static bool file_exists(const char *p)
+{
+    struct stat st;
+    return stat(p, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/* Appends --name=value to the worker's flags (storage lives until exit). */
+static int add_flag(cli_args_t *a, const char *name, const char *value)
+{
+    size_t len = strlen(name) + strlen(value) + 4;
+    char *arg = malloc(len);
+    if (arg == NULL || a->nfwd >= CLI_MAX_FWD) {
+        free(arg);
+        return -1;
+    }
+    snprintf(arg, len, "--%s=%s", name, value);
+    a->fwd[a->nfwd++] = arg;
+    return 0;
+}
+
 static void stop_child(pid_t pid)
 {
     kill(pid, SIGTERM);
@@ -149,29 +189,31 @@ int cli_cmd_start(const cli_cmd_t *cmd, const cli_args_t *a)
     int port;
     const char *config = cli_value(cmd, a, "config_path");
     if (config == NULL) config = cli_value(cmd, a, "worker_config_path");
+    const char *home_dir = cli_value(cmd, a, "datasystem_home_dir");
     static cli_args_t merged;
     if (config != NULL) {
-        if (cli_config_merge(cmd, a, config, cli_value(cmd, a, "datasystem_home_dir"), &merged, err,
-                             sizeof(err)) != 0) {
-            fprintf(stderr, "dscli start: -f: %s\n", err);
+        if (cli_config_merge(cmd, a, config, home_dir, &merged, err, sizeof(err)) != 0) {
+            fprintf(stderr, "[ERROR] Start failed: -f: %s\n", err);
             return CLI_EXIT_USAGE;
         }
-        a = &merged;
+    } else {
+        merged = *a;
     }
+    a = &merged;
     const char *addr = cli_value(cmd, a, "worker_address");
     if (ds__parse_hostport(addr, host, sizeof(host), &port, err, sizeof(err)) != 0) {
-        fprintf(stderr, "dscli start: --worker_address: %s\n", err);
+        fprintf(stderr, "[ERROR] Start failed: --worker_address: %s\n", err);
         return CLI_EXIT_USAGE;
     }
     long timeout_ms;
     if (cli_parse_seconds(cli_value(cmd, a, "timeout"), &timeout_ms, err, sizeof(err)) != 0) {
-        fprintf(stderr, "dscli start: -t: %s\n", err);
+        fprintf(stderr, "[ERROR] Start failed: -t: %s\n", err);
         return CLI_EXIT_USAGE;
     }
     char token[1024] = "";
     const char *token_file = cli_value(cmd, a, "auth_token_file");
     if (token_file && read_token(token_file, token, sizeof(token)) != 0) {
-        fprintf(stderr, "dscli start: cannot read --auth_token_file %s: %s\n", token_file,
+        fprintf(stderr, "[ERROR] Start failed: cannot read --auth_token_file %s: %s\n", token_file,
                 strerror(errno));
         return CLI_EXIT_FAIL;
     }
@@ -180,11 +222,11 @@ int cli_cmd_start(const cli_cmd_t *cmd, const cli_args_t *a)
     ssize_t sl = readlink("/proc/self/exe", self, sizeof(self) - 1);
     self[sl > 0 ? sl : 0] = '\0';
     if (cli_find_worker(self, bin, sizeof(bin), err, sizeof(err)) != 0) {
-        fprintf(stderr, "dscli start: %s\n", err);
+        fprintf(stderr, "[ERROR] Start failed: %s\n", err);
         return CLI_EXIT_FAIL;
     }
     if (worker_answers(host, port, token)) {
-        fprintf(stderr, "dscli start: a worker is already running at %s:%d\n", host, port);
+        fprintf(stderr, "[ERROR] Start failed: a worker is already running at %s:%d\n", host, port);
         return CLI_EXIT_FAIL;
     }
 
@@ -197,16 +239,44 @@ int cli_cmd_start(const cli_cmd_t *cmd, const cli_args_t *a)
         snprintf(logdir, sizeof(logdir), "%s/logs", sock);
     }
     if (ds__log_path(logdir, host, port, logfile, sizeof(logfile)) != 0) {
-        fprintf(stderr, "dscli start: the log path under %s is too long\n", logdir);
+        fprintf(stderr, "[ERROR] Start failed: the log path under %s is too long\n", logdir);
         return CLI_EXIT_USAGE;
     }
     int logfd = -1;
     if (ds__mkdirs(logdir) != 0 ||
         (logfd = open(logfile, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600)) < 0) {
-        fprintf(stderr, "dscli start: cannot open the log %s: %s\n", logfile, strerror(errno));
+        fprintf(stderr, "[ERROR] Start failed: cannot open the log %s: %s\n", logfile,
+                strerror(errno));
         return CLI_EXIT_FAIL;
     }
     long log_from = (long)lseek(logfd, 0, SEEK_END);
+
+    const char *probe_names[] = {"health_check_path", "ready_check_path"};
+    const char *probe_leaf[] = {"healthy", "ready"};
+    char ready[PATH_MAX] = "";
+    for (int i = 0; i < 2; i++) {
+        const char *given = cli_fwd_value(a, probe_names[i]);
+        char path[PATH_MAX + 320];
+        if (given == NULL) {
+            int pl;
+            if (home_dir)
+                pl = snprintf(path, sizeof(path), "%s/%s", home_dir,
+                              cli_file_default(probe_names[i]) + 2);
+            else
+                pl = snprintf(path, sizeof(path), "%s/worker-%s-%d/probe/%s", logdir, host, port,
+                              probe_leaf[i]);
+            if (pl < 0 || pl >= PATH_MAX || add_flag(&merged, probe_names[i], path) != 0) {
+                fprintf(stderr, "[ERROR] Start failed: the --%s path is too long\n",
+                        probe_names[i]);
+                close(logfd);
+                return CLI_EXIT_USAGE;
+            }
+            given = path;
+        }
+        if (i == 1 && given[0]) expand_home(given, ready, sizeof(ready));
+    }
+    /* A ready file an earlier run left must not pass for this one's. */
+    if (ready[0] && file_exists(ready)) unlink(ready);
 
     const char *wargv[CLI_MAX_FWD + 2];
     wargv[0] = bin;
@@ -217,7 +287,7 @@ int cli_cmd_start(const cli_cmd_t *cmd, const cli_args_t *a)
     fflush(NULL);
     pid_t pid = fork();
     if (pid < 0) {
-        fprintf(stderr, "dscli start: fork: %s\n", strerror(errno));
+        fprintf(stderr, "[ERROR] Start failed: fork: %s\n", strerror(errno));
         close(logfd);
         return CLI_EXIT_FAIL;
     }
@@ -234,6 +304,9 @@ int cli_cmd_start(const cli_cmd_t *cmd, const cli_args_t *a)
         _exit(127);
     }
     close(logfd);
+    if (cli_given(cmd, a, "log_dir")) printf("[INFO] Log directory configured at: %s\n", logdir);
+    printf("[INFO] Starting worker service with PID: %d\n", (int)pid);
+    fflush(stdout);
 
     long deadline = now_ms() + timeout_ms;
     char tail[4096];
@@ -242,25 +315,31 @@ int cli_cmd_start(const cli_cmd_t *cmd, const cli_args_t *a)
         if (waitpid(pid, &wst, WNOHANG) == pid) {
             cli_log_tail(logfile, log_from, 20, tail, sizeof(tail));
             if (WIFEXITED(wst))
-                fprintf(stderr, "dscli start: the worker exited with status %d before serving",
+                fprintf(stderr, "[ERROR] [  FAILED  ] Worker exited with code %d before serving",
                         WEXITSTATUS(wst));
             else
-                fprintf(stderr, "dscli start: the worker was killed by signal %d before serving",
+                fprintf(stderr,
+                        "[ERROR] [  FAILED  ] Worker was killed by signal %d before serving",
                         WTERMSIG(wst));
             fprintf(stderr, "; last lines of %s:\n%s\n", logfile, tail[0] ? tail : "(empty)");
+            fprintf(stderr, "[ERROR] Start failed: The worker service exited abnormally\n");
             return CLI_EXIT_FAIL;
         }
-        if (worker_answers(host, port, token)) {
-            printf("worker %s:%d started, pid %d, log %s\n", host, port, (int)pid, logfile);
+        if ((ready[0] == '\0' || file_exists(ready)) && worker_answers(host, port, token)) {
+            printf("[INFO] [  OK  ] Start worker service @ %s:%d success, PID: %d\n", host, port,
+                   (int)pid);
             return CLI_EXIT_OK;
         }
         if (now_ms() >= deadline) {
             stop_child(pid);
             cli_log_tail(logfile, log_from, 20, tail, sizeof(tail));
-            fprintf(stderr,
-                    "dscli start: the worker did not answer at %s:%d within %.1f s and was "
-                    "stopped; last lines of %s:\n%s\n",
-                    host, port, timeout_ms / 1000.0, logfile, tail[0] ? tail : "(empty)");
+            fprintf(
+                stderr,
+                "[ERROR] [  FAILED  ] Worker service is not ready within %.1f seconds (%s:%d%s%s) "
+                "and was stopped; last lines of %s:\n%s\n",
+                timeout_ms / 1000.0, host, port, ready[0] ? ", ready file " : "", ready, logfile,
+                tail[0] ? tail : "(empty)");
+            fprintf(stderr, "[ERROR] Start failed: Worker service startup timeout\n");
             return CLI_EXIT_FAIL;
         }
         sleep_ms(50);

@@ -324,6 +324,8 @@ int ds__etcd_range_prefix(ds_etcd_t *e, const char *prefix, ds_etcd_kv_t **out, 
         if (!arr || !cJSON_IsString(k)) continue;
         arr[i].key = b64_decode(k->valuestring);
         arr[i].value = b64_decode(cJSON_IsString(v) ? v->valuestring : "");
+        const cJSON *mr = cJSON_GetObjectItemCaseSensitive(it, "mod_revision");
+        arr[i].mod_revision = cJSON_IsString(mr) ? strtoll(mr->valuestring, NULL, 10) : 0;
         i++;
     }
     cJSON_Delete(j);

@@ -17,6 +17,7 @@ typedef struct ds_etcd ds_etcd_t;
 typedef struct {
     char *key;
     char *value;
+    int64_t mod_revision; /* etcd's revision of the key's last change */
 } ds_etcd_kv_t;
 
 /* endpoints: comma-separated host:port list. NULL with a message on bad input. */

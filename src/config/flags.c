@@ -85,9 +85,11 @@ static const flag_def_t flags[] = {
          "worker's loop runs, removed on a clean stop; empty = none"),
     INT(liveness_interval_s, 5, 1, 3600, "how often the liveness file is rewritten"),
     YSTR(health_check_path, "",
-         "file created once the worker has started; removed on a clean stop"),
+         "file holding 'health check success' once the worker has started (~/ = home); "
+         "removed on a clean stop; empty = none (dscli start fills it)"),
     YSTR(ready_check_path, "",
-         "file created once the worker accepts clients; removed on a clean stop"),
+         "file holding 'health check success' once the worker accepts clients (~/ = home); "
+         "removed on a clean stop; empty = none (dscli start fills it)"),
     STR(auth_token_file, "", "file holding the shared secret TCP clients and peers must prove"),
     STR(cluster_secret_file, "",
         "file holding the cluster secret peers prove to each other (one line; a second line "
@@ -584,7 +586,7 @@ static void put_json_str(FILE *f, const char *s)
     fputc('"', f);
 }
 
-int ds__flags_write_config(FILE *f)
+int ds__flags_write_config(FILE *f, const char *(*file_value)(const char *name))
 {
     fprintf(f, "{\n");
     bool first = true;
@@ -593,7 +595,8 @@ int ds__flags_write_config(FILE *f)
         fprintf(f, "%s    ", first ? "" : ",\n");
         put_json_str(f, flags[i].name);
         fprintf(f, ": {\n        \"value\": ");
-        put_json_str(f, flags[i].def);
+        const char *v = file_value ? file_value(flags[i].name) : NULL;
+        put_json_str(f, v ? v : flags[i].def);
         fprintf(f, ",\n        \"description\": ");
         put_json_str(f, flags[i].help);
         fprintf(f, "\n    }");

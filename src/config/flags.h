@@ -86,8 +86,11 @@ void ds__flags_usage(const char *prog);
 void ds__flags_warn_compat(const ds_worker_config_t *cfg);
 /* Writes the worker's own flags with their defaults as a configuration file
  * in Yuanrong's worker_config.json shape: {"flag": {"value": "...",
- * "description": "..."}, ...}. Returns 0, or -1 on a write error. */
-int ds__flags_write_config(FILE *f);
+ * "description": "..."}, ...}. file_value (may be NULL) gives the value a
+ * flag has in a configuration file where that differs from the flag's own
+ * default (NULL = the default), as Yuanrong's file has ./datasystem/...
+ * paths where its flags default to "". Returns 0, or -1 on a write error. */
+int ds__flags_write_config(FILE *f, const char *(*file_value)(const char *name));
 /* True when `name` (without "--") is a flag the worker accepts. */
 bool ds__flags_known(const char *name);
 

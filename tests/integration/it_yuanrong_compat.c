@@ -2,9 +2,9 @@
  * line of Yuanrong's KV-cache deployment guide serves clients and keeps its
  * liveness file the way Yuanrong's probe script checks it; `dscli
  * generate_config` then `dscli start -f` starts a worker that serves;
- * Yuanrong-only flags are accepted with one warning each, and a flag nobody
- * knows is still an error naming it. Workers started through dscli are
- * stopped with `dscli stop`, and by PID if a test fails before that. */
+ * Yuanrong-only flags and flags nobody knows yet are accepted with one
+ * warning each, and a value out of range is still an error naming the flag. Workers started through
+ * dscli are stopped with `dscli stop`, and by PID if a test fails before that. */
 #include "harness.h"
 
 #include "common/clock.h"
@@ -53,11 +53,13 @@ static int run_script(const char *env, const char *script, char *out, size_t cap
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
-/* dscli start prints "worker H:P started, pid N, ..." */
+/* dscli start prints Yuanrong's "[INFO] [  OK  ] Start worker service @ H:P
+ * success, PID: N". */
 static pid_t started_from(const char *out)
 {
-    const char *p = strstr(out, "started, pid ");
-    return p ? (pid_t)atoi(p + strlen("started, pid ")) : 0;
+    const char *p = strstr(out, "[  OK  ] Start worker service @ ");
+    p = p ? strstr(p, " success, PID: ") : NULL;
+    return p ? (pid_t)atoi(p + strlen(" success, PID: ")) : 0;
 }
 
 static void set_get(const char *host, int port, const char *key)
@@ -201,21 +203,44 @@ static void test_generate_config_then_start_f(void **state)
     free(s);
     cJSON_Delete(root);
 
-    snprintf(cmd, sizeof(cmd), "dscli start -f %s -t 20", path);
+    /* Yuanrong's three files, its probe and log paths under -d. */
+    char other[160];
+    snprintf(other, sizeof(other), "%s/cluster_config.json", tmpdir);
+    assert_int_equal(access(other, R_OK), 0);
+    snprintf(other, sizeof(other), "%s/coordinator_config.json", tmpdir);
+    assert_int_equal(access(other, R_OK), 0);
+    snprintf(cmd, sizeof(cmd), "dscli start -d %s/home -f %s -t 20", tmpdir, path);
     int rc = run_script("", cmd, out, sizeof(out));
     started_pid = started_from(out);
     assert_int_equal(rc, 0);
+    assert_true(started_pid > 0);
+    char line[128];
+    snprintf(line, sizeof(line), "[INFO] [  OK  ] Start worker service @ %s success, PID: %d\n",
+             addr, (int)started_pid);
+    assert_non_null(strstr(out, line));
+    char healthy[160], ready[160];
+    snprintf(healthy, sizeof(healthy), "%s/home/datasystem/probe/healthy", tmpdir);
+    snprintf(ready, sizeof(ready), "%s/home/datasystem/probe/ready", tmpdir);
+    assert_true(file_has(healthy, "health check success\n"));
+    assert_true(file_has(ready, "health check success\n"));
     set_get("127.0.0.1", port, "generated-config-1");
     snprintf(cmd, sizeof(cmd), "dscli status --worker_address %s", addr);
     assert_int_equal(run_script("", cmd, out, sizeof(out)), 0);
     assert_non_null(strstr(out, addr));
-    snprintf(cmd, sizeof(cmd), "grep -c 'arena_per_tenant is accepted' %s/uds/logs/worker-*-%d.log",
+    snprintf(cmd, sizeof(cmd),
+             "grep -c 'arena_per_tenant is accepted' %s/home/datasystem/logs/worker-*-%d.log",
              tmpdir, port);
     assert_int_equal(run_script("", cmd, out, sizeof(out)), 0);
     assert_int_equal(atoi(out), 1);
-    snprintf(cmd, sizeof(cmd), "dscli stop --worker_address %s", addr);
+    snprintf(cmd, sizeof(cmd), "dscli stop -f %s", path);
     assert_int_equal(run_script("", cmd, out, sizeof(out)), 0);
+    snprintf(line, sizeof(line), "[INFO] [  OK  ] Stop worker service @ %s normally, PID: %d\n",
+             addr, (int)started_pid);
+    assert_non_null(strstr(out, line));
     started_pid = 0;
+    /* A stopped worker never looks healthy or ready. */
+    assert_int_equal(access(healthy, F_OK), -1);
+    assert_int_equal(access(ready, F_OK), -1);
 }
 
 static void test_compat_flags_warn_once(void **state)
@@ -228,7 +253,7 @@ static void test_compat_flags_warn_once(void **state)
              "--enable_huge_tlb true --arena_per_tenant=1 --arena_per_tenant 2 --enable_thp "
              "--ipc_through_shared_memory=false --urma_failover_success_rate_ratio 0.9 "
              "--eviction_high_watermark_ratio 0.9 "
-             "--minloglevel 0 --v=1 --log_dir %s",
+             "--minloglevel 0 --v=1 --zmq_server_io_context 4 -ub_numa_rr=true --log_dir %s",
              logdir);
     assert_int_equal(dst_worker_start(&w, 8, extra), 0);
     ds_client_t *c = dst_connect(&w, DS_TRANSPORT_AUTO);
@@ -242,6 +267,9 @@ static void test_compat_flags_warn_once(void **state)
                                         "Yuanrong Datasystem and has no effect here"),
                      1);
     assert_int_equal(count_in_file(log, "--enable_huge_tlb is accepted"), 1);
+    /* Flags nobody knows yet (a newer Yuanrong's): a warning naming each. */
+    assert_int_equal(count_in_file(log, "unknown flag '--zmq_server_io_context' ignored"), 1);
+    assert_int_equal(count_in_file(log, "unknown flag '--ub_numa_rr' ignored"), 1);
     assert_int_equal(count_in_file(log, "--enable_thp is accepted"), 1);
     assert_int_equal(count_in_file(log, "--urma_failover_success_rate_ratio is accepted"), 1);
     /* Implemented flags draw no warning; --v 1 turned debug lines on. */
@@ -256,7 +284,8 @@ static void test_bad_flags_are_errors(void **state)
     char out[4096], bin[512], cmd[1024];
     dst_build_path("src/worker/datasystem_worker", bin, sizeof(bin));
     const char *cases[][2] = {
-        {"--no_such_flag 1", "unknown flag '--no_such_flag'"},
+        {"--shared_memory_size_mb 0", "--shared_memory_size_mb: 0 is outside"},
+        {"-minloglevel=9", "--minloglevel: 9 is outside 0..3"},
         {"--enable_huge_tlb=maybe", "--enable_huge_tlb: 'maybe' is not true or false"},
         {"--arena_per_tenant lots", "--arena_per_tenant: 'lots' is not an integer"},
         {"--minloglevel 7", "--minloglevel: 7 is outside 0..3"},

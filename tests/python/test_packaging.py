@@ -128,7 +128,7 @@ def test_clean_clone_venv_install_dscli_set_get():
         # (ds_ucx_check) beside it, or refuses to start.
         p = _run(["dscli", "start", "-w", "--worker_address", addr, "--enable_rdma", "true"],
                  cwd=tmp, env=run_env, timeout=60)
-        m = re.search(r"started, pid (\d+)", p.stdout)
+        m = re.search(r"\[  OK  \] Start worker service @ \S+ success, PID: (\d+)", p.stdout)
         assert m, p.stdout
         pid = int(m.group(1))
         assert _alive(pid)

@@ -40,9 +40,9 @@ static void test_spec_start_line(void **state)
                            "10.0.0.5:31501", "--etcd_address", "10.0.0.9:2379",
                            "--shared_memory_size_mb", "20480", NULL),
                      0);
-    assert_true(cli_given(c, &a, "worker"));
+    assert_true(cli_given(c, &a, "worker_args"));
     assert_string_equal(cli_value(c, &a, "worker_address"), "10.0.0.5:31501");
-    assert_string_equal(cli_value(c, &a, "timeout"), "30");
+    assert_string_equal(cli_value(c, &a, "timeout"), "90"); /* Yuanrong's default */
     /* Everything but -w reaches the worker, in order. */
     const char *want[] = {"--worker_address", "10.0.0.5:31501",          "--etcd_address",
                           "10.0.0.9:2379",    "--shared_memory_size_mb", "20480"};
@@ -60,9 +60,64 @@ static void test_spec_stop_line(void **state)
     assert_int_equal(
         parse("stop", &a, err, sizeof(err), "--worker_address", "10.0.0.5:31501", NULL), 0);
     assert_string_equal(cli_value(c, &a, "worker_address"), "10.0.0.5:31501");
-    assert_string_equal(cli_value(c, &a, "timeout"), "30");
+    /* No default: stop computes Yuanrong's 180 s + arena / migration rate. */
+    assert_null(cli_value(c, &a, "timeout"));
     assert_null(cli_value(c, &a, "unix_socket_dir"));
     assert_int_equal(a.nfwd, 0);
+    /* Yuanrong's short forms: -w ADDR and -f FILE. */
+    assert_int_equal(parse("stop", &a, err, sizeof(err), "-w", "10.0.0.6:31501", NULL), 0);
+    assert_string_equal(cli_value(c, &a, "worker_address"), "10.0.0.6:31501");
+    assert_int_equal(parse("stop", &a, err, sizeof(err), "-f", "/x/worker_config.json", NULL), 0);
+    assert_string_equal(cli_value(c, &a, "config_path"), "/x/worker_config.json");
+    assert_null(cli_value(c, &a, "worker_address"));
+}
+
+/* --worker_args is a marker, never a flag that takes the next argument as
+ * its value; gflags forms reach the worker as written. */
+static void test_worker_args_and_gflags(void **state)
+{
+    (void)state;
+    cli_args_t a;
+    char err[256];
+    const cli_cmd_t *c = cli_find_command("start");
+    assert_int_equal(parse("start", &a, err, sizeof(err), "-t", "5", "--worker_args",
+                           "--worker_address", "127.0.0.1:1", "-etcd_address=127.0.0.1:2",
+                           "-node_timeout_s", "7", "--noenable_rdma", "--enable_lru", "--v", "-1",
+                           "-log_dir=/tmp/l", NULL),
+                     0);
+    assert_string_equal(cli_value(c, &a, "worker_address"), "127.0.0.1:1");
+    assert_string_equal(cli_value(c, &a, "etcd_address"), "127.0.0.1:2");
+    assert_string_equal(cli_value(c, &a, "log_dir"), "/tmp/l");
+    const char *want[] = {"--worker_address", "127.0.0.1:1", "-etcd_address=127.0.0.1:2",
+                          "-node_timeout_s",  "7",           "--noenable_rdma",
+                          "--enable_lru",     "--v",         "-1",
+                          "-log_dir=/tmp/l"};
+    assert_int_equal(a.nfwd, 10);
+    for (int i = 0; i < 10; i++)
+        assert_string_equal(a.fwd[i], want[i]);
+    assert_string_equal(cli_fwd_value(&a, "node_timeout_s"), "7");
+    assert_string_equal(cli_fwd_value(&a, "etcd_address"), "127.0.0.1:2");
+    assert_string_equal(cli_fwd_value(&a, "v"), "-1");
+    assert_null(cli_fwd_value(&a, "health_check_path"));
+    assert_null(cli_fwd_value(&a, "enable"));
+}
+
+static void test_query_route_keys(void **state)
+{
+    (void)state;
+    cli_args_t a;
+    char err[256];
+    const cli_cmd_t *c = cli_find_command("query route");
+    assert_int_equal(parse("query route", &a, err, sizeof(err), "--etcd_address", "127.0.0.1:2379",
+                           "--keys", "k1", "k2", "k1", "--cluster_name", "x", NULL),
+                     0);
+    assert_int_equal(a.nmulti, 3);
+    assert_string_equal(a.multi[0], "k1");
+    assert_string_equal(a.multi[1], "k2");
+    assert_string_equal(a.multi[2], "k1");
+    assert_string_equal(cli_value(c, &a, "cluster_name"), "x");
+    assert_int_equal(parse("query route", &a, err, sizeof(err), "--keys", NULL), -1);
+    assert_non_null(strstr(err, "--keys needs at least one value"));
 }
 
 static void test_start_passthrough_and_local_flags(void **state)
@@ -104,8 +159,11 @@ static void test_errors(void **state)
     assert_non_null(strstr(err, "unexpected argument 'extra'"));
     assert_int_equal(parse("start", &a, err, sizeof(err), "--worker=1", NULL), -1);
     assert_non_null(strstr(err, "takes no value"));
-    assert_int_equal(parse("start", &a, err, sizeof(err), "--node_timeout_s", NULL), -1);
-    assert_non_null(strstr(err, "needs a value"));
+    /* A worker flag without a value may be a boolean: the worker judges it. */
+    assert_int_equal(parse("start", &a, err, sizeof(err), "--node_timeout_s", NULL), 0);
+    assert_int_equal(a.nfwd, 1);
+    assert_int_equal(parse("stop", &a, err, sizeof(err), "-bogus=1", NULL), -1);
+    assert_non_null(strstr(err, "unknown flag '-bogus'"));
     assert_int_equal(parse("start", &a, err, sizeof(err), "--worker_address=", NULL), -1);
     assert_int_equal(parse("stop", &a, err, sizeof(err), "--worker_address", "h:1", "--help", NULL),
                      1);
@@ -230,6 +288,8 @@ int main(void)
         cmocka_unit_test(test_spec_start_line),
         cmocka_unit_test(test_spec_stop_line),
         cmocka_unit_test(test_start_passthrough_and_local_flags),
+        cmocka_unit_test(test_worker_args_and_gflags),
+        cmocka_unit_test(test_query_route_keys),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_seconds),
         cmocka_unit_test(test_find_worker),

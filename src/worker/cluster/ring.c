@@ -107,3 +107,14 @@ int ds__ring_has(const ds_ring_t *r, const char *addr)
         if (strcmp(r->members[i], addr) == 0) return 1;
     return 0;
 }
+
+size_t ds__ring_npoints(const ds_ring_t *r)
+{
+    return r ? r->ntokens : 0;
+}
+
+uint32_t ds__ring_point(const ds_ring_t *r, size_t i, const char **owner)
+{
+    *owner = r->members[r->tokens[i].member];
+    return r->tokens[i].hash;
+}

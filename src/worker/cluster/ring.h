@@ -20,6 +20,9 @@ void ds__ring_free(ds_ring_t *r);
 const char *ds__ring_owner(const ds_ring_t *r, const char *key, size_t len);
 size_t ds__ring_size(const ds_ring_t *r);
 const char *ds__ring_member(const ds_ring_t *r, size_t i);
+/* The ring's points in ascending hash order: point i's hash and owner. */
+size_t ds__ring_npoints(const ds_ring_t *r);
+uint32_t ds__ring_point(const ds_ring_t *r, size_t i, const char **owner);
 /* True when addr is a member. */
 int ds__ring_has(const ds_ring_t *r, const char *addr);
 

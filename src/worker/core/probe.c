@@ -1,9 +1,15 @@
 /* Probe files for orchestrators, as Yuanrong Datasystem's deployments use
- * them: --health_check_path and --ready_check_path are created once the
- * worker serves; --liveness_check_path holds "liveness check success" and is
- * rewritten every --liveness_interval_s by the event loop, so its mtime says
- * the loop is alive (Yuanrong's liveness probe script checks both the text
- * and that the mtime is recent). A clean stop removes all three, so a stopped
+ * them: --health_check_path and --ready_check_path hold "health check
+ * success" (the text Yuanrong's harness and Helm probe scripts grep for) and
+ * are created once the worker serves; --liveness_check_path holds "liveness
+ * check success" and is rewritten every --liveness_interval_s by the event
+ * loop, so its mtime says the loop is alive (Yuanrong's liveness probe script
+ * checks both the text and that the mtime is recent).
+ *
+ * As in Yuanrong: an empty flag writes no file; a leading "~/" is the user's
+ * home directory; missing directories are created with mode 0700 and the
+ * files are mode 0600; a file left by an earlier run is removed before the
+ * worker starts serving, and a clean stop removes all three, so a stopped
  * worker never looks healthy. Files are written to a temporary name and
  * renamed, so a probe never reads a half-written file. */
 #include "worker/core/server.h"
@@ -15,11 +21,13 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #define LIVENESS_TEXT "liveness check success\n"
+#define HEALTH_TEXT "health check success\n"
 
 /* Creates the parent directories of path. */
 static int make_parent(const char *path)
@@ -29,7 +37,28 @@ static int make_parent(const char *path)
     char *slash = strrchr(dir, '/');
     if (slash == NULL || slash == dir) return 0;
     *slash = '\0';
-    return ds__mkdirs(dir);
+    struct stat st;
+    if (stat(dir, &st) == 0) return 0;
+    if (ds__mkdirs(dir) != 0) return -1;
+    return chmod(dir, 0700);
+}
+
+/* "~/x" becomes "$HOME/x" in place (Yuanrong's NormalizePathWithUserHomeDir). */
+static int expand_home(char *path, size_t cap)
+{
+    if (strncmp(path, "~/", 2) != 0) return 0;
+    const char *home = getenv("HOME");
+    if (home == NULL || home[0] == '\0') {
+        errno = ENOENT;
+        return -1;
+    }
+    char tmp[PATH_MAX];
+    if ((size_t)snprintf(tmp, sizeof(tmp), "%s/%s", home, path + 2) >= cap) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    snprintf(path, cap, "%s", tmp);
+    return 0;
 }
 
 static int write_file(const char *path, const char *text)
@@ -43,7 +72,7 @@ static int write_file(const char *path, const char *text)
      * must not block the event loop (O_NONBLOCK: ENXIO with no reader), a
      * symbolic link must not redirect the write, and only a regular file is
      * written. */
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600);
     if (fd < 0) return -1;
     struct stat st;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
@@ -63,14 +92,26 @@ static int write_file(const char *path, const char *text)
 
 int ds__probe_start(ds_server_t *srv, char *err, size_t err_cap)
 {
-    const ds_worker_config_t *c = &srv->cfg;
-    const char *paths[] = {c->health_check_path, c->ready_check_path, c->liveness_check_path};
+    ds_worker_config_t *c = &srv->cfg;
+    char *paths[] = {c->health_check_path, c->ready_check_path, c->liveness_check_path};
+    const size_t caps[] = {sizeof(c->health_check_path), sizeof(c->ready_check_path),
+                           sizeof(c->liveness_check_path)};
     const char *names[] = {"health_check_path", "ready_check_path", "liveness_check_path"};
-    char text[320];
-    snprintf(text, sizeof(text), "worker %s:%d pid %d\n", srv->host, srv->port, (int)getpid());
     for (int i = 0; i < 3; i++) {
         if (paths[i][0] == '\0') continue;
-        if (make_parent(paths[i]) != 0 || write_file(paths[i], i == 2 ? LIVENESS_TEXT : text)) {
+        if (expand_home(paths[i], caps[i]) != 0) {
+            snprintf(err, err_cap, "--%s: cannot resolve %s: %s", names[i], paths[i],
+                     strerror(errno));
+            return -1;
+        }
+        /* A file an earlier run left must not say this one is up. */
+        if (unlink(paths[i]) != 0 && errno != ENOENT)
+            DS_LOG_WARN("cannot remove the old probe file %s: %s", paths[i], strerror(errno));
+    }
+    for (int i = 0; i < 3; i++) {
+        if (paths[i][0] == '\0') continue;
+        if (make_parent(paths[i]) != 0 ||
+            write_file(paths[i], i == 2 ? LIVENESS_TEXT : HEALTH_TEXT)) {
             snprintf(err, err_cap, "--%s: cannot write %s: %s", names[i], paths[i],
                      strerror(errno));
             return -1;
