@@ -179,7 +179,7 @@ static void test_write_config(void **state)
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
     assert_non_null(f);
-    assert_int_equal(ds__flags_write_config(f), 0);
+    assert_int_equal(ds__flags_write_config(f, NULL), 0);
     fclose(f);
     cJSON *root = cJSON_Parse(buf);
     assert_non_null(root);
