@@ -79,7 +79,8 @@ struct ds_job {
     bool waits;        /* a LOCATE that may wait at the owner */
     bool connect_only; /* peer_link.c: connect and HELLO, hand back conn_fd */
     int conn_fd;
-    uint64_t link_req; /* on a link: the request id and when it is overdue */
+    struct ds_tls *conn_tls; /* its TLS session (--enable_tls), else NULL */
+    uint64_t link_req;       /* on a link: the request id and when it is overdue */
     uint64_t deadline;
     /* result */
     int transport_failed;

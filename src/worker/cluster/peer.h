@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <sys/uio.h>
 
+#include "common/tls.h"
 #include "common/wire.h"
 
 typedef struct ds_peers ds_peers_t;
@@ -23,7 +24,9 @@ typedef struct {
     char err[256];
 } ds_peer_resp_t;
 
-ds_peers_t *ds__peers_new(const char *token);
+/* tls: the client side of --enable_tls (the peers' certificates must chain
+ * to its CA; it presents this worker's), or NULL for plain TCP. */
+ds_peers_t *ds__peers_new(const char *token, ds_tls_ctx_t *tls);
 void ds__peers_free(ds_peers_t *p);
 /* Closes every pooled connection to addr (the peer died or left). */
 void ds__peers_forget(ds_peers_t *p, const char *addr);
@@ -38,8 +41,9 @@ int ds__peer_request(ds_pconn_t *c, uint16_t op, const ds_wbuf_t *meta, const st
 /* Reads n bytes of the response's data section into dst (NULL = discard). */
 int ds__peer_read(ds_pconn_t *c, ds_peer_resp_t *resp, void *dst, uint64_t n, uint64_t deadline_ms);
 void ds__peer_resp_free(ds_peer_resp_t *resp);
-/* Takes the connected socket out of c (freeing c) for the caller to own. */
-int ds__peer_detach(ds_pconn_t *c);
+/* Takes the connected socket and its TLS session (NULL without TLS) out of
+ * c (freeing c) for the caller to own. */
+int ds__peer_detach(ds_pconn_t *c, ds_tls_t **tls);
 /* Back to the pool when ok (and the response fully read), else closed. */
 void ds__peer_release(ds_peers_t *p, ds_pconn_t *c, bool ok);
 

@@ -60,6 +60,7 @@ typedef struct {
     uint64_t lane_parts;    /* moves of the loop off a lane client's CPU (DS_LANE_PART_NS) */
     uint64_t lane_wakes;    /* lane answers whose client slept: woken with a futex wake */
     uint64_t conns_accepted, conns_rejected, protocol_errors, auth_failures, accept_errors;
+    uint64_t tls_failures; /* TCP connections refused in or before the TLS handshake */
 } ds_net_counters_t;
 
 /* What HELLO tells a client about this worker. */
@@ -104,6 +105,8 @@ struct ds_net {
     uint64_t max_data;
     uint32_t max_clients;
     char auth_token[256]; /* empty = none */
+    /* --enable_tls: every TCP connection is TLS (conn_tls.c); NULL = plain */
+    struct ds_tls_ctx *tls;
     ds_hello_info_t hello;
 
     ds_listener_t tcp, unix_;

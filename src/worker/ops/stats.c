@@ -60,6 +60,7 @@ char *ds__server_stats_json(ds_server_t *srv)
     cJSON_AddNumberToObject(cl, "rejected", (double)srv->net.ctr.conns_rejected);
     cJSON_AddNumberToObject(cl, "protocol_errors", (double)srv->net.ctr.protocol_errors);
     cJSON_AddNumberToObject(cl, "auth_failures", (double)srv->net.ctr.auth_failures);
+    cJSON_AddNumberToObject(cl, "tls_failures", (double)srv->net.ctr.tls_failures);
     cJSON_AddNumberToObject(root, "subscriptions_waiting", srv->subs.count);
     cJSON *ops = cJSON_AddObjectToObject(root, "operations");
     cJSON *errs = cJSON_AddObjectToObject(root, "errors");
