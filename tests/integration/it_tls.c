@@ -10,6 +10,7 @@
 
 #include "common/net.h"
 
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -137,6 +138,60 @@ static void test_set_get_over_tls(void **state)
     assert_int_equal(ds_kv_get(c, "tls-local", 0, &lv, &len), DS_K_OK);
     assert_true(dst_check(lv, len, 6));
     ds_free(lv);
+    ds_client_close(c);
+}
+
+typedef struct {
+    ds_client_t *c;
+    int id;
+    int failures;
+} worker_arg_t;
+
+/* One thread's mix of sizes on the shared TLS client: small answers on the
+ * loop's direct writes and large ones from the bulk sender, while the loop
+ * reads other requests of the same sessions. */
+static void *mixed(void *p)
+{
+    worker_arg_t *a = p;
+    static const size_t sizes[] = {100, 5000, 70000, 1u << 20, (3u << 20) + 5};
+    for (int i = 0; i < 20; i++) {
+        size_t size = sizes[(i + a->id) % 5];
+        char key[48];
+        snprintf(key, sizeof(key), "tls-mix-%d-%d", a->id, i);
+        uint64_t seed = (uint64_t)a->id * 1000 + (uint64_t)i;
+        void *v = NULL;
+        size_t len = 0;
+        if (dst_set_filled(a->c, key, size, seed) != DS_K_OK ||
+            ds_kv_get(a->c, key, 0, &v, &len) != DS_K_OK || len != size || !dst_check(v, len, seed))
+            a->failures++;
+        ds_free(v);
+    }
+    return NULL;
+}
+
+static void test_concurrent_over_tls(void **state)
+{
+    (void)state;
+    ds_client_t *c = NULL;
+    assert_int_equal(tls_connect(&W, 1, certp("ca.pem"), NULL, NULL, &c), DS_K_OK);
+    assert_int_equal(dst_set_filled(c, "tls-mix-big", 64u << 20, 77), DS_K_OK);
+    pthread_t th[4];
+    worker_arg_t args[4];
+    for (int i = 0; i < 4; i++) {
+        args[i] = (worker_arg_t){.c = c, .id = i};
+        assert_int_equal(pthread_create(&th[i], NULL, mixed, &args[i]), 0);
+    }
+    /* A 64 MiB answer from the bulk sender meanwhile. */
+    void *v = NULL;
+    size_t len = 0;
+    assert_int_equal(ds_kv_get(c, "tls-mix-big", 0, &v, &len), DS_K_OK);
+    assert_int_equal(len, 64u << 20);
+    assert_true(dst_check(v, len, 77));
+    ds_free(v);
+    for (int i = 0; i < 4; i++) {
+        pthread_join(th[i], NULL);
+        assert_int_equal(args[i].failures, 0);
+    }
     ds_client_close(c);
 }
 
@@ -271,8 +326,11 @@ static void test_flags_checked(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_set_get_over_tls), cmocka_unit_test(test_plain_client_refused),
-        cmocka_unit_test(test_wrong_ca_refused), cmocka_unit_test(test_client_certificate_required),
+        cmocka_unit_test(test_set_get_over_tls),
+        cmocka_unit_test(test_concurrent_over_tls),
+        cmocka_unit_test(test_plain_client_refused),
+        cmocka_unit_test(test_wrong_ca_refused),
+        cmocka_unit_test(test_client_certificate_required),
         cmocka_unit_test(test_flags_checked),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -647,21 +647,19 @@ static void read_input(ds_conn_t *c)
     for (;;) {
         consume(c);
         if (c->state == CONN_CLOSED || c->state == CONN_PARKED || c->close_after_write) break;
-        /* A TLS session may hold what the socket no longer shows. */
-        bool held = ds__conn_tls_pending(c);
-        if ((budget == 0 && !held) || c->out_bytes >= DS_OUT_HIGH) break;
+        /* What a TLS session still holds when the budget ends is read after
+         * the current event (update_interest puts it on the ready list). */
+        if (budget == 0 || c->out_bytes >= DS_OUT_HIGH) break;
         ssize_t r;
         uint64_t want = 0;
         uint8_t *dst = c->state == CONN_READ_DATA ? data_dest(c, &want) : NULL;
         /* Big remaining values are received straight into the arena. */
         if (dst && want >= DS_RBUF) {
-            /* Past the budget only what a TLS session holds: a record. */
-            uint64_t cap = budget ? budget : DS_RBUF;
-            if (want > cap) want = cap;
+            if (want > budget) want = budget;
             r = ds__conn_recv(c, dst, want);
             if (r > 0) data_advance(c, (uint64_t)r);
         } else {
-            if (small == 0 && !held) break;
+            if (small == 0) break;
             f->rpos = f->rlen = 0;
             r = ds__conn_recv(c, f->rbuf, DS_RBUF_CAP);
             if (r > 0) {
