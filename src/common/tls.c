@@ -28,10 +28,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 
 #define DS_TLS_STAGE (16u << 10)
 #define DS_TLS_READ_BUF (64u << 10)
 #define DS_TLS_READ_BUF_CLIENT (256u << 10)
+#define DS_TLS_SLICE_MS 100
 
 struct ds_tls_ctx {
     SSL_CTX *ssl;
@@ -268,6 +270,14 @@ ds_tls_t *ds__tls_new(ds_tls_ctx_t *ctx, int fd, char *err, size_t err_cap)
         free(t);
         return NULL;
     }
+    /* On a blocking socket OpenSSL's reads and writes block in the kernel:
+     * slices of DS_TLS_SLICE_MS make them come back (EAGAIN, then
+     * WANT_READ / WANT_WRITE), so the callers' loops see their deadlines,
+     * the handshake's included. A caller may set its own receive timeout
+     * later (the client does). Non-blocking sockets ignore both. */
+    struct timeval tv = {.tv_sec = 0, .tv_usec = DS_TLS_SLICE_MS * 1000};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
     BIO_set_data(b, (void *)(intptr_t)fd);
     SSL_set_bio(t->ssl, b, b);
     if (ctx->server)

@@ -8,6 +8,7 @@
  * of the CA, and the worker refuses to start with flags that do not fit. */
 #include "harness.h"
 
+#include "common/clock.h"
 #include "common/net.h"
 
 #include <pthread.h>
@@ -248,6 +249,36 @@ static void test_wrong_ca_refused(void **state)
     dst_worker_stop(&p);
 }
 
+/* A TCP listener that never answers: the handshake gives up by the connect
+ * timeout instead of blocking in OpenSSL's read. */
+static void test_silent_server_times_out(void **state)
+{
+    (void)state;
+    char err[256];
+    int port = ds__free_tcp_port(NULL);
+    int lfd = ds__tcp_listen("127.0.0.1", port, err, sizeof(err));
+    assert_true(lfd >= 0);
+    dst_worker_t fake = {.port = port};
+    snprintf(fake.host, sizeof(fake.host), "127.0.0.1");
+    ds_client_options_t o;
+    ds_client_options_init(&o);
+    o.host = fake.host;
+    o.port = port;
+    o.transport = DS_TRANSPORT_TCP;
+    o.connect_timeout_ms = 500;
+    o.enable_tls = 1;
+    o.tls_ca = certp("ca.pem");
+    ds_client_t *c = NULL;
+    uint64_t t0 = ds__now_ms();
+    assert_int_not_equal(ds_client_connect(&o, &c), DS_K_OK);
+    uint64_t took = ds__now_ms() - t0;
+    printf("# silent server: %s (after %llu ms)\n", ds_last_error(), (unsigned long long)took);
+    assert_null(c);
+    assert_non_null(strstr(ds_last_error(), "timed out"));
+    assert_true(took < 5000);
+    close(lfd);
+}
+
 static void test_client_certificate_required(void **state)
 {
     (void)state;
@@ -330,6 +361,7 @@ int main(void)
         cmocka_unit_test(test_concurrent_over_tls),
         cmocka_unit_test(test_plain_client_refused),
         cmocka_unit_test(test_wrong_ca_refused),
+        cmocka_unit_test(test_silent_server_times_out),
         cmocka_unit_test(test_client_certificate_required),
         cmocka_unit_test(test_flags_checked),
     };
