@@ -110,6 +110,19 @@ typedef struct {
      * fall-back. -1: off. 0 = $DS_CLIENT_UCX (1 or 0), or off. Local sessions
      * read the arena in place either way. */
     int enable_ucx;
+    /* TLS over TCP, for a worker started with --enable_tls (OpenSSL; TLS
+     * 1.2 or later). 1: on, -1: off, 0 = $DATASYSTEM_ENABLE_TLS (1/true or
+     * 0/false), else off. With it, the worker's certificate must chain to
+     * tls_ca (NULL = $DATASYSTEM_TLS_CA, else the system's CAs); host names
+     * are not checked. tls_cert and tls_key (NULL = $DATASYSTEM_TLS_CERT,
+     * $DATASYSTEM_TLS_KEY) are this client's certificate and key, for a
+     * worker with --tls_verify_client. Sessions over the worker's Unix
+     * socket (a local worker) do not use TLS. Cannot be combined with
+     * enable_ucx (UCX moves values unencrypted). */
+    int enable_tls;
+    const char *tls_ca;
+    const char *tls_cert;
+    const char *tls_key;
 } ds_client_options_t;
 
 typedef struct ds_client ds_client_t;

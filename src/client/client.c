@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -354,7 +355,7 @@ static ds_status_t new_session_dial(ds_client_t *c, int *fd, ds_hello_t *h)
                      h->unix_socket);
         } else {
             /* The TCP session ends with its only connection. */
-            close(*fd);
+            ds__dial_close(*fd, h);
             *fd = ufd;
             *h = uh;
             c->use_unix = true;
@@ -369,7 +370,7 @@ static ds_status_t new_session_dial(ds_client_t *c, int *fd, ds_hello_t *h)
         if (st == DS_K_OK && uh.arena_fd >= 0) close(uh.arena_fd);
     }
     if (c->require_local) {
-        close(*fd);
+        ds__dial_close(*fd, h);
         *fd = -1;
         if (conv_st != DS_K_OK)
             return ds__set_error(conv_st, "%s (and the socket the worker names: %s)", conv_err,
@@ -437,7 +438,7 @@ static ds_status_t open_conn(ds_client_t *c, ds_conn_t **out)
                 DS_LOG_INFO("client: the worker at %s restarted (worker id %s, was %s); "
                             "starting a new session",
                             c->addr, h.worker_id, s->worker_id);
-            close(fd);
+            ds__dial_close(fd, &h);
             if (h.arena_fd >= 0) close(h.arena_fd);
             detach(c, s);
             ds__sess_unref(s);
@@ -447,7 +448,7 @@ static ds_status_t open_conn(ds_client_t *c, ds_conn_t **out)
         }
         if (s == NULL) {
             if (c->require_local && h.arena_fd < 0) {
-                close(fd);
+                ds__dial_close(fd, &h);
                 st = ds__set_error(DS_K_NOT_SUPPORTED,
                                    "the worker at %s did not share its memory arena", c->addr);
                 break;
@@ -455,13 +456,13 @@ static ds_status_t open_conn(ds_client_t *c, ds_conn_t **out)
             st = sess_new(&h, &fd, &s);
             if (h.arena_fd >= 0) close(h.arena_fd);
             if (st != DS_K_OK) {
-                if (fd >= 0) close(fd);
+                if (fd >= 0) ds__dial_close(fd, &h);
                 break;
             }
             pthread_mutex_lock(&c->mu);
             if (atomic_load(&c->closed)) {
                 pthread_mutex_unlock(&c->mu);
-                if (fd >= 0) close(fd);
+                if (fd >= 0) ds__dial_close(fd, &h);
                 ds__sess_unref(s);
                 st = ds__set_error(DS_K_INVALID, "the client is closed");
                 break;
@@ -478,7 +479,7 @@ static ds_status_t open_conn(ds_client_t *c, ds_conn_t **out)
                 if (st == DS_K_OK && h.arena_fd >= 0) close(h.arena_fd);
                 if (st == DS_K_OK &&
                     (h.session != s->id || strcmp(h.worker_id, s->worker_id) != 0)) {
-                    close(fd);
+                    ds__dial_close(fd, &h);
                     st = ds__set_error(DS_K_RUNTIME_ERROR,
                                        "the worker at %s did not let a connection join its "
                                        "session",
@@ -492,11 +493,11 @@ static ds_status_t open_conn(ds_client_t *c, ds_conn_t **out)
         } else if (h.arena_fd >= 0) {
             close(h.arena_fd);
         }
-        ds_conn_t *conn = ds__conn_new(fd, s, c->addr);
+        ds_conn_t *conn = ds__conn_new(fd, h.tls, s, c->addr);
         if (conn) ds__spin_init(&conn->spin, (uint64_t)c->busy_poll_us * 1000u);
         ds__sess_unref(s);
         if (conn == NULL) {
-            close(fd);
+            ds__dial_close(fd, &h);
             st = ds__set_error(DS_K_OUT_OF_MEMORY, "out of memory opening a connection");
             break;
         }
@@ -590,8 +591,9 @@ static ds_mux_t *mux_open(ds_client_t *c, ds_sess_t *s)
     }
     if (h.arena_fd >= 0) close(h.arena_fd);
     ds_mux_t *m = NULL;
-    if (h.session == s->id && strcmp(h.worker_id, s->worker_id) == 0) m = ds__mux_new(fd, s);
-    if (m == NULL) close(fd);
+    if (h.tls == NULL && h.session == s->id && strcmp(h.worker_id, s->worker_id) == 0)
+        m = ds__mux_new(fd, s);
+    if (m == NULL) ds__dial_close(fd, &h);
     return m;
 }
 
@@ -638,7 +640,7 @@ static ds_conn_t *mux_conn_locked(ds_client_t *c, ds_sess_t *s, uint64_t deadlin
         v->next = NULL;
         return v;
     }
-    if ((v = ds__conn_new(-1, s, c->addr)) == NULL) return NULL;
+    if ((v = ds__conn_new(-1, NULL, s, c->addr)) == NULL) return NULL;
     v->mw.conn = v;
     v->mux = c->mux;
     ds__mux_ref(v->mux);
@@ -731,6 +733,48 @@ void ds__client_put(ds_client_t *c, ds_conn_t *conn)
     ds__sess_unref(s);
 }
 
+/* An option's string, else the environment's; NULL when neither says. */
+static const char *opt_or_env(const char *opt, const char *name)
+{
+    if (opt && opt[0]) return opt;
+    const char *env = getenv(name);
+    return env && env[0] ? env : NULL;
+}
+
+/* enable_tls and the files it names: the TLS context for TCP connections,
+ * or *out NULL when TLS is off. */
+static ds_status_t tls_setup(const ds_client_options_t *opts, bool ucx, ds_tls_ctx_t **out)
+{
+    *out = NULL;
+    int on = opts->enable_tls;
+    if (on < -1 || on > 1)
+        return ds__set_error(DS_K_INVALID,
+                             "enable_tls %d is not -1 (off), 0 ($DATASYSTEM_ENABLE_TLS) or 1", on);
+    const char *env = getenv("DATASYSTEM_ENABLE_TLS");
+    if (on == 0 && env && *env) {
+        if (strcmp(env, "1") == 0 || strcasecmp(env, "true") == 0)
+            on = 1;
+        else if (strcmp(env, "0") == 0 || strcasecmp(env, "false") == 0)
+            on = -1;
+        else
+            return ds__set_error(DS_K_INVALID,
+                                 "DATASYSTEM_ENABLE_TLS='%.32s' is not 1, true, 0 or false", env);
+    }
+    if (on != 1) return DS_K_OK;
+    if (ucx)
+        return ds__set_error(DS_K_INVALID,
+                             "enable_tls cannot be combined with enable_ucx: UCX moves values "
+                             "unencrypted, outside the TLS connection");
+    ds_tls_conf_t tc = {.server = false,
+                        .ca = opt_or_env(opts->tls_ca, "DATASYSTEM_TLS_CA"),
+                        .cert = opt_or_env(opts->tls_cert, "DATASYSTEM_TLS_CERT"),
+                        .key = opt_or_env(opts->tls_key, "DATASYSTEM_TLS_KEY")};
+    char err[700];
+    *out = ds__tls_ctx_new(&tc, err, sizeof(err));
+    if (*out == NULL) return ds__set_error(DS_K_INVALID, "%s", err);
+    return DS_K_OK;
+}
+
 ds_status_t ds_client_connect(const ds_client_options_t *opts, ds_client_t **out)
 {
     ds__clear_error();
@@ -772,14 +816,22 @@ ds_status_t ds_client_connect(const ds_client_options_t *opts, ds_client_t **out
         use_ucx = env[0] == '1';
     }
 
+    ds_tls_ctx_t *tls = NULL;
+    ds_status_t tst = tls_setup(opts, use_ucx == 1, &tls);
+    if (tst != DS_K_OK) return tst;
+
     env = getenv("DS_CLIENT_MUX");
     if (env && *env && strcmp(env, "1") != 0 && strcmp(env, "0") != 0)
         return ds__set_error(DS_K_INVALID, "DS_CLIENT_MUX='%.32s' is not 1 or 0", env);
     bool mux_off = env && env[0] == '0';
 
     ds_client_t *c = calloc(1, sizeof(*c));
-    if (c == NULL) return ds__set_error(DS_K_OUT_OF_MEMORY, "out of memory creating a client");
-    c->mux_off = mux_off;
+    if (c == NULL) {
+        ds__tls_ctx_free(tls);
+        return ds__set_error(DS_K_OUT_OF_MEMORY, "out of memory creating a client");
+    }
+    c->tls = tls;
+    c->mux_off = mux_off || tls != NULL;
     snprintf(c->host, sizeof(c->host), "%s", opts->host);
     c->port = opts->port;
     snprintf(c->addr, sizeof(c->addr), "%s:%d", c->host, c->port);
@@ -789,6 +841,7 @@ ds_status_t ds_client_connect(const ds_client_options_t *opts, ds_client_t **out
         opts->request_timeout_ms ? opts->request_timeout_ms : DS_CLIENT_DEFAULT_REQUEST_MS;
     c->busy_poll_us = (uint32_t)poll_us;
     if (opts->token && (c->token = strdup(opts->token)) == NULL) {
+        ds__tls_ctx_free(tls);
         free(c);
         return ds__set_error(DS_K_OUT_OF_MEMORY, "out of memory creating a client");
     }
@@ -831,6 +884,7 @@ static void client_unref(ds_client_t *c)
     pthread_mutex_destroy(&c->mu);
     pthread_mutex_destroy(&c->open_mu);
     ds__cucx_free(c->ucx);
+    ds__tls_ctx_free(c->tls);
     free(c->token);
     free(c);
 }

@@ -64,6 +64,7 @@
 #include "common/lane.h"
 #include "common/shm_index.h"
 #include "common/spin.h"
+#include "common/tls.h"
 #include "common/wire.h"
 #include "datasystem/kv_client.h"
 
@@ -186,6 +187,7 @@ typedef struct ds_conn {
     ds_mux_wait_t mw;
     uint32_t in_cap;
     int rcvtimeo_ms;  /* the socket's SO_RCVTIMEO now; 0 = none set */
+    ds_tls_t *tls;    /* TLS over TCP (enable_tls), else NULL */
     bool is_unix;     /* a Unix socket: replies are polled for, then read */
     const char *peer; /* "host:port" of the worker, for messages */
     ds_spin_t spin;   /* how long a call polls for its reply (busy_poll_us) */
@@ -233,6 +235,10 @@ struct ds_client {
     bool use_unix;
     char unix_path[128];
     char *token;
+    /* enable_tls: the context TCP connections use (common/tls.h); NULL =
+     * plain. Those connections never share (no ds_mux_t): one session's
+     * reads and writes cannot run on two threads at once. */
+    ds_tls_ctx_t *tls;
     pthread_mutex_t mu;
     pthread_cond_t cv;
     pthread_mutex_t open_mu;
@@ -297,11 +303,15 @@ typedef struct {
     char local_proof[96];                     /* its answer to proof_challenge; "" = none */
     uint32_t features;                        /* DS_FEATURE_*; 0 from workers that send none */
     uint64_t pins_offset;                     /* DS_FEATURE_SHM_PINS: the session's pin table */
+    ds_tls_t *tls; /* the TCP connection's TLS session (enable_tls), else NULL: the caller's */
 } ds_hello_t;
 ds_status_t ds__conn_dial(const ds_client_t *c, const ds_dial_t *d, int *fd, ds_hello_t *out);
 
-/* Wraps a connected socket; takes a reference on sess. */
-ds_conn_t *ds__conn_new(int fd, ds_sess_t *sess, const char *peer);
+/* Wraps a connected socket and its TLS session (NULL = none; taken over);
+ * takes a reference on sess. */
+ds_conn_t *ds__conn_new(int fd, ds_tls_t *tls, ds_sess_t *sess, const char *peer);
+/* Closes a dialled socket nobody took, with its TLS session. */
+void ds__dial_close(int fd, ds_hello_t *h);
 void ds__conn_free(ds_conn_t *conn);
 /* Starts a request: resets buffers, reserves the header. Metadata then goes
  * into conn->w with the ds__wbuf_* writers. */
@@ -354,8 +364,9 @@ typedef struct {
 } ds_lane_ahead_t;
 void ds__lane_ahead_init(ds_lane_ahead_t *a, ds_conn_t *conn, uint64_t total);
 void ds__lane_copy_in(ds_lane_ahead_t *a, uint8_t *dst, const void *src, size_t n);
-/* Writes every byte the iovecs describe (advancing them) before deadline. */
-int ds__send_iov(int fd, struct iovec *iov, size_t n, uint64_t deadline);
+/* Writes every byte the iovecs describe (advancing them) before deadline,
+ * through tls when it is not NULL. */
+int ds__send_iov(int fd, ds_tls_t *tls, struct iovec *iov, size_t n, uint64_t deadline);
 
 /* ---- mux.c: the shared connection (Multiplexing, above) ---- */
 

@@ -92,7 +92,13 @@ static ssize_t recv_some(ds_conn_t *conn, void *buf, size_t cap, uint64_t deadli
          * (always, after polling caught it) costs no poll. */
         bool block = !conn->is_unix && deadline - now >= DS_BLOCKING_RECV_MIN_MS &&
                      arm_recv_timeout(conn, deadline - now) == 0;
-        ssize_t r = recv(conn->fd, buf, cap, block ? 0 : MSG_DONTWAIT);
+        /* A TLS session reads its socket as it is (blocking): near the
+         * deadline, wait for bytes first unless the session holds some. */
+        if (conn->tls && !block && !ds__tls_pending(conn->tls) &&
+            wait_fd(conn->fd, POLLIN, deadline) != 0)
+            return -1;
+        ssize_t r = conn->tls ? ds__tls_recv(conn->tls, buf, cap)
+                              : recv(conn->fd, buf, cap, block ? 0 : MSG_DONTWAIT);
         if (r > 0) return r;
         if (r == 0) {
             errno = ECONNRESET;
@@ -101,7 +107,7 @@ static ssize_t recv_some(ds_conn_t *conn, void *buf, size_t cap, uint64_t deadli
         if (errno == EINTR) continue;
         if (errno != EAGAIN && errno != EWOULDBLOCK) return -1;
         /* Blocking: the receive timeout passed; look at the deadline again. */
-        if (!block && wait_fd(conn->fd, POLLIN, deadline) != 0) return -1;
+        if (!block && !conn->tls && wait_fd(conn->fd, POLLIN, deadline) != 0) return -1;
     }
 }
 
@@ -144,11 +150,12 @@ static int read_resp(ds_conn_t *conn, void *dst, size_t n, uint64_t deadline)
     return 0;
 }
 
-int ds__send_iov(int fd, struct iovec *iov, size_t n, uint64_t deadline)
+int ds__send_iov(int fd, ds_tls_t *tls, struct iovec *iov, size_t n, uint64_t deadline)
 {
     while (n > 0) {
         struct msghdr m = {.msg_iov = iov, .msg_iovlen = n > IOV_MAX ? IOV_MAX : n};
-        ssize_t w = sendmsg(fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+        ssize_t w = tls ? ds__tls_writev(tls, iov, (int)m.msg_iovlen)
+                        : sendmsg(fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (w < 0) {
             if (errno == EINTR) continue;
             if (errno == EAGAIN || errno == EWOULDBLOCK) {
@@ -208,14 +215,18 @@ static void dial_cleanup(int fd, int afd, uint8_t *meta)
 
 static const char *hello_io_reason(void)
 {
+    /* EPROTO: TLS failed (a TLS 1.3 worker refuses a client's certificate
+     * after the client's side of the handshake is over). */
+    if (errno == EPROTO) return ds__tls_last_error();
     return errno == ETIMEDOUT ? "timed out" : "connection closed";
 }
 
 /* One HELLO round trip carrying token and the session key; on success *meta
  * (malloc'd) holds the response metadata and *rh its header. The arena fd,
  * when granted, rides on the first bytes of the response. */
-static ds_status_t hello_once(const ds_client_t *c, int fd, const ds_dial_t *d, const char *token,
-                              uint64_t deadline, ds_wire_header_t *rh, uint8_t **meta, int *afd)
+static ds_status_t hello_once(const ds_client_t *c, int fd, ds_tls_t *tls, const ds_dial_t *d,
+                              const char *token, uint64_t deadline, ds_wire_header_t *rh,
+                              uint8_t **meta, int *afd)
 {
     char err[256];
     ds_wbuf_t w;
@@ -242,13 +253,15 @@ static ds_status_t hello_once(const ds_client_t *c, int fd, const ds_dial_t *d, 
                           .meta_len = (uint32_t)(w.len - DS_WIRE_HEADER_LEN),
                           .req_id = 1};
     ds__wire_header_encode(&h, w.buf);
-    int wr = ds__write_full(fd, w.buf, w.len, deadline);
+    int wr = tls ? ds__tls_write_full(tls, fd, w.buf, w.len, deadline)
+                 : ds__write_full(fd, w.buf, w.len, deadline);
     ds__wbuf_free(&w);
     if (wr != 0)
         return ds__set_error(DS_K_RPC_UNAVAILABLE, "worker at %s did not take hello: %s", c->addr,
                              strerror(errno));
     uint8_t hb[DS_WIRE_HEADER_LEN];
-    if (read_full_fd(fd, hb, sizeof(hb), deadline, afd) != 0)
+    if ((tls ? ds__tls_read_full(tls, fd, hb, sizeof(hb), deadline)
+             : read_full_fd(fd, hb, sizeof(hb), deadline, afd)) != 0)
         return ds__set_error(DS_K_RPC_UNAVAILABLE, "worker at %s did not answer hello: %s", c->addr,
                              hello_io_reason());
     if (ds__wire_header_decode(hb, 0, rh, err, sizeof(err)) != 0 ||
@@ -257,7 +270,8 @@ static ds_status_t hello_once(const ds_client_t *c, int fd, const ds_dial_t *d, 
                              c->addr);
     *meta = malloc(rh->meta_len ? rh->meta_len : 1);
     if (*meta == NULL) return ds__set_error(DS_K_OUT_OF_MEMORY, "out of memory reading hello");
-    if (read_full_fd(fd, *meta, rh->meta_len, deadline, afd) != 0)
+    if ((tls ? ds__tls_read_full(tls, fd, *meta, rh->meta_len, deadline)
+             : read_full_fd(fd, *meta, rh->meta_len, deadline, afd)) != 0)
         return ds__set_error(DS_K_RPC_UNAVAILABLE, "worker at %s did not answer hello: %s", c->addr,
                              hello_io_reason());
     return DS_K_OK;
@@ -286,7 +300,22 @@ ds_status_t ds__conn_dial(const ds_client_t *c, const ds_dial_t *d, int *out_fd,
     int afd = -1;
     uint8_t *meta = NULL;
     ds_wire_header_t rh;
-    ds_status_t st = hello_once(c, fd, d, "", deadline, &rh, &meta, &afd);
+    ds_tls_t *tls = NULL;
+    if (c->tls && !d->unix_path) {
+        /* TLS first: nothing of ours crosses the wire before it. */
+        char te[300];
+        tls = ds__tls_new(c->tls, fd, te, sizeof(te));
+        if (tls == NULL || ds__tls_handshake(tls, deadline, te, sizeof(te)) != 0) {
+            ds__tls_free(tls);
+            close(fd);
+            return ds__set_error(DS_K_RPC_UNAVAILABLE, "cannot reach the worker at %s: %s%s",
+                                 c->addr, te,
+                                 strstr(te, "wrong version number") || strstr(te, "closed")
+                                     ? " (is the worker started with --enable_tls?)"
+                                     : "");
+        }
+    }
+    ds_status_t st = hello_once(c, fd, tls, d, "", deadline, &rh, &meta, &afd);
     ds_rbuf_t r;
     const char *msg = "";
     uint32_t ml = 0;
@@ -304,17 +333,19 @@ ds_status_t ds__conn_dial(const ds_client_t *c, const ds_dial_t *d, int *out_fd,
         ds__auth_prove(c->token, chal, proof);
         free(meta);
         meta = NULL;
-        st = hello_once(c, fd, d, proof, deadline, &rh, &meta, &afd);
+        st = hello_once(c, fd, tls, d, proof, deadline, &rh, &meta, &afd);
         if (st == DS_K_OK) {
             ds__rbuf_init(&r, meta, rh.meta_len);
             ml = ds__rbuf_str(&r, &msg);
         }
     }
     if (st != DS_K_OK) {
+        ds__tls_free(tls);
         dial_cleanup(fd, afd, meta);
         return st;
     }
     if (rh.status != DS_K_OK) {
+        ds__tls_free(tls);
         st = ds__set_error((ds_status_t)rh.status, "worker at %s refused the connection: %.*s%s",
                            c->addr, (int)ml, msg,
                            rh.status == DS_K_NOT_AUTHORIZED && !(c->token && c->token[0])
@@ -351,21 +382,31 @@ ds_status_t ds__conn_dial(const ds_client_t *c, const ds_dial_t *d, int *out_fd,
     if (!r.err && r.pos < r.len) out->features = ds__rbuf_u32(&r);
     if (!r.err && r.pos < r.len) out->pins_offset = ds__rbuf_u64(&r);
     if (r.err) {
+        ds__tls_free(tls);
         dial_cleanup(fd, afd, meta);
         return ds__set_error(DS_K_RUNTIME_ERROR, "worker at %s sent a malformed hello response",
                              c->addr);
     }
     free(meta);
+    out->tls = tls;
     out->arena_fd = afd;
     *out_fd = fd;
     return DS_K_OK;
 }
 
-ds_conn_t *ds__conn_new(int fd, ds_sess_t *sess, const char *peer)
+void ds__dial_close(int fd, ds_hello_t *h)
+{
+    ds__tls_free(h->tls);
+    h->tls = NULL;
+    close(fd);
+}
+
+ds_conn_t *ds__conn_new(int fd, ds_tls_t *tls, ds_sess_t *sess, const char *peer)
 {
     ds_conn_t *conn = calloc(1, sizeof(*conn));
     if (conn == NULL) return NULL;
     conn->fd = fd;
+    conn->tls = tls;
     int domain = 0;
     socklen_t dl = sizeof(domain);
     conn->is_unix = getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &dl) == 0 && domain == AF_UNIX;
@@ -380,6 +421,7 @@ ds_conn_t *ds__conn_new(int fd, ds_sess_t *sess, const char *peer)
 void ds__conn_free(ds_conn_t *conn)
 {
     if (conn == NULL) return;
+    ds__tls_free(conn->tls);
     if (conn->fd >= 0) close(conn->fd);
     if (conn->mux) ds__mux_unref(conn->mux);
     ds__lane_detach(conn);
@@ -536,7 +578,7 @@ static ds_status_t send_request(ds_conn_t *conn, ds_opcode_t op, bool noreply, u
     *via_lane = !noreply && ds__lane_send(conn, iov, conn->nsegs + k + 1);
     int r = *via_lane   ? 0
             : conn->mux ? ds__mux_send(conn, iov, conn->nsegs + k + 1, *req, noreply, deadline)
-                        : ds__send_iov(conn->fd, iov, conn->nsegs + k + 1, deadline);
+                        : ds__send_iov(conn->fd, conn->tls, iov, conn->nsegs + k + 1, deadline);
     int err = errno;
     if (iov != small) free(iov);
     if (r != 0) return io_error(conn, name, err);
@@ -558,7 +600,8 @@ ds_status_t ds__conn_call(ds_conn_t *conn, ds_opcode_t op, bool noreply, uint64_
         if (errno == EPROTO) return ds__conn_protocol_error(conn, name);
         return io_error(conn, name, errno);
     }
-    uint64_t t0 = conn->spin.max_ns && !via_lane ? ds__now_ns() : 0;
+    /* No polling through TLS: its reads block on the socket. */
+    uint64_t t0 = conn->spin.max_ns && !via_lane && !conn->tls ? ds__now_ns() : 0;
     uint64_t window = t0 ? ds__spin_window(&conn->spin, t0) : 0;
     if (window && conn->in_pos == conn->in_len &&
         (conn->in != NULL || (conn->in = malloc(DS_CLIENT_INBUF)) != NULL)) {

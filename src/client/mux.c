@@ -346,7 +346,7 @@ int ds__mux_send(ds_conn_t *conn, const struct iovec *iov, size_t n, uint64_t re
         ds__wbuf_reset(&m->out);
         pthread_mutex_unlock(&m->mu);
         struct iovec one = {.iov_base = m->spare.buf, .iov_len = m->spare.len};
-        int r = ds__send_iov(m->fd, &one, 1, deadline);
+        int r = ds__send_iov(m->fd, NULL, &one, 1, deadline);
         int err = errno;
         pthread_mutex_lock(&m->mu);
         ds__wbuf_reset(&m->spare);

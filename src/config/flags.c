@@ -57,6 +57,10 @@ typedef struct {
     {                                                                                              \
 #field, KIND_YUANRONG, FLAG_BOOL, offsetof(ds_worker_config_t, field), 0, #def, 0, 0, help \
     }
+#define BOOL(field, def, help)                                                                     \
+    {                                                                                              \
+#field, KIND_OURS, FLAG_BOOL, offsetof(ds_worker_config_t, field), 0, #def, 0, 0, help     \
+    }
 #define YR(name, type)                                                                             \
     {                                                                                              \
 #name, KIND_COMPAT, type, 0, 0, "", 0, 0, NULL                                             \
@@ -186,6 +190,21 @@ static const flag_def_t flags[] = {
           "with UCX (its transports as UCX_TLS allows: RDMA verbs, shared memory, TCP) "
           "instead of the worker's own TCP stream; a worker that cannot start UCX refuses to "
           "start"),
+    BOOL(enable_tls, false,
+         "TLS on the TCP port (clients and peers) and on this worker's connections to peers, "
+         "with --tls_cert, --tls_key and --tls_ca; Unix-socket clients are unaffected; cannot be "
+         "combined with --enable_rdma (UCX transfers are not encrypted)"),
+    STR(tls_cert, "",
+        "--enable_tls: PEM certificate (chain) this worker presents to clients and "
+        "peers"),
+    STR(tls_key, "", "--enable_tls: PEM private key of --tls_cert"),
+    STR(tls_ca, "",
+        "--enable_tls: PEM CA bundle that peers' (and, with --tls_verify_client, clients') "
+        "certificates must chain to; empty = the system's CAs"),
+    STR(tls_passphrase_path, "",
+        "--enable_tls: file holding the passphrase of an encrypted --tls_key; empty = none"),
+    BOOL(tls_verify_client, false,
+         "--enable_tls: TCP clients must present a certificate that chains to --tls_ca"),
     YR(coordinator_address, COMPAT_STR),
     YR(etcd_username, COMPAT_STR),
     YR(etcd_password, COMPAT_STR),
@@ -462,6 +481,20 @@ static int finish(ds_worker_config_t *cfg, char *err, size_t err_cap)
                  "--spill_high_watermark_ratio %g must be greater than "
                  "--spill_low_watermark_ratio %g",
                  cfg->spill_high_watermark_ratio, cfg->spill_low_watermark_ratio);
+        return -1;
+    }
+    if (cfg->enable_tls && (cfg->tls_cert[0] == '\0' || cfg->tls_key[0] == '\0')) {
+        snprintf(err, err_cap, "--enable_tls needs --tls_cert and --tls_key");
+        return -1;
+    }
+    if (cfg->enable_tls && cfg->enable_rdma) {
+        snprintf(err, err_cap,
+                 "--enable_tls cannot be combined with --enable_rdma: UCX moves values "
+                 "unencrypted, outside the TLS connections");
+        return -1;
+    }
+    if (!cfg->enable_tls && cfg->tls_verify_client) {
+        snprintf(err, err_cap, "--tls_verify_client needs --enable_tls");
         return -1;
     }
     if (cfg->log_level[0] == '\0') {

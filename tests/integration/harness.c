@@ -4,6 +4,7 @@
 #include "common/clock.h"
 #include "common/etcd.h"
 #include "common/net.h"
+#include "common/tls.h"
 #include "common/wire.h"
 
 #include <arpa/inet.h>
@@ -181,7 +182,7 @@ static int spawn(dst_worker_t *w)
     char *argv[64] = {bin, "--worker_address",  addr,      "--shared_memory_size_mb",
                       mb,  "--unix_socket_dir", w->sockdir};
     int argc = 7;
-    char extra[512];
+    char extra[1024];
     snprintf(extra, sizeof(extra), "%s", w->extra);
     for (char *tok = strtok(extra, " "); tok && argc < 62; tok = strtok(NULL, " "))
         argv[argc++] = tok;
@@ -213,16 +214,81 @@ int dst_worker_start(dst_worker_t *w, int arena_mb, const char *extra)
     return dst_worker_start_on(w, "127.0.0.1", arena_mb, extra);
 }
 
+static char tls_dir[256];
+
+static void tls_dir_remove(void)
+{
+    if (tls_dir[0]) dst_sh("rm -rf '%s'", tls_dir);
+}
+
+int dst_tls_certs(char *dir, size_t cap)
+{
+    if (tls_dir[0] == '\0') {
+        char d[256] = "/tmp/dst-tls-XXXXXX";
+        if (mkdtemp(d) == NULL) {
+            fprintf(stderr, "dst_tls_certs: mkdtemp: %s\n", strerror(errno));
+            return -1;
+        }
+        /* Two CAs; a worker and a client certificate from the first, a
+         * client certificate from the second. */
+        int rc = dst_sh(
+            "cd '%s' && for ca in ca other-ca; do "
+            "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes "
+            "-keyout $ca.key -out $ca.pem -days 3 -subj /CN=dst-$ca >/dev/null 2>&1 || exit 1; "
+            "done; "
+            "for n in ca:worker ca:client other-ca:other-client; do ca=${n%%%%:*}; c=${n#*:}; "
+            "openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes "
+            "-keyout $c.key -out $c.csr -subj /CN=dst-$c >/dev/null 2>&1 && "
+            "openssl x509 -req -in $c.csr -CA $ca.pem -CAkey $ca.key -CAcreateserial "
+            "-out $c.pem -days 3 >/dev/null 2>&1 || exit 1; done",
+            d);
+        if (rc != 0) {
+            fprintf(stderr, "dst_tls_certs: openssl failed (%d) in %s\n", rc, d);
+            dst_sh("rm -rf '%s'", d);
+            return -1;
+        }
+        snprintf(tls_dir, sizeof(tls_dir), "%s", d);
+        atexit(tls_dir_remove);
+    }
+    snprintf(dir, cap, "%s", tls_dir);
+    return 0;
+}
+
+const char *dst_tls_worker_flags(void)
+{
+    static char flags[1200];
+    const char *on = getenv("DS_TEST_TLS");
+    if (on == NULL || strcmp(on, "1") != 0) return "";
+    if (flags[0]) return flags;
+    char d[256], p[300];
+    if (dst_tls_certs(d, sizeof(d)) != 0) return NULL;
+    snprintf(flags, sizeof(flags),
+             "--enable_tls --tls_verify_client --tls_ca %s/ca.pem --tls_cert %s/worker.pem "
+             "--tls_key %s/worker.key",
+             d, d, d);
+    setenv("DATASYSTEM_ENABLE_TLS", "1", 1);
+    snprintf(p, sizeof(p), "%s/ca.pem", d);
+    setenv("DATASYSTEM_TLS_CA", p, 1);
+    snprintf(p, sizeof(p), "%s/client.pem", d);
+    setenv("DATASYSTEM_TLS_CERT", p, 1);
+    snprintf(p, sizeof(p), "%s/client.key", d);
+    setenv("DATASYSTEM_TLS_KEY", p, 1);
+    return flags;
+}
+
 int dst_worker_start_on(dst_worker_t *w, const char *host, int arena_mb, const char *extra)
 {
     memset(w, 0, sizeof(*w));
     snprintf(w->host, sizeof(w->host), "%s", host);
     w->arena_mb = arena_mb;
     /* DS_TEST_WORKER_FLAGS: flags every worker a test starts gets too (the
-     * cluster suites run again with --enable_rdma true this way). */
+     * cluster suites run again with --enable_rdma true this way); DS_TEST_TLS
+     * adds TLS (dst_tls_worker_flags). */
     const char *more = getenv("DS_TEST_WORKER_FLAGS");
-    snprintf(w->extra, sizeof(w->extra), "%s%s%s", extra ? extra : "", more && *more ? " " : "",
-             more && *more ? more : "");
+    const char *tls = dst_tls_worker_flags();
+    if (tls == NULL) return -1;
+    snprintf(w->extra, sizeof(w->extra), "%s%s%s%s%s", extra ? extra : "", more && *more ? " " : "",
+             more && *more ? more : "", tls[0] ? " " : "", tls);
     snprintf(w->sockdir, sizeof(w->sockdir), "/tmp/dst-XXXXXX");
     if (mkdtemp(w->sockdir) == NULL) return -1;
     if (worker_dirs_pid != getpid()) {
@@ -301,15 +367,58 @@ ds_client_t *dst_connect(const dst_worker_t *w, ds_transport_t t)
     return c;
 }
 
+/* A raw connection's bytes, through TLS when it has a session. */
+static int raw_write(int fd, ds_tls_t *t, const void *p, size_t n, uint64_t dl)
+{
+    return t ? ds__tls_write_full(t, fd, p, n, dl) : ds__write_full(fd, p, n, dl);
+}
+
+static int raw_read(int fd, ds_tls_t *t, void *p, size_t n, uint64_t dl)
+{
+    return t ? ds__tls_read_full(t, fd, p, n, dl) : ds__read_full(fd, p, n, dl);
+}
+
+/* A TCP connection of a TLS test run (DATASYSTEM_ENABLE_TLS=1, as
+ * dst_tls_worker_flags sets it) gets a TLS session from the files the
+ * environment names; NULL otherwise, or when the handshake fails. */
+static ds_tls_t *raw_tls(int fd, ds_tls_ctx_t **ctx)
+{
+    const char *on = getenv("DATASYSTEM_ENABLE_TLS");
+    *ctx = NULL;
+    if (on == NULL || strcmp(on, "1") != 0) return NULL;
+    ds_tls_conf_t tc = {.ca = getenv("DATASYSTEM_TLS_CA"),
+                        .cert = getenv("DATASYSTEM_TLS_CERT"),
+                        .key = getenv("DATASYSTEM_TLS_KEY")};
+    char err[512];
+    *ctx = ds__tls_ctx_new(&tc, err, sizeof(err));
+    ds_tls_t *t = *ctx ? ds__tls_new(*ctx, fd, err, sizeof(err)) : NULL;
+    if (t && ds__tls_handshake(t, ds__now_ms() + 5000, err, sizeof(err)) != 0) {
+        ds__tls_free(t);
+        t = NULL;
+    }
+    if (t == NULL) fprintf(stderr, "dst_stat: %s\n", err);
+    return t;
+}
+
 /* One raw request: HELLO then STATS, parsed with the wire codec. */
 double dst_stat(const dst_worker_t *w, const char *path)
 {
     char err[256], sock[300];
     /* The Unix socket needs no secret, even on an authenticated worker. */
     int fd = -1;
+    ds_tls_ctx_t *tctx = NULL;
+    ds_tls_t *tls = NULL;
     if (w->sockdir[0] && ds__socket_path(w->sockdir, w->host, w->port, sock, sizeof(sock)) == 0)
         fd = ds__unix_connect(sock, 2000, err, sizeof(err));
-    if (fd < 0) fd = ds__tcp_connect(w->host, w->port, 2000, err, sizeof(err));
+    if (fd < 0) {
+        fd = ds__tcp_connect(w->host, w->port, 2000, err, sizeof(err));
+        if (fd >= 0) tls = raw_tls(fd, &tctx);
+        if (fd >= 0 && tctx && tls == NULL) {
+            ds__tls_ctx_free(tctx);
+            close(fd);
+            return -1;
+        }
+    }
     if (fd < 0) return -1;
     double result = -1;
     uint64_t dl = ds__now_ms() + 5000;
@@ -329,14 +438,14 @@ double dst_stat(const dst_worker_t *w, const char *path)
                               .req_id = (uint64_t)step + 1};
         uint8_t hb[DS_WIRE_HEADER_LEN];
         ds__wire_header_encode(&h, hb);
-        int ok = ds__write_full(fd, hb, sizeof(hb), dl) == 0 &&
-                 ds__write_full(fd, m.buf, m.len, dl) == 0 &&
-                 ds__read_full(fd, hb, sizeof(hb), dl) == 0 &&
+        int ok = raw_write(fd, tls, hb, sizeof(hb), dl) == 0 &&
+                 raw_write(fd, tls, m.buf, m.len, dl) == 0 &&
+                 raw_read(fd, tls, hb, sizeof(hb), dl) == 0 &&
                  ds__wire_header_decode(hb, 1u << 30, &h, err, sizeof(err)) == 0;
         ds__wbuf_free(&m);
         if (!ok) break;
         char *meta = malloc(h.meta_len + 1);
-        if (meta == NULL || ds__read_full(fd, meta, h.meta_len, dl) != 0) {
+        if (meta == NULL || raw_read(fd, tls, meta, h.meta_len, dl) != 0) {
             free(meta);
             break;
         }
@@ -357,6 +466,8 @@ double dst_stat(const dst_worker_t *w, const char *path)
         }
         free(meta);
     }
+    ds__tls_free(tls);
+    ds__tls_ctx_free(tctx);
     close(fd);
     return result;
 }

@@ -22,7 +22,7 @@ typedef struct {
     char sockdir[256];
     char logpath[320];
     int arena_mb;
-    char extra[512];
+    char extra[1024];
 } dst_worker_t;
 
 /* Starts a worker (arena_mb MiB; extra = more flags or NULL) and waits until it
@@ -51,6 +51,22 @@ ds_status_t dst_set_filled(ds_client_t *c, const char *key, size_t size, uint64_
 
 /* Path of a built binary next to the tests (e.g. "src/worker/datasystem_worker"). */
 const char *dst_build_path(const char *rel, char *out, size_t cap);
+
+/* ---- TLS ---- */
+
+/* Makes self-signed test certificates (openssl CLI, P-256 keys) in a new
+ * directory under /tmp, removed at exit: ca.pem; worker.pem/.key and
+ * client.pem/.key signed by it; other-ca.pem and other-client.pem/.key
+ * signed by that one (a CA nobody trusts). The directory's path into dir;
+ * 0, or -1 with a message on stderr. Once per process: later calls return
+ * the same directory. */
+int dst_tls_certs(char *dir, size_t cap);
+/* DS_TEST_TLS=1: every worker the harness starts gets --enable_tls
+ * --tls_verify_client with dst_tls_certs' worker certificate (peers
+ * included), and clients in this process connect with TLS and the client
+ * certificate (DATASYSTEM_ENABLE_TLS and friends, set here). The flags, ""
+ * when TLS is off; NULL when certificates could not be made. */
+const char *dst_tls_worker_flags(void);
 
 /* ---- clusters (tests/cluster) ---- */
 

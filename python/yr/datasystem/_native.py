@@ -149,6 +149,10 @@ class ClientOptions(ctypes.Structure):
         ("unix_socket_dir", ctypes.c_char_p),
         ("busy_poll_us", ctypes.c_int),
         ("enable_ucx", ctypes.c_int),
+        ("enable_tls", ctypes.c_int),
+        ("tls_ca", ctypes.c_char_p),
+        ("tls_cert", ctypes.c_char_p),
+        ("tls_key", ctypes.c_char_p),
     ]
 
 

@@ -231,6 +231,15 @@ class KVClient:
             into (the worker needs --enable_rdma true); False: never; None:
             env DS_CLIENT_UCX (1 or 0), else off. UCX failing to start makes
             init() raise with the reason.
+        enable_tls (bool or None, keyword): True: TLS over TCP, for a worker
+            started with --enable_tls; False: plain TCP; None: env
+            DATASYSTEM_ENABLE_TLS (1/true or 0/false), else plain. Sessions
+            over the worker's Unix socket never use TLS.
+        tls_ca, tls_cert, tls_key (str or None, keyword): the CA file the
+            worker's certificate must chain to (None: env DATASYSTEM_TLS_CA,
+            else the system's CAs), and this client's certificate and key
+            for a worker with --tls_verify_client (None: env
+            DATASYSTEM_TLS_CERT / DATASYSTEM_TLS_KEY).
     """
 
     _TRANSPORTS = {
@@ -260,6 +269,10 @@ class KVClient:
         transport: str = "auto",
         unix_socket_dir: Optional[str] = None,
         enable_ucx: Optional[bool] = None,
+        enable_tls: Optional[bool] = None,
+        tls_ca: Optional[str] = None,
+        tls_cert: Optional[str] = None,
+        tls_key: Optional[str] = None,
     ) -> None:
         self._handle = None
         self._pid = os.getpid()
@@ -303,6 +316,11 @@ class KVClient:
             _c.check_str("unix_socket_dir", unix_socket_dir)
         if enable_ucx is not None:
             _c.check_bool("enable_ucx", enable_ucx)
+        if enable_tls is not None:
+            _c.check_bool("enable_tls", enable_tls)
+        for name, v in (("tls_ca", tls_ca), ("tls_cert", tls_cert), ("tls_key", tls_key)):
+            if v is not None:
+                _c.check_str(name, v)
 
         if service_discovery is not None:
             _, host, port, _ = service_discovery.select_worker()
@@ -319,6 +337,8 @@ class KVClient:
         self._transport = transport
         self._unix_socket_dir = unix_socket_dir
         self._enable_ucx = 0 if enable_ucx is None else (1 if enable_ucx else -1)
+        self._enable_tls = 0 if enable_tls is None else (1 if enable_tls else -1)
+        self._tls = (tls_ca, tls_cert, tls_key)
 
     # -- lifecycle -------------------------------------------------------
 
@@ -364,6 +384,9 @@ class KVClient:
         sock_dir = self._unix_socket_dir
         opts.unix_socket_dir = sock_dir.encode() if sock_dir else None
         opts.enable_ucx = self._enable_ucx
+        opts.enable_tls = self._enable_tls
+        # None lets the library use env DATASYSTEM_TLS_CA / _CERT / _KEY.
+        opts.tls_ca, opts.tls_cert, opts.tls_key = (v.encode() if v else None for v in self._tls)
         out = _n.c_client_p()
         rc = lib.ds_client_connect(opts, out)
         _n.check(rc, "cannot connect to worker %s:%d" % (host, port))

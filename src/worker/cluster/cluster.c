@@ -3,6 +3,7 @@
  * rebuilt from each member list the watch delivers. */
 #include "worker/cluster/cluster_int.h"
 
+#include "common/tls.h"
 #include "common/clock.h"
 #include "common/etcd.h"
 #include "common/log.h"
@@ -87,6 +88,7 @@ ds_job_t *ds__job_new(ds_pend_t *p, const char *addr, uint16_t op, void (*done)(
 
 static void job_free(ds_job_t *j)
 {
+    ds__tls_free(j->conn_tls);
     if (j->conn_fd >= 0) close(j->conn_fd);
     ds__wbuf_free(&j->req);
     free(j->idx);
@@ -164,7 +166,7 @@ static void run_job(struct ds_cluster *cl, ds_job_t *j)
         return;
     }
     if (j->connect_only) {
-        j->conn_fd = ds__peer_detach(pc);
+        j->conn_fd = ds__peer_detach(pc, &j->conn_tls);
         return;
     }
     if (j->op == DS_OP_UCX_PULL) {
@@ -685,7 +687,7 @@ int ds__cluster_init(ds_server_t *srv, char *err, size_t err_cap)
                     "published in etcd, so whoever may write /datasystem/%s/cluster/ in etcd "
                     "can act as a peer (docs/security.md)",
                     srv->cfg.cluster_name);
-    cl->peers = ds__peers_new(srv->auth_token, cl->auth);
+    cl->peers = ds__peers_new(srv->auth_token, cl->auth, srv->tls_peer);
     cl->links = ds__links_new(srv);
     cl->meta = ds__meta_new();
     cl->etcd_member = ds__etcd_new(srv->cfg.etcd_address, err, err_cap);

@@ -83,7 +83,8 @@ struct ds_job {
     bool not_member;   /* addr is no member (ds__job_submit): fails without contact */
     char peer_pub[DS_AUTH_PUB_HEX + 1]; /* addr's member key from etcd, "" = none */
     int conn_fd;
-    uint64_t link_req; /* on a link: the request id and when it is overdue */
+    struct ds_tls *conn_tls; /* its TLS session (--enable_tls), else NULL */
+    uint64_t link_req;       /* on a link: the request id and when it is overdue */
     uint64_t deadline;
     /* result */
     int transport_failed;

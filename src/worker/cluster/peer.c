@@ -4,6 +4,7 @@
 #include "common/auth.h"
 #include "common/clock.h"
 #include "common/net.h"
+#include "common/tls.h"
 #include "datasystem/status.h"
 
 #include <errno.h>
@@ -16,6 +17,7 @@
 struct ds_pconn {
     ds_pconn_t *next;
     int fd;
+    ds_tls_t *tls; /* --enable_tls, else NULL */
     uint64_t next_req;
     char addr[300];
 };
@@ -25,13 +27,35 @@ struct ds_peers {
     ds_pconn_t *idle;
     char *token;
     ds_peer_auth_t *auth;
+    ds_tls_ctx_t *tls;
 };
 
-ds_peers_t *ds__peers_new(const char *token, ds_peer_auth_t *auth)
+static void pconn_free(ds_pconn_t *c)
+{
+    ds__tls_free(c->tls);
+    close(c->fd);
+    free(c);
+}
+
+/* The socket's bytes, through the TLS session when there is one. */
+static int pconn_write(ds_pconn_t *c, const void *buf, size_t len, uint64_t deadline_ms)
+{
+    if (c->tls) return ds__tls_write_full(c->tls, c->fd, buf, len, deadline_ms);
+    return ds__write_full(c->fd, buf, len, deadline_ms);
+}
+
+static int pconn_read(ds_pconn_t *c, void *buf, size_t len, uint64_t deadline_ms)
+{
+    if (c->tls) return ds__tls_read_full(c->tls, c->fd, buf, len, deadline_ms);
+    return ds__read_full(c->fd, buf, len, deadline_ms);
+}
+
+ds_peers_t *ds__peers_new(const char *token, ds_peer_auth_t *auth, ds_tls_ctx_t *tls)
 {
     ds_peers_t *p = calloc(1, sizeof(*p));
     if (p == NULL) return NULL;
     p->auth = auth;
+    p->tls = tls;
     pthread_mutex_init(&p->mu, NULL);
     p->token = strdup(token ? token : "");
     return p;
@@ -43,8 +67,7 @@ void ds__peers_free(ds_peers_t *p)
     while (p->idle) {
         ds_pconn_t *c = p->idle;
         p->idle = c->next;
-        close(c->fd);
-        free(c);
+        pconn_free(c);
     }
     pthread_mutex_destroy(&p->mu);
     free(p->token);
@@ -58,8 +81,7 @@ void ds__peers_forget(ds_peers_t *p, const char *addr)
         if (strcmp((*pp)->addr, addr) == 0) {
             ds_pconn_t *c = *pp;
             *pp = c->next;
-            close(c->fd);
-            free(c);
+            pconn_free(c);
         } else {
             pp = &(*pp)->next;
         }
@@ -82,11 +104,10 @@ static int send_frame(ds_pconn_t *c, uint16_t op, uint8_t flags, const ds_wbuf_t
                           .data_len = dl};
     uint8_t hb[DS_WIRE_HEADER_LEN];
     ds__wire_header_encode(&h, hb);
-    if (ds__write_full(c->fd, hb, sizeof(hb), deadline_ms) != 0) return -1;
-    if (meta && meta->len && ds__write_full(c->fd, meta->buf, meta->len, deadline_ms) != 0)
-        return -1;
+    if (pconn_write(c, hb, sizeof(hb), deadline_ms) != 0) return -1;
+    if (meta && meta->len && pconn_write(c, meta->buf, meta->len, deadline_ms) != 0) return -1;
     for (int i = 0; i < ndata; i++)
-        if (ds__write_full(c->fd, data[i].iov_base, data[i].iov_len, deadline_ms) != 0) return -1;
+        if (pconn_write(c, data[i].iov_base, data[i].iov_len, deadline_ms) != 0) return -1;
     return 0;
 }
 
@@ -95,7 +116,7 @@ static int read_resp(ds_pconn_t *c, ds_peer_resp_t *resp, uint64_t deadline_ms)
     uint8_t hb[DS_WIRE_HEADER_LEN];
     ds_wire_header_t h;
     memset(resp, 0, sizeof(*resp));
-    if (ds__read_full(c->fd, hb, sizeof(hb), deadline_ms) != 0) {
+    if (pconn_read(c, hb, sizeof(hb), deadline_ms) != 0) {
         snprintf(resp->err, sizeof(resp->err), "peer %.200s: %s", c->addr,
                  errno == ETIMEDOUT ? "timed out" : "connection lost");
         return -1;
@@ -107,7 +128,7 @@ static int read_resp(ds_pconn_t *c, ds_peer_resp_t *resp, uint64_t deadline_ms)
     resp->meta_len = h.meta_len;
     resp->data_len = h.data_len;
     resp->meta = malloc(h.meta_len ? h.meta_len : 1);
-    if (resp->meta == NULL || ds__read_full(c->fd, resp->meta, h.meta_len, deadline_ms) != 0) {
+    if (resp->meta == NULL || pconn_read(c, resp->meta, h.meta_len, deadline_ms) != 0) {
         snprintf(resp->err, sizeof(resp->err), "peer %.200s: connection lost", c->addr);
         return -1;
     }
@@ -234,6 +255,15 @@ ds_pconn_t *ds__peer_acquire(ds_peers_t *p, const char *addr, const char *peer_p
     }
     c->fd = fd;
     snprintf(c->addr, sizeof(c->addr), "%s", addr);
+    if (p->tls) {
+        char te[256];
+        c->tls = ds__tls_new(p->tls, fd, te, sizeof(te));
+        if (c->tls == NULL || ds__tls_handshake(c->tls, deadline_ms, te, sizeof(te)) != 0) {
+            snprintf(err, err_cap, "peer %s: %s", addr, te);
+            pconn_free(c);
+            return NULL;
+        }
+    }
     ds_wbuf_t m;
     ds__wbuf_init(&m);
     ds__wbuf_u32(&m, DS_WIRE_VERSION);
@@ -264,14 +294,12 @@ ds_pconn_t *ds__peer_acquire(ds_peers_t *p, const char *addr, const char *peer_p
     if (rc != 0 || r.status != 0) {
         snprintf(err, err_cap, "peer %s refused HELLO: %s", addr, rc ? "connection lost" : r.err);
         if (rc == 0) ds__peer_resp_free(&r);
-        close(fd);
-        free(c);
+        pconn_free(c);
         return NULL;
     }
     ds__peer_resp_free(&r);
     if (peer_auth(p, c, peer_pub, deadline_ms, err, err_cap) != 0) {
-        close(fd);
-        free(c);
+        pconn_free(c);
         return NULL;
     }
     return c;
@@ -292,12 +320,12 @@ int ds__peer_read(ds_pconn_t *c, ds_peer_resp_t *resp, void *dst, uint64_t n, ui
 {
     if (n > resp->data_len) return -1;
     if (dst) {
-        if (ds__read_full(c->fd, dst, n, deadline_ms) != 0) return -1;
+        if (pconn_read(c, dst, n, deadline_ms) != 0) return -1;
     } else {
         char junk[65536];
         for (uint64_t left = n; left > 0;) {
             size_t k = left > sizeof(junk) ? sizeof(junk) : (size_t)left;
-            if (ds__read_full(c->fd, junk, k, deadline_ms) != 0) return -1;
+            if (pconn_read(c, junk, k, deadline_ms) != 0) return -1;
             left -= k;
         }
     }
@@ -315,8 +343,7 @@ void ds__peer_release(ds_peers_t *p, ds_pconn_t *c, bool ok)
 {
     if (c == NULL) return;
     if (!ok) {
-        close(c->fd);
-        free(c);
+        pconn_free(c);
         return;
     }
     pthread_mutex_lock(&p->mu);
@@ -325,9 +352,10 @@ void ds__peer_release(ds_peers_t *p, ds_pconn_t *c, bool ok)
     pthread_mutex_unlock(&p->mu);
 }
 
-int ds__peer_detach(ds_pconn_t *c)
+int ds__peer_detach(ds_pconn_t *c, ds_tls_t **tls)
 {
     int fd = c->fd;
+    *tls = c->tls;
     free(c);
     return fd;
 }

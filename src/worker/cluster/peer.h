@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <sys/uio.h>
 
+#include "common/tls.h"
 #include "common/wire.h"
 #include "worker/cluster/peer_auth.h"
 
@@ -26,8 +27,10 @@ typedef struct {
 } ds_peer_resp_t;
 
 /* token: the client token (--auth_token_file) HELLO may ask for; auth: how
- * this worker proves itself to peers (not owned). */
-ds_peers_t *ds__peers_new(const char *token, ds_peer_auth_t *auth);
+ * this worker proves itself to peers (not owned); tls: the client side of
+ * --enable_tls (the peers' certificates must chain to its CA; it presents
+ * this worker's), or NULL for plain TCP. */
+ds_peers_t *ds__peers_new(const char *token, ds_peer_auth_t *auth, ds_tls_ctx_t *tls);
 void ds__peers_free(ds_peers_t *p);
 /* Closes every pooled connection to addr (the peer died or left). */
 void ds__peers_forget(ds_peers_t *p, const char *addr);
@@ -44,8 +47,9 @@ int ds__peer_request(ds_pconn_t *c, uint16_t op, const ds_wbuf_t *meta, const st
 /* Reads n bytes of the response's data section into dst (NULL = discard). */
 int ds__peer_read(ds_pconn_t *c, ds_peer_resp_t *resp, void *dst, uint64_t n, uint64_t deadline_ms);
 void ds__peer_resp_free(ds_peer_resp_t *resp);
-/* Takes the connected socket out of c (freeing c) for the caller to own. */
-int ds__peer_detach(ds_pconn_t *c);
+/* Takes the connected socket and its TLS session (NULL without TLS) out of
+ * c (freeing c) for the caller to own. */
+int ds__peer_detach(ds_pconn_t *c, ds_tls_t **tls);
 /* Back to the pool when ok (and the response fully read), else closed. */
 void ds__peer_release(ds_peers_t *p, ds_pconn_t *c, bool ok);
 

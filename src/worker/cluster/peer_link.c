@@ -20,6 +20,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/tls.h"
 #include "worker/cluster/peer.h"
 
 #include <errno.h>
@@ -46,6 +47,7 @@ typedef struct link {
     int state;
     uint64_t retry_at; /* LINK_DOWN: no new attempt before this */
     int fd;
+    ds_tls_t *tls; /* --enable_tls, else NULL */
     ds_io_t io;
     bool want_out;
     bool broken;
@@ -94,6 +96,7 @@ static void link_fail(link_t *l, const char *why)
     unlink_link(ls, l);
     if (l->fd >= 0) {
         ds__loop_del(ls->srv->net.loop, &l->io);
+        ds__tls_free(l->tls);
         close(l->fd);
     }
     if (l->head) DS_LOG_DEBUG("cluster: link to %s failed: %s", l->addr, why);
@@ -139,8 +142,14 @@ static void set_events(link_t *l, bool want_out)
 static void flush(link_t *l)
 {
     while (l->out_pos < l->out.len) {
-        ssize_t w = send(l->fd, l->out.buf + l->out_pos, l->out.len - l->out_pos,
-                         MSG_NOSIGNAL | MSG_DONTWAIT);
+        ssize_t w;
+        if (l->tls) {
+            struct iovec v = {l->out.buf + l->out_pos, l->out.len - l->out_pos};
+            w = ds__tls_writev(l->tls, &v, 1);
+        } else {
+            w = send(l->fd, l->out.buf + l->out_pos, l->out.len - l->out_pos,
+                     MSG_NOSIGNAL | MSG_DONTWAIT);
+        }
         if (w > 0) {
             l->out_pos += (size_t)w;
             continue;
@@ -211,7 +220,9 @@ static const char *drain_input(link_t *l)
             l->in = p;
             l->in_cap = cap;
         }
-        ssize_t r = recv(l->fd, l->in + l->in_len, l->in_cap - l->in_len, MSG_DONTWAIT);
+        /* Until EAGAIN: nothing is left inside a TLS session unseen. */
+        ssize_t r = l->tls ? ds__tls_recv(l->tls, l->in + l->in_len, l->in_cap - l->in_len)
+                           : recv(l->fd, l->in + l->in_len, l->in_cap - l->in_len, MSG_DONTWAIT);
         if (r == 0) return "connection closed";
         if (r < 0) {
             if (errno == EINTR) continue;
@@ -255,8 +266,11 @@ static void on_connected(ds_job_t *j)
     ds_links_t *ls = j->ctx;
     link_t *l = find(ls, j->addr);
     int fd = j->conn_fd;
+    ds_tls_t *tls = j->conn_tls;
     j->conn_fd = -1;
+    j->conn_tls = NULL;
     if (l == NULL || l->state != LINK_CONNECTING) {
+        ds__tls_free(tls);
         if (fd >= 0) close(fd);
         return;
     }
@@ -265,9 +279,11 @@ static void on_connected(ds_job_t *j)
         if (fl >= 0 && fcntl(fd, F_SETFL, fl | O_NONBLOCK) == 0 &&
             ds__loop_add(ls->srv->net.loop, &l->io, fd, EPOLLIN, on_link, l) == 0) {
             l->fd = fd;
+            l->tls = tls;
             l->state = LINK_READY;
             return;
         }
+        ds__tls_free(tls);
         close(fd);
     }
     DS_LOG_DEBUG("cluster: no link to %s: %s", l->addr, j->err);

@@ -232,6 +232,9 @@ static char *render(struct ds_metrics *m, size_t *len)
             srv->net.ctr.conns_rejected);
     counter(&t, "ds_worker_protocol_errors_total", "Malformed frames (each closed its connection).",
             srv->net.ctr.protocol_errors);
+    counter(&t, "ds_worker_tls_failures_total",
+            "TCP connections closed in or before the TLS handshake (--enable_tls).",
+            srv->net.ctr.tls_failures);
     ds_tier_counters_t l2;
     bool tiers = ds__tier_counters(srv, &l2);
     if (tiers && l2.spill_on) {

@@ -11,6 +11,7 @@
 #include "common/log.h"
 #include "common/net.h"
 #include "common/shm_index.h"
+#include "common/tls.h"
 #include "worker/cluster/cluster.h"
 #include "worker/core/poll_policy.h"
 #include "worker/net/lane.h"
@@ -108,6 +109,28 @@ static int add_timers(ds_server_t *srv)
     return 0;
 }
 
+/* --enable_tls: the server side of the TCP port, and the client side of
+ * this worker's connections to peers, both with this worker's certificate
+ * (peers may ask for one: --tls_verify_client) and the same CA. */
+static int init_tls(ds_server_t *srv, const ds_worker_config_t *cfg, char *err, size_t err_cap)
+{
+    ds_tls_conf_t tc = {.server = true,
+                        .ca = cfg->tls_ca,
+                        .cert = cfg->tls_cert,
+                        .key = cfg->tls_key,
+                        .passphrase_path = cfg->tls_passphrase_path,
+                        .verify_peer = cfg->tls_verify_client};
+    srv->net.tls = ds__tls_ctx_new(&tc, err, err_cap);
+    if (srv->net.tls == NULL) return -1;
+    tc.server = false;
+    srv->tls_peer = ds__tls_ctx_new(&tc, err, err_cap);
+    if (srv->tls_peer == NULL) return -1;
+    DS_LOG_INFO("TLS on %s (certificate %s, CA %s%s)", cfg->worker_address, cfg->tls_cert,
+                cfg->tls_ca[0] ? cfg->tls_ca : "of the system",
+                cfg->tls_verify_client ? ", client certificates required" : "");
+    return 0;
+}
+
 int ds__server_init(ds_server_t *srv, const ds_worker_config_t *cfg, char *err, size_t err_cap)
 {
     memset(srv, 0, sizeof(*srv));
@@ -128,6 +151,7 @@ int ds__server_init(ds_server_t *srv, const ds_worker_config_t *cfg, char *err, 
     if (cfg->auth_token_file[0] && ds__auth_read_secret(cfg->auth_token_file, srv->auth_token,
                                                         sizeof(srv->auth_token), err, err_cap) != 0)
         return -1;
+    if (cfg->enable_tls && init_tls(srv, cfg, err, err_cap) != 0) return -1;
     srv->inline_max = (uint32_t)(cfg->inline_max_kb * 1024);
     /* The worker's identity: random, so a client that reconnects can tell a
      * restarted worker (a new identity) from the one it knew. */
@@ -341,4 +365,8 @@ void ds__server_destroy(ds_server_t *srv)
     if (srv->store) ds__store_destroy(srv->store);
     if (srv->arena.fd >= 0) ds__arena_destroy(&srv->arena);
     ds__loop_destroy(srv->net.loop);
+    ds__tls_ctx_free(srv->net.tls);
+    srv->net.tls = NULL;
+    ds__tls_ctx_free(srv->tls_peer);
+    srv->tls_peer = NULL;
 }

@@ -38,6 +38,7 @@ typedef struct item {
     ds_conn_t *conn; /* only for the loop: the thread never dereferences it */
     ds_out_t *out;
     int fd;
+    ds_tls_t *tls; /* the connection's TLS session, or NULL */
     uint64_t sent;
     int err; /* errno of a failed write, 0 when all was sent */
 } item_t;
@@ -84,8 +85,13 @@ static bool send_some(item_t *it)
         struct iovec iov[16];
         int n = ds__out_iov(it->out, iov, 16);
         if (n == 0) return true;
-        struct msghdr m = {.msg_iov = iov, .msg_iovlen = (size_t)n};
-        ssize_t w = sendmsg(it->fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+        ssize_t w;
+        if (it->tls) {
+            w = ds__tls_writev(it->tls, iov, n);
+        } else {
+            struct msghdr m = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+            w = sendmsg(it->fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+        }
         if (w < 0) {
             if (errno == EINTR) continue;
             if (errno == EAGAIN || errno == EWOULDBLOCK) return false;
@@ -245,6 +251,7 @@ bool ds__bulk_send(ds_bulk_t *b, ds_conn_t *c, ds_out_t *o)
     it->conn = c;
     it->out = o;
     it->fd = c->io.fd;
+    it->tls = c->tls;
     push(b, &b->inbox, it, b->wake_fd);
     return true;
 }

@@ -90,6 +90,8 @@ static void update_interest(ds_conn_t *c)
     if (reading || c->state == CONN_PARKED) ev |= EPOLLRDHUP;
     if (c->out_head && c->bulk_out == NULL) ev |= EPOLLOUT;
     ds__loop_mod(c->net->loop, &c->io, ev);
+    /* Bytes inside a TLS session are no event: read them after this one. */
+    if (reading && ds__conn_tls_pending(c)) ds__conn_make_ready(c);
 }
 
 /* The frame, its segment list, its references and its header and metadata
@@ -166,6 +168,7 @@ void ds__conn_bulk_done(ds_conn_t *c, ds_out_t *o, uint64_t sent, int err)
          * (and for the receiver thread's job, if it has one). */
         free_out(net, o);
         if (c->bulk_in) return;
+        ds__conn_tls_free(c);
         close(c->io.fd);
         if (!c->queued) {
             c->next = net->dead;
@@ -204,10 +207,12 @@ void ds__conn_close(ds_conn_t *c, const char *why)
     ds__loop_del(net->loop, &c->io);
     /* The sender or receiver thread may be using this socket: shut it down
      * to fail its next write or read; it is closed when its job comes back. */
-    if (c->bulk_out || c->bulk_in)
+    if (c->bulk_out || c->bulk_in) {
         shutdown(c->io.fd, SHUT_RDWR);
-    else
+    } else {
+        ds__conn_tls_free(c);
         close(c->io.fd);
+    }
     if (c->deferred) {
         /* Its owner is told once and ends it when it is done with it. */
         ds_req_t *d = c->deferred;
@@ -290,8 +295,7 @@ static void flush_out(ds_conn_t *c)
             /* SCM_RIGHTS needs at least one byte sent alongside: the header. */
             w = ds__send_with_fd(c->io.fd, o->segs[0].iov_base, o->segs[0].iov_len, o->fd);
         } else {
-            struct msghdr m = {.msg_iov = iov, .msg_iovlen = (size_t)n};
-            w = sendmsg(c->io.fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+            w = ds__conn_sendv(c, iov, n);
         }
         if (w < 0) {
             if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) break;
@@ -669,8 +673,10 @@ static uint64_t data_left(const ds_conn_t *c)
 static bool data_to_thread(ds_conn_t *c)
 {
     conn_full_t *f = full(c);
-    if (c->bulk_in || c->state != CONN_READ_DATA || f->rpos != f->rlen || c->net->brecv == NULL ||
-        data_left(c) < DS_BRECV_MIN || !ds__brecv_take(c->net->brecv, c))
+    /* A TLS connection's bytes come through its session, which the loop
+     * alone reads. */
+    if (c->tls || c->bulk_in || c->state != CONN_READ_DATA || f->rpos != f->rlen ||
+        c->net->brecv == NULL || data_left(c) < DS_BRECV_MIN || !ds__brecv_take(c->net->brecv, c))
         return false;
     c->bulk_in = true;
     c->net->ctr.bulk_receives++;
@@ -687,6 +693,8 @@ static void read_input(ds_conn_t *c)
     for (;;) {
         consume(c);
         if (c->state == CONN_CLOSED || c->state == CONN_PARKED || c->close_after_write) break;
+        /* What a TLS session still holds when the budget ends is read after
+         * the current event (update_interest puts it on the ready list). */
         if (budget == 0 || c->out_bytes >= DS_OUT_HIGH) break;
         if (data_to_thread(c)) break;
         ssize_t r;
@@ -695,12 +703,12 @@ static void read_input(ds_conn_t *c)
         /* Big remaining values are received straight into the arena. */
         if (dst && want >= DS_RBUF) {
             if (want > budget) want = budget;
-            r = recv(c->io.fd, dst, want, MSG_DONTWAIT);
+            r = ds__conn_recv(c, dst, want);
             if (r > 0) data_advance(c, (uint64_t)r);
         } else {
             if (small == 0) break;
             f->rpos = f->rlen = 0;
-            r = recv(c->io.fd, f->rbuf, DS_RBUF_CAP, MSG_DONTWAIT);
+            r = ds__conn_recv(c, f->rbuf, DS_RBUF_CAP);
             if (r > 0) {
                 f->rlen = (uint32_t)r;
                 small = (uint64_t)r >= small ? 0 : small - (uint64_t)r;
@@ -719,7 +727,7 @@ static void read_input(ds_conn_t *c)
         budget = (uint64_t)r >= budget ? 0 : budget - (uint64_t)r;
         /* A short read drained the socket: skip the recv that would only say
          * EAGAIN (level-triggered epoll calls again when more arrives). */
-        if (c->state != CONN_READ_DATA && (uint32_t)r < DS_RBUF_CAP) {
+        if (c->state != CONN_READ_DATA && (uint32_t)r < DS_RBUF_CAP && !ds__conn_tls_pending(c)) {
             consume(c);
             break;
         }
@@ -758,6 +766,7 @@ void ds__conn_brecv_done(ds_conn_t *c, uint64_t got, int err)
             done(c->data_ctx, NULL);
         }
         if (c->bulk_out) return;
+        ds__conn_tls_free(c);
         close(c->io.fd);
         if (!c->queued) {
             c->next = net->dead;
@@ -829,6 +838,10 @@ static void on_io(void *ctx, uint32_t events)
 {
     ds_conn_t *c = ctx;
     if (c->state == CONN_CLOSED) return;
+    if (c->tls_hs || c->tls_failed) {
+        if (ds__conn_tls_handshake(c)) return;
+        events = EPOLLIN; /* over: what followed it may be in the session already */
+    }
     if (events & EPOLLOUT) flush_out(c);
     if (c->state == CONN_CLOSED) return;
     if (events & (EPOLLIN | EPOLLHUP | EPOLLERR | EPOLLRDHUP)) {
@@ -888,6 +901,8 @@ void ds__net_after_event(void *ctx)
         flush_out(c);
         if (c->state == CONN_PARKED && c->deferred == NULL) {
             c->state = c->sinks || c->skip ? CONN_READ_DATA : CONN_READ_HEADER;
+            process_input(c);
+        } else if (c->state != CONN_CLOSED && c->state != CONN_PARKED && ds__conn_tls_pending(c)) {
             process_input(c);
         }
     }
@@ -982,7 +997,10 @@ static void on_accept(void *ctx, uint32_t events)
         c->authed = l->is_unix || net->auth_token[0] == '\0';
         c->id = ++net->next_conn_id;
         c->state = CONN_READ_HEADER;
+        c->io.fd = fd;
+        ds__conn_tls_start(c);
         if (ds__loop_add(net->loop, &c->io, fd, EPOLLIN | EPOLLRDHUP, on_io, c) != 0) {
+            ds__conn_tls_free(c);
             close(fd);
             free(f);
             return;

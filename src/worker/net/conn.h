@@ -6,6 +6,9 @@
 
 #include "worker/net/net.h"
 
+#include "common/tls.h"
+
+#include <sys/types.h>
 #include <sys/uio.h>
 
 typedef enum {
@@ -83,6 +86,12 @@ struct ds_conn {
      * the answer to a lane request is due (it goes into the lane). */
     uint32_t lane, lane_seen, lane_gen;
     bool lane_wait;
+    /* TLS (conn_tls.c): the session of a TCP connection when the worker has
+     * --enable_tls; tls_hs 1 before the handshake's first byte, 2 during
+     * it, 0 after. */
+    ds_tls_t *tls;
+    uint8_t tls_hs;
+    bool tls_failed; /* no session could be made: closed at its first event */
 };
 
 /* Queues a frame on c; flushes at once when flush is set. */
@@ -98,6 +107,17 @@ void ds__conn_make_ready(ds_conn_t *c);
  * request is for after that), -1 when it is not between requests (lane.c
  * then closes it). */
 int ds__conn_feed(ds_conn_t *c, const uint8_t *p, uint32_t n);
+/* conn_tls.c: a new TCP connection's session (when the worker has TLS);
+ * one handshake step for an event (true: the event is used up, or the
+ * connection closed; false: the handshake is over, read on); reads and
+ * writes through the session when there is one, else the socket; bytes
+ * waiting inside the session; freeing it. */
+void ds__conn_tls_start(ds_conn_t *c);
+bool ds__conn_tls_handshake(ds_conn_t *c);
+ssize_t ds__conn_recv(ds_conn_t *c, void *buf, size_t len);
+ssize_t ds__conn_sendv(ds_conn_t *c, const struct iovec *iov, int n);
+bool ds__conn_tls_pending(ds_conn_t *c);
+void ds__conn_tls_free(ds_conn_t *c);
 /* HELLO (hello.c). */
 void ds__hello(ds_conn_t *c);
 /* Whether c may send its current request (header c->h): DS_K_OK, or the

@@ -77,6 +77,7 @@ typedef struct {
      * make room for a newer one while waiting for HELLO, and SETs refused
      * for their session's in-flight bytes. */
     uint64_t handshake_timeouts, handshake_evictions, inflight_refusals;
+    uint64_t tls_failures; /* TCP connections refused in or before the TLS handshake */
 } ds_net_counters_t;
 
 /* What HELLO tells a client about this worker. */
@@ -133,6 +134,8 @@ struct ds_net {
     ds_conn_t *hs_head, *hs_tail; /* waiting for HELLO, oldest first */
     uint32_t nhs;
     char auth_token[256]; /* empty = none */
+    /* --enable_tls: every TCP connection is TLS (conn_tls.c); NULL = plain */
+    struct ds_tls_ctx *tls;
     ds_hello_info_t hello;
 
     ds_listener_t tcp, unix_;

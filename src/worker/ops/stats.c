@@ -66,6 +66,7 @@ char *ds__server_stats_json(ds_server_t *srv)
     cJSON_AddNumberToObject(cl, "handshake_evictions", (double)srv->net.ctr.handshake_evictions);
     cJSON_AddNumberToObject(cl, "inflight_refusals", (double)srv->net.ctr.inflight_refusals);
     cJSON_AddNumberToObject(cl, "requests_refused", (double)srv->net.ctr.requests_refused);
+    cJSON_AddNumberToObject(cl, "tls_failures", (double)srv->net.ctr.tls_failures);
     cJSON_AddNumberToObject(root, "subscriptions_waiting", srv->subs.count);
     cJSON *ops = cJSON_AddObjectToObject(root, "operations");
     cJSON *errs = cJSON_AddObjectToObject(root, "errors");

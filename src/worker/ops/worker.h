@@ -68,6 +68,9 @@ struct ds_server {
     char sock_path[300];
     char worker_id[DS_WORKER_ID_HEX + 1];
     char auth_token[256]; /* shared secret from --auth_token_file; empty = none */
+    /* --enable_tls: the context of this worker's own connections to peers
+     * (the server side's is net.tls); NULL = plain TCP */
+    struct ds_tls_ctx *tls_peer;
     ds_arena_t arena;
     ds_store_t *store;
     ds_net_t net;
