@@ -16,7 +16,7 @@
  *
  * bench/lane_bursts.sh starts the worker (or two builds' workers in turn)
  * and runs this against it. */
-#include "datasystem/kv_client.h"
+#include "ds/kv_client.h"
 
 #include <sched.h>
 #include <stdio.h>

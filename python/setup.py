@@ -52,7 +52,7 @@ def _native_wanted():
 
 def _check_root():
     if not os.path.isfile(os.path.join(ROOT, "CMakeLists.txt")) or not os.path.isfile(
-        os.path.join(ROOT, "include", "datasystem", "kv_client.h")
+        os.path.join(ROOT, "include", "ds", "kv_client.h")
     ):
         raise SystemExit(
             "openyuanrong-datasystem: the C sources are not at %s (the folder above "
@@ -136,7 +136,7 @@ except ImportError:  # no wheel package: setuptools still installs
 
 
 def _version():
-    header = os.path.join(ROOT, "include", "datasystem", "version.h")
+    header = os.path.join(ROOT, "include", "ds", "version.h")
     if os.path.isfile(header):
         parts = {}
         with open(header) as f:

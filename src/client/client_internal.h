@@ -65,7 +65,7 @@
 #include "common/shm_index.h"
 #include "common/spin.h"
 #include "common/wire.h"
-#include "datasystem/kv_client.h"
+#include "ds/kv_client.h"
 
 /* Connections per client; a thread finding none idle and the cap reached
  * waits for one until its request deadline. */

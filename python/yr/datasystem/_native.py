@@ -1,4 +1,4 @@
-"""ctypes binding of libdatasystem (include/datasystem/kv_client.h, status.h).
+"""ctypes binding of libdatasystem (include/ds/kv_client.h, status.h).
 
 This module is the only place that knows the C ABI. It finds and loads the
 shared library, declares every function's prototype, and offers three helpers
@@ -25,7 +25,7 @@ import threading
 import weakref
 
 # ---------------------------------------------------------------------------
-# Status codes (include/datasystem/status.h). Kept here so that errors can be
+# Status codes (include/ds/status.h). Kept here so that errors can be
 # named even before the library is loaded.
 
 K_OK = 0
@@ -408,7 +408,7 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 def _source_root():
     """The repository root when running from a checkout (python/yr/datasystem)."""
     root = os.path.normpath(os.path.join(_HERE, "..", "..", ".."))
-    if os.path.isfile(os.path.join(root, "include", "datasystem", "kv_client.h")):
+    if os.path.isfile(os.path.join(root, "include", "ds", "kv_client.h")):
         return root
     return None
 

@@ -3,7 +3,7 @@
 
 #include "common/auth.h"
 #include "common/net.h"
-#include "datasystem/status.h"
+#include "ds/status.h"
 
 #include <errno.h>
 #include <pthread.h>

@@ -35,9 +35,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "datasystem/export.h"
-#include "datasystem/status.h"
-#include "datasystem/version.h"
+#include "ds/export.h"
+#include "ds/status.h"
+#include "ds/version.h"
 
 #ifdef __cplusplus
 extern "C" {
