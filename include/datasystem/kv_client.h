@@ -19,6 +19,7 @@
 #include "datasystem/object/object_enum.h"
 #include "datasystem/utils/connection.h"
 #include "datasystem/utils/device_blob.h"
+#include "datasystem/utils/embedded_config.h"
 #include "datasystem/utils/kv_client_config.h"
 #include "datasystem/utils/optional.h"
 #include "datasystem/utils/status.h"
@@ -68,6 +69,10 @@ class DS_CPP_API KVClient
     /* Connects to the worker. */
     Status Init();
     Status Init(const KVClientConfig &clientConfig);
+    /* K_NOT_SUPPORTED: no in-process worker; run datasystem_worker. */
+    static Status InitEmbedded(const EmbeddedConfig &config);
+    /* A client that InitEmbedded never connects: its calls fail K_NOT_READY. */
+    static KVClient &EmbeddedInstance();
 
     Status Set(const std::string &key, const StringView &val, const SetParam &param = {});
     /* Sets val under a new generated key and returns it ("" on failure). */

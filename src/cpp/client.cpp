@@ -193,6 +193,19 @@ Status KVClient::Init(const KVClientConfig &clientConfig)
     return impl_->Connect("KVClient");
 }
 
+Status KVClient::InitEmbedded(const EmbeddedConfig &config)
+{
+    (void)config;
+    return NotSupported("KVClient::InitEmbedded",
+                        "no in-process worker here; run datasystem_worker and Init");
+}
+
+KVClient &KVClient::EmbeddedInstance()
+{
+    static KVClient instance;
+    return instance;
+}
+
 Status KVClient::Set(const std::string &key, const StringView &val, const SetParam &param)
 {
     ds_set_param_t p;

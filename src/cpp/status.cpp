@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "datasystem/context/context.h"
+#include "datasystem/utils/embedded_config.h"
 #include "datasystem/utils/kv_client_config.h"
 #include "datasystem/utils/sensitive_value.h"
 #include "datasystem/utils/status.h"
@@ -347,6 +348,85 @@ Status KVClientConfig::Builder::Build(KVClientConfig &config) const
     }
     config.args_ = args_;
     return Status();
+}
+
+/* ---- EmbeddedConfig ---- */
+
+#define DS_CPP_EARG(Name, Type)                                                                    \
+    EmbeddedConfig &EmbeddedConfig::Name(Type v)                                                   \
+    {                                                                                              \
+        extraArgs[#Name] = EmbeddedText(v);                                                        \
+        return *this;                                                                              \
+    }
+namespace
+{
+std::string EmbeddedText(const std::string &v)
+{
+    return v;
+}
+std::string EmbeddedText(bool v)
+{
+    return v ? "true" : "false";
+}
+std::string EmbeddedText(int v)
+{
+    return std::to_string(v);
+}
+std::string EmbeddedText(uint64_t v)
+{
+    return std::to_string(v);
+}
+std::string EmbeddedText(double v)
+{
+    return std::to_string(v);
+}
+} // namespace
+DS_CPP_EARG(Address, const std::string &)
+DS_CPP_EARG(EtcdAddress, const std::string &)
+DS_CPP_EARG(SharedMemorySizeMb, uint64_t)
+DS_CPP_EARG(UnixDomainSocketDir, const std::string &)
+DS_CPP_EARG(EnableHugeTlb, bool)
+DS_CPP_EARG(EnableFallocate, bool)
+DS_CPP_EARG(SharedMemoryPopulate, bool)
+DS_CPP_EARG(EnableThp, bool)
+DS_CPP_EARG(ArenaPerTenant, int)
+DS_CPP_EARG(EnableUrma, bool)
+DS_CPP_EARG(UrmaPollSize, int)
+DS_CPP_EARG(UrmaRegisterWholeArena, bool)
+DS_CPP_EARG(UrmaEventMode, bool)
+DS_CPP_EARG(LogDir, const std::string &)
+DS_CPP_EARG(MinLogLevel, int)
+DS_CPP_EARG(MaxLogSize, int)
+DS_CPP_EARG(VLogLevel, int)
+DS_CPP_EARG(RequestSampleRate, double)
+DS_CPP_EARG(AccessSampleRate, double)
+DS_CPP_EARG(DiagnosticSampleRate, double)
+DS_CPP_EARG(SlowLogProcessSlowerThan, uint64_t)
+DS_CPP_EARG(SlowLogRpcSlowerThan, uint64_t)
+DS_CPP_EARG(RocksdbStoreDir, const std::string &)
+DS_CPP_EARG(RocksdbMaxOpenFile, int)
+DS_CPP_EARG(RocksdbBackgroundThreads, int)
+DS_CPP_EARG(RocksdbWriteMode, int)
+DS_CPP_EARG(EnableRedirect, bool)
+DS_CPP_EARG(EnableDataReplication, bool)
+#undef DS_CPP_EARG
+
+EmbeddedConfig &EmbeddedConfig::SetArg(const std::string &name, const std::string &value)
+{
+    extraArgs[name] = value;
+    return *this;
+}
+
+EmbeddedConfig &EmbeddedConfig::SetArgs(const std::unordered_map<std::string, std::string> &args)
+{
+    for (const auto &kv : args)
+        extraArgs[kv.first] = kv.second;
+    return *this;
+}
+
+const std::unordered_map<std::string, std::string> &EmbeddedConfig::GetArgs() const
+{
+    return extraArgs;
 }
 
 /* ---- Context ---- */

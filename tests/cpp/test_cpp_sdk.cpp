@@ -207,6 +207,11 @@ static void TestKV(int port)
     CHECK_UNSUPPORTED(kv.SetWorkerHealthCallback([](const Status &) {}),
                       "KVClient::SetWorkerHealthCallback");
     CHECK_UNSUPPORTED(kv.MGetH2D({"k"}, {}, failed), "KVClient::MGetH2D");
+    EmbeddedConfig ec;
+    CHECK(ec.Address("127.0.0.1:1").SharedMemorySizeMb(64).GetArgs().at("SharedMemorySizeMb") ==
+          "64");
+    CHECK_UNSUPPORTED(KVClient::InitEmbedded(ec), "KVClient::InitEmbedded");
+    CHECK_CODE(KVClient::EmbeddedInstance().Set("k", "v"), K_NOT_READY);
 
     CHECK_OK(kv.ShutDown());
     CHECK_CODE(kv.Set("cpp.a", "x"), K_NOT_READY);
