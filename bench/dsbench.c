@@ -8,7 +8,7 @@
 #include "bench/limits.h"
 #include "bench/stats.h"
 #include "common/clock.h"
-#include "datasystem/kv_client.h"
+#include "ds/kv_client.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -29,7 +29,7 @@
  *
  * bench/lane_bursts.sh starts the worker (or two builds' workers in turn)
  * and runs this against it. */
-#include "datasystem/kv_client.h"
+#include "ds/kv_client.h"
 
 #include <cjson/cJSON.h>
 #include <pthread.h>

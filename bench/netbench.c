@@ -16,7 +16,7 @@
 #include "bench/stats.h"
 #include "common/clock.h"
 #include "common/net.h"
-#include "datasystem/kv_client.h"
+#include "ds/kv_client.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

@@ -30,7 +30,7 @@
 #include "common/hash.h"
 #include "common/clock.h"
 #include "common/net.h"
-#include "datasystem/kv_client.h"
+#include "ds/kv_client.h"
 
 #include <arpa/inet.h>
 #include <dirent.h>

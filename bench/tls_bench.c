@@ -13,7 +13,7 @@
  *   tls_bench --plain H:P --tls H:P --ca FILE [--rounds N] [--json FILE] */
 #include "bench/stats.h"
 #include "common/clock.h"
-#include "datasystem/kv_client.h"
+#include "ds/kv_client.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -10,7 +10,7 @@
  *   ucx_client_bench --worker_address H:P [--rounds N] [--json FILE] */
 #include "bench/stats.h"
 #include "common/clock.h"
-#include "datasystem/kv_client.h"
+#include "ds/kv_client.h"
 
 #include <stdio.h>
 #include <stdlib.h>

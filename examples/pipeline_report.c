@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "datasystem/kv_client.h"
+#include "ds/kv_client.h"
 #include "pipeline_demo.h"
 #include "pipeline_model.h"
 

@@ -53,7 +53,7 @@ def _native_wanted():
 
 def _check_root():
     if not os.path.isfile(os.path.join(ROOT, "CMakeLists.txt")) or not os.path.isfile(
-        os.path.join(ROOT, "include", "datasystem", "kv_client.h")
+        os.path.join(ROOT, "include", "ds", "kv_client.h")
     ):
         raise SystemExit(
             "openyuanrong-datasystem: the C sources are not at %s (the folder above "
@@ -93,9 +93,9 @@ def _cmake_build(announce):
 
 
 def _generate_status():
-    """yr/datasystem/_status.py from include/datasystem/status.h (when building
+    """yr/datasystem/_status.py from include/ds/status.h (when building
     from a checkout), so the wheel's status codes are the C library's."""
-    if os.path.isfile(os.path.join(ROOT, "include", "datasystem", "status.h")):
+    if os.path.isfile(os.path.join(ROOT, "include", "ds", "status.h")):
         sys.path.insert(0, HERE)
         try:
             import gen_status
@@ -152,7 +152,7 @@ except ImportError:  # no wheel package: setuptools still installs
 
 
 def _version():
-    header = os.path.join(ROOT, "include", "datasystem", "version.h")
+    header = os.path.join(ROOT, "include", "ds", "version.h")
     if os.path.isfile(header):
         parts = {}
         with open(header) as f:

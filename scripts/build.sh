@@ -13,8 +13,8 @@ case "$flavour" in
     # clang: GCC's TSan does not model atomic_thread_fence (it says so with
     # -Wtsan), which the shared-memory seqlock (common/shm_index.c) needs.
     # RelWithDebInfo: the integration suite runs 2-3x faster than at -O0.
-    tsan) dir=build-tsan; args=(-DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDS_TSAN=ON) ;;
-    profile) dir=build-prof; args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_C_FLAGS=-fno-omit-frame-pointer") ;;
+    tsan) dir=build-tsan; args=(-DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDS_TSAN=ON) ;;
+    profile) dir=build-prof; args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_C_FLAGS=-fno-omit-frame-pointer" "-DCMAKE_CXX_FLAGS=-fno-omit-frame-pointer") ;;
     *) echo "build.sh: unknown flavour '$flavour' (release, asan, tsan or profile)" >&2; exit 2 ;;
 esac
 cmake -S . -B "$dir" "${args[@]}" -DDS_WERROR=ON >/dev/null

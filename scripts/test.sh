@@ -69,7 +69,7 @@ if [ "$mode" = quick ]; then
     # The soak runs a minute and the cluster tests need root and etcd: the
     # full command runs them.
     step "ctest (release, unit and integration)" ctest --test-dir build --output-on-failure \
-        -j 2 --timeout 300 -L 'unit|integration' -LE 'cluster|soak'
+        -j 2 --timeout 300 -L 'unit|integration|cpp' -LE 'cluster|soak'
     summary
     exit
 fi
@@ -78,17 +78,17 @@ step "build (tsan)" bash scripts/build.sh tsan
 step "ctest (release)" ctest --test-dir build --output-on-failure -j 2 --timeout 300
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     step "ctest (asan+ubsan)" ctest --test-dir build-asan --output-on-failure -j 2 --timeout 600
-# Unit and integration suites only (the soak included): the cluster tests
+# Unit, integration and C++ SDK suites only (the soak included): the cluster tests
 # need root and etcd, the fuzzers ASan. The integration tests start their
 # workers from build-tsan, so the worker runs under TSan too. Any report fails
 # the test: halt_on_error exits non-zero, in a worker too (the harness checks
 # its exit status).
 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
     step "ctest (tsan)" ctest --test-dir build-tsan --output-on-failure -j 2 --timeout 600 \
-    -L 'unit|integration' -LE cluster
+    -L 'unit|integration|cpp' -LE cluster
 step "valgrind (worker under memcheck)" bash scripts/valgrind.sh build
 step "fuzz (${DS_FUZZ_SECONDS:-20} s per target)" bash scripts/fuzz.sh "${DS_FUZZ_SECONDS:-20}"
 DS_BUILD_DIR=$PWD/build PYTHONPATH=$PWD/python \
     step "pytest" /usr/bin/python3 -m pytest -q tests/python -p no:cacheprovider
-step "clang-format" bash -c 'git ls-files "*.c" "*.h" | xargs clang-format --dry-run -Werror'
+step "clang-format" bash -c 'git ls-files "*.c" "*.h" "*.cpp" | xargs clang-format --dry-run -Werror'
 summary

@@ -14,7 +14,7 @@
 #include "bench/side_by_side/sbs.h"
 
 #include "common/clock.h"
-#include "datasystem/kv_client.h"
+#include "ds/kv_client.h"
 
 #include <errno.h>
 #include <hiredis/hiredis.h>

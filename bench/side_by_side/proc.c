@@ -8,7 +8,7 @@
 
 #include "common/clock.h"
 #include "common/net.h"
-#include "datasystem/kv_client.h"
+#include "ds/kv_client.h"
 
 #include <arpa/inet.h>
 #include <cjson/cJSON.h>

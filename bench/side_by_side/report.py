@@ -649,6 +649,20 @@ def other_benches(results):
                        human(k.get("size_bytes", 0))) +
                    table(["path", "put+get p50 ms", "GB/s", "memcpy GB/s", "ratio", "target",
                           ""], body))
+    x = load(os.path.join(results, "cpp_overhead.json"))
+    if x and x.get("rows"):
+        body = [[human(r["size"]), num(r.get("c_p50_us")), num(r.get("cpp_p50_us")),
+                 num(r.get("ratio_p50"), "%.3f"), num(r.get("ratio_round_p50"), "%.3f"),
+                 num(r.get("ratio_mean"), "%.3f"), "<= 1.05",
+                 "met" if max(r.get("ratio_p50", 9), r.get("ratio_round_p50", 9)) <= 1.05
+                 else "**not met**"] for r in x["rows"]]
+        out.append("### C++ SDK overhead\n\n`build/bench/cpp_overhead --json "
+                   "bench/results/cpp_overhead.json`: set+get through the C++ SDK "
+                   "(`KVClient::Set`, `KVClient::Get(key, std::string &)`) against the C API "
+                   "(`ds_kv_set`, `ds_kv_get`) in interleaved rounds of the same run, %s "
+                   "client; C++ time over C time.\n\n" % x.get("transport", "local") +
+                   table(["value", "C p50 us", "C++ p50 us", "ratio p50", "median round",
+                          "ratio mean", "target", ""], body))
     if not out:
         return ""
     return ("## Other benches\n\nEach from its own run, recorded in `bench/results/` with the "

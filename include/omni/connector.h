@@ -34,7 +34,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "datasystem/status.h"
+#include "ds/status.h"
 #include "omni/export.h"
 #include "omni/serializer.h"
 

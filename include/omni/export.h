@@ -4,7 +4,7 @@
 #ifndef OMNI_EXPORT_H
 #define OMNI_EXPORT_H
 
-#include "datasystem/export.h"
+#include "ds/export.h"
 
 #define OMNI_EXPORT DS_EXPORT
 

@@ -46,7 +46,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "datasystem/status.h"
+#include "ds/status.h"
 #include "omni/export.h"
 
 #ifdef __cplusplus

@@ -33,7 +33,7 @@
 
 #include <stddef.h>
 
-#include "datasystem/status.h"
+#include "ds/status.h"
 #include "omni/connector.h"
 #include "omni/export.h"
 

@@ -15,7 +15,7 @@
 #include "common/clock.h"
 #include "common/net.h"
 #include "common/wire.h"
-#include "datasystem/status.h"
+#include "ds/status.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>

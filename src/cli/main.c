@@ -3,7 +3,7 @@
  * runs it. Exit codes: 0 success, 1 the operation failed, 2 bad usage. */
 #include "cli/cli.h"
 
-#include "datasystem/version.h"
+#include "ds/version.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -19,7 +19,7 @@
 
 #include "common/log.h"
 #include "common/net.h"
-#include "datasystem/kv_client.h"
+#include "ds/kv_client.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -66,7 +66,7 @@
 #include "common/spin.h"
 #include "common/tls.h"
 #include "common/wire.h"
-#include "datasystem/kv_client.h"
+#include "ds/kv_client.h"
 
 /* Connections per client; a thread finding none idle and the cap reached
  * waits for one until its request deadline. */

@@ -13,8 +13,8 @@
 #ifndef DS_COMMON_ERROR_H
 #define DS_COMMON_ERROR_H
 
-#include "datasystem/export.h"
-#include "datasystem/status.h"
+#include "ds/export.h"
+#include "ds/status.h"
 
 /* Records the message for this thread and returns code, so a caller can write
  * `return ds__set_error(DS_K_INVALID, "key is empty");`. fmt NULL uses the

@@ -2,7 +2,7 @@
 #include "common/keys.h"
 
 #include "common/error.h"
-#include "datasystem/kv_client.h"
+#include "ds/kv_client.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -7,7 +7,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "datasystem/status.h"
+#include "ds/status.h"
 
 typedef enum { CFG_NULL, CFG_SCALAR, CFG_MAP, CFG_SEQ } cfg_kind_t;
 

@@ -38,7 +38,7 @@
 #include <stdint.h>
 
 #include "connector/keytrack.h"
-#include "datasystem/kv_client.h"
+#include "ds/kv_client.h"
 #include "omni/connector.h"
 
 /* Payloads from this size up are written in place (create + publish): one

@@ -17,7 +17,7 @@
 
 #include <stddef.h>
 
-#include "datasystem/status.h"
+#include "ds/status.h"
 
 #define OMNI__MAX_EDGES 64
 

@@ -6,7 +6,7 @@
 #include "layouts.h"
 
 #include "common/keys.h"
-#include "datasystem/kv_client.h"
+#include "ds/kv_client.h"
 
 #include <string.h>
 

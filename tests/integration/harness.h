@@ -13,7 +13,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "datasystem/kv_client.h"
+#include "ds/kv_client.h"
 
 typedef struct {
     pid_t pid; /* 0 when external */

@@ -138,7 +138,7 @@ def _start_etcd(tmp, procs):
 
 
 C_PROGRAM = r"""
-#include "datasystem/kv_client.h"
+#include "ds/kv_client.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -1,6 +1,6 @@
 """The Python status codes are the C library's.
 
-include/datasystem/status.h's DS_STATUS_MAP is the one table of codes; the
+include/ds/status.h's DS_STATUS_MAP is the one table of codes; the
 package's constants are generated from it (python/gen_status.py). These tests
 parse the header on their own, compare every code, name and message with what
 yr.datasystem exposes, check that the checked-in generated module is what the
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-HEADER = REPO / "include" / "datasystem" / "status.h"
+HEADER = REPO / "include" / "ds" / "status.h"
 
 
 def header_rows():

@@ -18,7 +18,7 @@
 #include "common/clock.h"
 #include "common/net.h"
 #include "common/wire.h"
-#include "datasystem/kv_client.h"
+#include "ds/kv_client.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>

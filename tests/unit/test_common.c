@@ -7,7 +7,7 @@
 #include "common/net.h"
 #include "common/clock.h"
 #include "common/spin.h"
-#include "datasystem/kv_client.h"
+#include "ds/kv_client.h"
 
 #include <pthread.h>
 #include <sched.h>

@@ -28,7 +28,7 @@ def binary_path(name):
     if not os.path.exists(path):
         root = os.path.normpath(os.path.join(os.path.dirname(BIN_DIR), "..", "..", ".."))
         built = os.path.join(root, "python", "build", "cmake", "src", _BUILD_SUBDIR[name], name)
-        if os.path.isfile(os.path.join(root, "include", "datasystem", "kv_client.h")) and \
+        if os.path.isfile(os.path.join(root, "include", "ds", "kv_client.h")) and \
                 os.path.exists(built):
             return built
     return path

@@ -1,4 +1,4 @@
-"""ctypes binding of libdatasystem (include/datasystem/kv_client.h, status.h).
+"""ctypes binding of libdatasystem (include/ds/kv_client.h, status.h).
 
 This module is the only place that knows the C ABI. It finds and loads the
 shared library, declares every function's prototype, and offers three helpers
@@ -25,7 +25,7 @@ import threading
 import weakref
 
 # ---------------------------------------------------------------------------
-# Status codes: generated from include/datasystem/status.h's table
+# Status codes: generated from include/ds/status.h's table
 # (python/gen_status.py), so that they cannot drift from the C library's and
 # errors can be named even before the library is loaded.
 
@@ -374,7 +374,7 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 def _source_root():
     """The repository root when running from a checkout (python/yr/datasystem)."""
     root = os.path.normpath(os.path.join(_HERE, "..", "..", ".."))
-    if os.path.isfile(os.path.join(root, "include", "datasystem", "kv_client.h")):
+    if os.path.isfile(os.path.join(root, "include", "ds", "kv_client.h")):
         return root
     return None
 

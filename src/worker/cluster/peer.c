@@ -5,7 +5,7 @@
 #include "common/clock.h"
 #include "common/net.h"
 #include "common/tls.h"
-#include "datasystem/status.h"
+#include "ds/status.h"
 
 #include <errno.h>
 #include <pthread.h>

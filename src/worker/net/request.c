@@ -5,7 +5,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
-#include "datasystem/status.h"
+#include "ds/status.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -32,7 +32,7 @@
 #include <sys/uio.h>
 
 #include "common/wire.h"
-#include "datasystem/status.h"
+#include "ds/status.h"
 #include "worker/net/session.h"
 #include "worker/store/store.h"
 

@@ -16,7 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "datasystem/kv_client.h"
+#include "ds/kv_client.h"
 #include "common/dict.h"
 #include "worker/store/alloc.h"
 #include "worker/store/arena.h"

@@ -5,7 +5,7 @@
 #ifndef DATASYSTEM_STATUS_H
 #define DATASYSTEM_STATUS_H
 
-#include "datasystem/export.h"
+#include "ds/export.h"
 
 #ifdef __cplusplus
 extern "C" {
