@@ -5,6 +5,9 @@
  *   while connection B waits on k: A's answers come in request order (OK,
  *   OK, "v2"), and B is answered once, with "v2" - the value k has after
  *   the event, not the "v1" of the publish that made it ready.
+ * - A key set and deleted again in one event (SET k, DEL k pipelined) does
+ *   not answer B with "not found" before its time: B waits on, as a Redis
+ *   client blocked on a key does, and the next SET answers it.
  * - A wait on three keys is answered only when the last is set, with all
  *   three values; until then its keys stay subscribed.
  * - A waiter whose connection closed leaves the worker serving: the next
@@ -78,6 +81,39 @@ static void test_waiter_after_publisher(void **state)
     assert_string_equal(vb, "v2");
     assert_int_equal(extra, 1);
     assert_int_equal((int)dst_stat(&W, "subscriptions_waiting"), 0);
+    hr_close(&a);
+    hr_close(&b);
+}
+
+static void test_deleted_again(void **state)
+{
+    (void)state;
+    hr_conn_t a, b;
+    assert_int_equal(hr_open_hello(&a, &W, false), 0);
+    assert_int_equal(hr_open_hello(&b, &W, true), 0);
+    uint64_t gb = hr_get(&b, "k", 8000, 0);
+    assert_int_equal(hr_flush(&b), 0);
+    assert_true(dst_wait_stat(&W, "subscriptions_waiting", 1, 5000));
+    uint64_t ids[2];
+    ids[0] = hr_set(&a, "k", "v1");
+    ids[1] = hr_del(&a, "k");
+    assert_int_equal(hr_flush(&a), 0);
+    assert_int_equal(hr_collect(&a, 2, ds__now_ms() + 5000), 2);
+    assert_int_equal(a.got[0].h.req_id, ids[0]);
+    assert_int_equal(a.got[0].h.status, DS_K_OK);
+    assert_int_equal(a.got[1].h.req_id, ids[1]);
+    assert_int_equal(a.got[1].h.status, DS_K_OK);
+    /* the STATS request is a later event: B waits again on k */
+    assert_int_equal((int)dst_stat(&W, "subscriptions_waiting"), 1);
+    uint64_t s3 = hr_set(&a, "k", "v3");
+    assert_int_equal(hr_flush(&a), 0);
+    hr_frame_t *fs = hr_answer(&a, s3, ds__now_ms() + 5000);
+    assert_non_null(fs);
+    assert_int_equal(fs->h.status, DS_K_OK);
+    char vb[64];
+    assert_int_equal(value_of(hr_answer(&b, gb, ds__now_ms() + 5000), vb, sizeof(vb)), DS_K_OK);
+    assert_string_equal(vb, "v3");
+    assert_int_equal(b.ngot, 1);
     hr_close(&a);
     hr_close(&b);
 }
@@ -161,6 +197,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_waiter_after_publisher, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_deleted_again, setup, teardown),
         cmocka_unit_test_setup_teardown(test_multi_key_waiter, setup, teardown),
         cmocka_unit_test_setup_teardown(test_closed_waiter, setup, teardown),
     };

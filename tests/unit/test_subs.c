@@ -29,8 +29,9 @@ static ds_req_t *done_req[MAXREQ];
 static bool done_timed_out[MAXREQ];
 static int ctx_token;
 
-static void on_done(void *ctx, ds_req_t *d, bool timed_out)
+static void on_done(void *ctx, ds_req_t *d, bool timed_out, uint64_t deadline_ms)
 {
+    (void)deadline_ms;
     assert_ptr_equal(ctx, &ctx_token);
     assert_true(ndone < MAXREQ);
     done_req[ndone] = d;

@@ -83,9 +83,10 @@ static void wake_locates(ds_server_t *srv, const char *key, uint32_t len)
     ds__subs_publish(&srv->locates, key, len);
 }
 
-static void locate_wait_done(void *ctx, ds_req_t *d, bool timed_out)
+static void locate_wait_done(void *ctx, ds_req_t *d, bool timed_out, uint64_t deadline_ms)
 {
     (void)timed_out;
+    (void)deadline_ms;
     locate_answer(ctx, d);
 }
 

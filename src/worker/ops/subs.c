@@ -406,9 +406,10 @@ void ds__subs_run_ready(ds_subs_t *ss)
         ds_wait_done_fn done = w->done;
         void *ctx = w->ctx;
         bool timed_out = w->timed_out;
+        uint64_t deadline_ms = w->deadline_ms;
         free_wait(w);
         ds__req_unpark(d); /* its cancel context is freed */
-        done(ctx, d, timed_out);
+        done(ctx, d, timed_out, deadline_ms);
     }
 }
 

@@ -10,7 +10,8 @@
  * waits whose time is up. ds__subs_run_ready, which the worker calls from
  * the loop's after-event hook before resuming connections, hands each one to
  * the callback its owner registered, which answers with what the store holds
- * then. So a publishing handler has answered (or parked) its own request
+ * then (a GET whose key was deleted again meanwhile waits on, as a Redis
+ * client blocked on a key does). So a publishing handler has answered (or parked) its own request
  * before any waiter runs, a key published twice in one event completes its
  * waits once, with the latest value, and a wait on several keys completes
  * when the last of them arrives. A wait whose connection closes while it is
@@ -52,8 +53,10 @@ typedef struct {
     char refusal[256];                  /* why the last ds__subs_wait refused, "" if not a limit */
 } ds_subs_t;
 
-/* The wait of d is over (all keys published, or timed_out): answer d. */
-typedef void (*ds_wait_done_fn)(void *ctx, ds_req_t *d, bool timed_out);
+/* The wait of d is over (all keys published, or timed_out): answer d, or
+ * wait again until deadline_ms (the wait's own) if the store no longer
+ * holds what was published. */
+typedef void (*ds_wait_done_fn)(void *ctx, ds_req_t *d, bool timed_out, uint64_t deadline_ms);
 
 /* per_client 0: a quarter of max_subscriptions (at least 1). */
 void ds__subs_init(ds_subs_t *s, uint64_t max_subscriptions, uint64_t per_client);
