@@ -351,6 +351,48 @@ static void test_cancel_while_ready(void **state)
     destroy(&s);
 }
 
+/* --max_pending_subscriptions_per_client counts each session's keys (in
+ * the owners table): a wait past its share is refused naming the flag,
+ * another session still waits, a peer's request counts only toward the
+ * table's limit, and a wait made ready gives its session's room back. */
+static void test_per_client(void **state)
+{
+    (void)state;
+    ds_subs_t s;
+    ds__subs_init(&s, 100, 3);
+    ds_session_t s1 = {.id = 1}, s2 = {.id = UINT64_C(1) << 40};
+    const char *ab[] = {"a", "b"}, *cd[] = {"c", "d"};
+    const uint32_t l2[] = {1, 1};
+    ds_req_t *r = req(0);
+    r->session = &s1;
+    assert_true(ds__subs_wait(&s, r, ab, l2, 2, 10000, on_done, &ctx_token));
+    r = req(1);
+    r->session = &s1;
+    assert_false(ds__subs_wait(&s, r, cd, l2, 2, 10000, on_done, &ctx_token));
+    assert_non_null(ds__subs_refusal(&s));
+    assert_non_null(strstr(ds__subs_refusal(&s), "--max_pending_subscriptions_per_client 3"));
+    r = req(2);
+    r->session = &s2;
+    assert_true(ds__subs_wait(&s, r, cd, l2, 2, 10000, on_done, &ctx_token));
+    r = req(3);
+    r->session = &s1;
+    r->flags = DS_FLAG_PEER;
+    assert_true(ds__subs_wait(&s, r, cd, l2, 2, 10000, on_done, &ctx_token));
+    assert_int_equal(ds__dict_count(&s.owners), 2);
+    ds__subs_publish(&s, "a", 1);
+    ds__subs_publish(&s, "b", 1); /* session 1's wait: ready, its keys free */
+    assert_int_equal(ds__dict_count(&s.owners), 1);
+    r = req(4);
+    r->session = &s1;
+    assert_true(ds__subs_wait(&s, r, cd, l2, 2, 10000, on_done, &ctx_token));
+    ds__subs_run_ready(&s);
+    assert_int_equal(ndone, 1);
+    assert_ptr_equal(done_req[0], &reqs[0]);
+    assert_int_equal(ds__dict_verify(&s.owners), 0);
+    destroy(&s);
+    assert_int_equal(ndone, 1);
+}
+
 /* Waits still pending when the table is destroyed are freed (ASan's leak
  * check sees to it) without their callbacks. */
 static void test_destroy_pending(void **state)
@@ -380,6 +422,7 @@ int main(void)
         cmocka_unit_test_setup(test_grows, setup),
         cmocka_unit_test_setup(test_ready_not_inside_publish, setup),
         cmocka_unit_test_setup(test_cancel_while_ready, setup),
+        cmocka_unit_test_setup(test_per_client, setup),
         cmocka_unit_test_setup(test_destroy_pending, setup),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -397,8 +397,9 @@ bool ds__subs_ready_pending(const ds_subs_t *ss)
 
 void ds__subs_run_ready(ds_subs_t *ss)
 {
-    /* Each wait completes once; a callback answers and publishes nothing,
-     * so the list only shrinks (a wait cancelled meanwhile leaves it). */
+    /* Each wait completes once; a callback answers (or waits again, in the
+     * table) and publishes nothing, so the list only shrinks (a wait whose
+     * connection closes meanwhile leaves it from on_cancel). */
     while (ss->ready_head) {
         ds_wait_t *w = ss->ready_head;
         ready_unlink(ss, w);
