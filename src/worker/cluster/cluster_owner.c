@@ -76,22 +76,17 @@ static void locate_answer(ds_server_t *srv, ds_req_t *r)
 
 /* A LOCATE waits for the owner to learn a key's location, which is when a
  * META_PUT records it - not when the key is published on this worker (its
- * own META_PUT is still on the way then). So LOCATE waits subscribe to the
- * key behind a tag byte no key may hold, which only META_PUT publishes. */
-#define LOCATE_TAG '\x01'
-
+ * own META_PUT is still on the way then). So LOCATEs wait on a table of
+ * their own (srv->locates), which only META_PUT publishes to. */
 static void wake_locates(ds_server_t *srv, const char *key, uint32_t len)
 {
-    char tagged[1 + DS_MAX_KEY_LEN];
-    if (len > DS_MAX_KEY_LEN) return;
-    tagged[0] = LOCATE_TAG;
-    memcpy(tagged + 1, key, len);
-    ds__subs_publish(&srv->subs, tagged, (size_t)len + 1);
+    ds__subs_publish(&srv->locates, key, len);
 }
 
-static void locate_wait_done(void *ctx, ds_req_t *d, bool timed_out)
+static void locate_wait_done(void *ctx, ds_req_t *d, bool timed_out, uint64_t deadline_ms)
 {
     (void)timed_out;
+    (void)deadline_ms;
     locate_answer(ctx, d);
 }
 
@@ -109,29 +104,18 @@ static void op_locate(ds_server_t *srv, ds_req_t *r)
         ds__req_error(r, DS_K_INVALID, "malformed LOCATE");
         return;
     }
-    /* The keys whose location is unknown yet, tagged (see LOCATE_TAG). */
-    size_t total = 0;
-    for (uint32_t i = 0; i < n; i++)
-        total += 1 + (size_t)lens[i];
-    char *tagged = wait > 0 ? malloc(total) : NULL;
+    /* The keys whose location is unknown yet. */
     uint32_t nm = 0;
-    size_t off = 0;
-    for (uint32_t i = 0; tagged && i < n; i++) {
+    for (uint32_t i = 0; wait > 0 && i < n; i++) {
         const char *loc;
         uint64_t size, version;
         if (ds__meta_find(ds__cluster_meta(srv), keys[i], lens[i], &loc, &size, &version)) continue;
-        /* keys[nm] / lens[nm] may be this very entry: read it first. */
-        uint32_t len = lens[i];
-        tagged[off] = LOCATE_TAG;
-        memcpy(tagged + off + 1, keys[i], len);
-        keys[nm] = tagged + off;
-        lens[nm++] = len + 1;
-        off += 1 + (size_t)len;
+        keys[nm] = keys[i];
+        lens[nm++] = lens[i];
     }
-    bool waiting = nm > 0 && ds__subs_wait(&srv->subs, r, keys, lens, nm,
+    bool waiting = nm > 0 && ds__subs_wait(&srv->locates, r, keys, lens, nm,
                                            ds__now_ms() + (uint64_t)wait, locate_wait_done, srv);
     if (!waiting) locate_answer(srv, r);
-    free(tagged);
     free(keys);
     free(lens);
 }

@@ -79,7 +79,9 @@ static uint64_t tick_memory(void *ctx, uint64_t now)
 }
 static uint64_t tick_subs(void *ctx, uint64_t now)
 {
-    return ds__subs_expire(&((ds_server_t *)ctx)->subs, now);
+    ds_server_t *srv = ctx;
+    uint64_t a = ds__subs_expire(&srv->subs, now), b = ds__subs_expire(&srv->locates, now);
+    return a && (b == 0 || a < b) ? a : b;
 }
 static uint64_t tick_cluster(void *ctx, uint64_t now)
 {
@@ -96,6 +98,21 @@ static uint64_t tick_probe(void *ctx, uint64_t now)
 static uint64_t tick_latch(void *ctx, uint64_t now)
 {
     return ds__latch_expire(ctx, now);
+}
+
+/* The after-event hook's first step: waits a publish or a deadline made
+ * ready during the event are completed here, never inside the publishing
+ * handler (subs.h). */
+static void resume_waits(void *ctx)
+{
+    ds_server_t *srv = ctx;
+    ds__subs_run_ready(&srv->subs);
+    ds__subs_run_ready(&srv->locates);
+}
+
+static bool waits_ready(const ds_server_t *srv)
+{
+    return ds__subs_ready_pending(&srv->subs) || ds__subs_ready_pending(&srv->locates);
 }
 
 static int add_timers(ds_server_t *srv)
@@ -163,6 +180,9 @@ int ds__server_init(ds_server_t *srv, const ds_worker_config_t *cfg, char *err, 
     snprintf(srv->worker_id, sizeof(srv->worker_id), "%016" PRIx64, id);
     ds__subs_init(&srv->subs, (uint64_t)cfg->max_pending_subscriptions,
                   (uint64_t)cfg->max_pending_subscriptions_per_client);
+    /* LOCATEs wait on a table of their own: a key's location is known when
+     * its META_PUT arrives, not when it is published here. */
+    ds__subs_init(&srv->locates, (uint64_t)cfg->max_pending_subscriptions, 0);
 
     ds_net_t *net = &srv->net;
     net->loop = ds__loop_create();
@@ -227,6 +247,8 @@ int ds__server_init(ds_server_t *srv, const ds_worker_config_t *cfg, char *err, 
     net->observe_ctx = srv;
     net->session_end = ds__ops_session_end;
     net->session_end_ctx = srv;
+    net->before_resume = resume_waits;
+    net->before_resume_ctx = srv;
     net->max_data = (uint64_t)cfg->max_frame_mb << 20;
     net->max_clients = (uint32_t)cfg->max_client_num;
     net->handshake_ms = (uint64_t)cfg->handshake_timeout_ms;
@@ -313,8 +335,9 @@ void ds__server_run(ds_server_t *srv)
         /* Timers first; they run the after-event hook, since a sweep may
          * have ended deferred requests. */
         uint64_t due = ds__loop_timers_run(loop, ds__now_ms());
-        /* Connections on the ready list: the loop must not sleep. */
-        int timeout = ds__net_busy(net) ? 0 : ds__loop_timeout(due, ds__now_ms());
+        /* Connections or waits on a ready list: the loop must not sleep. */
+        int timeout =
+            ds__net_busy(net) || waits_ready(srv) ? 0 : ds__loop_timeout(due, ds__now_ms());
         timeout = ds__poll_timeout(&poll, timeout);
         /* Clients with a request lane ring the doorbell only while the
          * loop may sleep. */
@@ -353,6 +376,7 @@ void ds__server_destroy(ds_server_t *srv)
     ds__ucx_free(srv->ucx);
     srv->ucx = NULL;
     ds__subs_destroy(&srv->subs);
+    ds__subs_destroy(&srv->locates);
     ds__ops_grefs_free(srv);
     ds__latch_destroy(srv);
     if (srv->tcp_fd >= 0) close(srv->tcp_fd);

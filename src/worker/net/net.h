@@ -119,6 +119,11 @@ struct ds_net {
      * per session (read latches) goes with it */
     void (*session_end)(void *ctx, ds_session_t *s);
     void *session_end_ctx;
+    /* runs first in every after-event hook (may be NULL): the worker
+     * completes there the waits the event made ready (subscribe-waits), so
+     * their answers are queued before the connections resume */
+    void (*before_resume)(void *ctx);
+    void *before_resume_ctx;
 
     uint64_t max_data;
     uint32_t max_clients;

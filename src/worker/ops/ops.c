@@ -256,10 +256,54 @@ static void get_answer(ds_server_t *srv, ds_req_t *r)
     free_keys(keys, keys_small);
 }
 
-/* A GET's wait is over: answer with what the store holds now. */
-static void get_wait_done(void *ctx, ds_req_t *d, bool timed_out)
+static void get_wait_done(void *ctx, ds_req_t *d, bool timed_out, uint64_t deadline_ms);
+
+/* Every key of a GET's wait was published, but the loop completes the wait
+ * only after the event, which may have deleted one of them again (a
+ * pipelined DEL): like Redis's blocked clients, the GET then waits on for
+ * the keys missing now, until its deadline. true when it waits again. */
+static bool get_rewait(ds_server_t *srv, ds_req_t *d, uint64_t deadline_ms)
 {
-    (void)timed_out;
+    uint64_t now = ds__now_ms();
+    if (deadline_ms <= now || ds__req_gone(d)) return false;
+    ds_rbuf_t rb;
+    ds__rbuf_init(&rb, d->meta, d->meta_len);
+    (void)ds__rbuf_i32(&rb);
+    (void)ds__rbuf_u8(&rb);
+    key_t_ keys_small[SMALL_BATCH];
+    key_t_ *keys = NULL;
+    uint32_t n = 0;
+    char msg[256];
+    if (read_keys_into(&rb, DS_MAX_BATCH, &keys, &n, msg, sizeof(msg), keys_small, SMALL_BATCH) !=
+        0)
+        return false;
+    const char *mk_small[SMALL_BATCH];
+    uint32_t ml_small[SMALL_BATCH];
+    bool small = n <= SMALL_BATCH;
+    const char **mk = small ? mk_small : malloc(n * sizeof(*mk));
+    uint32_t *ml = small ? ml_small : malloc(n * sizeof(*ml));
+    uint32_t nm = 0;
+    for (uint32_t i = 0; mk && ml && i < n; i++) {
+        if (ds__store_lookup(srv->store, keys[i].p, keys[i].len, now) == NULL) {
+            mk[nm] = keys[i].p;
+            ml[nm++] = keys[i].len;
+        }
+    }
+    bool parked = mk && ml && nm > 0 &&
+                  ds__subs_wait(&srv->subs, d, mk, ml, nm, deadline_ms, get_wait_done, srv);
+    if (!small) {
+        free(mk);
+        free(ml);
+    }
+    free_keys(keys, keys_small);
+    return parked;
+}
+
+/* A GET's wait is over: answer with what the store holds now (or wait on
+ * for keys deleted again meanwhile, see get_rewait). */
+static void get_wait_done(void *ctx, ds_req_t *d, bool timed_out, uint64_t deadline_ms)
+{
+    if (!timed_out && get_rewait(ctx, d, deadline_ms)) return;
     get_answer(ctx, d);
 }
 

@@ -8,19 +8,26 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* One key waited on, in the keys table: its subscriptions. Goes when the
+ * last of them does. */
+typedef struct {
+    ds_dict_node_t node;
+    struct ds_sub *head;
+    uint32_t len;
+    char key[];
+} skey_t;
+
+/* One wait's subscription to one key. */
 struct ds_sub {
     struct ds_sub *next, *prev;
     ds_wait_t *w;
-    const char *key; /* points into w->keys */
-    uint32_t len;
-    uint32_t hash;
-    bool done;
-    bool linked;
+    skey_t *k; /* NULL: not in the table */
+    bool done; /* the key was published */
 };
 
-/* The keys one client session waits on (its wait's nsubs summed). */
+/* The keys one client session waits on (its waits' nsubs summed). */
 struct ds_subs_owner {
-    struct ds_subs_owner *next;
+    ds_dict_node_t node;
     uint64_t id; /* the session's id */
     uint64_t keys;
 };
@@ -28,61 +35,88 @@ struct ds_subs_owner {
 struct ds_wait {
     ds_subs_t *ss;
     uint64_t owner; /* the session counted for it, 0: none (a peer's request) */
-    ds_req_t *req;  /* deferred */
+    ds_req_t *req;  /* parked */
     ds_wait_done_fn done;
     void *ctx;
     uint64_t deadline_ms;
     uint32_t missing;
     uint32_t nsubs;
     struct ds_sub *subs;
-    char *keys; /* the subscribed keys' bytes */
     int32_t heap_idx;
-    bool ready; /* collected by a publish, about to complete */
+    bool ready;     /* on the ready list: out of the table and the heap */
+    bool timed_out; /* made ready by its deadline */
+    ds_wait_t *rnext, *rprev;
 };
+
+static bool skey_eq(const ds_dict_node_t *n, const void *key, size_t len)
+{
+    const skey_t *k = DS_DICT_ENTRY(n, skey_t, node);
+    return k->len == len && memcmp(k->key, key, len) == 0;
+}
+
+static bool owner_eq(const ds_dict_node_t *n, const void *key, size_t len)
+{
+    const struct ds_subs_owner *o = DS_DICT_ENTRY(n, struct ds_subs_owner, node);
+    return len == sizeof(o->id) && memcmp(&o->id, key, len) == 0;
+}
+
+static void owner_destroy(ds_dict_node_t *n, void *ctx)
+{
+    (void)ctx;
+    free(DS_DICT_ENTRY(n, struct ds_subs_owner, node));
+}
+
+/* The keys table owns no entry: a key goes with its last subscription, and
+ * ds__subs_destroy takes every wait out first. */
+static const ds_dict_type_t skey_type = {skey_eq, NULL};
+static const ds_dict_type_t owner_type = {owner_eq, owner_destroy};
 
 void ds__subs_init(ds_subs_t *ss, uint64_t max_subscriptions, uint64_t per_client)
 {
     memset(ss, 0, sizeof(*ss));
     ss->max = max_subscriptions;
     ss->per_client = per_client ? per_client : (max_subscriptions + 3) / 4;
-    ss->nbuckets = 1024;
-    ss->buckets = calloc(ss->nbuckets, sizeof(*ss->buckets));
-    ss->nowners = 256;
-    ss->owners = calloc(ss->nowners, sizeof(*ss->owners));
+    if (ss->per_client == 0) ss->per_client = 1;
+    int a = ds__dict_init(&ss->keys, &skey_type, NULL, 1024);
+    int b = ds__dict_init(&ss->owners, &owner_type, NULL, 256);
+    ss->ok = a == 0 && b == 0;
 }
 
 /* ---- keys waited on per client session ---- */
 
-static struct ds_subs_owner **owner_slot(ds_subs_t *ss, uint64_t id)
+static uint32_t owner_hash(uint64_t id)
 {
-    struct ds_subs_owner **p = &ss->owners[(id ^ (id >> 32)) & (ss->nowners - 1)];
-    while (*p && (*p)->id != id)
-        p = &(*p)->next;
-    return p;
+    return ds__murmur3_32(&id, sizeof(id), 0);
 }
 
-/* Counts keys for the session id; node is a fresh entry to use if the
- * session has none (taken: *node set to NULL). */
-static void owner_add(ds_subs_t *ss, uint64_t id, uint64_t keys, struct ds_subs_owner **node)
+static struct ds_subs_owner *owner_find(ds_subs_t *ss, uint64_t id)
 {
-    struct ds_subs_owner **p = owner_slot(ss, id);
-    if (*p == NULL) {
-        *p = *node;
-        *node = NULL;
-        (*p)->next = NULL;
-        (*p)->id = id;
-        (*p)->keys = 0;
+    ds_dict_node_t *n = ds__dict_find(&ss->owners, &id, sizeof(id), owner_hash(id));
+    return n ? DS_DICT_ENTRY(n, struct ds_subs_owner, node) : NULL;
+}
+
+/* Counts keys for the session id; *spare is a fresh entry to use if the
+ * session has none (taken: *spare set to NULL). */
+static void owner_add(ds_subs_t *ss, uint64_t id, uint64_t keys, struct ds_subs_owner **spare)
+{
+    struct ds_subs_owner *o = owner_find(ss, id);
+    if (o == NULL) {
+        o = *spare;
+        *spare = NULL;
+        o->id = id;
+        o->keys = 0;
+        ds__dict_add(&ss->owners, &o->node, owner_hash(id));
     }
-    (*p)->keys += keys;
+    o->keys += keys;
 }
 
 static void owner_sub(ds_subs_t *ss, uint64_t id, uint64_t keys)
 {
-    struct ds_subs_owner **p = owner_slot(ss, id), *o = *p;
+    struct ds_subs_owner *o = owner_find(ss, id);
     if (o == NULL) return;
     o->keys -= keys < o->keys ? keys : o->keys;
     if (o->keys > 0) return;
-    *p = o->next;
+    ds__dict_remove(&ss->owners, &o->node);
     free(o);
 }
 
@@ -91,48 +125,49 @@ const char *ds__subs_refusal(const ds_subs_t *ss)
     return ss->refusal[0] ? ss->refusal : NULL;
 }
 
+/* ---- the keys table ---- */
+
 static void unlink_sub(ds_subs_t *ss, struct ds_sub *s)
 {
-    if (!s->linked) return;
+    skey_t *k = s->k;
+    if (k == NULL) return;
     if (s->prev)
         s->prev->next = s->next;
     else
-        ss->buckets[s->hash & (ss->nbuckets - 1)] = s->next;
+        k->head = s->next;
     if (s->next) s->next->prev = s->prev;
-    s->linked = false;
+    s->k = NULL;
     ss->count--;
-}
-
-static void link_sub(ds_subs_t *ss, struct ds_sub *s)
-{
-    struct ds_sub **b = &ss->buckets[s->hash & (ss->nbuckets - 1)];
-    s->prev = NULL;
-    s->next = *b;
-    if (*b) (*b)->prev = s;
-    *b = s;
-    s->linked = true;
-    ss->count++;
-}
-
-static void grow(ds_subs_t *ss)
-{
-    uint32_t nb = ss->nbuckets * 2;
-    struct ds_sub **nbk = calloc(nb, sizeof(*nbk));
-    if (nbk == NULL) return; /* keep the smaller table: slower, still correct */
-    struct ds_sub **old = ss->buckets;
-    uint32_t on = ss->nbuckets;
-    ss->buckets = nbk;
-    ss->nbuckets = nb;
-    ss->count = 0;
-    for (uint32_t i = 0; i < on; i++) {
-        struct ds_sub *s = old[i];
-        while (s) {
-            struct ds_sub *n = s->next;
-            link_sub(ss, s);
-            s = n;
-        }
+    if (k->head == NULL) {
+        ds__dict_remove(&ss->keys, &k->node);
+        free(k);
     }
-    free(old);
+}
+
+/* Subscribes s to (key, len): -1 when out of memory (s is then not in the
+ * table). */
+static int link_sub(ds_subs_t *ss, struct ds_sub *s, const char *key, uint32_t len)
+{
+    uint32_t h = ds__murmur3_32(key, len, 0);
+    ds_dict_node_t *n = ds__dict_find(&ss->keys, key, len, h);
+    skey_t *k;
+    if (n) {
+        k = DS_DICT_ENTRY(n, skey_t, node);
+    } else {
+        k = malloc(sizeof(*k) + (len ? len : 1));
+        if (k == NULL) return -1;
+        k->head = NULL;
+        k->len = len;
+        memcpy(k->key, key, len);
+        ds__dict_add(&ss->keys, &k->node, h);
+    }
+    s->prev = NULL;
+    s->next = k->head;
+    if (k->head) k->head->prev = s;
+    k->head = s;
+    s->k = k;
+    ss->count++;
+    return 0;
 }
 
 /* ---- deadline heap ---- */
@@ -182,7 +217,37 @@ static void heap_remove(ds_subs_t *ss, ds_wait_t *w)
     w->heap_idx = -1;
 }
 
-/* Takes w out of the table and the heap: nothing reaches it any more. */
+/* ---- the ready list ---- */
+
+static void ready_push(ds_subs_t *ss, ds_wait_t *w)
+{
+    w->ready = true;
+    w->rnext = NULL;
+    w->rprev = ss->ready_tail;
+    if (ss->ready_tail)
+        ss->ready_tail->rnext = w;
+    else
+        ss->ready_head = w;
+    ss->ready_tail = w;
+}
+
+static void ready_unlink(ds_subs_t *ss, ds_wait_t *w)
+{
+    if (!w->ready) return;
+    if (w->rprev)
+        w->rprev->rnext = w->rnext;
+    else
+        ss->ready_head = w->rnext;
+    if (w->rnext)
+        w->rnext->rprev = w->rprev;
+    else
+        ss->ready_tail = w->rprev;
+    w->rnext = w->rprev = NULL;
+    w->ready = false;
+}
+
+/* Takes w out of the table and the heap: no publish or deadline reaches it
+ * any more, and its keys no longer count toward the limits. */
 static void detach(ds_subs_t *ss, ds_wait_t *w)
 {
     if (w->owner) owner_sub(ss, w->owner, w->nsubs);
@@ -192,18 +257,29 @@ static void detach(ds_subs_t *ss, ds_wait_t *w)
         unlink_sub(ss, &w->subs[i]);
 }
 
+/* w has every key, or its time is up: out of the table, onto the ready
+ * list; ds__subs_run_ready completes it. */
+static void make_ready(ds_subs_t *ss, ds_wait_t *w, bool timed_out)
+{
+    detach(ss, w);
+    w->timed_out = timed_out;
+    ready_push(ss, w);
+}
+
 static void free_wait(ds_wait_t *w)
 {
     free(w->subs);
-    free(w->keys);
     free(w);
 }
 
-/* The request's connection closed: forget the wait. */
+/* The request's connection closed: forget the wait, waiting or ready. */
 static void on_cancel(ds_req_t *d, void *ctx)
 {
     ds_wait_t *w = ctx;
-    detach(w->ss, w);
+    if (w->ready)
+        ready_unlink(w->ss, w);
+    else
+        detach(w->ss, w);
     free_wait(w);
     ds__req_drop(d);
 }
@@ -212,7 +288,7 @@ bool ds__subs_wait(ds_subs_t *ss, ds_req_t *r, const char *const *keys, const ui
                    uint32_t nkeys, uint64_t deadline_ms, ds_wait_done_fn done, void *ctx)
 {
     ss->refusal[0] = '\0';
-    if (ss->buckets == NULL || ss->owners == NULL) return false;
+    if (!ss->ok) return false;
     if ((uint64_t)ss->count + nkeys > ss->max) {
         snprintf(ss->refusal, sizeof(ss->refusal),
                  "the worker's subscription limit is reached: %" PRIu32
@@ -225,7 +301,7 @@ bool ds__subs_wait(ds_subs_t *ss, ds_req_t *r, const char *const *keys, const ui
      * request carries many clients' waits and counts only above. */
     uint64_t owner = r->session && !(r->flags & DS_FLAG_PEER) ? r->session->id : 0;
     if (owner) {
-        struct ds_subs_owner *o = *owner_slot(ss, owner);
+        struct ds_subs_owner *o = owner_find(ss, owner);
         uint64_t held = o ? o->keys : 0;
         if (held + nkeys > ss->per_client) {
             snprintf(ss->refusal, sizeof(ss->refusal),
@@ -247,50 +323,34 @@ bool ds__subs_wait(ds_subs_t *ss, ds_req_t *r, const char *const *keys, const ui
         ss->heap = nh;
         ss->cap = cap;
     }
-    size_t total = 0;
-    for (uint32_t i = 0; i < nkeys; i++)
-        total += lens[i];
     ds_wait_t *w = calloc(1, sizeof(*w));
-    struct ds_sub *subs = calloc(nkeys, sizeof(*subs));
-    char *kb = malloc(total ? total : 1);
-    if (w == NULL || subs == NULL || kb == NULL) {
+    struct ds_sub *subs = calloc(nkeys ? nkeys : 1, sizeof(*subs));
+    if (w == NULL || subs == NULL) {
         free(w);
         free(subs);
-        free(kb);
         return false;
-    }
-    /* A GET that loaded keys from disk first comes here parked already. */
-    ds_req_t *d = ds__req_park(r, on_cancel, w);
-    if (d == NULL) {
-        free(w);
-        free(subs);
-        free(kb);
-        return false;
-    }
-    while (ss->count + nkeys > 2 * ss->nbuckets) {
-        uint32_t before = ss->nbuckets;
-        grow(ss);
-        if (ss->nbuckets == before) break;
     }
     w->ss = ss;
+    w->subs = subs;
+    w->nsubs = nkeys;
+    w->heap_idx = -1;
+    bool linked = true;
+    for (uint32_t i = 0; i < nkeys && linked; i++) {
+        subs[i].w = w;
+        linked = link_sub(ss, &subs[i], keys[i], lens[i]) == 0;
+    }
+    /* A GET that loaded keys from disk first comes here parked already. */
+    ds_req_t *d = linked ? ds__req_park(r, on_cancel, w) : NULL;
+    if (d == NULL) {
+        detach(ss, w); /* the subscriptions made so far */
+        free_wait(w);
+        return false;
+    }
     w->req = d;
     w->done = done;
     w->ctx = ctx;
     w->deadline_ms = deadline_ms;
-    w->subs = subs;
-    w->keys = kb;
-    w->nsubs = nkeys;
     w->missing = nkeys;
-    size_t off = 0;
-    for (uint32_t i = 0; i < nkeys; i++) {
-        memcpy(kb + off, keys[i], lens[i]);
-        subs[i].w = w;
-        subs[i].key = kb + off;
-        subs[i].len = lens[i];
-        subs[i].hash = ds__murmur3_32(keys[i], lens[i], 0);
-        link_sub(ss, &subs[i]);
-        off += lens[i];
-    }
     w->owner = owner;
     if (owner) owner_add(ss, owner, nkeys, &ss->spare_owner);
     w->heap_idx = (int32_t)ss->n;
@@ -299,79 +359,74 @@ bool ds__subs_wait(ds_subs_t *ss, ds_req_t *r, const char *const *keys, const ui
     return true;
 }
 
-/* Runs the owner's callback for a wait already detached. */
-static void complete(ds_wait_t *w, bool timed_out)
-{
-    ds_req_t *d = w->req;
-    ds_wait_done_fn done = w->done;
-    void *ctx = w->ctx;
-    free_wait(w);
-    ds__req_unpark(d);
-    done(ctx, d, timed_out);
-}
-
 void ds__subs_publish(ds_subs_t *ss, const char *key, size_t len)
 {
-    if (ss->count == 0) return;
-    uint32_t h = ds__murmur3_32(key, len, 0);
-    /* First collect and detach every wait this publish completes, then run
-     * their callbacks: a callback may change the table (not today's, but
-     * nothing here depends on it not doing so). */
-    ds_wait_t *local[64], **ready = local;
-    uint32_t nready = 0, cap = 64;
-    for (struct ds_sub *s = ss->buckets[h & (ss->nbuckets - 1)]; s; s = s->next) {
-        if (s->hash != h || s->len != len || memcmp(s->key, key, len) != 0) continue;
+    if (ss->count == 0 || len > UINT32_MAX) return;
+    ds_dict_node_t *n = ds__dict_find(&ss->keys, key, len, ds__murmur3_32(key, len, 0));
+    if (n == NULL) return;
+    skey_t *k = DS_DICT_ENTRY(n, skey_t, node);
+    /* A wait made ready leaves the key's list (its last one frees k). A
+     * wait's subscriptions to one key (a key it names twice) lie side by
+     * side, since a wait links all of its keys at once, at the heads: so
+     * the walk steps past them before the wait leaves. */
+    for (struct ds_sub *s = k->head, *next; s; s = next) {
+        ds_wait_t *w = s->w;
         if (!s->done) {
             s->done = true;
-            s->w->missing--;
+            w->missing--;
         }
-        if (s->w->missing == 0 && !s->w->ready) {
-            if (nready == cap) {
-                ds_wait_t **nr = malloc(2 * cap * sizeof(*nr));
-                if (nr == NULL) break; /* the rest complete at their deadline */
-                memcpy(nr, ready, nready * sizeof(*nr));
-                if (ready != local) free(ready);
-                ready = nr;
-                cap *= 2;
-            }
-            s->w->ready = true;
-            ready[nready++] = s->w;
-        }
+        next = s->next;
+        if (w->missing > 0) continue;
+        while (next && next->w == w)
+            next = next->next;
+        make_ready(ss, w, false);
     }
-    for (uint32_t i = 0; i < nready; i++)
-        detach(ss, ready[i]);
-    for (uint32_t i = 0; i < nready; i++)
-        complete(ready[i], false);
-    if (ready != local) free(ready);
 }
 
 uint64_t ds__subs_expire(ds_subs_t *ss, uint64_t now_ms)
 {
-    while (ss->n > 0 && ss->heap[0]->deadline_ms <= now_ms) {
-        ds_wait_t *w = ss->heap[0];
-        detach(ss, w);
-        complete(w, true);
-    }
+    while (ss->n > 0 && ss->heap[0]->deadline_ms <= now_ms)
+        make_ready(ss, ss->heap[0], true);
     return ss->n ? ss->heap[0]->deadline_ms : 0;
+}
+
+bool ds__subs_ready_pending(const ds_subs_t *ss)
+{
+    return ss->ready_head != NULL;
+}
+
+void ds__subs_run_ready(ds_subs_t *ss)
+{
+    /* Each wait completes once; a callback answers (or waits again, in the
+     * table) and publishes nothing, so the list only shrinks (a wait whose
+     * connection closes meanwhile leaves it from on_cancel). */
+    while (ss->ready_head) {
+        ds_wait_t *w = ss->ready_head;
+        ready_unlink(ss, w);
+        ds_req_t *d = w->req;
+        ds_wait_done_fn done = w->done;
+        void *ctx = w->ctx;
+        bool timed_out = w->timed_out;
+        uint64_t deadline_ms = w->deadline_ms;
+        free_wait(w);
+        ds__req_unpark(d); /* its cancel context is freed */
+        done(ctx, d, timed_out, deadline_ms);
+    }
 }
 
 void ds__subs_destroy(ds_subs_t *ss)
 {
-    while (ss->n > 0) {
-        ds_wait_t *w = ss->heap[0];
-        detach(ss, w);
+    while (ss->n > 0)
+        make_ready(ss, ss->heap[0], true);
+    while (ss->ready_head) {
+        ds_wait_t *w = ss->ready_head;
+        ready_unlink(ss, w);
         ds__req_drop(w->req);
         free_wait(w);
     }
-    for (uint32_t i = 0; ss->owners && i < ss->nowners; i++)
-        while (ss->owners[i]) {
-            struct ds_subs_owner *o = ss->owners[i];
-            ss->owners[i] = o->next;
-            free(o);
-        }
-    free(ss->owners);
+    ds__dict_clear(&ss->keys);
+    ds__dict_clear(&ss->owners);
     free(ss->spare_owner);
     free(ss->heap);
-    free(ss->buckets);
     memset(ss, 0, sizeof(*ss));
 }

@@ -74,7 +74,8 @@ struct ds_server {
     ds_arena_t arena;
     ds_store_t *store;
     ds_net_t net;
-    ds_subs_t subs;
+    ds_subs_t subs;    /* GETs waiting for keys to be published here */
+    ds_subs_t locates; /* the cluster's LOCATEs waiting for a key's location */
     uint32_t inline_max;
     bool stopping;
     const ds_remote_t *remote; /* NULL when standalone */
