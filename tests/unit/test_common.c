@@ -24,6 +24,7 @@
 #include <cmocka.h>
 
 #include "copy_check.h"
+#include "machine.h"
 
 static void test_keys(void **state)
 {
@@ -326,15 +327,20 @@ static void test_spin_yield_sees_hog_not_peer(void **state)
     assert_true(hog_stops(ds__spin_yield));
 
     pthread_t t = neighbour_start(peer, NULL);
+    bool busy = machine_busy();
     int said = 0, n = 200;
     for (int i = 0; i < n; i++) {
         uint64_t now;
         said += ds__spin_yield(&now);
     }
+    busy = busy || machine_busy();
     neighbour_stop(t);
     assert_int_equal(pthread_setaffinity_np(pthread_self(), sizeof(old), &old), 0);
     printf("yields beside a peer that yields back: %d of %d said hog\n", said, n);
-    assert_true(said < n / 4);
+    if (busy)
+        printf("# the machine was busy: other work held the CPU too, shares not asserted\n");
+    else
+        assert_true(said < n / 4);
 }
 
 /* The worker's poll step beside a lane client (ds__spin_pause_beside) goes
@@ -348,17 +354,23 @@ static void test_spin_pause_beside_sees_hog_not_peer(void **state)
     assert_int_equal(pthread_getaffinity_np(pthread_self(), sizeof(old), &old), 0);
     assert_true(pin_to(0));
     pthread_t t = neighbour_start(peer, NULL);
+    bool busy = machine_busy();
     int beside = 0, general = 0, n = 200;
     for (int i = 0; i < n; i++) {
         uint64_t now;
         beside += beside_step(&now);
         general += ds__spin_pause(1, &now);
     }
+    busy = busy || machine_busy();
     neighbour_stop(t);
     printf("steps beside a peer that yields back: %d of %d stopped (general step: %d)\n", beside, n,
            general);
-    assert_true(beside < n / 4);
-    assert_true(general > n / 2);
+    if (busy) {
+        printf("# the machine was busy: other work held the CPU too, shares not asserted\n");
+    } else {
+        assert_true(beside < n / 4);
+        assert_true(general > n / 2);
+    }
 
     assert_true(hog_stops(beside_step));
     assert_int_equal(pthread_setaffinity_np(pthread_self(), sizeof(old), &old), 0);

@@ -23,6 +23,7 @@
 #include "common/lane.h"
 #include "common/spin.h"
 #include "common/wire.h"
+#include "machine.h"
 
 #include <pthread.h>
 #include <sched.h>
@@ -45,20 +46,6 @@ typedef struct {
     atomic_bool stop;
     atomic_int woke; /* answers that found the client asleep on the lane */
 } peer_t;
-
-/* True when the machine has more runnable threads than CPUs, as
- * ds__spin_cpus_wanted sees it. */
-static bool machine_busy(void)
-{
-    char b[128];
-    FILE *f = fopen("/proc/loadavg", "r");
-    if (f == NULL) return false;
-    long running = 0;
-    bool busy = fgets(b, sizeof(b), f) && sscanf(b, "%*s %*s %*s %ld/", &running) == 1 &&
-                running > sysconf(_SC_NPROCESSORS_ONLN);
-    fclose(f);
-    return busy;
-}
 
 static void pin_self(int cpu)
 {
