@@ -534,3 +534,99 @@ def test_single_dash_flags_serve(tmp_path, procs):
     p = _dscli("stop", "-w", addr, "-t", 60)
     assert p.returncode == 0, p.stderr
     assert not _alive(pid)
+
+
+PY_TLS_PROGRAM = r"""
+import sys
+from yr.datasystem import KVClient
+ca, cert, key = sys.argv[3:6]
+def tls(port):
+    c = KVClient("127.0.0.1", port, transport="tcp", enable_tls=True, tls_ca=ca, tls_cert=cert,
+                 tls_key=key)
+    c.init()
+    return c
+a, b = tls(int(sys.argv[1])), tls(int(sys.argv[2]))
+a.set("e2e-tls", b"over-tls")
+assert b.get(["e2e-tls"]) == [b"over-tls"], b.get(["e2e-tls"])
+plain = KVClient("127.0.0.1", int(sys.argv[1]), transport="tcp", enable_tls=False)
+try:
+    plain.init()
+    print("a plain client was let in")
+except RuntimeError as e:
+    assert "TLS" in str(e), e
+    print("tls program ok")
+"""
+
+
+def test_security_flags_pass_through(tmp_path, short_dir, procs):
+    """--cluster_secret_file and the TLS flags go through dscli start to the
+    worker, after -w, after -f FILE and as the file's entries; dscli's own
+    readiness check speaks TLS to such a worker, and so do dscli status and
+    stop when they find it over TCP."""
+    if shutil.which("openssl") is None:
+        pytest.skip("needs the openssl CLI")
+    from test_tls import _certs
+
+    certs = _certs(tmp_path)
+    secret = tmp_path / "cluster_secret"
+    secret.write_text("e2e-cluster-secret\n")
+    secret.chmod(0o600)
+    etcd = _start_etcd(tmp_path, procs)
+    security = ["--cluster_secret_file", secret, "--enable_tls", "--tls_verify_client",
+                "--tls_cert", certs["worker.pem"], "--tls_key", certs["worker.key"],
+                "--tls_ca", certs["ca.pem"]]
+    workers = []
+    # One after -w, as Yuanrong's dscli passes worker flags.
+    port = free_port()
+    p = _dscli("start", "-t", 60, "-w", "--worker_address", "127.0.0.1:%d" % port,
+               "--etcd_address", etcd, "--shared_memory_size_mb", 32,
+               "--log_dir", short_dir / "logs", *security)
+    if p.returncode == 0:
+        procs.append(_started_pid(p.stdout, "127.0.0.1:%d" % port))
+    assert p.returncode == 0, p.stderr
+    workers.append((port, short_dir / "logs" / ("worker-127.0.0.1-%d.log" % port), None))
+    # One from a Yuanrong-format file holding the TLS entries, the secret
+    # after -f FILE.
+    port = free_port()
+    home = short_dir / "w1"
+    home.mkdir()
+    cfg = home / "worker_config.json"
+    _set_config(OUR_CONFIG, cfg, worker_address="127.0.0.1:%d" % port, etcd_address=etcd,
+                enable_tls="true", tls_verify_client="true", tls_cert=certs["worker.pem"],
+                tls_key=certs["worker.key"], tls_ca=certs["ca.pem"])
+    p = _dscli("start", "-t", 60, "-d", home, "-f", cfg, "--cluster_secret_file", secret)
+    if p.returncode == 0:
+        procs.append(_started_pid(p.stdout, "127.0.0.1:%d" % port))
+    assert p.returncode == 0, p.stderr
+    workers.append((port, home / "datasystem" / "logs" / ("worker-127.0.0.1-%d.log" % port), cfg))
+
+    for port, log, _ in workers:
+        text = _read(log)
+        assert "TLS on 127.0.0.1:%d" % port in text, text[-2000:]
+        assert "no --cluster_secret_file" not in text, text[-2000:]
+    # A TLS client writes on one and reads on the other: the peers share
+    # the secret and speak TLS to each other; a plain client is refused.
+    p = _py(PY_TLS_PROGRAM, workers[0][0], workers[1][0], certs["ca.pem"], certs["client.pem"],
+            certs["client.key"])
+    assert "tls program ok" in p.stdout, p.stdout + p.stderr
+
+    # The first: over the Unix socket where dscli start put it. The second's
+    # socket is not where dscli looks without -d, so dscli finds it over TCP:
+    # with TLS when told (flags, or the file's entries), else refused.
+    p = _dscli("stop", "-w", "127.0.0.1:%d" % workers[0][0], "-t", 60)
+    assert p.returncode == 0, p.stderr
+    assert not _alive(procs[1])
+    addr1 = "127.0.0.1:%d" % workers[1][0]
+    p = _dscli("stop", "-w", addr1, "-t", 60)
+    assert p.returncode == 1
+    assert "--enable_tls" in p.stderr, p.stderr
+    assert _alive(procs[2])
+    p = _dscli("status", "--worker_address", addr1, "--enable_tls", "--tls_ca", certs["ca.pem"],
+               "--tls_cert", certs["client.pem"], "--tls_key", certs["client.key"])
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["dscli_transport"]["used"] == "unix"
+    p = _dscli("stop", "-f", workers[1][2], "-t", 60)
+    assert p.returncode == 0, p.stderr
+    assert ("[INFO] [  OK  ] Stop worker service @ 127.0.0.1:%d normally, PID: %d\n"
+            % (workers[1][0], procs[2])) in p.stdout
+    assert not _alive(procs[2])
