@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 static int find_long(const cli_cmd_t *cmd, const char *name, size_t len)
 {
@@ -144,6 +145,43 @@ const char *cli_fwd_value(const cli_args_t *a, const char *name)
             found = a->fwd[++i];
     }
     return found;
+}
+
+/* gflags' spellings of a boolean: 1 true, 0 false, -1 neither. */
+static int bool_word(const char *s)
+{
+    static const char *const yes[] = {"true", "t", "yes", "y", "1"};
+    static const char *const no[] = {"false", "f", "no", "n", "0"};
+    for (size_t i = 0; i < sizeof(yes) / sizeof(yes[0]); i++) {
+        if (strcasecmp(s, yes[i]) == 0) return 1;
+        if (strcasecmp(s, no[i]) == 0) return 0;
+    }
+    return -1;
+}
+
+bool cli_fwd_bool(const cli_args_t *a, const char *name)
+{
+    bool on = false;
+    size_t nl = strlen(name);
+    for (int i = 0; i < a->nfwd; i++) {
+        const char *s = a->fwd[i];
+        if (s[0] != '-') continue;
+        s += s[1] == '-' ? 2 : 1;
+        if (strncmp(s, "no", 2) == 0 && strcmp(s + 2, name) == 0) {
+            on = false;
+            continue;
+        }
+        if (strncmp(s, name, nl) != 0) continue;
+        if (s[nl] == '=') {
+            on = bool_word(s + nl + 1) == 1; /* the worker refuses a non-boolean */
+        } else if (s[nl] == '\0') {
+            /* As the worker reads it: bare is true; a following boolean word is its value. */
+            int b = i + 1 < a->nfwd ? bool_word(a->fwd[i + 1]) : -1;
+            if (b >= 0) i++;
+            on = b != 0;
+        }
+    }
+    return on;
 }
 
 const char *cli_value(const cli_cmd_t *cmd, const cli_args_t *a, const char *name)

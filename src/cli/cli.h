@@ -105,6 +105,9 @@ int cli_config_get(const char *path, const char *name, char *out, size_t cap, ch
 /* The value a worker flag is given in fwd (--name=v, -name=v, --name v or
  * -name v; the last one wins), or NULL. */
 const char *cli_fwd_value(const cli_args_t *a, const char *name);
+/* Whether a boolean worker flag is on in fwd (--name, --name=true, --name
+ * true, --noname; gflags' spellings; the last one wins). */
+bool cli_fwd_bool(const cli_args_t *a, const char *name);
 /* The value Yuanrong's configuration file gives a flag whose own default
  * differs (the ./datasystem/... paths), or NULL. */
 const char *cli_file_default(const char *name);

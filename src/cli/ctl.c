@@ -14,6 +14,7 @@
 #include "common/auth.h"
 #include "common/clock.h"
 #include "common/net.h"
+#include "common/tls.h"
 #include "common/wire.h"
 #include "ds/status.h"
 
@@ -24,11 +25,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
 typedef struct {
     int fd;
+    ds_tls_ctx_t *tls_ctx; /* TCP to a worker with --enable_tls; NULL otherwise */
+    ds_tls_t *tls;
     uint64_t req;
     uint32_t pid;
     ds_wire_header_t rh;
@@ -38,6 +42,18 @@ typedef struct {
     char socket[PATH_MAX];
     char why[512]; /* tcp: why not the Unix socket */
 } ctl_conn_t;
+
+static int ctl_write(ctl_conn_t *c, const void *buf, size_t len, uint64_t deadline)
+{
+    return c->tls ? ds__tls_write_full(c->tls, c->fd, buf, len, deadline)
+                  : ds__write_full(c->fd, buf, len, deadline);
+}
+
+static int ctl_read(ctl_conn_t *c, void *buf, size_t len, uint64_t deadline)
+{
+    return c->tls ? ds__tls_read_full(c->tls, c->fd, buf, len, deadline)
+                  : ds__read_full(c->fd, buf, len, deadline);
+}
 
 /* Sends one request and reads its response; 0, or -1 with a message. A
  * worker-side failure is returned in *st with its message in err. */
@@ -51,9 +67,9 @@ static int ctl_call(ctl_conn_t *c, ds_opcode_t op, const ds_wbuf_t *meta, uint64
                           .meta_len = meta ? (uint32_t)meta->len : 0,
                           .req_id = ++c->req};
     ds__wire_header_encode(&h, hb);
-    if (ds__write_full(c->fd, hb, sizeof(hb), deadline) != 0 ||
-        (meta && ds__write_full(c->fd, meta->buf, meta->len, deadline) != 0) ||
-        ds__read_full(c->fd, hb, sizeof(hb), deadline) != 0) {
+    if (ctl_write(c, hb, sizeof(hb), deadline) != 0 ||
+        (meta && ctl_write(c, meta->buf, meta->len, deadline) != 0) ||
+        ctl_read(c, hb, sizeof(hb), deadline) != 0) {
         snprintf(err, cap, "%s failed: %s", ds__opcode_name(op),
                  errno == ETIMEDOUT ? "the worker did not answer in time" : strerror(errno));
         return -1;
@@ -66,8 +82,7 @@ static int ctl_call(ctl_conn_t *c, ds_opcode_t op, const ds_wbuf_t *meta, uint64
     }
     free(c->meta);
     c->meta = malloc(c->rh.meta_len + c->rh.data_len + 1);
-    if (c->meta == NULL ||
-        ds__read_full(c->fd, c->meta, c->rh.meta_len + c->rh.data_len, deadline) != 0) {
+    if (c->meta == NULL || ctl_read(c, c->meta, c->rh.meta_len + c->rh.data_len, deadline) != 0) {
         snprintf(err, cap, "%s failed: %s", ds__opcode_name(op),
                  c->meta ? strerror(errno) : "out of memory");
         return -1;
@@ -85,6 +100,10 @@ static int ctl_call(ctl_conn_t *c, ds_opcode_t op, const ds_wbuf_t *meta, uint64
 
 static void ctl_close(ctl_conn_t *c)
 {
+    ds__tls_free(c->tls);
+    ds__tls_ctx_free(c->tls_ctx);
+    c->tls = NULL;
+    c->tls_ctx = NULL;
     if (c->fd >= 0) close(c->fd);
     free(c->meta);
     c->fd = -1;
@@ -170,13 +189,27 @@ static int ctl_hello(ctl_conn_t *c, const char *token, uint64_t proof_sid, const
     return 0;
 }
 
+/* --enable_tls: given as a switch, or (from -f FILE) a true value. */
+static bool tls_wanted(const cli_cmd_t *cmd, const cli_args_t *a)
+{
+    const char *v = cli_value(cmd, a, "enable_tls");
+    if (v == NULL) return false;
+    static const char *const yes[] = {"", "true", "t", "yes", "y", "1"};
+    for (size_t i = 0; i < sizeof(yes) / sizeof(yes[0]); i++)
+        if (strcasecmp(v, yes[i]) == 0) return true;
+    return false;
+}
+
 /* Reaches the worker at --worker_address and says HELLO, on its Unix
  * socket when this process can reach it, else over TCP (only when tcp_ok).
  * The socket is tried where the naming convention puts it (--unix_socket_dir
  * or the default directory), then where the worker says it is: the path
  * its HELLO over TCP names, accepted only when the process there proves it
  * is that worker (the same worker_id, and an HMAC of our challenge under the
- * TCP session's key; see wire.h, HELLO). c->transport says what was used. */
+ * TCP session's key; see wire.h, HELLO). c->transport says what was used.
+ * TCP speaks TLS with --enable_tls (the worker's flag of that name), checking
+ * the worker's certificate against --tls_ca and presenting --tls_cert and
+ * --tls_key when given (a worker with --tls_verify_client asks for one). */
 static int ctl_open(const cli_cmd_t *cmd, const cli_args_t *a, bool tcp_ok, uint64_t deadline,
                     ctl_conn_t *c, char *err, size_t cap)
 {
@@ -212,7 +245,26 @@ static int ctl_open(const cli_cmd_t *cmd, const cli_args_t *a, bool tcp_ok, uint
         snprintf(err, cap, "no worker is running at %.100s:%d (%.200s)", host, port, e);
         return CLI_EXIT_FAIL;
     }
-    if (ctl_hello(c, token, 0, NULL, deadline, &h, err, cap) != 0) return CLI_EXIT_FAIL;
+    if (tls_wanted(cmd, a)) {
+        ds_tls_conf_t tc = {.ca = cli_value(cmd, a, "tls_ca"),
+                            .cert = cli_value(cmd, a, "tls_cert"),
+                            .key = cli_value(cmd, a, "tls_key"),
+                            .passphrase_path = cli_value(cmd, a, "tls_passphrase_path")};
+        char te[384];
+        if ((c->tls_ctx = ds__tls_ctx_new(&tc, te, sizeof(te))) == NULL ||
+            (c->tls = ds__tls_new(c->tls_ctx, c->fd, te, sizeof(te))) == NULL ||
+            ds__tls_handshake(c->tls, deadline, te, sizeof(te)) != 0) {
+            snprintf(err, cap, "TLS to %.100s:%d: %.380s", host, port, te);
+            return CLI_EXIT_FAIL;
+        }
+    }
+    if (ctl_hello(c, token, 0, NULL, deadline, &h, err, cap) != 0) {
+        /* A TLS worker refuses a plain client, or just drops it. */
+        if (c->tls == NULL && strstr(err, "TLS") == NULL)
+            snprintf(err + strlen(err), cap - strlen(err),
+                     "; a worker with --enable_tls needs --enable_tls and --tls_ca here");
+        return CLI_EXIT_FAIL;
+    }
     char chal[DS_AUTH_HEX_LEN + 1];
     if (h.unix_socket[0] == '\0')
         snprintf(c->why, sizeof(c->why), "the worker names no Unix socket");
@@ -304,7 +356,7 @@ int cli_cmd_stop(const cli_cmd_t *cmd, const cli_args_t *given)
     cli_args_t *a = &args;
     const char *config = cli_value(cmd, a, "config_path");
     if (config == NULL) config = cli_value(cmd, a, "worker_config_path");
-    static char f_addr[256], f_sock[PATH_MAX], f_token[PATH_MAX];
+    static char f_addr[256], f_sock[PATH_MAX], f_token[PATH_MAX], f_tls[5][PATH_MAX];
     char err[512];
     if (config != NULL) {
         int r = cli_config_get(config, "worker_address", f_addr, sizeof(f_addr), err, sizeof(err));
@@ -326,6 +378,14 @@ int cli_cmd_stop(const cli_cmd_t *cmd, const cli_args_t *given)
         if (cli_config_get(config, "auth_token_file", f_token, sizeof(f_token), err, sizeof(err)) ==
             1)
             set_value(cmd, a, "auth_token_file", f_token);
+        /* The worker's own TLS files: its certificate is one its CA signed,
+         * as its peers present it. */
+        static const char *const tls_names[] = {"enable_tls", "tls_ca", "tls_cert", "tls_key",
+                                                "tls_passphrase_path"};
+        for (int i = 0; i < 5; i++)
+            if (cli_config_get(config, tls_names[i], f_tls[i], sizeof(f_tls[i]), err,
+                               sizeof(err)) == 1)
+                set_value(cmd, a, tls_names[i], f_tls[i]);
     }
     const char *addr = cli_value(cmd, a, "worker_address");
     if (addr == NULL) {

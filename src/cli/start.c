@@ -99,8 +99,24 @@ void cli_log_tail(const char *path, long from, int max_lines, char *out, size_t 
     memmove(out, p, strlen(p) + 1);
 }
 
+/* How the health check reaches the worker's TCP port: its token and, for a
+ * worker with --enable_tls, TLS with the worker's own CA and (when it asks
+ * clients for a certificate, --tls_verify_client) the worker's own
+ * certificate, as its peers present it. */
+typedef struct {
+    const char *token;
+    bool tls;
+    const char *tls_ca, *tls_cert, *tls_key;
+} probe_conf_t;
+
+/* NULL for an empty value: the client library's default (its environment). */
+static const char *nonempty(const char *s)
+{
+    return s != NULL && *s != '\0' ? s : NULL;
+}
+
 /* True when a worker answers HELLO and HEALTH at host:port over TCP. */
-static bool worker_answers(const char *host, int port, const char *token)
+static bool worker_answers(const char *host, int port, const probe_conf_t *pc)
 {
     ds_client_options_t o;
     ds_client_options_init(&o);
@@ -109,7 +125,11 @@ static bool worker_answers(const char *host, int port, const char *token)
     o.transport = DS_TRANSPORT_TCP;
     o.connect_timeout_ms = 500;
     o.request_timeout_ms = 1000;
-    o.token = token;
+    o.token = pc->token;
+    o.enable_tls = pc->tls ? 1 : -1;
+    o.tls_ca = pc->tls_ca;
+    o.tls_cert = pc->tls_cert;
+    o.tls_key = pc->tls_key;
     ds_client_t *c = NULL;
     if (ds_client_connect(&o, &c) != DS_K_OK) return false;
     bool ok = ds_client_health_check(c) == DS_K_OK;
@@ -217,6 +237,17 @@ int cli_cmd_start(const cli_cmd_t *cmd, const cli_args_t *a)
                 strerror(errno));
         return CLI_EXIT_FAIL;
     }
+    probe_conf_t pc = {.token = token, .tls = cli_fwd_bool(a, "enable_tls")};
+    if (pc.tls) {
+        pc.tls_ca = nonempty(cli_fwd_value(a, "tls_ca"));
+        /* An encrypted key is left out: the client library takes no
+         * passphrase, and OpenSSL would ask for it on the terminal. */
+        if (cli_fwd_bool(a, "tls_verify_client") &&
+            nonempty(cli_fwd_value(a, "tls_passphrase_path")) == NULL) {
+            pc.tls_cert = nonempty(cli_fwd_value(a, "tls_cert"));
+            pc.tls_key = nonempty(cli_fwd_value(a, "tls_key"));
+        }
+    }
 
     char self[PATH_MAX], bin[PATH_MAX];
     ssize_t sl = readlink("/proc/self/exe", self, sizeof(self) - 1);
@@ -225,7 +256,7 @@ int cli_cmd_start(const cli_cmd_t *cmd, const cli_args_t *a)
         fprintf(stderr, "[ERROR] Start failed: %s\n", err);
         return CLI_EXIT_FAIL;
     }
-    if (worker_answers(host, port, token)) {
+    if (worker_answers(host, port, &pc)) {
         fprintf(stderr, "[ERROR] Start failed: a worker is already running at %s:%d\n", host, port);
         return CLI_EXIT_FAIL;
     }
@@ -325,7 +356,7 @@ int cli_cmd_start(const cli_cmd_t *cmd, const cli_args_t *a)
             fprintf(stderr, "[ERROR] Start failed: The worker service exited abnormally\n");
             return CLI_EXIT_FAIL;
         }
-        if ((ready[0] == '\0' || file_exists(ready)) && worker_answers(host, port, token)) {
+        if ((ready[0] == '\0' || file_exists(ready)) && worker_answers(host, port, &pc)) {
             printf("[INFO] [  OK  ] Start worker service @ %s:%d success, PID: %d\n", host, port,
                    (int)pid);
             return CLI_EXIT_OK;

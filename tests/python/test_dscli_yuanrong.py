@@ -5,9 +5,11 @@
    etcd address) with ``dscli start -d DIR -f FILE``; Yuanrong's output
    lines; health and ready files saying "health check success"; ``dscli
    query cluster`` and ``query route`` in Yuanrong's schema; a C program and a
-   Python program write and read across both workers; ``dscli stop -f``
-   stops each and its probe files go away. (The C++ SDK's program joins this
-   test in a later change.)
+   Python program write and read across both workers; a C++ program built
+   against the installed C++ SDK the way Yuanrong's examples are
+   (find_package(Datasystem), ${Datasystem_INCLUDE_DIR}, target
+   ``datasystem``) writes and reads across both workers through KVClient and
+   ObjectClient; ``dscli stop -f`` stops each and its probe files go away.
 2. Yuanrong's own cli/deploy/conf/worker_config.json from the mirror's HEAD,
    copied into the test's directory at run time (only its worker_address and
    shared_memory_size_mb values changed: a free port, a small arena), starts
@@ -196,6 +198,150 @@ print("python read ok")
 """
 
 
+# Our own program over Yuanrong's C++ API: writes on the first worker, reads
+# on the second, through KVClient and ObjectClient; reads the Python
+# program's key too. Prints one line per check; exits 1 on the first failure.
+CPP_PROGRAM = r"""
+#include "datasystem/datasystem.h"
+
+#include <cstdlib>
+#include <iostream>
+#include <string>
+#include <vector>
+
+using namespace datasystem;
+
+static ConnectOptions Opts(const char *port)
+{
+    ConnectOptions o;
+    o.host = "127.0.0.1";
+    o.port = std::atoi(port);
+    return o;
+}
+
+static int Fail(const std::string &what, const Status &st)
+{
+    std::cout << what << " failed: " << st.ToString() << std::endl;
+    return 1;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 3) {
+        std::cout << "usage: e2e_cpp PORT_A PORT_B" << std::endl;
+        return 2;
+    }
+    KVClient kvA(Opts(argv[1])), kvB(Opts(argv[2]));
+    Status st = kvA.Init();
+    if (st.IsError()) return Fail("KVClient A Init", st);
+    if ((st = kvB.Init()).IsError()) return Fail("KVClient B Init", st);
+    if ((st = kvA.Set("e2e-cpp", "from-cpp")).IsError()) return Fail("KVClient A Set", st);
+    std::string val;
+    if ((st = kvB.Get("e2e-cpp", val)).IsError()) return Fail("KVClient B Get", st);
+    std::cout << "kv read on B: " << val << std::endl;
+    if ((st = kvB.Get("e2e-py", val)).IsError()) return Fail("KVClient B Get e2e-py", st);
+    std::cout << "kv read python's key on B: " << val << std::endl;
+
+    ObjectClient objA(Opts(argv[1])), objB(Opts(argv[2]));
+    if ((st = objA.Init()).IsError()) return Fail("ObjectClient A Init", st);
+    if ((st = objB.Init()).IsError()) return Fail("ObjectClient B Init", st);
+    const std::string key = "e2e-cpp-object", data = "object-from-cpp";
+    std::vector<std::string> failed;
+    if ((st = objA.GIncreaseRef({key}, failed)).IsError() || !failed.empty())
+        return Fail("ObjectClient A GIncreaseRef", st);
+    std::shared_ptr<Buffer> buf;
+    if ((st = objA.Create(key, data.size(), CreateParam{}, buf)).IsError())
+        return Fail("ObjectClient A Create", st);
+    if ((st = buf->WLatch()).IsError()) return Fail("Buffer WLatch", st);
+    if ((st = buf->MemoryCopy(data.data(), data.size())).IsError()) return Fail("MemoryCopy", st);
+    if ((st = buf->Seal()).IsError()) return Fail("Buffer Seal", st);
+    buf->UnWLatch();
+    std::vector<Optional<Buffer>> got;
+    if ((st = objB.Get({key}, 30000, got)).IsError()) return Fail("ObjectClient B Get", st);
+    if (got.size() != 1 || !got[0]) {
+        std::cout << "ObjectClient B Get returned no buffer" << std::endl;
+        return 1;
+    }
+    got[0]->RLatch();
+    std::string read(static_cast<const char *>(got[0]->ImmutableData()), got[0]->GetSize());
+    got[0]->UnRLatch();
+    std::cout << "object read on B: " << read << std::endl;
+    if ((st = objA.GDecreaseRef({key}, failed)).IsError() || !failed.empty())
+        return Fail("ObjectClient A GDecreaseRef", st);
+    std::cout << "cpp program ok" << std::endl;
+    return 0;
+}
+"""
+
+# Yuanrong's example/cpp/CMakeLists.txt, less what builds their tarball.
+CPP_CMAKELISTS = """\
+cmake_minimum_required(VERSION 3.14.1)
+project(ds_e2e LANGUAGES CXX C)
+set(CMAKE_CXX_STANDARD 17)
+find_package(Datasystem ${Datasystem_version} REQUIRED)
+include_directories(${Datasystem_INCLUDE_DIR})
+add_executable(e2e_cpp e2e_cpp.cpp)
+target_link_libraries(e2e_cpp datasystem)
+"""
+
+
+def _cache_value(name):
+    try:
+        with open(BUILD_DIR / "CMakeCache.txt") as f:
+            for line in f:
+                if line.startswith(name + ":"):
+                    return line.split("=", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
+
+
+@pytest.fixture(scope="module")
+def cpp_program(tmp_path_factory):
+    """The C++ program, built once per test run against an install of
+    DS_BUILD_DIR (cmake --install into a temporary prefix). Yields the
+    executable and the install's library directory, or skips saying why."""
+    cmake = shutil.which("cmake")
+    cxx = _cache_value("CMAKE_CXX_COMPILER") or shutil.which("c++")
+    if cmake is None or not cxx:
+        pytest.skip("no cmake or C++ compiler")
+    if not (BUILD_DIR / "src" / "cpp").is_dir():
+        pytest.skip("DS_BUILD_DIR=%s has no C++ SDK (src/cpp)" % BUILD_DIR)
+    top = tmp_path_factory.mktemp("cpp")
+    prefix, src, build = top / "prefix", top / "src", top / "build"
+    r = subprocess.run([cmake, "--install", str(BUILD_DIR), "--prefix", str(prefix)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    libs = list(prefix.rglob("libdatasystem_cpp.so"))
+    assert libs and list(prefix.rglob("DatasystemConfig.cmake")), "incomplete install"
+    src.mkdir()
+    (src / "CMakeLists.txt").write_text(CPP_CMAKELISTS)
+    (src / "e2e_cpp.cpp").write_text(CPP_PROGRAM)
+    # A sanitized build's libraries need the program built with the same runtime.
+    flags = ""
+    if _cache_value("DS_SANITIZE").upper() in ("ON", "1", "TRUE", "YES"):
+        flags = "-fsanitize=address,undefined"
+    elif _cache_value("DS_TSAN").upper() in ("ON", "1", "TRUE", "YES"):
+        flags = "-fsanitize=thread"
+    r = subprocess.run([cmake, "-S", str(src), "-B", str(build), "-DCMAKE_PREFIX_PATH=" + str(prefix),
+                        "-DCMAKE_CXX_COMPILER=" + cxx, "-DCMAKE_CXX_FLAGS=" + flags,
+                        "-DCMAKE_EXE_LINKER_FLAGS=" + flags],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = subprocess.run([cmake, "--build", str(build)], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    yield build / "e2e_cpp", libs[0].parent
+
+PY_CHECK_CPP = r"""
+import sys
+from yr.datasystem import KVClient
+b = KVClient("127.0.0.1", int(sys.argv[1])); b.init()
+assert b.get(["e2e-cpp"]) == [b"from-cpp"], b.get(["e2e-cpp"])
+print("python read of cpp key ok")
+"""
+
+
 def _py(code, *args):
     env = dict(os.environ, PYTHONPATH=str(PYTHON_DIR), DS_LIBDIR=str(LIB_PATH.parent))
     p = subprocess.run([sys.executable, "-c", code] + [str(a) for a in args],
@@ -204,7 +350,8 @@ def _py(code, *args):
     return p
 
 
-def test_two_workers_and_etcd_from_yuanrong_config_files(tmp_path, short_dir, procs):
+def test_two_workers_and_etcd_from_yuanrong_config_files(tmp_path, short_dir, procs,
+                                                        cpp_program):
     etcd = _start_etcd(tmp_path, procs)
     workers = []
     for i in range(2):
@@ -266,7 +413,7 @@ def test_two_workers_and_etcd_from_yuanrong_config_files(tmp_path, short_dir, pr
     assert p.returncode == 1
     assert json.loads(p.stdout)["status"] == "Invalid parameter"
 
-    # A Python program and a C program, each across both workers.
+    # A Python, a C and a C++ program, each across both workers.
     (p0, p1) = (workers[0][0], workers[1][0])
     p = _py(PY_PROGRAM, p0, p1)
     assert "python program ok" in p.stdout, p.stderr
@@ -284,6 +431,20 @@ def test_two_workers_and_etcd_from_yuanrong_config_files(tmp_path, short_dir, pr
     assert r.returncode == 0 and "c program ok" in r.stdout, r.stdout + r.stderr
     p = _py(PY_CHECK, p0)
     assert "python read ok" in p.stdout, p.stderr
+    exe, libdir = cpp_program
+    env = dict(os.environ, LD_LIBRARY_PATH=str(libdir))
+    r = subprocess.run([str(exe), str(p0), str(p1)], capture_output=True, text=True, timeout=120,
+                       env=env)
+    sys.stderr.write(r.stdout + r.stderr)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.splitlines() == [
+        "kv read on B: from-cpp",
+        "kv read python's key on B: from-py",
+        "object read on B: object-from-cpp",
+        "cpp program ok",
+    ]
+    p = _py(PY_CHECK_CPP, p1)
+    assert "python read of cpp key ok" in p.stdout, p.stderr
 
     # dscli stop -f: Yuanrong's line, the process gone, the probes removed.
     for port, cfg, pid, probe in workers:
@@ -373,3 +534,99 @@ def test_single_dash_flags_serve(tmp_path, procs):
     p = _dscli("stop", "-w", addr, "-t", 60)
     assert p.returncode == 0, p.stderr
     assert not _alive(pid)
+
+
+PY_TLS_PROGRAM = r"""
+import sys
+from yr.datasystem import KVClient
+ca, cert, key = sys.argv[3:6]
+def tls(port):
+    c = KVClient("127.0.0.1", port, transport="tcp", enable_tls=True, tls_ca=ca, tls_cert=cert,
+                 tls_key=key)
+    c.init()
+    return c
+a, b = tls(int(sys.argv[1])), tls(int(sys.argv[2]))
+a.set("e2e-tls", b"over-tls")
+assert b.get(["e2e-tls"]) == [b"over-tls"], b.get(["e2e-tls"])
+plain = KVClient("127.0.0.1", int(sys.argv[1]), transport="tcp", enable_tls=False)
+try:
+    plain.init()
+    print("a plain client was let in")
+except RuntimeError as e:
+    assert "TLS" in str(e), e
+    print("tls program ok")
+"""
+
+
+def test_security_flags_pass_through(tmp_path, short_dir, procs):
+    """--cluster_secret_file and the TLS flags go through dscli start to the
+    worker, after -w, after -f FILE and as the file's entries; dscli's own
+    readiness check speaks TLS to such a worker, and so do dscli status and
+    stop when they find it over TCP."""
+    if shutil.which("openssl") is None:
+        pytest.skip("needs the openssl CLI")
+    from test_tls import _certs
+
+    certs = _certs(tmp_path)
+    secret = tmp_path / "cluster_secret"
+    secret.write_text("e2e-cluster-secret\n")
+    secret.chmod(0o600)
+    etcd = _start_etcd(tmp_path, procs)
+    security = ["--cluster_secret_file", secret, "--enable_tls", "--tls_verify_client",
+                "--tls_cert", certs["worker.pem"], "--tls_key", certs["worker.key"],
+                "--tls_ca", certs["ca.pem"]]
+    workers = []
+    # One after -w, as Yuanrong's dscli passes worker flags.
+    port = free_port()
+    p = _dscli("start", "-t", 60, "-w", "--worker_address", "127.0.0.1:%d" % port,
+               "--etcd_address", etcd, "--shared_memory_size_mb", 32,
+               "--log_dir", short_dir / "logs", *security)
+    if p.returncode == 0:
+        procs.append(_started_pid(p.stdout, "127.0.0.1:%d" % port))
+    assert p.returncode == 0, p.stderr
+    workers.append((port, short_dir / "logs" / ("worker-127.0.0.1-%d.log" % port), None))
+    # One from a Yuanrong-format file holding the TLS entries, the secret
+    # after -f FILE.
+    port = free_port()
+    home = short_dir / "w1"
+    home.mkdir()
+    cfg = home / "worker_config.json"
+    _set_config(OUR_CONFIG, cfg, worker_address="127.0.0.1:%d" % port, etcd_address=etcd,
+                enable_tls="true", tls_verify_client="true", tls_cert=certs["worker.pem"],
+                tls_key=certs["worker.key"], tls_ca=certs["ca.pem"])
+    p = _dscli("start", "-t", 60, "-d", home, "-f", cfg, "--cluster_secret_file", secret)
+    if p.returncode == 0:
+        procs.append(_started_pid(p.stdout, "127.0.0.1:%d" % port))
+    assert p.returncode == 0, p.stderr
+    workers.append((port, home / "datasystem" / "logs" / ("worker-127.0.0.1-%d.log" % port), cfg))
+
+    for port, log, _ in workers:
+        text = _read(log)
+        assert "TLS on 127.0.0.1:%d" % port in text, text[-2000:]
+        assert "no --cluster_secret_file" not in text, text[-2000:]
+    # A TLS client writes on one and reads on the other: the peers share
+    # the secret and speak TLS to each other; a plain client is refused.
+    p = _py(PY_TLS_PROGRAM, workers[0][0], workers[1][0], certs["ca.pem"], certs["client.pem"],
+            certs["client.key"])
+    assert "tls program ok" in p.stdout, p.stdout + p.stderr
+
+    # The first: over the Unix socket where dscli start put it. The second's
+    # socket is not where dscli looks without -d, so dscli finds it over TCP:
+    # with TLS when told (flags, or the file's entries), else refused.
+    p = _dscli("stop", "-w", "127.0.0.1:%d" % workers[0][0], "-t", 60)
+    assert p.returncode == 0, p.stderr
+    assert not _alive(procs[1])
+    addr1 = "127.0.0.1:%d" % workers[1][0]
+    p = _dscli("stop", "-w", addr1, "-t", 60)
+    assert p.returncode == 1
+    assert "--enable_tls" in p.stderr, p.stderr
+    assert _alive(procs[2])
+    p = _dscli("status", "--worker_address", addr1, "--enable_tls", "--tls_ca", certs["ca.pem"],
+               "--tls_cert", certs["client.pem"], "--tls_key", certs["client.key"])
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["dscli_transport"]["used"] == "unix"
+    p = _dscli("stop", "-f", workers[1][2], "-t", 60)
+    assert p.returncode == 0, p.stderr
+    assert ("[INFO] [  OK  ] Stop worker service @ 127.0.0.1:%d normally, PID: %d\n"
+            % (workers[1][0], procs[2])) in p.stdout
+    assert not _alive(procs[2])

@@ -282,6 +282,58 @@ static void test_log_tail(void **state)
     unlink(path);
 }
 
+/* The TLS and cluster-secret flags are the worker's: dscli start passes them
+ * on as written and reads --enable_tls as the worker does, for its own
+ * health check. */
+static void test_security_flags_pass_through(void **state)
+{
+    (void)state;
+    cli_args_t a;
+    char err[256];
+    assert_int_equal(parse("start", &a, err, sizeof(err), "-w", "--cluster_secret_file", "/s",
+                           "--enable_tls", "--tls_verify_client", "true", "--tls_ca=/ca.pem",
+                           "-tls_cert", "/w.pem", "--tls_key", "/w.key", NULL),
+                     0);
+    const char *want[] = {
+        "--cluster_secret_file", "/s",        "--enable_tls", "--tls_verify_client", "true",
+        "--tls_ca=/ca.pem",      "-tls_cert", "/w.pem",       "--tls_key",           "/w.key"};
+    assert_int_equal(a.nfwd, 10);
+    for (int i = 0; i < 10; i++)
+        assert_string_equal(a.fwd[i], want[i]);
+    assert_true(cli_fwd_bool(&a, "enable_tls"));
+    assert_true(cli_fwd_bool(&a, "tls_verify_client"));
+    assert_false(cli_fwd_bool(&a, "enable_rdma"));
+    assert_string_equal(cli_fwd_value(&a, "cluster_secret_file"), "/s");
+    assert_string_equal(cli_fwd_value(&a, "tls_ca"), "/ca.pem");
+    assert_string_equal(cli_fwd_value(&a, "tls_cert"), "/w.pem");
+
+    /* The last one wins; gflags' spellings. */
+    assert_int_equal(parse("start", &a, err, sizeof(err), "-w", "--enable_tls", "--noenable_tls",
+                           "-tls_verify_client=YES", NULL),
+                     0);
+    assert_false(cli_fwd_bool(&a, "enable_tls"));
+    assert_true(cli_fwd_bool(&a, "tls_verify_client"));
+    assert_int_equal(parse("start", &a, err, sizeof(err), "-w", "--enable_tls=false",
+                           "--tls_verify_client", "0", NULL),
+                     0);
+    assert_false(cli_fwd_bool(&a, "enable_tls"));
+    assert_false(cli_fwd_bool(&a, "tls_verify_client"));
+    /* A prefix is another flag. */
+    assert_int_equal(parse("start", &a, err, sizeof(err), "-w", "--enable_tls_x", NULL), 0);
+    assert_false(cli_fwd_bool(&a, "enable_tls"));
+
+    /* stop and status take the TLS client's settings themselves. */
+    const cli_cmd_t *c = cli_find_command("stop");
+    assert_int_equal(parse("stop", &a, err, sizeof(err), "-w", "127.0.0.1:1", "--enable_tls",
+                           "--tls_ca", "/ca.pem", "--tls_cert", "/c.pem", "--tls_key", "/c.key",
+                           NULL),
+                     0);
+    assert_string_equal(cli_value(c, &a, "enable_tls"), "");
+    assert_string_equal(cli_value(c, &a, "tls_key"), "/c.key");
+    assert_int_equal(
+        parse("status", &a, err, sizeof(err), "--enable_tls", "--tls_ca", "/ca.pem", NULL), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -290,6 +342,7 @@ int main(void)
         cmocka_unit_test(test_start_passthrough_and_local_flags),
         cmocka_unit_test(test_worker_args_and_gflags),
         cmocka_unit_test(test_query_route_keys),
+        cmocka_unit_test(test_security_flags_pass_through),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_seconds),
         cmocka_unit_test(test_find_worker),
