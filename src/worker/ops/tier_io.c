@@ -92,10 +92,13 @@ static void post_done(ds_tier_t *t, job_t *l)
  * or at once when the queue is empty. Other jobs are handed back as they
  * finish, ahead of held ones. With nothing queued or held, the L2 does its
  * upkeep (compaction), a bounded step at a time so that a job waits for one
- * step at most, unless the worker is stopping. */
+ * step at most, unless the worker is stopping. The thread is named
+ * "ds-disk-io". */
 void *ds__tier_io_thread(void *arg)
 {
     ds_tier_t *t = arg;
+    /* named for ps -L, top -H and debuggers (at most 15 characters) */
+    (void)pthread_setname_np(pthread_self(), "ds-disk-io");
     job_t *held = NULL, **held_tail = &held;
     char err[sizeof(held->err)];
     bool upkeep = false; /* the L2's upkeep has another step to do */
