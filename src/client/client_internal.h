@@ -154,6 +154,21 @@ typedef struct ds_mux_wait {
     _Atomic uint32_t wake; /* futex word: bumped to wake it */
 } ds_mux_wait_t;
 
+/* Arena space the worker reserved for a connection's next local set (SETR,
+ * space.c): a session handle and the range; handle 0 = none. Given back
+ * (RELEASE over the anchor) when the connection is freed. */
+typedef struct {
+    uint64_t handle, off, len;
+    /* The last size the worker would not reserve (0 = none): larger sets go
+     * straight to CREATE / PUBLISH, asking again every 64th time. */
+    uint64_t refused;
+    uint32_t refusals;
+    /* The largest set of this window of DS_CLIENT_SPACE_WINDOW sets and of
+     * the one before, and the sets so far (ds__space_want). */
+    uint64_t win[2];
+    uint32_t sets;
+} ds_space_t;
+
 typedef enum {
     DS_CONN_OK = 0,
     DS_CONN_BROKEN, /* unusable (timeout, protocol error): close it */
@@ -193,18 +208,7 @@ typedef struct ds_conn {
     ds_spin_t spin;   /* how long a call polls for its reply (busy_poll_us) */
     bool traced;      /* the request being built carries DS_FLAG_TRACE */
     bool ucx_get;     /* the GET being answered is a UCX_GET: entries may be kind UCX */
-    /* Arena space the worker reserved for this connection's next local
-     * set (SETR, kv.c): a session handle and the range; 0 = none. Given
-     * back (RELEASE over the anchor) when the connection is freed. */
-    uint64_t space, space_off, space_len;
-    /* The last size the worker would not reserve (0 = none): larger sets go
-     * straight to CREATE / PUBLISH, asking again every 64th time. */
-    uint64_t space_refused;
-    uint32_t refusals;
-    /* The largest set of this window of DS_CLIENT_SPACE_WINDOW sets and of
-     * the one before, and the sets so far (ds__space_want). */
-    uint64_t space_win[2];
-    uint32_t space_sets;
+    ds_space_t space; /* SETR space for its next local set (space.c) */
     /* Its request lane (lane.c; NULL = none): the worker's hub, the
      * doorbell, the lane's generation, and the last request and answer
      * sequence numbers. */
@@ -452,26 +456,6 @@ void ds__set_values(ds_conn_t *conn, const ds_set_param_t *p, size_t n, const si
 ds_status_t ds__first_failure(size_t n, const char *const *keys, const ds_status_t *sts,
                               const char *verb);
 
-/* Local sets from reserved arena space (SETR): values are copied to 64-byte
- * aligned offsets of the connection's space. */
-uint64_t ds__round_up64(uint64_t n);
-/* The space to ask for with a set of need bytes (rounded up): the largest
- * of the connection's recent sets (DS_CLIENT_SPACE_WINDOW), at most
- * DS_CLIENT_SPACE_KEEP, at least need. Counts the set. */
-uint64_t ds__space_want(ds_conn_t *conn, uint64_t need);
-/* Asks for a space of at least want bytes (SETR without keys); whether the
- * worker granted it, conn->space_len says. DS_K_OK, or a transport or
- * protocol failure's status (the connection is then broken). */
-ds_status_t ds__space_get(ds_conn_t *conn, uint64_t want, uint64_t deadline);
-/* Takes a SETR answer's trailer off conn->r into t: space handle, offset,
- * length and (pin: the request asked for one) the pin. DS_K_OK, or a
- * protocol error when the answer has none or names a range outside the
- * mapping. t is all zeros after a transport failure. */
-ds_status_t ds__space_trailer(ds_conn_t *conn, bool pin, uint64_t t[4]);
-/* Takes the space trailer off a SETR answer and makes it the connection's
- * space (none after a transport failure: the worker drops it with the
- * session). A protocol error's status, else DS_K_OK. */
-ds_status_t ds__space_take(ds_conn_t *conn);
 /* A SET's parameters on the wire: write mode, TTL, existence. */
 void ds__set_param_put(ds_conn_t *conn, const ds_set_param_t *p);
 
@@ -503,6 +487,44 @@ ds_status_t ds__get_request_ucx(ds_client_t *c, ds_conn_t *conn, size_t n, const
 bool ds__read_entry(ds_conn_t *conn, ds_getent_t *e, uint64_t *inline_total, bool *bad);
 /* Releases the pins of the SHM entries among e[0..n) in one frame. */
 void ds__release_entries(ds_sess_t *s, const ds_getent_t *e, size_t n);
+
+/* ---- space.c: a connection's reserved arena space (SETR) ---- */
+
+/* Values are copied to 64-byte aligned offsets of the space. */
+uint64_t ds__round_up64(uint64_t n);
+/* Starts a SETR request: the space (or buffer) handle it writes from, the
+ * space to ask for with it, and its flags (DS_SETR_*). */
+void ds__space_begin(ds_conn_t *conn, uint64_t handle, uint64_t want, uint8_t flags);
+/* The space to ask for with a set of need bytes (rounded up): the largest
+ * of the connection's recent sets (DS_CLIENT_SPACE_WINDOW), at most
+ * DS_CLIENT_SPACE_KEEP, at least need. Counts the set. */
+uint64_t ds__space_want(ds_conn_t *conn, uint64_t need);
+/* Asks for a space of at least want bytes (SETR without keys); whether the
+ * worker granted it, conn->space.len says. DS_K_OK, or a transport or
+ * protocol failure's status (the connection is then broken). */
+ds_status_t ds__space_get(ds_conn_t *conn, uint64_t want, uint64_t deadline);
+/* Makes sure conn's space holds total bytes, asking for it when it does
+ * not, unless the worker lately refused a size that large: 1 when it
+ * does, 0 when the set should take CREATE / PUBLISH instead, -1 with *st
+ * the failure's status (the connection is then broken). */
+int ds__space_reserve(ds_conn_t *conn, uint64_t total, uint64_t deadline, ds_status_t *st);
+/* Takes a SETR answer's trailer off conn->r into t: space handle, offset,
+ * length and (pin: the request asked for one) the pin. DS_K_OK, or a
+ * protocol error when the answer has none or names a range outside the
+ * mapping. t is all zeros after a transport failure. */
+ds_status_t ds__space_trailer(ds_conn_t *conn, bool pin, uint64_t t[4]);
+/* Takes the space trailer off a SETR answer and makes it the connection's
+ * space (none after a transport failure: the worker drops it with the
+ * session). A protocol error's status, else DS_K_OK. */
+ds_status_t ds__space_take(ds_conn_t *conn);
+/* Makes the space a trailer t names (t[0] != 0) the connection's, giving
+ * back the one it held. */
+void ds__space_replace(ds_conn_t *conn, const uint64_t t[4]);
+/* The connection's space becomes the caller's (a buffer's): its handle;
+ * the connection then holds none. */
+uint64_t ds__space_hand_over(ds_conn_t *conn);
+/* Gives the space back (RELEASE over the anchor); with the connection. */
+void ds__space_drop(ds_conn_t *conn);
 
 /* ---- ucx.c: remote gets over UCX (enable_ucx / DS_CLIENT_UCX=1) ---- */
 

@@ -429,7 +429,7 @@ void ds__conn_free(ds_conn_t *conn)
     ds__wbuf_free(&conn->d);
     free(conn->segs);
     free(conn->meta);
-    if (conn->sess && conn->space) ds__sess_release(conn->sess, &conn->space, 1);
+    ds__space_drop(conn);
     free(conn->in);
     if (conn->sess) ds__sess_unref(conn->sess);
     free(conn);
