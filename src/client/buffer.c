@@ -6,7 +6,7 @@
  * shared pin table when the worker's GET index lists the value
  * (common/shm_index.h), else with a GET with DS_GET_PIN; a created buffer is
  * a reservation the caller fills before PUBLISH. A single create takes the
- * connection's reserved space (SETR, see kv.c) when it fits, with no round
+ * connection's reserved space (SETR, see space.c) when it fits, with no round
  * trip, and its publish is one SETR that keeps a pin on the value. Either way the buffer holds a
  * reference on its session, which keeps the arena mapped and the pin alive
  * until ds_buffer_release drops it, even after the client is closed or has
@@ -435,7 +435,7 @@ static ds_status_t create_in_arena(ds_conn_t *conn, size_t n, const char *const 
 }
 
 /* A local create without a round trip: the connection's reserved space
- * (SETR, kv.c) becomes the buffer's own, asking for one first when the
+ * (SETR, space.c) becomes the buffer's own, asking for one first when the
  * connection holds none large enough. false when the worker would not
  * reserve it (the caller then sends CREATE); else *st says how it went. */
 static bool create_in_space(ds_conn_t *conn, const char *key, size_t size, const ds_set_param_t *p,
@@ -444,10 +444,10 @@ static bool create_in_space(ds_conn_t *conn, const char *key, size_t size, const
     ds_sess_t *s = conn->sess;
     uint64_t need = ds__round_up64(size);
     *st = DS_K_OK;
-    if (conn->space_len < need) {
+    if (conn->space.len < need) {
         *st = ds__space_get(conn, need, deadline);
         if (*st != DS_K_OK) return true;
-        if (conn->space_len < need) return false;
+        if (conn->space.len < need) return false;
     }
     ds_buffer_t *b = buf_new(key, DS_BUF_SHM);
     if (b == NULL) {
@@ -456,12 +456,11 @@ static bool create_in_space(ds_conn_t *conn, const char *key, size_t size, const
     }
     ds__sess_ref(s);
     b->sess = s;
-    b->handle = conn->space;
-    b->data = s->base + conn->space_off;
+    b->data = s->base + conn->space.off;
+    b->handle = ds__space_hand_over(conn);
     b->size = size;
     b->param = *p;
     b->space = true;
-    conn->space = conn->space_off = conn->space_len = 0;
     *out = b;
     return true;
 }
@@ -473,11 +472,8 @@ static ds_status_t publish_space(ds_conn_t *conn, ds_buffer_t *b, uint64_t deadl
 {
     ds_sess_t *s = conn->sess;
     uint64_t need = ds__round_up64(b->size);
-    uint64_t want = conn->space_len >= need ? 0 : need;
-    ds__conn_begin(conn);
-    ds__wbuf_u64(&conn->w, b->handle);
-    ds__wbuf_u64(&conn->w, want);
-    ds__wbuf_u8(&conn->w, DS_SETR_PIN);
+    uint64_t want = conn->space.len >= need ? 0 : need;
+    ds__space_begin(conn, b->handle, want, DS_SETR_PIN);
     ds__wbuf_u8(&conn->w, (uint8_t)b->param.write_mode);
     ds__wbuf_u32(&conn->w, b->param.ttl_second);
     ds__wbuf_u8(&conn->w, (uint8_t)b->param.existence);
@@ -505,12 +501,7 @@ static ds_status_t publish_space(ds_conn_t *conn, ds_buffer_t *b, uint64_t deadl
     ds_status_t ks = (ds_status_t)ds__rbuf_u32(&conn->r);
     b->handle = t[3];
     b->space = false;
-    if (t[0] != 0) {
-        if (conn->space) ds__sess_release(s, &conn->space, 1);
-        conn->space = t[0];
-        conn->space_off = t[1];
-        conn->space_len = t[2];
-    }
+    ds__space_replace(conn, t);
     if (conn->r.err || m != 1) ks = ds__conn_protocol_error(conn, "set_reserved");
     ds__conn_drain(conn, deadline);
     return ks;

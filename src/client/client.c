@@ -493,7 +493,7 @@ static ds_status_t open_conn(ds_client_t *c, ds_conn_t **out)
         } else if (h.arena_fd >= 0) {
             close(h.arena_fd);
         }
-        ds_conn_t *conn = ds__conn_new(fd, h.tls, s, c->addr);
+        ds_conn_t *conn = ds__conn_new_sock(fd, h.tls, s, c->addr);
         if (conn) ds__spin_init(&conn->spin, (uint64_t)c->busy_poll_us * 1000u);
         ds__sess_unref(s);
         if (conn == NULL) {
@@ -640,11 +640,7 @@ static ds_conn_t *mux_conn_locked(ds_client_t *c, ds_sess_t *s, uint64_t deadlin
         v->next = NULL;
         return v;
     }
-    if ((v = ds__conn_new(-1, NULL, s, c->addr)) == NULL) return NULL;
-    v->mw.conn = v;
-    v->mux = c->mux;
-    ds__mux_ref(v->mux);
-    return v;
+    return ds__mux_conn_new(c->mux, c->addr);
 }
 
 ds_status_t ds__client_acquire_small(ds_client_t *c, uint64_t *deadline, size_t bytes,
@@ -670,16 +666,16 @@ ds_status_t ds__client_acquire_small(ds_client_t *c, uint64_t *deadline, size_t 
  * the connection (a timeout may leave a frame half written). */
 static void put_mux_conn(ds_client_t *c, ds_conn_t *v)
 {
-    if (v->in_cap > 2 * DS_CLIENT_MUX_MAX) {
+    if (v->mux.in_cap > 2 * DS_CLIENT_MUX_MAX) {
         /* A large answer came in (a get into a small buffer is answered
          * with the whole value): do not keep its room. */
         free(v->in);
         v->in = NULL;
-        v->in_cap = v->in_pos = v->in_len = 0;
+        v->mux.in_cap = v->in_pos = v->in_len = 0;
     }
     pthread_mutex_lock(&c->mu);
-    if (v->state != DS_CONN_OK) ds__mux_retire(v->mux);
-    if (v->state == DS_CONN_OK && v->mux == c->mux && !atomic_load(&c->closed)) {
+    if (v->state != DS_CONN_OK) ds__mux_retire(v->mux.m);
+    if (v->state == DS_CONN_OK && v->mux.m == c->mux && !atomic_load(&c->closed)) {
         v->next = c->vidle;
         c->vidle = v;
         v = NULL;
@@ -694,7 +690,7 @@ static void put_mux_conn(ds_client_t *c, ds_conn_t *v)
 void ds__client_put(ds_client_t *c, ds_conn_t *conn)
 {
     if (conn == NULL) return;
-    if (conn->mux) {
+    if (conn->mux.m) {
         put_mux_conn(c, conn);
         atomic_fetch_sub(&c->busy, 1);
         return;
@@ -718,7 +714,7 @@ void ds__client_put(ds_client_t *c, ds_conn_t *conn)
          * the next call does not fail on one of them a second time. */
         for (ds_conn_t **pp = &c->idle; *pp;) {
             ds_conn_t *x = *pp;
-            if (peer_closed(x->fd)) {
+            if (peer_closed(x->sock.fd)) {
                 *pp = x->next;
                 close_conn_locked(c, x);
             } else {
@@ -921,8 +917,7 @@ void ds_client_close(ds_client_t *c)
      * writes fail now rather than at their deadlines (a subscribe-get may
      * wait minutes). Each borrower closes its socket when it gives it back. */
     for (ds_conn_t *conn = c->all; conn; conn = conn->all_next) {
-        shutdown(conn->fd, SHUT_RDWR);
-        ds__lane_kick(conn);
+        conn->ops->shutdown(conn);
     }
     if (c->mux) {
         ds__mux_shutdown(c->mux);

@@ -1,9 +1,11 @@
 /* Internal types of the client library, shared by its files and nothing else.
  *
- * Layering (hiredis style): conn.c frames requests and responses over one
- * socket and does no policy; client.c owns the connection pool, the worker
- * session and reconnection; kv.c and buffer.c implement the public calls on
- * top of a borrowed connection.
+ * Layering (hiredis style): conn.c frames requests and responses and does
+ * no policy; it hands the frames to the connection's transport (ds_conn_ops_t:
+ * sock.c, lane.c, mux.c), whose state lives in a struct of its own;
+ * client.c owns the connection pool, the worker session and reconnection;
+ * kv.c, setv.c and buffer.c implement the public calls on top of a borrowed
+ * connection, and space.c keeps its reserved arena space (SETR).
  *
  * Sessions. The worker ties pins (GET with PIN/WANT_SHM) and CREATE
  * reservations to a session, which lasts while any of its connections is
@@ -59,6 +61,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 #include <sys/uio.h>
 
 #include "common/lane.h"
@@ -154,16 +157,89 @@ typedef struct ds_mux_wait {
     _Atomic uint32_t wake; /* futex word: bumped to wake it */
 } ds_mux_wait_t;
 
+/* Arena space the worker reserved for a connection's next local set (SETR,
+ * space.c): a session handle and the range; handle 0 = none. Given back
+ * (RELEASE over the anchor) when the connection is freed. */
+typedef struct {
+    uint64_t handle, off, len;
+    /* The last size the worker would not reserve (0 = none): larger sets go
+     * straight to CREATE / PUBLISH, asking again every 64th time. */
+    uint64_t refused;
+    uint32_t refusals;
+    /* The largest set of this window of DS_CLIENT_SPACE_WINDOW sets and of
+     * the one before, and the sets so far (ds__space_want). */
+    uint64_t win[2];
+    uint32_t sets;
+} ds_space_t;
+
 typedef enum {
     DS_CONN_OK = 0,
     DS_CONN_BROKEN, /* unusable (timeout, protocol error): close it */
     DS_CONN_LOST,   /* the worker closed it: it may be gone altogether */
 } ds_conn_state_t;
 
-typedef struct ds_conn {
+/* A connection's transport (hiredis's redisContextFuncs): how a request's
+ * frames reach the worker and its answer comes back. conn.c frames requests
+ * and responses and dispatches to these, one indirect call per round trip
+ * (call), another only when the answer's rest must be read (recv).
+ * ds__sock_ops: a socket, TCP (plain or TLS) or Unix (sock.c);
+ * ds__lane_ops: a local socket with a request lane (lane.c);
+ * ds__mux_ops: a call on the shared connection (mux.c). UCX is no request
+ * transport: it carries GET values beside a TCP connection (ucx.c). */
+typedef struct ds_conn ds_conn_t;
+typedef struct {
+    /* Sends request req (the frames in iov[0..n), advanced as written) and,
+     * unless noreply, waits for its answer: 0 when the answer (or its first
+     * bytes) is in conn->in, or recv can read it; -1 with errno (ETIMEDOUT,
+     * EPROTO for a malformed answer, ECONNRESET and others when the
+     * connection failed). */
+    int (*call)(ds_conn_t *conn, struct iovec *iov, size_t n, uint64_t req, bool noreply,
+                uint64_t deadline);
+    /* Reads at most cap more bytes of the answer into buf, waiting for the
+     * first of them until deadline: the count, or -1 with errno (EPROTO when
+     * the transport delivers answers whole, so there is nothing more). */
+    ssize_t (*recv)(ds_conn_t *conn, void *buf, size_t cap, uint64_t deadline);
+    /* From another thread (ds_client_close): a call in progress on the
+     * connection returns promptly, failing. */
+    void (*shutdown)(ds_conn_t *conn);
+    /* Releases the transport's state, with the connection. */
+    void (*close)(ds_conn_t *conn);
+} ds_conn_ops_t;
+
+/* A socket's state (sock.c). */
+typedef struct {
+    int fd;
+    ds_tls_t *tls;   /* TLS over TCP (enable_tls), else NULL */
+    bool is_unix;    /* a Unix socket: replies are polled for, then read */
+    int rcvtimeo_ms; /* the socket's SO_RCVTIMEO now; 0 = none set */
+} ds_sock_t;
+
+/* A request lane's state (lane.c; l NULL = none): the worker's hub, the
+ * doorbell, the lane's generation, and the last request and answer
+ * sequence numbers. */
+typedef struct {
+    ds_lane_t *l;
+    ds_lane_hub_t *hub;
+    int bell_fd;
+    uint32_t gen, req, rep;
+    uint32_t idx;     /* its bit in the hub's ready mask */
+    int cpu;          /* where this thread ran when it sent the lane request */
+    atomic_bool kick; /* ds_client_close: stop waiting on the lane, read the socket */
+    uint64_t soon;    /* the hub.soon this connection promised (0 = none) */
+} ds_clane_t;
+
+/* A call on the shared connection (mux.c; m NULL = not one): the answer
+ * arrives whole in conn->in (in_cap bytes); w is the call's wait. */
+typedef struct {
+    ds_mux_t *m;
+    ds_mux_wait_t w;
+    uint32_t in_cap;
+} ds_cmux_t;
+
+struct ds_conn {
     struct ds_conn *next;                /* idle list */
     struct ds_conn *all_prev, *all_next; /* every pool connection, idle or borrowed */
-    int fd;
+    const ds_conn_ops_t *ops;            /* its transport */
     ds_conn_state_t state;
     uint64_t next_req;
     ds_sess_t *sess;
@@ -181,42 +257,17 @@ typedef struct ds_conn {
      * connection, so it never holds bytes of a later response. */
     uint8_t *in;
     uint32_t in_pos, in_len;
-    /* A call on the shared connection (mux != NULL, fd -1): the answer
-     * arrives whole in in (in_cap bytes); mw is the call's wait. */
-    ds_mux_t *mux;
-    ds_mux_wait_t mw;
-    uint32_t in_cap;
-    int rcvtimeo_ms;  /* the socket's SO_RCVTIMEO now; 0 = none set */
-    ds_tls_t *tls;    /* TLS over TCP (enable_tls), else NULL */
-    bool is_unix;     /* a Unix socket: replies are polled for, then read */
     const char *peer; /* "host:port" of the worker, for messages */
     ds_spin_t spin;   /* how long a call polls for its reply (busy_poll_us) */
     bool traced;      /* the request being built carries DS_FLAG_TRACE */
     bool ucx_get;     /* the GET being answered is a UCX_GET: entries may be kind UCX */
-    /* Arena space the worker reserved for this connection's next local
-     * set (SETR, kv.c): a session handle and the range; 0 = none. Given
-     * back (RELEASE over the anchor) when the connection is freed. */
-    uint64_t space, space_off, space_len;
-    /* The last size the worker would not reserve (0 = none): larger sets go
-     * straight to CREATE / PUBLISH, asking again every 64th time. */
-    uint64_t space_refused;
-    uint32_t refusals;
-    /* The largest set of this window of DS_CLIENT_SPACE_WINDOW sets and of
-     * the one before, and the sets so far (ds__space_want). */
-    uint64_t space_win[2];
-    uint32_t space_sets;
-    /* Its request lane (lane.c; NULL = none): the worker's hub, the
-     * doorbell, the lane's generation, and the last request and answer
-     * sequence numbers. */
-    ds_lane_t *lane;
-    ds_lane_hub_t *hub;
-    int bell_fd;
-    uint32_t lane_gen, lane_req, lane_rep;
-    uint32_t lane_idx;     /* its bit in the hub's ready mask */
-    int lane_cpu;          /* where this thread ran when it sent the lane request */
-    atomic_bool lane_kick; /* ds_client_close: stop waiting on the lane, read the socket */
-    uint64_t lane_soon;    /* the hub.soon this connection promised (0 = none) */
-} ds_conn_t;
+    ds_space_t space; /* SETR space for its next local set (space.c) */
+    /* Transport state: sock for socket and lane connections (fd -1 for a
+     * shared-connection call), lane for a lane's, mux for a shared one's. */
+    ds_sock_t sock;
+    ds_clane_t lane;
+    ds_cmux_t mux;
+};
 
 struct ds_client {
     char host[256];
@@ -307,9 +358,12 @@ typedef struct {
 } ds_hello_t;
 ds_status_t ds__conn_dial(const ds_client_t *c, const ds_dial_t *d, int *fd, ds_hello_t *out);
 
-/* Wraps a connected socket and its TLS session (NULL = none; taken over);
- * takes a reference on sess. */
-ds_conn_t *ds__conn_new(int fd, ds_tls_t *tls, ds_sess_t *sess, const char *peer);
+/* A connection over transport ops, without its transport state (the
+ * caller sets it); takes a reference on sess. */
+ds_conn_t *ds__conn_new(const ds_conn_ops_t *ops, ds_sess_t *sess, const char *peer);
+/* A pool connection over a connected socket and its TLS session (NULL =
+ * none; taken over). */
+ds_conn_t *ds__conn_new_sock(int fd, ds_tls_t *tls, ds_sess_t *sess, const char *peer);
 /* Closes a dialled socket nobody took, with its TLS session. */
 void ds__dial_close(int fd, ds_hello_t *h);
 void ds__conn_free(ds_conn_t *conn);
@@ -335,25 +389,42 @@ void ds__conn_drain(ds_conn_t *conn, uint64_t deadline);
  * the worker has none to give; an error when the connection failed. */
 ds_status_t ds__conn_lane_open(ds_conn_t *conn, uint64_t deadline);
 
+/* ---- sock.c: the socket transport ---- */
+
+extern const ds_conn_ops_t ds__sock_ops;
+/* The socket transport's call and recv, for transports that fall back to
+ * the socket (lane.c). */
+int ds__sock_call(ds_conn_t *conn, struct iovec *iov, size_t n, uint64_t req, bool noreply,
+                  uint64_t deadline);
+ssize_t ds__sock_recv(ds_conn_t *conn, void *buf, size_t cap, uint64_t deadline);
+void ds__sock_shutdown(ds_conn_t *conn);
+void ds__sock_close(ds_conn_t *conn);
+/* Waits until fd is ready for events or deadline passes: 0, or -1 with
+ * errno (ETIMEDOUT). */
+int ds__wait_fd(int fd, short events, uint64_t deadline);
+/* Writes every byte the iovecs describe (advancing them) before deadline,
+ * through tls when it is not NULL. */
+int ds__send_iov(int fd, ds_tls_t *tls, struct iovec *iov, size_t n, uint64_t deadline);
+
 /* ---- lane.c: requests through the arena (common/lane.h) ---- */
 
 /* False when DS_CLIENT_LANE=0. */
 bool ds__lane_wanted(void);
-/* Sets conn's lane up from LANE's answer (takes bell_fd over); a protocol
- * error when the answer names no valid lane. */
+extern const ds_conn_ops_t ds__lane_ops;
+/* Sets conn's lane up from LANE's answer (takes bell_fd over) and makes
+ * it conn's transport; a protocol error when the answer names no valid
+ * lane. */
 ds_status_t ds__lane_attach(ds_conn_t *conn, uint64_t hub_off, uint64_t lane_off, uint32_t gen,
                             int bell_fd);
-void ds__lane_detach(ds_conn_t *conn);
-/* Puts the request (the iovecs) into the lane; false when it cannot go
- * there (no lane, too large, the worker closed it): use the socket. */
+/* The lane transport's halves (ds__lane_ops' call is the two; exported
+ * for unit tests). Puts the request (the iovecs) into the lane; false
+ * when it cannot go there (too large, the worker closed it): it then
+ * takes the socket. */
 bool ds__lane_send(ds_conn_t *conn, const struct iovec *iov, size_t n);
 /* Waits for the answer to the lane request: polls, then sleeps. 0 with the
  * answer in conn->in, or with nothing there when it comes on the socket;
  * -1 with errno (ETIMEDOUT, EPROTO for a malformed lane, ENOMEM). */
 int ds__lane_wait(ds_conn_t *conn, uint64_t deadline, bool *contended);
-/* From another thread (ds_client_close, after shutting the socket down): a
- * call waiting on conn's lane stops and reads the socket. */
-void ds__lane_kick(ds_conn_t *conn);
 /* A value's bytes copied into the arena ahead of the request that publishes
  * them, waking the worker ahead of that request (DS_LANE_AHEAD_MIN in
  * common/lane.h): init with the value's total size, then copy each piece. */
@@ -364,14 +435,13 @@ typedef struct {
 } ds_lane_ahead_t;
 void ds__lane_ahead_init(ds_lane_ahead_t *a, ds_conn_t *conn, uint64_t total);
 void ds__lane_copy_in(ds_lane_ahead_t *a, uint8_t *dst, const void *src, size_t n);
-/* Writes every byte the iovecs describe (advancing them) before deadline,
- * through tls when it is not NULL. */
-int ds__send_iov(int fd, ds_tls_t *tls, struct iovec *iov, size_t n, uint64_t deadline);
-
 /* ---- mux.c: the shared connection (Multiplexing, above) ---- */
 
 /* Wraps a connected socket of sess (takes it over, and a reference on sess). */
 ds_mux_t *ds__mux_new(int fd, ds_sess_t *sess);
+extern const ds_conn_ops_t ds__mux_ops;
+/* A call state on m (a connection with ds__mux_ops, referencing m). */
+ds_conn_t *ds__mux_conn_new(ds_mux_t *m, const char *peer);
 void ds__mux_ref(ds_mux_t *m);
 void ds__mux_unref(ds_mux_t *m);
 ds_sess_t *ds__mux_sess(const ds_mux_t *m);
@@ -382,13 +452,6 @@ void ds__mux_retire(ds_mux_t *m);
 /* ds_client_close: fails every call waiting on it now. */
 void ds__mux_shutdown(ds_mux_t *m);
 uint64_t ds__mux_next_req(ds_mux_t *m);
-/* Queues conn's request (frames in iov) and writes the queue unless another
- * caller is writing it; unless noreply, conn then waits with ds__mux_wait. */
-int ds__mux_send(ds_conn_t *conn, const struct iovec *iov, size_t n, uint64_t req, bool noreply,
-                 uint64_t deadline);
-/* 0 with the whole answer in conn->in; -1 with errno (ETIMEDOUT, ECONNRESET
- * and others when the connection failed). */
-int ds__mux_wait(ds_conn_t *conn, uint64_t deadline);
 
 /* Marks the connection broken after a malformed response and says so. */
 ds_status_t ds__conn_protocol_error(ds_conn_t *conn, const char *what);
@@ -452,26 +515,6 @@ void ds__set_values(ds_conn_t *conn, const ds_set_param_t *p, size_t n, const si
 ds_status_t ds__first_failure(size_t n, const char *const *keys, const ds_status_t *sts,
                               const char *verb);
 
-/* Local sets from reserved arena space (SETR): values are copied to 64-byte
- * aligned offsets of the connection's space. */
-uint64_t ds__round_up64(uint64_t n);
-/* The space to ask for with a set of need bytes (rounded up): the largest
- * of the connection's recent sets (DS_CLIENT_SPACE_WINDOW), at most
- * DS_CLIENT_SPACE_KEEP, at least need. Counts the set. */
-uint64_t ds__space_want(ds_conn_t *conn, uint64_t need);
-/* Asks for a space of at least want bytes (SETR without keys); whether the
- * worker granted it, conn->space_len says. DS_K_OK, or a transport or
- * protocol failure's status (the connection is then broken). */
-ds_status_t ds__space_get(ds_conn_t *conn, uint64_t want, uint64_t deadline);
-/* Takes a SETR answer's trailer off conn->r into t: space handle, offset,
- * length and (pin: the request asked for one) the pin. DS_K_OK, or a
- * protocol error when the answer has none or names a range outside the
- * mapping. t is all zeros after a transport failure. */
-ds_status_t ds__space_trailer(ds_conn_t *conn, bool pin, uint64_t t[4]);
-/* Takes the space trailer off a SETR answer and makes it the connection's
- * space (none after a transport failure: the worker drops it with the
- * session). A protocol error's status, else DS_K_OK. */
-ds_status_t ds__space_take(ds_conn_t *conn);
 /* A SET's parameters on the wire: write mode, TTL, existence. */
 void ds__set_param_put(ds_conn_t *conn, const ds_set_param_t *p);
 
@@ -503,6 +546,44 @@ ds_status_t ds__get_request_ucx(ds_client_t *c, ds_conn_t *conn, size_t n, const
 bool ds__read_entry(ds_conn_t *conn, ds_getent_t *e, uint64_t *inline_total, bool *bad);
 /* Releases the pins of the SHM entries among e[0..n) in one frame. */
 void ds__release_entries(ds_sess_t *s, const ds_getent_t *e, size_t n);
+
+/* ---- space.c: a connection's reserved arena space (SETR) ---- */
+
+/* Values are copied to 64-byte aligned offsets of the space. */
+uint64_t ds__round_up64(uint64_t n);
+/* Starts a SETR request: the space (or buffer) handle it writes from, the
+ * space to ask for with it, and its flags (DS_SETR_*). */
+void ds__space_begin(ds_conn_t *conn, uint64_t handle, uint64_t want, uint8_t flags);
+/* The space to ask for with a set of need bytes (rounded up): the largest
+ * of the connection's recent sets (DS_CLIENT_SPACE_WINDOW), at most
+ * DS_CLIENT_SPACE_KEEP, at least need. Counts the set. */
+uint64_t ds__space_want(ds_conn_t *conn, uint64_t need);
+/* Asks for a space of at least want bytes (SETR without keys); whether the
+ * worker granted it, conn->space.len says. DS_K_OK, or a transport or
+ * protocol failure's status (the connection is then broken). */
+ds_status_t ds__space_get(ds_conn_t *conn, uint64_t want, uint64_t deadline);
+/* Makes sure conn's space holds total bytes, asking for it when it does
+ * not, unless the worker lately refused a size that large: 1 when it
+ * does, 0 when the set should take CREATE / PUBLISH instead, -1 with *st
+ * the failure's status (the connection is then broken). */
+int ds__space_reserve(ds_conn_t *conn, uint64_t total, uint64_t deadline, ds_status_t *st);
+/* Takes a SETR answer's trailer off conn->r into t: space handle, offset,
+ * length and (pin: the request asked for one) the pin. DS_K_OK, or a
+ * protocol error when the answer has none or names a range outside the
+ * mapping. t is all zeros after a transport failure. */
+ds_status_t ds__space_trailer(ds_conn_t *conn, bool pin, uint64_t t[4]);
+/* Takes the space trailer off a SETR answer and makes it the connection's
+ * space (none after a transport failure: the worker drops it with the
+ * session). A protocol error's status, else DS_K_OK. */
+ds_status_t ds__space_take(ds_conn_t *conn);
+/* Makes the space a trailer t names (t[0] != 0) the connection's, giving
+ * back the one it held. */
+void ds__space_replace(ds_conn_t *conn, const uint64_t t[4]);
+/* The connection's space becomes the caller's (a buffer's): its handle;
+ * the connection then holds none. */
+uint64_t ds__space_hand_over(ds_conn_t *conn);
+/* Gives the space back (RELEASE over the anchor); with the connection. */
+void ds__space_drop(ds_conn_t *conn);
 
 /* ---- ucx.c: remote gets over UCX (enable_ucx / DS_CLIENT_UCX=1) ---- */
 

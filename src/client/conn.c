@@ -3,18 +3,17 @@
  * A request is built in place: the 32-byte header slot and the metadata go
  * into conn->w, the data section is a list of segments (small values copied
  * into conn->d, large ones referenced where the caller keeps them), and the
- * whole frame leaves in as few sendmsg calls as the iovec limit allows. A
- * response is read in two steps: header and metadata here, the data section by
- * the caller, straight into wherever the values belong. Both go through a
- * small per-connection buffer, so that a small response (header, metadata and
- * a value of a few KiB) costs one recv. Over TCP that recv blocks in the
- * kernel (with the socket's receive timeout as the deadline); over a Unix
- * socket a poll comes first, which wakes sooner there. Either way a small
- * round trip is two or three syscalls instead of six, a noticeable share
- * of a small request's time. Large data bypasses the buffer.
+ * frames go to the connection's transport (conn->ops: a socket, a request
+ * lane or the shared connection; client_internal.h) with one call that
+ * also waits for the answer. A response is read in two steps: header and
+ * metadata here, the data section by the caller, straight into wherever
+ * the values belong. Both go through a small per-connection buffer that
+ * the transport fills, so that a small response costs one read; large data
+ * bypasses the buffer.
  *
- * This file knows nothing about pools or sessions; it reports what happened to
- * the socket through conn->state and lets client.c decide. */
+ * This file also dials (HELLO, with TLS first when enable_tls) and knows
+ * nothing about pools or sessions; it reports what happened to the
+ * connection through conn->state and lets client.c decide. */
 #include "client/client_internal.h"
 
 #include "common/auth.h"
@@ -34,83 +33,6 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-static int wait_fd(int fd, short events, uint64_t deadline)
-{
-    for (;;) {
-        uint64_t now = ds__now_ms();
-        if (now >= deadline) {
-            errno = ETIMEDOUT;
-            return -1;
-        }
-        struct pollfd p = {.fd = fd, .events = events};
-        int r = poll(&p, 1, (int)(deadline - now > INT_MAX ? INT_MAX : deadline - now));
-        if (r > 0) return 0;
-        if (r == 0) {
-            errno = ETIMEDOUT;
-            return -1;
-        }
-        if (errno != EINTR) return -1;
-    }
-}
-
-/* Below this much time left a read polls instead of blocking: the receive
- * timeout's clock ticks in jiffies and could overrun a deadline this close. */
-#define DS_BLOCKING_RECV_MIN_MS 50u
-
-/* Gives the socket a receive timeout that ends a blocking recv before the
- * deadline, left ms away. The setting is kept while it lies between half of
- * left and left: a setsockopt per call would cost what blocking saves, and a
- * timeout that fires early only makes the caller look at the deadline and
- * block again. */
-static int arm_recv_timeout(ds_conn_t *conn, uint64_t left)
-{
-    if (left > INT_MAX) left = INT_MAX;
-    uint64_t cur = (uint64_t)conn->rcvtimeo_ms;
-    if (cur > 0 && cur <= left && cur >= left / 2) return 0;
-    int want = (int)(left - left / 8);
-    struct timeval tv = {.tv_sec = want / 1000, .tv_usec = (want % 1000) * 1000};
-    if (setsockopt(conn->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) != 0) return -1;
-    conn->rcvtimeo_ms = want;
-    return 0;
-}
-
-/* One recv of at most cap bytes into buf, waiting for the first of them
- * until the deadline. The byte count, or -1 with errno set (ETIMEDOUT,
- * ECONNRESET when the worker closed the connection). */
-static ssize_t recv_some(ds_conn_t *conn, void *buf, size_t cap, uint64_t deadline)
-{
-    for (;;) {
-        uint64_t now = ds__now_ms();
-        if (now >= deadline) {
-            errno = ETIMEDOUT;
-            return -1;
-        }
-        /* Unix sockets: a recv that does not wait, then poll while there is
-         * nothing to read. Measured here, a blocked recv of a Unix socket is
-         * woken ~1.5 us later than a poll on it, while on TCP blocking in
-         * recv is ~1 us faster than poll + recv. A reply that has arrived
-         * (always, after polling caught it) costs no poll. */
-        bool block = !conn->is_unix && deadline - now >= DS_BLOCKING_RECV_MIN_MS &&
-                     arm_recv_timeout(conn, deadline - now) == 0;
-        /* A TLS session reads its socket as it is (blocking): near the
-         * deadline, wait for bytes first unless the session holds some. */
-        if (conn->tls && !block && !ds__tls_pending(conn->tls) &&
-            wait_fd(conn->fd, POLLIN, deadline) != 0)
-            return -1;
-        ssize_t r = conn->tls ? ds__tls_recv(conn->tls, buf, cap)
-                              : recv(conn->fd, buf, cap, block ? 0 : MSG_DONTWAIT);
-        if (r > 0) return r;
-        if (r == 0) {
-            errno = ECONNRESET;
-            return -1;
-        }
-        if (errno == EINTR) continue;
-        if (errno != EAGAIN && errno != EWOULDBLOCK) return -1;
-        /* Blocking: the receive timeout passed; look at the deadline again. */
-        if (!block && !conn->tls && wait_fd(conn->fd, POLLIN, deadline) != 0) return -1;
-    }
-}
-
 /* Reads n bytes of the response into dst: what the buffer holds first, then
  * through the buffer, or straight into dst for a large remainder. */
 static int read_resp(ds_conn_t *conn, void *dst, size_t n, uint64_t deadline)
@@ -126,13 +48,8 @@ static int read_resp(ds_conn_t *conn, void *dst, size_t n, uint64_t deadline)
             n -= k;
             continue;
         }
-        if (conn->mux) {
-            /* The whole answer came in: reading past it is a protocol error. */
-            errno = EPROTO;
-            return -1;
-        }
         if (n >= DS_CLIENT_INBUF) {
-            ssize_t r = recv_some(conn, p, n, deadline);
+            ssize_t r = conn->ops->recv(conn, p, n, deadline);
             if (r < 0) return -1;
             p += r;
             n -= (size_t)r;
@@ -142,38 +59,10 @@ static int read_resp(ds_conn_t *conn, void *dst, size_t n, uint64_t deadline)
             errno = ENOMEM;
             return -1;
         }
-        ssize_t r = recv_some(conn, conn->in, DS_CLIENT_INBUF, deadline);
+        ssize_t r = conn->ops->recv(conn, conn->in, DS_CLIENT_INBUF, deadline);
         if (r < 0) return -1;
         conn->in_pos = 0;
         conn->in_len = (uint32_t)r;
-    }
-    return 0;
-}
-
-int ds__send_iov(int fd, ds_tls_t *tls, struct iovec *iov, size_t n, uint64_t deadline)
-{
-    while (n > 0) {
-        struct msghdr m = {.msg_iov = iov, .msg_iovlen = n > IOV_MAX ? IOV_MAX : n};
-        ssize_t w = tls ? ds__tls_writev(tls, iov, (int)m.msg_iovlen)
-                        : sendmsg(fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            if (errno == EAGAIN || errno == EWOULDBLOCK) {
-                if (wait_fd(fd, POLLOUT, deadline) != 0) return -1;
-                continue;
-            }
-            return -1;
-        }
-        size_t left = (size_t)w;
-        while (n > 0 && left >= iov->iov_len) {
-            left -= iov->iov_len;
-            iov++;
-            n--;
-        }
-        if (n > 0) {
-            iov->iov_base = (uint8_t *)iov->iov_base + left;
-            iov->iov_len -= left;
-        }
     }
     return 0;
 }
@@ -184,7 +73,7 @@ static int read_full_fd(int fd, void *buf, size_t len, uint64_t deadline, int *g
 {
     uint8_t *p = buf;
     while (len > 0) {
-        if (wait_fd(fd, POLLIN, deadline) != 0) return -1;
+        if (ds__wait_fd(fd, POLLIN, deadline) != 0) return -1;
         int afd = -1;
         ssize_t r = ds__recv_with_fd(fd, p, len, &afd);
         if (afd >= 0) {
@@ -401,35 +290,42 @@ void ds__dial_close(int fd, ds_hello_t *h)
     close(fd);
 }
 
-ds_conn_t *ds__conn_new(int fd, ds_tls_t *tls, ds_sess_t *sess, const char *peer)
+ds_conn_t *ds__conn_new(const ds_conn_ops_t *ops, ds_sess_t *sess, const char *peer)
 {
     ds_conn_t *conn = calloc(1, sizeof(*conn));
     if (conn == NULL) return NULL;
-    conn->fd = fd;
-    conn->tls = tls;
-    int domain = 0;
-    socklen_t dl = sizeof(domain);
-    conn->is_unix = getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &dl) == 0 && domain == AF_UNIX;
+    conn->ops = ops;
+    conn->sock.fd = -1;
+    conn->lane.bell_fd = -1;
     conn->sess = sess;
     conn->peer = peer;
     conn->next_req = 1;
-    conn->bell_fd = -1;
     ds__sess_ref(sess);
+    return conn;
+}
+
+ds_conn_t *ds__conn_new_sock(int fd, ds_tls_t *tls, ds_sess_t *sess, const char *peer)
+{
+    ds_conn_t *conn = ds__conn_new(&ds__sock_ops, sess, peer);
+    if (conn == NULL) return NULL;
+    conn->sock.fd = fd;
+    conn->sock.tls = tls;
+    int domain = 0;
+    socklen_t dl = sizeof(domain);
+    conn->sock.is_unix =
+        getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &dl) == 0 && domain == AF_UNIX;
     return conn;
 }
 
 void ds__conn_free(ds_conn_t *conn)
 {
     if (conn == NULL) return;
-    ds__tls_free(conn->tls);
-    if (conn->fd >= 0) close(conn->fd);
-    if (conn->mux) ds__mux_unref(conn->mux);
-    ds__lane_detach(conn);
+    conn->ops->close(conn);
     ds__wbuf_free(&conn->w);
     ds__wbuf_free(&conn->d);
     free(conn->segs);
     free(conn->meta);
-    if (conn->sess && conn->space) ds__sess_release(conn->sess, &conn->space, 1);
+    ds__space_drop(conn);
     free(conn->in);
     if (conn->sess) ds__sess_unref(conn->sess);
     free(conn);
@@ -525,10 +421,12 @@ static size_t deferred_frame(ds_conn_t *conn, uint8_t *buf)
     return (size_t)(p - buf);
 }
 
-/* Sends the request built in conn->w and conn->segs; *req is its id. The
- * session's deferred releases go first, in the same write. */
+/* Sends the request built in conn->w and conn->segs through the
+ * connection's transport and, unless noreply, waits for its answer to be
+ * readable; *req is its id. The session's deferred releases go first, in
+ * the same write. */
 static ds_status_t send_request(ds_conn_t *conn, ds_opcode_t op, bool noreply, uint64_t deadline,
-                                uint64_t *req, bool *via_lane)
+                                uint64_t *req)
 {
     const char *name = ds__opcode_name(op);
     if (conn->w.oom || conn->d.oom)
@@ -542,7 +440,7 @@ static ds_status_t send_request(ds_conn_t *conn, ds_opcode_t op, bool noreply, u
                              meta_len, DS_WIRE_MAX_META);
     uint8_t rel[DS_WIRE_HEADER_LEN + 4 + 8 * DS_CLIENT_DEFER_MAX];
     size_t rel_len = deferred_frame(conn, rel);
-    *req = conn->mux ? ds__mux_next_req(conn->mux) : conn->next_req++;
+    *req = conn->mux.m ? ds__mux_next_req(conn->mux.m) : conn->next_req++;
     ds_wire_header_t h = {
         .magic = DS_WIRE_MAGIC,
         .version = DS_WIRE_VERSION,
@@ -574,11 +472,7 @@ static ds_status_t send_request(ds_conn_t *conn, ds_opcode_t op, bool noreply, u
         iov[k + i + 1].iov_base = (void *)(s->p ? s->p : conn->d.buf + s->off);
         iov[k + i + 1].iov_len = s->len;
     }
-    /* An answered request that fits goes through the lane (lane.c). */
-    *via_lane = !noreply && ds__lane_send(conn, iov, conn->nsegs + k + 1);
-    int r = *via_lane   ? 0
-            : conn->mux ? ds__mux_send(conn, iov, conn->nsegs + k + 1, *req, noreply, deadline)
-                        : ds__send_iov(conn->fd, conn->tls, iov, conn->nsegs + k + 1, deadline);
+    int r = conn->ops->call(conn, iov, conn->nsegs + k + 1, *req, noreply, deadline);
     int err = errno;
     if (iov != small) free(iov);
     if (r != 0) return io_error(conn, name, err);
@@ -589,47 +483,11 @@ ds_status_t ds__conn_call(ds_conn_t *conn, ds_opcode_t op, bool noreply, uint64_
 {
     const char *name = ds__opcode_name(op);
     uint64_t req = 0;
-    bool via_lane = false;
-    ds_status_t st = send_request(conn, op, noreply, deadline, &req, &via_lane);
+    ds_status_t st = send_request(conn, op, noreply, deadline, &req);
     if (st != DS_K_OK || noreply) return st;
 
     uint8_t hb[DS_WIRE_HEADER_LEN];
-    bool contended = false;
-    if (conn->mux && ds__mux_wait(conn, deadline) != 0) return io_error(conn, name, errno);
-    if (via_lane && ds__lane_wait(conn, deadline, &contended) != 0) {
-        if (errno == EPROTO) return ds__conn_protocol_error(conn, name);
-        return io_error(conn, name, errno);
-    }
-    /* No polling through TLS: its reads block on the socket. */
-    uint64_t t0 = conn->spin.max_ns && !via_lane && !conn->tls ? ds__now_ns() : 0;
-    uint64_t window = t0 ? ds__spin_window(&conn->spin, t0) : 0;
-    if (window && conn->in_pos == conn->in_len &&
-        (conn->in != NULL || (conn->in = malloc(DS_CLIENT_INBUF)) != NULL)) {
-        /* Watch for the reply before sleeping on it (common/spin.h): a
-         * round trip then costs no wake-up of this thread. What the watching
-         * recv gets is the start of the reply, read on from the buffer.
-         *
-         * Unlike the other waits, this one goes on polling while other
-         * threads share the CPU (spin.h says why), each step yielding it;
-         * only a neighbour that then holds the CPU for a time slice stops
-         * it. */
-        uint64_t until = t0 + window;
-        for (;;) {
-            ssize_t r = recv(conn->fd, conn->in, DS_CLIENT_INBUF, MSG_DONTWAIT);
-            if (r > 0) {
-                conn->in_pos = 0;
-                conn->in_len = (uint32_t)r;
-                break;
-            }
-            if (r == 0) return io_error(conn, name, ECONNRESET);
-            if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-                return io_error(conn, name, errno);
-            uint64_t now;
-            if ((contended = ds__spin_yield(&now)) || now >= until) break;
-        }
-    }
     if (read_resp(conn, hb, sizeof(hb), deadline) != 0) return io_error(conn, name, errno);
-    if (t0) ds__spin_done(&conn->spin, ds__now_ns() - t0, contended);
     char err[160];
     if (ds__wire_header_decode(hb, DS_CLIENT_MAX_RESP_DATA, &conn->rh, err, sizeof(err)) != 0 ||
         !(conn->rh.flags & DS_FLAG_RESPONSE) || conn->rh.opcode != op || conn->rh.req_id != req)
@@ -685,12 +543,13 @@ ds_status_t ds__conn_lane_open(ds_conn_t *conn, uint64_t deadline)
                           .opcode = DS_OP_LANE,
                           .req_id = conn->next_req++};
     ds__wire_header_encode(&h, f);
-    if (ds__write_full(conn->fd, f, sizeof(f), deadline) != 0) return io_error(conn, "lane", errno);
+    if (ds__write_full(conn->sock.fd, f, sizeof(f), deadline) != 0)
+        return io_error(conn, "lane", errno);
     int bell = -1;
     char err[160];
     ds_wire_header_t rh;
     uint8_t meta[256];
-    if (read_full_fd(conn->fd, f, sizeof(f), deadline, &bell) != 0) {
+    if (read_full_fd(conn->sock.fd, f, sizeof(f), deadline, &bell) != 0) {
         int e = errno;
         if (bell >= 0) close(bell);
         return io_error(conn, "lane", e);
@@ -701,7 +560,7 @@ ds_status_t ds__conn_lane_open(ds_conn_t *conn, uint64_t deadline)
         if (bell >= 0) close(bell);
         return ds__conn_protocol_error(conn, "lane");
     }
-    if (read_full_fd(conn->fd, meta, rh.meta_len, deadline, &bell) != 0) {
+    if (read_full_fd(conn->sock.fd, meta, rh.meta_len, deadline, &bell) != 0) {
         int e = errno;
         if (bell >= 0) close(bell);
         return io_error(conn, "lane", e);

@@ -4,7 +4,7 @@
  * Writes: a remote client sends every value in a SET's data section. A local
  * client sends small values (up to the worker's inline_max) the same way, and
  * writes large ones straight into the arena, in one round trip: each pool
- * connection holds arena space the worker reserved for it (a "space", see
+ * connection holds arena space the worker reserved for it (a "space", space.c; see
  * SETR in common/wire.h), the values are copied there and one SETR names
  * them, whose answer reserves the space for the next set. The first set of a
  * connection, or one larger than its space, asks for the space first (one
@@ -204,89 +204,6 @@ static void set_in_arena(ds_conn_t *conn, const ds_set_param_t *p, size_t n, con
     free(ok);
 }
 
-uint64_t ds__round_up64(uint64_t n)
-{
-    return (n + 63) & ~(uint64_t)63;
-}
-
-static uint64_t get_u64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
-        v = (v << 8) | p[i];
-    return v;
-}
-
-ds_status_t ds__space_trailer(ds_conn_t *conn, bool pin, uint64_t t[4])
-{
-    ds_sess_t *s = conn->sess;
-    size_t len = pin ? 32 : 24;
-    memset(t, 0, 4 * sizeof(*t));
-    if (conn->state != DS_CONN_OK) return DS_K_OK;
-    if (conn->r.len - conn->r.pos < len) return ds__conn_protocol_error(conn, "set_reserved");
-    conn->r.len -= len;
-    const uint8_t *p = conn->r.p + conn->r.len;
-    for (size_t i = 0; i < len / 8; i++)
-        t[i] = get_u64(p + 8 * i);
-    if (t[0] != 0 && (t[1] > s->size || t[2] > s->size - t[1] || t[1] % 64 != 0))
-        return ds__conn_protocol_error(conn, "set_reserved");
-    return DS_K_OK;
-}
-
-ds_status_t ds__space_take(ds_conn_t *conn)
-{
-    uint64_t t[4];
-    conn->space = conn->space_off = conn->space_len = 0;
-    ds_status_t st = ds__space_trailer(conn, false, t);
-    conn->space = t[0];
-    conn->space_off = t[1];
-    conn->space_len = t[0] ? t[2] : 0;
-    return st;
-}
-
-/* The space to ask for: the largest of the recent sets (two windows of
- * DS_CLIENT_SPACE_WINDOW sets), at most DS_CLIENT_SPACE_KEEP, never less
- * than need. Not the largest space this connection ever had: after one big
- * set, a space that size would make the worker carve every later smaller
- * value from a fresh part of a new space, out of every cache, and a small
- * set would pay for cold memory. Sized to the recent sets, the space comes
- * back to the range the version just replaced, still in the cache. */
-uint64_t ds__space_want(ds_conn_t *conn, uint64_t need)
-{
-    if (need > conn->space_win[0]) conn->space_win[0] = need;
-    if (++conn->space_sets % DS_CLIENT_SPACE_WINDOW == 0) {
-        conn->space_win[1] = conn->space_win[0];
-        conn->space_win[0] = 0;
-    }
-    uint64_t want =
-        conn->space_win[0] > conn->space_win[1] ? conn->space_win[0] : conn->space_win[1];
-    if (want > DS_CLIENT_SPACE_KEEP) want = DS_CLIENT_SPACE_KEEP;
-    return want < need ? need : want;
-}
-
-/* Asks the worker for a space of at least want bytes (SETR without keys).
- * A transport or protocol failure's status (the connection is then broken),
- * else DS_K_OK: whether the worker granted it, conn->space_len says. */
-ds_status_t ds__space_get(ds_conn_t *conn, uint64_t want, uint64_t deadline)
-{
-    ds__conn_begin(conn);
-    ds__wbuf_u64(&conn->w, conn->space);
-    ds__wbuf_u64(&conn->w, want);
-    ds__wbuf_u8(&conn->w, 0);
-    ds_set_param_t p = DS_SET_PARAM_INIT;
-    ds__set_param_put(conn, &p);
-    ds__wbuf_u32(&conn->w, 0);
-    ds_status_t st = ds__conn_call(conn, DS_OP_SETR, false, deadline);
-    ds_status_t ts = ds__space_take(conn);
-    if (ts != DS_K_OK) st = ts;
-    ds__conn_drain(conn, deadline);
-    if (conn->state == DS_CONN_OK) {
-        ds__clear_error(); /* a refusal: the trailer says what we hold */
-        return DS_K_OK;
-    }
-    return st;
-}
-
 /* Large values of a local client, in one round trip: copied into the arena
  * space the worker reserved for this connection and published with one SETR,
  * whose answer reserves the space for the next set. Without a space that
@@ -302,27 +219,19 @@ static bool set_in_space(ds_conn_t *conn, const ds_set_param_t *p, size_t n, con
     for (size_t i = 0; i < n; i++)
         total += ds__round_up64(lens[at(idx, i)]);
     if (total > s->size) return false;
-    if (conn->space_len < total) {
-        /* A size the worker would not reserve lately: straight to CREATE. */
-        if (conn->space_refused && total >= conn->space_refused && ++conn->refusals % 64 != 0)
-            return false;
-        ds_status_t st = ds__space_get(conn, total, deadline);
-        if (st != DS_K_OK) {
-            fill(sts, idx, n, st);
-            return true;
-        }
-        conn->space_refused = conn->space_len < total ? total : 0;
+    ds_status_t rs;
+    int fits = ds__space_reserve(conn, total, deadline, &rs);
+    if (fits < 0) {
+        fill(sts, idx, n, rs);
+        return true;
     }
-    if (conn->space_len < total) return false;
+    if (fits == 0) return false;
     /* Ask to keep room for the larger sets this connection made lately. */
     uint64_t want = ds__space_want(conn, total);
-    ds__conn_begin(conn);
-    ds__wbuf_u64(&conn->w, conn->space);
-    ds__wbuf_u64(&conn->w, want);
-    ds__wbuf_u8(&conn->w, 0);
+    ds__space_begin(conn, conn->space.handle, want, 0);
     ds__set_param_put(conn, p);
     ds__wbuf_u32(&conn->w, (uint32_t)n);
-    uint64_t off = conn->space_off;
+    uint64_t off = conn->space.off;
     ds_lane_ahead_t ahead;
     ds__lane_ahead_init(&ahead, conn, total);
     for (size_t i = 0; i < n; i++) {

@@ -1,9 +1,10 @@
 /* Request lanes, the client's side (common/lane.h says the protocol): a
  * local pool connection asks for a lane once (LANE, right after it is
- * opened); then conn.c sends each request that expects an answer and fits
- * through it, and waits for the answer there. What the lane gives back is
- * the answer's frame, which conn.c reads on from its input buffer exactly
- * as if the socket had delivered it. DS_CLIENT_LANE=0 turns lanes off. */
+ * opened), and its transport (ds__lane_ops) then sends each request that
+ * expects an answer and fits through it, and waits for the answer there;
+ * the rest take the socket (sock.c). What the lane gives back is the
+ * answer's frame, which conn.c reads on from its input buffer exactly as
+ * if the socket had delivered it. DS_CLIENT_LANE=0 turns lanes off. */
 #include "client/client_internal.h"
 
 #include "common/clock.h"
@@ -42,27 +43,29 @@ ds_status_t ds__lane_attach(ds_conn_t *conn, uint64_t hub_off, uint64_t lane_off
         if (bell_fd >= 0) close(bell_fd);
         return ds__conn_protocol_error(conn, "lane");
     }
-    conn->hub = (ds_lane_hub_t *)(void *)(s->base + hub_off);
-    conn->lane = (ds_lane_t *)(void *)(s->base + lane_off);
-    conn->lane_gen = gen;
-    conn->lane_idx = (uint32_t)((lane_off - hub_off) / DS_LANE_SIZE - 1);
-    conn->bell_fd = bell_fd;
-    conn->lane_req = conn->lane_rep = 0;
-    atomic_store_explicit(&conn->lane->client_polls, conn->spin.max_ns != 0, memory_order_relaxed);
+    conn->lane.hub = (ds_lane_hub_t *)(void *)(s->base + hub_off);
+    conn->lane.l = (ds_lane_t *)(void *)(s->base + lane_off);
+    conn->lane.gen = gen;
+    conn->lane.idx = (uint32_t)((lane_off - hub_off) / DS_LANE_SIZE - 1);
+    conn->lane.bell_fd = bell_fd;
+    conn->lane.req = conn->lane.rep = 0;
+    conn->ops = &ds__lane_ops;
+    atomic_store_explicit(&conn->lane.l->client_polls, conn->spin.max_ns != 0,
+                          memory_order_relaxed);
     return DS_K_OK;
 }
 
-void ds__lane_detach(ds_conn_t *conn)
+static void lane_detach(ds_conn_t *conn)
 {
-    if (conn->bell_fd >= 0) close(conn->bell_fd);
-    conn->bell_fd = -1;
-    conn->lane = NULL;
-    conn->hub = NULL;
+    if (conn->lane.bell_fd >= 0) close(conn->lane.bell_fd);
+    conn->lane.bell_fd = -1;
+    conn->lane.l = NULL;
+    conn->lane.hub = NULL;
 }
 
 bool ds__lane_send(ds_conn_t *conn, const struct iovec *iov, size_t n)
 {
-    ds_lane_t *l = conn->lane;
+    ds_lane_t *l = conn->lane.l;
     if (l == NULL || atomic_load_explicit(&l->closed, memory_order_relaxed)) return false;
     size_t total = 0;
     for (size_t i = 0; i < n; i++)
@@ -74,24 +77,24 @@ bool ds__lane_send(ds_conn_t *conn, const struct iovec *iov, size_t n)
         p += iov[i].iov_len;
     }
     atomic_store_explicit(&l->req_len, (uint32_t)total, memory_order_relaxed);
-    atomic_store_explicit(&l->req_gen, conn->lane_gen, memory_order_relaxed);
-    conn->lane_cpu = sched_getcpu();
-    atomic_store_explicit(&l->client_cpu, (uint32_t)conn->lane_cpu, memory_order_relaxed);
-    atomic_store_explicit(&l->req_seq, ++conn->lane_req, memory_order_release);
-    atomic_fetch_or_explicit(&conn->hub->ready[conn->lane_idx / 64],
-                             UINT64_C(1) << (conn->lane_idx % 64), memory_order_seq_cst);
-    if (conn->lane_soon) {
+    atomic_store_explicit(&l->req_gen, conn->lane.gen, memory_order_relaxed);
+    conn->lane.cpu = sched_getcpu();
+    atomic_store_explicit(&l->client_cpu, (uint32_t)conn->lane.cpu, memory_order_relaxed);
+    atomic_store_explicit(&l->req_seq, ++conn->lane.req, memory_order_release);
+    atomic_fetch_or_explicit(&conn->lane.hub->ready[conn->lane.idx / 64],
+                             UINT64_C(1) << (conn->lane.idx % 64), memory_order_seq_cst);
+    if (conn->lane.soon) {
         /* The request promised is here (unless another client has promised
          * one since: that promise stands). */
-        uint64_t mine = conn->lane_soon;
-        atomic_compare_exchange_strong(&conn->hub->soon, &mine, 0);
-        conn->lane_soon = 0;
+        uint64_t mine = conn->lane.soon;
+        atomic_compare_exchange_strong(&conn->lane.hub->soon, &mine, 0);
+        conn->lane.soon = 0;
     }
-    if (atomic_load_explicit(&conn->hub->sleeping, memory_order_seq_cst)) {
+    if (atomic_load_explicit(&conn->lane.hub->sleeping, memory_order_seq_cst)) {
         uint64_t one = 1;
         /* Only fails when the counter is full, i.e. the worker is already
          * due to wake. */
-        (void)!write(conn->bell_fd, &one, sizeof(one));
+        (void)!write(conn->lane.bell_fd, &one, sizeof(one));
     }
     return true;
 }
@@ -101,7 +104,7 @@ void ds__lane_ahead_init(ds_lane_ahead_t *a, ds_conn_t *conn, uint64_t total)
     DS__TSAN_WRITING(conn->sess->base); /* the copies that follow write arena space */
     a->conn = conn;
     a->left = total;
-    a->armed = conn->lane && conn->spin.max_ns && total >= DS_LANE_AHEAD_MIN;
+    a->armed = conn->lane.l && conn->spin.max_ns && total >= DS_LANE_AHEAD_MIN;
 }
 
 /* Promises the worker a request within the rest of the copy (left bytes at
@@ -110,7 +113,7 @@ void ds__lane_ahead_init(ds_lane_ahead_t *a, ds_conn_t *conn, uint64_t total)
  * turns with the copy, nor to a worker whose polling is off. */
 static void promise(ds_conn_t *conn, uint64_t left)
 {
-    ds_lane_hub_t *hub = conn->hub;
+    ds_lane_hub_t *hub = conn->lane.hub;
     uint32_t worker_cpu = atomic_load_explicit(&hub->worker_cpu, memory_order_relaxed);
     int cpu = sched_getcpu();
     if (worker_cpu == DS_LANE_CPU_NONE || (cpu >= 0 && (uint32_t)cpu == worker_cpu)) return;
@@ -123,10 +126,10 @@ static void promise(ds_conn_t *conn, uint64_t left)
     while ((cur < soon || cur - now > DS_LANE_AHEAD_MAX_NS) &&
            !atomic_compare_exchange_weak(&hub->soon, &cur, soon)) {
     }
-    conn->lane_soon = soon;
+    conn->lane.soon = soon;
     if (atomic_load_explicit(&hub->sleeping, memory_order_seq_cst)) {
         uint64_t one = 1;
-        (void)!write(conn->bell_fd, &one, sizeof(one));
+        (void)!write(conn->lane.bell_fd, &one, sizeof(one));
     }
 }
 
@@ -145,11 +148,13 @@ void ds__lane_copy_in(ds_lane_ahead_t *a, uint8_t *dst, const void *src, size_t 
     a->left -= n;
 }
 
-void ds__lane_kick(ds_conn_t *conn)
+/* From another thread (ds_client_close), with the socket shut down: a
+ * call waiting on the lane stops and reads the socket. */
+static void lane_kick(ds_conn_t *conn)
 {
-    ds_lane_t *l = conn->lane;
+    ds_lane_t *l = conn->lane.l;
     if (l == NULL) return;
-    atomic_store(&conn->lane_kick, true);
+    atomic_store(&conn->lane.kick, true);
     ds__futex_wake(&l->rep_seq);
 }
 
@@ -165,7 +170,7 @@ static bool socket_says_something(int fd)
 static bool beside_worker(const ds_conn_t *conn, int cpu)
 {
     return cpu >= 0 &&
-           (uint32_t)cpu == atomic_load_explicit(&conn->hub->worker_cpu, memory_order_relaxed);
+           (uint32_t)cpu == atomic_load_explicit(&conn->lane.hub->worker_cpu, memory_order_relaxed);
 }
 
 /* The polling half of a lane wait (the client's latency policy, off with
@@ -178,9 +183,9 @@ static bool beside_worker(const ds_conn_t *conn, int cpu)
  * there), also when the worker parts from it. */
 static uint32_t poll_answer(ds_conn_t *conn, uint32_t seen, uint64_t t0, bool *contended)
 {
-    ds_lane_t *l = conn->lane;
-    bool apart = !beside_worker(conn, conn->lane_cpu);
-    uint64_t parted = atomic_load_explicit(&conn->hub->parted, memory_order_relaxed);
+    ds_lane_t *l = conn->lane.l;
+    bool apart = !beside_worker(conn, conn->lane.cpu);
+    uint64_t parted = atomic_load_explicit(&conn->lane.hub->parted, memory_order_relaxed);
     uint64_t window =
         t0 - parted < DS_LANE_PARTED_NS ? conn->spin.max_ns : ds__spin_window(&conn->spin, t0);
     uint32_t cur = atomic_load_explicit(&l->rep_seq, memory_order_acquire);
@@ -212,8 +217,8 @@ static uint32_t poll_answer(ds_conn_t *conn, uint32_t seen, uint64_t t0, bool *c
 
 int ds__lane_wait(ds_conn_t *conn, uint64_t deadline, bool *contended)
 {
-    ds_lane_t *l = conn->lane;
-    uint32_t seen = conn->lane_rep;
+    ds_lane_t *l = conn->lane.l;
+    uint32_t seen = conn->lane.rep;
     uint64_t t0 = conn->spin.max_ns ? ds__now_ns() : 0;
     uint32_t cur = t0 ? poll_answer(conn, seen, t0, contended)
                       : atomic_load_explicit(&l->rep_seq, memory_order_acquire);
@@ -223,7 +228,7 @@ int ds__lane_wait(ds_conn_t *conn, uint64_t deadline, bool *contended)
     while (cur == seen) {
         atomic_store_explicit(&l->waiting, 1, memory_order_seq_cst);
         if ((cur = atomic_load_explicit(&l->rep_seq, memory_order_seq_cst)) != seen) break;
-        if (atomic_load(&conn->lane_kick)) {
+        if (atomic_load(&conn->lane.kick)) {
             on_socket = true;
             break;
         }
@@ -237,8 +242,8 @@ int ds__lane_wait(ds_conn_t *conn, uint64_t deadline, bool *contended)
         uint32_t slice = left < DS_LANE_SLEEP_SLICE_MS ? (uint32_t)left : DS_LANE_SLEEP_SLICE_MS;
         bool slept_out = ds__futex_wait(&l->rep_seq, seen, slice) != 0 && errno == ETIMEDOUT;
         cur = atomic_load_explicit(&l->rep_seq, memory_order_acquire);
-        if (cur == seen &&
-            (atomic_load(&conn->lane_kick) || (slept_out && socket_says_something(conn->fd)))) {
+        if (cur == seen && (atomic_load(&conn->lane.kick) ||
+                            (slept_out && socket_says_something(conn->sock.fd)))) {
             /* No answer in the lane, but the socket closed (the worker
              * died, or ds_client_close shut it down): reading it says so. */
             on_socket = true;
@@ -248,7 +253,7 @@ int ds__lane_wait(ds_conn_t *conn, uint64_t deadline, bool *contended)
     atomic_store_explicit(&l->waiting, 0, memory_order_relaxed);
     if (t0) ds__spin_done(&conn->spin, ds__now_ns() - t0, *contended);
     if (on_socket) return 0;
-    conn->lane_rep = cur;
+    conn->lane.rep = cur;
     uint32_t len = atomic_load_explicit(&l->rep_len, memory_order_relaxed);
     if (len == DS_LANE_ON_SOCKET) return 0;
     if (len < DS_WIRE_HEADER_LEN || len > DS_LANE_REP_MAX) {
@@ -264,3 +269,33 @@ int ds__lane_wait(ds_conn_t *conn, uint64_t deadline, bool *contended)
     conn->in_len = len;
     return 0;
 }
+
+/* An answered request that fits goes through the lane; the rest, and an
+ * answer the worker puts on the socket, take the socket. */
+static int lane_call(ds_conn_t *conn, struct iovec *iov, size_t n, uint64_t req, bool noreply,
+                     uint64_t deadline)
+{
+    if (noreply || !ds__lane_send(conn, iov, n))
+        return ds__sock_call(conn, iov, n, req, noreply, deadline);
+    bool contended = false;
+    return ds__lane_wait(conn, deadline, &contended);
+}
+
+static void lane_shutdown(ds_conn_t *conn)
+{
+    ds__sock_shutdown(conn);
+    lane_kick(conn);
+}
+
+static void lane_close(ds_conn_t *conn)
+{
+    lane_detach(conn);
+    ds__sock_close(conn);
+}
+
+const ds_conn_ops_t ds__lane_ops = {
+    .call = lane_call,
+    .recv = ds__sock_recv,
+    .shutdown = lane_shutdown,
+    .close = lane_close,
+};

@@ -272,14 +272,14 @@ static void dispatch_locked(ds_mux_t *m)
             free(w);
         } else {
             ds_conn_t *conn = w->conn;
-            if (total > conn->in_cap) {
+            if (total > conn->mux.in_cap) {
                 uint8_t *nb = realloc(conn->in, total);
                 if (nb == NULL) {
                     fail_locked(m, ENOMEM);
                     return;
                 }
                 conn->in = nb;
-                conn->in_cap = (uint32_t)total;
+                conn->mux.in_cap = (uint32_t)total;
             }
             memcpy(conn->in, m->rbuf + m->rpos, total);
             conn->in_pos = 0;
@@ -300,10 +300,12 @@ static void dispatch_locked(ds_mux_t *m)
     }
 }
 
-int ds__mux_send(ds_conn_t *conn, const struct iovec *iov, size_t n, uint64_t req, bool noreply,
-                 uint64_t deadline)
+/* Queues conn's request (frames in iov) and writes the queue unless another
+ * caller is writing it; unless noreply, conn then waits with mux_wait. */
+static int mux_send(ds_conn_t *conn, const struct iovec *iov, size_t n, uint64_t req, bool noreply,
+                    uint64_t deadline)
 {
-    ds_mux_t *m = conn->mux;
+    ds_mux_t *m = conn->mux.m;
     pthread_mutex_lock(&m->mu);
     if (m->broken) {
         int err = m->err;
@@ -321,7 +323,7 @@ int ds__mux_send(ds_conn_t *conn, const struct iovec *iov, size_t n, uint64_t re
         errno = ENOMEM;
         return -1;
     }
-    ds_mux_wait_t *w = &conn->mw;
+    ds_mux_wait_t *w = &conn->mux.w;
     if (!noreply) {
         /* Waiting before the bytes leave: the answer cannot beat it. */
         w->req = req;
@@ -356,13 +358,15 @@ int ds__mux_send(ds_conn_t *conn, const struct iovec *iov, size_t n, uint64_t re
     }
     m->sending = false;
     pthread_mutex_unlock(&m->mu);
-    return 0; /* a failure reaches every waiter, this one too, in ds__mux_wait */
+    return 0; /* a failure reaches every waiter, this one too, in mux_wait */
 }
 
-int ds__mux_wait(ds_conn_t *conn, uint64_t deadline)
+/* 0 with the whole answer in conn->in; -1 with errno (ETIMEDOUT, ECONNRESET
+ * and others when the connection failed). */
+static int mux_wait(ds_conn_t *conn, uint64_t deadline)
 {
-    ds_mux_t *m = conn->mux;
-    ds_mux_wait_t *w = &conn->mw;
+    ds_mux_t *m = conn->mux.m;
+    ds_mux_wait_t *w = &conn->mux.w;
     int rc = 0, err = 0;
     pthread_mutex_lock(&m->mu);
     for (;;) {
@@ -413,4 +417,48 @@ int ds__mux_wait(ds_conn_t *conn, uint64_t deadline)
     pthread_mutex_unlock(&m->mu);
     if (rc != 0) errno = err;
     return rc;
+}
+
+static int mux_call(ds_conn_t *conn, struct iovec *iov, size_t n, uint64_t req, bool noreply,
+                    uint64_t deadline)
+{
+    if (mux_send(conn, iov, n, req, noreply, deadline) != 0) return -1;
+    return noreply ? 0 : mux_wait(conn, deadline);
+}
+
+/* The whole answer came in: reading past it is a protocol error. */
+static ssize_t mux_recv(ds_conn_t *conn, void *buf, size_t cap, uint64_t deadline)
+{
+    (void)conn, (void)buf, (void)cap, (void)deadline;
+    errno = EPROTO;
+    return -1;
+}
+
+/* The shared connection is shut down as a whole (ds__mux_shutdown). */
+static void mux_shutdown(ds_conn_t *conn)
+{
+    (void)conn;
+}
+
+static void mux_close(ds_conn_t *conn)
+{
+    if (conn->mux.m) ds__mux_unref(conn->mux.m);
+    conn->mux.m = NULL;
+}
+
+const ds_conn_ops_t ds__mux_ops = {
+    .call = mux_call,
+    .recv = mux_recv,
+    .shutdown = mux_shutdown,
+    .close = mux_close,
+};
+
+ds_conn_t *ds__mux_conn_new(ds_mux_t *m, const char *peer)
+{
+    ds_conn_t *v = ds__conn_new(&ds__mux_ops, m->sess, peer);
+    if (v == NULL) return NULL;
+    v->mux.w.conn = v;
+    v->mux.m = m;
+    ds__mux_ref(m);
+    return v;
 }

@@ -3,7 +3,7 @@
  * a tensor's bytes) does not join them into one buffer first.
  *
  * A local client whose connection holds a large enough arena space (SETR,
- * kv.c) copies each piece once, straight into the space, and publishes the
+ * space.c) copies each piece once, straight into the space, and publishes the
  * value with one SETR that keeps no pin: one round trip, no release frame.
  * Without such a space (the first large set of a connection, a larger value
  * than before, a worker that will not reserve) it takes the create / publish
@@ -58,7 +58,7 @@ static ds_status_t setv_in_space(ds_conn_t *conn, const char *key, size_t n,
     ds_sess_t *s = conn->sess;
     uint64_t need = ds__round_up64(total);
     uint64_t want = ds__space_want(conn, need);
-    uint64_t off = conn->space_off;
+    uint64_t off = conn->space.off;
     uint8_t *dst = s->base + off;
     ds_lane_ahead_t ahead;
     ds__lane_ahead_init(&ahead, conn, total);
@@ -67,10 +67,7 @@ static ds_status_t setv_in_space(ds_conn_t *conn, const char *key, size_t n,
         dst += lens[i];
     }
     DS__TSAN_PUBLISHED(s->base, s->base + off);
-    ds__conn_begin(conn);
-    ds__wbuf_u64(&conn->w, conn->space);
-    ds__wbuf_u64(&conn->w, want);
-    ds__wbuf_u8(&conn->w, 0);
+    ds__space_begin(conn, conn->space.handle, want, 0);
     ds__set_param_put(conn, p);
     ds__wbuf_u32(&conn->w, 1);
     ds__wbuf_cstr(&conn->w, key);
@@ -137,7 +134,7 @@ static ds_status_t kv_setv(ds_client_t *c, const char *key, size_t n, const void
     if (s->base && s->setr && inline_max > DS_CLIENT_SPACE_MIN) inline_max = DS_CLIENT_SPACE_MIN;
     if (s->base == NULL || total <= inline_max) {
         st = setv_inline(conn, key, n, pieces, lens, total, &p, deadline);
-    } else if (s->setr && conn->space_len >= ds__round_up64(total)) {
+    } else if (s->setr && conn->space.len >= ds__round_up64(total)) {
         st = setv_in_space(conn, key, n, pieces, lens, total, &p, deadline);
     } else {
         ds__client_put(c, conn);

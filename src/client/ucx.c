@@ -206,7 +206,7 @@ static void abandon(ds_cucx_t *u, ds_crecv_t *rv, size_t n)
 static ds_status_t conn_event(ds_conn_t *conn)
 {
     char b;
-    ssize_t r = recv(conn->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    ssize_t r = recv(conn->sock.fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
     if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return DS_K_OK;
     if (r > 0) return ds__conn_protocol_error(conn, "get (bytes during a UCX transfer)");
     conn->state = DS_CONN_LOST;
@@ -268,7 +268,8 @@ ds_status_t ds__cucx_wait(ds_cucx_t *u, ds_crecv_t *rv, size_t n, ds_conn_t *con
             break;
         }
         uint64_t left = deadline - now;
-        struct pollfd p[2] = {{.fd = efd, .events = POLLIN}, {.fd = conn->fd, .events = POLLIN}};
+        struct pollfd p[2] = {{.fd = efd, .events = POLLIN},
+                              {.fd = conn->sock.fd, .events = POLLIN}};
         int pr = poll(p, 2, left > 100 ? 100 : (int)left);
         if (pr > 0 && p[1].revents && (st = conn_event(conn)) != DS_K_OK) break;
     }

@@ -104,18 +104,18 @@ static void begin(fixture_t *f, int peer_cpu, uint32_t worker_cpu, bool says_cpu
     memset(f->region, 0, 2 * DS_LANE_SIZE);
     ds_conn_t *c = &f->conn;
     memset(c, 0, sizeof(*c));
-    c->fd = -1;
-    c->bell_fd = -1; /* the peer never sleeps: no doorbell is rung */
-    c->hub = f->region;
-    c->lane = (ds_lane_t *)(void *)((uint8_t *)f->region + DS_LANE_SIZE);
-    c->lane_gen = 1;
-    c->lane_cpu = -1;
+    c->sock.fd = -1;
+    c->lane.bell_fd = -1; /* the peer never sleeps: no doorbell is rung */
+    c->lane.hub = f->region;
+    c->lane.l = (ds_lane_t *)(void *)((uint8_t *)f->region + DS_LANE_SIZE);
+    c->lane.gen = 1;
+    c->lane.cpu = -1;
     ds__spin_init(&c->spin, 200000u);
-    atomic_store(&c->hub->worker_cpu, worker_cpu);
+    atomic_store(&c->lane.hub->worker_cpu, worker_cpu);
     peer_t *p = &f->peer;
     memset(p, 0, sizeof(*p));
-    p->hub = c->hub;
-    p->lane = c->lane;
+    p->hub = c->lane.hub;
+    p->lane = c->lane.l;
     p->cpu = peer_cpu;
     p->shares = peer_cpu == 0;
     p->says_cpu = says_cpu;
@@ -161,7 +161,7 @@ static void test_worker_beside_is_no_contention(void **state)
     begin(&f, 0, 1, true, 0);
     int contended = 0, backoff = 0, quiet = 0;
     for (int i = 0; i < REPS; i++) {
-        atomic_store(&f.conn.hub->worker_cpu, 1); /* where it ran before it slept */
+        atomic_store(&f.conn.lane.hub->worker_cpu, 1); /* where it ran before it slept */
         f.conn.spin.window_ns = f.conn.spin.max_ns;
         bool busy = machine_busy();
         int c = round_trip(&f);
@@ -221,7 +221,7 @@ static void test_polls_after_parting(void **state)
     for (int parted = 0; parted < 2; parted++) {
         for (int i = 0; i < REPS; i++) {
             f.conn.spin.window_ns = 0;
-            atomic_store(&f.conn.hub->parted, parted ? ds__now_ns() : 0);
+            atomic_store(&f.conn.lane.hub->parted, parted ? ds__now_ns() : 0);
             int w0 = atomic_load(&f.peer.woke);
             if (round_trip(&f)) continue;
             polled[parted]++;
