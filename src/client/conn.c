@@ -600,11 +600,23 @@ ds_status_t ds__conn_call(ds_conn_t *conn, ds_opcode_t op, bool noreply, uint64_
         if (errno == EPROTO) return ds__conn_protocol_error(conn, name);
         return io_error(conn, name, errno);
     }
-    /* No polling through TLS: its reads block on the socket. */
-    uint64_t t0 = conn->spin.max_ns && !via_lane && !conn->tls ? ds__now_ns() : 0;
+    uint64_t t0 = conn->spin.max_ns && !via_lane ? ds__now_ns() : 0;
     uint64_t window = t0 ? ds__spin_window(&conn->spin, t0) : 0;
-    if (window && conn->in_pos == conn->in_len &&
-        (conn->in != NULL || (conn->in = malloc(DS_CLIENT_INBUF)) != NULL)) {
+    if (window && conn->tls && conn->in_pos == conn->in_len && !ds__tls_pending(conn->tls)) {
+        /* Through TLS the watch only peeks: the bytes stay in the socket
+         * for the session, whose read then finds them without sleeping. */
+        uint64_t until = t0 + window;
+        for (;;) {
+            uint8_t b;
+            ssize_t r = recv(conn->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+            if (r >= 0) break; /* bytes, or the close the read reports */
+            if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+                return io_error(conn, name, errno);
+            uint64_t now;
+            if ((contended = ds__spin_yield(&now)) || now >= until) break;
+        }
+    } else if (window && !conn->tls && conn->in_pos == conn->in_len &&
+               (conn->in != NULL || (conn->in = malloc(DS_CLIENT_INBUF)) != NULL)) {
         /* Watch for the reply before sleeping on it (common/spin.h): a
          * round trip then costs no wake-up of this thread. What the watching
          * recv gets is the start of the reply, read on from the buffer.
