@@ -139,11 +139,25 @@ int ds__sock_call(ds_conn_t *conn, struct iovec *iov, size_t n, uint64_t req, bo
         errno = ENOMEM;
         return -1;
     }
-    /* No polling through TLS: its reads block on the socket. */
-    uint64_t t0 = conn->spin.max_ns && !conn->sock.tls ? ds__now_ns() : 0;
+    uint64_t t0 = conn->spin.max_ns ? ds__now_ns() : 0;
     uint64_t window = t0 ? ds__spin_window(&conn->spin, t0) : 0;
     bool contended = false;
-    if (window) {
+    if (window && conn->sock.tls) {
+        if (!ds__tls_pending(conn->sock.tls)) {
+            /* Through TLS the watch only peeks: the bytes stay in the
+             * socket for the session, whose read then finds them without
+             * sleeping. */
+            uint64_t until = t0 + window;
+            for (;;) {
+                uint8_t b;
+                ssize_t r = recv(conn->sock.fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+                if (r >= 0) break; /* bytes, or the close the read reports */
+                if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return -1;
+                uint64_t now;
+                if ((contended = ds__spin_yield(&now)) || now >= until) break;
+            }
+        }
+    } else if (window) {
         /* Watch for the reply before sleeping on it (common/spin.h): a
          * round trip then costs no wake-up of this thread. What the watching
          * recv gets is the start of the reply, read on from the buffer.

@@ -73,8 +73,12 @@ ssize_t ds__tls_recv(ds_tls_t *t, void *buf, size_t len);
  * small iovecs together into one record and large ones at most
  * DS_TLS_WRITE_MAX at a time. */
 ssize_t ds__tls_writev(ds_tls_t *t, const struct iovec *iov, int n);
-#define DS_TLS_WRITE_MAX (1u << 20)
-/* True while bytes wait inside the session (see above). */
+/* A write holds the session's lock while it encrypts and sends, and the
+ * other thread's read waits that long: 256 KiB is ~0.1 ms at AES-GCM's
+ * speed, and 16 records, enough to fill 64 KiB segments (see tls.c). */
+#define DS_TLS_WRITE_MAX (256u << 10)
+/* True while bytes wait inside the session (see above). Asked by the
+ * reading thread; takes no lock. */
 bool ds__tls_pending(ds_tls_t *t);
 /* The last failure's reason, for messages (thread-local). */
 const char *ds__tls_last_error(void);
