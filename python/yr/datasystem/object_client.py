@@ -281,6 +281,7 @@ class ObjectClient:
         secret_key: str = "",
         tenant_id: str = "",
         req_timeout_ms: int = 0,
+        *,
         enable_exclusive_connection: bool = False,
         **kwargs: Any
     ) -> None:
@@ -300,7 +301,7 @@ class ObjectClient:
             tenant_id,
             False,
             req_timeout_ms,
-            enable_exclusive_connection,
+            enable_exclusive_connection=enable_exclusive_connection,
             **kwargs
         )
 
