@@ -132,6 +132,72 @@ class ReadOnlyBuffer(Buffer):
         return "ReadOnlyBuffer(key=%r, size=%d)" % (self._key, self._size)
 
 
+class StateValueBuffer(ReadOnlyBuffer):
+    """A value ``get_buffers`` returns (Yuanrong's ``StateValueBuffer``), zero copy.
+
+    Yuanrong's methods: ``GetSize()``, ``ImmutableData(with_latch=False,
+    timeout_sec=60)``, ``RLatch`` / ``UnRLatch``, and the snake_case ones of
+    ``ReadOnlyBuffer``. It also reads like the read-only memoryview of the
+    value it pins: ``len``, indexing and slicing, ``==`` with bytes-like
+    values, ``bytes(buf)``, ``tobytes()``, ``readonly``, ``nbytes``, and,
+    where Python has ``__buffer__`` (3.12 and later), ``memoryview(buf)`` and
+    ``numpy.frombuffer(buf)``; on older Pythons take ``ImmutableData()`` for
+    those. The pinned version stays intact until the buffer and every view of
+    it are gone.
+    """
+
+    __slots__ = ("_view",)
+
+    def __init__(self, client: "KVClient", handle: int, key: str) -> None:
+        super().__init__(client, handle, key)
+        self._view = None
+
+    def _mv(self) -> memoryview:
+        if self._view is None:
+            self._view = Buffer.immutable_data(self)
+        return self._view
+
+    def __buffer__(self, flags):
+        return self._mv()
+
+    def __getitem__(self, index):
+        return self._mv()[index]
+
+    def __iter__(self):
+        return iter(self._mv())
+
+    def __eq__(self, other):
+        if isinstance(other, StateValueBuffer):
+            other = other._mv()
+        try:
+            return self._mv() == other
+        except TypeError:
+            return NotImplemented
+
+    __hash__ = None
+
+    def __bytes__(self) -> bytes:
+        return self._mv().tobytes()
+
+    def tobytes(self) -> bytes:
+        return self._mv().tobytes()
+
+    @property
+    def readonly(self) -> bool:
+        return True
+
+    @property
+    def nbytes(self) -> int:
+        return self._size
+
+    def release(self) -> None:
+        self._view = None
+        super().release()
+
+    def __repr__(self):
+        return "StateValueBuffer(key=%r, size=%d)" % (self._key, self._size)
+
+
 # ---------------------------------------------------------------------------
 # Arguments (messages in _checks / util.Validator).
 
@@ -724,27 +790,23 @@ class KVClient:
                     lib.ds_buffer_release(out[i])
         return values
 
-    def get_buffers(self, keys: Sequence[str], timeout_ms: int = 0) -> List[Optional[memoryview]]:
-        """Zero-copy reads: a list of read-only memoryviews (None when missing).
+    def get_buffers(self, keys: Sequence[str], timeout_ms: int = 0) -> List[Optional[StateValueBuffer]]:
+        """Zero-copy reads: a list of StateValueBuffers (None when missing), as Yuanrong's.
 
-        Each view pins the version it shows: it stays intact when the key is
-        overwritten or deleted, until the view (and every slice or array made
-        from it) is gone. Raises RuntimeError only when no key was found.
+        Each buffer pins the version it shows: it stays intact when the key is
+        overwritten or deleted, until the buffer and every view taken from it
+        (``ImmutableData()``, slices, arrays) are gone. Raises RuntimeError
+        only when no key was found.
         """
         _c.check_list("keys", keys)
         timeout = _c.timeout("timeout_ms", timeout_ms)
         kbs = _c.key_list(keys)
-        lib = _n.load()
         out = self._get_buffers(kbs, timeout)
-        views = []
-        for i in range(len(kbs)):
+        result = []
+        for i, k in enumerate(keys):
             b = out[i]
-            if not b:
-                views.append(None)
-                continue
-            pin = _n.Pin(b)
-            views.append(_n.pinned_view(pin, lib.ds_buffer_data(b), lib.ds_buffer_size(b)))
-        return views
+            result.append(StateValueBuffer(self, b, k) if b else None)
+        return result
 
     def get_view(self, key: str, timeout_ms: int = 0) -> Optional[memoryview]:
         """Zero-copy read of one key: a read-only memoryview of its value, or

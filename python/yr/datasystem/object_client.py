@@ -101,12 +101,21 @@ class Buffer:
 
     __slots__ = ("_client", "_pin", "_key", "_size", "_published", "__weakref__")
 
-    def __init__(self, client: Any, handle: int, key: str, published: bool = False) -> None:
+    def __init__(
+        self, client: Any = None, handle: Optional[int] = None, key: str = "", published: bool = False
+    ) -> None:
+        """``Buffer()`` (as Yuanrong's code makes one, to be assigned later) is empty:
+        every method but ``get_size`` raises RuntimeError until it is replaced by one
+        that ``create`` or ``get`` returned."""
         self._client = client
-        self._pin = _n.Pin(handle)
         self._key = key
-        self._size = _n.load().ds_buffer_size(handle)
         self._published = published
+        if handle is None:
+            self._pin = None
+            self._size = 0
+        else:
+            self._pin = _n.Pin(handle)
+            self._size = _n.load().ds_buffer_size(handle)
 
     # -- properties of this package ---------------------------------------
 
@@ -126,6 +135,8 @@ class Buffer:
         return self._size
 
     def _handle(self):
+        if self._pin is None:
+            raise DsError(_n.K_INVALID, "The buffer is None, please create it first.")
         h = self._pin.handle
         if not h:
             raise DsError(_n.K_INVALID, "The buffer of key %r was released." % self._key)
@@ -135,6 +146,8 @@ class Buffer:
 
     def get_size(self) -> int:
         """The size of the buffer in bytes."""
+        if self._pin is None:
+            raise DsError(_n.K_INVALID, "The buffer is None, please create it first.")
         return self._size
 
     def mutable_data(self) -> memoryview:
@@ -222,7 +235,8 @@ class Buffer:
 
         Views still held from it must not be used afterwards.
         """
-        self._pin.release()
+        if self._pin is not None:
+            self._pin.release()
 
     # -- Yuanrong's KV buffer (StateValueBuffer) names -----------------------
 
