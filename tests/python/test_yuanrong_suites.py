@@ -37,11 +37,6 @@ KNOWN_FAILING = {
     "test_kv_cache_client.py::TestKVClientMethods::test_state_get_read_only_buffers_latch_fail":
         "wlatch of a published object takes no write latch here, so a reader's "
         "with_latch read does not fail while another client holds it",
-    "test_oc_client.py::TestOcClientMethods::test_client_increase_decrease_global_ref":
-        "g_decrease_ref of a key with no reference reports the key as failed; Yuanrong "
-        "returns []",
-    "test_oc_client.py::TestOcClientMethods::test_invalidate_buffer":
-        "invalidate_buffer drops the local pin only; the object stays in the worker",
     "test_oc_client.py::TestOcClientMethods::test_nest_publish":
         "nested_object_keys are not kept alive by their parent",
 }

@@ -190,6 +190,7 @@ class Buffer:
         otherwise not used: this datasystem keeps no references between objects.
         """
         _check_nested_keys(nested_object_keys)
+        self._handle()
         if self._client is None:
             raise DsError(_n.K_INVALID, "The buffer of key %r is not writable." % self._key)
         self._client.mset_buffer([self])
@@ -199,7 +200,15 @@ class Buffer:
         self.publish(nested_object_keys)
 
     def invalidate_buffer(self) -> None:
-        """Drops this client's copy (the buffer); the object stays in the worker."""
+        """Removes the object from the worker this client is connected to (Yuanrong:
+        "invalidate data on the current host") and drops this buffer; a later get of
+        the key fails. An unpublished buffer is only discarded. Pins other readers
+        hold keep their version's bytes, as for a delete."""
+        self._handle()
+        if self._published and self._client is not None:
+            failed = self._client.delete([self._key])
+            if failed:
+                raise DsError(_n.K_RUNTIME_ERROR, "invalidate_buffer of key %r failed" % self._key)
         self.release()
 
     def wlatch(self, timeout_sec: int = 60) -> None:
