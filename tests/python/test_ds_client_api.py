@@ -66,3 +66,19 @@ def test_kv_client_thirteenth_positional_is_fast_transport_mem_size():
         KVClient("127.0.0.1", 1, 9000, "", "", "", "", "", "", "", False, 0, True)
     with pytest.raises(RuntimeError, match="fast_transport_mem_size"):
         KVClient("127.0.0.1", 1, 9000, "", "", "", "", "", "", "", False, 0, 0)
+
+
+def test_connect_time_env(worker, monkeypatch):
+    monkeypatch.setenv("DATASYSTEM_CONNECT_TIME_MS", "soon")
+    c = KVClient(worker.host, worker.port)
+    with pytest.raises(RuntimeError, match="DATASYSTEM_CONNECT_TIME_MS='soon'"):
+        c.init()
+    # An explicit timeout is not overridden.
+    c = KVClient(worker.host, worker.port, 5000)
+    c.init()
+    c.close()
+    monkeypatch.setenv("DATASYSTEM_CONNECT_TIME_MS", "3000")
+    c = KVClient(worker.host, worker.port)
+    c.init()
+    assert c._connect_timeout() == 3000
+    c.close()

@@ -408,6 +408,26 @@ class KVClient:
             raise DsError(_n.K_INVALID, "port %d is out of range" % port)
         return host, port
 
+    def _connect_timeout(self):
+        """connect_timeout_ms; left at its default (9000), env DATASYSTEM_CONNECT_TIME_MS
+        overrides it, as in Yuanrong's client_env_guide."""
+        if self._connect_timeout_ms != 9000:
+            return self._connect_timeout_ms
+        env = os.environ.get("DATASYSTEM_CONNECT_TIME_MS", "")
+        if not env:
+            return self._connect_timeout_ms
+        try:
+            value = int(env)
+        except ValueError:
+            value = -1
+        if value < 0 or value > Validator.INT32_MAX_SIZE:
+            raise DsError(
+                _n.K_INVALID,
+                "DATASYSTEM_CONNECT_TIME_MS=%r is not a timeout in ms (0..%d)"
+                % (env, Validator.INT32_MAX_SIZE),
+            )
+        return value
+
     def init(self) -> None:
         """Connects to the worker. Raises RuntimeError when it cannot."""
         if self._handle is not None:
@@ -420,7 +440,7 @@ class KVClient:
         lib.ds_client_options_init(opts)
         opts.host = host.encode()
         opts.port = port
-        opts.connect_timeout_ms = self._connect_timeout_ms
+        opts.connect_timeout_ms = self._connect_timeout()
         if self._req_timeout_ms > 0:
             opts.request_timeout_ms = self._req_timeout_ms
         opts.transport = self._TRANSPORTS[self._transport]
