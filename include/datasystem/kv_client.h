@@ -253,7 +253,9 @@ DS_EXPORT ds_status_t ds_kv_read(ds_client_t *c, size_t n, const ds_read_param_t
  * released or until timeout_ms passes (1..the worker's
  * --max_read_latch_timeout_ms, 600000 by default; longer: DS_K_INVALID).
  * While a key is latched, a set, publish or delete of it waits for the
- * latch to go (then proceeds). Latches are released when the client closes.
+ * latch to go (then proceeds). While another client holds a write latch on
+ * the key (ds_object_wlatch), the latch is retried until timeout_ms, then
+ * that key answers DS_K_TRY_AGAIN. Latches are released when the client closes.
  * statuses[i] (may be NULL): DS_K_NOT_FOUND for a missing key,
  * DS_K_OUT_OF_MEMORY past the worker's --max_read_latches_per_client or
  * --max_read_latches. DS_K_OK when all succeeded. */
@@ -262,6 +264,24 @@ DS_EXPORT ds_status_t ds_kv_rlatch(ds_client_t *c, size_t n, const char *const *
 /* Releases one latch this client holds on each key (none: DS_K_NOT_FOUND). */
 DS_EXPORT ds_status_t ds_kv_unrlatch(ds_client_t *c, size_t n, const char *const *keys,
                                      ds_status_t *statuses);
+
+/* Write latches (Yuanrong's Buffer.wlatch / unwlatch): while this client
+ * holds one on a key, other clients' write latches and read latches
+ * (ds_kv_rlatch) of the key are refused, and their set, publish and delete
+ * of it wait; this client itself may still read, latch and publish it (the
+ * mutable-object pattern: wlatch, write a new version, publish, unwlatch).
+ * A key held by another client is retried until timeout_ms (1..INT32_MAX)
+ * has passed, then answers DS_K_TRY_AGAIN; ds_kv_rlatch does the same
+ * while another client holds a write latch. A write latch is held until
+ * ds_object_unwlatch, the client's close (or death), or the worker's
+ * --max_read_latch_timeout_ms. A missing key: DS_K_NOT_FOUND. statuses[i]
+ * (may be NULL, caller-owned, n entries) is each key's result; the return
+ * is DS_K_OK when all succeeded, else the first failure's code. */
+DS_EXPORT ds_status_t ds_object_wlatch(ds_client_t *c, size_t n, const char *const *keys,
+                                       int32_t timeout_ms, ds_status_t *statuses);
+/* Releases one write latch this client holds on each key (none: DS_K_NOT_FOUND). */
+DS_EXPORT ds_status_t ds_object_unwlatch(ds_client_t *c, size_t n, const char *const *keys,
+                                         ds_status_t *statuses);
 
 /* ---- global references (Yuanrong's ObjectClient) ---- */
 

@@ -1,12 +1,14 @@
 /* Calls on keys that answer a status per key and change no value: read
- * latches (RLATCH / UNRLATCH) and global reference counts (GREF). Layouts in
- * common/wire.h. */
+ * and write latches (RLATCH / UNRLATCH / WLATCH / UNWLATCH) and global
+ * reference counts (GREF). Layouts in common/wire.h. */
 #include "client/client_internal.h"
 
+#include "common/clock.h"
 #include "common/error.h"
 
 #include <stdint.h>
 #include <stdlib.h>
+#include <time.h>
 
 #define KQ 64
 
@@ -31,7 +33,7 @@ static ds_status_t keys_call(ds_client_t *c, ds_opcode_t op, int32_t arg, size_t
         goto out;
     }
     ds__conn_begin(conn);
-    if (op != DS_OP_UNRLATCH) ds__wbuf_i32(&conn->w, arg);
+    if (op != DS_OP_UNRLATCH && op != DS_OP_UNWLATCH) ds__wbuf_i32(&conn->w, arg);
     ds__wbuf_u32(&conn->w, (uint32_t)n);
     for (size_t i = 0; i < n; i++)
         ds__wbuf_cstr(&conn->w, keys[i]);
@@ -71,15 +73,93 @@ out:;
     return first;
 }
 
-ds_status_t ds_kv_rlatch(ds_client_t *c, size_t n, const char *const *keys, int32_t timeout_ms,
-                         ds_status_t *statuses)
+static void pause_ms(uint32_t ms)
+{
+    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* A latch call that retries the keys answered K_TRY_AGAIN (held by another
+ * client) until timeout_ms has passed, sleeping 1 ms, doubling to 32 ms,
+ * between tries; those still held then answer K_TRY_AGAIN. */
+static ds_status_t latch_call(ds_client_t *c, ds_opcode_t op, int32_t timeout_ms, size_t n,
+                              const char *const *keys, ds_status_t *statuses)
 {
     if (timeout_ms <= 0)
         return ds__set_error(DS_K_INVALID, "latch timeout %d ms is not in 1..%d", (int)timeout_ms,
                              INT32_MAX);
+    ds_status_t st = ds__check_keys(n, keys, DS_MAX_BATCH);
+    if (st != DS_K_OK) return st;
+    ds_status_t *sts = statuses ? statuses : malloc(n * sizeof(*sts));
+    const char **todo = malloc(n * sizeof(*todo));
+    size_t *where = malloc(n * sizeof(*where));
+    ds_status_t *part = malloc(n * sizeof(*part));
+    if (sts == NULL || todo == NULL || where == NULL || part == NULL) {
+        if (sts != statuses) free(sts);
+        free(todo);
+        free(where);
+        free(part);
+        return ds__set_error(DS_K_OUT_OF_MEMORY, "out of memory");
+    }
+    size_t m = n;
+    for (size_t i = 0; i < n; i++) {
+        todo[i] = keys[i];
+        where[i] = i;
+    }
+    uint64_t deadline = ds__now_ms() + (uint64_t)timeout_ms;
+    uint32_t wait_ms = 1;
+    for (;;) {
+        keys_call(c, op, timeout_ms, m, todo, part, NULL, false);
+        size_t again = 0;
+        for (size_t j = 0; j < m; j++) {
+            sts[where[j]] = part[j];
+            if (part[j] == DS_K_TRY_AGAIN) {
+                todo[again] = todo[j];
+                where[again] = where[j];
+                again++;
+            }
+        }
+        m = again;
+        uint64_t now = ds__now_ms();
+        if (m == 0 || now >= deadline) break;
+        uint64_t left = deadline - now;
+        pause_ms(left < wait_ms ? (uint32_t)left : wait_ms);
+        if (wait_ms < 32) wait_ms *= 2;
+    }
+    ds_status_t first = DS_K_OK;
+    for (size_t i = 0; i < n && first == DS_K_OK; i++)
+        first = sts[i];
+    if (m > 0)
+        ds__set_error(DS_K_TRY_AGAIN, "%s: %zu key(s) still latched by another client after %d ms",
+                      ds__opcode_name(op), m, (int)timeout_ms);
+    if (sts != statuses) free(sts);
+    free(todo);
+    free(where);
+    free(part);
+    return first;
+}
+
+ds_status_t ds_kv_rlatch(ds_client_t *c, size_t n, const char *const *keys, int32_t timeout_ms,
+                         ds_status_t *statuses)
+{
+    if (c == NULL) return ds__set_error(DS_K_INVALID, "client is NULL");
     ds__client_enter(c);
-    return ds__client_leave(c,
-                            keys_call(c, DS_OP_RLATCH, timeout_ms, n, keys, statuses, NULL, false));
+    return ds__client_leave(c, latch_call(c, DS_OP_RLATCH, timeout_ms, n, keys, statuses));
+}
+
+ds_status_t ds_object_wlatch(ds_client_t *c, size_t n, const char *const *keys, int32_t timeout_ms,
+                             ds_status_t *statuses)
+{
+    if (c == NULL) return ds__set_error(DS_K_INVALID, "client is NULL");
+    ds__client_enter(c);
+    return ds__client_leave(c, latch_call(c, DS_OP_WLATCH, timeout_ms, n, keys, statuses));
+}
+
+ds_status_t ds_object_unwlatch(ds_client_t *c, size_t n, const char *const *keys,
+                               ds_status_t *statuses)
+{
+    ds__client_enter(c);
+    return ds__client_leave(c, keys_call(c, DS_OP_UNWLATCH, 0, n, keys, statuses, NULL, false));
 }
 
 ds_status_t ds_kv_unrlatch(ds_client_t *c, size_t n, const char *const *keys, ds_status_t *statuses)

@@ -156,6 +156,14 @@
  *         released when the session ends.
  * UNRLATCH req: n, n*key                  resp: str err, n, n*u32 status
  *         releases one latch of this session per key (none held: K_NOT_FOUND)
+ * WLATCH  req: u32 timeout_ms, n, n*key   resp: str err, n, n*u32 status
+ *         write latches held by the session until UNWLATCH, the session's end or
+ *         --max_read_latch_timeout_ms (timeout_ms is checked as RLATCH's and
+ *         bounds only the client's retries). Another session's write latch, or
+ *         (for WLATCH) its read latch, on the key: K_TRY_AGAIN; RLATCH also
+ *         answers K_TRY_AGAIN while another session write-latches the key. SET,
+ *         PUBLISH and DEL of other sessions wait while a write latch is held.
+ * UNWLATCH req: n, n*key                  resp: str err, n, n*u32 status
  * SETR    req: u64 space, u64 want, u8 flags, u8 mode, u32 ttl, u8 existence, n,
  *              n*(key, u64 offset, u64 len)
  *         resp: str err, [n, n*u32 status,] then ALWAYS as the metadata's last
@@ -245,7 +253,9 @@
     X(UCX_PULL, 24, "ucx_pull")                                                                    \
     X(UCX_GET, 25, "ucx_get")                                                                      \
     X(UCX_ADDR, 26, "ucx_address")                                                                 \
-    X(LANE, 27, "lane")
+    X(LANE, 27, "lane")                                                                            \
+    X(WLATCH, 28, "wlatch")                                                                        \
+    X(UNWLATCH, 29, "unwlatch")
 
 typedef enum {
 #define DS__OP_ENUM(name, num, text) DS_OP_##name = num,

@@ -34,9 +34,6 @@ MODULES = [
 
 # test id -> why it cannot pass against this datasystem.
 KNOWN_FAILING = {
-    "test_kv_cache_client.py::TestKVClientMethods::test_state_get_read_only_buffers_latch_fail":
-        "wlatch of a published object takes no write latch here, so a reader's "
-        "with_latch read does not fail while another client holds it",
     "test_oc_client.py::TestOcClientMethods::test_nest_publish":
         "nested_object_keys are not kept alive by their parent",
 }

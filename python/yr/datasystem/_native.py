@@ -346,6 +346,14 @@ _PROTOTYPES = {
         c_status,
         [c_client_p, ctypes.c_size_t, c_keys_p, ctypes.POINTER(c_status)],
     ),
+    "ds_object_wlatch": (
+        c_status,
+        [c_client_p, ctypes.c_size_t, c_keys_p, ctypes.c_int32, ctypes.POINTER(c_status)],
+    ),
+    "ds_object_unwlatch": (
+        c_status,
+        [c_client_p, ctypes.c_size_t, c_keys_p, ctypes.POINTER(c_status)],
+    ),
     "ds_object_g_increase_ref": (
         c_status,
         [c_client_p, ctypes.c_size_t, c_keys_p, ctypes.POINTER(c_status)],
@@ -518,6 +526,8 @@ def check(code, what=None):
 #       -> list of ds_buffer_t handles (None: missing)   ds_kv_read
 #   kv_rlatch(handle, [key bytes], timeout_ms) -> None     ds_kv_rlatch
 #   kv_unrlatch(handle, [key bytes]) -> None               ds_kv_unrlatch
+#   object_wlatch(handle, [key bytes], timeout_ms) -> None ds_object_wlatch
+#   object_unwlatch(handle, [key bytes]) -> None           ds_object_unwlatch
 #   g_increase_ref / g_decrease_ref(handle, [key bytes])
 #       -> list of per-key statuses                       ds_object_g_*_ref
 #   query_global_ref_num(handle, key bytes) -> int   ds_object_query_global_ref_num
@@ -529,6 +539,8 @@ _HOOK_SYMBOLS = {
     "kv_read": "ds_kv_read",
     "kv_rlatch": "ds_kv_rlatch",
     "kv_unrlatch": "ds_kv_unrlatch",
+    "object_wlatch": "ds_object_wlatch",
+    "object_unwlatch": "ds_object_unwlatch",
     "g_increase_ref": "ds_object_g_increase_ref",
     "g_decrease_ref": "ds_object_g_decrease_ref",
     "query_global_ref_num": "ds_object_query_global_ref_num",
@@ -590,6 +602,14 @@ def _hook_kv_rlatch(handle, keys, timeout_ms):
 
 def _hook_kv_unrlatch(handle, keys):
     check(load().ds_kv_unrlatch(handle, len(keys), keys_array(keys), None), "unrlatch")
+
+
+def _hook_object_wlatch(handle, keys, timeout_ms):
+    check(load().ds_object_wlatch(handle, len(keys), keys_array(keys), timeout_ms, None), "wlatch")
+
+
+def _hook_object_unwlatch(handle, keys):
+    check(load().ds_object_unwlatch(handle, len(keys), keys_array(keys), None), "unwlatch")
 
 
 def _ref_call(symbol, handle, keys, absent_ok=False):

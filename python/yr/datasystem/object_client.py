@@ -99,7 +99,7 @@ class Buffer:
     taken from it are gone, or on ``release()``.
     """
 
-    __slots__ = ("_client", "_pin", "_key", "_size", "_published", "__weakref__")
+    __slots__ = ("_client", "_pin", "_key", "_size", "_published", "_wlatched", "__weakref__")
 
     def __init__(
         self, client: Any = None, handle: Optional[int] = None, key: str = "", published: bool = False
@@ -110,6 +110,7 @@ class Buffer:
         self._client = client
         self._key = key
         self._published = published
+        self._wlatched = 0  # write latches this buffer took in the worker
         if handle is None:
             self._pin = None
             self._size = 0
@@ -212,12 +213,24 @@ class Buffer:
         self.release()
 
     def wlatch(self, timeout_sec: int = 60) -> None:
-        """Write latch: checked, then granted at once (see the module's notes)."""
+        """Write latch on a published object's key: other clients' wlatch and
+        with_latch reads of it fail, and their writes of it wait, until
+        ``unwlatch`` (or this client closes). Tries for up to timeout_sec, then
+        raises RuntimeError (K_TRY_AGAIN). An unpublished buffer is its
+        creator's alone: nothing to latch."""
         _check_latch_timeout(timeout_sec)
-        self._handle()
+        native, kb = self._latch_target("object_wlatch")
+        if native is not None:
+            self._client._call(native, [kb], min(timeout_sec * 1000, _LATCH_MAX))
+            self._wlatched += 1
 
     def unwlatch(self) -> None:
+        """Releases the write latch ``wlatch`` took (none taken: nothing to do)."""
         self._handle()
+        if self._wlatched > 0:
+            native = _n.hook("object_unwlatch")
+            self._wlatched -= 1
+            self._client._call(native, [self._key.encode("utf-8", "surrogateescape")])
 
     def _latch_target(self, name):
         self._handle()
