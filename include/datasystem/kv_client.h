@@ -295,6 +295,17 @@ DS_EXPORT ds_status_t ds_object_g_increase_ref(ds_client_t *c, size_t n, const c
  * object is deleted. A key without references: DS_K_NOT_FOUND. */
 DS_EXPORT ds_status_t ds_object_g_decrease_ref(ds_client_t *c, size_t n, const char *const *keys,
                                                ds_status_t *statuses);
+/* Nested references (Yuanrong's Buffer.publish / seal / ObjectClient.put
+ * with nested_object_keys): parent holds each of nested_keys (n up to
+ * DS_MAX_BATCH - 1; the caller keeps ownership of the strings) in place of
+ * the keys it held before (n 0: none). A held key is not deleted when its
+ * own global references end, and its query_global_ref_num does not count the
+ * hold; when the parent's global references end (the parent is deleted),
+ * its holds are dropped and a held key with no references left is deleted
+ * with it, and so on down. Holds are the worker's, not the client's: they
+ * outlive the client that set them. Standalone workers, as for the counts. */
+DS_EXPORT ds_status_t ds_object_set_nested(ds_client_t *c, const char *parent, size_t n,
+                                           const char *const *nested_keys);
 /* The key's global reference count (0 when it has none). */
 DS_EXPORT ds_status_t ds_object_query_global_ref_num(ds_client_t *c, const char *key,
                                                      uint32_t *count);

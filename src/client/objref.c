@@ -182,6 +182,26 @@ ds_status_t ds_object_g_decrease_ref(ds_client_t *c, size_t n, const char *const
     return ds__client_leave(c, keys_call(c, DS_OP_GREF, -1, n, keys, statuses, NULL, true));
 }
 
+ds_status_t ds_object_set_nested(ds_client_t *c, const char *parent, size_t n,
+                                 const char *const *nested_keys)
+{
+    ds__clear_error();
+    if (parent == NULL) return ds__set_error(DS_K_INVALID, "parent is NULL");
+    if (n > 0 && nested_keys == NULL) return ds__set_error(DS_K_INVALID, "nested_keys is NULL");
+    if (n >= DS_MAX_BATCH)
+        return ds__set_error(DS_K_INVALID, "%zu nested keys: at most %d", n, DS_MAX_BATCH - 1);
+    const char **keys = malloc((n + 1) * sizeof(*keys));
+    if (keys == NULL) return ds__set_error(DS_K_OUT_OF_MEMORY, "out of memory");
+    keys[0] = parent;
+    for (size_t i = 0; i < n; i++)
+        keys[i + 1] = nested_keys[i];
+    ds__client_enter(c);
+    ds_status_t st =
+        ds__client_leave(c, keys_call(c, DS_OP_GREF, DS_GREF_NEST, n + 1, keys, NULL, NULL, false));
+    free(keys);
+    return st;
+}
+
 ds_status_t ds_object_query_global_ref_num(ds_client_t *c, const char *key, uint32_t *count)
 {
     if (count == NULL) return ds__set_error(DS_K_INVALID, "count is NULL");

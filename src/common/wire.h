@@ -200,6 +200,13 @@
  *         referenced before it is put. When a count returns to 0 the key is deleted.
  *         Decreasing a key whose count is 0: K_NOT_FOUND. Standalone only: in a
  *         cluster the count lives on the worker the client talks to.
+ *         delta DS_GREF_NEST (2): nested references (Yuanrong's publish with
+ *         nested_object_keys): key[0], the parent, holds key[1..n-1] (n up to
+ *         DS_MAX_BATCH + 1) in place of the keys it held before. A held key is
+ *         not deleted while held, though its count be 0 (count reports the
+ *         clients' references only); when the parent goes (its count and holds
+ *         0), its holds go too. Every key gets the same status; the parent's
+ *         count is its entry's.
  *
  * Cluster (worker to worker; see src/worker/cluster/cluster_int.h):
  * LOCATE  req: i32 wait_ms, u32 inline_max, n, n*key
@@ -263,6 +270,9 @@ typedef enum {
 #undef DS__OP_ENUM
         DS_OP__MAX
 } ds_opcode_t;
+
+/* GREF's delta for nested references (see GREF above). */
+#define DS_GREF_NEST 2
 
 /* "get" for DS_OP_GET; NULL for an unknown number. */
 const char *ds__opcode_name(unsigned op);

@@ -133,3 +133,57 @@ def test_write_latch_released_when_its_client_dies(oc, worker):
         if proc.poll() is None:
             proc.kill()
             proc.wait(10)
+
+
+def _exists(oc, key):
+    try:
+        return oc.get([key], 0)[0] is not None
+    except RuntimeError:
+        return False
+
+
+def test_nested_references_keep_children_until_the_parent_goes(oc):
+    p, c1, c2, gc = "objs_nest_p", "objs_nest_c1", "objs_nest_c2", "objs_nest_gc"
+    assert oc.g_increase_ref([p, c1, c2, gc]) == []
+    oc.put(gc, b"grandchild")
+    oc.put(c1, b"child1", nested_object_keys=[gc])
+    oc.put(c2, b"child2")
+    b = oc.create(p, 6)
+    b.memory_copy(b"parent")
+    b.publish([c1, c2])
+    assert oc.g_decrease_ref([c1, c2, gc]) == []
+    # The holds are not counted as references, and keep the objects.
+    assert [oc.query_global_ref_num(k) for k in (c1, c2, gc)] == [0, 0, 0]
+    assert all(_exists(oc, k) for k in (p, c1, c2, gc))
+    # Two parents: the child stays while either holds it.
+    assert oc.g_increase_ref(["objs_nest_p2"]) == []
+    oc.put("objs_nest_p2", b"p2", nested_object_keys=[c2])
+    assert oc.g_decrease_ref([p]) == []
+    assert not _exists(oc, p) and not _exists(oc, c1) and not _exists(oc, gc)
+    assert _exists(oc, c2)
+    assert oc.g_decrease_ref(["objs_nest_p2"]) == []
+    assert not _exists(oc, c2)
+
+
+def test_republish_replaces_the_nested_keys(oc):
+    p, a, b = "objs_renest_p", "objs_renest_a", "objs_renest_b"
+    assert oc.g_increase_ref([p, a, b]) == []
+    oc.put(a, b"a")
+    oc.put(b, b"b")
+    oc.put(p, b"1", nested_object_keys=[a])
+    assert oc.g_decrease_ref([a, b]) == []
+    # b had no holder: it went with its last reference; a is held.
+    assert _exists(oc, a) and not _exists(oc, b)
+    oc.put(b, b"b")
+    oc.put(p, b"2", nested_object_keys=[b])
+    # a's only hold went with the re-publish.
+    assert not _exists(oc, a) and _exists(oc, b)
+    assert oc.g_decrease_ref([p]) == []
+    assert not _exists(oc, b)
+
+
+def test_nested_keys_are_checked(oc):
+    with pytest.raises(TypeError, match="nested_object_keys"):
+        oc.put("objs_nest_bad", b"x", nested_object_keys=[1])
+    with pytest.raises(RuntimeError, match="cannot be nested in itself"):
+        oc.put("objs_nest_self", b"x", nested_object_keys=["objs_nest_self"])

@@ -34,8 +34,6 @@ MODULES = [
 
 # test id -> why it cannot pass against this datasystem.
 KNOWN_FAILING = {
-    "test_oc_client.py::TestOcClientMethods::test_nest_publish":
-        "nested_object_keys are not kept alive by their parent",
 }
 
 

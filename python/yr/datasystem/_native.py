@@ -354,6 +354,10 @@ _PROTOTYPES = {
         c_status,
         [c_client_p, ctypes.c_size_t, c_keys_p, ctypes.POINTER(c_status)],
     ),
+    "ds_object_set_nested": (
+        c_status,
+        [c_client_p, ctypes.c_char_p, ctypes.c_size_t, c_keys_p],
+    ),
     "ds_object_g_increase_ref": (
         c_status,
         [c_client_p, ctypes.c_size_t, c_keys_p, ctypes.POINTER(c_status)],
@@ -528,6 +532,7 @@ def check(code, what=None):
 #   kv_unrlatch(handle, [key bytes]) -> None               ds_kv_unrlatch
 #   object_wlatch(handle, [key bytes], timeout_ms) -> None ds_object_wlatch
 #   object_unwlatch(handle, [key bytes]) -> None           ds_object_unwlatch
+#   object_set_nested(handle, parent bytes, [key bytes]) -> None  ds_object_set_nested
 #   g_increase_ref / g_decrease_ref(handle, [key bytes])
 #       -> list of per-key statuses                       ds_object_g_*_ref
 #   query_global_ref_num(handle, key bytes) -> int   ds_object_query_global_ref_num
@@ -541,6 +546,7 @@ _HOOK_SYMBOLS = {
     "kv_unrlatch": "ds_kv_unrlatch",
     "object_wlatch": "ds_object_wlatch",
     "object_unwlatch": "ds_object_unwlatch",
+    "object_set_nested": "ds_object_set_nested",
     "g_increase_ref": "ds_object_g_increase_ref",
     "g_decrease_ref": "ds_object_g_decrease_ref",
     "query_global_ref_num": "ds_object_query_global_ref_num",
@@ -610,6 +616,10 @@ def _hook_object_wlatch(handle, keys, timeout_ms):
 
 def _hook_object_unwlatch(handle, keys):
     check(load().ds_object_unwlatch(handle, len(keys), keys_array(keys), None), "unwlatch")
+
+
+def _hook_object_set_nested(handle, parent, keys):
+    check(load().ds_object_set_nested(handle, parent, len(keys), keys_array(keys)), "set_nested")
 
 
 def _ref_call(symbol, handle, keys, absent_ok=False):

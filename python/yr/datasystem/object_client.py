@@ -89,6 +89,17 @@ def _check_nested_keys(nested_object_keys):
     return nested_object_keys
 
 
+def _set_nested(kv, key, nested):
+    native = _n.hook("object_set_nested")
+    if native is None:
+        raise DsError(
+            _n.K_NOT_SUPPORTED,
+            "nested_object_keys need libdatasystem's ds_object_set_nested, which this build lacks",
+        )
+    kbs = _c.key_list(nested, name="nested_object_keys")
+    kv._call(native, key.encode("utf-8", "surrogateescape"), kbs)
+
+
 class Buffer:
     """A value in the worker's memory, written in place or pinned for reading.
 
@@ -187,14 +198,17 @@ class Buffer:
     def publish(self, nested_object_keys: Optional[List[str]] = None) -> None:
         """Makes the buffer's contents visible under its key.
 
-        nested_object_keys (Yuanrong's object references) is checked and
-        otherwise not used: this datasystem keeps no references between objects.
+        nested_object_keys: keys this object holds (Yuanrong's nested
+        references): they are not deleted while this object lives, though
+        their own global references end (see ``ObjectClient.g_decrease_ref``).
         """
-        _check_nested_keys(nested_object_keys)
+        nested = _check_nested_keys(nested_object_keys)
         self._handle()
         if self._client is None:
             raise DsError(_n.K_INVALID, "The buffer of key %r is not writable." % self._key)
         self._client.mset_buffer([self])
+        if nested:
+            _set_nested(self._client, self._key, nested)
 
     def seal(self, nested_object_keys: Optional[List[str]] = None) -> None:
         """Publishes the buffer as immutable (every published object is, here)."""
@@ -379,11 +393,13 @@ class ObjectClient:
     ) -> None:
         """Writes value (memoryview, bytes or bytearray) under object_key."""
         self._consistency(param)
-        _check_nested_keys(nested_object_keys)
+        nested = _check_nested_keys(nested_object_keys)
         Validator.check_args_types(
             [["object_key", object_key, str], ["value", value, memoryview, bytes, bytearray]]
         )
         self._kv.set(object_key, value)
+        if nested:
+            _set_nested(self._kv, object_key, nested)
 
     def get(self, object_keys: Sequence[str], timeout_ms: int) -> List[Optional[Buffer]]:
         """Read-only Buffers of object_keys (None for a missing one), waiting up to
