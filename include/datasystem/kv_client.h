@@ -291,8 +291,13 @@ DS_EXPORT ds_status_t ds_object_unwlatch(ds_client_t *c, size_t n, const char *c
  * cluster the count is kept by the worker this client talks to. */
 DS_EXPORT ds_status_t ds_object_g_increase_ref(ds_client_t *c, size_t n, const char *const *keys,
                                                ds_status_t *statuses);
-/* Drops one global reference from each key; when a count returns to 0 the
- * object is deleted. A key without references: DS_K_NOT_FOUND. */
+/* Drops one global reference this client added to each key; when a key's
+ * count (all clients') returns to 0 and no parent holds it
+ * (ds_object_set_nested) the object is deleted. A key without a reference
+ * of this client: DS_K_NOT_FOUND (Yuanrong's Python g_decrease_ref skips
+ * such keys rather than report them). References are this client's: when
+ * it closes, or dies, the worker drops the ones it still holds (Yuanrong's
+ * ReleaseGRefs), deleting the objects left with none. */
 DS_EXPORT ds_status_t ds_object_g_decrease_ref(ds_client_t *c, size_t n, const char *const *keys,
                                                ds_status_t *statuses);
 /* Nested references (Yuanrong's Buffer.publish / seal / ObjectClient.put

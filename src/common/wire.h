@@ -198,8 +198,10 @@
  *         global reference counts (ObjectClient.g_increase_ref / g_decrease_ref /
  *         query_global_ref_num): delta +1, -1 or 0 (query). A key may be
  *         referenced before it is put. When a count returns to 0 the key is deleted.
- *         Decreasing a key whose count is 0: K_NOT_FOUND. Standalone only: in a
- *         cluster the count lives on the worker the client talks to.
+ *         References are the session's: a session decreases only those it added
+ *         (others: K_NOT_FOUND), and when it ends the worker drops all of them.
+ *         Standalone only: in a cluster the count lives on the worker the
+ *         client talks to.
  *         delta DS_GREF_NEST (2): nested references (Yuanrong's publish with
  *         nested_object_keys): key[0], the parent, holds key[1..n-1] (n up to
  *         DS_MAX_BATCH + 1) in place of the keys it held before. A held key is

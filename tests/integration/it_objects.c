@@ -2,7 +2,8 @@
  * (ds_object_wlatch / ds_object_unwlatch) against other clients' latches and
  * writes, and against the holder's own; latches released with their client;
  * nested references (ds_object_set_nested): held keys outlive their own
- * references and go with their parent, down a long chain at once. */
+ * references and go with their parent, down a long chain at once; global
+ * references are per client and go when the client does. */
 #include "harness.h"
 
 #include <pthread.h>
@@ -12,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -186,6 +188,40 @@ static void test_long_chain_goes_with_its_head(void **state)
     ds_client_close(c);
 }
 
+static void test_references_are_per_client_and_go_with_it(void **state)
+{
+    (void)state;
+    ds_client_t *a = client(), *b = client(), *q = client();
+    const char *k = "ref.k", *kid = "ref.kid", *both[2] = {"ref.k", "ref.shared"};
+    put(a, k, "v");
+    put(a, kid, "v");
+    put(a, both[1], "v");
+    assert_int_equal(ds_object_g_increase_ref(a, 2, both, NULL), DS_K_OK);
+    assert_int_equal(ds_object_g_increase_ref(a, 1, &k, NULL), DS_K_OK);
+    assert_int_equal(ds_object_set_nested(a, k, 1, &kid), DS_K_OK);
+    assert_int_equal(ds_object_g_increase_ref(b, 1, &both[1], NULL), DS_K_OK);
+    uint32_t n = 0;
+    assert_int_equal(ds_object_query_global_ref_num(q, both[1], &n), DS_K_OK);
+    assert_int_equal(n, 2);
+    /* b cannot drop a's references. */
+    assert_int_equal(ds_object_g_decrease_ref(b, 1, &k, NULL), DS_K_NOT_FOUND);
+    assert_non_null(strstr(ds_last_error(), "no global reference of this client"));
+    /* a goes without decreasing: its references go, k (and the kid it holds)
+     * with them; the shared key stays for b. */
+    ds_client_close(a);
+    for (int i = 0; i < 500 && exists(q, k); i++)
+        usleep(10000);
+    assert_false(exists(q, k));
+    assert_false(exists(q, kid));
+    assert_true(exists(q, both[1]));
+    assert_int_equal(ds_object_query_global_ref_num(q, both[1], &n), DS_K_OK);
+    assert_int_equal(n, 1);
+    assert_int_equal(ds_object_g_decrease_ref(b, 1, &both[1], NULL), DS_K_OK);
+    assert_false(exists(q, both[1]));
+    ds_client_close(b);
+    ds_client_close(q);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -193,6 +229,7 @@ int main(void)
         cmocka_unit_test(test_writer_waits_for_write_latch_until_holder_leaves),
         cmocka_unit_test(test_nested_references),
         cmocka_unit_test(test_long_chain_goes_with_its_head),
+        cmocka_unit_test(test_references_are_per_client_and_go_with_it),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

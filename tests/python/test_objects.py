@@ -187,3 +187,51 @@ def test_nested_keys_are_checked(oc):
         oc.put("objs_nest_bad", b"x", nested_object_keys=[1])
     with pytest.raises(RuntimeError, match="cannot be nested in itself"):
         oc.put("objs_nest_self", b"x", nested_object_keys=["objs_nest_self"])
+
+
+def test_references_of_a_killed_client_are_released(oc, worker):
+    import subprocess
+    import sys
+    import textwrap
+
+    oc.put("objs_dead_ref", b"v")
+    oc.put("objs_dead_kid", b"k")
+    oc.put("objs_dead_shared", b"s")
+    assert oc.g_increase_ref(["objs_dead_shared"]) == []
+    code = textwrap.dedent(
+        """
+        import os, sys
+        from yr.datasystem.object_client import ObjectClient
+        c = ObjectClient(os.environ["DATASYSTEM_HOST"], int(os.environ["DATASYSTEM_PORT"]))
+        c.init()
+        assert c.g_increase_ref(["objs_dead_ref", "objs_dead_shared"]) == []
+        c.put("objs_dead_ref", b"v", nested_object_keys=["objs_dead_kid"])
+        print("held", flush=True)
+        sys.stdin.read()
+        """
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], env=worker.env(),
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "held"
+        assert oc.query_global_ref_num("objs_dead_shared") == 2
+        # Another client cannot drop them (Yuanrong skips such keys).
+        assert oc.g_decrease_ref(["objs_dead_ref"]) == []
+        assert _exists(oc, "objs_dead_ref")
+        proc.kill()
+        proc.wait(10)
+        import time
+
+        for _ in range(500):
+            if not _exists(oc, "objs_dead_ref"):
+                break
+            time.sleep(0.01)
+        assert not _exists(oc, "objs_dead_ref") and not _exists(oc, "objs_dead_kid")
+        assert _exists(oc, "objs_dead_shared")
+        assert oc.query_global_ref_num("objs_dead_shared") == 1
+        assert oc.g_decrease_ref(["objs_dead_shared"]) == []
+        assert not _exists(oc, "objs_dead_shared")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)

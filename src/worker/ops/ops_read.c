@@ -111,20 +111,60 @@ void ds__ops_read(ds_server_t *srv, ds_req_t *r)
  * holds each of its nested keys, counted in the child's `nested`, apart
  * from the clients' `count` (query_global_ref_num reports only `count`).
  * An entry goes, and its object is deleted, when both reach 0; a parent
- * that goes drops its holds, which may let its children go in turn. */
+ * that goes drops its holds, which may let its children go in turn.
+ *
+ * References are per client (session), as Yuanrong's: `count` is the sum
+ * of the entry's holders' counts; a client decreases only references it
+ * added, and when its session ends the worker drops all of them
+ * (Yuanrong's ReleaseGRefs), which may delete objects. Sessions that hold
+ * references are on a list with how many keys each holds, so a session
+ * holding none ends at no cost; one holding some costs a pass over the
+ * entries. */
+typedef struct gholder {
+    struct gholder *next;
+    const void *session;
+    uint32_t n;
+} gholder_t;
+
 typedef struct gref {
     struct gref *next;
     uint32_t count, keylen;
-    uint32_t nested; /* holds of parents */
-    uint32_t nkids;  /* keys this one holds, in kids */
-    char *kids;      /* nkids * (u32 length, bytes), one allocation */
+    uint32_t nested;    /* holds of parents */
+    uint32_t nkids;     /* keys this one holds, in kids */
+    bool touched;       /* a session's end took references from it */
+    char *kids;         /* nkids * (u32 length, bytes), one allocation */
+    gholder_t *holders; /* who holds count */
     char key[];
 } gref_t;
+
+typedef struct gsess {
+    struct gsess *next;
+    const void *session;
+    uint32_t keys; /* entries it holds references on */
+} gsess_t;
 
 struct ds_grefs {
     gref_t **b;
     uint32_t nb, n;
+    gsess_t *sessions;
 };
+
+static gsess_t **gsess_find(struct ds_grefs *g, const void *session)
+{
+    gsess_t **pp = &g->sessions;
+    while (*pp && (*pp)->session != session)
+        pp = &(*pp)->next;
+    return pp;
+}
+
+static void free_holders(gholder_t *h)
+{
+    while (h) {
+        gholder_t *nx = h->next;
+        free(h);
+        h = nx;
+    }
+}
 
 static gref_t **gref_find(struct ds_grefs *g, const char *k, uint32_t kl)
 {
@@ -159,9 +199,15 @@ void ds__ops_grefs_free(ds_server_t *srv)
     for (uint32_t i = 0; i < g->nb; i++)
         for (gref_t *e = g->b[i], *nx; e; e = nx) {
             nx = e->next;
+            free_holders(e->holders);
             free(e->kids);
             free(e);
         }
+    while (g->sessions) {
+        gsess_t *nx = g->sessions->next;
+        free(g->sessions);
+        g->sessions = nx;
+    }
     free(g->b);
     free(g);
     srv->grefs = NULL;
@@ -208,6 +254,7 @@ static void gref_release_kids(ds_server_t *srv, gref_t *todo)
             c->next = todo;
             todo = c;
         }
+        free_holders(p->holders);
         free(p->kids);
         free(p);
     }
@@ -227,8 +274,8 @@ static void gref_gone(ds_server_t *srv, gref_t **pp)
 }
 
 /* Applies delta to key's count; the count after it in *count. */
-static ds_status_t gref_apply(ds_server_t *srv, const char *k, uint32_t kl, int32_t delta,
-                              uint32_t *count, char *msg, size_t cap)
+static ds_status_t gref_apply(ds_server_t *srv, const void *session, const char *k, uint32_t kl,
+                              int32_t delta, uint32_t *count, char *msg, size_t cap)
 {
     struct ds_grefs *g = srv->grefs;
     if (g == NULL && (g = srv->grefs = calloc(1, sizeof(*g))) == NULL) goto oom;
@@ -242,9 +289,23 @@ static ds_status_t gref_apply(ds_server_t *srv, const char *k, uint32_t kl, int3
             snprintf(msg, cap, "key '%.*s' has no global reference", (int)kl, k);
             return DS_K_NOT_FOUND;
         }
-        if (e->count == 0) {
-            snprintf(msg, cap, "key '%.*s' has no global reference", (int)kl, k);
+        gholder_t **hp = &e->holders;
+        while (*hp && (*hp)->session != session)
+            hp = &(*hp)->next;
+        if (*hp == NULL) {
+            snprintf(msg, cap, "key '%.*s' has no global reference of this client", (int)kl, k);
             return DS_K_NOT_FOUND;
+        }
+        if (--(*hp)->n == 0) {
+            gholder_t *h = *hp;
+            *hp = h->next;
+            free(h);
+            gsess_t **sp = gsess_find(g, session);
+            if (*sp && --(*sp)->keys == 0) {
+                gsess_t *gs = *sp;
+                *sp = gs->next;
+                free(gs);
+            }
         }
         if (--e->count > 0 || e->nested > 0) {
             *count = e->count;
@@ -255,17 +316,30 @@ static ds_status_t gref_apply(ds_server_t *srv, const char *k, uint32_t kl, int3
         gref_gone(srv, pp);
         return DS_K_OK;
     }
-    if (e) {
-        if (e->count == UINT32_MAX) {
-            snprintf(msg, cap, "key '%.*s' has too many global references", (int)kl, k);
-            return DS_K_INVALID;
-        }
-        *count = ++e->count;
-        return DS_K_OK;
+    if (e && e->count == UINT32_MAX) {
+        snprintf(msg, cap, "key '%.*s' has too many global references", (int)kl, k);
+        return DS_K_INVALID;
     }
-    if ((e = gref_new(g, k, kl)) == NULL) goto oom;
-    e->count = 1;
-    *count = 1;
+    gholder_t *h = NULL;
+    if (e)
+        for (h = e->holders; h && h->session != session; h = h->next)
+            ;
+    if (h == NULL) {
+        /* This client's first reference on the key. */
+        gsess_t **sp = gsess_find(g, session);
+        if (*sp == NULL && (*sp = calloc(1, sizeof(**sp))) != NULL) (*sp)->session = session;
+        if (*sp == NULL || (h = calloc(1, sizeof(*h))) == NULL) goto oom;
+        if (e == NULL && (e = gref_new(g, k, kl)) == NULL) {
+            free(h);
+            goto oom;
+        }
+        (*sp)->keys++;
+        h->session = session;
+        h->next = e->holders;
+        e->holders = h;
+    }
+    h->n++;
+    *count = ++e->count;
     return DS_K_OK;
 oom:
     snprintf(msg, cap, "out of memory");
@@ -403,7 +477,7 @@ void ds__ops_gref(ds_server_t *srv, ds_req_t *r)
         } else if (ds__key_check(k, kl, msg, sizeof(msg)) != 0) {
             st = DS_K_INVALID;
         } else {
-            st = gref_apply(srv, k, kl, delta, &count, msg, sizeof(msg));
+            st = gref_apply(srv, r->session, k, kl, delta, &count, msg, sizeof(msg));
         }
         if (st == DS_K_OK) {
             ok++;
@@ -417,4 +491,49 @@ void ds__ops_gref(ds_server_t *srv, ds_req_t *r)
     if (first != DS_K_OK) ds__ops_lead_error(&w, first_msg);
     ds__req_reply(r, ok ? DS_K_OK : first, &w, NULL, 0, NULL, 0, -1);
     ds__wbuf_free(&w);
+}
+
+void ds__ops_grefs_session_end(ds_server_t *srv, const void *session)
+{
+    struct ds_grefs *g = srv->grefs;
+    if (g == NULL) return;
+    gsess_t **sp = gsess_find(g, session);
+    if (*sp == NULL) return;
+    gsess_t *gs = *sp;
+    *sp = gs->next;
+    free(gs);
+    /* First take the session's references off every entry; then delete the
+     * entries left with none, which may cascade through nested holds (so
+     * each bucket is walked again from its head after a deletion). */
+    uint32_t touched = 0;
+    for (uint32_t i = 0; i < g->nb; i++)
+        for (gref_t *e = g->b[i]; e; e = e->next)
+            for (gholder_t **hp = &e->holders; *hp; hp = &(*hp)->next)
+                if ((*hp)->session == session) {
+                    gholder_t *h = *hp;
+                    e->count -= h->n;
+                    *hp = h->next;
+                    free(h);
+                    e->touched = true;
+                    touched++;
+                    break;
+                }
+    for (uint32_t i = 0; touched > 0 && i < g->nb; i++) {
+        gref_t **pp = &g->b[i];
+        while (*pp) {
+            gref_t *e = *pp;
+            if (!e->touched) {
+                pp = &e->next;
+                continue;
+            }
+            e->touched = false;
+            touched--;
+            if (e->count == 0 && e->nested == 0) {
+                gref_gone(srv, pp);
+                pp = &g->b[i];
+            } else {
+                pp = &e->next;
+            }
+        }
+    }
 }
