@@ -10,6 +10,8 @@ mirror (env YUANRONG_MIRROR, a bare git folder) is not on this machine.
 
 Tests of Yuanrong's that cannot pass here are listed in ``KNOWN_FAILING``
 with the reason, and deselected; every other test of each module must pass.
+Yuanrong's Python examples (``EXAMPLES``) run the same way, with ``--host``
+and ``--port``.
 """
 
 import json
@@ -74,3 +76,19 @@ def test_yuanrong_module_passes(module, yuanrong_root, worker):
                           timeout=300)
     assert proc.returncode == 0, "%s failed:\n%s\n%s" % (name, proc.stdout[-6000:],
                                                         proc.stderr[-2000:])
+
+
+EXAMPLES = ["example/python/object_client_example.py", "example/python/kv_client_example.py"]
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=[Path(e).name for e in EXAMPLES])
+def test_yuanrong_example_runs(example, yuanrong_root, worker):
+    _root, cwd = yuanrong_root
+    name = Path(example).name
+    (cwd / name).write_bytes(_show(example))
+    proc = subprocess.run(
+        [sys.executable, name, "--host", worker.host, "--port", str(worker.port)],
+        cwd=str(cwd), env=worker.env(), capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0, "%s failed:\n%s\n%s" % (name, proc.stdout[-4000:],
+                                                        proc.stderr[-4000:])
