@@ -235,3 +235,93 @@ def test_references_of_a_killed_client_are_released(oc, worker):
         if proc.poll() is None:
             proc.kill()
             proc.wait(10)
+
+
+def test_mutable_object_readers_see_whole_versions(oc, worker):
+    import threading
+
+    from yr.datasystem.kv_client import KVClient
+
+    key, size, versions = "objs_mut", 256 * 1024, 30
+    oc.put(key, bytes([0]) * size)
+    stop = threading.Event()
+    seen, bad = set(), []
+
+    def read_loop():
+        r = ObjectClient(worker.host, worker.port)
+        r.init()
+        kv = KVClient(worker.host, worker.port)
+        kv.init()
+        try:
+            for _ in range(5000):
+                if stop.is_set():
+                    break
+                data = r.get([key], 0)[0].immutable_data().tobytes()
+                # Also a latched read: it either waits out the writer or fails, never tears.
+                ro = kv.get_read_only_buffers([key], 0)[0]
+                try:
+                    latched = ro.immutable_data(with_latch=True, timeout_sec=1).tobytes()
+                    ro.unrlatch()
+                except RuntimeError:
+                    latched = data
+                for d in (data, latched):
+                    if d.count(d[:1]) != size:
+                        bad.append(d[:1])
+                    seen.add(d[0])
+        finally:
+            kv.close()
+            r.close()
+
+    readers = [threading.Thread(target=read_loop) for _ in range(2)]
+    for t in readers:
+        t.start()
+    b = oc.get([key], 0)[0]
+    try:
+        for v in range(1, versions + 1):
+            b.wlatch(timeout_sec=10)
+            # Written in two halves: no reader may see the first half alone.
+            b.memory_copy(bytes([v]) * (size // 2))
+            b.mutable_data()[size // 2:] = bytes([v]) * (size // 2)
+            b.publish()
+            b.unwlatch()
+            assert b.immutable_data().tobytes() == bytes([v]) * size
+    finally:
+        stop.set()
+        for t in readers:
+            t.join(30)
+    assert bad == []
+    assert oc.get([key], 0)[0].immutable_data().tobytes() == bytes([versions]) * size
+    assert seen <= set(range(versions + 1))
+
+
+def test_mutable_write_keeps_old_readers_bytes_and_partial_copy(oc):
+    oc.put("objs_mut2", b"abcdef")
+    old = oc.get(["objs_mut2"], 0)[0]
+    b = oc.get(["objs_mut2"], 0)[0]
+    b.memory_copy(b"XY", 2)
+    # Unpublished: the writer sees its write, nobody else does.
+    assert b.immutable_data().tobytes() == b"abXYef"
+    assert oc.get(["objs_mut2"], 0)[0].immutable_data().tobytes() == b"abcdef"
+    b.publish()
+    assert oc.get(["objs_mut2"], 0)[0].immutable_data().tobytes() == b"abXYef"
+    assert old.immutable_data().tobytes() == b"abcdef"
+
+
+def test_seal_is_final(oc):
+    b = oc.create("objs_seal", 3)
+    b.wlatch()
+    b.memory_copy(b"one")
+    b.seal()
+    b.unwlatch()
+    for call in (lambda: b.memory_copy(b"two"), b.mutable_data, b.publish, b.seal, b.wlatch):
+        with pytest.raises(RuntimeError, match="Client object is already sealed") as ei:
+            call()
+        assert ei.value.code == 2000  # K_OC_ALREADY_SEALED
+    assert oc.get(["objs_seal"], 0)[0].immutable_data().tobytes() == b"one"
+    # publish, unlike seal, leaves the object writable.
+    p = oc.create("objs_pub", 3)
+    p.memory_copy(b"one")
+    p.publish()
+    p.memory_copy(b"two")
+    p.publish()
+    assert oc.get(["objs_pub"], 0)[0].immutable_data().tobytes() == b"two"

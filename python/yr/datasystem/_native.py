@@ -73,6 +73,7 @@ STATUS_TEXTS = {
     K_RPC_UNAVAILABLE: "RPC unavailable",
     K_WRITE_BACK_QUEUE_FULL: "Write back queue full",
     K_OC_KEY_ALREADY_EXIST: "Object already exist error",
+    K_OC_ALREADY_SEALED: "Object already sealed error",
 }
 
 

@@ -11,15 +11,25 @@ methods of ``object_client.Buffer`` (``mutable_data``, ``immutable_data``,
 CamelCase ones of the buffers Yuanrong's ``KVClient.mcreate`` returns
 (``MutableData``, ``ImmutableData``, ``GetSize``, ``RLatch``, ``UnRLatch``).
 
-Latches: a published object is immutable here (an overwrite publishes a new
-version; a reader's pin keeps its version's bytes) and an unpublished buffer
-belongs to its creator alone, so no reader can see a concurrent write. The
-latch calls check their arguments as Yuanrong does; ``rlatch`` / ``unrlatch``
-of a published buffer take and drop the worker's read latch on its key
-(writers of the key wait meanwhile) when the library has it
-(``ds_kv_rlatch``), and otherwise succeed at once, as do the write latches.
-``ImmutableData(with_latch=True)`` checks its arguments and takes no latch:
-the view pins its version anyway.
+Mutable objects (Yuanrong's pattern: get a published buffer, ``wlatch``,
+``memory_copy``, ``publish`` again, ``unwlatch``): the worker keeps whole
+versions, so writing to a published buffer writes a new version of the
+object, made on the first write as a copy of the buffer's bytes, and
+``publish`` makes it the object's value. Readers never see a half-written
+version: one that holds a buffer keeps its version's bytes, a later get
+sees the new one. The new version is written with ``WriteMode.NONE_L2_CACHE``
+and no TTL.
+
+``seal`` is ``publish`` of a final version: afterwards the buffer refuses
+writes, ``wlatch``, ``publish`` and ``seal`` with K_OC_ALREADY_SEALED
+("Client object is already sealed"), as Yuanrong's. The mark is the
+buffer's; buffers another get returns do not carry it.
+
+Latches: ``rlatch`` / ``unrlatch`` of a published buffer take and drop the
+worker's read latch on its key (writers of the key wait meanwhile);
+``wlatch`` / ``unwlatch`` its write latch, which also keeps other clients'
+write latches and latched reads of the key out (``ds_object_wlatch``). An
+unpublished buffer is its creator's alone: its latches succeed at once.
 """
 
 from enum import IntEnum
@@ -110,7 +120,10 @@ class Buffer:
     taken from it are gone, or on ``release()``.
     """
 
-    __slots__ = ("_client", "_pin", "_key", "_size", "_published", "_wlatched", "__weakref__")
+    __slots__ = (
+        "_client", "_pin", "_key", "_size", "_published", "_wlatched", "_draft", "_sealed",
+        "__weakref__",
+    )
 
     def __init__(
         self, client: Any = None, handle: Optional[int] = None, key: str = "", published: bool = False
@@ -122,6 +135,8 @@ class Buffer:
         self._key = key
         self._published = published
         self._wlatched = 0  # write latches this buffer took in the worker
+        self._draft = None  # the next version of a published object, being written
+        self._sealed = False
         if handle is None:
             self._pin = None
             self._size = 0
@@ -162,9 +177,28 @@ class Buffer:
             raise DsError(_n.K_INVALID, "The buffer is None, please create it first.")
         return self._size
 
+    def _check_not_sealed(self):
+        if self._sealed:
+            raise DsError(_n.K_OC_ALREADY_SEALED, "Client object is already sealed")
+
+    def _new_version(self):
+        """The draft of the object's next version, a copy of this buffer's bytes."""
+        if self._draft is None:
+            if self._client is None:
+                raise DsError(_n.K_INVALID, "The buffer of key %r is read-only." % self._key)
+            draft = self._client.mcreate([self._key], [self._size])[0]
+            if self._size:
+                draft.mutable_data()[:] = self.immutable_data()
+            self._draft = draft
+        return self._draft
+
     def mutable_data(self) -> memoryview:
-        """A writable memoryview; only before the buffer is published."""
+        """A writable memoryview of the buffer; of a published one, of its next
+        version (see the module's notes), which ``publish`` makes visible."""
         h = self._handle()
+        self._check_not_sealed()
+        if self._published:
+            return self._new_version().mutable_data()
         addr = _n.load().ds_buffer_mutable_data(h)
         if not addr:
             raise DsError(
@@ -173,8 +207,11 @@ class Buffer:
         return _n.pinned_view(self._pin, addr, self._size, readonly=False)
 
     def immutable_data(self) -> memoryview:
-        """A read-only memoryview of the buffer's bytes."""
+        """A read-only memoryview of the buffer's bytes (with this client's
+        unpublished writes to a published buffer)."""
         h = self._handle()
+        if self._draft is not None:
+            return self._draft.immutable_data()
         addr = _n.load().ds_buffer_data(h)
         return _n.pinned_view(self._pin, addr, self._size, readonly=True)
 
@@ -204,15 +241,24 @@ class Buffer:
         """
         nested = _check_nested_keys(nested_object_keys)
         self._handle()
+        self._check_not_sealed()
         if self._client is None:
             raise DsError(_n.K_INVALID, "The buffer of key %r is not writable." % self._key)
-        self._client.mset_buffer([self])
+        if self._draft is not None:
+            draft = self._draft
+            self._client.mset_buffer([draft])
+            # This buffer now shows the version it published.
+            self._pin, draft._pin = draft._pin, None
+            self._draft = None
+        elif not self._published:
+            self._client.mset_buffer([self])
         if nested:
             _set_nested(self._client, self._key, nested)
 
     def seal(self, nested_object_keys: Optional[List[str]] = None) -> None:
-        """Publishes the buffer as immutable (every published object is, here)."""
+        """Publishes the buffer's final version: it is not written again."""
         self.publish(nested_object_keys)
+        self._sealed = True
 
     def invalidate_buffer(self) -> None:
         """Removes the object from the worker this client is connected to (Yuanrong:
@@ -233,6 +279,8 @@ class Buffer:
         raises RuntimeError (K_TRY_AGAIN). An unpublished buffer is its
         creator's alone: nothing to latch."""
         _check_latch_timeout(timeout_sec)
+        self._handle()
+        self._check_not_sealed()
         native, kb = self._latch_target("object_wlatch")
         if native is not None:
             self._client._call(native, [kb], min(timeout_sec * 1000, _LATCH_MAX))
@@ -271,6 +319,9 @@ class Buffer:
 
         Views still held from it must not be used afterwards.
         """
+        if self._draft is not None:
+            self._draft.release()
+            self._draft = None
         if self._pin is not None:
             self._pin.release()
 
