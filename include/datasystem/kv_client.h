@@ -311,6 +311,21 @@ DS_EXPORT ds_status_t ds_object_g_decrease_ref(ds_client_t *c, size_t n, const c
  * outlive the client that set them. Standalone workers, as for the counts. */
 DS_EXPORT ds_status_t ds_object_set_nested(ds_client_t *c, const char *parent, size_t n,
                                            const char *const *nested_keys);
+/* Yuanrong's ObjMetaInfo: an object's size and where it is. */
+typedef struct {
+    uint64_t size;      /* 0 when the object is not found */
+    char location[300]; /* "host:port" of the worker holding it; "" when not found */
+} ds_obj_meta_t;
+
+/* Yuanrong's GetObjMetaInfo: metas[i] (caller-owned, n entries) for each
+ * key. tenant_id must be NULL or "" (this datasystem has no tenants:
+ * DS_K_NOT_AUTHORIZED otherwise). The location is the worker this client is
+ * connected to, which answered for the object (in a cluster it may keep
+ * the data elsewhere). statuses[i] (may be NULL): DS_K_NOT_FOUND for a
+ * missing key. DS_K_OK when any key was found, as Yuanrong's. */
+DS_EXPORT ds_status_t ds_object_get_meta_info(ds_client_t *c, const char *tenant_id, size_t n,
+                                              const char *const *keys, ds_obj_meta_t *metas,
+                                              ds_status_t *statuses);
 /* The key's global reference count (0 when it has none). */
 DS_EXPORT ds_status_t ds_object_query_global_ref_num(ds_client_t *c, const char *key,
                                                      uint32_t *count);

@@ -7,6 +7,7 @@
 #include "common/error.h"
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -200,6 +201,50 @@ ds_status_t ds_object_set_nested(ds_client_t *c, const char *parent, size_t n,
         ds__client_leave(c, keys_call(c, DS_OP_GREF, DS_GREF_NEST, n + 1, keys, NULL, NULL, false));
     free(keys);
     return st;
+}
+
+ds_status_t ds_object_get_meta_info(ds_client_t *c, const char *tenant_id, size_t n,
+                                    const char *const *keys, ds_obj_meta_t *metas,
+                                    ds_status_t *statuses)
+{
+    ds__clear_error();
+    if (c == NULL || metas == NULL) return ds__set_error(DS_K_INVALID, "client or metas is NULL");
+    if (tenant_id != NULL && tenant_id[0] != '\0')
+        return ds__set_error(DS_K_NOT_AUTHORIZED,
+                             "tenant '%.64s': this datasystem has no tenants (pass \"\")",
+                             tenant_id);
+    ds_status_t st = ds__check_keys(n, keys, DS_MAX_BATCH);
+    if (st != DS_K_OK) return st;
+    uint64_t *sizes = calloc(n, sizeof(*sizes));
+    ds_status_t *sts = statuses ? statuses : calloc(n, sizeof(*sts));
+    if (sizes == NULL || sts == NULL) {
+        free(sizes);
+        if (sts != statuses) free(sts);
+        return ds__set_error(DS_K_OUT_OF_MEMORY, "out of memory");
+    }
+    /* A status the library never writes: a key it did not report on failed. */
+    for (size_t i = 0; i < n; i++)
+        sts[i] = (ds_status_t)-1;
+    st = ds_kv_query_size(c, n, keys, sizes, sts);
+    size_t found = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (sts[i] == (ds_status_t)-1) sts[i] = st != DS_K_OK ? st : DS_K_RUNTIME_ERROR;
+        bool ok = sts[i] == DS_K_OK;
+        metas[i].size = ok ? sizes[i] : 0;
+        if (ok) {
+            snprintf(metas[i].location, sizeof(metas[i].location), "%s", c->addr);
+            found++;
+        } else {
+            metas[i].location[0] = '\0';
+        }
+    }
+    free(sizes);
+    if (sts != statuses) free(sts);
+    if (found > 0) {
+        ds__clear_error();
+        return DS_K_OK;
+    }
+    return st != DS_K_OK ? st : ds__set_error(DS_K_NOT_FOUND, "no object found");
 }
 
 ds_status_t ds_object_query_global_ref_num(ds_client_t *c, const char *key, uint32_t *count)

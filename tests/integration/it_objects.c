@@ -3,7 +3,8 @@
  * writes, and against the holder's own; latches released with their client;
  * nested references (ds_object_set_nested): held keys outlive their own
  * references and go with their parent, down a long chain at once; global
- * references are per client and go when the client does. */
+ * references are per client and go when the client does; object metadata
+ * (ds_object_get_meta_info). */
 #include "harness.h"
 
 #include <pthread.h>
@@ -222,6 +223,29 @@ static void test_references_are_per_client_and_go_with_it(void **state)
     ds_client_close(q);
 }
 
+static void test_get_meta_info(void **state)
+{
+    (void)state;
+    ds_client_t *c = client();
+    put(c, "meta.k", "12345");
+    const char *keys[2] = {"meta.k", "meta.missing"};
+    ds_obj_meta_t m[2];
+    ds_status_t st[2];
+    assert_int_equal(ds_object_get_meta_info(c, "", 2, keys, m, st), DS_K_OK);
+    assert_int_equal(st[0], DS_K_OK);
+    assert_int_equal(st[1], DS_K_NOT_FOUND);
+    assert_int_equal(m[0].size, 5);
+    char want[300];
+    snprintf(want, sizeof(want), "%s:%d", W.host, W.port);
+    assert_string_equal(m[0].location, want);
+    assert_int_equal(m[1].size, 0);
+    assert_string_equal(m[1].location, "");
+    assert_int_equal(ds_object_get_meta_info(c, NULL, 1, &keys[1], m, NULL), DS_K_NOT_FOUND);
+    assert_int_equal(ds_object_get_meta_info(c, "t1", 1, keys, m, NULL), DS_K_NOT_AUTHORIZED);
+    assert_int_equal(ds_object_get_meta_info(c, NULL, 1, keys, NULL, NULL), DS_K_INVALID);
+    ds_client_close(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -230,6 +254,7 @@ int main(void)
         cmocka_unit_test(test_nested_references),
         cmocka_unit_test(test_long_chain_goes_with_its_head),
         cmocka_unit_test(test_references_are_per_client_and_go_with_it),
+        cmocka_unit_test(test_get_meta_info),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

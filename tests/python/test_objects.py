@@ -325,3 +325,19 @@ def test_seal_is_final(oc):
     p.memory_copy(b"two")
     p.publish()
     assert oc.get(["objs_pub"], 0)[0].immutable_data().tobytes() == b"two"
+
+
+def test_get_meta_info(oc, worker):
+    from yr.datasystem.object_client import ObjMetaInfo
+
+    oc.put("objs_meta", b"12345")
+    metas = oc.get_meta_info(["objs_meta", "objs_meta_missing"])
+    assert metas == [ObjMetaInfo(5, ["%s:%d" % (worker.host, worker.port)]), ObjMetaInfo(0, [])]
+    with pytest.raises(RuntimeError):
+        oc.get_meta_info(["objs_meta_missing"])
+    with pytest.raises(RuntimeError, match="no tenants"):
+        oc.get_meta_info(["objs_meta"], "tenant1")
+    with pytest.raises(RuntimeError, match="should not be empty"):
+        oc.get_meta_info([])
+    with pytest.raises(TypeError):
+        oc.get_meta_info("objs_meta")

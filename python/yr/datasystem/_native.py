@@ -161,6 +161,15 @@ class SetParamC(ctypes.Structure):
     ]
 
 
+class ObjMetaC(ctypes.Structure):
+    """ds_obj_meta_t."""
+
+    _fields_ = [
+        ("size", ctypes.c_uint64),
+        ("location", ctypes.c_char * 300),
+    ]
+
+
 class ValueC(ctypes.Structure):
     _fields_ = [
         ("status", ctypes.c_int),
@@ -355,6 +364,11 @@ _PROTOTYPES = {
         c_status,
         [c_client_p, ctypes.c_size_t, c_keys_p, ctypes.POINTER(c_status)],
     ),
+    "ds_object_get_meta_info": (
+        c_status,
+        [c_client_p, ctypes.c_char_p, ctypes.c_size_t, c_keys_p, ctypes.POINTER(ObjMetaC),
+         ctypes.POINTER(c_status)],
+    ),
     "ds_object_set_nested": (
         c_status,
         [c_client_p, ctypes.c_char_p, ctypes.c_size_t, c_keys_p],
@@ -534,6 +548,8 @@ def check(code, what=None):
 #   object_wlatch(handle, [key bytes], timeout_ms) -> None ds_object_wlatch
 #   object_unwlatch(handle, [key bytes]) -> None           ds_object_unwlatch
 #   object_set_nested(handle, parent bytes, [key bytes]) -> None  ds_object_set_nested
+#   object_get_meta_info(handle, tenant bytes, [key bytes])
+#       -> list of (size, location str)                   ds_object_get_meta_info
 #   g_increase_ref / g_decrease_ref(handle, [key bytes])
 #       -> list of per-key statuses                       ds_object_g_*_ref
 #   query_global_ref_num(handle, key bytes) -> int   ds_object_query_global_ref_num
@@ -548,6 +564,7 @@ _HOOK_SYMBOLS = {
     "object_wlatch": "ds_object_wlatch",
     "object_unwlatch": "ds_object_unwlatch",
     "object_set_nested": "ds_object_set_nested",
+    "object_get_meta_info": "ds_object_get_meta_info",
     "g_increase_ref": "ds_object_g_increase_ref",
     "g_decrease_ref": "ds_object_g_decrease_ref",
     "query_global_ref_num": "ds_object_query_global_ref_num",
@@ -621,6 +638,14 @@ def _hook_object_unwlatch(handle, keys):
 
 def _hook_object_set_nested(handle, parent, keys):
     check(load().ds_object_set_nested(handle, parent, len(keys), keys_array(keys)), "set_nested")
+
+
+def _hook_object_get_meta_info(handle, tenant, keys):
+    n = len(keys)
+    metas = (ObjMetaC * n)()
+    check(load().ds_object_get_meta_info(handle, tenant, n, keys_array(keys), metas, None),
+          "get_meta_info")
+    return [(int(m.size), m.location.decode("utf-8", "replace")) for m in metas]
 
 
 def _ref_call(symbol, handle, keys, absent_ok=False):

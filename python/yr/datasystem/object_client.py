@@ -40,7 +40,7 @@ from yr.datasystem import _native as _n
 from yr.datasystem._native import DsError
 from yr.datasystem.util import Status, Validator
 
-__all__ = ["WriteMode", "ConsistencyType", "CacheType", "Buffer", "ObjectClient"]
+__all__ = ["WriteMode", "ConsistencyType", "CacheType", "Buffer", "ObjectClient", "ObjMetaInfo"]
 
 
 class WriteMode(IntEnum):
@@ -97,6 +97,26 @@ def _check_nested_keys(nested_object_keys):
             "The input of nested_object_keys should be a list of strings. There exists error type."
         )
     return nested_object_keys
+
+
+class ObjMetaInfo:
+    """Yuanrong's ObjMetaInfo: ``obj_size`` (0 when the object is not found)
+    and ``locations`` (the addresses of the workers holding it: here the one
+    the client is connected to, which answered)."""
+
+    __slots__ = ("obj_size", "locations")
+
+    def __init__(self, obj_size: int = 0, locations: Optional[List[str]] = None) -> None:
+        self.obj_size = obj_size
+        self.locations = list(locations or [])
+
+    def __eq__(self, other):
+        if not isinstance(other, ObjMetaInfo):
+            return NotImplemented
+        return (self.obj_size, self.locations) == (other.obj_size, other.locations)
+
+    def __repr__(self):
+        return "ObjMetaInfo(obj_size=%d, locations=%r)" % (self.obj_size, self.locations)
 
 
 def _set_nested(kv, key, nested):
@@ -504,6 +524,24 @@ class ObjectClient:
             return self._kv._call(native, object_key.encode("utf-8", "surrogateescape"))
         except DsError:
             return -1
+
+    def get_meta_info(self, object_keys: Sequence[str], tenant_id: str = "") -> List[ObjMetaInfo]:
+        """Yuanrong's GetObjMetaInfo: an ObjMetaInfo per key (size 0 and no
+        location for a missing one). Raises RuntimeError when no key was found,
+        and for a tenant_id other than "" (this datasystem has no tenants)."""
+        Validator.check_args_types([["object_keys", object_keys, list], ["tenant_id", tenant_id, str]])
+        if not object_keys:
+            raise DsError(_n.K_INVALID, "The input of object_keys list should not be empty")
+        kbs = _c.key_list(object_keys, name="object_keys")
+        native = _n.hook("object_get_meta_info")
+        if native is None:
+            raise DsError(_n.K_NOT_SUPPORTED,
+                          "get_meta_info needs libdatasystem's ds_object_get_meta_info, which this "
+                          "build lacks.")
+        metas = self._kv._call(native, tenant_id.encode("utf-8", "surrogateescape"), kbs)
+        return [ObjMetaInfo(size, [loc] if loc else []) for size, loc in metas]
+
+    GetObjMetaInfo = get_meta_info
 
     def health_check(self) -> Status:
         return self._kv.health_check()
