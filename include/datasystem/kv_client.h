@@ -265,6 +265,15 @@ DS_EXPORT ds_status_t ds_kv_rlatch(ds_client_t *c, size_t n, const char *const *
 DS_EXPORT ds_status_t ds_kv_unrlatch(ds_client_t *c, size_t n, const char *const *keys,
                                      ds_status_t *statuses);
 
+/* Mutable objects (Yuanrong's pattern: a published object written under a
+ * write latch and published again) are whole versions here: take the write
+ * latch, ds_kv_mcreate the key's next version, fill it (a copy of the
+ * current bytes, then the changes), ds_kv_mpublish it, release the latch.
+ * Readers holding the old version keep its bytes; later reads see the new
+ * one, never a half-written one. The Python Buffer does this on its first
+ * write to a published buffer. Sealing (Yuanrong's seal: no later writes)
+ * is the Python Buffer's mark; the worker keeps no such flag. */
+
 /* Write latches (Yuanrong's Buffer.wlatch / unwlatch): while this client
  * holds one on a key, other clients' write latches and read latches
  * (ds_kv_rlatch) of the key are refused, and their set, publish and delete
