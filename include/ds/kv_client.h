@@ -266,7 +266,9 @@ DS_EXPORT ds_status_t ds_kv_read(ds_client_t *c, size_t n, const ds_read_param_t
  * released or until timeout_ms passes (1..the worker's
  * --max_read_latch_timeout_ms, 600000 by default; longer: DS_K_INVALID).
  * While a key is latched, a set, publish or delete of it waits for the
- * latch to go (then proceeds). Latches are released when the client closes.
+ * latch to go (then proceeds). While another client holds a write latch on
+ * the key (ds_object_wlatch), the latch is retried until timeout_ms, then
+ * that key answers DS_K_TRY_AGAIN. Latches are released when the client closes.
  * statuses[i] (may be NULL): DS_K_NOT_FOUND for a missing key,
  * DS_K_OUT_OF_MEMORY past the worker's --max_read_latches_per_client or
  * --max_read_latches. DS_K_OK when all succeeded. */
@@ -276,6 +278,33 @@ DS_EXPORT ds_status_t ds_kv_rlatch(ds_client_t *c, size_t n, const char *const *
 DS_EXPORT ds_status_t ds_kv_unrlatch(ds_client_t *c, size_t n, const char *const *keys,
                                      ds_status_t *statuses);
 
+/* Mutable objects (Yuanrong's pattern: a published object written under a
+ * write latch and published again) are whole versions here: take the write
+ * latch, ds_kv_mcreate the key's next version, fill it (a copy of the
+ * current bytes, then the changes), ds_kv_mpublish it, release the latch.
+ * Readers holding the old version keep its bytes; later reads see the new
+ * one, never a half-written one. The Python Buffer does this on its first
+ * write to a published buffer. Sealing (Yuanrong's seal: no later writes)
+ * is the Python Buffer's mark; the worker keeps no such flag. */
+
+/* Write latches (Yuanrong's Buffer.wlatch / unwlatch): while this client
+ * holds one on a key, other clients' write latches and read latches
+ * (ds_kv_rlatch) of the key are refused, and their set, publish and delete
+ * of it wait; this client itself may still read, latch and publish it (the
+ * mutable-object pattern: wlatch, write a new version, publish, unwlatch).
+ * A key held by another client is retried until timeout_ms (1..INT32_MAX)
+ * has passed, then answers DS_K_TRY_AGAIN; ds_kv_rlatch does the same
+ * while another client holds a write latch. A write latch is held until
+ * ds_object_unwlatch, the client's close (or death), or the worker's
+ * --max_read_latch_timeout_ms. A missing key: DS_K_NOT_FOUND. statuses[i]
+ * (may be NULL, caller-owned, n entries) is each key's result; the return
+ * is DS_K_OK when all succeeded, else the first failure's code. */
+DS_EXPORT ds_status_t ds_object_wlatch(ds_client_t *c, size_t n, const char *const *keys,
+                                       int32_t timeout_ms, ds_status_t *statuses);
+/* Releases one write latch this client holds on each key (none: DS_K_NOT_FOUND). */
+DS_EXPORT ds_status_t ds_object_unwlatch(ds_client_t *c, size_t n, const char *const *keys,
+                                         ds_status_t *statuses);
+
 /* ---- global references (Yuanrong's ObjectClient) ---- */
 
 /* Adds one global reference to each key (a key may be referenced before it
@@ -284,10 +313,41 @@ DS_EXPORT ds_status_t ds_kv_unrlatch(ds_client_t *c, size_t n, const char *const
  * cluster the count is kept by the worker this client talks to. */
 DS_EXPORT ds_status_t ds_object_g_increase_ref(ds_client_t *c, size_t n, const char *const *keys,
                                                ds_status_t *statuses);
-/* Drops one global reference from each key; when a count returns to 0 the
- * object is deleted. A key without references: DS_K_NOT_FOUND. */
+/* Drops one global reference this client added to each key; when a key's
+ * count (all clients') returns to 0 and no parent holds it
+ * (ds_object_set_nested) the object is deleted. A key without a reference
+ * of this client: DS_K_NOT_FOUND (Yuanrong's Python g_decrease_ref skips
+ * such keys rather than report them). References are this client's: when
+ * it closes, or dies, the worker drops the ones it still holds (Yuanrong's
+ * ReleaseGRefs), deleting the objects left with none. */
 DS_EXPORT ds_status_t ds_object_g_decrease_ref(ds_client_t *c, size_t n, const char *const *keys,
                                                ds_status_t *statuses);
+/* Nested references (Yuanrong's Buffer.publish / seal / ObjectClient.put
+ * with nested_object_keys): parent holds each of nested_keys (n up to
+ * DS_MAX_BATCH - 1; the caller keeps ownership of the strings) in place of
+ * the keys it held before (n 0: none). A held key is not deleted when its
+ * own global references end, and its query_global_ref_num does not count the
+ * hold; when the parent's global references end (the parent is deleted),
+ * its holds are dropped and a held key with no references left is deleted
+ * with it, and so on down. Holds are the worker's, not the client's: they
+ * outlive the client that set them. Standalone workers, as for the counts. */
+DS_EXPORT ds_status_t ds_object_set_nested(ds_client_t *c, const char *parent, size_t n,
+                                           const char *const *nested_keys);
+/* Yuanrong's ObjMetaInfo: an object's size and where it is. */
+typedef struct {
+    uint64_t size;      /* 0 when the object is not found */
+    char location[300]; /* "host:port" of the worker holding it; "" when not found */
+} ds_obj_meta_t;
+
+/* Yuanrong's GetObjMetaInfo: metas[i] (caller-owned, n entries) for each
+ * key. tenant_id must be NULL or "" (this datasystem has no tenants:
+ * DS_K_NOT_AUTHORIZED otherwise). The location is the worker this client is
+ * connected to, which answered for the object (in a cluster it may keep
+ * the data elsewhere). statuses[i] (may be NULL): DS_K_NOT_FOUND for a
+ * missing key. DS_K_OK when any key was found, as Yuanrong's. */
+DS_EXPORT ds_status_t ds_object_get_meta_info(ds_client_t *c, const char *tenant_id, size_t n,
+                                              const char *const *keys, ds_obj_meta_t *metas,
+                                              ds_status_t *statuses);
 /* The key's global reference count (0 when it has none). */
 DS_EXPORT ds_status_t ds_object_query_global_ref_num(ds_client_t *c, const char *key,
                                                      uint32_t *count);

@@ -29,6 +29,7 @@ extern "C" {
     X(K_NOT_SUPPORTED, 36, "not supported")                                                        \
     X(K_RPC_DEADLINE_EXCEEDED, 1001, "rpc deadline exceeded")                                      \
     X(K_RPC_UNAVAILABLE, 1002, "rpc unavailable")                                                  \
+    X(K_OC_ALREADY_SEALED, 2000, "object already sealed")                                          \
     X(K_WRITE_BACK_QUEUE_FULL, 2003, "write-back queue full")                                      \
     X(K_OC_KEY_ALREADY_EXIST, 2004, "key already exists")
 

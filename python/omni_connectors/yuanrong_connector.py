@@ -235,6 +235,9 @@ class YuanrongConnector(OmniConnectorBase):
                 view = get_view(key, self.get_sub_timeout_ms)
             else:
                 view = self.client.get_buffers([key], self.get_sub_timeout_ms)[0]
+                # A StateValueBuffer (Yuanrong's type): its bytes as a memoryview.
+                if view is not None and not isinstance(view, memoryview):
+                    view = view.ImmutableData()
         except RuntimeError as e:
             if getattr(e, "code", None) == _K_NOT_FOUND:
                 kind = "timeout" if self.get_sub_timeout_ms > 0 else "not_found"

@@ -1,12 +1,15 @@
 /* Calls on keys that answer a status per key and change no value: read
- * latches (RLATCH / UNRLATCH) and global reference counts (GREF). Layouts in
- * common/wire.h. */
+ * and write latches (RLATCH / UNRLATCH / WLATCH / UNWLATCH) and global
+ * reference counts (GREF). Layouts in common/wire.h. */
 #include "client/client_internal.h"
 
+#include "common/clock.h"
 #include "common/error.h"
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 #define KQ 64
 
@@ -31,7 +34,7 @@ static ds_status_t keys_call(ds_client_t *c, ds_opcode_t op, int32_t arg, size_t
         goto out;
     }
     ds__conn_begin(conn);
-    if (op != DS_OP_UNRLATCH) ds__wbuf_i32(&conn->w, arg);
+    if (op != DS_OP_UNRLATCH && op != DS_OP_UNWLATCH) ds__wbuf_i32(&conn->w, arg);
     ds__wbuf_u32(&conn->w, (uint32_t)n);
     for (size_t i = 0; i < n; i++)
         ds__wbuf_cstr(&conn->w, keys[i]);
@@ -71,15 +74,93 @@ out:;
     return first;
 }
 
-ds_status_t ds_kv_rlatch(ds_client_t *c, size_t n, const char *const *keys, int32_t timeout_ms,
-                         ds_status_t *statuses)
+static void pause_ms(uint32_t ms)
+{
+    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* A latch call that retries the keys answered K_TRY_AGAIN (held by another
+ * client) until timeout_ms has passed, sleeping 1 ms, doubling to 32 ms,
+ * between tries; those still held then answer K_TRY_AGAIN. */
+static ds_status_t latch_call(ds_client_t *c, ds_opcode_t op, int32_t timeout_ms, size_t n,
+                              const char *const *keys, ds_status_t *statuses)
 {
     if (timeout_ms <= 0)
         return ds__set_error(DS_K_INVALID, "latch timeout %d ms is not in 1..%d", (int)timeout_ms,
                              INT32_MAX);
+    ds_status_t st = ds__check_keys(n, keys, DS_MAX_BATCH);
+    if (st != DS_K_OK) return st;
+    ds_status_t *sts = statuses ? statuses : malloc(n * sizeof(*sts));
+    const char **todo = malloc(n * sizeof(*todo));
+    size_t *where = malloc(n * sizeof(*where));
+    ds_status_t *part = malloc(n * sizeof(*part));
+    if (sts == NULL || todo == NULL || where == NULL || part == NULL) {
+        if (sts != statuses) free(sts);
+        free(todo);
+        free(where);
+        free(part);
+        return ds__set_error(DS_K_OUT_OF_MEMORY, "out of memory");
+    }
+    size_t m = n;
+    for (size_t i = 0; i < n; i++) {
+        todo[i] = keys[i];
+        where[i] = i;
+    }
+    uint64_t deadline = ds__now_ms() + (uint64_t)timeout_ms;
+    uint32_t wait_ms = 1;
+    for (;;) {
+        keys_call(c, op, timeout_ms, m, todo, part, NULL, false);
+        size_t again = 0;
+        for (size_t j = 0; j < m; j++) {
+            sts[where[j]] = part[j];
+            if (part[j] == DS_K_TRY_AGAIN) {
+                todo[again] = todo[j];
+                where[again] = where[j];
+                again++;
+            }
+        }
+        m = again;
+        uint64_t now = ds__now_ms();
+        if (m == 0 || now >= deadline) break;
+        uint64_t left = deadline - now;
+        pause_ms(left < wait_ms ? (uint32_t)left : wait_ms);
+        if (wait_ms < 32) wait_ms *= 2;
+    }
+    ds_status_t first = DS_K_OK;
+    for (size_t i = 0; i < n && first == DS_K_OK; i++)
+        first = sts[i];
+    if (m > 0)
+        ds__set_error(DS_K_TRY_AGAIN, "%s: %zu key(s) still latched by another client after %d ms",
+                      ds__opcode_name(op), m, (int)timeout_ms);
+    if (sts != statuses) free(sts);
+    free(todo);
+    free(where);
+    free(part);
+    return first;
+}
+
+ds_status_t ds_kv_rlatch(ds_client_t *c, size_t n, const char *const *keys, int32_t timeout_ms,
+                         ds_status_t *statuses)
+{
+    if (c == NULL) return ds__set_error(DS_K_INVALID, "client is NULL");
     ds__client_enter(c);
-    return ds__client_leave(c,
-                            keys_call(c, DS_OP_RLATCH, timeout_ms, n, keys, statuses, NULL, false));
+    return ds__client_leave(c, latch_call(c, DS_OP_RLATCH, timeout_ms, n, keys, statuses));
+}
+
+ds_status_t ds_object_wlatch(ds_client_t *c, size_t n, const char *const *keys, int32_t timeout_ms,
+                             ds_status_t *statuses)
+{
+    if (c == NULL) return ds__set_error(DS_K_INVALID, "client is NULL");
+    ds__client_enter(c);
+    return ds__client_leave(c, latch_call(c, DS_OP_WLATCH, timeout_ms, n, keys, statuses));
+}
+
+ds_status_t ds_object_unwlatch(ds_client_t *c, size_t n, const char *const *keys,
+                               ds_status_t *statuses)
+{
+    ds__client_enter(c);
+    return ds__client_leave(c, keys_call(c, DS_OP_UNWLATCH, 0, n, keys, statuses, NULL, false));
 }
 
 ds_status_t ds_kv_unrlatch(ds_client_t *c, size_t n, const char *const *keys, ds_status_t *statuses)
@@ -100,6 +181,70 @@ ds_status_t ds_object_g_decrease_ref(ds_client_t *c, size_t n, const char *const
 {
     ds__client_enter(c);
     return ds__client_leave(c, keys_call(c, DS_OP_GREF, -1, n, keys, statuses, NULL, true));
+}
+
+ds_status_t ds_object_set_nested(ds_client_t *c, const char *parent, size_t n,
+                                 const char *const *nested_keys)
+{
+    ds__clear_error();
+    if (parent == NULL) return ds__set_error(DS_K_INVALID, "parent is NULL");
+    if (n > 0 && nested_keys == NULL) return ds__set_error(DS_K_INVALID, "nested_keys is NULL");
+    if (n >= DS_MAX_BATCH)
+        return ds__set_error(DS_K_INVALID, "%zu nested keys: at most %d", n, DS_MAX_BATCH - 1);
+    const char **keys = malloc((n + 1) * sizeof(*keys));
+    if (keys == NULL) return ds__set_error(DS_K_OUT_OF_MEMORY, "out of memory");
+    keys[0] = parent;
+    for (size_t i = 0; i < n; i++)
+        keys[i + 1] = nested_keys[i];
+    ds__client_enter(c);
+    ds_status_t st =
+        ds__client_leave(c, keys_call(c, DS_OP_GREF, DS_GREF_NEST, n + 1, keys, NULL, NULL, false));
+    free(keys);
+    return st;
+}
+
+ds_status_t ds_object_get_meta_info(ds_client_t *c, const char *tenant_id, size_t n,
+                                    const char *const *keys, ds_obj_meta_t *metas,
+                                    ds_status_t *statuses)
+{
+    ds__clear_error();
+    if (c == NULL || metas == NULL) return ds__set_error(DS_K_INVALID, "client or metas is NULL");
+    if (tenant_id != NULL && tenant_id[0] != '\0')
+        return ds__set_error(DS_K_NOT_AUTHORIZED,
+                             "tenant '%.64s': this datasystem has no tenants (pass \"\")",
+                             tenant_id);
+    ds_status_t st = ds__check_keys(n, keys, DS_MAX_BATCH);
+    if (st != DS_K_OK) return st;
+    uint64_t *sizes = calloc(n, sizeof(*sizes));
+    ds_status_t *sts = statuses ? statuses : calloc(n, sizeof(*sts));
+    if (sizes == NULL || sts == NULL) {
+        free(sizes);
+        if (sts != statuses) free(sts);
+        return ds__set_error(DS_K_OUT_OF_MEMORY, "out of memory");
+    }
+    /* A status the library never writes: a key it did not report on failed. */
+    for (size_t i = 0; i < n; i++)
+        sts[i] = (ds_status_t)-1;
+    st = ds_kv_query_size(c, n, keys, sizes, sts);
+    size_t found = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (sts[i] == (ds_status_t)-1) sts[i] = st != DS_K_OK ? st : DS_K_RUNTIME_ERROR;
+        bool ok = sts[i] == DS_K_OK;
+        metas[i].size = ok ? sizes[i] : 0;
+        if (ok) {
+            snprintf(metas[i].location, sizeof(metas[i].location), "%s", c->addr);
+            found++;
+        } else {
+            metas[i].location[0] = '\0';
+        }
+    }
+    free(sizes);
+    if (sts != statuses) free(sts);
+    if (found > 0) {
+        ds__clear_error();
+        return DS_K_OK;
+    }
+    return st != DS_K_OK ? st : ds__set_error(DS_K_NOT_FOUND, "no object found");
 }
 
 ds_status_t ds_object_query_global_ref_num(ds_client_t *c, const char *key, uint32_t *count)

@@ -162,6 +162,14 @@
  *         released when the session ends.
  * UNRLATCH req: n, n*key                  resp: str err, n, n*u32 status
  *         releases one latch of this session per key (none held: K_NOT_FOUND)
+ * WLATCH  req: u32 timeout_ms, n, n*key   resp: str err, n, n*u32 status
+ *         write latches held by the session until UNWLATCH, the session's end or
+ *         --max_read_latch_timeout_ms (timeout_ms is checked as RLATCH's and
+ *         bounds only the client's retries). Another session's write latch, or
+ *         (for WLATCH) its read latch, on the key: K_TRY_AGAIN; RLATCH also
+ *         answers K_TRY_AGAIN while another session write-latches the key. SET,
+ *         PUBLISH and DEL of other sessions wait while a write latch is held.
+ * UNWLATCH req: n, n*key                  resp: str err, n, n*u32 status
  * SETR    req: u64 space, u64 want, u8 flags, u8 mode, u32 ttl, u8 existence, n,
  *              n*(key, u64 offset, u64 len)
  *         resp: str err, [n, n*u32 status,] then ALWAYS as the metadata's last
@@ -196,8 +204,17 @@
  *         global reference counts (ObjectClient.g_increase_ref / g_decrease_ref /
  *         query_global_ref_num): delta +1, -1 or 0 (query). A key may be
  *         referenced before it is put. When a count returns to 0 the key is deleted.
- *         Decreasing a key whose count is 0: K_NOT_FOUND. Standalone only: in a
- *         cluster the count lives on the worker the client talks to.
+ *         References are the session's: a session decreases only those it added
+ *         (others: K_NOT_FOUND), and when it ends the worker drops all of them.
+ *         Standalone only: in a cluster the count lives on the worker the
+ *         client talks to.
+ *         delta DS_GREF_NEST (2): nested references (Yuanrong's publish with
+ *         nested_object_keys): key[0], the parent, holds key[1..n-1] (n up to
+ *         DS_MAX_BATCH + 1) in place of the keys it held before. A held key is
+ *         not deleted while held, though its count be 0 (count reports the
+ *         clients' references only); when the parent goes (its count and holds
+ *         0), its holds go too. Every key gets the same status; the parent's
+ *         count is its entry's.
  *
  * Cluster (worker to worker; see src/worker/cluster/cluster_int.h):
  * LOCATE  req: i32 wait_ms, u32 inline_max, n, n*key
@@ -273,7 +290,9 @@
     X(UCX_GET, 25, "ucx_get")                                                                      \
     X(UCX_ADDR, 26, "ucx_address")                                                                 \
     X(LANE, 27, "lane")                                                                            \
-    X(PEER_AUTH, 28, "peer_auth")
+    X(PEER_AUTH, 28, "peer_auth")                                                                  \
+    X(WLATCH, 29, "wlatch")                                                                        \
+    X(UNWLATCH, 30, "unwlatch")
 
 typedef enum {
 #define DS__OP_ENUM(name, num, text) DS_OP_##name = num,
@@ -281,6 +300,9 @@ typedef enum {
 #undef DS__OP_ENUM
         DS_OP__MAX
 } ds_opcode_t;
+
+/* GREF's delta for nested references (see GREF above). */
+#define DS_GREF_NEST 2
 
 /* "get" for DS_OP_GET; NULL for an unknown number. */
 const char *ds__opcode_name(unsigned op);

@@ -597,10 +597,13 @@ def test_get_buffers_views(client, key):
     views = client.get_buffers([key, key + ".missing"])
     assert views[1] is None
     v = views[0]
-    assert isinstance(v, memoryview) and v.readonly and v.format == "B"
-    assert bytes(v) == b"zero-copy" and len(v) == 9
+    # Yuanrong's StateValueBuffer: GetSize, ImmutableData; it also reads like its view.
+    assert v.GetSize() == 9 and v.readonly
+    mv = v.ImmutableData()
+    assert isinstance(mv, memoryview) and mv.readonly and mv.format == "B"
+    assert bytes(v) == b"zero-copy" and len(v) == 9 and v == b"zero-copy" and v[:4] == b"zero"
     with pytest.raises(TypeError):
-        v[0] = 1
+        mv[0] = 1
     with pytest.raises(RuntimeError) as ei:
         client.get_buffers([key + ".missing"])
     assert codes_of(ei) == K_NOT_FOUND
@@ -617,8 +620,8 @@ def test_get_buffers_is_zero_copy(client, key):
     np = pytest.importorskip("numpy")
     client.set(key, b"s" * 100000)
     a, b = client.get_buffers([key]), client.get_buffers([key])
-    addr_a = np.frombuffer(a[0], dtype=np.uint8).ctypes.data
-    addr_b = np.frombuffer(b[0], dtype=np.uint8).ctypes.data
+    addr_a = np.frombuffer(a[0].ImmutableData(), dtype=np.uint8).ctypes.data
+    addr_b = np.frombuffer(b[0].ImmutableData(), dtype=np.uint8).ctypes.data
     # Two reads of one version see the same memory: the worker's arena.
     assert addr_a == addr_b
 
@@ -627,7 +630,7 @@ def test_view_survives_overwrite_and_delete(client, key):
     np = pytest.importorskip("numpy")
     original = os.urandom(1 << 20)
     client.set(key, original)
-    view = client.get_buffers([key])[0]
+    view = client.get_buffers([key])[0].ImmutableData()
     arr = np.frombuffer(view, dtype=np.uint8)
     sub = view[100:200]
     del view
@@ -698,9 +701,13 @@ def test_mcreate_mset_buffer(client, key):
     client.mset_buffer(bufs)
     assert client.get(keys) == [b"hello", b"\x07" * 100000]
     assert bufs[0].published
-    with pytest.raises(RuntimeError):
-        bufs[0].mutable_data()
-    assert bytes(bufs[0].immutable_data()) == b"hello"
+    # A published buffer's writable view is of the key's next version
+    # (object_client's mutable objects): invisible until published again.
+    bufs[0].mutable_data()[:1] = b"j"
+    assert client.get([keys[0]]) == [b"hello"]
+    assert bytes(bufs[0].immutable_data()) == b"jello"
+    bufs[0].publish()
+    assert client.get([keys[0]]) == [b"jello"]
     for b in bufs:
         b.release()
 
@@ -722,7 +729,7 @@ def test_mcreate_numpy_fill_and_publish(client, key):
     dst[:] = src
     del dst
     buf.publish()
-    out = np.frombuffer(client.get_buffers([key])[0], dtype=np.float32)
+    out = np.frombuffer(client.get_buffers([key])[0].ImmutableData(), dtype=np.float32)
     assert np.array_equal(out, src)
 
 

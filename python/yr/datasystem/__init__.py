@@ -3,6 +3,7 @@
     from yr.datasystem.kv_client import KVClient, SetParam, ExistenceOpt, ReadParam
     from yr.datasystem.object_client import WriteMode, ObjectClient, Buffer
     from yr.datasystem.util import Status, Context
+    from yr.datasystem.ds_client import DsClient  # kv(), object(), hetero()
     from yr.datasystem import KVClient          # resolved lazily, as in Yuanrong
     # or, as vLLM-Omni imports it:
     from datasystem.kv_client import KVClient, SetParam, WriteMode
@@ -23,6 +24,8 @@ _LAZY_EXPORTS = {
     "ConsistencyType": ("yr.datasystem.object_client", "ConsistencyType"),
     "ObjectClient": ("yr.datasystem.object_client", "ObjectClient"),
     "WriteMode": ("yr.datasystem.object_client", "WriteMode"),
+    "DsClient": ("yr.datasystem.ds_client", "DsClient"),
+    "HeteroClient": ("yr.datasystem.hetero_client", "HeteroClient"),
     "KVClient": ("yr.datasystem.kv_client", "KVClient"),
     "Status": ("yr.datasystem.util", "Status"),
     "Context": ("yr.datasystem.util", "Context"),
@@ -39,6 +42,8 @@ _LAZY_EXPORTS = {
 __all__ = [
     "Buffer",
     "ConsistencyType",
+    "DsClient",
+    "HeteroClient",
     "ObjectClient",
     "KVClient",
     "Status",

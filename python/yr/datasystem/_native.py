@@ -73,6 +73,7 @@ STATUS_TEXTS = {
     K_RPC_UNAVAILABLE: "RPC unavailable",
     K_WRITE_BACK_QUEUE_FULL: "Write back queue full",
     K_OC_KEY_ALREADY_EXIST: "Object already exist error",
+    K_OC_ALREADY_SEALED: "Object already sealed error",
 }
 
 
@@ -161,6 +162,15 @@ class SetParamC(ctypes.Structure):
         ("write_mode", ctypes.c_int),
         ("ttl_second", ctypes.c_uint32),
         ("existence", ctypes.c_int),
+    ]
+
+
+class ObjMetaC(ctypes.Structure):
+    """ds_obj_meta_t."""
+
+    _fields_ = [
+        ("size", ctypes.c_uint64),
+        ("location", ctypes.c_char * 300),
     ]
 
 
@@ -350,6 +360,23 @@ _PROTOTYPES = {
         c_status,
         [c_client_p, ctypes.c_size_t, c_keys_p, ctypes.POINTER(c_status)],
     ),
+    "ds_object_wlatch": (
+        c_status,
+        [c_client_p, ctypes.c_size_t, c_keys_p, ctypes.c_int32, ctypes.POINTER(c_status)],
+    ),
+    "ds_object_unwlatch": (
+        c_status,
+        [c_client_p, ctypes.c_size_t, c_keys_p, ctypes.POINTER(c_status)],
+    ),
+    "ds_object_get_meta_info": (
+        c_status,
+        [c_client_p, ctypes.c_char_p, ctypes.c_size_t, c_keys_p, ctypes.POINTER(ObjMetaC),
+         ctypes.POINTER(c_status)],
+    ),
+    "ds_object_set_nested": (
+        c_status,
+        [c_client_p, ctypes.c_char_p, ctypes.c_size_t, c_keys_p],
+    ),
     "ds_object_g_increase_ref": (
         c_status,
         [c_client_p, ctypes.c_size_t, c_keys_p, ctypes.POINTER(c_status)],
@@ -522,6 +549,11 @@ def check(code, what=None):
 #       -> list of ds_buffer_t handles (None: missing)   ds_kv_read
 #   kv_rlatch(handle, [key bytes], timeout_ms) -> None     ds_kv_rlatch
 #   kv_unrlatch(handle, [key bytes]) -> None               ds_kv_unrlatch
+#   object_wlatch(handle, [key bytes], timeout_ms) -> None ds_object_wlatch
+#   object_unwlatch(handle, [key bytes]) -> None           ds_object_unwlatch
+#   object_set_nested(handle, parent bytes, [key bytes]) -> None  ds_object_set_nested
+#   object_get_meta_info(handle, tenant bytes, [key bytes])
+#       -> list of (size, location str)                   ds_object_get_meta_info
 #   g_increase_ref / g_decrease_ref(handle, [key bytes])
 #       -> list of per-key statuses                       ds_object_g_*_ref
 #   query_global_ref_num(handle, key bytes) -> int   ds_object_query_global_ref_num
@@ -533,6 +565,10 @@ _HOOK_SYMBOLS = {
     "kv_read": "ds_kv_read",
     "kv_rlatch": "ds_kv_rlatch",
     "kv_unrlatch": "ds_kv_unrlatch",
+    "object_wlatch": "ds_object_wlatch",
+    "object_unwlatch": "ds_object_unwlatch",
+    "object_set_nested": "ds_object_set_nested",
+    "object_get_meta_info": "ds_object_get_meta_info",
     "g_increase_ref": "ds_object_g_increase_ref",
     "g_decrease_ref": "ds_object_g_decrease_ref",
     "query_global_ref_num": "ds_object_query_global_ref_num",
@@ -596,11 +632,35 @@ def _hook_kv_unrlatch(handle, keys):
     check(load().ds_kv_unrlatch(handle, len(keys), keys_array(keys), None), "unrlatch")
 
 
-def _ref_call(symbol, handle, keys):
+def _hook_object_wlatch(handle, keys, timeout_ms):
+    check(load().ds_object_wlatch(handle, len(keys), keys_array(keys), timeout_ms, None), "wlatch")
+
+
+def _hook_object_unwlatch(handle, keys):
+    check(load().ds_object_unwlatch(handle, len(keys), keys_array(keys), None), "unwlatch")
+
+
+def _hook_object_set_nested(handle, parent, keys):
+    check(load().ds_object_set_nested(handle, parent, len(keys), keys_array(keys)), "set_nested")
+
+
+def _hook_object_get_meta_info(handle, tenant, keys):
+    n = len(keys)
+    metas = (ObjMetaC * n)()
+    check(load().ds_object_get_meta_info(handle, tenant, n, keys_array(keys), metas, None),
+          "get_meta_info")
+    return [(int(m.size), m.location.decode("utf-8", "replace")) for m in metas]
+
+
+def _ref_call(symbol, handle, keys, absent_ok=False):
+    """Per-key statuses. absent_ok: a key with no reference (K_NOT_FOUND) counts
+    as done, as Yuanrong's g_decrease_ref skips such a key (a warning, not a failure)."""
     n = len(keys)
     statuses = _statuses_for(n)
     rc = getattr(load(), symbol)(handle, n, keys_array(keys), statuses)
     sts = [int(statuses[i]) for i in range(n)]
+    if absent_ok:
+        sts = [K_OK if st == K_NOT_FOUND else st for st in sts]
     if rc != K_OK and all(st != K_OK for st in sts):
         check(rc, symbol)
     return sts
@@ -611,7 +671,7 @@ def _hook_g_increase_ref(handle, keys):
 
 
 def _hook_g_decrease_ref(handle, keys):
-    return _ref_call("ds_object_g_decrease_ref", handle, keys)
+    return _ref_call("ds_object_g_decrease_ref", handle, keys, absent_ok=True)
 
 
 def _hook_query_global_ref_num(handle, key):

@@ -132,6 +132,72 @@ class ReadOnlyBuffer(Buffer):
         return "ReadOnlyBuffer(key=%r, size=%d)" % (self._key, self._size)
 
 
+class StateValueBuffer(ReadOnlyBuffer):
+    """A value ``get_buffers`` returns (Yuanrong's ``StateValueBuffer``), zero copy.
+
+    Yuanrong's methods: ``GetSize()``, ``ImmutableData(with_latch=False,
+    timeout_sec=60)``, ``RLatch`` / ``UnRLatch``, and the snake_case ones of
+    ``ReadOnlyBuffer``. It also reads like the read-only memoryview of the
+    value it pins: ``len``, indexing and slicing, ``==`` with bytes-like
+    values, ``bytes(buf)``, ``tobytes()``, ``readonly``, ``nbytes``, and,
+    where Python has ``__buffer__`` (3.12 and later), ``memoryview(buf)`` and
+    ``numpy.frombuffer(buf)``; on older Pythons take ``ImmutableData()`` for
+    those. The pinned version stays intact until the buffer and every view of
+    it are gone.
+    """
+
+    __slots__ = ("_view",)
+
+    def __init__(self, client: "KVClient", handle: int, key: str) -> None:
+        super().__init__(client, handle, key)
+        self._view = None
+
+    def _mv(self) -> memoryview:
+        if self._view is None:
+            self._view = Buffer.immutable_data(self)
+        return self._view
+
+    def __buffer__(self, flags):
+        return self._mv()
+
+    def __getitem__(self, index):
+        return self._mv()[index]
+
+    def __iter__(self):
+        return iter(self._mv())
+
+    def __eq__(self, other):
+        if isinstance(other, StateValueBuffer):
+            other = other._mv()
+        try:
+            return self._mv() == other
+        except TypeError:
+            return NotImplemented
+
+    __hash__ = None
+
+    def __bytes__(self) -> bytes:
+        return self._mv().tobytes()
+
+    def tobytes(self) -> bytes:
+        return self._mv().tobytes()
+
+    @property
+    def readonly(self) -> bool:
+        return True
+
+    @property
+    def nbytes(self) -> int:
+        return self._size
+
+    def release(self) -> None:
+        self._view = None
+        super().release()
+
+    def __repr__(self):
+        return "StateValueBuffer(key=%r, size=%d)" % (self._key, self._size)
+
+
 # ---------------------------------------------------------------------------
 # Arguments (messages in _checks / util.Validator).
 
@@ -262,10 +328,10 @@ class KVClient:
         tenant_id: str = "",
         enable_cross_node_connection: bool = False,
         req_timeout_ms: int = 0,
-        enable_exclusive_connection: bool = False,
         fast_transport_mem_size: int = DEFAULT_FAST_TRANSPORT_MEM_SIZE,
         service_discovery: Any = None,
         *,
+        enable_exclusive_connection: bool = False,
         transport: str = "auto",
         unix_socket_dir: Optional[str] = None,
         enable_ucx: Optional[bool] = None,
@@ -362,6 +428,26 @@ class KVClient:
             raise DsError(_n.K_INVALID, "port %d is out of range" % port)
         return host, port
 
+    def _connect_timeout(self):
+        """connect_timeout_ms; left at its default (9000), env DATASYSTEM_CONNECT_TIME_MS
+        overrides it, as in Yuanrong's client_env_guide."""
+        if self._connect_timeout_ms != 9000:
+            return self._connect_timeout_ms
+        env = os.environ.get("DATASYSTEM_CONNECT_TIME_MS", "")
+        if not env:
+            return self._connect_timeout_ms
+        try:
+            value = int(env)
+        except ValueError:
+            value = -1
+        if value < 0 or value > Validator.INT32_MAX_SIZE:
+            raise DsError(
+                _n.K_INVALID,
+                "DATASYSTEM_CONNECT_TIME_MS=%r is not a timeout in ms (0..%d)"
+                % (env, Validator.INT32_MAX_SIZE),
+            )
+        return value
+
     def init(self) -> None:
         """Connects to the worker. Raises RuntimeError when it cannot."""
         if self._handle is not None:
@@ -374,7 +460,7 @@ class KVClient:
         lib.ds_client_options_init(opts)
         opts.host = host.encode()
         opts.port = port
-        opts.connect_timeout_ms = self._connect_timeout_ms
+        opts.connect_timeout_ms = self._connect_timeout()
         if self._req_timeout_ms > 0:
             opts.request_timeout_ms = self._req_timeout_ms
         opts.transport = self._TRANSPORTS[self._transport]
@@ -747,27 +833,23 @@ class KVClient:
                     lib.ds_buffer_release(out[i])
         return values
 
-    def get_buffers(self, keys: Sequence[str], timeout_ms: int = 0) -> List[Optional[memoryview]]:
-        """Zero-copy reads: a list of read-only memoryviews (None when missing).
+    def get_buffers(self, keys: Sequence[str], timeout_ms: int = 0) -> List[Optional[StateValueBuffer]]:
+        """Zero-copy reads: a list of StateValueBuffers (None when missing), as Yuanrong's.
 
-        Each view pins the version it shows: it stays intact when the key is
-        overwritten or deleted, until the view (and every slice or array made
-        from it) is gone. Raises RuntimeError only when no key was found.
+        Each buffer pins the version it shows: it stays intact when the key is
+        overwritten or deleted, until the buffer and every view taken from it
+        (``ImmutableData()``, slices, arrays) are gone. Raises RuntimeError
+        only when no key was found.
         """
         _c.check_list("keys", keys)
         timeout = _c.timeout("timeout_ms", timeout_ms)
         kbs = _c.key_list(keys)
-        lib = _n.load()
         out = self._get_buffers(kbs, timeout)
-        views = []
-        for i in range(len(kbs)):
+        result = []
+        for i, k in enumerate(keys):
             b = out[i]
-            if not b:
-                views.append(None)
-                continue
-            pin = _n.Pin(b)
-            views.append(_n.pinned_view(pin, lib.ds_buffer_data(b), lib.ds_buffer_size(b)))
-        return views
+            result.append(StateValueBuffer(self, b, k) if b else None)
+        return result
 
     def get_view(self, key: str, timeout_ms: int = 0) -> Optional[memoryview]:
         """Zero-copy read of one key: a read-only memoryview of its value, or

@@ -11,15 +11,25 @@ methods of ``object_client.Buffer`` (``mutable_data``, ``immutable_data``,
 CamelCase ones of the buffers Yuanrong's ``KVClient.mcreate`` returns
 (``MutableData``, ``ImmutableData``, ``GetSize``, ``RLatch``, ``UnRLatch``).
 
-Latches: a published object is immutable here (an overwrite publishes a new
-version; a reader's pin keeps its version's bytes) and an unpublished buffer
-belongs to its creator alone, so no reader can see a concurrent write. The
-latch calls check their arguments as Yuanrong does; ``rlatch`` / ``unrlatch``
-of a published buffer take and drop the worker's read latch on its key
-(writers of the key wait meanwhile) when the library has it
-(``ds_kv_rlatch``), and otherwise succeed at once, as do the write latches.
-``ImmutableData(with_latch=True)`` checks its arguments and takes no latch:
-the view pins its version anyway.
+Mutable objects (Yuanrong's pattern: get a published buffer, ``wlatch``,
+``memory_copy``, ``publish`` again, ``unwlatch``): the worker keeps whole
+versions, so writing to a published buffer writes a new version of the
+object, made on the first write as a copy of the buffer's bytes, and
+``publish`` makes it the object's value. Readers never see a half-written
+version: one that holds a buffer keeps its version's bytes, a later get
+sees the new one. The new version is written with ``WriteMode.NONE_L2_CACHE``
+and no TTL.
+
+``seal`` is ``publish`` of a final version: afterwards the buffer refuses
+writes, ``wlatch``, ``publish`` and ``seal`` with K_OC_ALREADY_SEALED
+("Client object is already sealed"), as Yuanrong's. The mark is the
+buffer's; buffers another get returns do not carry it.
+
+Latches: ``rlatch`` / ``unrlatch`` of a published buffer take and drop the
+worker's read latch on its key (writers of the key wait meanwhile);
+``wlatch`` / ``unwlatch`` its write latch, which also keeps other clients'
+write latches and latched reads of the key out (``ds_object_wlatch``). An
+unpublished buffer is its creator's alone: its latches succeed at once.
 """
 
 from enum import IntEnum
@@ -30,7 +40,7 @@ from yr.datasystem import _native as _n
 from yr.datasystem._native import DsError
 from yr.datasystem.util import Status, Validator
 
-__all__ = ["WriteMode", "ConsistencyType", "CacheType", "Buffer", "ObjectClient"]
+__all__ = ["WriteMode", "ConsistencyType", "CacheType", "Buffer", "ObjectClient", "ObjMetaInfo"]
 
 
 class WriteMode(IntEnum):
@@ -89,6 +99,37 @@ def _check_nested_keys(nested_object_keys):
     return nested_object_keys
 
 
+class ObjMetaInfo:
+    """Yuanrong's ObjMetaInfo: ``obj_size`` (0 when the object is not found)
+    and ``locations`` (the addresses of the workers holding it: here the one
+    the client is connected to, which answered)."""
+
+    __slots__ = ("obj_size", "locations")
+
+    def __init__(self, obj_size: int = 0, locations: Optional[List[str]] = None) -> None:
+        self.obj_size = obj_size
+        self.locations = list(locations or [])
+
+    def __eq__(self, other):
+        if not isinstance(other, ObjMetaInfo):
+            return NotImplemented
+        return (self.obj_size, self.locations) == (other.obj_size, other.locations)
+
+    def __repr__(self):
+        return "ObjMetaInfo(obj_size=%d, locations=%r)" % (self.obj_size, self.locations)
+
+
+def _set_nested(kv, key, nested):
+    native = _n.hook("object_set_nested")
+    if native is None:
+        raise DsError(
+            _n.K_NOT_SUPPORTED,
+            "nested_object_keys need libdatasystem's ds_object_set_nested, which this build lacks",
+        )
+    kbs = _c.key_list(nested, name="nested_object_keys")
+    kv._call(native, key.encode("utf-8", "surrogateescape"), kbs)
+
+
 class Buffer:
     """A value in the worker's memory, written in place or pinned for reading.
 
@@ -99,14 +140,29 @@ class Buffer:
     taken from it are gone, or on ``release()``.
     """
 
-    __slots__ = ("_client", "_pin", "_key", "_size", "_published", "__weakref__")
+    __slots__ = (
+        "_client", "_pin", "_key", "_size", "_published", "_wlatched", "_draft", "_sealed",
+        "__weakref__",
+    )
 
-    def __init__(self, client: Any, handle: int, key: str, published: bool = False) -> None:
+    def __init__(
+        self, client: Any = None, handle: Optional[int] = None, key: str = "", published: bool = False
+    ) -> None:
+        """``Buffer()`` (as Yuanrong's code makes one, to be assigned later) is empty:
+        every method but ``get_size`` raises RuntimeError until it is replaced by one
+        that ``create`` or ``get`` returned."""
         self._client = client
-        self._pin = _n.Pin(handle)
         self._key = key
-        self._size = _n.load().ds_buffer_size(handle)
         self._published = published
+        self._wlatched = 0  # write latches this buffer took in the worker
+        self._draft = None  # the next version of a published object, being written
+        self._sealed = False
+        if handle is None:
+            self._pin = None
+            self._size = 0
+        else:
+            self._pin = _n.Pin(handle)
+            self._size = _n.load().ds_buffer_size(handle)
 
     # -- properties of this package ---------------------------------------
 
@@ -126,6 +182,8 @@ class Buffer:
         return self._size
 
     def _handle(self):
+        if self._pin is None:
+            raise DsError(_n.K_INVALID, "The buffer is None, please create it first.")
         h = self._pin.handle
         if not h:
             raise DsError(_n.K_INVALID, "The buffer of key %r was released." % self._key)
@@ -135,11 +193,32 @@ class Buffer:
 
     def get_size(self) -> int:
         """The size of the buffer in bytes."""
+        if self._pin is None:
+            raise DsError(_n.K_INVALID, "The buffer is None, please create it first.")
         return self._size
 
+    def _check_not_sealed(self):
+        if self._sealed:
+            raise DsError(_n.K_OC_ALREADY_SEALED, "Client object is already sealed")
+
+    def _new_version(self):
+        """The draft of the object's next version, a copy of this buffer's bytes."""
+        if self._draft is None:
+            if self._client is None:
+                raise DsError(_n.K_INVALID, "The buffer of key %r is read-only." % self._key)
+            draft = self._client.mcreate([self._key], [self._size])[0]
+            if self._size:
+                draft.mutable_data()[:] = self.immutable_data()
+            self._draft = draft
+        return self._draft
+
     def mutable_data(self) -> memoryview:
-        """A writable memoryview; only before the buffer is published."""
+        """A writable memoryview of the buffer; of a published one, of its next
+        version (see the module's notes), which ``publish`` makes visible."""
         h = self._handle()
+        self._check_not_sealed()
+        if self._published:
+            return self._new_version().mutable_data()
         addr = _n.load().ds_buffer_mutable_data(h)
         if not addr:
             raise DsError(
@@ -148,8 +227,11 @@ class Buffer:
         return _n.pinned_view(self._pin, addr, self._size, readonly=False)
 
     def immutable_data(self) -> memoryview:
-        """A read-only memoryview of the buffer's bytes."""
+        """A read-only memoryview of the buffer's bytes (with this client's
+        unpublished writes to a published buffer)."""
         h = self._handle()
+        if self._draft is not None:
+            return self._draft.immutable_data()
         addr = _n.load().ds_buffer_data(h)
         return _n.pinned_view(self._pin, addr, self._size, readonly=True)
 
@@ -173,29 +255,64 @@ class Buffer:
     def publish(self, nested_object_keys: Optional[List[str]] = None) -> None:
         """Makes the buffer's contents visible under its key.
 
-        nested_object_keys (Yuanrong's object references) is checked and
-        otherwise not used: this datasystem keeps no references between objects.
+        nested_object_keys: keys this object holds (Yuanrong's nested
+        references): they are not deleted while this object lives, though
+        their own global references end (see ``ObjectClient.g_decrease_ref``).
         """
-        _check_nested_keys(nested_object_keys)
+        nested = _check_nested_keys(nested_object_keys)
+        self._handle()
+        self._check_not_sealed()
         if self._client is None:
             raise DsError(_n.K_INVALID, "The buffer of key %r is not writable." % self._key)
-        self._client.mset_buffer([self])
+        if self._draft is not None:
+            draft = self._draft
+            self._client.mset_buffer([draft])
+            # This buffer now shows the version it published.
+            self._pin, draft._pin = draft._pin, None
+            self._draft = None
+        elif not self._published:
+            self._client.mset_buffer([self])
+        if nested:
+            _set_nested(self._client, self._key, nested)
 
     def seal(self, nested_object_keys: Optional[List[str]] = None) -> None:
-        """Publishes the buffer as immutable (every published object is, here)."""
+        """Publishes the buffer's final version: it is not written again."""
         self.publish(nested_object_keys)
+        self._sealed = True
 
     def invalidate_buffer(self) -> None:
-        """Drops this client's copy (the buffer); the object stays in the worker."""
+        """Removes the object from the worker this client is connected to (Yuanrong:
+        "invalidate data on the current host") and drops this buffer; a later get of
+        the key fails. An unpublished buffer is only discarded. Pins other readers
+        hold keep their version's bytes, as for a delete."""
+        self._handle()
+        if self._published and self._client is not None:
+            failed = self._client.delete([self._key])
+            if failed:
+                raise DsError(_n.K_RUNTIME_ERROR, "invalidate_buffer of key %r failed" % self._key)
         self.release()
 
     def wlatch(self, timeout_sec: int = 60) -> None:
-        """Write latch: checked, then granted at once (see the module's notes)."""
+        """Write latch on a published object's key: other clients' wlatch and
+        with_latch reads of it fail, and their writes of it wait, until
+        ``unwlatch`` (or this client closes). Tries for up to timeout_sec, then
+        raises RuntimeError (K_TRY_AGAIN). An unpublished buffer is its
+        creator's alone: nothing to latch."""
         _check_latch_timeout(timeout_sec)
         self._handle()
+        self._check_not_sealed()
+        native, kb = self._latch_target("object_wlatch")
+        if native is not None:
+            self._client._call(native, [kb], min(timeout_sec * 1000, _LATCH_MAX))
+            self._wlatched += 1
 
     def unwlatch(self) -> None:
+        """Releases the write latch ``wlatch`` took (none taken: nothing to do)."""
         self._handle()
+        if self._wlatched > 0:
+            native = _n.hook("object_unwlatch")
+            self._wlatched -= 1
+            self._client._call(native, [self._key.encode("utf-8", "surrogateescape")])
 
     def _latch_target(self, name):
         self._handle()
@@ -222,7 +339,11 @@ class Buffer:
 
         Views still held from it must not be used afterwards.
         """
-        self._pin.release()
+        if self._draft is not None:
+            self._draft.release()
+            self._draft = None
+        if self._pin is not None:
+            self._pin.release()
 
     # -- Yuanrong's KV buffer (StateValueBuffer) names -----------------------
 
@@ -281,6 +402,7 @@ class ObjectClient:
         secret_key: str = "",
         tenant_id: str = "",
         req_timeout_ms: int = 0,
+        *,
         enable_exclusive_connection: bool = False,
         **kwargs: Any
     ) -> None:
@@ -300,7 +422,7 @@ class ObjectClient:
             tenant_id,
             False,
             req_timeout_ms,
-            enable_exclusive_connection,
+            enable_exclusive_connection=enable_exclusive_connection,
             **kwargs
         )
 
@@ -342,11 +464,13 @@ class ObjectClient:
     ) -> None:
         """Writes value (memoryview, bytes or bytearray) under object_key."""
         self._consistency(param)
-        _check_nested_keys(nested_object_keys)
+        nested = _check_nested_keys(nested_object_keys)
         Validator.check_args_types(
             [["object_key", object_key, str], ["value", value, memoryview, bytes, bytearray]]
         )
         self._kv.set(object_key, value)
+        if nested:
+            _set_nested(self._kv, object_key, nested)
 
     def get(self, object_keys: Sequence[str], timeout_ms: int) -> List[Optional[Buffer]]:
         """Read-only Buffers of object_keys (None for a missing one), waiting up to
@@ -400,6 +524,24 @@ class ObjectClient:
             return self._kv._call(native, object_key.encode("utf-8", "surrogateescape"))
         except DsError:
             return -1
+
+    def get_meta_info(self, object_keys: Sequence[str], tenant_id: str = "") -> List[ObjMetaInfo]:
+        """Yuanrong's GetObjMetaInfo: an ObjMetaInfo per key (size 0 and no
+        location for a missing one). Raises RuntimeError when no key was found,
+        and for a tenant_id other than "" (this datasystem has no tenants)."""
+        Validator.check_args_types([["object_keys", object_keys, list], ["tenant_id", tenant_id, str]])
+        if not object_keys:
+            raise DsError(_n.K_INVALID, "The input of object_keys list should not be empty")
+        kbs = _c.key_list(object_keys, name="object_keys")
+        native = _n.hook("object_get_meta_info")
+        if native is None:
+            raise DsError(_n.K_NOT_SUPPORTED,
+                          "get_meta_info needs libdatasystem's ds_object_get_meta_info, which this "
+                          "build lacks.")
+        metas = self._kv._call(native, tenant_id.encode("utf-8", "surrogateescape"), kbs)
+        return [ObjMetaInfo(size, [loc] if loc else []) for size, loc in metas]
+
+    GetObjMetaInfo = get_meta_info
 
     def health_check(self) -> Status:
         return self._kv.health_check()

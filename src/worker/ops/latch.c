@@ -12,7 +12,17 @@
  * exists), so latches on other keys never slow it down. Waiters are few
  * (one parked request per connection at most) and stay on a plain list.
  * Latches are this worker's: in a cluster a writer on another worker does
- * not wait (docs/compatibility.md). */
+ * not wait (docs/compatibility.md).
+ *
+ * Write latches (Yuanrong's Buffer.wlatch / unwlatch) are in a second table
+ * with the same limits. A session's write latch on a key excludes the other
+ * sessions: their WLATCH and RLATCH of the key answer K_TRY_AGAIN (the
+ * client library retries them until its timeout), and their SET, PUBLISH
+ * and DEL of the key wait as for a read latch. The holder itself may read,
+ * latch again and publish (Yuanrong's wlatch, memory_copy, publish,
+ * unwlatch). A WLATCH is refused with K_TRY_AGAIN while another session
+ * holds a read latch on the key. A write latch lasts until UNWLATCH, the end
+ * of its session, or --max_read_latch_timeout_ms, whichever comes first. */
 #include "worker/ops/latch_tab.h"
 #include "worker/ops/ops_int.h"
 
@@ -32,13 +42,15 @@ typedef struct waiter {
     ds_latch_resume_fn resume;
     ds_latch_cancel_fn cancel;
     void *ctx;
+    const void *holder; /* the writer's session: its own write latches do not block it */
     uint32_t n;
     char **keys;
     uint32_t *lens;
 } waiter_t;
 
 struct ds_latches {
-    ds_latch_tab_t tab;
+    ds_latch_tab_t tab;  /* read latches */
+    ds_latch_tab_t wtab; /* write latches */
     waiter_t *waiters;
     uint32_t nwaiting;
 };
@@ -47,23 +59,36 @@ static struct ds_latches *get(ds_server_t *srv)
 {
     if (srv->latches == NULL) {
         srv->latches = calloc(1, sizeof(*srv->latches));
-        if (srv->latches)
+        if (srv->latches) {
             ds__latch_tab_init(&srv->latches->tab, (uint64_t)srv->cfg.max_read_latches_per_client,
                                (uint64_t)srv->cfg.max_read_latches);
+            ds__latch_tab_init(&srv->latches->wtab, (uint64_t)srv->cfg.max_read_latches_per_client,
+                               (uint64_t)srv->cfg.max_read_latches);
+        }
     }
     return srv->latches;
 }
 
 bool ds__latch_any(const ds_server_t *srv)
 {
-    return srv->latches && ds__latch_tab_count(&srv->latches->tab) > 0;
+    return srv->latches && (ds__latch_tab_count(&srv->latches->tab) > 0 ||
+                            ds__latch_tab_count(&srv->latches->wtab) > 0);
 }
 
-static bool any_held(const struct ds_latches *L, char *const *keys, const uint32_t *lens,
-                     uint32_t n)
+/* Whether a write of the key by holder must wait: a read latch of anyone,
+ * or a write latch of another session. */
+static bool blocks_writer(const struct ds_latches *L, const void *holder, const char *k,
+                          uint32_t kl)
+{
+    return ds__latch_tab_held(&L->tab, k, kl) ||
+           ds__latch_tab_held_by_other(&L->wtab, holder, k, kl);
+}
+
+static bool any_held(const struct ds_latches *L, const void *holder, char *const *keys,
+                     const uint32_t *lens, uint32_t n)
 {
     for (uint32_t i = 0; i < n; i++)
-        if (ds__latch_tab_held(&L->tab, keys[i], lens[i])) return true;
+        if (blocks_writer(L, holder, keys[i], lens[i])) return true;
     return false;
 }
 
@@ -99,10 +124,10 @@ bool ds__latch_park(ds_server_t *srv, ds_req_t *r, const char *const *keys, cons
                     uint32_t n, ds_latch_resume_fn resume, ds_latch_cancel_fn cancel, void *ctx)
 {
     struct ds_latches *L = srv->latches;
-    if (L == NULL || ds__latch_tab_count(&L->tab) == 0) return false;
+    if (L == NULL || !ds__latch_any(srv)) return false;
     bool blocked = false;
     for (uint32_t i = 0; i < n && !blocked; i++)
-        blocked = ds__latch_tab_held(&L->tab, keys[i], lens[i]);
+        blocked = blocks_writer(L, r->session, keys[i], lens[i]);
     if (!blocked) return false;
     waiter_t *w = calloc(1, sizeof(*w));
     if (w) {
@@ -131,6 +156,7 @@ bool ds__latch_park(ds_server_t *srv, ds_req_t *r, const char *const *keys, cons
     w->resume = resume;
     w->cancel = cancel;
     w->ctx = ctx;
+    w->holder = r->session;
     w->next = L->waiters;
     L->waiters = w;
     L->nwaiting++;
@@ -149,7 +175,7 @@ static void wake(ds_server_t *srv)
     waiter_t *ready = NULL;
     for (waiter_t **pp = &L->waiters; *pp;) {
         waiter_t *w = *pp;
-        if (any_held(L, w->keys, w->lens, w->n)) {
+        if (any_held(L, w->holder, w->keys, w->lens, w->n)) {
             pp = &w->next;
             continue;
         }
@@ -171,18 +197,23 @@ uint64_t ds__latch_expire(ds_server_t *srv, uint64_t now)
 {
     struct ds_latches *L = srv->latches;
     if (L == NULL) return 0;
-    uint64_t next = ds__latch_tab_next(&L->tab);
+    uint64_t nr = ds__latch_tab_next(&L->tab), nw = ds__latch_tab_next(&L->wtab);
+    uint64_t next = nr == 0 ? nw : (nw == 0 || nr < nw ? nr : nw);
     if (next == 0 || next > now) return next;
-    if (ds__latch_tab_expire(&L->tab, now) > 0) wake(srv);
-    return ds__latch_tab_next(&L->tab);
+    uint32_t gone = ds__latch_tab_expire(&L->tab, now) + ds__latch_tab_expire(&L->wtab, now);
+    if (gone > 0) wake(srv);
+    nr = ds__latch_tab_next(&L->tab);
+    nw = ds__latch_tab_next(&L->wtab);
+    return nr == 0 ? nw : (nw == 0 || nr < nw ? nr : nw);
 }
 
 void ds__latch_session_end(void *ctx, ds_session_t *s)
 {
     ds_server_t *srv = ctx;
     struct ds_latches *L = srv->latches;
-    if (L == NULL || ds__latch_tab_count(&L->tab) == 0) return;
-    if (ds__latch_tab_drop_holder(&L->tab, s) > 0) wake(srv);
+    if (L == NULL || !ds__latch_any(srv)) return;
+    uint32_t gone = ds__latch_tab_drop_holder(&L->tab, s) + ds__latch_tab_drop_holder(&L->wtab, s);
+    if (gone > 0) wake(srv);
 }
 
 void ds__latch_destroy(ds_server_t *srv)
@@ -190,6 +221,7 @@ void ds__latch_destroy(ds_server_t *srv)
     struct ds_latches *L = srv->latches;
     if (L == NULL) return;
     ds__latch_tab_destroy(&L->tab);
+    ds__latch_tab_destroy(&L->wtab);
     /* Waiters were cancelled with their connections (ds__net_destroy). */
     free(L);
     srv->latches = NULL;
@@ -202,37 +234,39 @@ void ds__latch_stats(ds_server_t *srv, cJSON *root)
     if (o == NULL) return;
     cJSON_AddNumberToObject(o, "held", L ? ds__latch_tab_count(&L->tab) : 0);
     cJSON_AddNumberToObject(o, "keys", L ? ds__latch_tab_keys(&L->tab) : 0);
+    cJSON_AddNumberToObject(o, "write_held", L ? ds__latch_tab_count(&L->wtab) : 0);
     cJSON_AddNumberToObject(o, "waiting", L ? L->nwaiting : 0);
     cJSON_AddNumberToObject(o, "max_per_client", (double)srv->cfg.max_read_latches_per_client);
     cJSON_AddNumberToObject(o, "max", (double)srv->cfg.max_read_latches);
 }
 
 /* Why key kl:k cannot be latched (st), in msg. */
-static ds_status_t refuse_add(ds_server_t *srv, ds_latch_add_t why, const ds_req_t *r,
-                              const char *k, uint32_t kl, char *msg, size_t cap)
+static ds_status_t refuse_add(ds_server_t *srv, const ds_latch_tab_t *t, ds_latch_add_t why,
+                              const ds_req_t *r, const char *k, uint32_t kl, char *msg, size_t cap)
 {
-    const struct ds_latches *L = srv->latches;
+    const char *what = t == &srv->latches->wtab ? "write" : "read";
     if (why == DS_LATCH_HOLDER_FULL)
         snprintf(msg, cap,
-                 "cannot latch key '%.*s': this client holds %u read latches, the most allowed "
+                 "cannot latch key '%.*s': this client holds %u %s latches, the most allowed "
                  "(--max_read_latches_per_client %lld)",
-                 (int)(kl > 64 ? 64 : kl), k, ds__latch_tab_holder_count(&L->tab, r->session),
+                 (int)(kl > 64 ? 64 : kl), k, ds__latch_tab_holder_count(t, r->session), what,
                  (long long)srv->cfg.max_read_latches_per_client);
     else if (why == DS_LATCH_FULL)
         snprintf(msg, cap,
-                 "cannot latch key '%.*s': the worker holds %u read latches, the most allowed "
+                 "cannot latch key '%.*s': the worker holds %u %s latches, the most allowed "
                  "(--max_read_latches %lld)",
-                 (int)(kl > 64 ? 64 : kl), k, ds__latch_tab_count(&L->tab),
+                 (int)(kl > 64 ? 64 : kl), k, ds__latch_tab_count(t), what,
                  (long long)srv->cfg.max_read_latches);
     else
         snprintf(msg, cap, "out of memory");
     return DS_K_OUT_OF_MEMORY;
 }
 
-/* RLATCH and UNRLATCH. */
+/* RLATCH, UNRLATCH, WLATCH and UNWLATCH. */
 void ds__ops_latch(ds_server_t *srv, ds_req_t *r)
 {
-    bool take = r->op == DS_OP_RLATCH;
+    bool take = r->op == DS_OP_RLATCH || r->op == DS_OP_WLATCH;
+    bool write = r->op == DS_OP_WLATCH || r->op == DS_OP_UNWLATCH;
     ds_rbuf_t rb;
     ds__rbuf_init(&rb, r->meta, r->meta_len);
     uint32_t timeout = take ? ds__rbuf_u32(&rb) : 0;
@@ -275,18 +309,29 @@ void ds__ops_latch(ds_server_t *srv, ds_req_t *r)
         } else if (ds__key_check(k, kl, msg, sizeof(msg)) != 0) {
             st = DS_K_INVALID;
         } else if (take) {
+            ds_latch_tab_t *t = write ? &L->wtab : &L->tab;
+            /* A write latch lasts until released; the timeout only bounds the client's wait. */
+            uint64_t until = now + (write ? (uint64_t)srv->cfg.max_read_latch_timeout_ms : timeout);
             ds_latch_add_t a;
             if (ds__store_lookup(srv->store, k, kl, now) == NULL) {
                 snprintf(msg, sizeof(msg), "key '%.*s' not found", (int)kl, k);
                 st = DS_K_NOT_FOUND;
-            } else if ((a = ds__latch_tab_add(&L->tab, r->session, k, kl, now + timeout)) !=
-                       DS_LATCH_ADDED) {
-                st = refuse_add(srv, a, r, k, kl, msg, sizeof(msg));
+            } else if (ds__latch_tab_held_by_other(&L->wtab, r->session, k, kl)) {
+                snprintf(msg, sizeof(msg), "key '%.*s' is write-latched by another client",
+                         (int)(kl > 64 ? 64 : kl), k);
+                st = DS_K_TRY_AGAIN;
+            } else if (write && ds__latch_tab_held_by_other(&L->tab, r->session, k, kl)) {
+                snprintf(msg, sizeof(msg), "key '%.*s' is read-latched by another client",
+                         (int)(kl > 64 ? 64 : kl), k);
+                st = DS_K_TRY_AGAIN;
+            } else if ((a = ds__latch_tab_add(t, r->session, k, kl, until)) != DS_LATCH_ADDED) {
+                st = refuse_add(srv, t, a, r, k, kl, msg, sizeof(msg));
             }
-        } else if (ds__latch_tab_release(&L->tab, r->session, k, kl)) {
+        } else if (ds__latch_tab_release(write ? &L->wtab : &L->tab, r->session, k, kl)) {
             released = true;
         } else {
-            snprintf(msg, sizeof(msg), "this client holds no read latch on key '%.*s'", (int)kl, k);
+            snprintf(msg, sizeof(msg), "this client holds no %s latch on key '%.*s'",
+                     write ? "write" : "read", (int)kl, k);
             st = DS_K_NOT_FOUND;
         }
         if (st != DS_K_OK && first == DS_K_OK) {

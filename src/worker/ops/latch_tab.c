@@ -338,3 +338,12 @@ uint32_t ds__latch_tab_holder_count(const ds_latch_tab_t *t, const void *holder)
     const ds_latch_holder_t *ho = find_holder(t, holder);
     return ho ? ho->n : 0;
 }
+
+bool ds__latch_tab_held_by_other(const ds_latch_tab_t *t, const void *holder, const char *key,
+                                 uint32_t len)
+{
+    const ds_latch_key_t *k = find_key(t, key, len);
+    if (k == NULL) return false;
+    const ds_latch_hk_t *hk = find_hk(t, holder, key, len);
+    return k->count > (hk ? hk->count : 0);
+}

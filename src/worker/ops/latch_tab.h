@@ -65,6 +65,9 @@ uint32_t ds__latch_tab_expire(ds_latch_tab_t *t, uint64_t now);
 uint64_t ds__latch_tab_next(const ds_latch_tab_t *t);
 /* Whether key has a latch (expired ones count until expire removes them). */
 bool ds__latch_tab_held(const ds_latch_tab_t *t, const char *key, uint32_t len);
+/* Whether key has a latch of a holder other than holder. */
+bool ds__latch_tab_held_by_other(const ds_latch_tab_t *t, const void *holder, const char *key,
+                                 uint32_t len);
 /* Latches holder has. */
 uint32_t ds__latch_tab_holder_count(const ds_latch_tab_t *t, const void *holder);
 

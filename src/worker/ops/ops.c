@@ -704,6 +704,8 @@ void ds__ops_dispatch(void *ctx, ds_req_t *r)
         break;
     case DS_OP_RLATCH:
     case DS_OP_UNRLATCH:
+    case DS_OP_WLATCH:
+    case DS_OP_UNWLATCH:
         ds__ops_latch(srv, r);
         break;
     case DS_OP_HEALTH:

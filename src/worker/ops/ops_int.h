@@ -45,7 +45,7 @@ void ds__ops_gref(ds_server_t *srv, ds_req_t *r);
 /* latch.c: read latches and the writers waiting for them. */
 typedef void (*ds_latch_resume_fn)(ds_server_t *srv, ds_req_t *d, void *ctx);
 typedef void (*ds_latch_cancel_fn)(void *ctx);
-/* RLATCH and UNRLATCH. */
+/* RLATCH, UNRLATCH, WLATCH and UNWLATCH (latch.c). */
 void ds__ops_latch(ds_server_t *srv, ds_req_t *r);
 /* True when some latch exists (a write then checks its keys). */
 bool ds__latch_any(const ds_server_t *srv);

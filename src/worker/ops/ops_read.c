@@ -105,17 +105,66 @@ void ds__ops_read(ds_server_t *srv, ds_req_t *r)
 /* ---- GREF: global reference counts ---- */
 
 /* A count per key, in a chained hash the worker owns (the object table
- * holds versions; a count outlives overwrites and may precede the put). */
+ * holds versions; a count outlives overwrites and may precede the put).
+ *
+ * Nested references (Yuanrong's publish(nested_object_keys)): a parent
+ * holds each of its nested keys, counted in the child's `nested`, apart
+ * from the clients' `count` (query_global_ref_num reports only `count`).
+ * An entry goes, and its object is deleted, when both reach 0; a parent
+ * that goes drops its holds, which may let its children go in turn.
+ *
+ * References are per client (session), as Yuanrong's: `count` is the sum
+ * of the entry's holders' counts; a client decreases only references it
+ * added, and when its session ends the worker drops all of them
+ * (Yuanrong's ReleaseGRefs), which may delete objects. Sessions that hold
+ * references are on a list with how many keys each holds, so a session
+ * holding none ends at no cost; one holding some costs a pass over the
+ * entries. */
+typedef struct gholder {
+    struct gholder *next;
+    const void *session;
+    uint32_t n;
+} gholder_t;
+
 typedef struct gref {
     struct gref *next;
     uint32_t count, keylen;
+    uint32_t nested;    /* holds of parents */
+    uint32_t nkids;     /* keys this one holds, in kids */
+    bool touched;       /* a session's end took references from it */
+    char *kids;         /* nkids * (u32 length, bytes), one allocation */
+    gholder_t *holders; /* who holds count */
     char key[];
 } gref_t;
+
+typedef struct gsess {
+    struct gsess *next;
+    const void *session;
+    uint32_t keys; /* entries it holds references on */
+} gsess_t;
 
 struct ds_grefs {
     gref_t **b;
     uint32_t nb, n;
+    gsess_t *sessions;
 };
+
+static gsess_t **gsess_find(struct ds_grefs *g, const void *session)
+{
+    gsess_t **pp = &g->sessions;
+    while (*pp && (*pp)->session != session)
+        pp = &(*pp)->next;
+    return pp;
+}
+
+static void free_holders(gholder_t *h)
+{
+    while (h) {
+        gholder_t *nx = h->next;
+        free(h);
+        h = nx;
+    }
+}
 
 static gref_t **gref_find(struct ds_grefs *g, const char *k, uint32_t kl)
 {
@@ -150,16 +199,83 @@ void ds__ops_grefs_free(ds_server_t *srv)
     for (uint32_t i = 0; i < g->nb; i++)
         for (gref_t *e = g->b[i], *nx; e; e = nx) {
             nx = e->next;
+            free_holders(e->holders);
+            free(e->kids);
             free(e);
         }
+    while (g->sessions) {
+        gsess_t *nx = g->sessions->next;
+        free(g->sessions);
+        g->sessions = nx;
+    }
     free(g->b);
     free(g);
     srv->grefs = NULL;
 }
 
+/* A new entry for k (count and nested 0), or NULL when out of memory. */
+static gref_t *gref_new(struct ds_grefs *g, const char *k, uint32_t kl)
+{
+    if (g->n >= g->nb && gref_grow(g) != 0) return NULL;
+    gref_t *e = calloc(1, sizeof(*e) + kl);
+    if (e == NULL) return NULL;
+    memcpy(e->key, k, kl);
+    e->keylen = kl;
+    gref_t **pp = gref_find(g, k, kl);
+    e->next = *pp;
+    *pp = e;
+    g->n++;
+    return e;
+}
+
+/* Drops the holds of the detached entries on the list todo (linked by
+ * next) on their kids and frees them; a kid left with no count and no hold
+ * goes too (its object deleted), and so on down, with a work list rather
+ * than recursion (chains of parents may be long). */
+static void gref_release_kids(ds_server_t *srv, gref_t *todo)
+{
+    struct ds_grefs *g = srv->grefs;
+    while (todo) {
+        gref_t *p = todo;
+        todo = p->next;
+        const char *q = p->kids;
+        for (uint32_t i = 0; i < p->nkids; i++) {
+            uint32_t kl;
+            memcpy(&kl, q, sizeof(kl));
+            const char *k = q + sizeof(kl);
+            q = k + kl;
+            gref_t **cp = gref_find(g, k, kl);
+            gref_t *c = *cp;
+            if (c == NULL || c->nested == 0) continue;
+            if (--c->nested > 0 || c->count > 0) continue;
+            *cp = c->next;
+            g->n--;
+            ds__store_delete(srv->store, c->key, c->keylen);
+            c->next = todo;
+            todo = c;
+        }
+        free_holders(p->holders);
+        free(p->kids);
+        free(p);
+    }
+}
+
+/* Removes the entry at *pp (its count and nested are 0), deletes its object
+ * and releases its kids. */
+static void gref_gone(ds_server_t *srv, gref_t **pp)
+{
+    struct ds_grefs *g = srv->grefs;
+    gref_t *e = *pp;
+    *pp = e->next;
+    g->n--;
+    ds__store_delete(srv->store, e->key, e->keylen);
+    e->next = NULL;
+    gref_release_kids(srv, e);
+}
+
 /* Applies delta to key's count; the count after it in *count. */
-static ds_status_t gref_apply(ds_server_t *srv, const char *k, uint32_t kl, int32_t delta,
-                              uint32_t *count, char *msg, size_t cap)
+static ds_status_t gref_apply(ds_server_t *srv, const void *session, const char *k, uint32_t kl,
+                              int32_t delta, uint32_t *count, char *msg, size_t cap)
 {
     struct ds_grefs *g = srv->grefs;
     if (g == NULL && (g = srv->grefs = calloc(1, sizeof(*g))) == NULL) goto oom;
@@ -173,41 +289,158 @@ static ds_status_t gref_apply(ds_server_t *srv, const char *k, uint32_t kl, int3
             snprintf(msg, cap, "key '%.*s' has no global reference", (int)kl, k);
             return DS_K_NOT_FOUND;
         }
-        if (--e->count > 0) {
+        gholder_t **hp = &e->holders;
+        while (*hp && (*hp)->session != session)
+            hp = &(*hp)->next;
+        if (*hp == NULL) {
+            snprintf(msg, cap, "key '%.*s' has no global reference of this client", (int)kl, k);
+            return DS_K_NOT_FOUND;
+        }
+        if (--(*hp)->n == 0) {
+            gholder_t *h = *hp;
+            *hp = h->next;
+            free(h);
+            gsess_t **sp = gsess_find(g, session);
+            if (*sp && --(*sp)->keys == 0) {
+                gsess_t *gs = *sp;
+                *sp = gs->next;
+                free(gs);
+            }
+        }
+        if (--e->count > 0 || e->nested > 0) {
             *count = e->count;
             return DS_K_OK;
         }
         /* The last reference: the object goes with it. */
-        *pp = e->next;
-        free(e);
-        g->n--;
         *count = 0;
-        ds__store_delete(srv->store, k, kl);
+        gref_gone(srv, pp);
         return DS_K_OK;
     }
-    if (e) {
-        if (e->count == UINT32_MAX) {
-            snprintf(msg, cap, "key '%.*s' has too many global references", (int)kl, k);
-            return DS_K_INVALID;
+    if (e && e->count == UINT32_MAX) {
+        snprintf(msg, cap, "key '%.*s' has too many global references", (int)kl, k);
+        return DS_K_INVALID;
+    }
+    gholder_t *h = NULL;
+    if (e)
+        for (h = e->holders; h && h->session != session; h = h->next)
+            ;
+    if (h == NULL) {
+        /* This client's first reference on the key. */
+        gsess_t **sp = gsess_find(g, session);
+        if (*sp == NULL && (*sp = calloc(1, sizeof(**sp))) != NULL) (*sp)->session = session;
+        if (*sp == NULL || (h = calloc(1, sizeof(*h))) == NULL) goto oom;
+        if (e == NULL && (e = gref_new(g, k, kl)) == NULL) {
+            free(h);
+            goto oom;
         }
-        *count = ++e->count;
-        return DS_K_OK;
+        (*sp)->keys++;
+        h->session = session;
+        h->next = e->holders;
+        e->holders = h;
     }
-    if (g->n >= g->nb && gref_grow(g) != 0) goto oom;
-    e = malloc(sizeof(*e) + kl);
-    if (e == NULL) goto oom;
-    memcpy(e->key, k, kl);
-    e->keylen = kl;
-    e->count = 1;
-    pp = gref_find(g, k, kl);
-    e->next = *pp;
-    *pp = e;
-    g->n++;
-    *count = 1;
+    h->n++;
+    *count = ++e->count;
     return DS_K_OK;
 oom:
     snprintf(msg, cap, "out of memory");
     return DS_K_OUT_OF_MEMORY;
+}
+
+/* GREF NEST: keys[0] (the parent) holds keys[1..n-1] instead of the ones it
+ * held before. Every key is checked first; the reply has a status per key
+ * (the parent's count first). */
+static void gref_nest(ds_server_t *srv, ds_req_t *r, ds_rbuf_t *rb, uint32_t n)
+{
+    const char **ks = calloc(n, sizeof(*ks));
+    uint32_t *ls = calloc(n, sizeof(*ls));
+    char msg[256] = "";
+    ds_status_t st = DS_K_OK;
+    size_t blob = 0;
+    if (ks == NULL || ls == NULL) {
+        st = DS_K_OUT_OF_MEMORY;
+        snprintf(msg, sizeof(msg), "out of memory");
+    }
+    for (uint32_t i = 0; st == DS_K_OK && i < n; i++) {
+        ls[i] = ds__rbuf_str(rb, &ks[i]);
+        if (rb->err) {
+            snprintf(msg, sizeof(msg), "malformed GREF: key %u truncated", i);
+            st = DS_K_INVALID;
+        } else if (ds__key_check(ks[i], ls[i], msg, sizeof(msg)) != 0) {
+            st = DS_K_INVALID;
+        } else if (i > 0 && ls[i] == ls[0] && memcmp(ks[i], ks[0], ls[0]) == 0) {
+            snprintf(msg, sizeof(msg), "key '%.*s' cannot be nested in itself",
+                     (int)(ls[0] > 64 ? 64 : ls[0]), ks[0]);
+            st = DS_K_INVALID;
+        }
+        if (i > 0) blob += sizeof(uint32_t) + ls[i];
+    }
+    struct ds_grefs *g = srv->grefs;
+    if (st == DS_K_OK && g == NULL && (g = srv->grefs = calloc(1, sizeof(*g))) == NULL)
+        st = DS_K_OUT_OF_MEMORY;
+    if (st == DS_K_OK && g->nb == 0 && gref_grow(g) != 0) st = DS_K_OUT_OF_MEMORY;
+    char *kids = st == DS_K_OK && n > 1 ? malloc(blob) : NULL;
+    if (st == DS_K_OK && n > 1 && kids == NULL) st = DS_K_OUT_OF_MEMORY;
+    gref_t *p = NULL;
+    if (st == DS_K_OK) {
+        p = *gref_find(g, ks[0], ls[0]);
+        if (p == NULL && (p = gref_new(g, ks[0], ls[0])) == NULL) st = DS_K_OUT_OF_MEMORY;
+    }
+    /* Hold the new kids before letting go of the old ones: a kid in both
+     * never reaches 0 in between. */
+    uint32_t held = 0;
+    char *q = kids;
+    for (uint32_t i = 1; st == DS_K_OK && i < n; i++, held++) {
+        gref_t *c = *gref_find(g, ks[i], ls[i]);
+        if (c == NULL && (c = gref_new(g, ks[i], ls[i])) == NULL) {
+            st = DS_K_OUT_OF_MEMORY;
+            break;
+        }
+        c->nested++;
+        memcpy(q, &ls[i], sizeof(uint32_t));
+        memcpy(q + sizeof(uint32_t), ks[i], ls[i]);
+        q += sizeof(uint32_t) + ls[i];
+    }
+    if (st == DS_K_OUT_OF_MEMORY) snprintf(msg, sizeof(msg), "out of memory");
+    if (st == DS_K_OK) {
+        /* The old kids go through a stand-in parent that holds only them. */
+        gref_t *old = calloc(1, sizeof(*old));
+        if (old != NULL) {
+            old->kids = p->kids;
+            old->nkids = p->nkids;
+            p->kids = kids;
+            p->nkids = n - 1;
+            kids = NULL;
+            gref_release_kids(srv, old);
+        } else {
+            st = DS_K_OUT_OF_MEMORY;
+            snprintf(msg, sizeof(msg), "out of memory");
+        }
+    }
+    if (st != DS_K_OK) {
+        /* Undo the holds taken. */
+        const char *u = kids;
+        for (uint32_t i = 0; u && i < held; i++) {
+            uint32_t kl;
+            memcpy(&kl, u, sizeof(kl));
+            gref_t *c = *gref_find(g, u + sizeof(kl), kl);
+            if (c) c->nested--;
+            u += sizeof(kl) + kl;
+        }
+        free(kids);
+    }
+    ds_wbuf_t w;
+    ds__wbuf_init(&w);
+    ds__wbuf_cstr(&w, "");
+    ds__wbuf_u32(&w, n);
+    for (uint32_t i = 0; i < n; i++) {
+        ds__wbuf_u32(&w, (uint32_t)st);
+        ds__wbuf_u32(&w, i == 0 && p ? p->count : 0);
+    }
+    if (st != DS_K_OK) ds__ops_lead_error(&w, msg);
+    ds__req_reply(r, st, &w, NULL, 0, NULL, 0, -1);
+    ds__wbuf_free(&w);
+    free(ks);
+    free(ls);
 }
 
 void ds__ops_gref(ds_server_t *srv, ds_req_t *r)
@@ -215,7 +448,12 @@ void ds__ops_gref(ds_server_t *srv, ds_req_t *r)
     ds_rbuf_t rb;
     ds__rbuf_init(&rb, r->meta, r->meta_len);
     int32_t delta = ds__rbuf_i32(&rb);
-    uint32_t n = ds__rbuf_count(&rb, DS_MAX_BATCH, 5);
+    uint32_t n = ds__rbuf_count(&rb, DS_MAX_BATCH + 1, 5);
+    if (delta == DS_GREF_NEST && !rb.err && n >= 1) {
+        gref_nest(srv, r, &rb, n);
+        return;
+    }
+    if (n > DS_MAX_BATCH) n = 0;
     if (rb.err || n == 0 || delta < -1 || delta > 1) {
         ds__req_error(r, DS_K_INVALID, "malformed GREF: delta %d (allowed -1, 0, 1), %u keys",
                       delta, n);
@@ -239,7 +477,7 @@ void ds__ops_gref(ds_server_t *srv, ds_req_t *r)
         } else if (ds__key_check(k, kl, msg, sizeof(msg)) != 0) {
             st = DS_K_INVALID;
         } else {
-            st = gref_apply(srv, k, kl, delta, &count, msg, sizeof(msg));
+            st = gref_apply(srv, r->session, k, kl, delta, &count, msg, sizeof(msg));
         }
         if (st == DS_K_OK) {
             ok++;
@@ -253,4 +491,49 @@ void ds__ops_gref(ds_server_t *srv, ds_req_t *r)
     if (first != DS_K_OK) ds__ops_lead_error(&w, first_msg);
     ds__req_reply(r, ok ? DS_K_OK : first, &w, NULL, 0, NULL, 0, -1);
     ds__wbuf_free(&w);
+}
+
+void ds__ops_grefs_session_end(ds_server_t *srv, const void *session)
+{
+    struct ds_grefs *g = srv->grefs;
+    if (g == NULL) return;
+    gsess_t **sp = gsess_find(g, session);
+    if (*sp == NULL) return;
+    gsess_t *gs = *sp;
+    *sp = gs->next;
+    free(gs);
+    /* First take the session's references off every entry; then delete the
+     * entries left with none, which may cascade through nested holds (so
+     * each bucket is walked again from its head after a deletion). */
+    uint32_t touched = 0;
+    for (uint32_t i = 0; i < g->nb; i++)
+        for (gref_t *e = g->b[i]; e; e = e->next)
+            for (gholder_t **hp = &e->holders; *hp; hp = &(*hp)->next)
+                if ((*hp)->session == session) {
+                    gholder_t *h = *hp;
+                    e->count -= h->n;
+                    *hp = h->next;
+                    free(h);
+                    e->touched = true;
+                    touched++;
+                    break;
+                }
+    for (uint32_t i = 0; touched > 0 && i < g->nb; i++) {
+        gref_t **pp = &g->b[i];
+        while (*pp) {
+            gref_t *e = *pp;
+            if (!e->touched) {
+                pp = &e->next;
+                continue;
+            }
+            e->touched = false;
+            touched--;
+            if (e->count == 0 && e->nested == 0) {
+                gref_gone(srv, pp);
+                pp = &g->b[i];
+            } else {
+                pp = &e->next;
+            }
+        }
+    }
 }

@@ -115,8 +115,9 @@ void ds__latch_session_end(void *srv, ds_session_t *s);
 void ds__latch_destroy(ds_server_t *srv);
 struct cJSON;
 void ds__latch_stats(ds_server_t *srv, struct cJSON *root);
-/* The net layer's session_end hook (ops_ucx.c): read latches, then the
- * session's UCX endpoint, if any (its sends end, their pins go). */
+/* The net layer's session_end hook (ops_ucx.c): latches, global
+ * references, then the session's UCX endpoint, if any (its sends end,
+ * their pins go). */
 void ds__ops_session_end(void *srv, ds_session_t *s);
 /* --enable_rdma: finds the UCX address checker (ops_ucx_addr.c); -1 with a
  * message when it is missing. */
@@ -125,6 +126,9 @@ int ds__ops_ucx_addr_init(ds_server_t *srv, char *err, size_t cap);
 void ds__ops_ucx_addr_destroy(ds_server_t *srv);
 /* Frees the global reference counts (ops_read.c). */
 void ds__ops_grefs_free(ds_server_t *srv);
+/* Drops every global reference the session holds (its client has gone),
+ * deleting the objects left with none (ops_read.c). */
+void ds__ops_grefs_session_end(ds_server_t *srv, const void *session);
 /* Background eviction and spill between the arena watermarks (memory.c),
  * run by the loop between events; returns when it wants to run again (now:
  * next turn; 0: when woken by events). */
