@@ -231,11 +231,13 @@ static void test_polls_after_parting(void **state)
                parted ? "right after a parting" : "no parting", woke[parted], polled[parted]);
     }
     end(&f);
-    /* Without a parting every wait sleeps and is woken; right after one,
-     * waits poll and find their answers (all of them but those a busy
-     * moment of the machine put to sleep). */
-    assert_int_equal(woke[0], polled[0]);
-    if (polled[1] > 0) assert_true(woke[1] < polled[1]);
+    /* Without a parting a wait sleeps and is woken (unless the answer
+     * beat it to sleep); right after one, waits poll and find their answers
+     * (all of them but those a busy moment of the machine put to sleep). So
+     * the waits right after a parting are woken less often, which is the
+     * rule; the exact counts are the scheduler's. */
+    assert_true(woke[0] > 0);
+    if (polled[1] > 0) assert_true(woke[1] * polled[0] < woke[0] * polled[1]);
 }
 
 int main(void)
