@@ -189,7 +189,8 @@ uint64_t ds__guard_tick(ds_net_t *net, uint64_t now_ms)
         snprintf(why, sizeof(why),
                  "closed: no HELLO completed within --handshake_timeout_ms (%" PRIu64 " ms)",
                  net->handshake_ms);
-        DS_LOG_DEBUG("conn %" PRIu64 " (%s) %s", c->id, peer_name(c->origin, who, sizeof(who)), why);
+        DS_LOG_DEBUG("conn %" PRIu64 " (%s) %s", c->id, peer_name(c->origin, who, sizeof(who)),
+                     why);
         close_waiting(c, DS_K_RPC_DEADLINE_EXCEEDED, why); /* which untracks it */
     }
     return net->hs_head ? net->hs_head->hs_since_ms + net->handshake_ms : 0;
