@@ -31,7 +31,9 @@ extern "C" {
     X(K_RPC_UNAVAILABLE, 1002, "rpc unavailable")                                                  \
     X(K_OC_ALREADY_SEALED, 2000, "object already sealed")                                          \
     X(K_WRITE_BACK_QUEUE_FULL, 2003, "write-back queue full")                                      \
-    X(K_OC_KEY_ALREADY_EXIST, 2004, "key already exists")
+    X(K_OC_KEY_ALREADY_EXIST, 2004, "key already exists")                                          \
+    X(K_FUTURE_TIMEOUT, 5002, "future timed out")                                                  \
+    X(K_CUDA_ERROR, 5003, "CUDA error")
 
 typedef enum {
 #define DS__STATUS_ENUM(name, num, msg) DS_##name = num,

@@ -25,6 +25,8 @@ K_RPC_UNAVAILABLE = 1002
 K_OC_ALREADY_SEALED = 2000
 K_WRITE_BACK_QUEUE_FULL = 2003
 K_OC_KEY_ALREADY_EXIST = 2004
+K_FUTURE_TIMEOUT = 5002
+K_CUDA_ERROR = 5003
 
 # The symbol of each code, as ds_status_name() gives it.
 STATUS_NAMES: Dict[int, str] = {
@@ -48,6 +50,8 @@ STATUS_NAMES: Dict[int, str] = {
     K_OC_ALREADY_SEALED: "K_OC_ALREADY_SEALED",
     K_WRITE_BACK_QUEUE_FULL: "K_WRITE_BACK_QUEUE_FULL",
     K_OC_KEY_ALREADY_EXIST: "K_OC_KEY_ALREADY_EXIST",
+    K_FUTURE_TIMEOUT: "K_FUTURE_TIMEOUT",
+    K_CUDA_ERROR: "K_CUDA_ERROR",
 }
 
 # The library's default message of each code (ds_status_message).
@@ -72,6 +76,8 @@ STATUS_MESSAGES: Dict[int, str] = {
     K_OC_ALREADY_SEALED: "object already sealed",
     K_WRITE_BACK_QUEUE_FULL: "write-back queue full",
     K_OC_KEY_ALREADY_EXIST: "key already exists",
+    K_FUTURE_TIMEOUT: "future timed out",
+    K_CUDA_ERROR: "CUDA error",
 }
 
 __all__ = [
@@ -95,6 +101,8 @@ __all__ = [
     "K_OC_ALREADY_SEALED",
     "K_WRITE_BACK_QUEUE_FULL",
     "K_OC_KEY_ALREADY_EXIST",
+    "K_FUTURE_TIMEOUT",
+    "K_CUDA_ERROR",
     "STATUS_NAMES",
     "STATUS_MESSAGES",
 ]

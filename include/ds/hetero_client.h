@@ -1,0 +1,135 @@
+/* The heterogeneous client (Yuanrong's HeteroClient): values moved between
+ * device memory and the worker's shared-memory arena.
+ *
+ * ds_hetero_mset_d2h copies each key's device blobs straight into space
+ * created for the value in the arena (one copy per byte, then one publish);
+ * ds_hetero_mget_h2d copies each value from the worker's shared memory
+ * straight into the key's device blobs. A key's blobs are its value's
+ * pieces in order: the value is their concatenation, and a get splits it
+ * the same way. A remote (TCP) client stages values in its own memory.
+ *
+ * Device memory is reached through a backend chosen once per process by
+ * the environment variable DS_DEVICE_BACKEND:
+ *   host  host memory stands in for device memory: a device pointer is a
+ *         host address of this process (CPU-only pipelines, tests);
+ *   cuda  NVIDIA GPUs through the driver (libcuda.so.1, loaded at run time;
+ *         each device's primary context, as PyTorch uses). The arena is
+ *         registered for DMA once, so copies to and from it are direct.
+ * Unset: cuda when the driver loads and has a device, else the device
+ * operations fail DS_K_NOT_SUPPORTED with a message naming the variable.
+ * Operations that touch no device memory (ds_hetero_kv's) work either way.
+ *
+ * Ownership: keys, blob lists and parameters are read during the call (for
+ * the async variants: copied before it returns); device memory is the
+ * caller's and must stay valid until the call (or its future) completes.
+ * Thread safety: as ds_client_t. Errors: every call returns a status, and
+ * ds_last_error() names what was wrong. */
+#ifndef DATASYSTEM_HETERO_CLIENT_H
+#define DATASYSTEM_HETERO_CLIENT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ds/export.h"
+#include "ds/kv_client.h"
+#include "ds/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* One piece of device memory (Yuanrong's Blob). */
+typedef struct {
+    uint64_t dev_ptr;
+    uint64_t size;
+} ds_blob_t;
+
+/* A key's pieces on one device (Yuanrong's DeviceBlobList). dev_idx < 0:
+ * the calling thread's current device. src_offset: a get starts copying at
+ * this offset of the value (sets ignore it). */
+typedef struct {
+    const ds_blob_t *blobs;
+    size_t n_blobs;
+    int32_t dev_idx;
+    uint64_t src_offset;
+} ds_device_blob_list_t;
+
+typedef struct ds_hetero ds_hetero_t;
+typedef struct ds_future ds_future_t;
+
+/* Connects as ds_client_connect. enable_remote_h2d (Yuanrong's flag): a
+ * key held by another worker of the cluster is pulled by this client's
+ * worker and then copied to the device; the worker does that for every get,
+ * so the flag is accepted and changes nothing. The device backend is not
+ * opened here but by the first device operation. */
+DS_EXPORT ds_status_t ds_hetero_connect(const ds_client_options_t *opts, bool enable_remote_h2d,
+                                        ds_hetero_t **out);
+/* Closes the client; waits for its futures' work to finish. NULL is fine. */
+DS_EXPORT void ds_hetero_close(ds_hetero_t *h);
+/* The KV client underneath, for exist, delete, meta info and key
+ * generation; owned by h and valid until ds_hetero_close. */
+DS_EXPORT ds_client_t *ds_hetero_kv(ds_hetero_t *h);
+/* "host" or "cuda", or NULL with the error set when no backend can run. */
+DS_EXPORT const char *ds_device_backend_name(void);
+
+/* Writes n keys (up to DS_MAX_BATCH), each the concatenation of lists[i]'s
+ * blobs (at least one, none of size 0). statuses (n entries, may be NULL):
+ * each key's result. Returns DS_K_OK when all succeeded, else the first
+ * failure's code. */
+DS_EXPORT ds_status_t ds_hetero_mset_d2h(ds_hetero_t *h, size_t n, const char *const *keys,
+                                         const ds_device_blob_list_t *lists,
+                                         const ds_set_param_t *param, ds_status_t *statuses);
+/* Reads n keys into their blobs, waiting up to sub_timeout_ms for missing
+ * ones. A key whose value (from src_offset) is shorter than its blobs
+ * together fails DS_K_INVALID; a missing one DS_K_NOT_FOUND. statuses (may
+ * be NULL): each key's result. Returns DS_K_OK when any key succeeded (the
+ * caller reads the failed ones from statuses), else the first failure's. */
+DS_EXPORT ds_status_t ds_hetero_mget_h2d(ds_hetero_t *h, size_t n, const char *const *keys,
+                                         const ds_device_blob_list_t *lists, int32_t sub_timeout_ms,
+                                         ds_status_t *statuses);
+
+/* The same calls run on a thread of their own; *out is the future of the
+ * result (release with ds_future_release). The arguments are checked, and
+ * copied, before they return. */
+DS_EXPORT ds_status_t ds_hetero_async_mset_d2h(ds_hetero_t *h, size_t n, const char *const *keys,
+                                               const ds_device_blob_list_t *lists,
+                                               const ds_set_param_t *param, ds_future_t **out);
+DS_EXPORT ds_status_t ds_hetero_async_mget_h2d(ds_hetero_t *h, size_t n, const char *const *keys,
+                                               const ds_device_blob_list_t *lists,
+                                               int32_t sub_timeout_ms, ds_future_t **out);
+/* Waits up to timeout_ms (< 0: for ever) for the future's call. Returns its
+ * status, with ds_last_error() its message, or DS_K_FUTURE_TIMEOUT while it
+ * is still running. statuses (may be NULL; as many as the call's keys):
+ * each key's result. May be called again. */
+DS_EXPORT ds_status_t ds_future_get(ds_future_t *f, int32_t timeout_ms, ds_status_t *statuses);
+/* The number of keys of the future's call. */
+DS_EXPORT size_t ds_future_count(const ds_future_t *f);
+/* Waits for the call to finish, then frees the future. NULL is fine. */
+DS_EXPORT void ds_future_release(ds_future_t *f);
+
+/* Yuanrong's PreRegisterDeviceMemory: checks n device ranges (non-zero
+ * addresses and sizes). Copies need no registration of device memory (the
+ * arena is the registered side), so nothing else is done. */
+DS_EXPORT ds_status_t ds_hetero_pre_register_device_memory(ds_hetero_t *h, size_t n,
+                                                           const uint64_t *dev_ptrs,
+                                                           const uint64_t *sizes);
+
+/* ---- device memory helpers (tests, benchmarks, programs without a
+ * framework of their own), on the same backend ---- */
+
+/* n bytes of device memory on dev_idx (< 0: current); free with ds_device_free. */
+DS_EXPORT ds_status_t ds_device_malloc(int32_t dev_idx, size_t n, uint64_t *dev_ptr);
+DS_EXPORT ds_status_t ds_device_free(uint64_t dev_ptr);
+typedef enum {
+    DS_COPY_H2D = 0,
+    DS_COPY_D2H = 1,
+    DS_COPY_D2D = 2,
+} ds_copy_kind_t;
+/* A synchronous copy of n bytes; host addresses are passed as integers. */
+DS_EXPORT ds_status_t ds_device_memcpy(uint64_t dst, uint64_t src, size_t n, ds_copy_kind_t kind);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

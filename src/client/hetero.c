@@ -1,0 +1,552 @@
+/* The heterogeneous client: device memory to the arena and back.
+ *
+ * A set creates each key's value in the worker's arena (ds_kv_mcreate),
+ * copies the key's device blobs into it with the device backend, waits for
+ * the copies, and publishes the values that were copied whole with one
+ * request (ds_kv_mpublish); a value is never visible half-written. A get
+ * pins each value where it lies in the worker's shared memory
+ * (ds_kv_get_buffers), copies it into the blobs, waits, and only then drops
+ * the pins, so an overwrite or eviction during the copy cannot reuse the
+ * bytes being read. The arena is registered with the backend once per
+ * mapping (page-locked for DMA on a GPU), so each byte is copied once each
+ * way. Async calls run the same code on a thread of their own; the client
+ * waits for them when it closes. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "client_internal.h"
+#include "common/error.h"
+#include "device.h"
+#include "ds/hetero_client.h"
+
+struct ds_hetero {
+    ds_client_t *kv;
+    bool remote_h2d;
+    pthread_mutex_t mu;
+    pthread_cond_t idle;
+    int running;         /* async calls not yet finished; under mu */
+    uint8_t *registered; /* arena mapping registered with the backend; under mu */
+};
+
+#define MSG_MAX 512
+
+/* The first failure of a batch: its message is the one the caller reads. */
+typedef struct {
+    ds_status_t code;
+    char msg[MSG_MAX];
+} first_err_t;
+
+static void note(first_err_t *fe, ds_status_t *statuses, size_t i, ds_status_t st)
+{
+    if (statuses) statuses[i] = st;
+    if (st != DS_K_OK && fe->code == DS_K_OK) {
+        fe->code = st;
+        snprintf(fe->msg, sizeof fe->msg, "%s", ds_last_error());
+    }
+}
+
+ds_status_t ds_hetero_connect(const ds_client_options_t *opts, bool enable_remote_h2d,
+                              ds_hetero_t **out)
+{
+    ds__clear_error();
+    if (out == NULL) return ds__set_error(DS_K_INVALID, "out is NULL");
+    *out = NULL;
+    ds_hetero_t *h = calloc(1, sizeof *h);
+    if (h == NULL) return ds__set_error(DS_K_OUT_OF_MEMORY, "out of memory for a client");
+    ds_status_t st = ds_client_connect(opts, &h->kv);
+    if (st != DS_K_OK) {
+        free(h);
+        return st;
+    }
+    h->remote_h2d = enable_remote_h2d;
+    pthread_mutex_init(&h->mu, NULL);
+    pthread_cond_init(&h->idle, NULL);
+    *out = h;
+    return DS_K_OK;
+}
+
+void ds_hetero_close(ds_hetero_t *h)
+{
+    if (h == NULL) return;
+    pthread_mutex_lock(&h->mu);
+    while (h->running > 0)
+        pthread_cond_wait(&h->idle, &h->mu);
+    pthread_mutex_unlock(&h->mu);
+    ds_client_close(h->kv);
+    pthread_mutex_destroy(&h->mu);
+    pthread_cond_destroy(&h->idle);
+    free(h);
+}
+
+ds_client_t *ds_hetero_kv(ds_hetero_t *h)
+{
+    return h ? h->kv : NULL;
+}
+
+/* Registers the client's current arena mapping with the backend, once. A
+ * failure is not the call's: copies from unregistered memory are correct,
+ * only slower, so it is tried once per mapping and not reported. */
+static void register_arena(ds_hetero_t *h, const ds__device_ops_t *ops)
+{
+    ds_client_t *c = h->kv;
+    pthread_mutex_lock(&c->mu);
+    uint8_t *base = c->sess ? c->sess->base : NULL;
+    size_t size = c->sess ? c->sess->size : 0;
+    pthread_mutex_unlock(&c->mu);
+    if (base == NULL) return;
+    pthread_mutex_lock(&h->mu);
+    if (h->registered != base) {
+        h->registered = base;
+        ds_status_t st = ops->host_register(base, size);
+        (void)st;
+    }
+    pthread_mutex_unlock(&h->mu);
+}
+
+/* Checks a batch and gives each key's total size. */
+static ds_status_t check_batch(size_t n, const char *const *keys,
+                               const ds_device_blob_list_t *lists, size_t *totals)
+{
+    if (n == 0 || keys == NULL || lists == NULL)
+        return ds__set_error(DS_K_INVALID,
+                             "The input of keys and data_blob_list should not be empty");
+    if (n > DS_MAX_BATCH)
+        return ds__set_error(DS_K_INVALID, "%zu keys: at most %d in one call", n, DS_MAX_BATCH);
+    for (size_t i = 0; i < n; i++) {
+        if (keys[i] == NULL) return ds__set_error(DS_K_INVALID, "keys[%zu] is NULL", i);
+        const ds_device_blob_list_t *l = &lists[i];
+        if (l->n_blobs == 0 || l->blobs == NULL)
+            return ds__set_error(DS_K_INVALID, "the blob list of key '%.*s' is empty", 128,
+                                 keys[i]);
+        uint64_t total = 0;
+        for (size_t j = 0; j < l->n_blobs; j++) {
+            const ds_blob_t *b = &l->blobs[j];
+            if (b->dev_ptr == 0 || b->size == 0)
+                return ds__set_error(
+                    DS_K_INVALID, "blob %zu of key '%.*s' has a %s (pointer 0x%llx, size %llu)", j,
+                    128, keys[i], b->dev_ptr == 0 ? "NULL pointer" : "size of 0",
+                    (unsigned long long)b->dev_ptr, (unsigned long long)b->size);
+            if (b->size > SIZE_MAX - total)
+                return ds__set_error(DS_K_INVALID, "the blobs of key '%.*s' overflow a size", 128,
+                                     keys[i]);
+            total += b->size;
+        }
+        totals[i] = (size_t)total;
+    }
+    return DS_K_OK;
+}
+
+/* The stream of the device the next key is on: a key on another device
+ * than the last waits for the last device's copies and moves to the new
+ * one, since a stream belongs to its device's context. */
+typedef struct {
+    const ds__device_ops_t *ops;
+    void *stream;
+    int32_t dev;
+    bool open;
+} devcur_t;
+
+static ds_status_t devcur_sync(devcur_t *d)
+{
+    ds_status_t st = DS_K_OK;
+    if (d->stream) {
+        st = d->ops->stream_sync(d->stream);
+        ds_status_t st2 = d->ops->stream_destroy(d->stream);
+        if (st == DS_K_OK) st = st2;
+        d->stream = NULL;
+    }
+    return st;
+}
+
+static ds_status_t devcur_use(devcur_t *d, int32_t dev)
+{
+    if (d->open && d->dev == dev) return DS_K_OK;
+    ds_status_t st = devcur_sync(d);
+    if (st != DS_K_OK) return st;
+    d->open = false;
+    if ((st = d->ops->set_device(dev)) != DS_K_OK) return st;
+    if ((st = d->ops->stream_create(&d->stream)) != DS_K_OK) return st;
+    d->dev = dev;
+    d->open = true;
+    return DS_K_OK;
+}
+
+static ds_status_t mset_d2h(ds_hetero_t *h, size_t n, const char *const *keys,
+                            const ds_device_blob_list_t *lists, const ds_set_param_t *param,
+                            ds_status_t *statuses)
+{
+    ds__clear_error();
+    if (h == NULL) return ds__set_error(DS_K_INVALID, "client is NULL");
+    size_t *totals = malloc((n ? n : 1) * sizeof *totals);
+    ds_buffer_t **bufs = calloc(n ? n : 1, sizeof *bufs);
+    ds_buffer_t **ok = calloc(n ? n : 1, sizeof *ok);
+    ds_status_t *pub = calloc(n ? n : 1, sizeof *pub);
+    size_t *okidx = calloc(n ? n : 1, sizeof *okidx);
+    ds_status_t st;
+    if (!totals || !bufs || !ok || !pub || !okidx) {
+        st = ds__set_error(DS_K_OUT_OF_MEMORY, "out of memory for a batch of %zu keys", n);
+        goto out;
+    }
+    if ((st = check_batch(n, keys, lists, totals)) != DS_K_OK) goto fail_all;
+    devcur_t d = {.ops = ds__device_get(&st)};
+    if (d.ops == NULL) goto fail_all;
+    if ((st = ds_kv_mcreate(h->kv, n, keys, totals, param, bufs)) != DS_K_OK) goto fail_all;
+    register_arena(h, d.ops);
+    first_err_t fe = {DS_K_OK, ""};
+    bool *copied = (bool *)pub; /* reused: one flag per key until publish */
+    for (size_t i = 0; i < n; i++) {
+        copied[i] = false;
+        uint8_t *dst = ds_buffer_mutable_data(bufs[i]);
+        ds_status_t ks = devcur_use(&d, lists[i].dev_idx);
+        size_t off = 0;
+        for (size_t j = 0; ks == DS_K_OK && j < lists[i].n_blobs; j++) {
+            const ds_blob_t *b = &lists[i].blobs[j];
+            ks = d.ops->copy_d2h(dst + off, b->dev_ptr, (size_t)b->size, d.stream);
+            off += (size_t)b->size;
+        }
+        if (ks != DS_K_OK)
+            note(&fe, statuses, i, ks);
+        else
+            copied[i] = true;
+    }
+    ds_status_t sync = devcur_sync(&d);
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!copied[i]) continue;
+        if (sync != DS_K_OK) {
+            note(&fe, statuses, i, sync);
+            continue;
+        }
+        okidx[m] = i;
+        ok[m++] = bufs[i];
+    }
+    if (m > 0) {
+        for (size_t k = 0; k < m; k++)
+            pub[k] = DS_K_OK;
+        ds_status_t ps = ds_kv_mpublish(h->kv, m, ok, pub);
+        for (size_t k = 0; k < m; k++) {
+            ds_status_t ks = pub[k];
+            if (ps != DS_K_OK && ks == DS_K_OK && m == 1) ks = ps;
+            note(&fe, statuses, okidx[k], ks);
+        }
+        if (ps != DS_K_OK && fe.code == DS_K_OK) {
+            fe.code = ps;
+            snprintf(fe.msg, sizeof fe.msg, "%s", ds_last_error());
+        }
+    }
+    for (size_t i = 0; i < n; i++)
+        ds_buffer_release(bufs[i]);
+    st = fe.code;
+    if (st != DS_K_OK) ds__set_error(st, "%s", fe.msg);
+    goto out;
+fail_all:
+    if (statuses)
+        for (size_t i = 0; i < n; i++)
+            statuses[i] = st;
+out:
+    free(totals);
+    free(bufs);
+    free(ok);
+    free(pub);
+    free(okidx);
+    return st;
+}
+
+static ds_status_t mget_h2d(ds_hetero_t *h, size_t n, const char *const *keys,
+                            const ds_device_blob_list_t *lists, int32_t sub_timeout_ms,
+                            ds_status_t *statuses)
+{
+    ds__clear_error();
+    if (h == NULL) return ds__set_error(DS_K_INVALID, "client is NULL");
+    size_t *totals = malloc((n ? n : 1) * sizeof *totals);
+    ds_buffer_t **bufs = calloc(n ? n : 1, sizeof *bufs);
+    ds_status_t *ks_all = calloc(n ? n : 1, sizeof *ks_all);
+    ds_status_t st;
+    if (!totals || !bufs || !ks_all) {
+        st = ds__set_error(DS_K_OUT_OF_MEMORY, "out of memory for a batch of %zu keys", n);
+        goto out;
+    }
+    if ((st = check_batch(n, keys, lists, totals)) != DS_K_OK) goto fail_all;
+    devcur_t d = {.ops = ds__device_get(&st)};
+    if (d.ops == NULL) goto fail_all;
+    st = ds_kv_get_buffers(h->kv, n, keys, sub_timeout_ms, bufs);
+    if (st != DS_K_OK && st != DS_K_NOT_FOUND) goto fail_all;
+    register_arena(h, d.ops);
+    first_err_t fe = {DS_K_OK, ""};
+    for (size_t i = 0; i < n; i++) {
+        ds_status_t ks;
+        if (bufs[i] == NULL) {
+            ks = ds__set_error(DS_K_NOT_FOUND, "Can't find object %.*s", 256, keys[i]);
+        } else {
+            size_t size = ds_buffer_size(bufs[i]);
+            uint64_t from = lists[i].src_offset;
+            if (from > size || totals[i] > size - from) {
+                ks = ds__set_error(DS_K_INVALID,
+                                   "key '%.*s': the value has %zu bytes, the blobs want %zu "
+                                   "from offset %llu",
+                                   256, keys[i], size, totals[i], (unsigned long long)from);
+            } else {
+                const uint8_t *src = (const uint8_t *)ds_buffer_data(bufs[i]) + from;
+                ks = devcur_use(&d, lists[i].dev_idx);
+                size_t off = 0;
+                for (size_t j = 0; ks == DS_K_OK && j < lists[i].n_blobs; j++) {
+                    const ds_blob_t *b = &lists[i].blobs[j];
+                    ks = d.ops->copy_h2d(b->dev_ptr, src + off, (size_t)b->size, d.stream);
+                    off += (size_t)b->size;
+                }
+            }
+        }
+        ks_all[i] = ks;
+        if (ks != DS_K_OK) note(&fe, statuses, i, ks);
+    }
+    /* The pins are dropped only once the copies out of them are done. */
+    ds_status_t sync = devcur_sync(&d);
+    bool any = false;
+    for (size_t i = 0; i < n; i++) {
+        ds_buffer_release(bufs[i]);
+        if (ks_all[i] != DS_K_OK) continue;
+        if (sync != DS_K_OK)
+            note(&fe, statuses, i, sync);
+        else {
+            if (statuses) statuses[i] = DS_K_OK;
+            any = true;
+        }
+    }
+    st = any ? DS_K_OK : fe.code;
+    if (fe.code != DS_K_OK) ds__set_error(fe.code, "%s", fe.msg);
+    if (st == DS_K_OK) ds__clear_error();
+    goto out;
+fail_all:
+    if (statuses)
+        for (size_t i = 0; i < n; i++)
+            statuses[i] = st;
+out:
+    free(totals);
+    free(bufs);
+    free(ks_all);
+    return st;
+}
+
+ds_status_t ds_hetero_mset_d2h(ds_hetero_t *h, size_t n, const char *const *keys,
+                               const ds_device_blob_list_t *lists, const ds_set_param_t *param,
+                               ds_status_t *statuses)
+{
+    return mset_d2h(h, n, keys, lists, param, statuses);
+}
+
+ds_status_t ds_hetero_mget_h2d(ds_hetero_t *h, size_t n, const char *const *keys,
+                               const ds_device_blob_list_t *lists, int32_t sub_timeout_ms,
+                               ds_status_t *statuses)
+{
+    return mget_h2d(h, n, keys, lists, sub_timeout_ms, statuses);
+}
+
+ds_status_t ds_hetero_pre_register_device_memory(ds_hetero_t *h, size_t n, const uint64_t *dev_ptrs,
+                                                 const uint64_t *sizes)
+{
+    ds__clear_error();
+    if (h == NULL) return ds__set_error(DS_K_INVALID, "client is NULL");
+    if (n == 0 || dev_ptrs == NULL || sizes == NULL)
+        return ds__set_error(DS_K_INVALID, "The input of dev_ptrs and sizes should not be empty");
+    for (size_t i = 0; i < n; i++) {
+        if (dev_ptrs[i] == 0) return ds__set_error(DS_K_INVALID, "dev_ptrs[%zu] is 0", i);
+        if (sizes[i] == 0) return ds__set_error(DS_K_INVALID, "sizes[%zu] is 0", i);
+        if (sizes[i] > UINT64_MAX - dev_ptrs[i])
+            return ds__set_error(DS_K_INVALID, "dev_ptrs[%zu] + sizes[%zu] overflows", i, i);
+    }
+    ds_status_t st;
+    return ds__device_get(&st) ? DS_K_OK : st;
+}
+
+/* ---- futures ---- */
+
+struct ds_future {
+    ds_hetero_t *h;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool done;
+    ds_status_t st;
+    char msg[MSG_MAX];
+    bool is_set;
+    size_t n;
+    char **keys;
+    ds_device_blob_list_t *lists;
+    ds_blob_t *blobs;
+    ds_set_param_t param;
+    int32_t sub_timeout_ms;
+    ds_status_t *statuses;
+};
+
+static void future_free(ds_future_t *f)
+{
+    if (f->keys)
+        for (size_t i = 0; i < f->n; i++)
+            free(f->keys[i]);
+    free(f->keys);
+    free(f->lists);
+    free(f->blobs);
+    free(f->statuses);
+    pthread_mutex_destroy(&f->mu);
+    pthread_cond_destroy(&f->cv);
+    free(f);
+}
+
+static void *future_main(void *arg)
+{
+    ds_future_t *f = arg;
+    ds_status_t st;
+    if (f->is_set)
+        st = mset_d2h(f->h, f->n, (const char *const *)f->keys, f->lists, &f->param, f->statuses);
+    else
+        st = mget_h2d(f->h, f->n, (const char *const *)f->keys, f->lists, f->sub_timeout_ms,
+                      f->statuses);
+    pthread_mutex_lock(&f->mu);
+    f->st = st;
+    snprintf(f->msg, sizeof f->msg, "%s", st == DS_K_OK ? "" : ds_last_error());
+    f->done = true;
+    pthread_cond_broadcast(&f->cv);
+    pthread_mutex_unlock(&f->mu);
+    ds_hetero_t *h = f->h;
+    pthread_mutex_lock(&h->mu);
+    if (--h->running == 0) pthread_cond_broadcast(&h->idle);
+    pthread_mutex_unlock(&h->mu);
+    return NULL;
+}
+
+static ds_status_t submit(ds_hetero_t *h, bool is_set, size_t n, const char *const *keys,
+                          const ds_device_blob_list_t *lists, const ds_set_param_t *param,
+                          int32_t sub_timeout_ms, ds_future_t **out)
+{
+    ds__clear_error();
+    if (out == NULL) return ds__set_error(DS_K_INVALID, "out is NULL");
+    *out = NULL;
+    if (h == NULL) return ds__set_error(DS_K_INVALID, "client is NULL");
+    size_t *totals = malloc((n ? n : 1) * sizeof *totals);
+    if (totals == NULL) return ds__set_error(DS_K_OUT_OF_MEMORY, "out of memory");
+    ds_status_t st = check_batch(n, keys, lists, totals);
+    free(totals);
+    if (st != DS_K_OK) return st;
+    const ds__device_ops_t *ops = ds__device_get(&st);
+    if (ops == NULL) return st;
+    /* "The current device" is the caller's: fixed here, as the call runs on
+     * another thread. */
+    int32_t cur = -1;
+    for (size_t i = 0; i < n && cur < 0; i++)
+        if (lists[i].dev_idx < 0 && (st = ops->current_device(&cur)) != DS_K_OK) return st;
+    ds_future_t *f = calloc(1, sizeof *f);
+    size_t nb = 0;
+    for (size_t i = 0; i < n; i++)
+        nb += lists[i].n_blobs;
+    if (f == NULL) return ds__set_error(DS_K_OUT_OF_MEMORY, "out of memory for a future");
+    pthread_mutex_init(&f->mu, NULL);
+    pthread_cond_init(&f->cv, NULL);
+    f->h = h;
+    f->is_set = is_set;
+    f->n = n;
+    f->sub_timeout_ms = sub_timeout_ms;
+    if (param) {
+        f->param = *param;
+    } else {
+        ds_set_param_t p = DS_SET_PARAM_INIT;
+        f->param = p;
+    }
+    f->keys = calloc(n, sizeof *f->keys);
+    f->lists = calloc(n, sizeof *f->lists);
+    f->blobs = calloc(nb, sizeof *f->blobs);
+    f->statuses = calloc(n, sizeof *f->statuses);
+    bool oom = !f->keys || !f->lists || !f->blobs || !f->statuses;
+    size_t at = 0;
+    for (size_t i = 0; !oom && i < n; i++) {
+        if ((f->keys[i] = strdup(keys[i])) == NULL) oom = true;
+        f->lists[i] = lists[i];
+        if (f->lists[i].dev_idx < 0) f->lists[i].dev_idx = cur;
+        memcpy(f->blobs + at, lists[i].blobs, lists[i].n_blobs * sizeof *f->blobs);
+        f->lists[i].blobs = f->blobs + at;
+        at += lists[i].n_blobs;
+    }
+    if (oom) {
+        future_free(f);
+        return ds__set_error(DS_K_OUT_OF_MEMORY, "out of memory for a future of %zu keys", n);
+    }
+    pthread_mutex_lock(&h->mu);
+    h->running++;
+    pthread_mutex_unlock(&h->mu);
+    int rc = pthread_create(&f->thread, NULL, future_main, f);
+    if (rc != 0) {
+        pthread_mutex_lock(&h->mu);
+        if (--h->running == 0) pthread_cond_broadcast(&h->idle);
+        pthread_mutex_unlock(&h->mu);
+        future_free(f);
+        return ds__set_error(DS_K_RUNTIME_ERROR, "cannot start the async call's thread: %s",
+                             strerror(rc));
+    }
+    *out = f;
+    return DS_K_OK;
+}
+
+ds_status_t ds_hetero_async_mset_d2h(ds_hetero_t *h, size_t n, const char *const *keys,
+                                     const ds_device_blob_list_t *lists,
+                                     const ds_set_param_t *param, ds_future_t **out)
+{
+    return submit(h, true, n, keys, lists, param, 0, out);
+}
+
+ds_status_t ds_hetero_async_mget_h2d(ds_hetero_t *h, size_t n, const char *const *keys,
+                                     const ds_device_blob_list_t *lists, int32_t sub_timeout_ms,
+                                     ds_future_t **out)
+{
+    return submit(h, false, n, keys, lists, NULL, sub_timeout_ms, out);
+}
+
+ds_status_t ds_future_get(ds_future_t *f, int32_t timeout_ms, ds_status_t *statuses)
+{
+    ds__clear_error();
+    if (f == NULL) return ds__set_error(DS_K_INVALID, "future is NULL");
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    if (timeout_ms > 0) {
+        until.tv_sec += timeout_ms / 1000;
+        until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
+    }
+    pthread_mutex_lock(&f->mu);
+    while (!f->done) {
+        if (timeout_ms < 0) {
+            pthread_cond_wait(&f->cv, &f->mu);
+        } else if (timeout_ms == 0 || pthread_cond_timedwait(&f->cv, &f->mu, &until) == ETIMEDOUT) {
+            break;
+        }
+    }
+    bool done = f->done;
+    ds_status_t st = f->st;
+    char msg[MSG_MAX];
+    snprintf(msg, sizeof msg, "%s", f->msg);
+    pthread_mutex_unlock(&f->mu);
+    if (!done)
+        return ds__set_error(DS_K_FUTURE_TIMEOUT, "the async call did not finish within %d ms",
+                             (int)timeout_ms);
+    if (statuses) memcpy(statuses, f->statuses, f->n * sizeof *statuses);
+    if (st != DS_K_OK) ds__set_error(st, "%s", msg);
+    return st;
+}
+
+size_t ds_future_count(const ds_future_t *f)
+{
+    return f ? f->n : 0;
+}
+
+void ds_future_release(ds_future_t *f)
+{
+    if (f == NULL) return;
+    pthread_join(f->thread, NULL);
+    future_free(f);
+}
