@@ -35,6 +35,9 @@ LIB_PATH = BUILD_DIR / "src" / "client" / "libdatasystem.so"
 # The client library of the same build as the worker, here and in the child
 # processes tests start (DS_BUILD_DIR itself is left as the caller set it).
 os.environ.setdefault("DS_LIBDIR", str(LIB_PATH.parent))
+# Device memory tests run on the host backend (a device pointer is a host
+# address) unless the environment names another (tests/device/run.sh: cuda).
+os.environ.setdefault("DS_DEVICE_BACKEND", "host")
 
 _started = []  # Popen objects of workers this process started
 

@@ -21,14 +21,25 @@ def test_ds_client_kv_and_object_share_the_worker(worker):
     b.close()
 
 
-def test_ds_client_hetero_says_what_is_missing(worker):
+def test_ds_client_hetero_moves_device_memory(worker):
+    # The host device backend (conftest.py): a device pointer is a host address.
+    import ctypes
+
+    from yr.datasystem.hetero_client import Blob, DeviceBlobList, HeteroClient
+
     c = DsClient(worker.host, worker.port)
     c.init()
     h = c.hetero()
-    with pytest.raises(NotImplementedError, match="device .NPU. memory"):
-        h.dev_mget(["k"], [], 0)
-    with pytest.raises(RuntimeError, match="HeteroClient.mset_d2h is not supported"):
+    assert isinstance(h, HeteroClient)
+    with pytest.raises(RuntimeError, match="should not be empty"):
         h.mset_d2h(["k"], [])
+    src = ctypes.create_string_buffer(b"device bytes", 12)
+    dst = ctypes.create_string_buffer(12)
+    h.mset_d2h(["dsc_hetero"], [DeviceBlobList(0, [Blob(ctypes.addressof(src), 12)])])
+    assert h.mget_h2d(["dsc_hetero"], [DeviceBlobList(0, [Blob(ctypes.addressof(dst), 12)])],
+                      0) == []
+    assert dst.raw == b"device bytes"
+    assert c.kv().get(["dsc_hetero"]) == [b"device bytes"]
     c.close()
 
 

@@ -32,6 +32,8 @@ MODULES = [
     "tests/python/test_kv_cache_client.py",
     "tests/python/test_oc_client.py",
     "tests/python/test_ds_client.py",
+    # HeteroClient's argument handling over a stand-in native client.
+    "tests/python/test_hetero_client_multi_buffer.py",
 ]
 
 # test id -> why it cannot pass against this datasystem.

@@ -6,10 +6,9 @@
     client.kv().set("key", "value")
     client.object().g_increase_ref(["obj"])
 
-``DsClient`` holds a ``KVClient`` and an ``ObjectClient`` connected to the same
-worker, made with the same arguments, and a ``HeteroClient``, whose device
-(NPU) operations this datasystem does not have: they raise
-``NotImplementedError`` (a ``RuntimeError``) naming what is missing.
+``DsClient`` holds a ``KVClient``, an ``ObjectClient`` and a ``HeteroClient``
+(device memory: see ``yr.datasystem.hetero_client``) connected to the same
+worker, made with the same arguments.
 """
 
 from typing import Any
@@ -94,7 +93,7 @@ class DsClient:
         return self._kv_client
 
     def hetero(self) -> HeteroClient:
-        """The heterogeneous (device memory) client; its operations are not supported here."""
+        """The heterogeneous (device memory) client."""
         return self._hetero_client
 
     def object(self) -> ObjectClient:
@@ -104,4 +103,5 @@ class DsClient:
     def close(self) -> None:
         """Closes the clients' connections; idempotent."""
         self._kv_client.close()
+        self._hetero_client.close()
         self._object_client.close()
