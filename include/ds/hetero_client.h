@@ -105,7 +105,8 @@ DS_EXPORT ds_status_t ds_hetero_async_mget_h2d(ds_hetero_t *h, size_t n, const c
 DS_EXPORT ds_status_t ds_future_get(ds_future_t *f, int32_t timeout_ms, ds_status_t *statuses);
 /* The number of keys of the future's call. */
 DS_EXPORT size_t ds_future_count(const ds_future_t *f);
-/* Waits for the call to finish, then frees the future. NULL is fine. */
+/* Frees the future; a call still running goes on (the client's close
+ * waits for it) and its result is dropped. NULL is fine. */
 DS_EXPORT void ds_future_release(ds_future_t *f);
 
 /* Yuanrong's PreRegisterDeviceMemory: checks n device ranges (non-zero

@@ -93,6 +93,42 @@ void ds_buffer_release(ds_buffer_t *b)
     free(b);
 }
 
+void ds__buffers_release(ds_buffer_t **bufs, size_t n)
+{
+    uint64_t handles[64];
+    size_t k = 0;
+    ds_sess_t *s = NULL;
+    for (size_t i = 0; i < n; i++) {
+        ds_buffer_t *b = bufs[i];
+        if (b == NULL) continue;
+        bufs[i] = NULL;
+        if (b->kind != DS_BUF_SHM || b->handle == 0) {
+            ds_buffer_release(b);
+            continue;
+        }
+        /* Handles of one session go together; a new session or a full
+         * batch sends what is gathered first. */
+        if (k && (b->sess != s || k == sizeof handles / sizeof handles[0])) {
+            ds__sess_release(s, handles, k);
+            ds__sess_unref(s);
+            k = 0;
+        }
+        if (k == 0) {
+            s = b->sess;
+            ds__sess_ref(s);
+        }
+        DS__TSAN_READ_DONE(b->sess->base);
+        if (b->pin_slot >= 0) pin_drop(b);
+        handles[k++] = b->handle;
+        ds__sess_unref(b->sess);
+        free(b);
+    }
+    if (k) {
+        ds__sess_release(s, handles, k);
+        ds__sess_unref(s);
+    }
+}
+
 void ds_buffer_release_deferred(ds_buffer_t *b)
 {
     if (b == NULL) return;

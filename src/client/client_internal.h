@@ -482,6 +482,9 @@ ds_status_t ds__client_acquire_small(ds_client_t *c, uint64_t *deadline, size_t 
 void ds__client_put(ds_client_t *c, ds_conn_t *conn);
 void ds__sess_ref(ds_sess_t *s);
 void ds__sess_unref(ds_sess_t *s);
+/* buffer.c: releases n buffers as ds_buffer_release would, each
+ * session's pins told to the worker in one frame; bufs[i] become NULL. */
+void ds__buffers_release(ds_buffer_t **bufs, size_t n);
 /* Drops pins / reservations of s (NOREPLY over its anchor). A session whose
  * anchor is gone has nothing left to release. */
 void ds__sess_release(ds_sess_t *s, const uint64_t *handles, size_t n);

@@ -239,8 +239,7 @@ static ds_status_t mset_d2h(ds_hetero_t *h, size_t n, const char *const *keys,
             snprintf(fe.msg, sizeof fe.msg, "%s", ds_last_error());
         }
     }
-    for (size_t i = 0; i < n; i++)
-        ds_buffer_release(bufs[i]);
+    ds__buffers_release(bufs, n);
     st = fe.code;
     if (st != DS_K_OK) ds__set_error(st, "%s", fe.msg);
     goto out;
@@ -307,8 +306,8 @@ static ds_status_t mget_h2d(ds_hetero_t *h, size_t n, const char *const *keys,
     /* The pins are dropped only once the copies out of them are done. */
     ds_status_t sync = devcur_sync(&d);
     bool any = false;
+    ds__buffers_release(bufs, n);
     for (size_t i = 0; i < n; i++) {
-        ds_buffer_release(bufs[i]);
         if (ks_all[i] != DS_K_OK) continue;
         if (sync != DS_K_OK)
             note(&fe, statuses, i, sync);
@@ -371,6 +370,7 @@ struct ds_future {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     bool done;
+    bool released; /* ds_future_release came first: the thread frees it */
     ds_status_t st;
     char msg[MSG_MAX];
     bool is_set;
@@ -406,13 +406,16 @@ static void *future_main(void *arg)
     else
         st = mget_h2d(f->h, f->n, (const char *const *)f->keys, f->lists, f->sub_timeout_ms,
                       f->statuses);
+    ds_hetero_t *h = f->h;
     pthread_mutex_lock(&f->mu);
     f->st = st;
     snprintf(f->msg, sizeof f->msg, "%s", st == DS_K_OK ? "" : ds_last_error());
     f->done = true;
+    bool orphan = f->released;
     pthread_cond_broadcast(&f->cv);
     pthread_mutex_unlock(&f->mu);
-    ds_hetero_t *h = f->h;
+    if (orphan) future_free(f);
+    /* Last: once running is 0 the client may be freed. */
     pthread_mutex_lock(&h->mu);
     if (--h->running == 0) pthread_cond_broadcast(&h->idle);
     pthread_mutex_unlock(&h->mu);
@@ -547,6 +550,16 @@ size_t ds_future_count(const ds_future_t *f)
 void ds_future_release(ds_future_t *f)
 {
     if (f == NULL) return;
+    pthread_mutex_lock(&f->mu);
+    if (!f->done) {
+        /* Still running: it frees itself when done, so a release never
+         * waits for a get that is waiting for its keys. */
+        f->released = true;
+        pthread_detach(f->thread);
+        pthread_mutex_unlock(&f->mu);
+        return;
+    }
+    pthread_mutex_unlock(&f->mu);
     pthread_join(f->thread, NULL);
     future_free(f);
 }
