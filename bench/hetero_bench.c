@@ -166,8 +166,8 @@ int main(int argc, char **argv)
         DS_K_OK)
         return die("fill");
 
-    char names[NPAGES][32];
-    const char *keys[NPAGES];
+    char names[NPAGES][32], names8[4][32];
+    const char *keys[NPAGES], *keys8[4];
     ds_blob_t sb[NPAGES], db[NPAGES];
     ds_device_blob_list_t sl[NPAGES], dl[NPAGES], sl8[4], dl8[4];
     for (int i = 0; i < NPAGES; i++) {
@@ -179,6 +179,8 @@ int main(int argc, char **argv)
         dl[i] = (ds_device_blob_list_t){&db[i], 1, 0, 0};
     }
     for (int i = 0; i < 4; i++) {
+        snprintf(names8[i], sizeof names8[i], "hb8-%d", i);
+        keys8[i] = names8[i];
         sl8[i] = (ds_device_blob_list_t){&sb[i * 8], 8, 0, 0};
         dl8[i] = (ds_device_blob_list_t){&db[i * 8], 8, 0, 0};
     }
@@ -208,8 +210,8 @@ int main(int argc, char **argv)
             ds_device_memcpy(ddst, (uint64_t)(uintptr_t)stage, (size_t)NPAGES * PAGE, DS_COPY_H2D);
         }
         uint64_t t2 = ds__now_ns();
-        if (ds_hetero_mset_d2h(h, 4, keys, sl8, &p, NULL) != DS_K_OK ||
-            ds_hetero_mget_h2d(h, 4, keys, dl8, 0, NULL) != DS_K_OK)
+        if (ds_hetero_mset_d2h(h, 4, keys8, sl8, &p, NULL) != DS_K_OK ||
+            ds_hetero_mget_h2d(h, 4, keys8, dl8, 0, NULL) != DS_K_OK)
             return die("pagelist");
         uint64_t t3 = ds__now_ns();
         if (ds_hetero_mset_d2h(h, 1, keys, sl, &p, NULL) != DS_K_OK ||
