@@ -8,7 +8,10 @@ PKGS=(build-essential cmake pkg-config libyaml-dev libmsgpack-dev libcurl4-opens
       libcjson-dev libcmocka-dev libssl-dev libhiredis-dev etcd-server etcd-client
       redis-server redis-tools python3 python3-pytest python3-numpy python3-msgpack
       python3-yaml python3-setuptools python3-wheel python3-venv python3-pip python3-dev
-      git clang llvm valgrind iproute2 gnuplot-nox procps libucx-dev ucx-utils)
+      git clang llvm valgrind iproute2 gnuplot-nox procps libucx-dev ucx-utils
+      libzmq3-dev python3-zmq)
+# libzmq3-dev: the worker's KV event publisher (--kv_events_config); python3-zmq
+# and python3-msgpack: its test's subscriber.
 # libucx-dev: the worker's --enable_rdma data plane (UCX); ucx-utils: ucx_perftest and
 # ucx_info, reference figures for the UCX data plane.
 # python3-venv, python3-wheel, python3-setuptools and git: the README's install

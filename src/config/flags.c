@@ -148,6 +148,10 @@ static const flag_def_t flags[] = {
          "WRITE_THROUGH / WRITE_BACK write modes persist there and a get that misses memory "
          "reads it"),
     YSTR(sfs_path, "", "directory of the sfs L2 cache (one file per object); created if missing"),
+    YSTR(kv_events_config, "",
+         "KV event publisher, a JSON object: bind_endpoint (ZMQ PUB address, required), "
+         "backend_id (required), block_size, dp_rank, queue_capacity (65536), topic; "
+         "empty = off. Publishes vLLM's KV event batches for keys stored and removed"),
     YSTR(distributed_disk_path, "",
          "root of the distributed_disk L2 cache: each worker appends to its own log, "
          "<path>/<cluster_name>/<worker_address>/data.log; created if missing"),
@@ -216,7 +220,6 @@ static const flag_def_t flags[] = {
     YR(memory_alignment, COMPAT_INT),
     YR(ipc_through_shared_memory, COMPAT_BOOL),
     YR(shared_memory_worker_port, COMPAT_INT),
-    YR(kv_events_config, COMPAT_STR),
     YR(host_id_env_name, COMPAT_STR),
     YR(enable_distributed_master, COMPAT_BOOL),
     YR(sc_regular_socket_num, COMPAT_INT),

@@ -30,6 +30,7 @@ typedef struct {
     char cluster_secret_file[512];
     char l2_cache_type[32];
     char sfs_path[512];
+    char kv_events_config[2048]; /* JSON; "" = no KV event publisher */
     char distributed_disk_path[512];
     char spill_directory[512];
     int64_t shared_memory_size_mb;

@@ -128,10 +128,15 @@ static int child_main(int argc, char **argv)
         ds_blob_t b = {d, SZ};
         ds_device_blob_list_t l = {&b, 1, 0, 0};
         ds_status_t rc = d ? ds_hetero_mset_d2h(h, 1, &k, &l, NULL, NULL) : DS_K_RUNTIME_ERROR;
+        ds_device_free(d);
+        ds_hetero_close(h);
         return rc == DS_K_OK ? 0 : 4;
     }
     uint64_t d = 0;
-    if (ds_device_malloc(0, SZ, &d) != DS_K_OK) return 5;
+    if (ds_device_malloc(0, SZ, &d) != DS_K_OK) {
+        ds_hetero_close(h);
+        return 5;
+    }
     ds_blob_t b = {d, SZ};
     ds_device_blob_list_t l = {&b, 1, 0, 0};
     printf("waiting\n");

@@ -13,6 +13,7 @@
 #include "common/shm_index.h"
 #include "common/tls.h"
 #include "worker/cluster/cluster.h"
+#include "worker/core/kv_events.h"
 #include "worker/core/poll_policy.h"
 #include "worker/net/lane.h"
 #include "worker/net/ucx.h"
@@ -295,6 +296,8 @@ int ds__server_init(ds_server_t *srv, const ds_worker_config_t *cfg, char *err, 
                                                      err, err_cap)) == NULL))
         return -1;
     if (ds__cluster_init(srv, err, err_cap) != 0) return -1;
+    if (ds__kv_events_start(cfg->kv_events_config, srv->store, &srv->kv_events, err, err_cap) != 0)
+        return -1;
     if (ds__tier_init(srv, err, err_cap) != 0) return -1;
     hi->pipeline = cfg->etcd_address[0] == '\0' && srv->tier == NULL;
     if (add_timers(srv) != 0) {
@@ -386,6 +389,8 @@ void ds__server_destroy(ds_server_t *srv)
     }
     if (srv->sig_fd >= 0) close(srv->sig_fd);
     ds__metrics_destroy(srv);
+    ds__kv_events_stop(srv->kv_events, srv->store);
+    srv->kv_events = NULL;
     if (srv->store) ds__store_destroy(srv->store);
     if (srv->arena.fd >= 0) ds__arena_destroy(&srv->arena);
     ds__loop_destroy(srv->net.loop);

@@ -73,6 +73,7 @@ struct ds_server {
     struct ds_tls_ctx *tls_peer;
     ds_arena_t arena;
     ds_store_t *store;
+    struct ds_kv_events *kv_events; /* --kv_events_config; NULL = off */
     ds_net_t net;
     ds_subs_t subs;    /* GETs waiting for keys to be published here */
     ds_subs_t locates; /* the cluster's LOCATEs waiting for a key's location */

@@ -61,6 +61,9 @@ struct ds_store {
     uint64_t last_version;
     uint64_t evictions;
     ds_store_gone_fn gone;
+    ds_store_event_fn ev; /* key events, NULL = none */
+    void *ev_ctx;
+    bool replacing; /* publish is unlinking the version it replaces */
     void *gone_ctx;
     uint64_t expirations;
     uint64_t reservations, reserved_bytes; /* DS_OBJ_RESERVED spaces */
@@ -449,6 +452,7 @@ static void table_unlink(ds_store_t *s, ds_obj_t *o, unlink_reason_t why)
     else if (why == UNLINK_EXPIRE)
         s->expirations++;
     if ((why == UNLINK_EVICT || why == UNLINK_EXPIRE) && s->gone) s->gone(s->gone_ctx, o);
+    if (s->ev && why != UNLINK_REPLACED && !s->replacing) s->ev(s->ev_ctx, DS_STORE_EV_REMOVED, o);
     if (--o->refcnt == 0) {
         obj_free(s, o);
         return;
@@ -697,10 +701,13 @@ ds_status_t ds__store_publish(ds_store_t *s, ds_obj_t *o, ds_existence_t existen
      * throughout. */
     bool indexed = ix_wanted(s, o);
     if (indexed) ix_add(s, o);
+    s->replacing = true;
     if (cur != NULL) table_unlink(s, cur, indexed ? UNLINK_REPLACED : UNLINK_DELETE);
+    s->replacing = false;
     o->in_table = 1;
     o->refcnt++;
     ht_insert(s, o);
+    if (s->ev) s->ev(s->ev_ctx, DS_STORE_EV_STORED, o);
     if (obj_evictable(o)) ring_add(s, o);
     if (o->ttl_second != 0) {
         o->ttl_deadline_ms = now_ms + (uint64_t)o->ttl_second * 1000u;
@@ -861,6 +868,12 @@ int ds__store_check(const ds_store_t *s)
         held++;
     }
     return held == s->held_count ? 0 : -10;
+}
+
+void ds__store_set_event_hook(ds_store_t *s, ds_store_event_fn fn, void *ctx)
+{
+    s->ev = fn;
+    s->ev_ctx = ctx;
 }
 
 void ds__store_set_gone_hook(ds_store_t *s, ds_store_gone_fn fn, void *ctx)

@@ -178,6 +178,13 @@ uint32_t ds__store_evict_to(ds_store_t *s, uint64_t target_used, uint32_t max_ob
 /* Called when an object leaves the table by eviction or TTL expiry (not by
  * overwrite or delete, which the caller already knows about), before its
  * table reference is dropped; the cluster uses it to tell the key's owner. */
+/* Key events (the KV event publisher): STORED when a version becomes the
+ * key's current one (a new key or an overwrite), REMOVED when a key leaves
+ * the table without a successor (delete, eviction, expiry). Called on the
+ * event loop, inside the store: fn must not touch the store. */
+typedef enum { DS_STORE_EV_STORED = 0, DS_STORE_EV_REMOVED = 1 } ds_store_ev_t;
+typedef void (*ds_store_event_fn)(void *ctx, ds_store_ev_t ev, const ds_obj_t *o);
+void ds__store_set_event_hook(ds_store_t *s, ds_store_event_fn fn, void *ctx);
 typedef void (*ds_store_gone_fn)(void *ctx, const ds_obj_t *o);
 void ds__store_set_gone_hook(ds_store_t *s, ds_store_gone_fn fn, void *ctx);
 /* Walks the table, clock ring, TTL heap and allocator and checks that they
