@@ -99,6 +99,9 @@ static void register_arena(ds_hetero_t *h, const ds__device_ops_t *ops)
     size_t size = c->sess ? c->sess->size : 0;
     pthread_mutex_unlock(&c->mu);
     if (base == NULL) return;
+    /* Registration needs a current context (CUDA); it is made portable, so
+     * any device's copies see it. */
+    if (ops->set_device(-1) != DS_K_OK) return;
     pthread_mutex_lock(&h->mu);
     if (h->registered != base) {
         h->registered = base;
