@@ -74,6 +74,8 @@ STATUS_TEXTS = {
     K_WRITE_BACK_QUEUE_FULL: "Write back queue full",
     K_OC_KEY_ALREADY_EXIST: "Object already exist error",
     K_OC_ALREADY_SEALED: "Object already sealed error",
+    K_FUTURE_TIMEOUT: "The future is timeout",
+    K_CUDA_ERROR: "Cuda api error",
 }
 
 
