@@ -240,6 +240,24 @@
  *         (its UCX address from its membership record) and answers once UCX is done:
  *         resp: str err, u8 via_ucx; via_ucx=0 (no UCX route to the requester): the value
  *         is the data section instead. K_NOT_FOUND: no such key of that size here.
+ * OWNED   req: str origin, u64 session, u32 op, i32 arg, n, n*key
+ *         resp: str err, n, n*(u32 status, u32 count)
+ *         (to the keys' ring owner) an RLATCH, UNRLATCH, WLATCH, UNWLATCH (arg: the
+ *         timeout in ms) or GREF (arg: delta -1, 0 or 1) a client of origin asked
+ *         for, applied by the owner for the holder (origin, session); a key may
+ *         repeat (a rebuild after an owner change sends one entry per latch or
+ *         reference). count: GREF's count, else 0. Answered once every member
+ *         has the LATCH_HINTs of the latches it granted.
+ * LATCH_WAIT req: str origin, u64 session, n, n*key   resp: str err
+ *         (to the keys' owner) answers once no latch there blocks a write of the
+ *         keys by (origin, session): none of another holder's write latches, no
+ *         read latch. The writer's worker sends it before publishing.
+ * LATCH_HINT req: n, n*(key, u32 ms)   resp: str err
+ *         (from an owner to every member) the key is latched for up to ms: a
+ *         write of it on the member first asks the owner (LATCH_WAIT).
+ * HOLDER_END req: str origin, u64 session (0: every session of origin)
+ *         resp: str err
+ *         the session's latches and references at this owner are dropped.
  * PEER_AUTH req: u8 step, str from, str nonce_a, then step 2 only: str nonce_b, str proof_a
  *         resp: str err, then step 1 only: str nonce_b, str proof_b
  *         A worker proves to another that it is a cluster member, and the other
@@ -257,7 +275,8 @@
  *         "initiator" (so a proof is never valid for the other direction) and
  *         to the acceptor's member address. Only after step 2 succeeded does
  *         the connection count as a peer's: the peer-only operations (LOCATE,
- *         META_PUT, META_DEL, DROP, UCX_PULL) and DS_FLAG_PEER are refused
+ *         META_PUT, META_DEL, DROP, UCX_PULL, OWNED, LATCH_WAIT, LATCH_HINT,
+ *         HOLDER_END) and DS_FLAG_PEER are refused
  *         K_NOT_AUTHORIZED on every other connection. from not a member in
  *         etcd: K_TRY_AGAIN (its record may not have arrived yet); a wrong
  *         proof: K_NOT_AUTHORIZED. Standalone: K_NOT_SUPPORTED.
@@ -292,7 +311,11 @@
     X(LANE, 27, "lane")                                                                            \
     X(PEER_AUTH, 28, "peer_auth")                                                                  \
     X(WLATCH, 29, "wlatch")                                                                        \
-    X(UNWLATCH, 30, "unwlatch")
+    X(UNWLATCH, 30, "unwlatch")                                                                    \
+    X(OWNED, 31, "owned")                                                                          \
+    X(LATCH_WAIT, 32, "latch_wait")                                                                \
+    X(LATCH_HINT, 33, "latch_hint")                                                                \
+    X(HOLDER_END, 34, "holder_end")
 
 typedef enum {
 #define DS__OP_ENUM(name, num, text) DS_OP_##name = num,

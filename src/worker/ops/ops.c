@@ -720,6 +720,10 @@ void ds__ops_dispatch(void *ctx, ds_req_t *r)
     case DS_OP_DROP:
     case DS_OP_UCX_PULL:
     case DS_OP_PEER_AUTH:
+    case DS_OP_OWNED:
+    case DS_OP_LATCH_WAIT:
+    case DS_OP_LATCH_HINT:
+    case DS_OP_HOLDER_END:
         if (srv->remote)
             srv->remote->peer_op(srv, r);
         else

@@ -1,6 +1,9 @@
 /* READ (a range of a value, Yuanrong's KVClient.Read) and GREF (global
  * reference counts, Yuanrong's ObjectClient.g_increase_ref /
- * g_decrease_ref / query_global_ref_num). Layouts in common/wire.h. */
+ * g_decrease_ref / query_global_ref_num). Layouts in common/wire.h. In a
+ * cluster a key's counts are kept by its ring owner: the cluster forwards
+ * GREFs there (cluster_hold.c) and the owner applies them here for holders
+ * that are other workers' sessions. */
 #include "worker/ops/ops_int.h"
 
 #include "common/clock.h"
@@ -166,6 +169,16 @@ static void free_holders(gholder_t *h)
     }
 }
 
+/* The object of a key whose references all went: deleted here, or in a
+ * cluster (this worker is the key's owner) on every worker. */
+static void gref_delete_obj(ds_server_t *srv, const char *k, uint32_t kl)
+{
+    if (srv->remote && srv->remote->gref_gone)
+        srv->remote->gref_gone(srv, k, kl);
+    else
+        ds__store_delete(srv->store, k, kl);
+}
+
 static gref_t **gref_find(struct ds_grefs *g, const char *k, uint32_t kl)
 {
     gref_t **pp = &g->b[ds__murmur3_32(k, kl, 0x9e3779b9u) & (g->nb - 1)];
@@ -250,7 +263,7 @@ static void gref_release_kids(ds_server_t *srv, gref_t *todo)
             if (--c->nested > 0 || c->count > 0) continue;
             *cp = c->next;
             g->n--;
-            ds__store_delete(srv->store, c->key, c->keylen);
+            gref_delete_obj(srv, c->key, c->keylen);
             c->next = todo;
             todo = c;
         }
@@ -268,15 +281,16 @@ static void gref_gone(ds_server_t *srv, gref_t **pp)
     gref_t *e = *pp;
     *pp = e->next;
     g->n--;
-    ds__store_delete(srv->store, e->key, e->keylen);
+    gref_delete_obj(srv, e->key, e->keylen);
     e->next = NULL;
     gref_release_kids(srv, e);
 }
 
-/* Applies delta to key's count; the count after it in *count. */
-static ds_status_t gref_apply(ds_server_t *srv, const void *session, const char *k, uint32_t kl,
-                              int32_t delta, uint32_t *count, char *msg, size_t cap)
+ds_status_t ds__gref_apply(ds_server_t *srv, const void *session, const char *k, uint32_t kl,
+                           int32_t delta, uint32_t *count, char *msg, size_t cap)
 {
+    *count = 0;
+    if (ds__key_check(k, kl, msg, cap) != 0) return DS_K_INVALID;
     struct ds_grefs *g = srv->grefs;
     if (g == NULL && (g = srv->grefs = calloc(1, sizeof(*g))) == NULL) goto oom;
     if (g->nb == 0 && gref_grow(g) != 0) goto oom;
@@ -459,6 +473,8 @@ void ds__ops_gref(ds_server_t *srv, ds_req_t *r)
                       delta, n);
         return;
     }
+    /* In a cluster the counts are held by each key's owner. */
+    if (r->session && srv->remote && srv->remote->owned && srv->remote->owned(srv, r)) return;
     ds_wbuf_t w;
     ds__wbuf_init(&w);
     ds__wbuf_cstr(&w, "");
@@ -474,10 +490,8 @@ void ds__ops_gref(ds_server_t *srv, ds_req_t *r)
         if (rb.err) {
             snprintf(msg, sizeof(msg), "malformed GREF: key %u truncated", i);
             st = DS_K_INVALID;
-        } else if (ds__key_check(k, kl, msg, sizeof(msg)) != 0) {
-            st = DS_K_INVALID;
         } else {
-            st = gref_apply(srv, r->session, k, kl, delta, &count, msg, sizeof(msg));
+            st = ds__gref_apply(srv, r->session, k, kl, delta, &count, msg, sizeof(msg));
         }
         if (st == DS_K_OK) {
             ok++;
