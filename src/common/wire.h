@@ -215,6 +215,11 @@
  *         clients' references only); when the parent goes (its count and holds
  *         0), its holds go too. Every key gets the same status; the parent's
  *         count is its entry's.
+ * SEAL    req: n, n*key                   resp: str err, n, n*u32 status
+ *         (Yuanrong's Buffer.seal) marks each key's current version sealed on
+ *         this worker: a later SET, PUBLISH or SETR of the key by any client
+ *         answers K_OC_ALREADY_SEALED and the sealed version stays (a DEL still
+ *         deletes it). A missing key: K_NOT_FOUND.
  *
  * Cluster (worker to worker; see src/worker/cluster/cluster_int.h):
  * LOCATE  req: i32 wait_ms, u32 inline_max, n, n*key
@@ -315,7 +320,8 @@
     X(OWNED, 31, "owned")                                                                          \
     X(LATCH_WAIT, 32, "latch_wait")                                                                \
     X(LATCH_HINT, 33, "latch_hint")                                                                \
-    X(HOLDER_END, 34, "holder_end")
+    X(HOLDER_END, 34, "holder_end")                                                                \
+    X(SEAL, 35, "seal")
 
 typedef enum {
 #define DS__OP_ENUM(name, num, text) DS_OP_##name = num,

@@ -673,6 +673,7 @@ static const ds_remote_t remote = {
     .latch_hinted = ds__holds_hinted,
     .session_end = ds__holds_session_end,
     .gref_gone = ds__holds_gref_gone,
+    .owns = ds__holds_owns,
     .stats = cluster_stats,
 };
 

@@ -860,6 +860,11 @@ static void drop_copy(void *ctx, const char *loc, uint64_t version)
     ds__job_submit(srv, j);
 }
 
+bool ds__holds_owns(ds_server_t *srv, const char *key, uint32_t len)
+{
+    return is_self(srv, ds__cluster_owner(srv, key, len));
+}
+
 void ds__holds_gref_gone(ds_server_t *srv, const char *key, uint32_t len)
 {
     ds__store_delete(srv->store, key, len);

@@ -169,6 +169,7 @@ bool ds__holds_latch_wait(ds_server_t *srv, ds_req_t *r, const char *const *keys
 bool ds__holds_hinted(ds_server_t *srv);
 void ds__holds_session_end(ds_server_t *srv, ds_session_t *s);
 void ds__holds_gref_gone(ds_server_t *srv, const char *key, uint32_t len);
+bool ds__holds_owns(ds_server_t *srv, const char *key, uint32_t len);
 void ds__holds_peer_op(ds_server_t *srv, ds_req_t *r);
 /* A member left (or restarted): what its sessions held here goes. */
 void ds__holds_member_left(ds_server_t *srv, const char *addr);

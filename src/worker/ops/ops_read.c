@@ -263,7 +263,11 @@ static void gref_release_kids(ds_server_t *srv, gref_t *todo)
             if (--c->nested > 0 || c->count > 0) continue;
             *cp = c->next;
             g->n--;
-            gref_delete_obj(srv, c->key, c->keylen);
+            /* In a cluster a key's clients' counts are at its owner: a
+             * child owned elsewhere only loses this hold. */
+            if (srv->remote == NULL || srv->remote->owns == NULL ||
+                srv->remote->owns(srv, c->key, c->keylen))
+                gref_delete_obj(srv, c->key, c->keylen);
             c->next = todo;
             todo = c;
         }
@@ -505,6 +509,31 @@ void ds__ops_gref(ds_server_t *srv, ds_req_t *r)
     if (first != DS_K_OK) ds__ops_lead_error(&w, first_msg);
     ds__req_reply(r, ok ? DS_K_OK : first, &w, NULL, 0, NULL, 0, -1);
     ds__wbuf_free(&w);
+}
+
+void ds__ops_grefs_deleted(ds_server_t *srv, const char *k, uint32_t kl)
+{
+    struct ds_grefs *g = srv->grefs;
+    if (g == NULL || g->nb == 0) return;
+    gref_t *p = *gref_find(g, k, kl);
+    if (p == NULL || p->nkids == 0) return;
+    /* The holds go through a stand-in parent that holds only them; the
+     * entry keeps its clients' counts (a key may be referenced before it is
+     * put again). */
+    gref_t *old = calloc(1, sizeof(*old));
+    if (old == NULL) return;
+    old->kids = p->kids;
+    old->nkids = p->nkids;
+    p->kids = NULL;
+    p->nkids = 0;
+    gref_release_kids(srv, old);
+    if (p->count == 0 && p->nested == 0) {
+        gref_t **pp = gref_find(g, k, kl);
+        *pp = p->next;
+        g->n--;
+        free_holders(p->holders);
+        free(p);
+    }
 }
 
 void ds__ops_grefs_session_end(ds_server_t *srv, const void *session)

@@ -187,6 +187,17 @@ static void set_finish(void *ctx, ds_req_t *r)
     set_publish(srv, r, s);
 }
 
+/* Whether o's key has a sealed current version (SEAL), which no later
+ * version replaces: msg then says so. Checked before the storage tier is
+ * asked, so nothing of a refused version is written to L2. */
+static bool sealed_key(ds_server_t *srv, const ds_obj_t *o, uint64_t now, char *msg, size_t cap)
+{
+    const ds_obj_t *cur = ds__store_lookup(srv->store, o->key, o->keylen, now);
+    if (cur == NULL || !cur->sealed) return false;
+    snprintf(msg, cap, "object '%.200s' is sealed: it cannot be published again", o->key);
+    return true;
+}
+
 static void set_publish(ds_server_t *srv, ds_req_t *r, void *ctx)
 {
     set_t *s = ctx;
@@ -196,6 +207,13 @@ static void set_publish(ds_server_t *srv, ds_req_t *r, void *ctx)
         ds_obj_t *o = s->pend[i];
         if (o == NULL) continue;
         ds_status_t st = DS_K_OK;
+        char sealed_msg[256];
+        if (s->existence != DS_EXISTENCE_NX &&
+            sealed_key(srv, o, now, sealed_msg, sizeof(sealed_msg))) {
+            s->status[i] = DS_K_OC_ALREADY_SEALED;
+            set_err(s, sealed_msg);
+            continue;
+        }
         if (srv->tier) {
             char msg[256];
             st = ds__tier_admit(srv, o, s->existence == DS_EXISTENCE_NX, msg, sizeof(msg));
@@ -490,6 +508,13 @@ void ds__ops_publish_release(ds_server_t *srv, ds_req_t *r)
             continue;
         }
         any_nx |= sl->existence == DS_EXISTENCE_NX;
+        char sealed_msg[256];
+        if (sl->existence != DS_EXISTENCE_NX &&
+            sealed_key(srv, sl->obj, now, sealed_msg, sizeof(sealed_msg))) {
+            st[i] = DS_K_OC_ALREADY_SEALED;
+            if (!first[0]) snprintf(first, sizeof(first), "%s", sealed_msg);
+            continue;
+        }
         ds_status_t s = DS_K_OK;
         if (srv->tier) {
             char msg[256];

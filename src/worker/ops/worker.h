@@ -58,6 +58,8 @@ typedef struct {
     bool (*latch_hinted)(ds_server_t *srv);
     /* A client session ended: its latches and references at other owners go. */
     void (*session_end)(ds_server_t *srv, ds_session_t *s);
+    /* Whether this worker is the key's ring owner. */
+    bool (*owns)(ds_server_t *srv, const char *key, uint32_t len);
     /* A key's last global reference went at its owner: delete it everywhere. */
     void (*gref_gone)(ds_server_t *srv, const char *key, uint32_t len);
     /* Adds the "cluster" section to the STATS document (a cJSON object). */
@@ -164,6 +166,9 @@ ds_status_t ds__gref_apply(ds_server_t *srv, const void *holder, const char *k, 
                            int32_t delta, uint32_t *count, char *msg, size_t cap);
 /* Frees the global reference counts (ops_read.c). */
 void ds__ops_grefs_free(ds_server_t *srv);
+/* A KV delete removed key: the nested holds it had (as a parent) go, and
+ * children left with no reference and no hold are deleted (ops_read.c). */
+void ds__ops_grefs_deleted(ds_server_t *srv, const char *k, uint32_t kl);
 /* Drops every global reference the session holds (its client has gone),
  * deleting the objects left with none (ops_read.c). */
 void ds__ops_grefs_session_end(ds_server_t *srv, const void *session);
