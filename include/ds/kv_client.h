@@ -341,7 +341,9 @@ DS_EXPORT ds_status_t ds_object_g_decrease_ref(ds_client_t *c, size_t n, const c
  * hold; when the parent's global references end (the parent is deleted),
  * its holds are dropped and a held key with no references left is deleted
  * with it, and so on down. Holds are the worker's, not the client's: they
- * outlive the client that set them. Standalone workers, as for the counts. */
+ * outlive the client that set them. In a cluster holds are kept by the worker
+ * the client talks to (a child owned elsewhere only loses the hold when the
+ * parent goes); a KV delete of the parent lets go of its holds too. */
 DS_EXPORT ds_status_t ds_object_set_nested(ds_client_t *c, const char *parent, size_t n,
                                            const char *const *nested_keys);
 /* Yuanrong's ObjMetaInfo: an object's size and where it is. */

@@ -170,6 +170,8 @@
  *         answers K_TRY_AGAIN while another session write-latches the key. SET,
  *         PUBLISH and DEL of other sessions wait while a write latch is held.
  * UNWLATCH req: n, n*key                  resp: str err, n, n*u32 status
+ *         In a cluster the four latch operations are applied at each key's ring
+ *         owner (OWNED below), so they hold for writers on every worker.
  * SETR    req: u64 space, u64 want, u8 flags, u8 mode, u32 ttl, u8 existence, n,
  *              n*(key, u64 offset, u64 len)
  *         resp: str err, [n, n*u32 status,] then ALWAYS as the metadata's last

@@ -40,7 +40,10 @@
  * key is stored: its location may not be registered with it yet). */
 #define OWNED_REBUILD 0x8000u
 
-enum { KIND_READ = 0, KIND_WRITE = 1, KIND_REF = 2 };
+/* KIND_SEEN (key "") marks a session that took holds at other owners: its
+ * end is told to every member even when it released them all (the owners
+ * then forget its holder). */
+enum { KIND_READ = 0, KIND_WRITE = 1, KIND_REF = 2, KIND_SEEN = 3 };
 
 /* A holder at this owner that is a session of another worker. */
 typedef struct rholder {
@@ -501,6 +504,11 @@ bool ds__holds_owned(ds_server_t *srv, ds_req_t *r)
     }
     hints_send(srv, p, &g);
     grants_free(&g);
+    bool takes = op == DS_OP_RLATCH || op == DS_OP_WLATCH || (op == DS_OP_GREF && arg > 0);
+    if (nremote && takes) {
+        mirror_t **seen = mirror_find(h, sid, KIND_SEEN, "", 0);
+        if (*seen == NULL) mirror_note(h, sid, KIND_SEEN, "", 0, 1, 0);
+    }
     /* One OWNED per owner for the keys owned elsewhere. */
     for (uint32_t a = 0; nremote && a < n; a++) {
         if (!remote[a]) continue;
@@ -573,7 +581,12 @@ static void op_owned(ds_server_t *srv, ds_req_t *r)
         ds__req_error(r, DS_K_INVALID, "malformed OWNED");
         return;
     }
-    rholder_t *holder = h ? rholder_get(h, origin, ol, sid) : NULL;
+    /* A holder is made by what takes a hold; the others find it, or stand
+     * for nobody. */
+    bool takes = op == DS_OP_RLATCH || op == DS_OP_WLATCH || (op == DS_OP_GREF && arg > 0);
+    const void *holder = NULL;
+    if (h) holder = takes ? rholder_get(h, origin, ol, sid) : rholder_find(h, origin, ol, sid);
+    if (h && !takes && holder == NULL) holder = &no_holder;
     ds_pend_t *p = holder ? ds__pend_new(srv, r, statuses_counts_finish) : NULL;
     if (p) {
         p->status = calloc(n ? n : 1, sizeof(*p->status));
@@ -828,7 +841,7 @@ void ds__holds_session_end(ds_server_t *srv, ds_session_t *s)
                 pp = &x->next;
                 continue;
             }
-            held |= !is_self(srv, ds__cluster_owner(srv, x->key, x->len));
+            held |= x->kind == KIND_SEEN || !is_self(srv, ds__cluster_owner(srv, x->key, x->len));
             *pp = x->next;
             free(x);
             h->nmirror--;
@@ -882,6 +895,10 @@ void ds__holds_ring_changed(ds_server_t *srv, const ds_ring_t *old_ring)
     for (uint32_t b = 0; b < MIRROR_BUCKETS; b++)
         for (mirror_t **pp = &h->mirror[b]; *pp;) {
             mirror_t *x = *pp;
+            if (x->kind == KIND_SEEN) {
+                pp = &x->next;
+                continue;
+            }
             ds_session_t *s = ds__session_find(&srv->net, x->sid);
             bool expired = x->kind != KIND_REF && x->until <= now;
             if (s == NULL || expired || x->count == 0) {
@@ -914,11 +931,13 @@ void ds__holds_ring_changed(ds_server_t *srv, const ds_ring_t *old_ring)
                 grants_free(&g);
                 continue;
             }
-            if (is_self(srv, was) && x->kind != KIND_REF) {
-                /* This worker owned it: its own latches move to the new owner. */
+            if (is_self(srv, was)) {
+                /* This worker owned it: what its session held here moves to
+                 * the new owner (a reference without deleting anything). */
                 char msg[256];
                 uint64_t until;
-                for (uint32_t c = 0; c < x->count; c++)
+                if (x->kind == KIND_REF) ds__gref_forget(srv, s, x->key, x->len, x->count);
+                for (uint32_t c = 0; x->kind != KIND_REF && c < x->count; c++)
                     (void)ds__latch_apply(srv, s,
                                           op == DS_OP_RLATCH ? DS_OP_UNRLATCH : DS_OP_UNWLATCH, 0,
                                           x->key, x->len, true, &until, msg, sizeof(msg));

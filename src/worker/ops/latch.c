@@ -11,8 +11,11 @@
  * the keys it writes (one lookup each, and none at all while no latch
  * exists), so latches on other keys never slow it down. Waiters are few
  * (one parked request per connection at most) and stay on a plain list.
- * Latches are this worker's: in a cluster a writer on another worker does
- * not wait (docs/compatibility.md).
+ * In a cluster a key's latches are held by its ring owner (the cluster
+ * forwards latch requests there, cluster/cluster_hold.c, and applies them
+ * here with ds__latch_apply for holders that stand for other workers'
+ * sessions); a write of a key another owner holds latched asks that owner
+ * (ds__latch_park, through the cluster's latch_wait).
  *
  * Write latches (Yuanrong's Buffer.wlatch / unwlatch) are in a second table
  * with the same limits. A session's write latch on a key excludes the other

@@ -511,6 +511,39 @@ void ds__ops_gref(ds_server_t *srv, ds_req_t *r)
     ds__wbuf_free(&w);
 }
 
+void ds__gref_forget(ds_server_t *srv, const void *holder, const char *k, uint32_t kl, uint32_t n)
+{
+    struct ds_grefs *g = srv->grefs;
+    if (g == NULL || g->nb == 0) return;
+    gref_t **pp = gref_find(g, k, kl);
+    gref_t *e = *pp;
+    if (e == NULL) return;
+    gholder_t **hp = &e->holders;
+    while (*hp && (*hp)->session != holder)
+        hp = &(*hp)->next;
+    if (*hp == NULL) return;
+    gholder_t *h = *hp;
+    uint32_t take = h->n < n ? h->n : n;
+    h->n -= take;
+    e->count -= take;
+    if (h->n == 0) {
+        *hp = h->next;
+        free(h);
+        gsess_t **sp = gsess_find(g, holder);
+        if (*sp && --(*sp)->keys == 0) {
+            gsess_t *gs = *sp;
+            *sp = gs->next;
+            free(gs);
+        }
+    }
+    if (e->count == 0 && e->nested == 0 && e->nkids == 0) {
+        *pp = e->next;
+        g->n--;
+        free(e->kids);
+        free(e);
+    }
+}
+
 void ds__ops_grefs_deleted(ds_server_t *srv, const char *k, uint32_t kl)
 {
     struct ds_grefs *g = srv->grefs;

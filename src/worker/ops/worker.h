@@ -164,6 +164,10 @@ void ds__latch_holder_end(ds_server_t *srv, const void *holder);
  * after it in *count. */
 ds_status_t ds__gref_apply(ds_server_t *srv, const void *holder, const char *k, uint32_t kl,
                            int32_t delta, uint32_t *count, char *msg, size_t cap);
+/* Takes up to n of holder's references off key's count without deleting
+ * anything (they moved to another worker); an entry left with no count and
+ * no hold goes (ops_read.c). */
+void ds__gref_forget(ds_server_t *srv, const void *holder, const char *k, uint32_t kl, uint32_t n);
 /* Frees the global reference counts (ops_read.c). */
 void ds__ops_grefs_free(ds_server_t *srv);
 /* A KV delete removed key: the nested holds it had (as a parent) go, and
