@@ -3,7 +3,8 @@
  *  - a read latch taken through one worker holds back a set through another
  *    (neither of them the key's owner) until it is released, and readers
  *    meanwhile see the old value; a write latch taken through one worker
- *    makes latches through the others answer K_TRY_AGAIN;
+ *    makes latches through the others answer K_TRY_AGAIN; many writers
+ *    waiting through the reader's worker do not hold up its release;
  *  - references added through two workers are counted as one count seen
  *    through the third; a client decreases only its own; when the last
  *    holder's client closes, the object is deleted on every worker;
@@ -139,6 +140,37 @@ static void test_latches_across_workers(void **state)
     ds_client_close(c0);
 }
 
+/* Many writers through the reader's own worker wait at the owner; the
+ * reader's release, through that worker too, still gets through (waiting
+ * writers never take every peer thread) long before the latch's timeout. */
+static void test_many_writers_and_the_release_through_one_worker(void **state)
+{
+    (void)state;
+    enum { NW = 6 };
+    char key[64];
+    ds_client_t *reader = ct_client(&C, 0, DS_TRANSPORT_TCP);
+    assert_non_null(reader);
+    int owner = key_owned_elsewhere(reader, 0, -1, "hl-m", key, sizeof(key), 2000, 400);
+    assert_true(owner > 0);
+    const char *keys[1] = {key};
+    assert_int_equal(ds_kv_rlatch(reader, 1, keys, 60000, NULL), DS_K_OK);
+    writer_t w[NW];
+    pthread_t th[NW];
+    for (int i = 0; i < NW; i++) {
+        w[i] = (writer_t){.node = 0, .key = key, .len = 2000, .seed = 401};
+        assert_int_equal(pthread_create(&th[i], NULL, write_one, &w[i]), 0);
+    }
+    assert_false(writer_finished(&w[0], 1000));
+    assert_int_equal(ds_kv_unrlatch(reader, 1, keys, NULL), DS_K_OK);
+    for (int i = 0; i < NW; i++) {
+        assert_true(writer_finished(&w[i], 20000));
+        pthread_join(th[i], NULL);
+        assert_int_equal(w[i].st, DS_K_OK);
+    }
+    assert_true(ct_read_ok(reader, key, 2000, 401, 0));
+    ds_client_close(reader);
+}
+
 static uint32_t ref_count(int node, const char *key)
 {
     ds_client_t *c = ct_client(&C, node, DS_TRANSPORT_TCP);
@@ -239,6 +271,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_latches_across_workers),
+        cmocka_unit_test(test_many_writers_and_the_release_through_one_worker),
         cmocka_unit_test(test_references_across_workers),
         cmocka_unit_test(test_owner_failover_rebuilds),
     };

@@ -77,7 +77,16 @@ struct ds_holds {
     uint32_t nhints;
     mirror_t *mirror[MIRROR_BUCKETS];
     uint32_t nmirror;
+    /* LATCH_WAITs on the job threads, and those queued behind them (FIFO,
+     * linked by next, each counted in its pend already) */
+    uint32_t waits;
+    ds_job_t *wait_head, *wait_tail;
 };
+
+/* A LATCH_WAIT holds a job thread until the owner lets the write go; at
+ * most this many do at once, so that the threads stay free for the
+ * requests that release latches (OWNED) and the rest. */
+#define WAITS_MAX 2u
 
 /* Stands for a writer that holds nothing at an owner. */
 static const char no_holder;
@@ -92,6 +101,14 @@ static ds_holds_t *holds(ds_server_t *srv)
 void ds__holds_free(ds_holds_t *h)
 {
     if (h == NULL) return;
+    /* LATCH_WAITs never sent: their writes' connections are gone by now. */
+    while (h->wait_head) {
+        ds_job_t *j = h->wait_head;
+        h->wait_head = j->next;
+        ds__wbuf_free(&j->req);
+        free(j->idx);
+        free(j);
+    }
     while (h->holders) {
         rholder_t *x = h->holders;
         h->holders = x->next;
@@ -737,6 +754,23 @@ static void wait_gone(ds_pend_t *p)
     if (p->cancel) p->cancel(p->ctx);
 }
 
+/* Sends a LATCH_WAIT now, or queues it while WAITS_MAX are out. */
+static void wait_submit(ds_server_t *srv, ds_holds_t *h, ds_job_t *j)
+{
+    if (h->waits < WAITS_MAX) {
+        h->waits++;
+        ds__job_submit(srv, j);
+        return;
+    }
+    j->pend->outstanding++; /* as ds__job_submit would: the pend waits for it */
+    j->next = NULL;
+    if (h->wait_tail)
+        h->wait_tail->next = j;
+    else
+        h->wait_head = j;
+    h->wait_tail = j;
+}
+
 static void wait_done(ds_job_t *j)
 {
     /* An owner that cannot be asked holds nothing this write can wait for
@@ -744,6 +778,18 @@ static void wait_done(ds_job_t *j)
     if (j->transport_failed || j->status != DS_K_OK)
         DS_LOG_WARN("cluster: asking %s for latches failed (the write goes ahead): %s", j->addr,
                     j->err);
+    ds_server_t *srv = j->pend->srv;
+    ds_holds_t *h = *ds__cluster_holds(srv);
+    if (h == NULL) return;
+    if (h->waits > 0) h->waits--;
+    ds_job_t *next = h->wait_head;
+    if (next == NULL) return;
+    h->wait_head = next->next;
+    if (h->wait_head == NULL) h->wait_tail = NULL;
+    next->next = NULL;
+    next->pend->outstanding--; /* ds__job_submit counts it again */
+    h->waits++;
+    ds__job_submit(srv, next);
 }
 
 bool ds__holds_latch_wait(ds_server_t *srv, ds_req_t *r, const char *const *keys,
@@ -813,7 +859,7 @@ bool ds__holds_latch_wait(ds_server_t *srv, ds_req_t *r, const char *const *keys
                 taken[b] = true;
                 ds__wbuf_str(&j->req, keys[which[b]], lens[which[b]]);
             }
-        ds__job_submit(srv, j);
+        wait_submit(srv, h, j);
     }
     free(taken);
     free(which);
