@@ -285,7 +285,7 @@ DS_EXPORT ds_status_t ds_kv_unrlatch(ds_client_t *c, size_t n, const char *const
  * Readers holding the old version keep its bytes; later reads see the new
  * one, never a half-written one. The Python Buffer does this on its first
  * write to a published buffer. Sealing (Yuanrong's seal: no later writes)
- * is the Python Buffer's mark; the worker keeps no such flag. */
+ * is the worker's: ds_object_seal. */
 
 /* Write latches (Yuanrong's Buffer.wlatch / unwlatch): while this client
  * holds one on a key, other clients' write latches and read latches
@@ -305,12 +305,23 @@ DS_EXPORT ds_status_t ds_object_wlatch(ds_client_t *c, size_t n, const char *con
 DS_EXPORT ds_status_t ds_object_unwlatch(ds_client_t *c, size_t n, const char *const *keys,
                                          ds_status_t *statuses);
 
+/* Seals each key's current version (Yuanrong's Buffer.seal, after its
+ * publish): on the worker that holds it, a later set or publish of the key
+ * by any client answers DS_K_OC_ALREADY_SEALED and the sealed version stays
+ * (ds_kv_del still deletes it; an NX set keeps it, as for any existing key).
+ * A missing key: DS_K_NOT_FOUND. statuses[i] (may be NULL, caller-owned, n
+ * entries) is each key's result; the return is DS_K_OK when all succeeded,
+ * else the first failure's code. In a cluster the mark is kept by the worker
+ * holding the version: a publish through another worker is not refused. */
+DS_EXPORT ds_status_t ds_object_seal(ds_client_t *c, size_t n, const char *const *keys,
+                                     ds_status_t *statuses);
+
 /* ---- global references (Yuanrong's ObjectClient) ---- */
 
 /* Adds one global reference to each key (a key may be referenced before it
  * is put). statuses[i] (may be NULL) is each key's result; DS_K_OK when any
- * succeeded, else the first failure's code. Standalone workers: in a
- * cluster the count is kept by the worker this client talks to. */
+ * succeeded, else the first failure's code. In a cluster the count is the
+ * cluster's (kept by the key's owner), whichever worker a client talks to. */
 DS_EXPORT ds_status_t ds_object_g_increase_ref(ds_client_t *c, size_t n, const char *const *keys,
                                                ds_status_t *statuses);
 /* Drops one global reference this client added to each key; when a key's
@@ -330,7 +341,9 @@ DS_EXPORT ds_status_t ds_object_g_decrease_ref(ds_client_t *c, size_t n, const c
  * hold; when the parent's global references end (the parent is deleted),
  * its holds are dropped and a held key with no references left is deleted
  * with it, and so on down. Holds are the worker's, not the client's: they
- * outlive the client that set them. Standalone workers, as for the counts. */
+ * outlive the client that set them. In a cluster holds are kept by the worker
+ * the client talks to (a child owned elsewhere only loses the hold when the
+ * parent goes); a KV delete of the parent lets go of its holds too. */
 DS_EXPORT ds_status_t ds_object_set_nested(ds_client_t *c, const char *parent, size_t n,
                                            const char *const *nested_keys);
 /* Yuanrong's ObjMetaInfo: an object's size and where it is. */

@@ -34,7 +34,8 @@ static ds_status_t keys_call(ds_client_t *c, ds_opcode_t op, int32_t arg, size_t
         goto out;
     }
     ds__conn_begin(conn);
-    if (op != DS_OP_UNRLATCH && op != DS_OP_UNWLATCH) ds__wbuf_i32(&conn->w, arg);
+    if (op != DS_OP_UNRLATCH && op != DS_OP_UNWLATCH && op != DS_OP_SEAL)
+        ds__wbuf_i32(&conn->w, arg);
     ds__wbuf_u32(&conn->w, (uint32_t)n);
     for (size_t i = 0; i < n; i++)
         ds__wbuf_cstr(&conn->w, keys[i]);
@@ -167,6 +168,12 @@ ds_status_t ds_kv_unrlatch(ds_client_t *c, size_t n, const char *const *keys, ds
 {
     ds__client_enter(c);
     return ds__client_leave(c, keys_call(c, DS_OP_UNRLATCH, 0, n, keys, statuses, NULL, false));
+}
+
+ds_status_t ds_object_seal(ds_client_t *c, size_t n, const char *const *keys, ds_status_t *statuses)
+{
+    ds__client_enter(c);
+    return ds__client_leave(c, keys_call(c, DS_OP_SEAL, 0, n, keys, statuses, NULL, false));
 }
 
 ds_status_t ds_object_g_increase_ref(ds_client_t *c, size_t n, const char *const *keys,

@@ -170,6 +170,8 @@
  *         answers K_TRY_AGAIN while another session write-latches the key. SET,
  *         PUBLISH and DEL of other sessions wait while a write latch is held.
  * UNWLATCH req: n, n*key                  resp: str err, n, n*u32 status
+ *         In a cluster the four latch operations are applied at each key's ring
+ *         owner (OWNED below), so they hold for writers on every worker.
  * SETR    req: u64 space, u64 want, u8 flags, u8 mode, u32 ttl, u8 existence, n,
  *              n*(key, u64 offset, u64 len)
  *         resp: str err, [n, n*u32 status,] then ALWAYS as the metadata's last
@@ -215,6 +217,11 @@
  *         clients' references only); when the parent goes (its count and holds
  *         0), its holds go too. Every key gets the same status; the parent's
  *         count is its entry's.
+ * SEAL    req: n, n*key                   resp: str err, n, n*u32 status
+ *         (Yuanrong's Buffer.seal) marks each key's current version sealed on
+ *         this worker: a later SET, PUBLISH or SETR of the key by any client
+ *         answers K_OC_ALREADY_SEALED and the sealed version stays (a DEL still
+ *         deletes it). A missing key: K_NOT_FOUND.
  *
  * Cluster (worker to worker; see src/worker/cluster/cluster_int.h):
  * LOCATE  req: i32 wait_ms, u32 inline_max, n, n*key
@@ -240,6 +247,24 @@
  *         (its UCX address from its membership record) and answers once UCX is done:
  *         resp: str err, u8 via_ucx; via_ucx=0 (no UCX route to the requester): the value
  *         is the data section instead. K_NOT_FOUND: no such key of that size here.
+ * OWNED   req: str origin, u64 session, u32 op, i32 arg, n, n*key
+ *         resp: str err, n, n*(u32 status, u32 count)
+ *         (to the keys' ring owner) an RLATCH, UNRLATCH, WLATCH, UNWLATCH (arg: the
+ *         timeout in ms) or GREF (arg: delta -1, 0 or 1) a client of origin asked
+ *         for, applied by the owner for the holder (origin, session); a key may
+ *         repeat (a rebuild after an owner change sends one entry per latch or
+ *         reference). count: GREF's count, else 0. Answered once every member
+ *         has the LATCH_HINTs of the latches it granted.
+ * LATCH_WAIT req: str origin, u64 session, n, n*key   resp: str err
+ *         (to the keys' owner) answers once no latch there blocks a write of the
+ *         keys by (origin, session): none of another holder's write latches, no
+ *         read latch. The writer's worker sends it before publishing.
+ * LATCH_HINT req: n, n*(key, u32 ms)   resp: str err
+ *         (from an owner to every member) the key is latched for up to ms: a
+ *         write of it on the member first asks the owner (LATCH_WAIT).
+ * HOLDER_END req: str origin, u64 session (0: every session of origin)
+ *         resp: str err
+ *         the session's latches and references at this owner are dropped.
  * PEER_AUTH req: u8 step, str from, str nonce_a, then step 2 only: str nonce_b, str proof_a
  *         resp: str err, then step 1 only: str nonce_b, str proof_b
  *         A worker proves to another that it is a cluster member, and the other
@@ -257,7 +282,8 @@
  *         "initiator" (so a proof is never valid for the other direction) and
  *         to the acceptor's member address. Only after step 2 succeeded does
  *         the connection count as a peer's: the peer-only operations (LOCATE,
- *         META_PUT, META_DEL, DROP, UCX_PULL) and DS_FLAG_PEER are refused
+ *         META_PUT, META_DEL, DROP, UCX_PULL, OWNED, LATCH_WAIT, LATCH_HINT,
+ *         HOLDER_END) and DS_FLAG_PEER are refused
  *         K_NOT_AUTHORIZED on every other connection. from not a member in
  *         etcd: K_TRY_AGAIN (its record may not have arrived yet); a wrong
  *         proof: K_NOT_AUTHORIZED. Standalone: K_NOT_SUPPORTED.
@@ -292,7 +318,12 @@
     X(LANE, 27, "lane")                                                                            \
     X(PEER_AUTH, 28, "peer_auth")                                                                  \
     X(WLATCH, 29, "wlatch")                                                                        \
-    X(UNWLATCH, 30, "unwlatch")
+    X(UNWLATCH, 30, "unwlatch")                                                                    \
+    X(OWNED, 31, "owned")                                                                          \
+    X(LATCH_WAIT, 32, "latch_wait")                                                                \
+    X(LATCH_HINT, 33, "latch_hint")                                                                \
+    X(HOLDER_END, 34, "holder_end")                                                                \
+    X(SEAL, 35, "seal")
 
 typedef enum {
 #define DS__OP_ENUM(name, num, text) DS_OP_##name = num,

@@ -103,6 +103,12 @@ Status Buffer::Seal(const std::unordered_set<std::string> &nestedKeys)
     if (!nestedKeys.empty())
         return NotSupported("Buffer::Seal with nested keys", "objects have no nesting here");
     Status st = Publish();
+    if (!st.IsOk()) return st;
+    /* The worker keeps the mark too: no client publishes over it. */
+    ds_client_t *c = state_->client->Get(&st, "Buffer::Seal");
+    if (c == nullptr) return st;
+    const char *key = state_->key.c_str();
+    st = FromC(ds_object_seal(c, 1, &key, nullptr));
     if (st.IsOk()) state_->sealed = true;
     return st;
 }

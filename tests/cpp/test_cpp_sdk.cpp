@@ -259,6 +259,9 @@ static void TestObject(int port)
     CHECK_CODE(again[0]->MemoryCopy("z", 1), K_OC_ALREADY_SEALED);
     CHECK_CODE(again[0]->Publish(), K_OC_ALREADY_SEALED);
     CHECK(again[0]->MutableData() == nullptr);
+    // The mark is the worker's: a put over a sealed object fails too.
+    const uint8_t over[2] = {9, 9};
+    CHECK_CODE(oc.Put("cpp.obj", over, 2, CreateParam{}), K_OC_ALREADY_SEALED);
     CHECK_UNSUPPORTED(again[0]->Publish({"nested"}), "Buffer::Publish");
     CHECK_UNSUPPORTED(again[0]->InvalidateBuffer(), "Buffer::InvalidateBuffer");
 

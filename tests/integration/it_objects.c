@@ -3,8 +3,10 @@
  * writes, and against the holder's own; latches released with their client;
  * nested references (ds_object_set_nested): held keys outlive their own
  * references and go with their parent, down a long chain at once; global
- * references are per client and go when the client does; object metadata
- * (ds_object_get_meta_info). */
+ * references are per client and go when the client does; a KV delete of a
+ * parent lets its held keys go; a sealed object (ds_object_seal) is not
+ * replaced by any client's set or publish until it is deleted; object
+ * metadata (ds_object_get_meta_info). */
 #include "harness.h"
 
 #include <pthread.h>
@@ -164,6 +166,59 @@ static void test_nested_references(void **state)
     ds_client_close(c);
 }
 
+static void test_delete_of_parent_releases_holds(void **state)
+{
+    (void)state;
+    ds_client_t *c = client();
+    const char *p = "dnest.p", *kids[2] = {"dnest.a", "dnest.b"};
+    put(c, p, "p");
+    put(c, kids[0], "a");
+    put(c, kids[1], "b");
+    /* b keeps a reference of its own; a has only the parent's hold. */
+    assert_int_equal(ds_object_g_increase_ref(c, 1, &kids[1], NULL), DS_K_OK);
+    assert_int_equal(ds_object_set_nested(c, p, 2, kids), DS_K_OK);
+    assert_int_equal(ds_kv_del(c, 1, &p, NULL), DS_K_OK);
+    assert_false(exists(c, p));
+    assert_false(exists(c, kids[0]));
+    assert_true(exists(c, kids[1]));
+    uint32_t n = 9;
+    assert_int_equal(ds_object_query_global_ref_num(c, kids[1], &n), DS_K_OK);
+    assert_int_equal(n, 1);
+    assert_int_equal(ds_object_g_decrease_ref(c, 1, &kids[1], NULL), DS_K_OK);
+    assert_false(exists(c, kids[1]));
+    ds_client_close(c);
+}
+
+static void test_sealed_object_is_final_for_every_client(void **state)
+{
+    (void)state;
+    ds_client_t *a = client(), *b = client();
+    const char *k = "sealed.k";
+    put(a, k, "final");
+    ds_status_t st = DS_K_RUNTIME_ERROR;
+    assert_int_equal(ds_object_seal(a, 1, &k, &st), DS_K_OK);
+    assert_int_equal(st, DS_K_OK);
+    assert_int_equal(ds_kv_set(b, k, "again", 5, NULL), DS_K_OC_ALREADY_SEALED);
+    assert_non_null(strstr(ds_last_error(), "sealed"));
+    assert_int_equal(ds_kv_set(a, k, "again", 5, NULL), DS_K_OC_ALREADY_SEALED);
+    want_value(b, k, "final");
+    /* A buffer published over it is refused the same way. */
+    ds_buffer_t *buf = NULL;
+    assert_int_equal(ds_kv_create(b, k, 3, NULL, &buf), DS_K_OK);
+    memcpy(ds_buffer_mutable_data(buf), "new", 3);
+    assert_int_equal(ds_kv_publish(b, buf), DS_K_OC_ALREADY_SEALED);
+    ds_buffer_release(buf);
+    want_value(a, k, "final");
+    /* A missing key cannot be sealed; a deleted sealed key can be set again. */
+    const char *none = "sealed.none";
+    assert_int_equal(ds_object_seal(a, 1, &none, NULL), DS_K_NOT_FOUND);
+    assert_int_equal(ds_kv_del(b, 1, &k, NULL), DS_K_OK);
+    put(b, k, "fresh");
+    want_value(a, k, "fresh");
+    ds_client_close(a);
+    ds_client_close(b);
+}
+
 static void test_long_chain_goes_with_its_head(void **state)
 {
     (void)state;
@@ -252,6 +307,8 @@ int main(void)
         cmocka_unit_test(test_write_latch_excludes_others_not_the_holder),
         cmocka_unit_test(test_writer_waits_for_write_latch_until_holder_leaves),
         cmocka_unit_test(test_nested_references),
+        cmocka_unit_test(test_delete_of_parent_releases_holds),
+        cmocka_unit_test(test_sealed_object_is_final_for_every_client),
         cmocka_unit_test(test_long_chain_goes_with_its_head),
         cmocka_unit_test(test_references_are_per_client_and_go_with_it),
         cmocka_unit_test(test_get_meta_info),

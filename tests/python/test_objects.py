@@ -307,7 +307,7 @@ def test_mutable_write_keeps_old_readers_bytes_and_partial_copy(oc):
     assert old.immutable_data().tobytes() == b"abcdef"
 
 
-def test_seal_is_final(oc):
+def test_seal_is_final(oc, worker):
     b = oc.create("objs_seal", 3)
     b.wlatch()
     b.memory_copy(b"one")
@@ -317,6 +317,21 @@ def test_seal_is_final(oc):
         with pytest.raises(RuntimeError, match="Client object is already sealed") as ei:
             call()
         assert ei.value.code == 2000  # K_OC_ALREADY_SEALED
+    assert oc.get(["objs_seal"], 0)[0].immutable_data().tobytes() == b"one"
+    # The mark is the worker's: another client cannot publish over it either.
+    other = ObjectClient(worker.host, worker.port)
+    other.init()
+    try:
+        with pytest.raises(RuntimeError) as ei:
+            other.put("objs_seal", b"two")
+        assert ei.value.code == 2000
+        g = other.get(["objs_seal"], 0)[0]
+        with pytest.raises(RuntimeError) as ei:
+            g.memory_copy(b"two")
+            g.publish()
+        assert ei.value.code == 2000
+    finally:
+        other.close()
     assert oc.get(["objs_seal"], 0)[0].immutable_data().tobytes() == b"one"
     # publish, unlike seal, leaves the object writable.
     p = oc.create("objs_pub", 3)

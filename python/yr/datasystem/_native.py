@@ -370,6 +370,10 @@ _PROTOTYPES = {
         c_status,
         [c_client_p, ctypes.c_size_t, c_keys_p, ctypes.POINTER(c_status)],
     ),
+    "ds_object_seal": (
+        c_status,
+        [c_client_p, ctypes.c_size_t, c_keys_p, ctypes.POINTER(c_status)],
+    ),
     "ds_object_get_meta_info": (
         c_status,
         [c_client_p, ctypes.c_char_p, ctypes.c_size_t, c_keys_p, ctypes.POINTER(ObjMetaC),
@@ -553,6 +557,7 @@ def check(code, what=None):
 #   kv_unrlatch(handle, [key bytes]) -> None               ds_kv_unrlatch
 #   object_wlatch(handle, [key bytes], timeout_ms) -> None ds_object_wlatch
 #   object_unwlatch(handle, [key bytes]) -> None           ds_object_unwlatch
+#   object_seal(handle, [key bytes]) -> None               ds_object_seal
 #   object_set_nested(handle, parent bytes, [key bytes]) -> None  ds_object_set_nested
 #   object_get_meta_info(handle, tenant bytes, [key bytes])
 #       -> list of (size, location str)                   ds_object_get_meta_info
@@ -569,6 +574,7 @@ _HOOK_SYMBOLS = {
     "kv_unrlatch": "ds_kv_unrlatch",
     "object_wlatch": "ds_object_wlatch",
     "object_unwlatch": "ds_object_unwlatch",
+    "object_seal": "ds_object_seal",
     "object_set_nested": "ds_object_set_nested",
     "object_get_meta_info": "ds_object_get_meta_info",
     "g_increase_ref": "ds_object_g_increase_ref",
@@ -640,6 +646,10 @@ def _hook_object_wlatch(handle, keys, timeout_ms):
 
 def _hook_object_unwlatch(handle, keys):
     check(load().ds_object_unwlatch(handle, len(keys), keys_array(keys), None), "unwlatch")
+
+
+def _hook_object_seal(handle, keys):
+    check(load().ds_object_seal(handle, len(keys), keys_array(keys), None), "seal")
 
 
 def _hook_object_set_nested(handle, parent, keys):

@@ -22,8 +22,9 @@ and no TTL.
 
 ``seal`` is ``publish`` of a final version: afterwards the buffer refuses
 writes, ``wlatch``, ``publish`` and ``seal`` with K_OC_ALREADY_SEALED
-("Client object is already sealed"), as Yuanrong's. The mark is the
-buffer's; buffers another get returns do not carry it.
+("Client object is already sealed"), as Yuanrong's. The worker keeps the
+mark too (``ds_object_seal``): a set or publish of the key by any client
+then fails with K_OC_ALREADY_SEALED and the sealed version stays.
 
 Latches: ``rlatch`` / ``unrlatch`` of a published buffer take and drop the
 worker's read latch on its key (writers of the key wait meanwhile);
@@ -278,6 +279,9 @@ class Buffer:
     def seal(self, nested_object_keys: Optional[List[str]] = None) -> None:
         """Publishes the buffer's final version: it is not written again."""
         self.publish(nested_object_keys)
+        native = _n.hook("object_seal")
+        if native is not None and self._client is not None:
+            self._client._call(native, [self._key.encode("utf-8", "surrogateescape")])
         self._sealed = True
 
     def invalidate_buffer(self) -> None:

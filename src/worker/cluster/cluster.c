@@ -23,7 +23,6 @@
 #include <unistd.h>
 
 #define DS_JOB_THREADS 4
-#define DS_MAX_MEMBERS 256
 
 typedef struct {
     char addr[300];
@@ -42,6 +41,7 @@ struct ds_cluster {
     ds_peers_t *peers;
     ds_links_t *links;
     ds_meta_t *meta;
+    ds_holds_t *holds; /* latches and references held for keys' owners (cluster_hold.c) */
     ds_ring_t *ring;
     ds_ucx_t *ucx; /* srv->ucx (--enable_rdma), for the job threads */
     member_t members[DS_MAX_MEMBERS];
@@ -259,11 +259,12 @@ void ds__pend_free(ds_pend_t *p)
 
 static void pend_done(ds_pend_t *p)
 {
-    if (p->req == NULL)
-        ; /* answered when it could not be deferred */
-    else if (ds__req_gone(p->req))
+    if (p->req == NULL) {
+        if (p->gone) p->gone(p); /* answered when it could not be deferred */
+    } else if (ds__req_gone(p->req)) {
+        if (p->gone) p->gone(p);
         ds__req_drop(p->req); /* the client left: nobody to answer */
-    else {
+    } else {
         ds__req_unpark(p->req);
         p->finish(p);
     }
@@ -507,6 +508,7 @@ static void adopt_members(struct ds_cluster *cl)
         if (!kept) {
             DS_LOG_INFO("cluster: member %s (%s) left", cl->members[i].addr, cl->members[i].id);
             ds__meta_prune(cl->meta, cl->srv, cl->members[i].addr);
+            ds__holds_member_left(cl->srv, cl->members[i].addr);
             ds__peers_forget(cl->peers, cl->members[i].addr);
             ds__links_forget(cl->links, cl->members[i].addr);
             /* Its UCX endpoint stays: closing it here loses what the member
@@ -548,6 +550,7 @@ static void adopt_members(struct ds_cluster *cl)
     DS_LOG_INFO("cluster: %zu members", n);
     ds__meta_prune(cl->meta, cl->srv, NULL);
     ds__cluster_ring_changed(cl->srv, old_alive);
+    ds__holds_ring_changed(cl->srv, old_alive);
     ds__ring_free(old_alive);
     ds__ring_free(old);
 }
@@ -581,6 +584,20 @@ const char *ds__cluster_self(ds_server_t *srv)
 ds_meta_t *ds__cluster_meta(ds_server_t *srv)
 {
     return srv->cluster->meta;
+}
+
+ds_holds_t **ds__cluster_holds(ds_server_t *srv)
+{
+    return &srv->cluster->holds;
+}
+
+size_t ds__cluster_peers(ds_server_t *srv, const char **out, size_t cap)
+{
+    struct ds_cluster *cl = srv->cluster;
+    size_t k = 0;
+    for (size_t i = 0; i < cl->nmembers && k < cap; i++)
+        if (strcmp(cl->members[i].addr, cl->self) != 0) out[k++] = cl->members[i].addr;
+    return k;
 }
 
 ds_ucx_t *ds__cluster_ucx(ds_server_t *srv)
@@ -651,6 +668,12 @@ static const ds_remote_t remote = {
     .published = ds__cluster_published,
     .keys_op = ds__cluster_keys_op,
     .peer_op = ds__cluster_peer_op,
+    .owned = ds__holds_owned,
+    .latch_wait = ds__holds_latch_wait,
+    .latch_hinted = ds__holds_hinted,
+    .session_end = ds__holds_session_end,
+    .gref_gone = ds__holds_gref_gone,
+    .owns = ds__holds_owns,
     .stats = cluster_stats,
 };
 
@@ -770,6 +793,7 @@ void ds__cluster_destroy(ds_server_t *srv)
     ds__peers_free(cl->peers);
     ds__peer_auth_free(cl->auth);
     ds__meta_free(cl->meta);
+    ds__holds_free(cl->holds);
     ds__ring_free(cl->ring);
     pthread_mutex_destroy(&cl->mu);
     pthread_cond_destroy(&cl->cv);

@@ -31,6 +31,7 @@
 typedef struct ds_pend ds_pend_t;
 typedef struct ds_job ds_job_t;
 typedef struct ds_meta ds_meta_t;
+typedef struct ds_holds ds_holds_t;
 
 /* A client request waiting for jobs. req is the handler's request while
  * the pend is being set up, and deferred once jobs are out (its connection
@@ -59,6 +60,18 @@ struct ds_pend {
     uint32_t norig;
     uint32_t *orig_status;
     uint32_t *orig_idx; /* pend key k is the request's key orig_idx[k] */
+    /* Runs instead of finish when the request cannot be answered (its
+     * connection went, or it was failed when it could not be deferred). */
+    void (*gone)(ds_pend_t *p);
+    /* cluster_hold.c: a forwarded latch or GREF (arg: timeout or delta, err
+     * the message of key err_idx, the first that failed), or a write waiting
+     * for owners' latches (resume, cancel, ctx: ds__latch_park's) */
+    int32_t arg;
+    uint32_t err_idx;
+    uint64_t sid; /* the client's session */
+    ds_latch_resume_fn resume;
+    ds_latch_cancel_fn cancel;
+    void *ctx;
 };
 
 struct ds_job {
@@ -136,6 +149,34 @@ void ds__links_free(ds_links_t *ls);
 bool ds__links_submit(ds_links_t *ls, ds_job_t *j);
 void ds__links_forget(ds_links_t *ls, const char *addr);
 uint64_t ds__links_expire(ds_links_t *ls, uint64_t now);
+
+/* The most members a cluster has. */
+#define DS_MAX_MEMBERS 256
+
+/* The latch and reference state of cluster_hold.c (NULL until first used). */
+ds_holds_t **ds__cluster_holds(ds_server_t *srv);
+/* The other members' addresses (at most cap) into out; how many. */
+size_t ds__cluster_peers(ds_server_t *srv, const char **out, size_t cap);
+
+/* cluster_hold.c: latches and global references held at each key's owner
+ * (ds_remote_t's owned, latch_wait, latch_hinted, session_end, gref_gone),
+ * the owner's side (OWNED, LATCH_WAIT, LATCH_HINT, HOLDER_END), and their
+ * rebuild at new owners when the ring changes. */
+bool ds__holds_owned(ds_server_t *srv, ds_req_t *r);
+bool ds__holds_latch_wait(ds_server_t *srv, ds_req_t *r, const char *const *keys,
+                          const uint32_t *lens, uint32_t n, ds_latch_resume_fn resume,
+                          ds_latch_cancel_fn cancel, void *ctx);
+bool ds__holds_hinted(ds_server_t *srv);
+void ds__holds_session_end(ds_server_t *srv, ds_session_t *s);
+void ds__holds_gref_gone(ds_server_t *srv, const char *key, uint32_t len);
+bool ds__holds_owns(ds_server_t *srv, const char *key, uint32_t len);
+void ds__holds_peer_op(ds_server_t *srv, ds_req_t *r);
+/* A member left (or restarted): what its sessions held here goes. */
+void ds__holds_member_left(ds_server_t *srv, const char *addr);
+/* The ring changed: this worker's sessions' latches and references on keys
+ * whose owner changed are taken again at the new owner. */
+void ds__holds_ring_changed(ds_server_t *srv, const ds_ring_t *old_ring);
+void ds__holds_free(ds_holds_t *h);
 
 /* cluster_meta.c: the owner's location table */
 ds_meta_t *ds__meta_new(void);

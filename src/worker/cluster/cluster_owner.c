@@ -269,6 +269,12 @@ void ds__cluster_peer_op(ds_server_t *srv, ds_req_t *r)
     case DS_OP_PEER_AUTH:
         ds__cluster_peer_auth(srv, r);
         break;
+    case DS_OP_OWNED:
+    case DS_OP_LATCH_WAIT:
+    case DS_OP_LATCH_HINT:
+    case DS_OP_HOLDER_END:
+        ds__holds_peer_op(srv, r);
+        break;
     default:
         op_drop(srv, r);
     }

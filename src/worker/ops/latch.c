@@ -11,8 +11,11 @@
  * the keys it writes (one lookup each, and none at all while no latch
  * exists), so latches on other keys never slow it down. Waiters are few
  * (one parked request per connection at most) and stay on a plain list.
- * Latches are this worker's: in a cluster a writer on another worker does
- * not wait (docs/compatibility.md).
+ * In a cluster a key's latches are held by its ring owner (the cluster
+ * forwards latch requests there, cluster/cluster_hold.c, and applies them
+ * here with ds__latch_apply for holders that stand for other workers'
+ * sessions); a write of a key another owner holds latched asks that owner
+ * (ds__latch_park, through the cluster's latch_wait).
  *
  * Write latches (Yuanrong's Buffer.wlatch / unwlatch) are in a second table
  * with the same limits. A session's write latch on a key excludes the other
@@ -69,10 +72,16 @@ static struct ds_latches *get(ds_server_t *srv)
     return srv->latches;
 }
 
-bool ds__latch_any(const ds_server_t *srv)
+static bool local_any(const ds_server_t *srv)
 {
     return srv->latches && (ds__latch_tab_count(&srv->latches->tab) > 0 ||
                             ds__latch_tab_count(&srv->latches->wtab) > 0);
+}
+
+bool ds__latch_any(ds_server_t *srv)
+{
+    return local_any(srv) ||
+           (srv->remote && srv->remote->latch_hinted && srv->remote->latch_hinted(srv));
 }
 
 /* Whether a write of the key by holder must wait: a read latch of anyone,
@@ -123,11 +132,22 @@ static void on_cancel(ds_req_t *d, void *ctx)
 bool ds__latch_park(ds_server_t *srv, ds_req_t *r, const char *const *keys, const uint32_t *lens,
                     uint32_t n, ds_latch_resume_fn resume, ds_latch_cancel_fn cancel, void *ctx)
 {
+    if (ds__latch_park_as(srv, r, r->session, keys, lens, n, resume, cancel, ctx)) return true;
+    /* Keys owned elsewhere are latched at their owner: the cluster asks it
+     * when a member was told the key is latched (LATCH_HINT). */
+    return srv->remote && srv->remote->latch_wait &&
+           srv->remote->latch_wait(srv, r, keys, lens, n, resume, cancel, ctx);
+}
+
+bool ds__latch_park_as(ds_server_t *srv, ds_req_t *r, const void *holder, const char *const *keys,
+                       const uint32_t *lens, uint32_t n, ds_latch_resume_fn resume,
+                       ds_latch_cancel_fn cancel, void *ctx)
+{
     struct ds_latches *L = srv->latches;
-    if (L == NULL || !ds__latch_any(srv)) return false;
+    if (L == NULL || !local_any(srv)) return false;
     bool blocked = false;
     for (uint32_t i = 0; i < n && !blocked; i++)
-        blocked = blocks_writer(L, r->session, keys[i], lens[i]);
+        blocked = blocks_writer(L, holder, keys[i], lens[i]);
     if (!blocked) return false;
     waiter_t *w = calloc(1, sizeof(*w));
     if (w) {
@@ -156,7 +176,7 @@ bool ds__latch_park(ds_server_t *srv, ds_req_t *r, const char *const *keys, cons
     w->resume = resume;
     w->cancel = cancel;
     w->ctx = ctx;
-    w->holder = r->session;
+    w->holder = holder;
     w->next = L->waiters;
     L->waiters = w;
     L->nwaiting++;
@@ -209,9 +229,13 @@ uint64_t ds__latch_expire(ds_server_t *srv, uint64_t now)
 
 void ds__latch_session_end(void *ctx, ds_session_t *s)
 {
-    ds_server_t *srv = ctx;
+    ds__latch_holder_end(ctx, s);
+}
+
+void ds__latch_holder_end(ds_server_t *srv, const void *s)
+{
     struct ds_latches *L = srv->latches;
-    if (L == NULL || !ds__latch_any(srv)) return;
+    if (L == NULL || !local_any(srv)) return;
     uint32_t gone = ds__latch_tab_drop_holder(&L->tab, s) + ds__latch_tab_drop_holder(&L->wtab, s);
     if (gone > 0) wake(srv);
 }
@@ -242,14 +266,14 @@ void ds__latch_stats(ds_server_t *srv, cJSON *root)
 
 /* Why key kl:k cannot be latched (st), in msg. */
 static ds_status_t refuse_add(ds_server_t *srv, const ds_latch_tab_t *t, ds_latch_add_t why,
-                              const ds_req_t *r, const char *k, uint32_t kl, char *msg, size_t cap)
+                              const void *holder, const char *k, uint32_t kl, char *msg, size_t cap)
 {
     const char *what = t == &srv->latches->wtab ? "write" : "read";
     if (why == DS_LATCH_HOLDER_FULL)
         snprintf(msg, cap,
                  "cannot latch key '%.*s': this client holds %u %s latches, the most allowed "
                  "(--max_read_latches_per_client %lld)",
-                 (int)(kl > 64 ? 64 : kl), k, ds__latch_tab_holder_count(t, r->session), what,
+                 (int)(kl > 64 ? 64 : kl), k, ds__latch_tab_holder_count(t, holder), what,
                  (long long)srv->cfg.max_read_latches_per_client);
     else if (why == DS_LATCH_FULL)
         snprintf(msg, cap,
@@ -262,11 +286,57 @@ static ds_status_t refuse_add(ds_server_t *srv, const ds_latch_tab_t *t, ds_latc
     return DS_K_OUT_OF_MEMORY;
 }
 
+ds_status_t ds__latch_apply(ds_server_t *srv, const void *holder, uint16_t op, uint32_t timeout,
+                            const char *k, uint32_t kl, bool exists, uint64_t *until, char *msg,
+                            size_t cap)
+{
+    bool take = op == DS_OP_RLATCH || op == DS_OP_WLATCH;
+    bool write = op == DS_OP_WLATCH || op == DS_OP_UNWLATCH;
+    struct ds_latches *L = get(srv);
+    *until = 0;
+    if (L == NULL) {
+        snprintf(msg, cap, "out of memory");
+        return DS_K_OUT_OF_MEMORY;
+    }
+    if (ds__key_check(k, kl, msg, cap) != 0) return DS_K_INVALID;
+    if (take) {
+        ds_latch_tab_t *t = write ? &L->wtab : &L->tab;
+        uint64_t now = ds__now_ms();
+        /* A write latch lasts until released; the timeout only bounds the client's wait. */
+        uint64_t dl = now + (write ? (uint64_t)srv->cfg.max_read_latch_timeout_ms : timeout);
+        ds_latch_add_t a;
+        if (!exists) {
+            snprintf(msg, cap, "key '%.*s' not found", (int)kl, k);
+            return DS_K_NOT_FOUND;
+        }
+        if (ds__latch_tab_held_by_other(&L->wtab, holder, k, kl)) {
+            snprintf(msg, cap, "key '%.*s' is write-latched by another client",
+                     (int)(kl > 64 ? 64 : kl), k);
+            return DS_K_TRY_AGAIN;
+        }
+        if (write && ds__latch_tab_held_by_other(&L->tab, holder, k, kl)) {
+            snprintf(msg, cap, "key '%.*s' is read-latched by another client",
+                     (int)(kl > 64 ? 64 : kl), k);
+            return DS_K_TRY_AGAIN;
+        }
+        if ((a = ds__latch_tab_add(t, holder, k, kl, dl)) != DS_LATCH_ADDED)
+            return refuse_add(srv, t, a, holder, k, kl, msg, cap);
+        *until = dl;
+        return DS_K_OK;
+    }
+    if (ds__latch_tab_release(write ? &L->wtab : &L->tab, holder, k, kl)) {
+        wake(srv);
+        return DS_K_OK;
+    }
+    snprintf(msg, cap, "this client holds no %s latch on key '%.*s'", write ? "write" : "read",
+             (int)kl, k);
+    return DS_K_NOT_FOUND;
+}
+
 /* RLATCH, UNRLATCH, WLATCH and UNWLATCH. */
 void ds__ops_latch(ds_server_t *srv, ds_req_t *r)
 {
     bool take = r->op == DS_OP_RLATCH || r->op == DS_OP_WLATCH;
-    bool write = r->op == DS_OP_WLATCH || r->op == DS_OP_UNWLATCH;
     ds_rbuf_t rb;
     ds__rbuf_init(&rb, r->meta, r->meta_len);
     uint32_t timeout = take ? ds__rbuf_u32(&rb) : 0;
@@ -286,11 +356,8 @@ void ds__ops_latch(ds_server_t *srv, ds_req_t *r)
         ds__req_error(r, DS_K_INVALID, "latches need a session");
         return;
     }
-    struct ds_latches *L = get(srv);
-    if (L == NULL) {
-        ds__req_error(r, DS_K_OUT_OF_MEMORY, "out of memory");
-        return;
-    }
+    /* In a cluster the latches are held by each key's owner. */
+    if (srv->remote && srv->remote->owned && srv->remote->owned(srv, r)) return;
     ds_wbuf_t w;
     ds__wbuf_init(&w);
     ds__wbuf_cstr(&w, "");
@@ -298,41 +365,18 @@ void ds__ops_latch(ds_server_t *srv, ds_req_t *r)
     ds_status_t first = DS_K_OK;
     char msg[256], first_msg[256] = "";
     uint64_t now = ds__now_ms();
-    bool released = false;
     for (uint32_t i = 0; i < n; i++) {
         const char *k;
         uint32_t kl = ds__rbuf_str(&rb, &k);
-        ds_status_t st = DS_K_OK;
+        ds_status_t st;
+        uint64_t until;
         if (rb.err) {
             snprintf(msg, sizeof(msg), "malformed %s: key %u truncated", ds__opcode_name(r->op), i);
             st = DS_K_INVALID;
-        } else if (ds__key_check(k, kl, msg, sizeof(msg)) != 0) {
-            st = DS_K_INVALID;
-        } else if (take) {
-            ds_latch_tab_t *t = write ? &L->wtab : &L->tab;
-            /* A write latch lasts until released; the timeout only bounds the client's wait. */
-            uint64_t until = now + (write ? (uint64_t)srv->cfg.max_read_latch_timeout_ms : timeout);
-            ds_latch_add_t a;
-            if (ds__store_lookup(srv->store, k, kl, now) == NULL) {
-                snprintf(msg, sizeof(msg), "key '%.*s' not found", (int)kl, k);
-                st = DS_K_NOT_FOUND;
-            } else if (ds__latch_tab_held_by_other(&L->wtab, r->session, k, kl)) {
-                snprintf(msg, sizeof(msg), "key '%.*s' is write-latched by another client",
-                         (int)(kl > 64 ? 64 : kl), k);
-                st = DS_K_TRY_AGAIN;
-            } else if (write && ds__latch_tab_held_by_other(&L->tab, r->session, k, kl)) {
-                snprintf(msg, sizeof(msg), "key '%.*s' is read-latched by another client",
-                         (int)(kl > 64 ? 64 : kl), k);
-                st = DS_K_TRY_AGAIN;
-            } else if ((a = ds__latch_tab_add(t, r->session, k, kl, until)) != DS_LATCH_ADDED) {
-                st = refuse_add(srv, t, a, r, k, kl, msg, sizeof(msg));
-            }
-        } else if (ds__latch_tab_release(write ? &L->wtab : &L->tab, r->session, k, kl)) {
-            released = true;
         } else {
-            snprintf(msg, sizeof(msg), "this client holds no %s latch on key '%.*s'",
-                     write ? "write" : "read", (int)kl, k);
-            st = DS_K_NOT_FOUND;
+            bool exists = !take || ds__store_lookup(srv->store, k, kl, now) != NULL;
+            st = ds__latch_apply(srv, r->session, r->op, timeout, k, kl, exists, &until, msg,
+                                 sizeof(msg));
         }
         if (st != DS_K_OK && first == DS_K_OK) {
             first = st;
@@ -343,5 +387,4 @@ void ds__ops_latch(ds_server_t *srv, ds_req_t *r)
     if (first != DS_K_OK) ds__ops_lead_error(&w, first_msg);
     ds__req_reply(r, first, &w, NULL, 0, NULL, 0, -1);
     ds__wbuf_free(&w);
-    if (released) wake(srv);
 }

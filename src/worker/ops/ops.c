@@ -518,6 +518,9 @@ static void op_keys(ds_server_t *srv, ds_req_t *r)
             kl[i] = keys[i].len;
             if (ds__key_check(keys[i].p, keys[i].len, msg, sizeof(msg)) != 0) bad = (int)i;
         }
+        /* Nested holds are kept by the worker the client talks to. */
+        for (uint32_t i = 0; op == DS_OP_DEL && bad < 0 && i < n; i++)
+            ds__ops_grefs_deleted(srv, keys[i].p, keys[i].len);
         if (!kp || !kl)
             ds__req_error(r, DS_K_OUT_OF_MEMORY, "out of memory");
         else if (bad >= 0)
@@ -544,6 +547,7 @@ static void op_keys(ds_server_t *srv, ds_req_t *r)
             st = DS_K_INVALID;
         } else if (op == DS_OP_DEL) {
             ds__store_delete(srv->store, keys[i].p, keys[i].len);
+            ds__ops_grefs_deleted(srv, keys[i].p, keys[i].len);
             if (srv->tier) ds__tier_del(srv, keys[i].p, keys[i].len, i);
         } else if (op == DS_OP_EXPIRE) {
             st = ds__store_expire(srv->store, keys[i].p, keys[i].len, ttl, now);
@@ -661,6 +665,50 @@ static void op_stats(ds_server_t *srv, ds_req_t *r)
     free(json);
 }
 
+/* SEAL: the keys' current versions are final (store.h: sealed). */
+static void op_seal(ds_server_t *srv, ds_req_t *r)
+{
+    ds_rbuf_t rb;
+    ds__rbuf_init(&rb, r->meta, r->meta_len);
+    uint32_t n = ds__rbuf_count(&rb, DS_MAX_BATCH, 5);
+    if (rb.err || n == 0) {
+        ds__req_error(r, DS_K_INVALID, "malformed SEAL: %u keys (allowed 1..%u)", n, DS_MAX_BATCH);
+        return;
+    }
+    ds_wbuf_t w;
+    ds__wbuf_init(&w);
+    ds__wbuf_cstr(&w, "");
+    ds__wbuf_u32(&w, n);
+    ds_status_t first = DS_K_OK;
+    char msg[256], first_msg[256] = "";
+    uint64_t now = ds__now_ms();
+    for (uint32_t i = 0; i < n; i++) {
+        const char *k;
+        uint32_t kl = ds__rbuf_str(&rb, &k);
+        ds_status_t st = DS_K_OK;
+        ds_obj_t *o = NULL;
+        if (rb.err) {
+            snprintf(msg, sizeof(msg), "malformed SEAL: key %u truncated", i);
+            st = DS_K_INVALID;
+        } else if (ds__key_check(k, kl, msg, sizeof(msg)) != 0) {
+            st = DS_K_INVALID;
+        } else if ((o = ds__store_lookup(srv->store, k, kl, now)) == NULL) {
+            snprintf(msg, sizeof(msg), "key '%.*s' not found", (int)(kl > 200 ? 200 : kl), k);
+            st = DS_K_NOT_FOUND;
+        } else {
+            o->sealed = 1;
+        }
+        if (st != DS_K_OK && first == DS_K_OK) {
+            first = st;
+            snprintf(first_msg, sizeof(first_msg), "%s", msg);
+        }
+        ds__wbuf_u32(&w, (uint32_t)st);
+    }
+    if (first != DS_K_OK) ds__ops_lead_error(&w, first_msg);
+    ds__req_reply(r, first, &w, NULL, 0, NULL, 0, -1);
+    ds__wbuf_free(&w);
+}
+
 void ds__ops_dispatch(void *ctx, ds_req_t *r)
 {
     ds_server_t *srv = ctx;
@@ -702,6 +750,9 @@ void ds__ops_dispatch(void *ctx, ds_req_t *r)
     case DS_OP_GREF:
         ds__ops_gref(srv, r);
         break;
+    case DS_OP_SEAL:
+        op_seal(srv, r);
+        break;
     case DS_OP_RLATCH:
     case DS_OP_UNRLATCH:
     case DS_OP_WLATCH:
@@ -720,6 +771,10 @@ void ds__ops_dispatch(void *ctx, ds_req_t *r)
     case DS_OP_DROP:
     case DS_OP_UCX_PULL:
     case DS_OP_PEER_AUTH:
+    case DS_OP_OWNED:
+    case DS_OP_LATCH_WAIT:
+    case DS_OP_LATCH_HINT:
+    case DS_OP_HOLDER_END:
         if (srv->remote)
             srv->remote->peer_op(srv, r);
         else

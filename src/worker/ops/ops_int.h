@@ -43,12 +43,11 @@ void ds__ops_read(ds_server_t *srv, ds_req_t *r);
 void ds__ops_gref(ds_server_t *srv, ds_req_t *r);
 
 /* latch.c: read latches and the writers waiting for them. */
-typedef void (*ds_latch_resume_fn)(ds_server_t *srv, ds_req_t *d, void *ctx);
-typedef void (*ds_latch_cancel_fn)(void *ctx);
 /* RLATCH, UNRLATCH, WLATCH and UNWLATCH (latch.c). */
 void ds__ops_latch(ds_server_t *srv, ds_req_t *r);
-/* True when some latch exists (a write then checks its keys). */
-bool ds__latch_any(const ds_server_t *srv);
+/* True when some latch may block a write (a local one, or a cluster's
+ * hint that an owner holds one): a write then checks its keys. */
+bool ds__latch_any(ds_server_t *srv);
 /* When any of the keys is latched: parks r and returns true; resume(srv,
  * d, ctx) runs once none is (d unparked: it must end d, or park it again
  * with a cancel callback of its own), cancel(ctx) instead if the connection

@@ -1,6 +1,9 @@
 /* READ (a range of a value, Yuanrong's KVClient.Read) and GREF (global
  * reference counts, Yuanrong's ObjectClient.g_increase_ref /
- * g_decrease_ref / query_global_ref_num). Layouts in common/wire.h. */
+ * g_decrease_ref / query_global_ref_num). Layouts in common/wire.h. In a
+ * cluster a key's counts are kept by its ring owner: the cluster forwards
+ * GREFs there (cluster_hold.c) and the owner applies them here for holders
+ * that are other workers' sessions. */
 #include "worker/ops/ops_int.h"
 
 #include "common/clock.h"
@@ -166,6 +169,16 @@ static void free_holders(gholder_t *h)
     }
 }
 
+/* The object of a key whose references all went: deleted here, or in a
+ * cluster (this worker is the key's owner) on every worker. */
+static void gref_delete_obj(ds_server_t *srv, const char *k, uint32_t kl)
+{
+    if (srv->remote && srv->remote->gref_gone)
+        srv->remote->gref_gone(srv, k, kl);
+    else
+        ds__store_delete(srv->store, k, kl);
+}
+
 static gref_t **gref_find(struct ds_grefs *g, const char *k, uint32_t kl)
 {
     gref_t **pp = &g->b[ds__murmur3_32(k, kl, 0x9e3779b9u) & (g->nb - 1)];
@@ -250,7 +263,11 @@ static void gref_release_kids(ds_server_t *srv, gref_t *todo)
             if (--c->nested > 0 || c->count > 0) continue;
             *cp = c->next;
             g->n--;
-            ds__store_delete(srv->store, c->key, c->keylen);
+            /* In a cluster a key's clients' counts are at its owner: a
+             * child owned elsewhere only loses this hold. */
+            if (srv->remote == NULL || srv->remote->owns == NULL ||
+                srv->remote->owns(srv, c->key, c->keylen))
+                gref_delete_obj(srv, c->key, c->keylen);
             c->next = todo;
             todo = c;
         }
@@ -268,15 +285,16 @@ static void gref_gone(ds_server_t *srv, gref_t **pp)
     gref_t *e = *pp;
     *pp = e->next;
     g->n--;
-    ds__store_delete(srv->store, e->key, e->keylen);
+    gref_delete_obj(srv, e->key, e->keylen);
     e->next = NULL;
     gref_release_kids(srv, e);
 }
 
-/* Applies delta to key's count; the count after it in *count. */
-static ds_status_t gref_apply(ds_server_t *srv, const void *session, const char *k, uint32_t kl,
-                              int32_t delta, uint32_t *count, char *msg, size_t cap)
+ds_status_t ds__gref_apply(ds_server_t *srv, const void *session, const char *k, uint32_t kl,
+                           int32_t delta, uint32_t *count, char *msg, size_t cap)
 {
+    *count = 0;
+    if (ds__key_check(k, kl, msg, cap) != 0) return DS_K_INVALID;
     struct ds_grefs *g = srv->grefs;
     if (g == NULL && (g = srv->grefs = calloc(1, sizeof(*g))) == NULL) goto oom;
     if (g->nb == 0 && gref_grow(g) != 0) goto oom;
@@ -459,6 +477,8 @@ void ds__ops_gref(ds_server_t *srv, ds_req_t *r)
                       delta, n);
         return;
     }
+    /* In a cluster the counts are held by each key's owner. */
+    if (r->session && srv->remote && srv->remote->owned && srv->remote->owned(srv, r)) return;
     ds_wbuf_t w;
     ds__wbuf_init(&w);
     ds__wbuf_cstr(&w, "");
@@ -474,10 +494,8 @@ void ds__ops_gref(ds_server_t *srv, ds_req_t *r)
         if (rb.err) {
             snprintf(msg, sizeof(msg), "malformed GREF: key %u truncated", i);
             st = DS_K_INVALID;
-        } else if (ds__key_check(k, kl, msg, sizeof(msg)) != 0) {
-            st = DS_K_INVALID;
         } else {
-            st = gref_apply(srv, r->session, k, kl, delta, &count, msg, sizeof(msg));
+            st = ds__gref_apply(srv, r->session, k, kl, delta, &count, msg, sizeof(msg));
         }
         if (st == DS_K_OK) {
             ok++;
@@ -491,6 +509,64 @@ void ds__ops_gref(ds_server_t *srv, ds_req_t *r)
     if (first != DS_K_OK) ds__ops_lead_error(&w, first_msg);
     ds__req_reply(r, ok ? DS_K_OK : first, &w, NULL, 0, NULL, 0, -1);
     ds__wbuf_free(&w);
+}
+
+void ds__gref_forget(ds_server_t *srv, const void *holder, const char *k, uint32_t kl, uint32_t n)
+{
+    struct ds_grefs *g = srv->grefs;
+    if (g == NULL || g->nb == 0) return;
+    gref_t **pp = gref_find(g, k, kl);
+    gref_t *e = *pp;
+    if (e == NULL) return;
+    gholder_t **hp = &e->holders;
+    while (*hp && (*hp)->session != holder)
+        hp = &(*hp)->next;
+    if (*hp == NULL) return;
+    gholder_t *h = *hp;
+    uint32_t take = h->n < n ? h->n : n;
+    h->n -= take;
+    e->count -= take;
+    if (h->n == 0) {
+        *hp = h->next;
+        free(h);
+        gsess_t **sp = gsess_find(g, holder);
+        if (*sp && --(*sp)->keys == 0) {
+            gsess_t *gs = *sp;
+            *sp = gs->next;
+            free(gs);
+        }
+    }
+    if (e->count == 0 && e->nested == 0 && e->nkids == 0) {
+        *pp = e->next;
+        g->n--;
+        free(e->kids);
+        free(e);
+    }
+}
+
+void ds__ops_grefs_deleted(ds_server_t *srv, const char *k, uint32_t kl)
+{
+    struct ds_grefs *g = srv->grefs;
+    if (g == NULL || g->nb == 0) return;
+    gref_t *p = *gref_find(g, k, kl);
+    if (p == NULL || p->nkids == 0) return;
+    /* The holds go through a stand-in parent that holds only them; the
+     * entry keeps its clients' counts (a key may be referenced before it is
+     * put again). */
+    gref_t *old = calloc(1, sizeof(*old));
+    if (old == NULL) return;
+    old->kids = p->kids;
+    old->nkids = p->nkids;
+    p->kids = NULL;
+    p->nkids = 0;
+    gref_release_kids(srv, old);
+    if (p->count == 0 && p->nested == 0) {
+        gref_t **pp = gref_find(g, k, kl);
+        *pp = p->next;
+        g->n--;
+        free_holders(p->holders);
+        free(p);
+    }
 }
 
 void ds__ops_grefs_session_end(ds_server_t *srv, const void *session)

@@ -187,6 +187,23 @@ static void set_finish(void *ctx, ds_req_t *r)
     set_publish(srv, r, s);
 }
 
+/* Whether o (not NX) would replace a sealed version (SEAL): msg then says
+ * so. ds__store_publish refuses it anyway; with a storage tier this is
+ * checked before the tier is asked, so nothing of a refused version is
+ * written to L2 (without one, the write costs no extra lookup). */
+static bool sealed_key(ds_server_t *srv, const ds_obj_t *o, uint8_t existence, ds_status_t st,
+                       uint64_t now, char *msg, size_t cap)
+{
+    if (existence == DS_EXISTENCE_NX) return false;
+    if (st != DS_K_OC_ALREADY_SEALED) {
+        if (srv->tier == NULL) return false;
+        const ds_obj_t *cur = ds__store_lookup(srv->store, o->key, o->keylen, now);
+        if (cur == NULL || !cur->sealed) return false;
+    }
+    snprintf(msg, cap, "object '%.200s' is sealed: it cannot be published again", o->key);
+    return true;
+}
+
 static void set_publish(ds_server_t *srv, ds_req_t *r, void *ctx)
 {
     set_t *s = ctx;
@@ -196,6 +213,12 @@ static void set_publish(ds_server_t *srv, ds_req_t *r, void *ctx)
         ds_obj_t *o = s->pend[i];
         if (o == NULL) continue;
         ds_status_t st = DS_K_OK;
+        char sealed_msg[256];
+        if (sealed_key(srv, o, s->existence, st, now, sealed_msg, sizeof(sealed_msg))) {
+            s->status[i] = DS_K_OC_ALREADY_SEALED;
+            set_err(s, sealed_msg);
+            continue;
+        }
         if (srv->tier) {
             char msg[256];
             st = ds__tier_admit(srv, o, s->existence == DS_EXISTENCE_NX, msg, sizeof(msg));
@@ -206,6 +229,12 @@ static void set_publish(ds_server_t *srv, ds_req_t *r, void *ctx)
             }
         }
         if (st == DS_K_OK) st = ds__store_publish(srv->store, o, (ds_existence_t)s->existence, now);
+        if (st == DS_K_OC_ALREADY_SEALED &&
+            sealed_key(srv, o, s->existence, st, now, sealed_msg, sizeof(sealed_msg))) {
+            s->status[i] = (uint32_t)st;
+            set_err(s, sealed_msg);
+            continue;
+        }
         /* NX of an existing key keeps the old value and is a success (as in
          * Yuanrong): the reservation is dropped with the SET. */
         s->status[i] = DS_K_OK;
@@ -490,6 +519,12 @@ void ds__ops_publish_release(ds_server_t *srv, ds_req_t *r)
             continue;
         }
         any_nx |= sl->existence == DS_EXISTENCE_NX;
+        char sealed_msg[256];
+        if (sealed_key(srv, sl->obj, sl->existence, DS_K_OK, now, sealed_msg, sizeof(sealed_msg))) {
+            st[i] = DS_K_OC_ALREADY_SEALED;
+            if (!first[0]) snprintf(first, sizeof(first), "%s", sealed_msg);
+            continue;
+        }
         ds_status_t s = DS_K_OK;
         if (srv->tier) {
             char msg[256];
@@ -502,6 +537,12 @@ void ds__ops_publish_release(ds_server_t *srv, ds_req_t *r)
         }
         if (s == DS_K_OK)
             s = ds__store_publish(srv->store, sl->obj, (ds_existence_t)sl->existence, now);
+        if (s == DS_K_OC_ALREADY_SEALED &&
+            sealed_key(srv, sl->obj, sl->existence, s, now, sealed_msg, sizeof(sealed_msg))) {
+            st[i] = (uint32_t)s;
+            if (!first[0]) snprintf(first, sizeof(first), "%s", sealed_msg);
+            continue;
+        }
         /* NX of an existing key: a success that keeps the old value. */
         st[i] = DS_K_OK;
         if (s == DS_K_OK) {

@@ -102,6 +102,7 @@ void ds__ops_session_end(void *ctx, ds_session_t *s)
     ds_server_t *srv = ctx;
     ds__latch_session_end(srv, s);
     ds__ops_grefs_session_end(srv, s);
+    if (srv->remote && srv->remote->session_end) srv->remote->session_end(srv, s);
     if (srv->ucx && !s->is_unix) {
         char peer[64];
         ds__ops_ucx_peer(s, peer, sizeof(peer));

@@ -25,6 +25,12 @@
 typedef struct ds_server ds_server_t;
 struct cJSON;
 
+/* A write waiting for latches: resume(srv, d, ctx) runs once none blocks it
+ * (d unparked: it must end d, or park it again with a cancel callback of its
+ * own), cancel(ctx) instead if the connection closes first. */
+typedef void (*ds_latch_resume_fn)(ds_server_t *srv, ds_req_t *d, void *ctx);
+typedef void (*ds_latch_cancel_fn)(void *ctx);
+
 /* What a cluster takes over (NULL hooks: standalone). Each hook answers r
  * (at once, or later through ds__req_park). */
 typedef struct {
@@ -40,6 +46,22 @@ typedef struct {
                     uint32_t n, uint32_t ttl);
     /* The worker-to-worker opcodes: LOCATE, META_PUT, META_DEL, DROP. */
     void (*peer_op)(ds_server_t *srv, ds_req_t *r);
+    /* RLATCH, UNRLATCH, WLATCH, UNWLATCH and GREF (not NEST) of a client,
+     * checked for shape: applied at each key's owner; false leaves r to the
+     * caller (standalone semantics). */
+    bool (*owned)(ds_server_t *srv, ds_req_t *r);
+    /* A write of keys that some owner may hold latched: parks r and true
+     * (as ds__latch_park), or false to go ahead. */
+    bool (*latch_wait)(ds_server_t *srv, ds_req_t *r, const char *const *keys, const uint32_t *lens,
+                       uint32_t n, ds_latch_resume_fn resume, ds_latch_cancel_fn cancel, void *ctx);
+    /* Whether any key may be latched at another owner (writes then check). */
+    bool (*latch_hinted)(ds_server_t *srv);
+    /* A client session ended: its latches and references at other owners go. */
+    void (*session_end)(ds_server_t *srv, ds_session_t *s);
+    /* Whether this worker is the key's ring owner. */
+    bool (*owns)(ds_server_t *srv, const char *key, uint32_t len);
+    /* A key's last global reference went at its owner: delete it everywhere. */
+    void (*gref_gone)(ds_server_t *srv, const char *key, uint32_t len);
     /* Adds the "cluster" section to the STATS document (a cJSON object). */
     void (*stats)(ds_server_t *srv, struct cJSON *root);
 } ds_remote_t;
@@ -125,8 +147,33 @@ void ds__ops_session_end(void *srv, ds_session_t *s);
 int ds__ops_ucx_addr_init(ds_server_t *srv, char *err, size_t cap);
 /* Stops the address checks still running (their requests get no answer). */
 void ds__ops_ucx_addr_destroy(ds_server_t *srv);
+/* One key of a latch operation (op RLATCH, UNRLATCH, WLATCH or UNWLATCH;
+ * timeout in ms for the first two) for holder, a session or any other
+ * stable pointer the caller names holders by (latch.c). exists: whether the
+ * key is stored (a latch of a missing key is K_NOT_FOUND). *until: the
+ * granted latch's deadline (ms), 0 when none was granted. */
+ds_status_t ds__latch_apply(ds_server_t *srv, const void *holder, uint16_t op, uint32_t timeout,
+                            const char *k, uint32_t kl, bool exists, uint64_t *until, char *msg,
+                            size_t cap);
+/* ds__latch_park for holder, against this worker's own latches only. */
+bool ds__latch_park_as(ds_server_t *srv, ds_req_t *r, const void *holder, const char *const *keys,
+                       const uint32_t *lens, uint32_t n, ds_latch_resume_fn resume,
+                       ds_latch_cancel_fn cancel, void *ctx);
+/* Drops every latch of holder (waking the writers it held). */
+void ds__latch_holder_end(ds_server_t *srv, const void *holder);
+/* One key of a GREF (delta -1, 0 or 1) for holder (ops_read.c); the count
+ * after it in *count. */
+ds_status_t ds__gref_apply(ds_server_t *srv, const void *holder, const char *k, uint32_t kl,
+                           int32_t delta, uint32_t *count, char *msg, size_t cap);
+/* Takes up to n of holder's references off key's count without deleting
+ * anything (they moved to another worker); an entry left with no count and
+ * no hold goes (ops_read.c). */
+void ds__gref_forget(ds_server_t *srv, const void *holder, const char *k, uint32_t kl, uint32_t n);
 /* Frees the global reference counts (ops_read.c). */
 void ds__ops_grefs_free(ds_server_t *srv);
+/* A KV delete removed key: the nested holds it had (as a parent) go, and
+ * children left with no reference and no hold are deleted (ops_read.c). */
+void ds__ops_grefs_deleted(ds_server_t *srv, const char *k, uint32_t kl);
 /* Drops every global reference the session holds (its client has gone),
  * deleting the objects left with none (ops_read.c). */
 void ds__ops_grefs_session_end(ds_server_t *srv, const void *session);

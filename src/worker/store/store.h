@@ -46,6 +46,7 @@ typedef struct ds_obj {
                              object is then evictable) */
     uint8_t spilling;     /* being copied to the spill directory (ops/tier.c) */
     uint8_t indexed;      /* was in the shared GET index: readers' shared pins may name it */
+    uint8_t sealed;       /* SEAL: no later version may replace it (only a delete) */
     uint32_t ttl_second;  /* as requested; applied at publish */
     uint32_t atime;       /* store tick of its last write or lookup (eviction) */
     char key[];           /* keylen bytes + NUL */
@@ -139,6 +140,7 @@ ds_status_t ds__store_region(ds_store_t *s, uint64_t bytes, uint64_t *offset, ui
 
 /* Makes a CREATING object the key's current version. With DS_EXISTENCE_NX and a
  * current version present: DS_K_OC_KEY_ALREADY_EXIST, nothing changes. The
+ * current version that is sealed: DS_K_OC_ALREADY_SEALED, nothing changes. The
  * superseded version leaves the table (and is freed once unreferenced). The
  * table takes its own reference; the caller's stays with the caller. The TTL
  * clock starts here. */

@@ -1,0 +1,279 @@
+/* Latches and global references are the cluster's, against real etcd and
+ * three workers on 127.0.0.11-13 (each key's ring owner holds them):
+ *  - a read latch taken through one worker holds back a set through another
+ *    (neither of them the key's owner) until it is released, and readers
+ *    meanwhile see the old value; a write latch taken through one worker
+ *    makes latches through the others answer K_TRY_AGAIN; many writers
+ *    waiting through the reader's worker do not hold up its release;
+ *  - references added through two workers are counted as one count seen
+ *    through the third; a client decreases only its own; when the last
+ *    holder's client closes, the object is deleted on every worker;
+ *  - the owner is killed: the latch and the reference are rebuilt at the
+ *    key's new owner from the workers whose clients hold them, so a write
+ *    through the third worker still waits and the count is still seen. */
+#include "cluster_util.h"
+
+#include "common/clock.h"
+
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+static ct_cluster_t C;
+
+static int setup(void **state)
+{
+    (void)state;
+    return ct_cluster_start(&C, 3, NULL);
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    ct_cluster_stop(&C);
+    return 0;
+}
+
+/* Sets a key named prefix-i through worker `via`, for the first i whose
+ * owner is not `via` (when not_via) and, if not_other >= 0, not that worker
+ * either; the owner's index, the key in key. */
+static int key_owned_elsewhere(ds_client_t *c, int via, int not_other, const char *prefix,
+                               char *key, size_t cap, size_t len, uint64_t seed)
+{
+    for (int i = 0; i < 64; i++) {
+        snprintf(key, cap, "%s-%d", prefix, i);
+        int o = ct_set_find_owner(&C, c, key, len, seed);
+        if (o >= 0 && o != via && o != not_other) return o;
+    }
+    return -1;
+}
+
+typedef struct {
+    int node;
+    const char *key;
+    size_t len;
+    uint64_t seed;
+    atomic_bool done;
+    ds_status_t st;
+} writer_t;
+
+static void *write_one(void *arg)
+{
+    writer_t *w = arg;
+    ds_client_t *c = ct_client(&C, w->node, DS_TRANSPORT_TCP);
+    w->st = c ? ct_set(c, w->key, w->len, w->seed) : DS_K_RUNTIME_ERROR;
+    atomic_store(&w->done, true);
+    ds_client_close(c);
+    return NULL;
+}
+
+/* Waits (bounded) for the writer to finish; true when it did. */
+static bool writer_finished(writer_t *w, int ms)
+{
+    for (int i = 0; i < ms / 20 && !atomic_load(&w->done); i++)
+        usleep(20000);
+    return atomic_load(&w->done);
+}
+
+static void test_latches_across_workers(void **state)
+{
+    (void)state;
+    char key[64];
+    ds_client_t *c0 = ct_client(&C, 0, DS_TRANSPORT_TCP);
+    assert_non_null(c0);
+    int owner = key_owned_elsewhere(c0, 0, -1, "hl-r", key, sizeof(key), 5000, 100);
+    assert_true(owner > 0);
+    int rnode = 0, wnode = 3 - owner; /* neither is the owner */
+    ds_client_t *reader = ct_client(&C, rnode, DS_TRANSPORT_TCP);
+    assert_non_null(reader);
+    const char *keys[1] = {key};
+    assert_int_equal(ds_kv_rlatch(reader, 1, keys, 30000, NULL), DS_K_OK);
+
+    writer_t w = {.node = wnode, .key = key, .len = 7000, .seed = 101};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, write_one, &w), 0);
+    /* The set waits while the latch is held; every worker still reads the old value. */
+    assert_false(writer_finished(&w, 1500));
+    for (int n = 0; n < 3; n++) {
+        ds_client_t *c = ct_client(&C, n, DS_TRANSPORT_TCP);
+        assert_true(ct_read_ok(c, key, 5000, 100, 0));
+        ds_client_close(c);
+    }
+    assert_false(atomic_load(&w.done));
+    assert_int_equal(ds_kv_unrlatch(reader, 1, keys, NULL), DS_K_OK);
+    assert_true(writer_finished(&w, 10000));
+    pthread_join(th, NULL);
+    assert_int_equal(w.st, DS_K_OK);
+    assert_true(ct_read_ok(reader, key, 7000, 101, 0));
+    /* Released: a second unrlatch of the reader has nothing to release. */
+    ds_status_t st1;
+    assert_int_equal(ds_kv_unrlatch(reader, 1, keys, &st1), DS_K_NOT_FOUND);
+
+    /* A write latch through one worker excludes latches through the others. */
+    ds_client_t *wl = ct_client(&C, wnode, DS_TRANSPORT_TCP);
+    assert_non_null(wl);
+    assert_int_equal(ds_object_wlatch(wl, 1, keys, 5000, NULL), DS_K_OK);
+    assert_int_equal(ds_kv_rlatch(reader, 1, keys, 300, NULL), DS_K_TRY_AGAIN);
+    ds_client_t *c2 = ct_client(&C, owner, DS_TRANSPORT_TCP);
+    assert_int_equal(ds_object_wlatch(c2, 1, keys, 300, NULL), DS_K_TRY_AGAIN);
+    /* Its holder may still write the key. */
+    assert_int_equal(ct_set(wl, key, 900, 102), DS_K_OK);
+    assert_int_equal(ds_object_unwlatch(wl, 1, keys, NULL), DS_K_OK);
+    assert_int_equal(ds_kv_rlatch(reader, 1, keys, 5000, NULL), DS_K_OK);
+    /* A latch ends with its client: the set through another worker then goes. */
+    ds_client_close(reader);
+    assert_int_equal(ct_set(c2, key, 800, 103), DS_K_OK);
+    assert_true(ct_read_ok(wl, key, 800, 103, 0));
+    /* A missing key cannot be latched through any worker. */
+    const char *none[1] = {"hl-none"};
+    assert_int_equal(ds_kv_rlatch(wl, 1, none, 1000, NULL), DS_K_NOT_FOUND);
+    ds_client_close(wl);
+    ds_client_close(c2);
+    ds_client_close(c0);
+}
+
+/* Many writers through the reader's own worker wait at the owner; the
+ * reader's release, through that worker too, still gets through (waiting
+ * writers never take every peer thread) long before the latch's timeout. */
+static void test_many_writers_and_the_release_through_one_worker(void **state)
+{
+    (void)state;
+    enum { NW = 6 };
+    char key[64];
+    ds_client_t *reader = ct_client(&C, 0, DS_TRANSPORT_TCP);
+    assert_non_null(reader);
+    int owner = key_owned_elsewhere(reader, 0, -1, "hl-m", key, sizeof(key), 2000, 400);
+    assert_true(owner > 0);
+    const char *keys[1] = {key};
+    assert_int_equal(ds_kv_rlatch(reader, 1, keys, 60000, NULL), DS_K_OK);
+    writer_t w[NW];
+    pthread_t th[NW];
+    for (int i = 0; i < NW; i++) {
+        w[i] = (writer_t){.node = 0, .key = key, .len = 2000, .seed = 401};
+        assert_int_equal(pthread_create(&th[i], NULL, write_one, &w[i]), 0);
+    }
+    assert_false(writer_finished(&w[0], 1000));
+    assert_int_equal(ds_kv_unrlatch(reader, 1, keys, NULL), DS_K_OK);
+    for (int i = 0; i < NW; i++) {
+        assert_true(writer_finished(&w[i], 20000));
+        pthread_join(th[i], NULL);
+        assert_int_equal(w[i].st, DS_K_OK);
+    }
+    assert_true(ct_read_ok(reader, key, 2000, 401, 0));
+    ds_client_close(reader);
+}
+
+static uint32_t ref_count(int node, const char *key)
+{
+    ds_client_t *c = ct_client(&C, node, DS_TRANSPORT_TCP);
+    uint32_t count = UINT32_MAX;
+    if (c && ds_object_query_global_ref_num(c, key, &count) != DS_K_OK) count = UINT32_MAX;
+    ds_client_close(c);
+    return count;
+}
+
+static void test_references_across_workers(void **state)
+{
+    (void)state;
+    char key[64];
+    ds_client_t *c0 = ct_client(&C, 0, DS_TRANSPORT_TCP);
+    assert_non_null(c0);
+    int owner = key_owned_elsewhere(c0, 0, -1, "hr", key, sizeof(key), 3000, 200);
+    assert_true(owner > 0);
+    int other = 3 - owner;
+    const char *keys[1] = {key};
+    ds_client_t *c1 = ct_client(&C, other, DS_TRANSPORT_TCP);
+    assert_non_null(c1);
+    assert_int_equal(ds_object_g_increase_ref(c0, 1, keys, NULL), DS_K_OK);
+    assert_int_equal(ds_object_g_increase_ref(c1, 1, keys, NULL), DS_K_OK);
+    for (int n = 0; n < 3; n++)
+        assert_int_equal(ref_count(n, key), 2);
+    /* A client decreases only its own references, through any worker. */
+    ds_client_t *c2 = ct_client(&C, owner, DS_TRANSPORT_TCP);
+    ds_status_t st;
+    assert_int_equal(ds_object_g_decrease_ref(c2, 1, keys, &st), DS_K_NOT_FOUND);
+    assert_int_equal(ds_object_g_decrease_ref(c0, 1, keys, NULL), DS_K_OK);
+    assert_int_equal(ref_count(owner, key), 1);
+    assert_true(ct_read_ok(c2, key, 3000, 200, 0));
+    /* The last holder's client goes: the object goes on every worker. */
+    ds_client_close(c1);
+    uint32_t left = 1;
+    for (int i = 0; i < 100 && left != 0; i++) {
+        left = ref_count(0, key);
+        if (left != 0) usleep(50000);
+    }
+    assert_int_equal(left, 0);
+    /* The owner drops the copies (on worker 0) after answering the count. */
+    for (int n = 0; n < 3; n++) {
+        ds_client_t *c = ct_client(&C, n, DS_TRANSPORT_TCP);
+        ds_status_t gst = DS_K_OK;
+        for (int i = 0; i < 100 && gst != DS_K_NOT_FOUND; i++) {
+            gst = ct_get_status(c, key, 0);
+            if (gst != DS_K_NOT_FOUND) usleep(50000);
+        }
+        assert_int_equal(gst, DS_K_NOT_FOUND);
+        ds_client_close(c);
+    }
+    ds_client_close(c2);
+    ds_client_close(c0);
+}
+
+/* Last: it kills a worker. */
+static void test_owner_failover_rebuilds(void **state)
+{
+    (void)state;
+    char key[64];
+    ds_client_t *holder = ct_client(&C, 0, DS_TRANSPORT_TCP);
+    assert_non_null(holder);
+    int owner = key_owned_elsewhere(holder, 0, -1, "hf", key, sizeof(key), 4000, 300);
+    assert_true(owner > 0);
+    int wnode = 3 - owner;
+    const char *keys[1] = {key};
+    assert_int_equal(ds_kv_rlatch(holder, 1, keys, 60000, NULL), DS_K_OK);
+    assert_int_equal(ds_object_g_increase_ref(holder, 1, keys, NULL), DS_K_OK);
+    assert_int_equal(ref_count(wnode, key), 1);
+
+    dst_worker_kill(&C.w[owner]);
+    assert_true(ct_wait_members(&C, 2, 15000) >= 0);
+    /* The new owner learns the key's location and its holds from worker 0
+     * (asynchronously: allow a moment). */
+    uint32_t count = UINT32_MAX;
+    for (int i = 0; i < 100 && count != 1; i++) {
+        count = ref_count(wnode, key);
+        if (count != 1) usleep(50000);
+    }
+    assert_int_equal(count, 1);
+
+    writer_t w = {.node = wnode, .key = key, .len = 600, .seed = 301};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, write_one, &w), 0);
+    assert_false(writer_finished(&w, 1500));
+    assert_true(ct_read_ok(holder, key, 4000, 300, 0));
+    assert_int_equal(ds_kv_unrlatch(holder, 1, keys, NULL), DS_K_OK);
+    assert_true(writer_finished(&w, 10000));
+    pthread_join(th, NULL);
+    assert_int_equal(w.st, DS_K_OK);
+    assert_true(ct_read_ok(holder, key, 600, 301, 0));
+    assert_int_equal(ds_object_g_decrease_ref(holder, 1, keys, NULL), DS_K_OK);
+    assert_int_equal(ref_count(wnode, key), 0);
+    ds_client_close(holder);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_latches_across_workers),
+        cmocka_unit_test(test_many_writers_and_the_release_through_one_worker),
+        cmocka_unit_test(test_references_across_workers),
+        cmocka_unit_test(test_owner_failover_rebuilds),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
