@@ -216,6 +216,20 @@
  *         0), its holds go too. Every key gets the same status; the parent's
  *         count is its entry's.
  *
+ * Streams (docs/streams.md; a handle is a producer's or consumer's id):
+ * SC_CREATE_PRODUCER req: str stream, u64 page_size, u64 max_stream_size,
+ *         u8 auto_cleanup, u64 retain_for_num_consumers, u64 reserve_size,
+ *         u8 encrypt_stream                        resp: str err, u64 handle
+ * SC_CLOSE_PRODUCER / SC_CLOSE_CONSUMER req: u64 handle   resp: str err
+ * SC_SUBSCRIBE req: str stream, str subscription, u8 type   resp: str err, u64 handle
+ * SC_SEND req: u64 handle, i32 timeout_ms (-1: none given), n, n*str element
+ *         resp: str err (appended in order; waits while the stream is full)
+ * SC_RECEIVE req: u64 handle, u32 expect_num (0 = any), u32 timeout_ms
+ *         resp: str err, n, n*(u64 id, u32 size); data: the elements' bytes
+ * SC_ACK  req: u64 handle, u64 element_id                   resp: str err
+ * SC_DELETE_STREAM req: str stream                          resp: str err
+ * SC_QUERY req: str stream    resp: str err, u64 producer_workers, u64 consumers
+ *
  * Cluster (worker to worker; see src/worker/cluster/cluster_int.h):
  * LOCATE  req: i32 wait_ms, u32 inline_max, n, n*key
  *         (to the key's owner; waits until every key is known, up to wait_ms)
@@ -292,7 +306,16 @@
     X(LANE, 27, "lane")                                                                            \
     X(PEER_AUTH, 28, "peer_auth")                                                                  \
     X(WLATCH, 29, "wlatch")                                                                        \
-    X(UNWLATCH, 30, "unwlatch")
+    X(UNWLATCH, 30, "unwlatch")                                                                    \
+    X(SC_CREATE_PRODUCER, 40, "sc_create_producer")                                                \
+    X(SC_CLOSE_PRODUCER, 41, "sc_close_producer")                                                  \
+    X(SC_SUBSCRIBE, 42, "sc_subscribe")                                                            \
+    X(SC_CLOSE_CONSUMER, 43, "sc_close_consumer")                                                  \
+    X(SC_SEND, 44, "sc_send")                                                                      \
+    X(SC_RECEIVE, 45, "sc_receive")                                                                \
+    X(SC_ACK, 46, "sc_ack")                                                                        \
+    X(SC_DELETE_STREAM, 47, "sc_delete_stream")                                                    \
+    X(SC_QUERY, 48, "sc_query")
 
 typedef enum {
 #define DS__OP_ENUM(name, num, text) DS_OP_##name = num,

@@ -32,6 +32,7 @@ MODULES = [
     "tests/python/test_kv_cache_client.py",
     "tests/python/test_oc_client.py",
     "tests/python/test_ds_client.py",
+    "tests/python/test_sc_client.py",
 ]
 
 # test id -> why it cannot pass against this datasystem.

@@ -25,6 +25,11 @@ K_RPC_UNAVAILABLE = 1002
 K_OC_ALREADY_SEALED = 2000
 K_WRITE_BACK_QUEUE_FULL = 2003
 K_OC_KEY_ALREADY_EXIST = 2004
+K_SC_STREAM_NOT_FOUND = 3000
+K_SC_PRODUCER_NOT_FOUND = 3001
+K_SC_CONSUMER_NOT_FOUND = 3002
+K_SC_STREAM_IN_USE = 3006
+K_SC_ALREADY_CLOSED = 3009
 
 # The symbol of each code, as ds_status_name() gives it.
 STATUS_NAMES: Dict[int, str] = {
@@ -48,6 +53,11 @@ STATUS_NAMES: Dict[int, str] = {
     K_OC_ALREADY_SEALED: "K_OC_ALREADY_SEALED",
     K_WRITE_BACK_QUEUE_FULL: "K_WRITE_BACK_QUEUE_FULL",
     K_OC_KEY_ALREADY_EXIST: "K_OC_KEY_ALREADY_EXIST",
+    K_SC_STREAM_NOT_FOUND: "K_SC_STREAM_NOT_FOUND",
+    K_SC_PRODUCER_NOT_FOUND: "K_SC_PRODUCER_NOT_FOUND",
+    K_SC_CONSUMER_NOT_FOUND: "K_SC_CONSUMER_NOT_FOUND",
+    K_SC_STREAM_IN_USE: "K_SC_STREAM_IN_USE",
+    K_SC_ALREADY_CLOSED: "K_SC_ALREADY_CLOSED",
 }
 
 # The library's default message of each code (ds_status_message).
@@ -72,6 +82,11 @@ STATUS_MESSAGES: Dict[int, str] = {
     K_OC_ALREADY_SEALED: "object already sealed",
     K_WRITE_BACK_QUEUE_FULL: "write-back queue full",
     K_OC_KEY_ALREADY_EXIST: "key already exists",
+    K_SC_STREAM_NOT_FOUND: "stream not found",
+    K_SC_PRODUCER_NOT_FOUND: "producer not found",
+    K_SC_CONSUMER_NOT_FOUND: "consumer not found",
+    K_SC_STREAM_IN_USE: "stream in use",
+    K_SC_ALREADY_CLOSED: "already closed",
 }
 
 __all__ = [
@@ -95,6 +110,11 @@ __all__ = [
     "K_OC_ALREADY_SEALED",
     "K_WRITE_BACK_QUEUE_FULL",
     "K_OC_KEY_ALREADY_EXIST",
+    "K_SC_STREAM_NOT_FOUND",
+    "K_SC_PRODUCER_NOT_FOUND",
+    "K_SC_CONSUMER_NOT_FOUND",
+    "K_SC_STREAM_IN_USE",
+    "K_SC_ALREADY_CLOSED",
     "STATUS_NAMES",
     "STATUS_MESSAGES",
 ]

@@ -6,6 +6,7 @@
  * problem; the connection stays usable because the frame's boundaries are
  * known. */
 #include "worker/ops/ops_int.h"
+#include "worker/ops/stream.h"
 
 #include "common/clock.h"
 #include "common/keys.h"
@@ -707,6 +708,17 @@ void ds__ops_dispatch(void *ctx, ds_req_t *r)
     case DS_OP_WLATCH:
     case DS_OP_UNWLATCH:
         ds__ops_latch(srv, r);
+        break;
+    case DS_OP_SC_CREATE_PRODUCER:
+    case DS_OP_SC_CLOSE_PRODUCER:
+    case DS_OP_SC_SUBSCRIBE:
+    case DS_OP_SC_CLOSE_CONSUMER:
+    case DS_OP_SC_SEND:
+    case DS_OP_SC_RECEIVE:
+    case DS_OP_SC_ACK:
+    case DS_OP_SC_DELETE_STREAM:
+    case DS_OP_SC_QUERY:
+        ds__stream_dispatch(srv, r);
         break;
     case DS_OP_HEALTH:
         ds__req_error(r, DS_K_OK, "%s", "");

@@ -95,6 +95,7 @@ struct ds_server {
     int ucx_nchecks;
     struct ds_grefs *grefs;     /* global reference counts (ops_read.c), lazily made */
     struct ds_latches *latches; /* read latches and the writers they hold (latch.c) */
+    struct ds_streams *streams; /* streams (stream.c), lazily made */
     struct ds_tier *tier;       /* L2 cache and disk I/O thread (tier.c); NULL = none */
     /* background eviction between the arena watermarks (memory.c) */
     bool evicting;
