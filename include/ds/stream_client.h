@@ -51,9 +51,10 @@ typedef struct {
     int64_t page_size;           /* 1 MiB; a multiple of 4 KiB, at most 16 MiB */
     uint64_t max_stream_size;    /* 100 MiB; >= 64 KiB and >= twice page_size */
     bool auto_cleanup;           /* delete the stream when its last producer and consumer close */
-    uint64_t retain_for_num_consumers; /* keep elements until this many consumers subscribed (<= 16) */
-    bool encrypt_stream;               /* accepted; nothing leaves this worker */
-    uint64_t reserve_size;             /* 0 = page_size; a multiple of page_size <= max_stream_size */
+    uint64_t
+        retain_for_num_consumers; /* keep elements until this many consumers subscribed (<= 16) */
+    bool encrypt_stream;          /* accepted; nothing leaves this worker */
+    uint64_t reserve_size;        /* 0 = page_size; a multiple of page_size <= max_stream_size */
 } ds_producer_conf_t;
 
 #define DS_PRODUCER_CONF_INIT                                                                      \

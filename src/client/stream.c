@@ -95,8 +95,7 @@ ds_status_t ds_stream_create_producer(ds_client_t *c, const char *stream_name,
     if (conf == NULL) conf = &def;
     if (conf->delay_flush_time_ms < 0)
         return ds__set_error(DS_K_INVALID, "delay_flush_time_ms must be >= 0");
-    if (conf->page_size <= 0)
-        return ds__set_error(DS_K_INVALID, "Page size not multiple of 4096.");
+    if (conf->page_size <= 0) return ds__set_error(DS_K_INVALID, "Page size not multiple of 4096.");
     ds_producer_t *p = calloc(1, sizeof(*p));
     if (p == NULL) return ds__set_error(DS_K_OUT_OF_MEMORY, "out of memory");
     ds__client_enter(c);
@@ -126,7 +125,8 @@ static void build_send(ds_conn_t *conn, void *ctx)
     ds__wbuf_u64(&conn->w, a->id);
     ds__wbuf_i32(&conn->w, a->timeout);
     ds__wbuf_u32(&conn->w, (uint32_t)a->n);
-    for (size_t i = 0; i < a->n; i++) ds__wbuf_str(&conn->w, a->data[i], a->lens[i]);
+    for (size_t i = 0; i < a->n; i++)
+        ds__wbuf_str(&conn->w, a->data[i], a->lens[i]);
 }
 
 ds_status_t ds_producer_send_batch(ds_producer_t *p, size_t n, const void *const *data,
@@ -136,15 +136,18 @@ ds_status_t ds_producer_send_batch(ds_producer_t *p, size_t n, const void *const
     if (p == NULL) return ds__set_error(DS_K_INVALID, "producer is NULL");
     if (n == 0 || data == NULL || lens == NULL)
         return ds__set_error(DS_K_INVALID, "no elements to send");
-    if (n > (1u << 20)) return ds__set_error(DS_K_INVALID, "more than %u elements in one send", 1u << 20);
+    if (n > (1u << 20))
+        return ds__set_error(DS_K_INVALID, "more than %u elements in one send", 1u << 20);
     uint64_t total = 0;
     for (size_t i = 0; i < n; i++) {
-        if (lens[i] == 0) return ds__set_error(DS_K_INVALID, "Element size should be greater than 0");
+        if (lens[i] == 0)
+            return ds__set_error(DS_K_INVALID, "Element size should be greater than 0");
         if (data[i] == NULL)
             return ds__set_error(DS_K_INVALID, "Element ptr should not be a nullptr");
         if (lens[i] > DS_SC_ELEMENT_MAX)
-            return ds__set_error(DS_K_INVALID, "Element of %zu bytes exceeds the maximum of %u bytes",
-                                 lens[i], DS_SC_ELEMENT_MAX);
+            return ds__set_error(DS_K_INVALID,
+                                 "Element of %zu bytes exceeds the maximum of %u bytes", lens[i],
+                                 DS_SC_ELEMENT_MAX);
         total += lens[i];
     }
     if (total > DS_SC_ELEMENT_MAX)
@@ -215,8 +218,9 @@ ds_status_t ds_stream_subscribe(ds_client_t *c, const char *stream_name,
     if (st == DS_K_OK) st = check_name("subscriptionName", subscription_name);
     if (st != DS_K_OK) return st;
     if ((unsigned)type > DS_SUB_KEY_PARTITIONS)
-        return ds__set_error(DS_K_INVALID, "subscription type %d is not one of STREAM (0), "
-                                           "ROUND_ROBIN (1), KEY_PARTITIONS (2)",
+        return ds__set_error(DS_K_INVALID,
+                             "subscription type %d is not one of STREAM (0), "
+                             "ROUND_ROBIN (1), KEY_PARTITIONS (2)",
                              (int)type);
     ds_consumer_t *cs = calloc(1, sizeof(*cs));
     if (cs == NULL) return ds__set_error(DS_K_OUT_OF_MEMORY, "out of memory");
@@ -253,7 +257,8 @@ static ds_status_t read_recv(ds_conn_t *conn, void *ctx, uint64_t deadline)
     recv_t *a = ctx;
     uint32_t n = ds__rbuf_count(&conn->r, UINT32_MAX, 12);
     if (conn->r.err) return ds__conn_protocol_error(conn, "sc_receive");
-    if (n == 0) return ds__rbuf_done(&conn->r) ? DS_K_OK : ds__conn_protocol_error(conn, "sc_receive");
+    if (n == 0)
+        return ds__rbuf_done(&conn->r) ? DS_K_OK : ds__conn_protocol_error(conn, "sc_receive");
     uint64_t total = conn->rh.data_len;
     if (total > ((uint64_t)1 << 40)) return ds__conn_protocol_error(conn, "sc_receive");
     /* One block: the element array, then their bytes. */

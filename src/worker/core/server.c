@@ -122,10 +122,9 @@ static bool waits_ready(const ds_server_t *srv)
 
 static int add_timers(ds_server_t *srv)
 {
-    static const ds_timer_cb ticks[] = {tick_store_expire, tick_store_held, tick_ucx,
-                                        tick_memory,       tick_subs,       tick_cluster,
-                                        tick_net,          tick_probe,      tick_latch,
-                                        tick_streams};
+    static const ds_timer_cb ticks[] = {tick_store_expire, tick_store_held, tick_ucx, tick_memory,
+                                        tick_subs,         tick_cluster,    tick_net, tick_probe,
+                                        tick_latch,        tick_streams};
     for (size_t i = 0; i < sizeof(ticks) / sizeof(ticks[0]); i++)
         if (ds__loop_timer_add(srv->net.loop, DS_TIMER_EACH_TURN, 0, ticks[i], srv) == NULL)
             return -1;

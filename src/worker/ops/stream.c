@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cjson/cJSON.h>
+
 #include "common/clock.h"
 #include "common/hash.h"
 #include "common/log.h"
@@ -260,7 +262,8 @@ void ds__sc_reply_elements(ds_server_t *srv, ds_req_t *r, sc_end_t *e, uint32_t 
         p = p->next;
     }
     if (w.oom) {
-        for (uint32_t k = 0; k < nseg; k++) ds__store_unref(srv->store, refs[k]);
+        for (uint32_t k = 0; k < nseg; k++)
+            ds__store_unref(srv->store, refs[k]);
         free(segs);
         free(refs);
         ds__wbuf_free(&w);
@@ -372,7 +375,8 @@ static void wait_run(ds_server_t *srv, sc_wait_t *w, bool timed_out)
     keep.done = done;
     if (ds__sc_send_step(srv, d, e, &keep.done, true)) {
         keep.req = NULL;
-        if (!ds__sc_park(srv, d, &keep)) ds__req_error(d, DS_K_OUT_OF_MEMORY, "worker out of memory");
+        if (!ds__sc_park(srv, d, &keep))
+            ds__req_error(d, DS_K_OUT_OF_MEMORY, "worker out of memory");
     }
 }
 
@@ -382,7 +386,8 @@ void ds__sc_wake(ds_server_t *srv, sc_stream_t *st)
     /* A run may end waits and add new ones at the head: walk a snapshot of
      * the ids of this stream's waits, bounded by the list's length now. */
     uint32_t n = 0;
-    for (sc_wait_t *w = S->waits; w; w = w->next) n++;
+    for (sc_wait_t *w = S->waits; w; w = w->next)
+        n++;
     if (n == 0) return;
     sc_wait_t **todo = malloc(n * sizeof(*todo));
     if (todo == NULL) return;
@@ -446,7 +451,8 @@ void ds__sc_delete(ds_server_t *srv, sc_stream_t *st)
         st->head = p->next;
         page_free(srv, st, p);
     }
-    while (st->subs) sub_unlink(st, st->subs);
+    while (st->subs)
+        sub_unlink(st, st->subs);
     ds__dict_remove(&S->streams, &st->node);
     free(st->name);
     free(st);
@@ -503,21 +509,51 @@ void ds__stream_destroy(ds_server_t *srv)
     }
     ds_dict_iter_t it;
     ds__dict_iter_init(&it, &S->ends);
-    for (ds_dict_node_t *nd; (nd = ds__dict_iter_next(&it)) != NULL;) free(DS_DICT_ENTRY(nd, sc_end_t, node));
+    for (ds_dict_node_t *nd; (nd = ds__dict_iter_next(&it)) != NULL;) {
+        ds__dict_remove(&S->ends, nd);
+        free(DS_DICT_ENTRY(nd, sc_end_t, node));
+    }
     ds__dict_clear(&S->ends);
     ds__dict_iter_init(&it, &S->streams);
     for (ds_dict_node_t *nd; (nd = ds__dict_iter_next(&it)) != NULL;) {
         sc_stream_t *st = DS_DICT_ENTRY(nd, sc_stream_t, node);
+        ds__dict_remove(&S->streams, nd);
         while (st->head) {
             sc_page_t *p = st->head;
             st->head = p->next;
             page_free(srv, st, p);
         }
-        while (st->subs) sub_unlink(st, st->subs);
+        while (st->subs)
+            sub_unlink(st, st->subs);
         free(st->name);
         free(st);
     }
     ds__dict_clear(&S->streams);
     free(S);
     srv->streams = NULL;
+}
+
+void ds__stream_stats(ds_server_t *srv, cJSON *root)
+{
+    ds_streams_t *S = srv->streams;
+    cJSON *o = cJSON_AddObjectToObject(root, "streams");
+    if (o == NULL) return;
+    uint64_t producers = 0, consumers = 0, waits = 0;
+    if (S) {
+        ds_dict_iter_t it;
+        ds__dict_iter_init(&it, &S->ends);
+        for (ds_dict_node_t *nd; (nd = ds__dict_iter_next(&it)) != NULL;) {
+            if (DS_DICT_ENTRY(nd, sc_end_t, node)->consumer)
+                consumers++;
+            else
+                producers++;
+        }
+        for (sc_wait_t *w = S->waits; w; w = w->next)
+            waits++;
+    }
+    cJSON_AddNumberToObject(o, "streams", S ? (double)ds__dict_count(&S->streams) : 0);
+    cJSON_AddNumberToObject(o, "producers", (double)producers);
+    cJSON_AddNumberToObject(o, "consumers", (double)consumers);
+    cJSON_AddNumberToObject(o, "page_bytes", S ? (double)S->bytes : 0);
+    cJSON_AddNumberToObject(o, "waits", (double)waits);
 }

@@ -99,6 +99,9 @@ void ds__stream_session_end(ds_server_t *srv, const void *session);
  * (0 = none). */
 uint64_t ds__stream_tick(ds_server_t *srv, uint64_t now);
 void ds__stream_destroy(ds_server_t *srv);
+struct cJSON;
+/* STATS "streams": streams, producers, consumers, pages (bytes), waits. */
+void ds__stream_stats(ds_server_t *srv, struct cJSON *root);
 
 /* stream.c, for stream_ops.c */
 ds_streams_t *ds__sc_get(ds_server_t *srv); /* made on first use; NULL on OOM */

@@ -22,8 +22,9 @@ static bool read_name(ds_req_t *r, ds_rbuf_t *rb, const char *what, const char *
     }
     char msg[256];
     if (*len == 0 || *len > DS_SC_NAME_MAX || ds__key_check(*p, *len, msg, sizeof(msg)) != 0) {
-        ds__req_error(r, DS_K_INVALID, "The %s contains illegal char(s) or is empty or longer than %u bytes",
-                      what, DS_SC_NAME_MAX);
+        ds__req_error(r, DS_K_INVALID,
+                      "The %s contains illegal char(s) or is empty or longer than %u bytes", what,
+                      DS_SC_NAME_MAX);
         return false;
     }
     return true;
@@ -49,7 +50,8 @@ static void reply_u64s(ds_req_t *r, const uint64_t *v, int n)
     uint8_t room[DS_REPLY_ROOM];
     ds__wbuf_init_on(&w, room, sizeof(room));
     ds__wbuf_cstr(&w, "");
-    for (int i = 0; i < n; i++) ds__wbuf_u64(&w, v[i]);
+    for (int i = 0; i < n; i++)
+        ds__wbuf_u64(&w, v[i]);
     ds__req_reply(r, DS_K_OK, &w, NULL, 0, NULL, 0, -1);
     ds__wbuf_free(&w);
 }
@@ -279,8 +281,8 @@ static void op_ack(ds_server_t *srv, ds_req_t *r, ds_rbuf_t *rb)
     sc_sub_t *s = e->sub;
     if (el >= s->cursor)
         return ds__req_error(r, DS_K_INVALID,
-                             "element id %" PRIu64 " has not been received yet (received up to %" PRIu64
-                             ")",
+                             "element id %" PRIu64
+                             " has not been received yet (received up to %" PRIu64 ")",
                              el, s->cursor - 1);
     if (el > s->acked) {
         s->acked = el;
@@ -304,7 +306,8 @@ static void op_delete(ds_server_t *srv, ds_streams_t *S, ds_req_t *r, ds_rbuf_t 
     const char *name;
     uint32_t nl;
     if (!read_name(r, rb, "streamName", &name, &nl)) return;
-    if (!ds__rbuf_done(rb)) return ds__req_error(r, DS_K_INVALID, "malformed sc_delete_stream request");
+    if (!ds__rbuf_done(rb))
+        return ds__req_error(r, DS_K_INVALID, "malformed sc_delete_stream request");
     sc_stream_t *st = ds__sc_find(S, name, nl);
     if (st == NULL)
         return ds__req_error(r, DS_K_SC_STREAM_NOT_FOUND, "Stream %.*s not found", (int)nl, name);
