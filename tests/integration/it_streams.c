@@ -403,6 +403,42 @@ static void test_retain_and_big_elements(void **state)
     ds_client_close(c);
 }
 
+/* --sc_shm_threshold_percentage bounds all streams together: with one
+ * stream holding the streams' share, another stream's send waits, and goes
+ * on once the first is acknowledged. */
+static void test_threshold_spans_streams(void **state)
+{
+    (void)state;
+    dst_worker_t w2;
+    assert_int_equal(dst_worker_start(&w2, 64, "--sc_shm_threshold_percentage 1"), 0);
+    ds_client_t *c = dst_connect(&w2, DS_TRANSPORT_AUTO);
+    ds_producer_t *pa = producer(c, "s_ta", 4096, 1 << 20);
+    ds_producer_t *pb = producer(c, "s_tb", 4096, 1 << 20);
+    ds_consumer_t *ca = consumer(c, "s_ta", "a");
+    ds_consumer_t *cb = consumer(c, "s_tb", "b");
+    /* 1% of 64 MiB: 163 pages of 4 KiB, 4 elements each. */
+    int sent = fill(pa, 10000);
+    assert_int_equal(sent, (int)((64u << 20) / 100 / 4096 * 4));
+    char buf[1000] = {0};
+    assert_int_equal(ds_producer_send(pb, buf, sizeof(buf), 0), DS_K_OUT_OF_MEMORY);
+    ds_element_t *els;
+    size_t n;
+    assert_int_equal(ds_consumer_receive(ca, 8, 0, &els, &n), DS_K_OK);
+    assert_int_equal(n, 8);
+    assert_int_equal(ds_consumer_ack(ca, els[7].id), DS_K_OK);
+    ds_elements_free(els);
+    assert_int_equal(ds_producer_send(pb, buf, sizeof(buf), 0), DS_K_OK);
+    assert_int_equal(ds_consumer_receive(cb, 1, 1000, &els, &n), DS_K_OK);
+    assert_int_equal(n, 1);
+    ds_elements_free(els);
+    assert_int_equal(ds_producer_close(pa), DS_K_OK);
+    assert_int_equal(ds_producer_close(pb), DS_K_OK);
+    assert_int_equal(ds_consumer_close(ca), DS_K_OK);
+    assert_int_equal(ds_consumer_close(cb), DS_K_OK);
+    ds_client_close(c);
+    assert_int_equal(dst_worker_stop(&w2), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -413,6 +449,7 @@ int main(void)
         cmocka_unit_test(test_dead_consumer_releases_cursor),
         cmocka_unit_test(test_dead_producer_leaves_stream_readable),
         cmocka_unit_test(test_retain_and_big_elements),
+        cmocka_unit_test(test_threshold_spans_streams),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -125,7 +125,9 @@ void ds__sc_reclaim(ds_server_t *srv, sc_stream_t *st)
         page_free(srv, st, p);
         freed = true;
     }
-    if (freed) ds__sc_wake(srv, st);
+    /* Freed room may let sends of any stream go on (the worker-wide
+     * --sc_shm_threshold_percentage). */
+    if (freed) ds__sc_wake(srv, NULL);
 }
 
 static ds_status_t page_new(ds_server_t *srv, sc_stream_t *st, uint64_t need)
@@ -134,6 +136,10 @@ static ds_status_t page_new(ds_server_t *srv, sc_stream_t *st, uint64_t need)
     /* Flow control: the stream's pages stay within max_stream_size (a big
      * element's own page may pass it only when the stream holds nothing). */
     if (st->bytes > 0 && st->bytes + cap > st->max_size) return DS_K_TRY_AGAIN;
+    /* --sc_shm_threshold_percentage: all streams together. */
+    if (srv->streams->bytes + cap >
+        srv->arena.size / 100 * (uint64_t)srv->cfg.sc_shm_threshold_percentage)
+        return DS_K_TRY_AGAIN;
     sc_page_t *p = calloc(1, sizeof(*p));
     if (p == NULL) return DS_K_OUT_OF_MEMORY;
     char err[256];
@@ -394,7 +400,7 @@ void ds__sc_wake(ds_server_t *srv, sc_stream_t *st)
     uint32_t k = 0;
     for (sc_wait_t *w = S->waits; w; w = w->next) {
         sc_end_t *e = ds__sc_end(S, w->end_id);
-        if (e == NULL || e->st == st) todo[k++] = w;
+        if (e == NULL || st == NULL || e->st == st) todo[k++] = w;
     }
     for (uint32_t i = 0; i < k; i++) {
         /* still listed? (an earlier run may have ended it) */
@@ -456,6 +462,7 @@ void ds__sc_delete(ds_server_t *srv, sc_stream_t *st)
     ds__dict_remove(&S->streams, &st->node);
     free(st->name);
     free(st);
+    ds__sc_wake(srv, NULL);
 }
 
 void ds__sc_close(ds_server_t *srv, sc_end_t *e)

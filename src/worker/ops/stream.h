@@ -121,7 +121,7 @@ ds_status_t ds__sc_append(ds_server_t *srv, sc_stream_t *st, const uint8_t *cons
 /* Frees pages every subscription has acknowledged; wakes waits. */
 void ds__sc_reclaim(ds_server_t *srv, sc_stream_t *st);
 /* Wakes the stream's parked receives that can be answered and sends that
- * may go on. */
+ * may go on (st NULL: every stream's). */
 void ds__sc_wake(ds_server_t *srv, sc_stream_t *st);
 /* Answers a RECEIVE for consumer e with up to max elements (0 = any). */
 void ds__sc_reply_elements(ds_server_t *srv, ds_req_t *r, sc_end_t *e, uint32_t max);
