@@ -229,6 +229,15 @@
  * SC_ACK  req: u64 handle, u64 element_id                   resp: str err
  * SC_DELETE_STREAM req: str stream                          resp: str err
  * SC_QUERY req: str stream    resp: str err, u64 producer_workers, u64 consumers
+ * Between workers (peer-only; docs/streams.md, cluster/cluster_stream.c):
+ * SC_PEER_REG req: str stream, str worker, u64 seq, u32 producers, u32 consumers
+ *         (to the stream's owner: worker's local counts; an older seq is ignored)
+ *         resp: str err
+ * SC_PEER_PUSH req: str stream, str origin, u64 0, i32 timeout_ms, n, n*str element
+ *         appended on the receiving worker (waiting for room like a SEND); the
+ *         owner passes them on to the other workers with consumers
+ *         resp: str err
+ * SC_PEER_QUERY req: str stream   resp: as SC_QUERY's, from the owner's table
  *
  * Cluster (worker to worker; see src/worker/cluster/cluster_int.h):
  * LOCATE  req: i32 wait_ms, u32 inline_max, n, n*key
@@ -315,7 +324,10 @@
     X(SC_RECEIVE, 45, "sc_receive")                                                                \
     X(SC_ACK, 46, "sc_ack")                                                                        \
     X(SC_DELETE_STREAM, 47, "sc_delete_stream")                                                    \
-    X(SC_QUERY, 48, "sc_query")
+    X(SC_QUERY, 48, "sc_query")                                                                    \
+    X(SC_PEER_REG, 49, "sc_peer_reg")                                                              \
+    X(SC_PEER_PUSH, 50, "sc_peer_push")                                                            \
+    X(SC_PEER_QUERY, 51, "sc_peer_query")
 
 typedef enum {
 #define DS__OP_ENUM(name, num, text) DS_OP_##name = num,

@@ -718,6 +718,7 @@ void ds__ops_dispatch(void *ctx, ds_req_t *r)
     case DS_OP_SC_ACK:
     case DS_OP_SC_DELETE_STREAM:
     case DS_OP_SC_QUERY:
+    case DS_OP_SC_PEER_PUSH:
         ds__stream_dispatch(srv, r);
         break;
     case DS_OP_HEALTH:
@@ -732,6 +733,8 @@ void ds__ops_dispatch(void *ctx, ds_req_t *r)
     case DS_OP_DROP:
     case DS_OP_UCX_PULL:
     case DS_OP_PEER_AUTH:
+    case DS_OP_SC_PEER_REG:
+    case DS_OP_SC_PEER_QUERY:
         if (srv->remote)
             srv->remote->peer_op(srv, r);
         else

@@ -163,10 +163,14 @@ static ds_status_t page_new(ds_server_t *srv, sc_stream_t *st, uint64_t need)
 }
 
 ds_status_t ds__sc_append(ds_server_t *srv, sc_stream_t *st, const uint8_t *const *els,
-                          const uint32_t *lens, uint32_t n, uint32_t *done)
+                          const uint32_t *lens, uint32_t n, uint32_t *done, const char *origin,
+                          uint32_t origin_len)
 {
     uint32_t start = *done;
     ds_status_t rc = DS_K_OK;
+    /* Other workers' queues full: wait, as for a full stream. */
+    if (srv->remote && srv->remote->stream_room && !srv->remote->stream_room(srv))
+        return DS_K_TRY_AGAIN;
     for (uint32_t i = *done; i < n; i++) {
         if (st->subs == NULL && !retaining(st)) {
             st->next_id++; /* nobody will read it: dropped at once */
@@ -195,6 +199,9 @@ ds_status_t ds__sc_append(ds_server_t *srv, sc_stream_t *st, const uint8_t *cons
         st->next_id++;
         *done = i + 1;
     }
+    if (*done > start && srv->remote && srv->remote->stream_forward)
+        srv->remote->stream_forward(srv, st->name, st->name_len, origin, origin_len, els + start,
+                                    lens + start, *done - start);
     if (*done > start) ds__sc_wake(srv, st);
     return rc;
 }
@@ -348,7 +355,33 @@ static ds_req_t *wait_take(ds_streams_t *S, sc_wait_t *w)
 static void wait_run(ds_server_t *srv, sc_wait_t *w, bool timed_out)
 {
     ds_streams_t *S = srv->streams;
-    sc_end_t *e = ds__sc_end(S, w->end_id);
+    sc_end_t *e = w->push ? NULL : ds__sc_end(S, w->end_id);
+    if (w->push) {
+        ds_req_t *d = w->req;
+        ds__req_unpark(d);
+        sc_wait_t keep = *w;
+        wait_free(S, w);
+        ds_rbuf_t rb;
+        ds__rbuf_init(&rb, d->meta, d->meta_len);
+        const char *name;
+        uint32_t nl = ds__rbuf_str(&rb, &name);
+        sc_stream_t *st = ds__sc_find(S, name, nl);
+        if (st == NULL) { /* deleted meanwhile: nobody to deliver to */
+            ds__req_error(d, DS_K_OK, "%s", "");
+            return;
+        }
+        if (timed_out) {
+            ds__req_error(d, DS_K_OUT_OF_MEMORY, "stream %.*s on this worker stayed full for %d ms",
+                          (int)nl, name, keep.timeout_ms);
+            return;
+        }
+        if (ds__sc_send_step(srv, d, st, &keep.done, true)) {
+            keep.req = NULL;
+            if (!ds__sc_park(srv, d, &keep))
+                ds__req_error(d, DS_K_OUT_OF_MEMORY, "worker out of memory");
+        }
+        return;
+    }
     if (e == NULL) {
         bool send = w->send;
         ds_req_t *d = wait_take(S, w);
@@ -379,7 +412,7 @@ static void wait_run(ds_server_t *srv, sc_wait_t *w, bool timed_out)
     }
     /* Appends what fits; parks again (a new wait, same deadline) if more is due. */
     keep.done = done;
-    if (ds__sc_send_step(srv, d, e, &keep.done, true)) {
+    if (ds__sc_send_step(srv, d, e->st, &keep.done, false)) {
         keep.req = NULL;
         if (!ds__sc_park(srv, d, &keep))
             ds__req_error(d, DS_K_OUT_OF_MEMORY, "worker out of memory");
@@ -465,6 +498,24 @@ void ds__sc_delete(ds_server_t *srv, sc_stream_t *st)
     ds__sc_wake(srv, NULL);
 }
 
+void ds__sc_counts_changed(ds_server_t *srv, sc_stream_t *st)
+{
+    if (srv->remote && srv->remote->stream_reg)
+        srv->remote->stream_reg(srv, st->name, st->name_len, st->producers, st->consumers);
+}
+
+void ds__stream_reregister(ds_server_t *srv)
+{
+    ds_streams_t *S = srv->streams;
+    if (S == NULL) return;
+    ds_dict_iter_t it;
+    ds__dict_iter_init(&it, &S->streams);
+    for (ds_dict_node_t *nd; (nd = ds__dict_iter_next(&it)) != NULL;) {
+        sc_stream_t *st = DS_DICT_ENTRY(nd, sc_stream_t, node);
+        if (st->producers || st->consumers) ds__sc_counts_changed(srv, st);
+    }
+}
+
 void ds__sc_close(ds_server_t *srv, sc_end_t *e)
 {
     ds_streams_t *S = srv->streams;
@@ -477,6 +528,7 @@ void ds__sc_close(ds_server_t *srv, sc_end_t *e)
         st->producers--;
     }
     free(e);
+    ds__sc_counts_changed(srv, st);
     /* Its waits fail (the end is gone); the others may go on. */
     ds__sc_wake(srv, st);
     ds__sc_reclaim(srv, st);

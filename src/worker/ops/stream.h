@@ -77,6 +77,7 @@ typedef struct sc_wait {
     ds_req_t *req;
     uint64_t end_id;
     bool send;
+    bool push;         /* SEND: an SC_PEER_PUSH from another worker (no producer handle) */
     uint32_t expect;   /* RECEIVE: elements wanted (0 = any) */
     uint32_t done;     /* SEND: elements appended so far */
     uint64_t deadline; /* ms */
@@ -117,7 +118,12 @@ void ds__sc_delete(ds_server_t *srv, sc_stream_t *st);
  * on; returns DS_K_OK when all are in, DS_K_TRY_AGAIN when the stream is at
  * its size limit (or the arena full) with *done appended, or an error. */
 ds_status_t ds__sc_append(ds_server_t *srv, sc_stream_t *st, const uint8_t *const *els,
-                          const uint32_t *lens, uint32_t n, uint32_t *done);
+                          const uint32_t *lens, uint32_t n, uint32_t *done, const char *origin,
+                          uint32_t origin_len);
+/* The stream's producer or consumer count changed: its owner hears of it. */
+void ds__sc_counts_changed(ds_server_t *srv, sc_stream_t *st);
+/* Every local stream's counts go to its owner again (the ring changed). */
+void ds__stream_reregister(ds_server_t *srv);
 /* Frees pages every subscription has acknowledged; wakes waits. */
 void ds__sc_reclaim(ds_server_t *srv, sc_stream_t *st);
 /* Wakes the stream's parked receives that can be answered and sends that
@@ -130,6 +136,6 @@ uint64_t ds__sc_available(const sc_end_t *e);
 bool ds__sc_park(ds_server_t *srv, ds_req_t *r, const sc_wait_t *proto);
 /* Continues a parked or fresh SEND (stream_ops.c): parses r's elements and
  * appends from *done; answers r or leaves it waiting (returns true). */
-bool ds__sc_send_step(ds_server_t *srv, ds_req_t *r, sc_end_t *e, uint32_t *done, bool parked);
+bool ds__sc_send_step(ds_server_t *srv, ds_req_t *r, sc_stream_t *st, uint32_t *done, bool push);
 
 #endif

@@ -124,6 +124,7 @@ static void op_create_producer(ds_server_t *srv, ds_streams_t *S, ds_req_t *r, d
         st->reserve = reserve ? reserve : page;
     }
     st->producers++;
+    ds__sc_counts_changed(srv, st);
     uint64_t id = e->id;
     reply_u64s(r, &id, 1);
     return;
@@ -133,7 +134,6 @@ bad:
 
 static void op_subscribe(ds_server_t *srv, ds_streams_t *S, ds_req_t *r, ds_rbuf_t *rb)
 {
-    (void)srv;
     const char *name, *sub;
     uint32_t nl, sl;
     if (!read_name(r, rb, "streamName", &name, &nl)) return;
@@ -177,6 +177,7 @@ static void op_subscribe(ds_server_t *srv, ds_streams_t *S, ds_req_t *r, ds_rbuf
     e->sub = s;
     st->consumers++;
     st->ever_consumers++;
+    ds__sc_counts_changed(srv, st);
     uint64_t id = e->id;
     reply_u64s(r, &id, 1);
     return;
@@ -184,11 +185,16 @@ bad:
     ds__req_error(r, DS_K_INVALID, "malformed sc_subscribe request");
 }
 
-bool ds__sc_send_step(ds_server_t *srv, ds_req_t *r, sc_end_t *e, uint32_t *done, bool parked)
+bool ds__sc_send_step(ds_server_t *srv, ds_req_t *r, sc_stream_t *stream, uint32_t *done, bool push)
 {
-    (void)parked;
     ds_rbuf_t rb;
     ds__rbuf_init(&rb, r->meta, r->meta_len);
+    const char *origin = NULL, *skip;
+    uint32_t origin_len = 0;
+    if (push) {
+        (void)ds__rbuf_str(&rb, &skip);
+        origin_len = ds__rbuf_str(&rb, &origin);
+    }
     (void)ds__rbuf_u64(&rb);
     (void)ds__rbuf_i32(&rb);
     uint32_t n = ds__rbuf_count(&rb, 1u << 20, 4);
@@ -217,7 +223,7 @@ bool ds__sc_send_step(ds_server_t *srv, ds_req_t *r, sc_end_t *e, uint32_t *done
         ds__req_error(r, DS_K_INVALID, "malformed sc_send request");
         return false;
     }
-    ds_status_t st = ds__sc_append(srv, e->st, els, lens, n, done);
+    ds_status_t st = ds__sc_append(srv, stream, els, lens, n, done, origin, origin_len);
     free(els);
     free(lens);
     if (st == DS_K_OK) {
@@ -237,7 +243,7 @@ static void op_send(ds_server_t *srv, ds_req_t *r, ds_rbuf_t *rb)
     sc_end_t *e = find_end(srv, r, id, false);
     if (e == NULL) return;
     uint32_t done = 0;
-    if (!ds__sc_send_step(srv, r, e, &done, false)) return;
+    if (!ds__sc_send_step(srv, r, e->st, &done, false)) return;
     /* The stream is full: wait for acks to free pages, up to the timeout. */
     int32_t wait = timeout < 0 ? SC_DEFAULT_WAIT_MS : timeout;
     if (wait == 0)
@@ -246,6 +252,31 @@ static void op_send(ds_server_t *srv, ds_req_t *r, ds_rbuf_t *rb)
     sc_wait_t w = {0};
     w.end_id = id;
     w.send = true;
+    w.done = done;
+    w.timeout_ms = wait;
+    w.deadline = ds__now_ms() + (uint64_t)wait;
+    if (!ds__sc_park(srv, r, &w)) ds__req_error(r, DS_K_OUT_OF_MEMORY, "worker out of memory");
+}
+
+/* Elements another worker forwards: appended here as a local producer's
+ * would be (waiting while the stream is full), passed on by the owner. */
+static void op_push(ds_server_t *srv, ds_streams_t *S, ds_req_t *r, ds_rbuf_t *rb)
+{
+    const char *name, *origin;
+    uint32_t nl = ds__rbuf_str(rb, &name), ol = ds__rbuf_str(rb, &origin);
+    (void)ds__rbuf_u64(rb);
+    int32_t timeout = ds__rbuf_i32(rb);
+    if (rb->err || nl == 0 || nl > DS_SC_NAME_MAX || ol == 0)
+        return ds__req_error(r, DS_K_INVALID, "malformed sc_peer_push request");
+    sc_stream_t *st = ds__sc_find(S, name, nl);
+    if (st == NULL && (st = ds__sc_make(S, name, nl)) == NULL)
+        return ds__req_error(r, DS_K_OUT_OF_MEMORY, "worker out of memory");
+    uint32_t done = 0;
+    if (!ds__sc_send_step(srv, r, st, &done, true)) return;
+    int32_t wait = timeout < 0 ? SC_DEFAULT_WAIT_MS : timeout;
+    sc_wait_t w = {0};
+    w.send = true;
+    w.push = true;
     w.done = done;
     w.timeout_ms = wait;
     w.deadline = ds__now_ms() + (uint64_t)wait;
@@ -319,12 +350,15 @@ static void op_delete(ds_server_t *srv, ds_streams_t *S, ds_req_t *r, ds_rbuf_t 
     ds__req_error(r, DS_K_OK, "%s", "");
 }
 
-static void op_query(ds_streams_t *S, ds_req_t *r, ds_rbuf_t *rb)
+static void op_query(ds_server_t *srv, ds_streams_t *S, ds_req_t *r, ds_rbuf_t *rb)
 {
     const char *name;
     uint32_t nl;
     if (!read_name(r, rb, "streamName", &name, &nl)) return;
     if (!ds__rbuf_done(rb)) return ds__req_error(r, DS_K_INVALID, "malformed sc_query request");
+    /* In a cluster the counts are the owner's. */
+    if (srv->remote && srv->remote->stream_query)
+        return srv->remote->stream_query(srv, r, name, nl);
     sc_stream_t *st = ds__sc_find(S, name, nl);
     /* Producers are counted per worker, as Yuanrong's master counts them. */
     uint64_t v[2] = {st && st->producers ? 1 : 0, st ? st->consumers : 0};
@@ -333,7 +367,7 @@ static void op_query(ds_streams_t *S, ds_req_t *r, ds_rbuf_t *rb)
 
 void ds__stream_dispatch(ds_server_t *srv, ds_req_t *r)
 {
-    if (r->session == NULL)
+    if (r->session == NULL && r->op != DS_OP_SC_PEER_PUSH)
         return ds__req_error(r, DS_K_INVALID, "streams need a session (HELLO first)");
     ds_streams_t *S = ds__sc_get(srv);
     if (S == NULL) return ds__req_error(r, DS_K_OUT_OF_MEMORY, "worker out of memory");
@@ -357,7 +391,9 @@ void ds__stream_dispatch(ds_server_t *srv, ds_req_t *r)
     case DS_OP_SC_DELETE_STREAM:
         return op_delete(srv, S, r, &rb);
     case DS_OP_SC_QUERY:
-        return op_query(S, r, &rb);
+        return op_query(srv, S, r, &rb);
+    case DS_OP_SC_PEER_PUSH:
+        return op_push(srv, S, r, &rb);
     default:
         ds__req_error(r, DS_K_INVALID, "opcode %u not handled here", r->op);
     }
