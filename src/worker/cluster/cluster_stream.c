@@ -244,26 +244,64 @@ static void push_to(ds_server_t *srv, const char *addr, const char *name, uint32
 
 /* ---- the ds_remote_t hooks ---- */
 
+/* A SUBSCRIBE waiting for its registration: its handle. */
+typedef struct {
+    ds_req_t *d;
+    uint64_t handle;
+} reg_wait_t;
+
+static void answer_handle(ds_req_t *r, uint64_t handle)
+{
+    ds_wbuf_t w;
+    ds__wbuf_init(&w);
+    ds__wbuf_cstr(&w, "");
+    ds__wbuf_u64(&w, handle);
+    ds__req_reply(r, DS_K_OK, &w, NULL, 0, NULL, 0, -1);
+    ds__wbuf_free(&w);
+}
+
 static void reg_done(ds_job_t *j)
 {
     if (j->transport_failed || j->status != DS_K_OK)
         DS_LOG_WARN("streams: registering with owner %s failed: %s", j->addr, j->err);
+    reg_wait_t *rw = j->ctx;
+    if (rw == NULL) return;
+    /* The subscription works locally either way; the owner learns of it
+     * again with the next change or ring change. */
+    answer_handle(rw->d, rw->handle);
+    free(rw);
 }
 
 void ds__cluster_stream_reg(ds_server_t *srv, const char *name, uint32_t len, uint32_t producers,
-                            uint32_t consumers)
+                            uint32_t consumers, ds_req_t *r, uint64_t handle)
 {
     cs_t *c = cs_get(srv);
     const char *owner = ds__cluster_owner(srv, name, len);
     const char *self = ds__cluster_self(srv);
-    if (c == NULL || owner == NULL) return;
-    uint64_t seq = ++c->seq;
-    if (strcmp(owner, self) == 0) {
-        reg_set(c, name, len, self, (uint32_t)strlen(self), seq, producers, consumers);
+    if (c == NULL || owner == NULL || strcmp(owner, self) == 0) {
+        if (c && owner)
+            reg_set(c, name, len, self, (uint32_t)strlen(self), ++c->seq, producers, consumers);
+        if (r) answer_handle(r, handle);
         return;
     }
+    uint64_t seq = ++c->seq;
     ds_job_t *j = ds__job_new(NULL, owner, DS_OP_SC_PEER_REG, reg_done);
-    if (j == NULL) return;
+    reg_wait_t *rw = r && j ? malloc(sizeof(*rw)) : NULL;
+    if (j == NULL || (r && rw == NULL)) {
+        free(j);
+        if (r) answer_handle(r, handle);
+        return;
+    }
+    if (rw) {
+        rw->d = ds__req_park(r, NULL, NULL);
+        if (rw->d == NULL) {
+            free(rw);
+            free(j);
+            return answer_handle(r, handle);
+        }
+        rw->handle = handle;
+        j->ctx = rw;
+    }
     ds__wbuf_str(&j->req, name, len);
     ds__wbuf_cstr(&j->req, self);
     ds__wbuf_u64(&j->req, seq);

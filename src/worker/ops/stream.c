@@ -501,7 +501,7 @@ void ds__sc_delete(ds_server_t *srv, sc_stream_t *st)
 void ds__sc_counts_changed(ds_server_t *srv, sc_stream_t *st)
 {
     if (srv->remote && srv->remote->stream_reg)
-        srv->remote->stream_reg(srv, st->name, st->name_len, st->producers, st->consumers);
+        srv->remote->stream_reg(srv, st->name, st->name_len, st->producers, st->consumers, NULL, 0);
 }
 
 void ds__stream_reregister(ds_server_t *srv)

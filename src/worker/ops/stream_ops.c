@@ -177,8 +177,12 @@ static void op_subscribe(ds_server_t *srv, ds_streams_t *S, ds_req_t *r, ds_rbuf
     e->sub = s;
     st->consumers++;
     st->ever_consumers++;
-    ds__sc_counts_changed(srv, st);
     uint64_t id = e->id;
+    /* In a cluster the answer waits until the stream's owner counts this
+     * consumer: from then on other workers' elements reach it. */
+    if (srv->remote && srv->remote->stream_reg)
+        return srv->remote->stream_reg(srv, st->name, st->name_len, st->producers, st->consumers, r,
+                                       id);
     reply_u64s(r, &id, 1);
     return;
 bad:

@@ -41,13 +41,14 @@ typedef struct {
     /* The worker-to-worker opcodes: LOCATE, META_PUT, META_DEL, DROP. */
     void (*peer_op)(ds_server_t *srv, ds_req_t *r);
     /* Streams (docs/streams.md, cluster/cluster_stream.c): a local stream's
-     * producer and consumer counts changed (tell its owner); whether the
+     * producer and consumer counts changed (tell its owner; r not NULL: a
+     * SUBSCRIBE answered with handle once the owner has the count); whether the
      * stream's elements may be forwarded now (false: the queues to other
      * workers are full, the send waits); elements appended here (origin
      * NULL: by a local producer; else the worker that pushed them) go on to
      * the other workers with consumers; SC_QUERY answered from the owner. */
     void (*stream_reg)(ds_server_t *srv, const char *name, uint32_t len, uint32_t producers,
-                       uint32_t consumers);
+                       uint32_t consumers, ds_req_t *r, uint64_t handle);
     bool (*stream_room)(ds_server_t *srv);
     void (*stream_forward)(ds_server_t *srv, const char *name, uint32_t len, const char *origin,
                            uint32_t origin_len, const uint8_t *const *els, const uint32_t *lens,
