@@ -132,7 +132,9 @@ void ds__sc_wake(ds_server_t *srv, sc_stream_t *st);
 /* Answers a RECEIVE for consumer e with up to max elements (0 = any). */
 void ds__sc_reply_elements(ds_server_t *srv, ds_req_t *r, sc_end_t *e, uint32_t max);
 uint64_t ds__sc_available(const sc_end_t *e);
-/* Parks r as a wait (false: out of memory, r still the caller's). */
+/* stream_wait.c: parks r as a wait (false: out of memory, r still the
+ * caller's); takes a wait's request back (out of the list, no cancel). */
+ds_req_t *ds__sc_wait_take(ds_streams_t *S, sc_wait_t *w);
 bool ds__sc_park(ds_server_t *srv, ds_req_t *r, const sc_wait_t *proto);
 /* Continues a parked or fresh SEND (stream_ops.c): parses r's elements and
  * appends from *done; answers r or leaves it waiting (returns true). */
