@@ -32,6 +32,11 @@ extern "C" {
     X(K_OC_ALREADY_SEALED, 2000, "object already sealed")                                          \
     X(K_WRITE_BACK_QUEUE_FULL, 2003, "write-back queue full")                                      \
     X(K_OC_KEY_ALREADY_EXIST, 2004, "key already exists")                                          \
+    X(K_SC_STREAM_NOT_FOUND, 3000, "stream not found")                                             \
+    X(K_SC_PRODUCER_NOT_FOUND, 3001, "producer not found")                                         \
+    X(K_SC_CONSUMER_NOT_FOUND, 3002, "consumer not found")                                         \
+    X(K_SC_STREAM_IN_USE, 3006, "stream in use")                                                   \
+    X(K_SC_ALREADY_CLOSED, 3009, "already closed")                                                 \
     X(K_FUTURE_TIMEOUT, 5002, "future timed out")                                                  \
     X(K_CUDA_ERROR, 5003, "CUDA error")
 

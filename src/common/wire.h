@@ -223,6 +223,29 @@
  *         answers K_OC_ALREADY_SEALED and the sealed version stays (a DEL still
  *         deletes it). A missing key: K_NOT_FOUND.
  *
+ * Streams (docs/streams.md; a handle is a producer's or consumer's id):
+ * SC_CREATE_PRODUCER req: str stream, u64 page_size, u64 max_stream_size,
+ *         u8 auto_cleanup, u64 retain_for_num_consumers, u64 reserve_size,
+ *         u8 encrypt_stream                        resp: str err, u64 handle
+ * SC_CLOSE_PRODUCER / SC_CLOSE_CONSUMER req: u64 handle   resp: str err
+ * SC_SUBSCRIBE req: str stream, str subscription, u8 type   resp: str err, u64 handle
+ * SC_SEND req: u64 handle, i32 timeout_ms (-1: none given), n, n*str element
+ *         resp: str err (appended in order; waits while the stream is full)
+ * SC_RECEIVE req: u64 handle, u32 expect_num (0 = any), u32 timeout_ms
+ *         resp: str err, n, n*(u64 id, u32 size); data: the elements' bytes
+ * SC_ACK  req: u64 handle, u64 element_id                   resp: str err
+ * SC_DELETE_STREAM req: str stream                          resp: str err
+ * SC_QUERY req: str stream    resp: str err, u64 producer_workers, u64 consumers
+ * Between workers (peer-only; docs/streams.md, cluster/cluster_stream.c):
+ * SC_PEER_REG req: str stream, str worker, u64 seq, u32 producers, u32 consumers
+ *         (to the stream's owner: worker's local counts; an older seq is ignored)
+ *         resp: str err
+ * SC_PEER_PUSH req: str stream, str origin, u64 0, i32 timeout_ms, n, n*str element
+ *         appended on the receiving worker (waiting for room like a SEND); the
+ *         owner passes them on to the other workers with consumers
+ *         resp: str err
+ * SC_PEER_QUERY req: str stream   resp: as SC_QUERY's, from the owner's table
+ *
  * Cluster (worker to worker; see src/worker/cluster/cluster_int.h):
  * LOCATE  req: i32 wait_ms, u32 inline_max, n, n*key
  *         (to the key's owner; waits until every key is known, up to wait_ms)
@@ -323,7 +346,19 @@
     X(LATCH_WAIT, 32, "latch_wait")                                                                \
     X(LATCH_HINT, 33, "latch_hint")                                                                \
     X(HOLDER_END, 34, "holder_end")                                                                \
-    X(SEAL, 35, "seal")
+    X(SEAL, 35, "seal")                                                                            \
+    X(SC_CREATE_PRODUCER, 40, "sc_create_producer")                                                \
+    X(SC_CLOSE_PRODUCER, 41, "sc_close_producer")                                                  \
+    X(SC_SUBSCRIBE, 42, "sc_subscribe")                                                            \
+    X(SC_CLOSE_CONSUMER, 43, "sc_close_consumer")                                                  \
+    X(SC_SEND, 44, "sc_send")                                                                      \
+    X(SC_RECEIVE, 45, "sc_receive")                                                                \
+    X(SC_ACK, 46, "sc_ack")                                                                        \
+    X(SC_DELETE_STREAM, 47, "sc_delete_stream")                                                    \
+    X(SC_QUERY, 48, "sc_query")                                                                    \
+    X(SC_PEER_REG, 49, "sc_peer_reg")                                                              \
+    X(SC_PEER_PUSH, 50, "sc_peer_push")                                                            \
+    X(SC_PEER_QUERY, 51, "sc_peer_query")
 
 typedef enum {
 #define DS__OP_ENUM(name, num, text) DS_OP_##name = num,

@@ -140,6 +140,9 @@ static const flag_def_t flags[] = {
         "K_OUT_OF_MEMORY"),
     INT(max_read_latch_timeout_ms, 600000, 1, INT32_MAX,
         "longest timeout a read latch may ask for; a longer one is K_INVALID"),
+    YINT(sc_shm_threshold_percentage, 100, 1, 100,
+         "most of the shared memory, in percent, that streams' pages may take; a send past it "
+         "waits for acks like one past its stream's max_stream_size"),
     INT(metrics_port, 0, 0, 65535,
         "port of the Prometheus /metrics endpoint on the worker host; 0 = off"),
     YSTR(l2_cache_type, "none",
@@ -216,7 +219,6 @@ static const flag_def_t flags[] = {
     YR(start_metastore_service, COMPAT_BOOL),
     YR(sc_local_cache_memory_size_mb, COMPAT_INT),
     YR(oc_shm_threshold_percentage, COMPAT_INT),
-    YR(sc_shm_threshold_percentage, COMPAT_INT),
     YR(memory_alignment, COMPAT_INT),
     YR(ipc_through_shared_memory, COMPAT_BOOL),
     YR(shared_memory_worker_port, COMPAT_INT),

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Yuanrong's C++ examples, unmodified, against this SDK: installs the build
 # into a temporary prefix, builds example/cpp/{datasystem,object_client,
-# kv_client}_example.cpp from the Yuanrong source mirror with a CMakeLists in
-# the form of theirs (find_package(Datasystem)), builds one of them again
+# kv_client,stream_client}_example.cpp from the Yuanrong source mirror with a
+# CMakeLists in the form of theirs (find_package(Datasystem)), builds one of them again
 # with pkg-config, starts a worker and runs them with the arguments
 # Yuanrong's example/run-example.sh gives them.
 #   yuanrong_examples.sh BUILD_DIR [EXTRA_CXX_FLAGS]
@@ -46,7 +46,7 @@ libdir=$(dirname "$(find "$tmp/prefix" -name 'libdatasystem_cpp.so' | head -1)")
 # 2. Their sources, unmodified, with our CMakeLists in the form of theirs.
 mkdir -p "$tmp/src"
 cp "$here/yuanrong_examples/CMakeLists.txt" "$tmp/src/"
-for ex in datasystem_example object_client_example kv_client_example; do
+for ex in datasystem_example object_client_example kv_client_example stream_client_example; do
     git --git-dir="$mirror" show "HEAD:example/cpp/$ex.cpp" >"$tmp/src/$ex.cpp"
 done
 cmake -S "$tmp/src" -B "$tmp/build" -DCMAKE_PREFIX_PATH="$tmp/prefix" -DCMAKE_CXX_COMPILER="$cxx" \
@@ -84,6 +84,9 @@ run() {
 expect() {  # expect OUTFILE TEXT: the program printed TEXT
     grep -qF -- "$2" "$tmp/$1.out" || fail "$1 did not print '$2'"
 }
+# Yuanrong's run-example.sh runs the stream example first.
+run "$tmp/build/stream_client_example" 127.0.0.1 "$port"
+expect stream_client_example "Verify element successfully."
 run "$tmp/build/datasystem_example" 127.0.0.1 "$port"
 expect datasystem_example "Run ds client test success."
 run "$tmp/build/object_client_example" 127.0.0.1 "$port" 1000 false

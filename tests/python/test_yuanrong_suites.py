@@ -34,6 +34,7 @@ MODULES = [
     "tests/python/test_ds_client.py",
     # HeteroClient's argument handling over a stand-in native client.
     "tests/python/test_hetero_client_multi_buffer.py",
+    "tests/python/test_sc_client.py",
 ]
 
 # test id -> why it cannot pass against this datasystem.

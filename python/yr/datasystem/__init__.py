@@ -27,6 +27,8 @@ _LAZY_EXPORTS = {
     "DsClient": ("yr.datasystem.ds_client", "DsClient"),
     "HeteroClient": ("yr.datasystem.hetero_client", "HeteroClient"),
     "KVClient": ("yr.datasystem.kv_client", "KVClient"),
+    "StreamClient": ("yr.datasystem.stream_client", "StreamClient"),
+    "SubconfigType": ("yr.datasystem.stream_client", "SubconfigType"),
     "Status": ("yr.datasystem.util", "Status"),
     "Context": ("yr.datasystem.util", "Context"),
     # This package's (Yuanrong keeps them in their modules only).
@@ -46,6 +48,8 @@ __all__ = [
     "HeteroClient",
     "ObjectClient",
     "KVClient",
+    "StreamClient",
+    "SubconfigType",
     "Status",
     "WriteMode",
     "Context",

@@ -76,6 +76,11 @@ STATUS_TEXTS = {
     K_OC_ALREADY_SEALED: "Object already sealed error",
     K_FUTURE_TIMEOUT: "The future is timeout",
     K_CUDA_ERROR: "Cuda api error",
+    K_SC_STREAM_NOT_FOUND: "Stream name not found",
+    K_SC_PRODUCER_NOT_FOUND: "Producer not found",
+    K_SC_CONSUMER_NOT_FOUND: "Consumer not found",
+    K_SC_STREAM_IN_USE: "Stream is still in use",
+    K_SC_ALREADY_CLOSED: "Producer or consumer already closed",
 }
 
 
@@ -173,6 +178,30 @@ class ObjMetaC(ctypes.Structure):
     _fields_ = [
         ("size", ctypes.c_uint64),
         ("location", ctypes.c_char * 300),
+    ]
+
+
+class ProducerConfC(ctypes.Structure):
+    """ds_producer_conf_t (stream_client.h)."""
+
+    _fields_ = [
+        ("delay_flush_time_ms", ctypes.c_int64),
+        ("page_size", ctypes.c_int64),
+        ("max_stream_size", ctypes.c_uint64),
+        ("auto_cleanup", ctypes.c_bool),
+        ("retain_for_num_consumers", ctypes.c_uint64),
+        ("encrypt_stream", ctypes.c_bool),
+        ("reserve_size", ctypes.c_uint64),
+    ]
+
+
+class ElementC(ctypes.Structure):
+    """ds_element_t (stream_client.h)."""
+
+    _fields_ = [
+        ("ptr", ctypes.c_void_p),
+        ("size", ctypes.c_uint64),
+        ("id", ctypes.c_uint64),
     ]
 
 
@@ -390,6 +419,36 @@ _PROTOTYPES = {
     "ds_object_g_decrease_ref": (
         c_status,
         [c_client_p, ctypes.c_size_t, c_keys_p, ctypes.POINTER(c_status)],
+    ),
+    "ds_stream_create_producer": (
+        c_status,
+        [c_client_p, ctypes.c_char_p, ctypes.POINTER(ProducerConfC), ctypes.POINTER(ctypes.c_void_p)],
+    ),
+    "ds_producer_send": (
+        c_status,
+        [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int64],
+    ),
+    "ds_producer_close": (c_status, [ctypes.c_void_p]),
+    "ds_stream_subscribe": (
+        c_status,
+        [c_client_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int, ctypes.POINTER(ctypes.c_void_p)],
+    ),
+    "ds_consumer_receive": (
+        c_status,
+        [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_uint32, ctypes.POINTER(ctypes.POINTER(ElementC)),
+         ctypes.POINTER(ctypes.c_size_t)],
+    ),
+    "ds_elements_free": (None, [ctypes.POINTER(ElementC)]),
+    "ds_consumer_ack": (c_status, [ctypes.c_void_p, ctypes.c_uint64]),
+    "ds_consumer_close": (c_status, [ctypes.c_void_p]),
+    "ds_stream_delete": (c_status, [c_client_p, ctypes.c_char_p]),
+    "ds_stream_query_global_producer_num": (
+        c_status,
+        [c_client_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_uint64)],
+    ),
+    "ds_stream_query_global_consumer_num": (
+        c_status,
+        [c_client_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_uint64)],
     ),
     "ds_object_query_global_ref_num": (
         c_status,

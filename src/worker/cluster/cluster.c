@@ -660,6 +660,7 @@ static void cluster_stats(ds_server_t *srv, struct cJSON *root)
         np += srv->cluster->members[i].ucx[0] &&
               strcmp(srv->cluster->members[i].addr, srv->cluster->self) != 0;
     cJSON_AddNumberToObject(cl, "ucx_peers", (double)np);
+    ds__cluster_stream_stats(srv, cl);
 }
 
 /* What the operations layer hands to the cluster. */
@@ -675,6 +676,10 @@ static const ds_remote_t remote = {
     .gref_gone = ds__holds_gref_gone,
     .owns = ds__holds_owns,
     .stats = cluster_stats,
+    .stream_reg = ds__cluster_stream_reg,
+    .stream_room = ds__cluster_stream_room,
+    .stream_forward = ds__cluster_stream_forward,
+    .stream_query = ds__cluster_stream_query,
 };
 
 int ds__cluster_init(ds_server_t *srv, char *err, size_t err_cap)
@@ -794,6 +799,7 @@ void ds__cluster_destroy(ds_server_t *srv)
     ds__peer_auth_free(cl->auth);
     ds__meta_free(cl->meta);
     ds__holds_free(cl->holds);
+    ds__cluster_stream_free(srv);
     ds__ring_free(cl->ring);
     pthread_mutex_destroy(&cl->mu);
     pthread_cond_destroy(&cl->cv);

@@ -234,4 +234,17 @@ void ds__cluster_gone(ds_server_t *srv, const ds_obj_t *o);
  * A re-registration never supersedes a copy published elsewhere meanwhile. */
 void ds__cluster_ring_changed(ds_server_t *srv, const ds_ring_t *old_ring);
 
+/* cluster_stream.c: streams across workers (the ds_remote_t stream hooks,
+ * SC_PEER_REG and SC_PEER_QUERY at the owner, STATS cluster.streams) */
+void ds__cluster_stream_reg(ds_server_t *srv, const char *name, uint32_t len, uint32_t producers,
+                            uint32_t consumers, ds_req_t *r, uint64_t handle);
+bool ds__cluster_stream_room(ds_server_t *srv);
+void ds__cluster_stream_forward(ds_server_t *srv, const char *name, uint32_t len,
+                                const char *origin, uint32_t ol, const uint8_t *const *els,
+                                const uint32_t *lens, uint32_t n);
+void ds__cluster_stream_query(ds_server_t *srv, ds_req_t *r, const char *name, uint32_t len);
+void ds__cluster_stream_peer_op(ds_server_t *srv, ds_req_t *r);
+void ds__cluster_stream_stats(ds_server_t *srv, struct cJSON *cl);
+void ds__cluster_stream_free(ds_server_t *srv);
+
 #endif

@@ -7,6 +7,7 @@
  * job is done. The owner side (LOCATE, META_PUT, META_DEL) and DROP are
  * ordinary request handlers. */
 #include "worker/cluster/cluster_int.h"
+#include "worker/ops/stream.h"
 
 #include "common/clock.h"
 #include "common/keys.h"
@@ -708,4 +709,5 @@ void ds__cluster_ring_changed(ds_server_t *srv, const ds_ring_t *old_ring)
     for (size_t i = 0; i < sizeof(r.batch) / sizeof(r.batch[0]); i++)
         batch_flush(srv, &r.batch[i]);
     if (r.total) DS_LOG_INFO("cluster: registered %u keys with their new owners", r.total);
+    ds__stream_reregister(srv); /* streams' counts, with their new owners too */
 }

@@ -275,6 +275,10 @@ void ds__cluster_peer_op(ds_server_t *srv, ds_req_t *r)
     case DS_OP_HOLDER_END:
         ds__holds_peer_op(srv, r);
         break;
+    case DS_OP_SC_PEER_REG:
+    case DS_OP_SC_PEER_QUERY:
+        ds__cluster_stream_peer_op(srv, r);
+        break;
     default:
         op_drop(srv, r);
     }

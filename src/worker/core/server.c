@@ -17,6 +17,7 @@
 #include "worker/core/poll_policy.h"
 #include "worker/net/lane.h"
 #include "worker/net/ucx.h"
+#include "worker/ops/stream.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -100,6 +101,10 @@ static uint64_t tick_latch(void *ctx, uint64_t now)
 {
     return ds__latch_expire(ctx, now);
 }
+static uint64_t tick_streams(void *ctx, uint64_t now)
+{
+    return ds__stream_tick(ctx, now);
+}
 
 /* The after-event hook's first step: waits a publish or a deadline made
  * ready during the event are completed here, never inside the publishing
@@ -118,9 +123,9 @@ static bool waits_ready(const ds_server_t *srv)
 
 static int add_timers(ds_server_t *srv)
 {
-    static const ds_timer_cb ticks[] = {tick_store_expire, tick_store_held, tick_ucx,
-                                        tick_memory,       tick_subs,       tick_cluster,
-                                        tick_net,          tick_probe,      tick_latch};
+    static const ds_timer_cb ticks[] = {tick_store_expire, tick_store_held, tick_ucx, tick_memory,
+                                        tick_subs,         tick_cluster,    tick_net, tick_probe,
+                                        tick_latch,        tick_streams};
     for (size_t i = 0; i < sizeof(ticks) / sizeof(ticks[0]); i++)
         if (ds__loop_timer_add(srv->net.loop, DS_TIMER_EACH_TURN, 0, ticks[i], srv) == NULL)
             return -1;
@@ -382,6 +387,7 @@ void ds__server_destroy(ds_server_t *srv)
     ds__subs_destroy(&srv->locates);
     ds__ops_grefs_free(srv);
     ds__latch_destroy(srv);
+    ds__stream_destroy(srv);
     if (srv->tcp_fd >= 0) close(srv->tcp_fd);
     if (srv->unix_fd >= 0) {
         close(srv->unix_fd);

@@ -6,6 +6,7 @@
  * problem; the connection stays usable because the frame's boundaries are
  * known. */
 #include "worker/ops/ops_int.h"
+#include "worker/ops/stream.h"
 
 #include "common/clock.h"
 #include "common/keys.h"
@@ -759,6 +760,18 @@ void ds__ops_dispatch(void *ctx, ds_req_t *r)
     case DS_OP_UNWLATCH:
         ds__ops_latch(srv, r);
         break;
+    case DS_OP_SC_CREATE_PRODUCER:
+    case DS_OP_SC_CLOSE_PRODUCER:
+    case DS_OP_SC_SUBSCRIBE:
+    case DS_OP_SC_CLOSE_CONSUMER:
+    case DS_OP_SC_SEND:
+    case DS_OP_SC_RECEIVE:
+    case DS_OP_SC_ACK:
+    case DS_OP_SC_DELETE_STREAM:
+    case DS_OP_SC_QUERY:
+    case DS_OP_SC_PEER_PUSH:
+        ds__stream_dispatch(srv, r);
+        break;
     case DS_OP_HEALTH:
         ds__req_error(r, DS_K_OK, "%s", "");
         break;
@@ -775,6 +788,8 @@ void ds__ops_dispatch(void *ctx, ds_req_t *r)
     case DS_OP_LATCH_WAIT:
     case DS_OP_LATCH_HINT:
     case DS_OP_HOLDER_END:
+    case DS_OP_SC_PEER_REG:
+    case DS_OP_SC_PEER_QUERY:
         if (srv->remote)
             srv->remote->peer_op(srv, r);
         else

@@ -9,6 +9,7 @@
  * the send's deadline (the client's wait plus DS_UCX_SEND_GRACE_MS: a client
  * alive but no longer receiving cannot hold the pin for ever). */
 #include "worker/ops/ops_int.h"
+#include "worker/ops/stream.h"
 #include "worker/net/ucx.h"
 
 #include "common/clock.h"
@@ -103,6 +104,7 @@ void ds__ops_session_end(void *ctx, ds_session_t *s)
     ds__latch_session_end(srv, s);
     ds__ops_grefs_session_end(srv, s);
     if (srv->remote && srv->remote->session_end) srv->remote->session_end(srv, s);
+    ds__stream_session_end(srv, s);
     if (srv->ucx && !s->is_unix) {
         char peer[64];
         ds__ops_ucx_peer(s, peer, sizeof(peer));

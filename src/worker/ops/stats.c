@@ -1,5 +1,6 @@
 /* The STATS document (dscli status, the STATS op): one JSON object with
  * the worker's identity, arena, objects, clients and counters. */
+#include "worker/ops/stream.h"
 #include "worker/ops/worker.h"
 #include "worker/net/ucx.h"
 
@@ -42,6 +43,7 @@ char *ds__server_stats_json(ds_server_t *srv)
     cJSON_AddNumberToObject(objs, "expirations", (double)st.expirations);
     if (srv->tier) ds__tier_stats(srv, root);
     ds__latch_stats(srv, root);
+    ds__stream_stats(srv, root);
     if (srv->ucx) {
         uint64_t in_flight, timeouts;
         ds__ucx_counts(srv->ucx, &in_flight, &timeouts);

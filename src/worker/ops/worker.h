@@ -62,6 +62,20 @@ typedef struct {
     bool (*owns)(ds_server_t *srv, const char *key, uint32_t len);
     /* A key's last global reference went at its owner: delete it everywhere. */
     void (*gref_gone)(ds_server_t *srv, const char *key, uint32_t len);
+    /* Streams (docs/streams.md, cluster/cluster_stream.c): a local stream's
+     * producer and consumer counts changed (tell its owner; r not NULL: a
+     * SUBSCRIBE answered with handle once the owner has the count); whether the
+     * stream's elements may be forwarded now (false: the queues to other
+     * workers are full, the send waits); elements appended here (origin
+     * NULL: by a local producer; else the worker that pushed them) go on to
+     * the other workers with consumers; SC_QUERY answered from the owner. */
+    void (*stream_reg)(ds_server_t *srv, const char *name, uint32_t len, uint32_t producers,
+                       uint32_t consumers, ds_req_t *r, uint64_t handle);
+    bool (*stream_room)(ds_server_t *srv);
+    void (*stream_forward)(ds_server_t *srv, const char *name, uint32_t len, const char *origin,
+                           uint32_t origin_len, const uint8_t *const *els, const uint32_t *lens,
+                           uint32_t n);
+    void (*stream_query)(ds_server_t *srv, ds_req_t *r, const char *name, uint32_t len);
     /* Adds the "cluster" section to the STATS document (a cJSON object). */
     void (*stats)(ds_server_t *srv, struct cJSON *root);
 } ds_remote_t;
@@ -116,9 +130,11 @@ struct ds_server {
     char ucx_check_path[4096];       /* ds_ucx_check, next to this binary (ops_ucx_addr.c) */
     struct ds_ucx_check *ucx_checks; /* address checks running */
     int ucx_nchecks;
-    struct ds_grefs *grefs;     /* global reference counts (ops_read.c), lazily made */
-    struct ds_latches *latches; /* read latches and the writers they hold (latch.c) */
-    struct ds_tier *tier;       /* L2 cache and disk I/O thread (tier.c); NULL = none */
+    struct ds_grefs *grefs;       /* global reference counts (ops_read.c), lazily made */
+    struct ds_latches *latches;   /* read latches and the writers they hold (latch.c) */
+    struct ds_streams *streams;   /* streams (stream.c), lazily made */
+    struct ds_cstreams *cstreams; /* streams across workers (cluster_stream.c) */
+    struct ds_tier *tier;         /* L2 cache and disk I/O thread (tier.c); NULL = none */
     /* background eviction between the arena watermarks (memory.c) */
     bool evicting;
     uint64_t evict_stuck_at; /* arena use when a run found nothing more to evict */
