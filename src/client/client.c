@@ -827,9 +827,14 @@ ds_status_t ds_client_connect(const ds_client_options_t *opts, ds_client_t **out
     if (out == NULL) return ds__set_error(DS_K_INVALID, "out is NULL");
     *out = NULL;
     if (opts == NULL) return ds__set_error(DS_K_INVALID, "options are NULL");
+    ds__client_env_init();
     char sd_host[256];
     int port = opts->port;
     const char *host = opts->host;
+    const char *token = opts->token;
+    int connect_ms = opts->connect_timeout_ms;
+    ds_status_t est = ds__client_env_fallbacks(&host, &port, &token, &connect_ms);
+    if (est != DS_K_OK) return est;
     if (opts->enable_cross_node_connection < 0 || opts->enable_cross_node_connection > 1)
         return ds__set_error(DS_K_INVALID, "enable_cross_node_connection %d is not 0 or 1",
                              opts->enable_cross_node_connection);
@@ -840,14 +845,17 @@ ds_status_t ds_client_connect(const ds_client_options_t *opts, ds_client_t **out
         if (sst != DS_K_OK) return sst;
         host = sd_host;
     }
-    if (host == NULL || *host == '\0') return ds__set_error(DS_K_INVALID, "worker host is not set");
+    if (host == NULL || *host == '\0')
+        return ds__set_error(DS_K_INVALID,
+                             "worker host is not set (options, DATASYSTEM_HOST or a service "
+                             "discovery)");
     if (strlen(host) >= sizeof(((ds_client_t *)0)->host))
         return ds__set_error(DS_K_INVALID, "worker host '%.64s...' is too long", host);
     if (port <= 0 || port > 65535)
         return ds__set_error(DS_K_INVALID, "worker port %d is not in 1..65535", port);
     if (opts->transport < DS_TRANSPORT_AUTO || opts->transport > DS_TRANSPORT_LOCAL)
         return ds__set_error(DS_K_INVALID, "unknown transport %d", (int)opts->transport);
-    if (opts->connect_timeout_ms < 0 || opts->request_timeout_ms < 0)
+    if (connect_ms < 0 || opts->request_timeout_ms < 0)
         return ds__set_error(DS_K_INVALID, "timeouts must not be negative");
     int poll_us = opts->busy_poll_us;
     const char *env = getenv("DS_BUSY_POLL_US");
@@ -897,12 +905,11 @@ ds_status_t ds_client_connect(const ds_client_options_t *opts, ds_client_t **out
     c->failover = c->sd && opts->enable_cross_node_connection == 1;
     if (opts->unix_socket_dir)
         snprintf(c->sock_dir, sizeof(c->sock_dir), "%s", opts->unix_socket_dir);
-    c->connect_timeout_ms =
-        opts->connect_timeout_ms ? opts->connect_timeout_ms : DS_CLIENT_DEFAULT_CONNECT_MS;
+    c->connect_timeout_ms = connect_ms ? connect_ms : DS_CLIENT_DEFAULT_CONNECT_MS;
     c->request_timeout_ms =
         opts->request_timeout_ms ? opts->request_timeout_ms : DS_CLIENT_DEFAULT_REQUEST_MS;
     c->busy_poll_us = (uint32_t)poll_us;
-    if (opts->token && (c->token = strdup(opts->token)) == NULL) {
+    if (token && (c->token = strdup(token)) == NULL) {
         ds__tls_ctx_free(tls);
         free(c);
         return ds__set_error(DS_K_OUT_OF_MEMORY, "out of memory creating a client");

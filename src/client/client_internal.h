@@ -633,4 +633,15 @@ void ds__cucx_abandon(ds_cucx_t *u, ds_crecv_t *rv, size_t n);
 ds_status_t ds__discovery_select(ds_service_discovery_t *sd, const char *avoid, char *ip,
                                  size_t ip_cap, int *port, bool *same_node);
 
+/* ---- env.c ---- */
+
+/* Reads the logging variables, once per process. */
+void ds__client_env_init(void);
+/* What the options leave unset, from the environment: host ("" / NULL:
+ * DATASYSTEM_HOST), port (0: DATASYSTEM_PORT), token (NULL:
+ * DATASYSTEM_TOKEN), connect timeout (0: DATASYSTEM_CONNECT_TIME_MS).
+ * DS_K_INVALID naming a variable that does not parse. */
+ds_status_t ds__client_env_fallbacks(const char **host, int *port, const char **token,
+                                     int *connect_timeout_ms);
+
 #endif
