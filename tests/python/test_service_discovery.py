@@ -4,7 +4,7 @@ etcd and three workers (cluster "sdtest", --host_id_env_name DS_TEST_HOST_ID,
 each worker given its own host ID h0, h1, h2) on loopback. The discovery in
 this process takes host ID h0, so worker 0 is "this node" and the others are
 not: selection per affinity policy, the worker lists, and then the failover
-itself: a KVClient and an ObjectClient built with the discovery and
+itself: a KVClient, an ObjectClient and a DsClient built with the discovery and
 enable_cross_node_connection=True serve through worker 0, worker 0 is
 SIGKILLed, and they carry on through another worker the discovery lists:
 new sets and gets succeed, a key stored on another worker still reads, and
@@ -194,7 +194,7 @@ def test_discovery_reports_bad_options_and_unreachable_etcd():
 
 
 def test_clients_fail_over_when_their_worker_is_killed(cluster):
-    from yr.datasystem import KVClient, ObjectClient
+    from yr.datasystem import DsClient, KVClient, ObjectClient
 
     etcd, workers, tmp = cluster
     addrs = [a for a, _ in workers]
@@ -211,6 +211,8 @@ def test_clients_fail_over_when_their_worker_is_killed(cluster):
     kv.init()
     oc = ObjectClient("", 0, service_discovery=sd, enable_cross_node_connection=True)
     oc.init()
+    ds = DsClient(service_discovery=sd, enable_cross_node_connection=True)
+    ds.init()
     kv.set("sd_near", b"near")  # on worker 0, the one this node prefers
     oc.put("sd_obj_near", b"objnear")
     assert kv.get(["sd_near", "sd_far"]) == [b"near", b"far"]
@@ -227,10 +229,11 @@ def test_clients_fail_over_when_their_worker_is_killed(cluster):
         assert st.get_code() in (23, 1001, 1002), st.to_string()
         st = kv.health_check()
     assert st.is_ok(), st.to_string()
-    st = oc._kv.health_check()
-    if not st.is_ok():
-        st = oc._kv.health_check()
-    assert st.is_ok(), st.to_string()
+    for c in (oc._kv, ds.kv(), ds.object()._kv):
+        st = c.health_check()
+        if not st.is_ok():
+            st = c.health_check()
+        assert st.is_ok(), st.to_string()
 
     # Once the lease is out the survivors drop the dead worker from the ring
     # and re-register their keys with its successors: then every key held by
@@ -264,6 +267,10 @@ def test_clients_fail_over_when_their_worker_is_killed(cluster):
         b"objafter", b"far"]
     assert kv.get(["sd_obj_after"]) == [b"objafter"]
 
+    ds.kv().set("sd_ds_after", b"dsafter")
+    assert [bytes(b.immutable_data()) for b in ds.object().get(["sd_ds_after"], 0)] == [b"dsafter"]
+
+    ds.close()
     kv.close()
     oc.close()
     w1.close()
