@@ -281,12 +281,18 @@ class KVClient:
         token (str): shared secret for an authenticated worker ("" = none;
             falls back to env DATASYSTEM_TOKEN).
         client_public_key, client_private_key, server_public_key, access_key,
-        secret_key, tenant_id, enable_cross_node_connection,
-        enable_exclusive_connection, fast_transport_mem_size: accepted for
-            compatibility with Yuanrong and checked for type; not used.
+        secret_key, tenant_id, enable_exclusive_connection,
+        fast_transport_mem_size: accepted for compatibility with Yuanrong
+            and checked for type; not used.
+        enable_cross_node_connection (bool): with a ServiceDiscovery, fail
+            over to another discovered worker when this one stops answering.
         req_timeout_ms (int): per-request timeout; <= 0 uses the library's
             default. Subscribe waits add their own timeout.
-        service_discovery: an object with ``select_worker() -> (_, host, port, _)``.
+        service_discovery: a ``ServiceDiscovery`` or ``CoordinatorServiceDiscovery``
+            (``init()`` called first): the library connects to the worker it
+            selects and fails over through it (enable_cross_node_connection).
+            Any other object with ``select_worker() -> (_, host, port, _)`` is
+            asked once, in ``init()``.
         transport (str, keyword): "auto" (shared memory when the worker is on
             this host, its socket found by convention or from the worker's
             HELLO over TCP; else TCP), "tcp" or "local". ``is_local`` says
