@@ -9,12 +9,17 @@
  *    enable_cross_node_connection works on worker 0; worker 0 is killed
  *    (SIGKILL); after at most one failed call the client serves from
  *    another worker, the key worker 1 holds still reads, new keys are
- *    written and read, and the key only worker 0 held is gone. */
+ *    written and read, and the key only worker 0 held is gone.
+ *  - the same with four threads sharing the client through the kill (worker
+ *    0 restarted first): each completes a run of calls afterwards. */
 #include "cluster_util.h"
 
+#include "common/clock.h"
 #include "ds/service_discovery.h"
 
+#include <pthread.h>
 #include <setjmp.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -191,11 +196,78 @@ static void test_failover(void **state)
     ds_service_discovery_free(sd);
 }
 
+/* Threads sharing one client while its worker is killed: each keeps
+ * writing and reading its own keys; calls may fail around the kill, and
+ * then every thread completes a run of calls on the new worker. */
+enum { NTHREADS = 4, RUN = 20, LIMIT_MS = 30000 };
+
+typedef struct {
+    ds_client_t *c;
+    int id;
+    atomic_int *phase; /* 1 once the worker is dead */
+    bool done;         /* RUN calls in a row succeeded after the kill */
+} worker_arg_t;
+
+static void *hammer(void *p)
+{
+    worker_arg_t *a = p;
+    int streak = 0;
+    uint64_t deadline = ds__now_ms() + LIMIT_MS;
+    for (int i = 0; ds__now_ms() < deadline && streak < RUN; i++) {
+        char key[48];
+        snprintf(key, sizeof(key), "disc-t%d-%d", a->id, i % 8);
+        bool ok = ct_set(a->c, key, 200, (uint64_t)(a->id * 1000 + i)) == DS_K_OK;
+        void *v = NULL;
+        size_t len = 0;
+        ok = ok && ds_kv_get(a->c, key, 0, &v, &len) == DS_K_OK && len == 200 &&
+             dst_check(v, len, (uint64_t)(a->id * 1000 + i));
+        ds_free(v);
+        if (atomic_load(a->phase) == 1) streak = ok ? streak + 1 : 0;
+        if (!ok) usleep(2000);
+    }
+    a->done = streak >= RUN;
+    return NULL;
+}
+
+static void test_failover_under_threads(void **state)
+{
+    (void)state;
+    assert_int_equal(ct_worker_restart(&C, 0), 0);
+    assert_true(ct_wait_members(&C, 3, 20000) >= 0);
+    snprintf(addr[0], sizeof(addr[0]), "%s:%d", C.w[0].host, C.w[0].port);
+    ds_service_discovery_t *sd = discovery(DS_AFFINITY_PREFERRED_SAME_NODE, "DS_CT_HOST_A");
+    ds_client_options_t o;
+    ds_client_options_init(&o);
+    o.service_discovery = sd;
+    o.enable_cross_node_connection = 1;
+    o.token = getenv("DS_TEST_TOKEN");
+    ds_client_t *c = NULL;
+    assert_int_equal(ds_client_connect(&o, &c), DS_K_OK);
+
+    atomic_int phase = 0;
+    worker_arg_t args[NTHREADS];
+    pthread_t th[NTHREADS];
+    for (int i = 0; i < NTHREADS; i++) {
+        args[i] = (worker_arg_t){.c = c, .id = i, .phase = &phase, .done = false};
+        assert_int_equal(pthread_create(&th[i], NULL, hammer, &args[i]), 0);
+    }
+    usleep(200 * 1000);
+    dst_worker_kill(&C.w[0]);
+    atomic_store(&phase, 1);
+    for (int i = 0; i < NTHREADS; i++)
+        pthread_join(th[i], NULL);
+    for (int i = 0; i < NTHREADS; i++)
+        assert_true(args[i].done);
+    ds_client_close(c);
+    ds_service_discovery_free(sd);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_selection),
         cmocka_unit_test(test_failover),
+        cmocka_unit_test(test_failover_under_threads),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
