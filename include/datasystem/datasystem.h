@@ -8,6 +8,7 @@
 #include "datasystem/kv_client.h"
 #include "datasystem/object_client.h"
 #include "datasystem/stream_client.h"
+#include "datasystem/utils/service_discovery.h"
 #include "datasystem/utils/status.h"
 
 namespace datasystem

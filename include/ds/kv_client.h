@@ -123,6 +123,21 @@ typedef struct {
     const char *tls_ca;
     const char *tls_cert;
     const char *tls_key;
+    /* Service discovery (ds/service_discovery.h): when set, host and port
+     * are ignored and the worker is the one it selects. It must outlive the
+     * client. NULL = host and port. */
+    struct ds_service_discovery *service_discovery;
+    /* Failover (Yuanrong's enable_cross_node_connection), with a
+     * service_discovery: 1 = when the worker stops answering, the next
+     * call that needs a new session asks the discovery for another ready
+     * worker (the one that failed is left out while others are listed) and
+     * carries on there; 0 = stay with the first worker. The call that
+     * found the worker gone still fails (DS_K_CLIENT_WORKER_DISCONNECT or
+     * DS_K_RPC_UNAVAILABLE). What was stored only on the lost worker is
+     * gone with it (its NONE_L2_CACHE values included, as in Yuanrong);
+     * values on other workers of the cluster are read as before. Buffers
+     * of the old session stay valid until released. */
+    int enable_cross_node_connection;
 } ds_client_options_t;
 
 typedef struct ds_client ds_client_t;

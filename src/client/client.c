@@ -387,6 +387,51 @@ static ds_status_t new_session_dial(ds_client_t *c, int *fd, ds_hello_t *h)
     return DS_K_OK;
 }
 
+/* Points the client at host:port: the address, and the conventional socket
+ * path that goes with it. Runs under open_mu; takes mu for the writes, so
+ * readers under either lock see a whole address. */
+static void set_worker(ds_client_t *c, const char *host, int port)
+{
+    pthread_mutex_lock(&c->mu);
+    snprintf(c->host, sizeof(c->host), "%s", host);
+    c->port = port;
+    snprintf(c->addr, sizeof(c->addr), "%s:%d", c->host, c->port);
+    if (ds__socket_path(c->sock_dir[0] ? c->sock_dir : NULL, c->host, c->port, c->sock_path,
+                        sizeof(c->sock_path)) != 0)
+        c->sock_path[0] = '\0';
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* Failover: the worker did not answer a new session's dial (st). Asks the
+ * discovery for another ready worker and dials it, a bounded number of
+ * times (a dead worker stays listed until its lease runs out). Runs under
+ * open_mu. Returns the last dial's status. */
+static ds_status_t failover_dial(ds_client_t *c, ds_status_t st, int *fd, ds_hello_t *h)
+{
+    for (int attempt = 0; attempt < DS_CLIENT_FAILOVER_TRIES && transport_failure(st) &&
+                          st != DS_K_OUT_OF_MEMORY && !atomic_load(&c->closed);
+         attempt++) {
+        char failed[300], why[300], ip[256];
+        snprintf(failed, sizeof(failed), "%s", c->addr);
+        snprintf(why, sizeof(why), "%s", ds_last_error());
+        int port = 0;
+        if (ds__discovery_select(c->sd, failed, ip, sizeof(ip), &port, NULL) != DS_K_OK) {
+            char derr[300];
+            snprintf(derr, sizeof(derr), "%s", ds_last_error());
+            return ds__set_error(st, "%s; no other worker to fail over to: %s", why, derr);
+        }
+        char next[300];
+        snprintf(next, sizeof(next), "%s:%d", ip, port);
+        if (strcmp(next, failed) == 0)
+            return ds__set_error(st, "%s; service discovery lists no other worker", why);
+        DS_LOG_INFO("client: the worker at %s does not answer (%s); failing over to %s", failed,
+                    why, next);
+        set_worker(c, ip, port);
+        st = new_session_dial(c, fd, h);
+    }
+    return st;
+}
+
 /* Opens one pool connection, creating a session first when there is none. */
 static ds_status_t open_conn(ds_client_t *c, ds_conn_t **out)
 {
@@ -413,6 +458,7 @@ static ds_status_t open_conn(ds_client_t *c, ds_conn_t **out)
             st = ds__conn_dial(c, &d, &fd, &h);
         } else {
             st = new_session_dial(c, &fd, &h);
+            if (st != DS_K_OK && c->failover) st = failover_dial(c, st, &fd, &h);
         }
         if (st != DS_K_OK) {
             if (s && !transport_failure(st) && (s->anchor_fd < 0 || anchor_gone(s))) {
@@ -585,7 +631,11 @@ static ds_mux_t *mux_open(ds_client_t *c, ds_sess_t *s)
     int fd = -1;
     ds_hello_t h;
     ds_dial_t d = {.session = s->id, .session_key = s->key};
-    if (ds__conn_dial(c, &d, &fd, &h) != DS_K_OK) {
+    /* Under open_mu, as every dial: a failover may change the address. */
+    pthread_mutex_lock(&c->open_mu);
+    ds_status_t st = ds__conn_dial(c, &d, &fd, &h);
+    pthread_mutex_unlock(&c->open_mu);
+    if (st != DS_K_OK) {
         ds__clear_error();
         return NULL;
     }
@@ -777,15 +827,35 @@ ds_status_t ds_client_connect(const ds_client_options_t *opts, ds_client_t **out
     if (out == NULL) return ds__set_error(DS_K_INVALID, "out is NULL");
     *out = NULL;
     if (opts == NULL) return ds__set_error(DS_K_INVALID, "options are NULL");
-    if (opts->host == NULL || *opts->host == '\0')
-        return ds__set_error(DS_K_INVALID, "worker host is not set");
-    if (strlen(opts->host) >= sizeof(((ds_client_t *)0)->host))
-        return ds__set_error(DS_K_INVALID, "worker host '%.64s...' is too long", opts->host);
-    if (opts->port <= 0 || opts->port > 65535)
-        return ds__set_error(DS_K_INVALID, "worker port %d is not in 1..65535", opts->port);
+    ds__client_env_init();
+    char sd_host[256];
+    int port = opts->port;
+    const char *host = opts->host;
+    const char *token = opts->token;
+    int connect_ms = opts->connect_timeout_ms;
+    ds_status_t est = ds__client_env_fallbacks(&host, &port, &token, &connect_ms);
+    if (est != DS_K_OK) return est;
+    if (opts->enable_cross_node_connection < 0 || opts->enable_cross_node_connection > 1)
+        return ds__set_error(DS_K_INVALID, "enable_cross_node_connection %d is not 0 or 1",
+                             opts->enable_cross_node_connection);
+    if (opts->service_discovery) {
+        /* As in Yuanrong, the discovery decides; host and port are ignored. */
+        ds_status_t sst = ds__discovery_select(opts->service_discovery, NULL, sd_host,
+                                               sizeof(sd_host), &port, NULL);
+        if (sst != DS_K_OK) return sst;
+        host = sd_host;
+    }
+    if (host == NULL || *host == '\0')
+        return ds__set_error(DS_K_INVALID,
+                             "worker host is not set (options, DATASYSTEM_HOST or a service "
+                             "discovery)");
+    if (strlen(host) >= sizeof(((ds_client_t *)0)->host))
+        return ds__set_error(DS_K_INVALID, "worker host '%.64s...' is too long", host);
+    if (port <= 0 || port > 65535)
+        return ds__set_error(DS_K_INVALID, "worker port %d is not in 1..65535", port);
     if (opts->transport < DS_TRANSPORT_AUTO || opts->transport > DS_TRANSPORT_LOCAL)
         return ds__set_error(DS_K_INVALID, "unknown transport %d", (int)opts->transport);
-    if (opts->connect_timeout_ms < 0 || opts->request_timeout_ms < 0)
+    if (connect_ms < 0 || opts->request_timeout_ms < 0)
         return ds__set_error(DS_K_INVALID, "timeouts must not be negative");
     int poll_us = opts->busy_poll_us;
     const char *env = getenv("DS_BUSY_POLL_US");
@@ -828,15 +898,18 @@ ds_status_t ds_client_connect(const ds_client_options_t *opts, ds_client_t **out
     }
     c->tls = tls;
     c->mux_off = mux_off || tls != NULL;
-    snprintf(c->host, sizeof(c->host), "%s", opts->host);
-    c->port = opts->port;
+    snprintf(c->host, sizeof(c->host), "%s", host);
+    c->port = port;
     snprintf(c->addr, sizeof(c->addr), "%s:%d", c->host, c->port);
-    c->connect_timeout_ms =
-        opts->connect_timeout_ms ? opts->connect_timeout_ms : DS_CLIENT_DEFAULT_CONNECT_MS;
+    c->sd = opts->service_discovery;
+    c->failover = c->sd && opts->enable_cross_node_connection == 1;
+    if (opts->unix_socket_dir)
+        snprintf(c->sock_dir, sizeof(c->sock_dir), "%s", opts->unix_socket_dir);
+    c->connect_timeout_ms = connect_ms ? connect_ms : DS_CLIENT_DEFAULT_CONNECT_MS;
     c->request_timeout_ms =
         opts->request_timeout_ms ? opts->request_timeout_ms : DS_CLIENT_DEFAULT_REQUEST_MS;
     c->busy_poll_us = (uint32_t)poll_us;
-    if (opts->token && (c->token = strdup(opts->token)) == NULL) {
+    if (token && (c->token = strdup(token)) == NULL) {
         ds__tls_ctx_free(tls);
         free(c);
         return ds__set_error(DS_K_OUT_OF_MEMORY, "out of memory creating a client");

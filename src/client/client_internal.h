@@ -70,6 +70,7 @@
 #include "common/tls.h"
 #include "common/wire.h"
 #include "ds/kv_client.h"
+#include "ds/service_discovery.h"
 
 /* Connections per client; a thread finding none idle and the cap reached
  * waits for one until its request deadline. */
@@ -269,10 +270,20 @@ struct ds_conn {
     ds_cmux_t mux;
 };
 
+/* Dials to other workers one failover makes at most (client.c). */
+#define DS_CLIENT_FAILOVER_TRIES 4
+
 struct ds_client {
+    /* The worker: set at connect, and changed only by a failover (client.c),
+     * which holds open_mu and mu while it writes them; so they are read
+     * under either lock (the dials run under open_mu). */
     char host[256];
     int port;
     char addr[300]; /* "host:port", for messages */
+    /* service_discovery and enable_cross_node_connection (ds/kv_client.h):
+     * where a failover finds the next worker; NULL = none. */
+    ds_service_discovery_t *sd;
+    bool failover;
     int connect_timeout_ms;
     int request_timeout_ms;
     uint32_t busy_poll_us;
@@ -280,6 +291,7 @@ struct ds_client {
     bool require_local;  /* DS_TRANSPORT_LOCAL: a session without the arena is an error */
     atomic_bool local;   /* the current session maps the arena */
     char sock_path[128]; /* the conventional socket path (socket directory + host:port) */
+    char sock_dir[128];  /* unix_socket_dir as given; "" = the default */
     /* Where pool connections of the current session dial: the Unix socket at
      * unix_path when use_unix, else TCP. Set when a session is created (see
      * new_session in client.c); under open_mu. */
@@ -616,5 +628,23 @@ ds_status_t ds__cucx_wait(ds_cucx_t *u, ds_crecv_t *rv, size_t n, ds_conn_t *con
                           uint64_t deadline);
 /* Ends posted receives the caller no longer waits for. */
 void ds__cucx_abandon(ds_cucx_t *u, ds_crecv_t *rv, size_t n);
+
+/* ---- discovery.c ---- */
+
+/* A worker per sd's policy, leaving out avoid ("host:port", may be NULL)
+ * while another is ready. */
+ds_status_t ds__discovery_select(ds_service_discovery_t *sd, const char *avoid, char *ip,
+                                 size_t ip_cap, int *port, bool *same_node);
+
+/* ---- env.c ---- */
+
+/* Reads the logging variables, once per process. */
+void ds__client_env_init(void);
+/* What the options leave unset, from the environment: host ("" / NULL:
+ * DATASYSTEM_HOST), port (0: DATASYSTEM_PORT), token (NULL:
+ * DATASYSTEM_TOKEN), connect timeout (0: DATASYSTEM_CONNECT_TIME_MS).
+ * DS_K_INVALID naming a variable that does not parse. */
+ds_status_t ds__client_env_fallbacks(const char **host, int *port, const char **token,
+                                     int *connect_timeout_ms);
 
 #endif

@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -18,6 +19,16 @@
  * because nothing else is published through it. */
 static atomic_int min_level = DS_LOG_INFO;
 static const char *const level_names[] = {"DEBUG", "INFO ", "WARN ", "ERROR"};
+/* Where lines go (ds__log_set_sink): an fd, stderr by default, and the
+ * lowest level also copied to stderr when that fd is another. */
+static atomic_int sink_fd = STDERR_FILENO;
+static atomic_int stderr_min = DS_LOG_OFF;
+
+void ds__log_set_sink(int fd, int stderr_min_level)
+{
+    atomic_store_explicit(&stderr_min, stderr_min_level, memory_order_relaxed);
+    atomic_store_explicit(&sink_fd, fd, memory_order_relaxed);
+}
 
 void ds__log_set_level(ds_log_level_t level)
 {
@@ -34,7 +45,10 @@ int ds__log_parse_level(const char *s)
 
 void ds__log(ds_log_level_t level, const char *fmt, ...)
 {
-    if ((int)level < atomic_load_explicit(&min_level, memory_order_relaxed)) return;
+    int fd = atomic_load_explicit(&sink_fd, memory_order_relaxed);
+    bool copy = fd != STDERR_FILENO &&
+                (int)level >= atomic_load_explicit(&stderr_min, memory_order_relaxed);
+    if ((int)level < atomic_load_explicit(&min_level, memory_order_relaxed) && !copy) return;
     char line[2048];
     struct timeval tv;
     gettimeofday(&tv, NULL);
@@ -51,7 +65,10 @@ void ds__log(ds_log_level_t level, const char *fmt, ...)
     n += m;
     if (n > (int)sizeof(line) - 2) n = (int)sizeof(line) - 2;
     line[n++] = '\n';
-    ssize_t w = write(STDERR_FILENO, line, (size_t)n);
+    ssize_t w = 0;
+    if ((int)level >= atomic_load_explicit(&min_level, memory_order_relaxed))
+        w = write(fd, line, (size_t)n);
+    if (copy) w = write(STDERR_FILENO, line, (size_t)n);
     (void)w;
 }
 

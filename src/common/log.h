@@ -6,8 +6,16 @@
 #include <stddef.h>
 
 typedef enum { DS_LOG_DEBUG = 0, DS_LOG_INFO, DS_LOG_WARN, DS_LOG_ERROR } ds_log_level_t;
+/* A level above every other: as a minimum, nothing is written. */
+#define DS_LOG_OFF 4
 
+/* Lines below the level are dropped; DS_LOG_OFF drops all. */
 void ds__log_set_level(ds_log_level_t level);
+/* Sends lines to fd instead of stderr (the client library's log file) and
+ * copies those at stderr_min_level and above to stderr too (DS_LOG_OFF:
+ * none). Lines below ds__log_set_level's level go to stderr only when they
+ * are at stderr_min_level. */
+void ds__log_set_sink(int fd, int stderr_min_level);
 /* Parses "debug", "info", "warn", "error"; -1 when unknown. */
 int ds__log_parse_level(const char *s);
 void ds__log(ds_log_level_t level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

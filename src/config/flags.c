@@ -78,6 +78,9 @@ static const flag_def_t flags[] = {
     STR_AS(KIND_ALIAS, "unix_domain_socket_dir", unix_socket_dir, "",
            "Yuanrong's name for --unix_socket_dir"),
     YSTR(cluster_name, "default", "cluster name (etcd key prefix)"),
+    YSTR(host_id_env_name, "",
+         "environment variable holding this host's ID, published in etcd for clients' "
+         "same-node service discovery; empty = none"),
     STR(log_level, "",
         "debug, info, warn or error; empty = from --minloglevel and --v (info by default)"),
     YINT(minloglevel, 0, 0, 3, "Yuanrong's level: 0 info, 1 warn, 2 and 3 error"),
@@ -222,7 +225,6 @@ static const flag_def_t flags[] = {
     YR(memory_alignment, COMPAT_INT),
     YR(ipc_through_shared_memory, COMPAT_BOOL),
     YR(shared_memory_worker_port, COMPAT_INT),
-    YR(host_id_env_name, COMPAT_STR),
     YR(enable_distributed_master, COMPAT_BOOL),
     YR(sc_regular_socket_num, COMPAT_INT),
     YR(sc_stream_socket_num, COMPAT_INT),

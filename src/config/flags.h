@@ -21,6 +21,7 @@ typedef struct {
     char etcd_address[1024];
     char unix_socket_dir[200];
     char cluster_name[128];
+    char host_id_env_name[128];
     char log_level[16]; /* after parsing: debug, info, warn or error */
     char log_dir[512];
     char liveness_check_path[512];

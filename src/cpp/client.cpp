@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "datasystem/datasystem.h"
+#include "datasystem/utils/service_discovery.h"
 #include "internal.h"
 
 namespace datasystem
@@ -116,9 +117,6 @@ Status ObjectClientImpl::Connect(const char *who)
         return NotSupported(
             m, "AK/SK authentication (accessKey, secretKey); use ConnectOptions::token");
     if (!opts_.tenantId.empty()) return NotSupported(m, "tenants (ConnectOptions::tenantId)");
-    if (opts_.serviceDiscovery != nullptr)
-        return NotSupported(m,
-                            "ConnectOptions::serviceDiscovery; name the worker with host and port");
     if (opts_.enableRemoteH2D || opts_.enableClientDirectPipelineH2D)
         return NotSupported(
             m, "host-to-device transfers (enableRemoteH2D, enableClientDirectPipelineH2D)");
@@ -126,6 +124,22 @@ Status ObjectClientImpl::Connect(const char *who)
     ds_client_options_init(&o);
     o.host = opts_.host.c_str();
     o.port = opts_.port;
+    std::string sdHost;
+    if (opts_.serviceDiscovery != nullptr) {
+        /* This SDK's discoveries go to the C client, which fails over with
+         * them; another implementation is asked once, here. */
+        auto *native = dynamic_cast<NativeServiceDiscovery *>(opts_.serviceDiscovery.get());
+        if (native != nullptr && native->Native() != nullptr) {
+            o.service_discovery = native->Native();
+            o.enable_cross_node_connection = opts_.enableCrossNodeConnection ? 1 : 0;
+        } else {
+            int sdPort = 0;
+            Status sst = opts_.serviceDiscovery->SelectWorker(sdHost, sdPort);
+            if (sst.IsError()) return sst;
+            o.host = sdHost.c_str();
+            o.port = sdPort;
+        }
+    }
     if (opts_.connectTimeoutMs > 0) o.connect_timeout_ms = opts_.connectTimeoutMs;
     if (opts_.requestTimeoutMs > 0) o.request_timeout_ms = opts_.requestTimeoutMs;
     o.token = opts_.token.Empty() ? nullptr : opts_.token.GetData();

@@ -332,6 +332,81 @@ static void TestDsClient(int port)
     CHECK_OK(ds.ShutDown());
 }
 
+// A discovery of the caller's own: asked once, at Init.
+class OneWorker : public IServiceDiscovery
+{
+  public:
+    explicit OneWorker(int port) : port_(port) {}
+    Status Init() override
+    {
+        return Status();
+    }
+    Status SelectWorker(std::string &ip, int &port, bool *same, bool *none) override
+    {
+        ip = "127.0.0.1";
+        port = port_;
+        if (same) *same = false;
+        if (none) *none = false;
+        calls++;
+        return Status();
+    }
+    Status SelectSameNodeWorker(std::string &, int &) override
+    {
+        return Status(K_RUNTIME_ERROR, "none");
+    }
+    Status GetAllWorkers(std::vector<std::string> &same, std::vector<std::string> &other) override
+    {
+        same.clear();
+        other = {"127.0.0.1:" + std::to_string(port_)};
+        return Status();
+    }
+    ServiceAffinityPolicy GetAffinityPolicy() const override
+    {
+        return ServiceAffinityPolicy::RANDOM;
+    }
+    bool HasHostAffinity() const override
+    {
+        return false;
+    }
+    int calls = 0;
+
+  private:
+    int port_;
+};
+
+static void TestServiceDiscovery(int port)
+{
+    // The etcd-backed one: its options checked, an unreachable etcd named.
+    ServiceDiscoveryOptions none;
+    CHECK_CODE(ServiceDiscovery(none).Init(), K_INVALID);
+    ServiceDiscoveryOptions bad;
+    bad.etcdAddress = "127.0.0.1:1"; // nothing listens on port 1
+    ServiceDiscovery unreachable(bad);
+    Status st = unreachable.Init();
+    CHECK(st.IsError() && st.GetMsg().find("etcd") != std::string::npos);
+    std::string ip;
+    int p = 0;
+    bool noWorker = false;
+    CHECK(unreachable.SelectWorker(ip, p, nullptr, &noWorker).IsError());
+    bad.etcdCa = "ca.pem";
+    CHECK_CODE(ServiceDiscovery(bad).Init(), K_NOT_SUPPORTED);
+    CoordinatorServiceDiscoveryOptions co;
+    CHECK_CODE(CoordinatorServiceDiscovery(co).Init(), K_INVALID);
+
+    // A discovery of the caller's own names the worker.
+    auto mine = std::make_shared<OneWorker>(port);
+    ConnectOptions o;
+    o.serviceDiscovery = mine;
+    KVClient kv(o);
+    CHECK_OK(kv.Init());
+    CHECK(mine->calls == 1);
+    CHECK_OK(kv.Set("cpp.sd", "v"));
+    std::string got;
+    CHECK_OK(kv.Get("cpp.sd", got));
+    CHECK(got == "v");
+    CHECK_OK(kv.ShutDown());
+}
+
 int main()
 {
     const char *build = getenv("DS_BUILD_DIR");
@@ -344,6 +419,7 @@ int main()
     TestObject(w.Port());
     TestThreads(w.Port());
     TestDsClient(w.Port());
+    TestServiceDiscovery(w.Port());
     if (g_failures) {
         fprintf(stderr, "%d checks failed\n", g_failures);
         return 1;

@@ -4,6 +4,7 @@
     from yr.datasystem.object_client import WriteMode, ObjectClient, Buffer
     from yr.datasystem.util import Status, Context
     from yr.datasystem.ds_client import DsClient  # kv(), object(), hetero()
+    from yr.datasystem.service_discovery import ServiceDiscovery, ServiceDiscoveryOptions
     from yr.datasystem import KVClient          # resolved lazily, as in Yuanrong
     # or, as vLLM-Omni imports it:
     from datasystem.kv_client import KVClient, SetParam, WriteMode
@@ -31,6 +32,14 @@ _LAZY_EXPORTS = {
     "SubconfigType": ("yr.datasystem.stream_client", "SubconfigType"),
     "Status": ("yr.datasystem.util", "Status"),
     "Context": ("yr.datasystem.util", "Context"),
+    "ServiceDiscovery": ("yr.datasystem.service_discovery", "ServiceDiscovery"),
+    "ServiceDiscoveryOptions": ("yr.datasystem.service_discovery", "ServiceDiscoveryOptions"),
+    "CoordinatorServiceDiscovery": ("yr.datasystem.service_discovery", "CoordinatorServiceDiscovery"),
+    "CoordinatorServiceDiscoveryOptions": (
+        "yr.datasystem.service_discovery",
+        "CoordinatorServiceDiscoveryOptions",
+    ),
+    "ServiceAffinityPolicy": ("yr.datasystem.service_discovery", "ServiceAffinityPolicy"),
     # This package's (Yuanrong keeps them in their modules only).
     "CacheType": ("yr.datasystem.object_client", "CacheType"),
     "SetParam": ("yr.datasystem.kv_client", "SetParam"),
@@ -53,6 +62,11 @@ __all__ = [
     "Status",
     "WriteMode",
     "Context",
+    "ServiceDiscovery",
+    "ServiceDiscoveryOptions",
+    "CoordinatorServiceDiscovery",
+    "CoordinatorServiceDiscoveryOptions",
+    "ServiceAffinityPolicy",
     "CacheType",
     "SetParam",
     "ExistenceOpt",

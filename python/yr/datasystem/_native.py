@@ -161,6 +161,26 @@ class ClientOptions(ctypes.Structure):
         ("tls_ca", ctypes.c_char_p),
         ("tls_cert", ctypes.c_char_p),
         ("tls_key", ctypes.c_char_p),
+        ("service_discovery", ctypes.c_void_p),
+        ("enable_cross_node_connection", ctypes.c_int),
+    ]
+
+
+class DiscoveryOptions(ctypes.Structure):
+    """ds_service_discovery_options_t (ds/service_discovery.h)."""
+
+    _fields_ = [
+        ("etcd_address", ctypes.c_char_p),
+        ("cluster_name", ctypes.c_char_p),
+        ("etcd_ca", ctypes.c_char_p),
+        ("etcd_cert", ctypes.c_char_p),
+        ("etcd_key", ctypes.c_char_p),
+        ("etcd_dns_name", ctypes.c_char_p),
+        ("username", ctypes.c_char_p),
+        ("password", ctypes.c_char_p),
+        ("token_refresh_interval_sec", ctypes.c_uint32),
+        ("host_id_env_name", ctypes.c_char_p),
+        ("affinity_policy", ctypes.c_int),
     ]
 
 
@@ -257,6 +277,35 @@ _PROTOTYPES = {
     "ds_client_options_init": (None, [ctypes.POINTER(ClientOptions)]),
     "ds_client_connect": (c_status, [ctypes.POINTER(ClientOptions), ctypes.POINTER(c_client_p)]),
     "ds_client_close": (None, [c_client_p]),
+    "ds_service_discovery_options_init": (None, [ctypes.POINTER(DiscoveryOptions)]),
+    "ds_service_discovery_new": (
+        c_status, [ctypes.POINTER(DiscoveryOptions), ctypes.POINTER(ctypes.c_void_p)]),
+    "ds_coordinator_service_discovery_new": (
+        c_status,
+        [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int,
+         ctypes.POINTER(ctypes.c_void_p)],
+    ),
+    "ds_service_discovery_init": (c_status, [ctypes.c_void_p]),
+    "ds_service_discovery_select_worker": (
+        c_status,
+        [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_int),
+         ctypes.POINTER(ctypes.c_bool)],
+    ),
+    "ds_service_discovery_select_same_node_worker": (
+        c_status,
+        [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_int)],
+    ),
+    "ds_service_discovery_get_all_workers": (
+        c_status,
+        [ctypes.c_void_p, ctypes.POINTER(ctypes.POINTER(ctypes.c_char_p)),
+         ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.POINTER(ctypes.c_char_p)),
+         ctypes.POINTER(ctypes.c_size_t)],
+    ),
+    "ds_service_discovery_affinity_policy": (ctypes.c_int, [ctypes.c_void_p]),
+    "ds_service_discovery_has_host_affinity": (ctypes.c_bool, [ctypes.c_void_p]),
+    "ds_service_discovery_host_id": (ctypes.c_char_p, [ctypes.c_void_p]),
+    "ds_service_discovery_free": (None, [ctypes.c_void_p]),
+    "ds_strings_free": (None, [ctypes.POINTER(ctypes.c_char_p), ctypes.c_size_t]),
     "ds_client_is_local": (ctypes.c_bool, [c_client_p]),
     "ds_client_health_check": (c_status, [c_client_p]),
     "ds_free": (None, [ctypes.c_void_p]),

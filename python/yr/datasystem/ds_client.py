@@ -16,6 +16,7 @@ from typing import Any
 from yr.datasystem.hetero_client import HeteroClient
 from yr.datasystem.kv_client import KVClient
 from yr.datasystem.object_client import ObjectClient
+from yr.datasystem.service_discovery import CoordinatorServiceDiscovery, ServiceDiscovery
 from yr.datasystem.util import Validator
 
 __all__ = ["DsClient"]
@@ -28,9 +29,12 @@ class DsClient:
     client_public_key, client_private_key, server_public_key, access_key,
     secret_key, tenant_id, enable_cross_node_connection, req_timeout_ms,
     service_discovery). host "" and port 0 fall back to the environment
-    (DATASYSTEM_HOST, DATASYSTEM_PORT), as for ``KVClient``. service_discovery
-    is any object with ``select_worker() -> (_, host, port, _)``; when given,
-    host and port are ignored.
+    (DATASYSTEM_HOST, DATASYSTEM_PORT), as for ``KVClient``. service_discovery:
+    a ``ServiceDiscovery`` / ``CoordinatorServiceDiscovery`` (``init()``ed),
+    given to the KV and object clients, which then fail over through it
+    with enable_cross_node_connection; or any object with
+    ``select_worker() -> (_, host, port, _)``, asked once. When given, host
+    and port are ignored.
 
     Raises:
         TypeError: an argument of the wrong type.
@@ -68,6 +72,7 @@ class DsClient:
         if service_discovery is None:
             args[0:0] = [["host", host, str], ["port", port, int]]
         Validator.check_args_types(args)
+        native = isinstance(service_discovery, (ServiceDiscovery, CoordinatorServiceDiscovery))
         if service_discovery is not None:
             if host or port:
                 import warnings
@@ -78,9 +83,20 @@ class DsClient:
             raise RuntimeError("host and port must be provided together, or use service_discovery")
         common = (host, port, connect_timeout_ms, token, client_public_key, client_private_key,
                   server_public_key, access_key, secret_key, tenant_id)
-        self._kv_client = KVClient(*common, enable_cross_node_connection, req_timeout_ms)
         self._hetero_client = HeteroClient(*common, enable_cross_node_connection, req_timeout_ms)
-        self._object_client = ObjectClient(*common, req_timeout_ms)
+        if native:
+            # The KV and object clients take the discovery itself: they
+            # connect where it says and, with enable_cross_node_connection,
+            # fail over through it.
+            blank = ("", 0) + common[2:]
+            self._kv_client = KVClient(*blank, enable_cross_node_connection, req_timeout_ms,
+                                       service_discovery=service_discovery)
+            self._object_client = ObjectClient(
+                *blank, req_timeout_ms, service_discovery=service_discovery,
+                enable_cross_node_connection=enable_cross_node_connection)
+        else:
+            self._kv_client = KVClient(*common, enable_cross_node_connection, req_timeout_ms)
+            self._object_client = ObjectClient(*common, req_timeout_ms)
 
     def init(self) -> None:
         """Connects the clients to the worker. Raises RuntimeError when it cannot."""

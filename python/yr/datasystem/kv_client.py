@@ -29,6 +29,8 @@ from yr.datasystem import _native as _n
 from yr.datasystem._native import DsError
 from yr.datasystem.object_client import Buffer, CacheType, WriteMode
 from yr.datasystem.util import Status, Validator
+from yr.datasystem.lib import libds_client_py as ds
+from yr.datasystem.service_discovery import CoordinatorServiceDiscovery, ServiceDiscovery
 
 # A value to set: bytes-like, or str (encoded as UTF-8).
 BytesLike = Union[bytes, bytearray, memoryview]
@@ -279,12 +281,18 @@ class KVClient:
         token (str): shared secret for an authenticated worker ("" = none;
             falls back to env DATASYSTEM_TOKEN).
         client_public_key, client_private_key, server_public_key, access_key,
-        secret_key, tenant_id, enable_cross_node_connection,
-        enable_exclusive_connection, fast_transport_mem_size: accepted for
-            compatibility with Yuanrong and checked for type; not used.
+        secret_key, tenant_id, enable_exclusive_connection,
+        fast_transport_mem_size: accepted for compatibility with Yuanrong
+            and checked for type; not used.
+        enable_cross_node_connection (bool): with a ServiceDiscovery, fail
+            over to another discovered worker when this one stops answering.
         req_timeout_ms (int): per-request timeout; <= 0 uses the library's
             default. Subscribe waits add their own timeout.
-        service_discovery: an object with ``select_worker() -> (_, host, port, _)``.
+        service_discovery: a ``ServiceDiscovery`` or ``CoordinatorServiceDiscovery``
+            (``init()`` called first): the library connects to the worker it
+            selects and fails over through it (enable_cross_node_connection).
+            Any other object with ``select_worker() -> (_, host, port, _)`` is
+            asked once, in ``init()``.
         transport (str, keyword): "auto" (shared memory when the worker is on
             this host, its socket found by convention or from the worker's
             HELLO over TCP; else TCP), "tcp" or "local". ``is_local`` says
@@ -345,11 +353,14 @@ class KVClient:
         self._cv = threading.Condition()
         # One entry per call in flight, which close() waits for (see _call).
         self._calls = []
+        native_discovery = isinstance(service_discovery, (ServiceDiscovery, CoordinatorServiceDiscovery))
         if service_discovery is not None:
             if host or port:
                 import warnings
 
-                warnings.warn("host and port are ignored when service_discovery is provided")
+                warnings.warn("host and port are ignored when service_discovery is provided", stacklevel=2)
+            if not native_discovery and not callable(getattr(service_discovery, "select_worker", None)):
+                raise _c.type_error("service_discovery", ServiceDiscovery, CoordinatorServiceDiscovery)
         else:
             _c.check_str("host", host)
             if isinstance(port, bool) or not isinstance(port, int):
@@ -388,13 +399,33 @@ class KVClient:
             if v is not None:
                 _c.check_str(name, v)
 
-        if service_discovery is not None:
-            _, host, port, _ = service_discovery.select_worker()
-            _c.check_str("host", host)
+        if native_discovery:
+            if not service_discovery.initialized:
+                raise RuntimeError("service_discovery is not initialized, call init() before creating KVClient")
+            if not enable_cross_node_connection:
+                import warnings
+
+                warnings.warn(
+                    "service_discovery is set but enable_cross_node_connection is False. "
+                    "Failover to another discovered worker will not occur on connection failure.",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
+        elif service_discovery is not None:
+            pass  # any object with select_worker(): asked once, in init()
         elif bool(host) != (port > 0):
             # Yuanrong's check; both empty falls back to DATASYSTEM_HOST / _PORT.
             raise RuntimeError("host and port must be provided together, or use service_discovery")
 
+        # The constructor's arguments as Yuanrong's native client takes them.
+        client_args = [host, port, connect_timeout_ms, token, client_public_key, client_private_key,
+                       server_public_key, access_key, secret_key, tenant_id,
+                       enable_cross_node_connection, req_timeout_ms, fast_transport_mem_size]
+        if native_discovery:
+            client_args.append(service_discovery.native_discovery)
+        self._native = ds.KVClient(*client_args)
+        self._sd = service_discovery
+        self._failover = bool(enable_cross_node_connection)
         self._host = host
         self._port = port
         self._connect_timeout_ms = connect_timeout_ms
@@ -455,11 +486,22 @@ class KVClient:
                 return
             self._handle = None  # inherited over fork: the parent's, not ours
         lib = _n.load()
-        host, port = self._resolve_address()
         opts = _n.ClientOptions()
         lib.ds_client_options_init(opts)
-        opts.host = host.encode()
-        opts.port = port
+        if isinstance(self._sd, (ServiceDiscovery, CoordinatorServiceDiscovery)):
+            # The library asks the discovery for the worker, and again on failover.
+            host, port = "", 0
+            opts.service_discovery = self._sd.native_discovery.handle
+            opts.enable_cross_node_connection = 1 if self._failover else 0
+            what = "cannot connect to a worker found by service discovery"
+        else:
+            if self._sd is not None:
+                _, self._host, self._port, _ = self._sd.select_worker()
+                _c.check_str("host", self._host)
+            host, port = self._resolve_address()
+            opts.host = host.encode()
+            opts.port = port
+            what = "cannot connect to worker %s:%d" % (host, port)
         opts.connect_timeout_ms = self._connect_timeout()
         if self._req_timeout_ms > 0:
             opts.request_timeout_ms = self._req_timeout_ms
@@ -475,7 +517,7 @@ class KVClient:
         opts.tls_ca, opts.tls_cert, opts.tls_key = (v.encode() if v else None for v in self._tls)
         out = _n.c_client_p()
         rc = lib.ds_client_connect(opts, out)
-        _n.check(rc, "cannot connect to worker %s:%d" % (host, port))
+        _n.check(rc, what)
         self._handle = out.value
         self._pid = os.getpid()
 

@@ -408,11 +408,18 @@ class ObjectClient:
         req_timeout_ms: int = 0,
         *,
         enable_exclusive_connection: bool = False,
+        service_discovery: Any = None,
+        enable_cross_node_connection: bool = False,
         **kwargs: Any
     ) -> None:
         from yr.datasystem.kv_client import KVClient
 
         Validator.check_args_types([["host", host, str], ["port", port, int]])
+        # service_discovery and enable_cross_node_connection (keywords; not
+        # in Yuanrong's Python ObjectClient, which its C++ ConnectOptions
+        # has): as KVClient's, worker selection and failover by discovery.
+        if service_discovery is not None:
+            host, port = "", 0
         self._kv = KVClient(
             host,
             port,
@@ -424,8 +431,9 @@ class ObjectClient:
             access_key,
             secret_key,
             tenant_id,
-            False,
+            enable_cross_node_connection,
             req_timeout_ms,
+            service_discovery=service_discovery,
             enable_exclusive_connection=enable_exclusive_connection,
             **kwargs
         )

@@ -36,7 +36,7 @@ struct ds_cluster {
     char self[300];
     char prefix[256];
     char member_key[600];
-    char member_value[DS_UCX_ADDR_HEX_MAX + 640];
+    char member_value[DS_UCX_ADDR_HEX_MAX + 900];
     ds_peer_auth_t *auth;
     ds_peers_t *peers;
     ds_links_t *links;
@@ -704,12 +704,25 @@ int ds__cluster_init(ds_server_t *srv, char *err, size_t err_cap)
     /* The record carries the member key peers check this worker's proofs
      * with when there is no cluster secret (peer_auth.h), and with
      * --enable_rdma the UCX worker address peers send to (cluster_ucx.c). */
+    /* host_id: the host ID from --host_id_env_name's variable, which
+     * clients' service discovery matches against their own for same-node
+     * selection; left out when unset or when it would need JSON escapes. */
+    const char *host_id = srv->cfg.host_id_env_name[0] ? getenv(srv->cfg.host_id_env_name) : NULL;
+    for (const char *h = host_id; h && *h; h++)
+        if (*h == '"' || *h == '\\' || (unsigned char)*h < 0x20 || h - host_id > 200) {
+            DS_LOG_WARN("cluster: the host ID in $%s is not published: it is longer than 200 "
+                        "bytes or holds a quote, backslash or control character",
+                        srv->cfg.host_id_env_name);
+            host_id = NULL;
+            break;
+        }
     snprintf(cl->member_value, sizeof(cl->member_value),
              "{\"address\": \"%s\", \"worker_id\": \"%s\", \"state\": \"ready\", \"pid\": "
-             "%d, \"peer_key\": \"%s\"%s%s%s}",
+             "%d, \"peer_key\": \"%s\"%s%s%s%s%s%s}",
              cl->self, srv->worker_id, (int)getpid(), ds__peer_auth_pub(cl->auth),
              cl->ucx ? ", \"ucx_address\": \"" : "", cl->ucx ? ds__ucx_address(cl->ucx) : "",
-             cl->ucx ? "\"" : "");
+             cl->ucx ? "\"" : "", host_id && *host_id ? ", \"host_id\": \"" : "",
+             host_id && *host_id ? host_id : "", host_id && *host_id ? "\"" : "");
     if (!ds__peer_auth_has_secret(cl->auth))
         DS_LOG_WARN("cluster: no --cluster_secret_file: peers prove themselves with member keys "
                     "published in etcd, so whoever may write /datasystem/%s/cluster/ in etcd "
