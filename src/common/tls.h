@@ -80,6 +80,10 @@ ssize_t ds__tls_writev(ds_tls_t *t, const struct iovec *iov, int n);
 /* True while bytes wait inside the session (see above). Asked by the
  * reading thread; takes no lock. */
 bool ds__tls_pending(ds_tls_t *t);
+/* Up to cap of the first bytes the session received before its handshake
+ * ended, as they came: after a failed handshake, what the other side sent
+ * instead (a worker's refusal frame, sent without TLS). The count. */
+size_t ds__tls_first_bytes(ds_tls_t *t, void *buf, size_t cap);
 /* The last failure's reason, for messages (thread-local). */
 const char *ds__tls_last_error(void);
 
