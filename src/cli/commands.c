@@ -85,6 +85,15 @@ static const cli_flag_t query_cluster_flags[] = {
     {"coordinator_address", 0, true, false, NULL,
      "Yuanrong's coordinator backend (not part of this system: answers an error)", false},
     {"cluster_name", 0, true, false, "default", "the workers' --cluster_name", false},
+    {"enable_tls", 0, false, false, NULL,
+     "the workers have --enable_tls: check each member with a TLS handshake", false},
+    {"tls_ca", 0, true, false, NULL,
+     "with --enable_tls: CA bundle the workers' certificates chain to", false},
+    {"tls_cert", 0, true, false, NULL,
+     "with --enable_tls: certificate to present (workers with --tls_verify_client ask)", false},
+    {"tls_key", 0, true, false, NULL, "with --enable_tls: private key of --tls_cert", false},
+    {"tls_passphrase_path", 0, true, false, NULL,
+     "with --enable_tls: file holding the passphrase of an encrypted --tls_key", false},
     {"timeout", 't', true, false, "5", "seconds to wait for each answer", false},
 };
 
@@ -94,6 +103,15 @@ static const cli_flag_t query_route_flags[] = {
      "Yuanrong's coordinator backend (not part of this system: answers an error)", false},
     {"cluster_name", 0, true, false, "default", "the workers' --cluster_name", false},
     {"keys", 0, true, false, NULL, "the keys to route (one or more arguments)", true},
+    {"enable_tls", 0, false, false, NULL,
+     "the workers have --enable_tls: check each member with a TLS handshake", false},
+    {"tls_ca", 0, true, false, NULL,
+     "with --enable_tls: CA bundle the workers' certificates chain to", false},
+    {"tls_cert", 0, true, false, NULL,
+     "with --enable_tls: certificate to present (workers with --tls_verify_client ask)", false},
+    {"tls_key", 0, true, false, NULL, "with --enable_tls: private key of --tls_cert", false},
+    {"tls_passphrase_path", 0, true, false, NULL,
+     "with --enable_tls: file holding the passphrase of an encrypted --tls_key", false},
     {"timeout", 't', true, false, "5", "seconds to wait for each answer", false},
 };
 

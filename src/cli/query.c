@@ -6,8 +6,9 @@
  * Both read the member registrations from etcd (the keys the workers keep
  * alive under their leases) and build the workers' own consistent-hash ring
  * from them (worker/cluster/ring.h), so hash ranges and routes are where the
- * workers put keys. A member is HEALTHY when it answers on its TCP port,
- * else UNHEALTHY; every registered member is ACTIVE (this system has no
+ * workers put keys. A member is HEALTHY when it answers on its TCP port
+ * (with --enable_tls: completes a TLS handshake there, its certificate
+ * checked against --tls_ca), else UNHEALTHY; every registered member is ACTIVE (this system has no
  * joining or leaving states). topology_version is the etcd revision of the
  * newest registration. Ranges are Yuanrong's left-open, right-closed
  * "(start,end]" (start > end wraps past 4294967295); a lone member owns
@@ -15,14 +16,17 @@
  * here and is answered with an error. */
 #include "cli/cli.h"
 
+#include "common/clock.h"
 #include "common/etcd.h"
 #include "common/net.h"
+#include "common/tls.h"
 #include "worker/cluster/ring.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #define SCHEMA_VERSION "1.0"
@@ -55,6 +59,17 @@ static int failure(const char *cluster, const char *status, const char *error, i
     cJSON *root = head(cluster, status);
     cJSON_AddStringToObject(root, "error", error);
     return emit(root, rc);
+}
+
+/* --enable_tls: given as a switch, or a true value. */
+static bool tls_wanted(const cli_cmd_t *cmd, const cli_args_t *a)
+{
+    const char *v = cli_value(cmd, a, "enable_tls");
+    if (v == NULL) return false;
+    static const char *const yes[] = {"", "true", "t", "yes", "y", "1"};
+    for (size_t i = 0; i < sizeof(yes) / sizeof(yes[0]); i++)
+        if (strcasecmp(v, yes[i]) == 0) return true;
+    return false;
 }
 
 static int cmp_member(const void *a, const void *b)
@@ -92,6 +107,20 @@ static int load(const cli_cmd_t *cmd, const cli_args_t *a, member_t **out, size_
         return failure(name, "RPC unavailable", err, CLI_EXIT_FAIL);
     }
     ds__etcd_free(e);
+    /* Workers with --enable_tls: a member is healthy when it completes a
+     * TLS handshake with a certificate of --tls_ca (and takes ours when it
+     * asks), not merely when its port accepts. */
+    ds_tls_ctx_t *tls = NULL;
+    if (tls_wanted(cmd, a)) {
+        ds_tls_conf_t tc = {.ca = cli_value(cmd, a, "tls_ca"),
+                            .cert = cli_value(cmd, a, "tls_cert"),
+                            .key = cli_value(cmd, a, "tls_key"),
+                            .passphrase_path = cli_value(cmd, a, "tls_passphrase_path")};
+        if ((tls = ds__tls_ctx_new(&tc, err, sizeof(err))) == NULL) {
+            ds__etcd_kvs_free(kvs, n);
+            return failure(name, "Invalid parameter", err, CLI_EXIT_USAGE);
+        }
+    }
     member_t *m = calloc(n ? n : 1, sizeof(*m));
     const char **addrs = calloc(n ? n : 1, sizeof(*addrs));
     size_t k = 0;
@@ -104,8 +133,14 @@ static int load(const cli_cmd_t *cmd, const cli_args_t *a, member_t **out, size_
         if (cJSON_IsString(ad) && strlen(ad->valuestring) < sizeof(m[k].addr) &&
             ds__parse_hostport(ad->valuestring, host, sizeof(host), &port, err, sizeof(err)) == 0) {
             snprintf(m[k].addr, sizeof(m[k].addr), "%s", ad->valuestring);
+            uint64_t deadline = ds__now_ms() + (uint64_t)timeout_ms;
             int fd = ds__tcp_connect(host, port, (int)timeout_ms, err, sizeof(err));
             m[k].healthy = fd >= 0;
+            if (fd >= 0 && tls) {
+                ds_tls_t *t = ds__tls_new(tls, fd, err, sizeof(err));
+                m[k].healthy = t && ds__tls_handshake(t, deadline, err, sizeof(err)) == 0;
+                ds__tls_free(t);
+            }
             if (fd >= 0) close(fd);
             if (kvs[i].mod_revision > *version) *version = kvs[i].mod_revision;
             k++;
@@ -113,6 +148,7 @@ static int load(const cli_cmd_t *cmd, const cli_args_t *a, member_t **out, size_
         cJSON_Delete(reg);
     }
     ds__etcd_kvs_free(kvs, n);
+    ds__tls_ctx_free(tls);
     if (m == NULL || addrs == NULL) {
         free(m);
         free(addrs);

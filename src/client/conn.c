@@ -166,6 +166,45 @@ static ds_status_t hello_once(const ds_client_t *c, int fd, ds_tls_t *tls, const
     return DS_K_OK;
 }
 
+/* A worker that refuses a connection before its TLS handshake (at its
+ * connection limit, or evicting it before HELLO) says why in a frame of
+ * ours without TLS, which the failed handshake received first: its status,
+ * its message in why, or DS_K_OK when what came was something else. The
+ * frame's tail may still be on its way: read on from the socket until the
+ * frame is whole, the socket closes or the deadline (at most a second). */
+static ds_status_t plain_refusal(ds_tls_t *tls, int fd, uint64_t deadline, char *why, size_t cap)
+{
+    uint8_t b[512];
+    size_t n = ds__tls_first_bytes(tls, b, sizeof(b));
+    static const uint8_t magic[4] = {0x59, 0x52, 0x44, 0x53}; /* DS_WIRE_MAGIC on the wire */
+    if (n < sizeof(magic) || memcmp(b, magic, sizeof(magic)) != 0) return DS_K_OK;
+    uint64_t until = ds__now_ms() + 1000;
+    if (until > deadline) until = deadline;
+    ds_wire_header_t h;
+    char err[128];
+    for (int i = 0; i < 64; i++) {
+        if (n >= DS_WIRE_HEADER_LEN) {
+            if (ds__wire_header_decode(b, 0, &h, err, sizeof(err)) != 0 ||
+                !(h.flags & DS_FLAG_RESPONSE) || h.opcode != DS_OP_HELLO || h.status == DS_K_OK ||
+                h.meta_len > sizeof(b) - DS_WIRE_HEADER_LEN)
+                return DS_K_OK;
+            if (n >= DS_WIRE_HEADER_LEN + h.meta_len) break;
+        }
+        if (n == sizeof(b) || ds__wait_fd(fd, POLLIN, until) != 0) return DS_K_OK;
+        ssize_t r = recv(fd, b + n, sizeof(b) - n, MSG_DONTWAIT);
+        if (r <= 0 && !(r < 0 && (errno == EAGAIN || errno == EINTR))) return DS_K_OK;
+        if (r > 0) n += (size_t)r;
+    }
+    if (n < DS_WIRE_HEADER_LEN || n < DS_WIRE_HEADER_LEN + h.meta_len) return DS_K_OK;
+    ds_rbuf_t r;
+    ds__rbuf_init(&r, b + DS_WIRE_HEADER_LEN, h.meta_len);
+    const char *msg;
+    uint32_t ml = ds__rbuf_str(&r, &msg);
+    if (r.err) return DS_K_OK;
+    snprintf(why, cap, "%.*s (sent without TLS)", (int)ml, msg);
+    return (ds_status_t)h.status;
+}
+
 /* A string field of the response into out (cap bytes); r.err when longer. */
 static void read_cstr(ds_rbuf_t *r, char *out, size_t cap)
 {
@@ -195,7 +234,13 @@ ds_status_t ds__conn_dial(const ds_client_t *c, const ds_dial_t *d, int *out_fd,
         char te[300];
         tls = ds__tls_new(c->tls, fd, te, sizeof(te));
         if (tls == NULL || ds__tls_handshake(tls, deadline, te, sizeof(te)) != 0) {
+            char why[256];
+            ds_status_t rs = tls ? plain_refusal(tls, fd, deadline, why, sizeof(why)) : DS_K_OK;
             ds__tls_free(tls);
+            if (rs != DS_K_OK) {
+                close(fd);
+                return ds__set_error(rs, "worker at %s refused the connection: %s", c->addr, why);
+            }
             close(fd);
             return ds__set_error(DS_K_RPC_UNAVAILABLE, "cannot reach the worker at %s: %s%s",
                                  c->addr, te,

@@ -3,17 +3,28 @@
  * Sessions talk to their socket through a BIO of our own rather than
  * OpenSSL's socket BIO: that one writes with write(2), which raises SIGPIPE
  * when the other side has gone, and a library may not kill its caller for
- * that. Ours sends with MSG_NOSIGNAL and otherwise behaves the same.
+ * that. Ours sends with MSG_NOSIGNAL, and it buffers both ways, because
+ * OpenSSL moves data one record (at most 16 KiB) at a time:
+ * - Reading, each recv takes up to a buffer's worth (64 KiB in a worker,
+ *   which holds many sessions; 256 KiB in a client, which reads the large
+ *   answers) and OpenSSL's record reads are served from it, the first
+ *   straight from the socket (recvmsg fills OpenSSL's wanted bytes first,
+ *   then the buffer). OpenSSL's own read-ahead is off: it moves what it
+ *   holds back to the front of its buffer at every record, a copy of up to
+ *   the whole buffer per 16 KiB, which cost more than the cipher.
+ * - Writing, the records of one ds__tls_writev of more than one record are
+ *   gathered and leave in one send, not as a send (and, with TCP_NODELAY, a
+ *   segment and a wake-up of the reader) per 16 KiB. Records that did not
+ *   all fit in the socket stay in the session; the caller repeats the write
+ *   (tls.h's rule) and is told the bytes are taken only once they are out,
+ *   so a caller that stops writing never leaves bytes behind.
  *
  * Choices: TLS 1.2 at least; AES-128-GCM first, and the server's order
  * wins over a client's (the CPU does AES in hardware; AES-256 takes 14
  * rounds to its 10 for no need of ours); no session tickets (a
  * connection is long-lived, and a ticket is a write the server would make
  * after the handshake, outside any request); no renegotiation, so a read
- * never needs a write and a write never needs a read; read-ahead with a
- * 64 KiB buffer (256 KiB in a client, which reads the large answers), so a
- * large value comes in with one recv per buffer rather than two per 16 KiB
- * record. */
+ * never needs a write and a write never needs a read. */
 #include "common/tls.h"
 
 #include "common/clock.h"
@@ -30,7 +41,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 
@@ -38,11 +48,18 @@
 #define DS_TLS_RECORD (16u << 10) /* the most plaintext in one record */
 #define DS_TLS_READ_BUF (64u << 10)
 #define DS_TLS_READ_BUF_CLIENT (256u << 10)
+/* Room for the records of one gathered write: DS_TLS_WRITE_MAX of
+ * plaintext in records of DS_TLS_RECORD, each with at most 256 bytes of
+ * header, nonce, padding and tag (29 with AES-GCM in TLS 1.2), and a few
+ * more records (a key update) to spare. */
+#define DS_TLS_FIRST 512u
+#define DS_TLS_GATHER (DS_TLS_WRITE_MAX + (DS_TLS_WRITE_MAX / DS_TLS_RECORD + 4) * 256u)
 #define DS_TLS_SLICE_MS 100
 
 struct ds_tls_ctx {
     SSL_CTX *ssl;
     bool server;
+    size_t read_buf; /* each session's receive buffer */
     char pass[256];
 };
 
@@ -58,6 +75,22 @@ struct ds_tls {
      * read that wanted the socket leaves at most part of a record, nothing
      * a read could return yet. */
     atomic_bool pend;
+    /* Received ciphertext OpenSSL has not asked for yet: rbuf[rpos..rlen)
+     * (allocated at the first read, rcap bytes). */
+    uint8_t *rbuf;
+    size_t rcap, rpos, rlen;
+    /* Gathered records not yet in the socket: wbuf[woff..wlen) (allocated
+     * at the first write of more than one record). gather is set while
+     * ds__tls_writev's SSL_write runs; wplain is the plaintext those
+     * records carry, reported to the caller once they are out. */
+    uint8_t *wbuf;
+    size_t woff, wlen, wplain;
+    bool gather;
+    /* The first bytes received before the handshake ended: a refusal sent
+     * without TLS (ds__tls_first_bytes). */
+    bool hs_done;
+    size_t nfirst;
+    uint8_t first[DS_TLS_FIRST];
     uint8_t stage[DS_TLS_STAGE];
 };
 
@@ -78,31 +111,87 @@ static int retryable(int e)
     return e == EAGAIN || e == EWOULDBLOCK || e == EINTR;
 }
 
+/* Sends the gathered records: 0 when none are left, else -1 with errno
+ * (EAGAIN: the socket is full). */
+static int wflush(ds_tls_t *t)
+{
+    while (t->woff < t->wlen) {
+        ssize_t w = send(t->fd, t->wbuf + t->woff, t->wlen - t->woff, MSG_NOSIGNAL);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        t->woff += (size_t)w;
+    }
+    t->woff = t->wlen = 0;
+    return 0;
+}
+
 static int sock_write(BIO *b, const char *in, int len)
 {
-    int fd = (int)(intptr_t)BIO_get_data(b);
-    ssize_t w = send(fd, in, (size_t)len, MSG_NOSIGNAL);
+    ds_tls_t *t = BIO_get_data(b);
     BIO_clear_retry_flags(b);
+    if (t->gather && t->wlen + (size_t)len <= DS_TLS_GATHER) {
+        memcpy(t->wbuf + t->wlen, in, (size_t)len);
+        t->wlen += (size_t)len;
+        return len;
+    }
+    /* Gathered records go first (and one that does not fit sends them). */
+    if (t->wlen > t->woff && wflush(t) != 0) {
+        if (retryable(errno)) BIO_set_retry_write(b);
+        return -1;
+    }
+    ssize_t w = send(t->fd, in, (size_t)len, MSG_NOSIGNAL);
     if (w < 0 && retryable(errno)) BIO_set_retry_write(b);
     return (int)w;
 }
 
+static void keep_first(ds_tls_t *t, const void *p, size_t n)
+{
+    if (n > DS_TLS_FIRST - t->nfirst) n = DS_TLS_FIRST - t->nfirst;
+    memcpy(t->first + t->nfirst, p, n);
+    t->nfirst += n;
+}
+
 static int sock_read(BIO *b, char *out, int len)
 {
-    int fd = (int)(intptr_t)BIO_get_data(b);
-    ssize_t r = recv(fd, out, (size_t)len, 0);
+    ds_tls_t *t = BIO_get_data(b);
     BIO_clear_retry_flags(b);
+    if (t->rpos < t->rlen) {
+        size_t n = t->rlen - t->rpos;
+        if (n > (size_t)len) n = (size_t)len;
+        memcpy(out, t->rbuf + t->rpos, n);
+        t->rpos += n;
+        return (int)n;
+    }
+    t->rpos = t->rlen = 0;
+    struct iovec v[2] = {{out, (size_t)len}, {t->rbuf, t->rcap}};
+    struct msghdr m = {.msg_iov = v, .msg_iovlen = t->rbuf ? 2 : 1};
+    ssize_t r = recvmsg(t->fd, &m, 0);
     if (r < 0 && retryable(errno)) BIO_set_retry_read(b);
+    if (r > 0 && !t->hs_done) {
+        keep_first(t, out, r < len ? (size_t)r : (size_t)len);
+        if (r > len) keep_first(t, t->rbuf, (size_t)r - (size_t)len);
+    }
+    if (r > len) {
+        t->rlen = (size_t)r - (size_t)len;
+        r = len;
+    }
     return (int)r;
 }
 
 static long sock_ctrl(BIO *b, int cmd, long num, void *ptr)
 {
-    (void)b;
     (void)num;
     (void)ptr;
-    /* Nothing is buffered here: a flush is done at once. */
-    return cmd == BIO_CTRL_FLUSH ? 1 : 0;
+    if (cmd != BIO_CTRL_FLUSH) return 0;
+    ds_tls_t *t = BIO_get_data(b);
+    BIO_clear_retry_flags(b);
+    if (t->wlen > t->woff && wflush(t) != 0) {
+        if (retryable(errno)) BIO_set_retry_write(b);
+        return -1;
+    }
+    return 1;
 }
 
 static int sock_create(BIO *b)
@@ -191,12 +280,17 @@ ds_tls_ctx_t *ds__tls_ctx_new(const ds_tls_conf_t *conf, char *err, size_t err_c
     SSL_CTX_set_options(s, SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_COMPRESSION |
                                SSL_OP_IGNORE_UNEXPECTED_EOF | SSL_OP_NO_TICKET |
                                SSL_OP_CIPHER_SERVER_PREFERENCE);
+    /* Buffers stay with the session (no SSL_MODE_RELEASE_BUFFERS: freeing
+     * and allocating them per record costs page faults); a repeated write
+     * may come from a moved buffer (the caller's iovecs, or the stage). */
     SSL_CTX_set_mode(s, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+    SSL_CTX_clear_mode(s, SSL_MODE_RELEASE_BUFFERS);
     SSL_CTX_set_ciphersuites(s, "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:"
                                 "TLS_CHACHA20_POLY1305_SHA256");
-    SSL_CTX_set_read_ahead(s, 1);
+    SSL_CTX_set_cipher_list(s, "ECDHE+AES128+AESGCM:ECDHE+AES256+AESGCM:ECDHE+CHACHA20:!aNULL");
+    SSL_CTX_set_read_ahead(s, 0);
     /* A client reads large values (a get); a worker holds many sessions. */
-    SSL_CTX_set_default_read_buffer_len(s, conf->server ? DS_TLS_READ_BUF : DS_TLS_READ_BUF_CLIENT);
+    c->read_buf = conf->server ? DS_TLS_READ_BUF : DS_TLS_READ_BUF_CLIENT;
     if (conf->server) SSL_CTX_set_num_tickets(s, 0);
     const char *fail = NULL;
     char what[700];
@@ -287,7 +381,9 @@ ds_tls_t *ds__tls_new(ds_tls_ctx_t *ctx, int fd, char *err, size_t err_cap)
     struct timeval tv = {.tv_sec = 0, .tv_usec = DS_TLS_SLICE_MS * 1000};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
     setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-    BIO_set_data(b, (void *)(intptr_t)fd);
+    t->rcap = ctx->read_buf;
+    t->rbuf = malloc(t->rcap); /* none: reads go straight to OpenSSL */
+    BIO_set_data(b, t);
     SSL_set_bio(t->ssl, b, b);
     if (ctx->server)
         SSL_set_accept_state(t->ssl);
@@ -303,7 +399,16 @@ void ds__tls_free(ds_tls_t *t)
     if (t == NULL) return;
     SSL_free(t->ssl);
     pthread_mutex_destroy(&t->mu);
+    free(t->rbuf);
+    free(t->wbuf);
     free(t);
+}
+
+/* Whether a read could return bytes without the socket: OpenSSL holds a
+ * record, or the receive buffer holds ciphertext. */
+static bool has_pending(ds_tls_t *t)
+{
+    return SSL_has_pending(t->ssl) == 1 || t->rpos < t->rlen;
 }
 
 /* Why the handshake failed, in words: the refused certificate, the other
@@ -347,8 +452,10 @@ int ds__tls_handshake_step(ds_tls_t *t, short *events, char *err, size_t err_cap
         snprintf(last_err, sizeof(last_err), "%s", err);
         rc = -1;
     }
-    if (rc == 1)
-        atomic_store_explicit(&t->pend, SSL_has_pending(t->ssl) == 1, memory_order_relaxed);
+    if (rc == 1) {
+        t->hs_done = true;
+        atomic_store_explicit(&t->pend, has_pending(t), memory_order_relaxed);
+    }
     pthread_mutex_unlock(&t->mu);
     return rc;
 }
@@ -400,13 +507,13 @@ ssize_t ds__tls_recv(ds_tls_t *t, void *buf, size_t len)
     errno = 0;
     int r = SSL_read(t->ssl, buf, (int)len);
     if (r > 0) {
-        atomic_store_explicit(&t->pend, SSL_has_pending(t->ssl) == 1, memory_order_relaxed);
+        atomic_store_explicit(&t->pend, has_pending(t), memory_order_relaxed);
         pthread_mutex_unlock(&t->mu);
         return r;
     }
     int sys_errno = errno;
     int e = SSL_get_error(t->ssl, r);
-    atomic_store_explicit(&t->pend, e != SSL_ERROR_WANT_READ && SSL_has_pending(t->ssl) == 1,
+    atomic_store_explicit(&t->pend, e != SSL_ERROR_WANT_READ && has_pending(t),
                           memory_order_relaxed);
     if (e == SSL_ERROR_ZERO_RETURN) {
         pthread_mutex_unlock(&t->mu);
@@ -419,11 +526,6 @@ ssize_t ds__tls_recv(ds_tls_t *t, void *buf, size_t len)
     return -1;
 }
 
-static void set_cork(int fd, int on)
-{
-    setsockopt(fd, IPPROTO_TCP, TCP_CORK, &on, sizeof(on));
-}
-
 ssize_t ds__tls_writev(ds_tls_t *t, const struct iovec *iov, int n)
 {
     pthread_mutex_lock(&t->mu);
@@ -432,6 +534,19 @@ ssize_t ds__tls_writev(ds_tls_t *t, const struct iovec *iov, int n)
     if (n <= 0) {
         pthread_mutex_unlock(&t->mu);
         return 0;
+    }
+    if (t->wplain) {
+        /* The repeat of a write whose records did not all go out: its
+         * bytes are taken once they have. */
+        ssize_t done = -1;
+        if (wflush(t) == 0) {
+            done = (ssize_t)t->wplain;
+            t->wplain = 0;
+        }
+        int saved = errno;
+        pthread_mutex_unlock(&t->mu);
+        errno = saved;
+        return done;
     }
     bool direct = t->wpend ? iov[0].iov_len >= t->wpend : iov[0].iov_len >= DS_TLS_STAGE;
     if (direct) {
@@ -462,22 +577,27 @@ ssize_t ds__tls_writev(ds_tls_t *t, const struct iovec *iov, int n)
         pthread_mutex_unlock(&t->mu);
         return 0;
     }
-    /* A write of more than one record goes out corked: each record is a
-     * send of its own, and uncorked every one would leave (TCP_NODELAY) as
-     * a segment of its own, a packet and a wake-up of the reader per 16 KiB
-     * where plain TCP sends 64 KiB segments. Uncorking pushes the tail. */
-    bool cork = len > DS_TLS_RECORD;
-    if (cork) set_cork(t->fd, 1);
+    /* More than one record: gathered, to leave in one send (see above). A
+     * write OpenSSL has begun (wpend) finishes the way it began. */
+    if (len > DS_TLS_RECORD && !t->wpend && t->wbuf == NULL) t->wbuf = malloc(DS_TLS_GATHER);
+    t->gather = len > DS_TLS_RECORD && !t->wpend && t->wbuf != NULL;
     ERR_clear_error();
     errno = 0;
     int r = SSL_write(t->ssl, buf, (int)len);
-    if (cork) {
-        int saved_errno = errno;
-        set_cork(t->fd, 0);
-        errno = saved_errno;
-    }
+    bool gathered = t->gather;
+    t->gather = false;
     if (r > 0) {
         t->wpend = 0;
+        if (gathered && wflush(t) != 0) {
+            int saved = errno;
+            if (retryable(saved)) {
+                t->wplain = (size_t)r;
+                saved = EAGAIN;
+            }
+            pthread_mutex_unlock(&t->mu);
+            errno = saved;
+            return -1;
+        }
         pthread_mutex_unlock(&t->mu);
         return r;
     }
@@ -489,6 +609,15 @@ ssize_t ds__tls_writev(ds_tls_t *t, const struct iovec *iov, int n)
     pthread_mutex_unlock(&t->mu);
     errno = saved;
     return -1;
+}
+
+size_t ds__tls_first_bytes(ds_tls_t *t, void *buf, size_t cap)
+{
+    pthread_mutex_lock(&t->mu);
+    size_t n = t->nfirst < cap ? t->nfirst : cap;
+    memcpy(buf, t->first, n);
+    pthread_mutex_unlock(&t->mu);
+    return n;
 }
 
 bool ds__tls_pending(ds_tls_t *t)

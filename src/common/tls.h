@@ -14,7 +14,7 @@
  * - A write that returned EAGAIN must be repeated with the same bytes first
  *   (at least as many; ds__tls_writev takes care of it while the caller's
  *   iovecs start where they did).
- * - Decrypted (or read-ahead) bytes can wait inside the session where epoll
+ * - Decrypted (or received) bytes can wait inside the session where epoll
  *   does not see them: after stopping short of EAGAIN, a reader looks at
  *   ds__tls_pending before waiting for the socket.
  *
@@ -71,7 +71,10 @@ ssize_t ds__tls_recv(ds_tls_t *t, void *buf, size_t len);
 /* Like sendmsg: bytes taken (from the front of iov), or -1 with errno
  * (EAGAIN: no room; try again later with the same bytes first). Takes
  * small iovecs together into one record and large ones at most
- * DS_TLS_WRITE_MAX at a time. */
+ * DS_TLS_WRITE_MAX at a time. The records of a write of more than one
+ * record leave in one send; when they do not all fit in the socket the
+ * write says EAGAIN, and its repeat reports their bytes once they are out
+ * (so a caller that stops writing after a success leaves nothing behind). */
 ssize_t ds__tls_writev(ds_tls_t *t, const struct iovec *iov, int n);
 /* A write holds the session's lock while it encrypts and sends, and the
  * other thread's read waits that long: 256 KiB is ~0.1 ms at AES-GCM's
@@ -80,6 +83,10 @@ ssize_t ds__tls_writev(ds_tls_t *t, const struct iovec *iov, int n);
 /* True while bytes wait inside the session (see above). Asked by the
  * reading thread; takes no lock. */
 bool ds__tls_pending(ds_tls_t *t);
+/* Up to cap of the first bytes the session received before its handshake
+ * ended, as they came: after a failed handshake, what the other side sent
+ * instead (a worker's refusal frame, sent without TLS). The count. */
+size_t ds__tls_first_bytes(ds_tls_t *t, void *buf, size_t cap);
 /* The last failure's reason, for messages (thread-local). */
 const char *ds__tls_last_error(void);
 

@@ -609,6 +609,25 @@ def test_security_flags_pass_through(tmp_path, short_dir, procs):
     p = _py(PY_TLS_PROGRAM, workers[0][0], workers[1][0], certs["ca.pem"], certs["client.pem"],
             certs["client.key"])
     assert "tls program ok" in p.stdout, p.stdout + p.stderr
+    # query cluster / route check the members with a TLS handshake when
+    # told: healthy with the deployment's CA (and a client certificate, which
+    # --tls_verify_client asks for), unhealthy when their certificates do
+    # not chain to --tls_ca (here a leaf certificate, no CA at all).
+    tls_args = ["--enable_tls", "--tls_ca", certs["ca.pem"], "--tls_cert", certs["client.pem"],
+                "--tls_key", certs["client.key"]]
+    p = _dscli("query", "cluster", "--etcd_address", etcd, *tls_args)
+    assert p.returncode == 0, p.stdout + p.stderr
+    doc = json.loads(p.stdout)
+    assert sorted(n["worker_address"] for n in doc["nodes"]) == sorted(
+        "127.0.0.1:%d" % w[0] for w in workers)
+    assert all(n["health"] == "HEALTHY" for n in doc["nodes"]), doc
+    p = _dscli("query", "route", "--etcd_address", etcd, "--keys", "k1", *tls_args)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert all(r["health"] == "HEALTHY" for r in json.loads(p.stdout)["routes"])
+    p = _dscli("query", "cluster", "--etcd_address", etcd, "--enable_tls", "--tls_ca",
+               certs["client.pem"])
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert all(n["health"] == "UNHEALTHY" for n in json.loads(p.stdout)["nodes"])
 
     # The first: over the Unix socket where dscli start put it. The second's
     # socket is not where dscli looks without -d, so dscli finds it over TCP:

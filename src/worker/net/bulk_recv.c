@@ -39,6 +39,7 @@ typedef struct job {
     uint32_t n, idx;
     uint64_t off, skip;
     uint64_t got;
+    ds_tls_t *tls; /* the connection's TLS session, or NULL */
 } job_t;
 
 struct ds_brecv {
@@ -64,7 +65,10 @@ static bool recv_some(void *ctx, ds_xfer_job_t *x)
     ds_brecv_t *b = ctx;
     job_t *j = (job_t *)x;
     uint64_t budget = DS_BRECV_STEP;
-    while (budget > 0) {
+    /* Bytes a TLS session holds are no event for the thread's poll: a
+     * step ends only once the session has handed over what it holds (at
+     * most its receive buffer and a record past the budget). */
+    while (budget > 0 || (j->tls && ds__tls_pending(j->tls))) {
         if (job_over(j)) return true;
         uint8_t *dst;
         uint64_t want;
@@ -77,8 +81,9 @@ static bool recv_some(void *ctx, ds_xfer_job_t *x)
             dst = s->p ? s->p + j->off : b->discard;
             if (s->p == NULL && want > DS_BRECV_DISCARD) want = DS_BRECV_DISCARD;
         }
-        if (want > budget) want = budget;
-        ssize_t r = recv(j->x.fd, dst, want, MSG_DONTWAIT);
+        if (want > budget && budget > 0) want = budget;
+        ssize_t r =
+            j->tls ? ds__tls_recv(j->tls, dst, want) : recv(j->x.fd, dst, want, MSG_DONTWAIT);
         if (r < 0) {
             if (errno == EINTR) continue;
             if (errno == EAGAIN || errno == EWOULDBLOCK) return false;
@@ -94,7 +99,7 @@ static bool recv_some(void *ctx, ds_xfer_job_t *x)
             j->skip -= (uint64_t)r;
         else
             j->off += (uint64_t)r;
-        budget -= (uint64_t)r;
+        budget = (uint64_t)r >= budget ? 0 : budget - (uint64_t)r;
     }
     return job_over(j);
 }
@@ -146,6 +151,7 @@ bool ds__brecv_take(ds_brecv_t *b, ds_conn_t *c)
     j->idx = c->sink_idx;
     j->off = c->sink_off;
     j->skip = c->sinks ? 0 : c->skip;
+    j->tls = c->tls;
     if (ds__xfer_take(b->xfer, &j->x)) return true;
     free(j);
     return false;

@@ -673,10 +673,10 @@ static uint64_t data_left(const ds_conn_t *c)
 static bool data_to_thread(ds_conn_t *c)
 {
     conn_full_t *f = full(c);
-    /* A TLS connection's bytes come through its session, which the loop
-     * alone reads. */
-    if (c->tls || c->bulk_in || c->state != CONN_READ_DATA || f->rpos != f->rlen ||
-        c->net->brecv == NULL || data_left(c) < DS_BRECV_MIN || !ds__brecv_take(c->net->brecv, c))
+    /* A TLS connection's bytes come through its session, which the thread
+     * reads then (what the session holds already included). */
+    if (c->bulk_in || c->state != CONN_READ_DATA || f->rpos != f->rlen || c->net->brecv == NULL ||
+        data_left(c) < DS_BRECV_MIN || !ds__brecv_take(c->net->brecv, c))
         return false;
     c->bulk_in = true;
     c->net->ctr.bulk_receives++;
@@ -903,7 +903,8 @@ void ds__net_after_event(void *ctx)
         if (c->state == CONN_PARKED && c->deferred == NULL) {
             c->state = c->sinks || c->skip ? CONN_READ_DATA : CONN_READ_HEADER;
             process_input(c);
-        } else if (c->state != CONN_CLOSED && c->state != CONN_PARKED && ds__conn_tls_pending(c)) {
+        } else if (c->state != CONN_CLOSED && c->state != CONN_PARKED && !c->bulk_in &&
+                   ds__conn_tls_pending(c)) {
             process_input(c);
         }
     }
@@ -935,8 +936,11 @@ static void reject(ds_net_t *net, int fd)
                           .status = DS_K_RUNTIME_ERROR,
                           .meta_len = (uint32_t)w.len};
     ds__wire_header_encode(&h, hdr);
-    ssize_t wr = send(fd, hdr, sizeof(hdr), MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (wr == (ssize_t)sizeof(hdr)) wr = send(fd, w.buf, w.len, MSG_NOSIGNAL | MSG_DONTWAIT);
+    /* One write, so that a TLS client's failed handshake holds all of it
+     * (client/conn.c): there is no session yet, the frame goes plain. */
+    struct iovec iov[2] = {{hdr, sizeof(hdr)}, {w.buf, w.len}};
+    struct msghdr m = {.msg_iov = iov, .msg_iovlen = 2};
+    ssize_t wr = sendmsg(fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
     (void)wr;
     ds__wbuf_free(&w);
     close(fd);

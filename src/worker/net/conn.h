@@ -117,6 +117,10 @@ bool ds__conn_tls_handshake(ds_conn_t *c);
 ssize_t ds__conn_recv(ds_conn_t *c, void *buf, size_t len);
 ssize_t ds__conn_sendv(ds_conn_t *c, const struct iovec *iov, int n);
 bool ds__conn_tls_pending(ds_conn_t *c);
+/* A refusal frame (header and message) to a connection about to close
+ * before HELLO, plain or through its session as the client can read it
+ * (conn_tls.c); best effort. */
+void ds__conn_send_refusal(ds_conn_t *c, const struct iovec *iov, int n);
 void ds__conn_tls_free(ds_conn_t *c);
 /* HELLO (hello.c). */
 void ds__hello(ds_conn_t *c);

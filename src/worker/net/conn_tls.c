@@ -11,7 +11,13 @@
  *
  * Afterwards the connection's reads and writes go through ds__conn_recv and
  * ds__conn_sendv, which use the session when the connection has one. Unix
- * socket connections never do. */
+ * socket connections never do.
+ *
+ * A connection refused before HELLO (the connection limit, guard.c's
+ * evictions) is told why in a frame the client can read: without TLS
+ * before the handshake's first byte (the client's failed handshake keeps
+ * the bytes it got instead, common/tls.h ds__tls_first_bytes), through the
+ * session after the handshake, and not at all in between. */
 #include "worker/net/conn.h"
 
 #include "common/log.h"
@@ -122,6 +128,21 @@ ssize_t ds__conn_sendv(ds_conn_t *c, const struct iovec *iov, int n)
     if (c->tls) return ds__tls_writev(c->tls, iov, n);
     struct msghdr m = {.msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)n};
     return sendmsg(c->io.fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
+void ds__conn_send_refusal(ds_conn_t *c, const struct iovec *iov, int n)
+{
+    if (c->tls && c->tls_hs == 0) {
+        ssize_t w = ds__tls_writev(c->tls, iov, n);
+        (void)w;
+        return;
+    }
+    /* Mid-handshake the client reads TLS records: a frame of ours would
+     * only be garbage to it, so it learns of the close alone. */
+    if (c->tls && c->tls_hs == 2) return;
+    struct msghdr m = {.msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)n};
+    ssize_t w = sendmsg(c->io.fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+    (void)w;
 }
 
 bool ds__conn_tls_pending(ds_conn_t *c)

@@ -97,9 +97,7 @@ static void close_waiting(ds_conn_t *c, ds_status_t st, const char *why)
                               .meta_len = (uint32_t)w.len};
         ds__wire_header_encode(&h, hdr);
         struct iovec iov[2] = {{hdr, sizeof(hdr)}, {w.buf, w.len}};
-        struct msghdr m = {.msg_iov = iov, .msg_iovlen = 2};
-        ssize_t wr = sendmsg(c->io.fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
-        (void)wr;
+        ds__conn_send_refusal(c, iov, 2);
         ds__wbuf_free(&w);
     }
     ds__conn_close(c, why);
