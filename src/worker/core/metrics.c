@@ -142,19 +142,23 @@ static char *render(struct ds_metrics *m, size_t *len)
     emit(&t, "ds_worker_uptime_seconds %.3f\n", (double)(ds__now_ms() - srv->start_ms) / 1000.0);
 
     family(&t, "ds_worker_operations_total", "counter", "Requests received, by operation.");
+    /* Opcode numbers have gaps (ranges kept for kinds of operations). */
     for (unsigned op = 1; op < DS_OP__MAX; op++)
-        emit(&t, "ds_worker_operations_total{op=\"%s\"} %" PRIu64 "\n", ds__opcode_name(op),
-             srv->net.ctr.ops[op]);
+        if (ds__opcode_name(op))
+            emit(&t, "ds_worker_operations_total{op=\"%s\"} %" PRIu64 "\n", ds__opcode_name(op),
+                 srv->net.ctr.ops[op]);
     family(&t, "ds_worker_operation_errors_total", "counter",
            "Responses with a status other than K_OK, by operation.");
     for (unsigned op = 1; op < DS_OP__MAX; op++)
-        emit(&t, "ds_worker_operation_errors_total{op=\"%s\"} %" PRIu64 "\n", ds__opcode_name(op),
-             srv->net.ctr.errors[op]);
+        if (ds__opcode_name(op))
+            emit(&t, "ds_worker_operation_errors_total{op=\"%s\"} %" PRIu64 "\n",
+                 ds__opcode_name(op), srv->net.ctr.errors[op]);
 
     family(&t, "ds_worker_request_duration_seconds", "histogram",
            "Time from a request's header arriving to its response being queued, by operation.");
     for (unsigned op = 1; op < DS_OP__MAX; op++) {
         const char *name = ds__opcode_name(op);
+        if (name == NULL) continue;
         uint64_t cum = 0;
         for (int b = 0; b < DS_HIST_FINITE; b++) {
             cum += m->bucket[op][b];

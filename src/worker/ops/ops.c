@@ -720,6 +720,11 @@ void ds__ops_dispatch(void *ctx, ds_req_t *r)
     case DS_OP_DROP:
     case DS_OP_UCX_PULL:
     case DS_OP_PEER_AUTH:
+    case DS_OP_REPL_PUT:
+    case DS_OP_REPL_META:
+    case DS_OP_REPL_COPY:
+    case DS_OP_HOT_ADD:
+    case DS_OP_HOT_DROP:
         if (srv->remote)
             srv->remote->peer_op(srv, r);
         else
