@@ -230,7 +230,8 @@ void ds__cluster_peer_auth(ds_server_t *srv, ds_req_t *r);
 /* The owner drops superseded copies: a DROP (HOT_DROP for a hot copy,
  * version 0) to each location but except, as jobs of p. */
 typedef struct {
-    ds_pend_t *p;
+    ds_pend_t *p; /* NULL: the drops are sent without waiting for them (srv set) */
+    ds_server_t *srv;
     const char *key;
     uint32_t keylen;
     const char *except; /* the worker that asked: it has handled its own copy */
@@ -273,6 +274,11 @@ void ds__repl_rereg_flush(ds_server_t *srv);
  * (after a short delay, so re-registrations arrive first). */
 void ds__repl_member_left(ds_server_t *srv, const char *addr);
 uint64_t ds__repl_tick(ds_server_t *srv, uint64_t now);
+/* The key's copy here was written here, deleted or left the table: what
+ * this worker knew about it as a copy (hot or replica) goes. */
+void ds__repl_forget(ds_server_t *srv, const char *key, uint32_t keylen);
+/* o is a hot copy (a cache of a write made elsewhere). */
+bool ds__repl_is_hot(ds_server_t *srv, const ds_obj_t *o);
 /* Counters for STATS. */
 void ds__repl_stats(ds_server_t *srv, struct cJSON *cl);
 

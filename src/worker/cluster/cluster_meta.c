@@ -150,16 +150,22 @@ void ds__meta_del(ds_meta_t *m, const char *key, size_t len, const char *loc, ui
     uint32_t h = ds__murmur3_32(key, len, 0);
     mentry_t *e = find(m, key, len, h);
     if (e == NULL) return;
-    uint32_t k = 0;
+    uint32_t k = 0, full = 0;
     for (uint32_t i = 0; i < e->nlocs; i++) {
         bool drop =
             loc == NULL || (strcmp(e->locs[i].addr, loc) == 0 && e->locs[i].version <= version);
         if (drop) {
-            if (cb) cb(ctx, e->locs[i].addr, e->locs[i].version);
+            /* One copy that left: the others stay, and nobody is told. */
+            if (cb && loc == NULL) cb(ctx, e->locs[i].addr, e->locs[i].version);
         } else {
+            full += e->locs[i].version != 0;
             e->locs[k++] = e->locs[i];
         }
     }
+    /* No full copy left: the hot copies of the write go as well. */
+    for (uint32_t i = 0; full == 0 && i < k; i++)
+        if (cb && loc != NULL) cb(ctx, e->locs[i].addr, e->locs[i].version);
+    if (full == 0) k = 0;
     e->nlocs = k;
     if (k == 0) remove_entry(m, e);
 }

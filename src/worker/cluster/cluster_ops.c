@@ -414,6 +414,8 @@ void ds__cluster_published(ds_server_t *srv, ds_req_t *r, ds_obj_t **objs, const
     /* Memory replicas (cluster_repl.c); an NX write keeps one copy: the
      * owner decides it alone. */
     uint32_t want = ds__repl_want(srv);
+    for (uint32_t i = 0; want <= 1 && i < n; i++)
+        if (objs[i]) ds__repl_forget(srv, objs[i]->key, objs[i]->keylen);
     if (want > 1 && !nx) {
         ds__repl_published(srv, r, objs, status, n, nx, first_err, want);
         return;
@@ -575,13 +577,16 @@ void ds__cluster_keys_op(ds_server_t *srv, ds_req_t *r, const char *const *keys,
             /* Deleted here at once, the L2 copy too; the owner drops
              * every other copy. */
             ds__store_delete(srv->store, keys[i], lens[i]);
+            ds__repl_forget(srv, keys[i], lens[i]);
             if (srv->tier) ds__tier_del(srv, keys[i], lens[i], DS_TIER_UNWATCHED);
             p->status[i] = DS_K_OK;
             if (m) m[nm++] = i;
             continue;
         }
         ds_obj_t *o = ds__store_lookup(srv->store, keys[i], lens[i], now);
-        if (o == NULL) {
+        /* A hot copy is a cache: an expiry goes to where the write lives
+         * (whose expiry then drops the hot copies). */
+        if (o == NULL || (op == DS_OP_EXPIRE && ds__repl_is_hot(srv, o))) {
             if (m) m[nm++] = i;
             continue;
         }
@@ -606,11 +611,13 @@ void ds__cluster_keys_op(ds_server_t *srv, ds_req_t *r, const char *const *keys,
 
 void ds__cluster_gone(ds_server_t *srv, const ds_obj_t *o)
 {
+    ds__repl_forget(srv, o->key, o->keylen);
     const char *owner = ds__cluster_owner(srv, o->key, o->keylen);
     if (owner == NULL) return;
     if (strcmp(owner, ds__cluster_self(srv)) == 0) {
+        ds_drop_ctx_t d = {NULL, srv, o->key, o->keylen, ds__cluster_self(srv)};
         ds__meta_del(ds__cluster_meta(srv), o->key, o->keylen, ds__cluster_self(srv), o->version,
-                     NULL, NULL);
+                     ds__owner_queue_drop, &d);
         return;
     }
     ds_job_t *j = ds__job_new(NULL, owner, DS_OP_META_DEL, NULL);

@@ -154,7 +154,7 @@ void ds__owner_queue_drop(void *ctx, const char *loc, uint64_t version)
 {
     ds_drop_ctx_t *d = ctx;
     if (d->except && strcmp(loc, d->except) == 0) return;
-    ds_server_t *srv = d->p->srv;
+    ds_server_t *srv = d->p ? d->p->srv : d->srv;
     bool hot = version == 0; /* a hot copy (cluster_repl.c) */
     if (strcmp(loc, ds__cluster_self(srv)) == 0) {
         if (hot)
@@ -214,7 +214,7 @@ static void meta_update(ds_server_t *srv, ds_req_t *r, bool put)
         uint64_t size = put ? ds__rbuf_u64(&rb) : 0;
         uint64_t version = ds__rbuf_u64(&rb);
         if (rb.err) break;
-        ds_drop_ctx_t d = {p, k, kl, where};
+        ds_drop_ctx_t d = {p, srv, k, kl, where};
         const char *cur;
         uint64_t cur_size, cur_version;
         if (only_if_unknown &&
@@ -233,7 +233,8 @@ static void meta_update(ds_server_t *srv, ds_req_t *r, bool put)
         } else if (everywhere) {
             ds__meta_del(ds__cluster_meta(srv), k, kl, NULL, 0, ds__owner_queue_drop, &d);
         } else {
-            ds__meta_del(ds__cluster_meta(srv), k, kl, where, version, NULL, NULL);
+            /* the hot copies of a write whose last full copy left go too */
+            ds__meta_del(ds__cluster_meta(srv), k, kl, where, version, ds__owner_queue_drop, &d);
         }
     }
     ds__pend_start(p);

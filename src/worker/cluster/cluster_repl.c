@@ -77,6 +77,7 @@ struct ds_repl {
     size_t rereg_at[16]; /* where each batch's count goes */
     /* counters */
     uint64_t pushes, received, push_failures, repairs, hot_kept, hot_refused, hot_dropped;
+    uint64_t nhot; /* COPY_HOT entries */
 };
 
 static bool copy_key_eq(const ds_dict_node_t *n, const void *key, size_t len)
@@ -89,6 +90,7 @@ static void copy_destroy(ds_dict_node_t *n, void *ctx)
 {
     ds_repl_t *rp = ctx;
     copy_t *c = DS_DICT_ENTRY(n, copy_t, node);
+    if (c->kind == COPY_HOT) rp->nhot--;
     if (c->obj) ds__store_unref(rp->srv->store, c->obj);
     free(c);
 }
@@ -594,7 +596,7 @@ static void op_repl_meta(ds_server_t *srv, ds_req_t *r)
         }
         uint32_t first = 0;
         if (!same) {
-            ds_drop_ctx_t d = {p, k, kl, addr[0]};
+            ds_drop_ctx_t d = {p, srv, k, kl, addr[0]};
             ds__meta_put_write(m, k, kl, org, ov, want, addr[0], size, ver[0], ds__owner_queue_drop,
                                &d);
             first = 1;
@@ -1005,6 +1007,7 @@ static void hot_publish(ds_server_t *srv, ds_repl_t *rp, copy_t *c)
         c->kind = COPY_HOT;
         c->version = o->version;
         rp->hot_kept++;
+        rp->nhot++;
     } else {
         copy_remove(rp, c);
     }
@@ -1042,6 +1045,12 @@ void ds__repl_keep_hot(ds_server_t *srv, const char *key, uint32_t keylen, ds_ob
     ds_repl_t *rp = ds__cluster_repl(srv);
     const char *owner = ds__cluster_owner(srv, key, keylen);
     if (owner == NULL) return;
+    /* Gets that overlap keep the first copy: one already kept (or written
+     * here) serves them, and one on its way is not replaced, so the entry
+     * always names what the store holds. */
+    copy_t *cur = copy_find(rp, key, keylen);
+    if (cur && cur->kind == COPY_HOT_PENDING) return;
+    if (ds__store_lookup(srv->store, key, keylen, ds__now_ms()) != NULL) return;
     copy_t *c = copy_set(rp, key, keylen, COPY_HOT_PENDING);
     if (c == NULL) return;
     ds__store_ref(obj);
@@ -1149,6 +1158,22 @@ void ds__repl_peer_op(ds_server_t *srv, ds_req_t *r)
     }
 }
 
+void ds__repl_forget(ds_server_t *srv, const char *key, uint32_t keylen)
+{
+    ds_repl_t *rp = ds__cluster_repl(srv);
+    copy_t *c = copy_find(rp, key, keylen);
+    if (c && c->kind == COPY_HOT_PENDING)
+        c->cancelled = true; /* what it pulled is older than this */
+    else if (c)
+        copy_remove(rp, c);
+}
+
+bool ds__repl_is_hot(ds_server_t *srv, const ds_obj_t *o)
+{
+    copy_t *c = copy_find(ds__cluster_repl(srv), o->key, o->keylen);
+    return c && c->kind == COPY_HOT && c->version == o->version;
+}
+
 void ds__repl_stats(ds_server_t *srv, struct cJSON *cl)
 {
     ds_repl_t *rp = ds__cluster_repl(srv);
@@ -1162,5 +1187,6 @@ void ds__repl_stats(ds_server_t *srv, struct cJSON *cl)
     cJSON_AddNumberToObject(o, "hot_kept", (double)rp->hot_kept);
     cJSON_AddNumberToObject(o, "hot_refused", (double)rp->hot_refused);
     cJSON_AddNumberToObject(o, "hot_dropped", (double)rp->hot_dropped);
+    cJSON_AddNumberToObject(o, "hot_copies", (double)rp->nhot);
     cJSON_AddNumberToObject(o, "copies_tracked", (double)ds__dict_count(&rp->copies));
 }
