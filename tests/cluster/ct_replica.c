@@ -3,8 +3,8 @@
  *  - --replica_num 2: 240 checksummed keys of 1 KiB to 2 MiB set round-robin
  *    through A, B and C; kill -9 of C; once C left the ring every key reads
  *    back byte-exact through A and B (0 lost). The copies C held are made
- *    again: every key ends up on both A and B, and after kill -9 of B too, A
- *    alone still serves all 240.
+ *    again: every key ends up with a full copy on both A and B, and after
+ *    kill -9 of B too, A alone still serves all 240.
  *  - --replica_num 1: the same kill loses exactly the keys written through
  *    C (their only copy) and nothing else, as the docs say; hot copies of
  *    them on A and B go with C.
@@ -140,17 +140,21 @@ static void test_replica2_sigkill(void **state)
             NKEYS);
     assert_int_equal(lost, 0);
 
-    /* The copies C held are made again: each of the 160 writes C held a
-     * copy of (80 through C, 80 replicated to it) gets a second holder
-     * (a round may make one more than needed: it then holds three). */
-    double repairs = 0;
-    for (int t = 0; t < 200 && repairs < 2 * NKEYS / 3; t++) {
-        repairs = dst_stat(&C.w[A], "cluster.replication.repairs") +
-                  dst_stat(&C.w[B], "cluster.replication.repairs");
-        if (repairs < 2 * NKEYS / 3) usleep(100 * 1000);
+    /* The copies C held are made again: with two members left, A and B
+     * each end up with a full copy of every key (hot copies aside). */
+    double full[2] = {0, 0};
+    for (int t = 0; t < 600 && (full[0] < NKEYS || full[1] < NKEYS); t++) {
+        for (int w = A; w <= B; w++)
+            full[w] = dst_stat(&C.w[w], "objects.count") -
+                      dst_stat(&C.w[w], "cluster.replication.hot_copies");
+        if (full[0] < NKEYS || full[1] < NKEYS) usleep(100 * 1000);
     }
-    fprintf(stderr, "  copies made again after the kill: %.0f\n", repairs);
-    assert_true(repairs >= 2 * NKEYS / 3);
+    double repairs = dst_stat(&C.w[A], "cluster.replication.repairs") +
+                     dst_stat(&C.w[B], "cluster.replication.repairs");
+    fprintf(stderr, "  copies made again after the kill: %.0f; full copies on A %.0f, B %.0f\n",
+            repairs, full[0], full[1]);
+    assert_true(full[0] == NKEYS && full[1] == NKEYS);
+    assert_true(repairs >= NKEYS / 3); /* at least C's own writes */
 
     /* So losing B as well loses nothing. */
     kill_and_wait(B, 1);

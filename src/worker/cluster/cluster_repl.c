@@ -916,7 +916,9 @@ static void run_repairs(ds_server_t *srv, ds_repl_t *rp)
         free(l.keys[i]);
     }
     if (l.n) DS_LOG_INFO("cluster: making copies of %u keys again", l.n);
-    if (l.n >= DS_REPL_REPAIR_BATCH) schedule_repair(rp, 100);
+    /* Look again later: a copy made through another holder is reported by
+     * that holder, and one that failed there is tried again from here. */
+    if (l.n) schedule_repair(rp, l.n >= DS_REPL_REPAIR_BATCH ? 100 : 3 * DS_REPL_REPAIR_DELAY_MS);
     free(l.keys);
     free(l.lens);
 }
