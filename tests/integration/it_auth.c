@@ -99,6 +99,7 @@ static void test_raw_requests_refused(void **state)
     (void)state;
     char err[256];
     for (unsigned op = DS_OP_SET; op < DS_OP__MAX; op++) {
+        if (ds__opcode_name(op) == NULL) continue; /* a gap between opcode ranges */
         int fd = ds__tcp_connect(W.host, W.port, 2000, err, sizeof(err));
         assert_true(fd >= 0);
         uint8_t hb[DS_WIRE_HEADER_LEN];
