@@ -310,6 +310,29 @@
  *         K_NOT_AUTHORIZED on every other connection. from not a member in
  *         etcd: K_TRY_AGAIN (its record may not have arrived yet); a wrong
  *         proof: K_NOT_AUTHORIZED. Standalone: K_NOT_SUPPORTED.
+ *
+ * Copies (src/worker/cluster/cluster_repl.c; peer-only like the above). A
+ * write is named by its origin worker and the origin's version of it.
+ * REPL_PUT req: key, u8 write_mode, u32 ttl_second, str origin, u64 origin_version,
+ *         u32 want; data section: the value (the one request besides SET with one)
+ *         resp: str err, u64 version (of the copy the receiver now holds)
+ * REPL_META req: str origin, u8 rereg, n, n*(key, u64 size, u64 origin_version, u32 want,
+ *         u32 h, h*(str holder, u64 version))
+ *         resp: str err, n, n*u32 status (after superseded copies were dropped)
+ *         rereg=0: a new write, recorded with its holders (the first one is
+ *         the origin); rereg=1: holders registering again after a ring change:
+ *         added to the same write, or, when another write is recorded,
+ *         answered K_DUPLICATED (the holder drops its copy); rereg=2: a copy
+ *         made again (REPL_COPY): added to the same write, else K_NOT_FOUND
+ *         (the copy is dropped)
+ * REPL_COPY req: key, u64 version, str target, str origin, u64 origin_version, u32 want
+ *         (owner to a holder) push that copy to target, then tell the owner
+ *         (REPL_META rereg=2); answered once the push is queued: resp: str err
+ * HOT_ADD req: key, str source, u64 source_version, str holder
+ *         (to the owner) record holder's hot copy of the copy source@source_version;
+ *         K_NOT_FOUND when that copy is no longer current (the holder discards it)
+ * HOT_DROP req: n, n*key   resp: str err
+ *         drop the hot copies of these keys (or cancel the ones not yet kept)
  */
 #define DS_OPCODE_MAP(X)                                                                           \
     X(HELLO, 1, "hello")                                                                           \
@@ -358,7 +381,12 @@
     X(SC_QUERY, 48, "sc_query")                                                                    \
     X(SC_PEER_REG, 49, "sc_peer_reg")                                                              \
     X(SC_PEER_PUSH, 50, "sc_peer_push")                                                            \
-    X(SC_PEER_QUERY, 51, "sc_peer_query")
+    X(SC_PEER_QUERY, 51, "sc_peer_query")                                                          \
+    X(REPL_PUT, 70, "repl_put")                                                                    \
+    X(REPL_META, 71, "repl_meta")                                                                  \
+    X(REPL_COPY, 72, "repl_copy")                                                                  \
+    X(HOT_ADD, 73, "hot_add")                                                                      \
+    X(HOT_DROP, 74, "hot_drop")
 
 typedef enum {
 #define DS__OP_ENUM(name, num, text) DS_OP_##name = num,

@@ -122,6 +122,14 @@ static const flag_def_t flags[] = {
          "Yuanrong's grace before a lost worker counts as dead; here a member whose lease "
          "lapses (--node_timeout_s) leaves the ring at once, so this is only checked and logged"),
     YINT(heartbeat_interval_ms, 1000, 50, 600000, "cluster lease keep-alive period"),
+    INT(replica_num, 1, 1, 8,
+        "memory replicas: a write is answered once this many workers hold it (capped at the "
+        "member count), so losing fewer than this many loses nothing it acknowledged; lost "
+        "copies are made again elsewhere (docs/replication.md)"),
+    YBOOL(enable_data_replication, true,
+          "a value a get pulled from another worker stays as a local hot copy (evictable, "
+          "dropped when the key is written again or deleted anywhere), so the next get of it "
+          "is served locally"),
     INT(max_frame_mb, 2048, 1, 1 << 20, "largest request data section accepted, MiB"),
     INT(inline_max_kb, 64, 0, 1 << 20,
         "values up to this size travel inline to local clients, KiB"),
@@ -358,7 +366,6 @@ static const flag_def_t flags[] = {
     YR(shared_disk_size_mb, COMPAT_INT),
     YR(stream_idle_time_s, COMPAT_INT),
     YR(skip_authenticate, COMPAT_BOOL),
-    YR(enable_data_replication, COMPAT_BOOL),
     YR(enable_redirect, COMPAT_BOOL),
     YR(enable_metadata_recovery, COMPAT_BOOL),
     YR(rdma_register_whole_arena, COMPAT_BOOL),

@@ -65,6 +65,9 @@ typedef struct {
     int64_t distributed_disk_compact_min_dead_mb;
     int64_t distributed_disk_compact_dead_percent;
     bool enable_rdma;
+    /* copies of a write (cluster/cluster_repl.c) */
+    int64_t replica_num;
+    bool enable_data_replication;
     /* TLS on the TCP port and between peers (--enable_tls; common/tls.h) */
     bool enable_tls, tls_verify_client;
     char tls_ca[512], tls_cert[512], tls_key[512], tls_passphrase_path[512];

@@ -9,7 +9,9 @@
  *    owned by several owners, with missing keys among them;
  *  - a consumer waiting on B (sub_timeout_ms) is woken promptly by a publish
  *    on A (a local consumer through its request lane), and times out
- *    promptly when nothing comes. */
+ *    promptly when nothing comes.
+ * Hot copies are off (--enable_data_replication false), so every remote get
+ * takes the pull path this suite is about. */
 #include "cluster_util.h"
 
 #include "common/clock.h"
@@ -32,7 +34,11 @@ static int setup(void **state)
 {
     (void)state;
     const int arenas[] = {160, 128, 128};
-    return ct_cluster_start(&C, 3, arenas);
+    /* Every remote get pulls here: hot copies (which would serve the
+     * repeated reads locally) are ct_replica's and ct_consistency's. */
+    const char *extra[] = {"--enable_data_replication false", "--enable_data_replication false",
+                           "--enable_data_replication false"};
+    return ct_cluster_start_with(&C, 3, arenas, extra);
 }
 
 static int teardown(void **state)

@@ -1,7 +1,8 @@
 /* Worker failure in a cluster of three (A, B, C on 127.0.0.11-13, real etcd,
  * 2 s leases):
- *  - kill -9 of C: reads of its keys come back in bounded time (an error or
- *    missing, never a hang) even before its lease expires; once it expires A
+ *  - kill -9 of C: reads of its keys come back in bounded time (an error,
+ *    missing or a hot copy's right bytes, never a hang) even before its
+ *    lease expires; once it expires A
  *    and B drop C from the ring (STATS cluster.members 3 -> 2), C's keys read
  *    as missing and every key on A and B is still served from both (also
  *    those whose metadata C owned). C restarted on its address rejoins.
@@ -106,7 +107,9 @@ static void test_kill_member(void **state)
         void *v = NULL;
         size_t len = 0;
         ds_status_t st = ds_kv_get(a, key, 0, &v, &len);
-        assert_int_not_equal(st, DS_K_OK);
+        /* An error, or A's hot copy of the value (the reads above left one):
+         * never other bytes. */
+        if (st == DS_K_OK) assert_true(len == key_len(i) && dst_check(v, len, 60000 + (uint64_t)i));
         ds_free(v);
         assert_true(ds__now_ms() - r0 < 3000);
     }

@@ -4,7 +4,9 @@
  * The clients run inside the namespaces too (ct_node via `ip netns exec`):
  * a value set on h1 is read on h2 (TCP and local clients, checksummed), a
  * consumer waiting on h3 is woken by a publish on h1, and a wait for a key
- * that never comes times out promptly. Namespace names carry this process's
+ * that never comes times out promptly. The workers keep two copies of each
+ * write (--replica_num 2): keys set through h3 all read back on h2 after h3's
+ * worker is killed (last, so the other tests see three hosts). Namespace names carry this process's
  * pid and are deleted at the end, on failure and on SIGTERM/SIGINT too;
  * leftovers of earlier runs that died are swept first. Skipped, with a
  * message, when the kernel refuses namespaces (not root, EPERM). */
@@ -105,7 +107,8 @@ static int setup(void **state)
     if (dst_netns_enter(hub) != 0 || dst_etcd_start(&E, "198.18.0.1") != 0) return -1;
     char flags[512];
     snprintf(flags, sizeof(flags),
-             "--etcd_address %s --cluster_name ns%d --node_timeout_s %d --heartbeat_interval_ms %d",
+             "--etcd_address %s --cluster_name ns%d --node_timeout_s %d --heartbeat_interval_ms %d "
+             "--replica_num 2",
              E.address, (int)getpid(), CT_NODE_TIMEOUT_S, CT_HEARTBEAT_MS);
     for (int i = 0; i < 3; i++)
         if (dst_netns_enter(hosts[i]) != 0 ||
@@ -283,6 +286,34 @@ static void test_wait_times_out_promptly(void **state)
     assert_true(ms >= 490 && ms < 500 + 5000);
 }
 
+static void test_replicas_survive_kill(void **state)
+{
+    (void)state;
+    SKIP_IF_UNAVAILABLE();
+    enum { NK = 24 };
+    char out[256];
+    for (int i = 0; i < NK; i++) {
+        size_t size = (size_t)1024 << (i % 12); /* 1 KiB .. 2 MiB */
+        assert_int_equal(node_run(2, NULL, 0, "-t tcp %s:%d set nsr-%d %zu %d", addr_ip[2],
+                                  W[2].port, i, size, 700 + i),
+                         0);
+    }
+    dst_worker_kill(&W[2]);
+    assert_int_equal(node_run(0, NULL, 0, "%s:%d members 2 15000", addr_ip[0], W[0].port), 0);
+    assert_int_equal(node_run(1, NULL, 0, "%s:%d members 2 15000", addr_ip[1], W[1].port), 0);
+    int lost = 0;
+    for (int i = 0; i < NK; i++) {
+        size_t size = (size_t)1024 << (i % 12);
+        /* A waiting get: the new owners learn the holders' copies within
+         * moments of the ring change. */
+        lost += node_run(1, out, sizeof(out), "-t tcp %s:%d get nsr-%d %zu %d 3000", addr_ip[1],
+                         W[1].port, i, size, 700 + i) != 0;
+    }
+    fprintf(stderr, "  h3 killed with --replica_num 2: %d of %d keys set through it lost\n", lost,
+            NK);
+    assert_int_equal(lost, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -290,6 +321,7 @@ int main(void)
         cmocka_unit_test(test_set_on_h1_get_on_h2),
         cmocka_unit_test(test_consumer_on_h3_woken_by_h1),
         cmocka_unit_test(test_wait_times_out_promptly),
+        cmocka_unit_test(test_replicas_survive_kill),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

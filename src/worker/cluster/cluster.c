@@ -68,6 +68,7 @@ struct ds_cluster {
      * it registers every local key again once it is back. */
     atomic_bool reannounce;
     bool self_missing; /* loop only */
+    ds_repl_t *repl;   /* replicas and hot copies (cluster_repl.c) */
 };
 
 /* ---- jobs ---- */
@@ -176,7 +177,11 @@ static void run_job(struct ds_cluster *cl, ds_job_t *j)
         return;
     }
     ds_peer_resp_t resp;
-    if (ds__peer_request(pc, j->op, &j->req, NULL, 0, dl, &resp) != 0) {
+    /* A send (REPL_PUT) reads a published object the job holds a reference
+     * to: its bytes never change. */
+    struct iovec src = {(void *)(uintptr_t)j->src, (size_t)j->src_len};
+    if (ds__peer_request(pc, j->op, &j->req, j->src ? &src : NULL, j->src ? 1 : 0, dl, &resp) !=
+        0) {
         j->transport_failed = 1;
         snprintf(j->err, sizeof(j->err), "%s", resp.err[0] ? resp.err : "peer request failed");
         ds__peer_resp_free(&resp);
@@ -254,6 +259,7 @@ void ds__pend_free(ds_pend_t *p)
     free(p->sizes);
     free(p->orig_status);
     free(p->orig_idx);
+    if (p->ext_free) p->ext_free(p->srv, p->ext);
     free(p);
 }
 
@@ -319,7 +325,9 @@ void ds__job_complete(ds_server_t *srv, ds_job_t *j)
 
 uint64_t ds__cluster_tick(ds_server_t *srv, uint64_t now)
 {
-    return srv->cluster ? ds__links_expire(srv->cluster->links, now) : 0;
+    if (srv->cluster == NULL) return 0;
+    uint64_t a = ds__links_expire(srv->cluster->links, now), b = ds__repl_tick(srv, now);
+    return a && (b == 0 || a < b) ? a : b;
 }
 
 /* ---- membership ---- */
@@ -509,6 +517,7 @@ static void adopt_members(struct ds_cluster *cl)
             DS_LOG_INFO("cluster: member %s (%s) left", cl->members[i].addr, cl->members[i].id);
             ds__meta_prune(cl->meta, cl->srv, cl->members[i].addr);
             ds__holds_member_left(cl->srv, cl->members[i].addr);
+            ds__repl_member_left(cl->srv, cl->members[i].addr);
             ds__peers_forget(cl->peers, cl->members[i].addr);
             ds__links_forget(cl->links, cl->members[i].addr);
             /* Its UCX endpoint stays: closing it here loses what the member
@@ -579,6 +588,16 @@ const char *ds__cluster_owner(ds_server_t *srv, const char *key, size_t len)
 const char *ds__cluster_self(ds_server_t *srv)
 {
     return srv->cluster->self;
+}
+
+const ds_ring_t *ds__cluster_ring(ds_server_t *srv)
+{
+    return srv->cluster->ring;
+}
+
+ds_repl_t *ds__cluster_repl(ds_server_t *srv)
+{
+    return srv->cluster->repl;
 }
 
 ds_meta_t *ds__cluster_meta(ds_server_t *srv)
@@ -661,6 +680,7 @@ static void cluster_stats(ds_server_t *srv, struct cJSON *root)
               strcmp(srv->cluster->members[i].addr, srv->cluster->self) != 0;
     cJSON_AddNumberToObject(cl, "ucx_peers", (double)np);
     ds__cluster_stream_stats(srv, cl);
+    ds__repl_stats(srv, cl);
 }
 
 /* What the operations layer hands to the cluster. */
@@ -731,12 +751,13 @@ int ds__cluster_init(ds_server_t *srv, char *err, size_t err_cap)
     cl->peers = ds__peers_new(srv->auth_token, cl->auth, srv->tls_peer);
     cl->links = ds__links_new(srv);
     cl->meta = ds__meta_new();
+    cl->repl = ds__repl_new(srv);
     cl->etcd_member = ds__etcd_new(srv->cfg.etcd_address, err, err_cap);
     if (cl->etcd_member == NULL) return -1;
     cl->etcd_watch = ds__etcd_new(srv->cfg.etcd_address, err, err_cap);
     cl->etcd_range = ds__etcd_new(srv->cfg.etcd_address, err, err_cap);
     cl->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (!cl->peers || !cl->links || !cl->meta || !cl->etcd_watch || !cl->etcd_range ||
+    if (!cl->peers || !cl->links || !cl->meta || !cl->repl || !cl->etcd_watch || !cl->etcd_range ||
         cl->efd < 0 ||
         ds__loop_add(srv->net.loop, &cl->eio, cl->efd, EPOLLIN, on_eventfd, cl) != 0) {
         snprintf(err, err_cap, "cannot set up the cluster: %s", strerror(errno));
@@ -813,6 +834,7 @@ void ds__cluster_destroy(ds_server_t *srv)
     ds__meta_free(cl->meta);
     ds__holds_free(cl->holds);
     ds__cluster_stream_free(srv);
+    ds__repl_free(cl->repl);
     ds__ring_free(cl->ring);
     pthread_mutex_destroy(&cl->mu);
     pthread_cond_destroy(&cl->cv);

@@ -32,6 +32,7 @@ typedef struct ds_pend ds_pend_t;
 typedef struct ds_job ds_job_t;
 typedef struct ds_meta ds_meta_t;
 typedef struct ds_holds ds_holds_t;
+typedef struct ds_repl ds_repl_t;
 
 /* A client request waiting for jobs. req is the handler's request while
  * the pend is being set up, and deferred once jobs are out (its connection
@@ -72,6 +73,9 @@ struct ds_pend {
     ds_latch_resume_fn resume;
     ds_latch_cancel_fn cancel;
     void *ctx;
+    /* an operation's own state, freed with the pend by ext_free */
+    void *ext;
+    void (*ext_free)(ds_server_t *srv, void *ext);
 };
 
 struct ds_job {
@@ -88,7 +92,12 @@ struct ds_job {
     /* pulls: read the single value into dst when it is dst_len bytes */
     uint8_t *dst;
     uint64_t dst_len;
-    uint32_t index; /* which key of the pend */
+    /* sends: the data section, src_len bytes of obj (a published object the
+     * job holds a reference to) */
+    const uint8_t *src;
+    uint64_t src_len;
+    uint32_t index;   /* which key of the pend */
+    uint64_t version; /* a GET's pull: the version named where it pulls from */
     ds_obj_t *obj;
     uint64_t ucx_tag;  /* a UCX_PULL: the tag its value arrives with (cluster_ucx.c) */
     bool waits;        /* a LOCATE that may wait at the owner */
@@ -114,6 +123,8 @@ struct ds_job {
 #define DS_LOCATE_INLINE_MAX (64u << 10)
 
 /* cluster.c */
+const ds_ring_t *ds__cluster_ring(ds_server_t *srv);
+ds_repl_t *ds__cluster_repl(ds_server_t *srv);
 /* The member key (hex, "" = none in its record) of the member at addr, or
  * NULL when addr is not a member. */
 const char *ds__cluster_member_key(ds_server_t *srv, const char *addr);
@@ -196,6 +207,37 @@ void ds__meta_del(ds_meta_t *m, const char *key, size_t len, const char *loc, ui
 /* Forgets every location on a member, and every key this worker no longer owns. */
 void ds__meta_prune(ds_meta_t *m, ds_server_t *srv, const char *dead_member);
 uint64_t ds__meta_count(const ds_meta_t *m);
+/* Copies of one write a key's entry holds at most (origin, replicas, hot copies). */
+#define DS_META_MAX_LOCS 8
+/* ds__meta_put for a write made at origin (origin_version there) that asked
+ * for want copies; loc is its first copy (the origin, unless the origin is
+ * gone and a replica registers it again). */
+void ds__meta_put_write(ds_meta_t *m, const char *key, size_t len, const char *origin,
+                        uint64_t origin_version, uint32_t want, const char *loc, uint64_t size,
+                        uint64_t version, void (*cb)(void *ctx, const char *loc, uint64_t version),
+                        void *ctx);
+/* The key's current write: 1 with its origin, origin version and wanted copies. */
+int ds__meta_write(ds_meta_t *m, const char *key, size_t len, const char **origin,
+                   uint64_t *origin_version, uint32_t *want);
+/* Adds a full copy at loc (its version there) of the write origin@origin_version:
+ * 1 when recorded, 0 when the key's current write is another one. */
+int ds__meta_add(ds_meta_t *m, const char *key, size_t len, const char *origin,
+                 uint64_t origin_version, const char *loc, uint64_t size, uint64_t version);
+/* Adds a hot copy at loc of the full copy src@src_version: 1 when recorded,
+ * 0 when that copy is no longer current. Hot copies are reported to the
+ * drop callbacks with version 0. */
+int ds__meta_add_hot(ds_meta_t *m, const char *key, size_t len, const char *src,
+                     uint64_t src_version, const char *loc);
+/* The key's full copies (hot ones left out): up to cap of them into addrs
+ * and versions, their value size into *size; returns how many there are. */
+uint32_t ds__meta_copies(ds_meta_t *m, const char *key, size_t len, const char **addrs,
+                         uint64_t *versions, uint32_t cap, uint64_t *size);
+/* Calls fn for every key with at least one and fewer than the wanted full
+ * copies. fn must not change the table. */
+void ds__meta_foreach_short(ds_meta_t *m,
+                            void (*fn)(void *ctx, const char *key, uint32_t len, uint32_t want,
+                                       uint32_t have),
+                            void *ctx);
 
 /* cluster_ops.c: the operations that consult peers (ds_remote_t's hooks) */
 void ds__cluster_get(ds_server_t *srv, ds_req_t *r, int32_t wait_ms, uint8_t flags,
@@ -226,6 +268,16 @@ void ds__cluster_ucx_pull(ds_server_t *srv, ds_req_t *r);
 void ds__cluster_peer_auth(ds_server_t *srv, ds_req_t *r);
 
 /* cluster_owner.c: LOCATE, META_PUT, META_DEL and DROP (and PEER_AUTH's dispatch) */
+/* The owner drops superseded copies: a DROP (HOT_DROP for a hot copy,
+ * version 0) to each location but except, as jobs of p. */
+typedef struct {
+    ds_pend_t *p; /* NULL: the drops are sent without waiting for them (srv set) */
+    ds_server_t *srv;
+    const char *key;
+    uint32_t keylen;
+    const char *except; /* the worker that asked: it has handled its own copy */
+} ds_drop_ctx_t;
+void ds__owner_queue_drop(void *ctx, const char *loc, uint64_t version);
 void ds__cluster_peer_op(ds_server_t *srv, ds_req_t *r);
 /* A local copy left the table by eviction or expiry: tell its owner. */
 void ds__cluster_gone(ds_server_t *srv, const ds_obj_t *o);
@@ -246,5 +298,41 @@ void ds__cluster_stream_query(ds_server_t *srv, ds_req_t *r, const char *name, u
 void ds__cluster_stream_peer_op(ds_server_t *srv, ds_req_t *r);
 void ds__cluster_stream_stats(ds_server_t *srv, struct cJSON *cl);
 void ds__cluster_stream_free(ds_server_t *srv);
+/* cluster_repl.c: memory replicas (--replica_num) and hot copies
+ * (--enable_data_replication) */
+ds_repl_t *ds__repl_new(ds_server_t *srv);
+void ds__repl_free(ds_repl_t *rp);
+/* How many workers must hold a write before it is answered (the flag,
+ * capped at the member count). */
+uint32_t ds__repl_want(ds_server_t *srv);
+/* SET/PUBLISH with replicas: pushes each published object to want - 1 other
+ * members, then records all copies at the owners, then answers. */
+void ds__repl_published(ds_server_t *srv, ds_req_t *r, ds_obj_t **objs, const uint32_t *status,
+                        uint32_t n, bool nx, const char *first_err, uint32_t want);
+/* The owner's and holders' side of REPL_PUT, REPL_META, HOT_ADD, HOT_DROP, REPL_COPY. */
+void ds__repl_peer_op(ds_server_t *srv, ds_req_t *r);
+/* A GET pulled obj (CREATING, the pend's reference) from src@src_version:
+ * keep it as a hot copy once its owner recorded it. */
+void ds__repl_keep_hot(ds_server_t *srv, const char *key, uint32_t keylen, ds_obj_t *obj,
+                       const char *src, uint64_t src_version);
+/* A hot copy on this worker must go (its write was superseded or deleted). */
+void ds__repl_drop_hot(ds_server_t *srv, const char *key, uint32_t keylen);
+/* Re-registers o with its new owner when it is a replicated write's copy
+ * (true), so the owner records every holder of the write; false: o is not. */
+bool ds__repl_rereg(ds_server_t *srv, ds_obj_t *o, const char *owner);
+/* After the store walk of a ring change: sends the batched re-registrations
+ * and drops the hot copies whose owner changed. */
+void ds__repl_rereg_flush(ds_server_t *srv);
+/* A member left: the owners' copies of its writes are made again elsewhere
+ * (after a short delay, so re-registrations arrive first). */
+void ds__repl_member_left(ds_server_t *srv, const char *addr);
+uint64_t ds__repl_tick(ds_server_t *srv, uint64_t now);
+/* The key's copy here was written here, deleted or left the table: what
+ * this worker knew about it as a copy (hot or replica) goes. */
+void ds__repl_forget(ds_server_t *srv, const char *key, uint32_t keylen);
+/* o is a hot copy (a cache of a write made elsewhere). */
+bool ds__repl_is_hot(ds_server_t *srv, const ds_obj_t *o);
+/* Counters for STATS. */
+void ds__repl_stats(ds_server_t *srv, struct cJSON *cl);
 
 #endif

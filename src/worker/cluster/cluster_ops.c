@@ -98,6 +98,8 @@ static void pull_done(ds_job_t *j)
         if (j->op == DS_OP_UCX_PULL && j->ucx_tag) p->srv->cctr.ucx_pulls++;
         if (j->op == DS_OP_UCX_PULL && !j->ucx_tag) p->srv->cctr.ucx_pull_fallbacks++;
         p->objs[j->index] = j->obj; /* the pend keeps the reference */
+        ds__repl_keep_hot(p->srv, p->keys[j->index], p->keylens[j->index], j->obj, j->addr,
+                          j->version);
         j->obj = NULL;
         return;
     }
@@ -129,7 +131,8 @@ static void pull_done(ds_job_t *j)
 /* Key i of the GET lives at `where` (size bytes): take it from the local
  * store, or reserve room for it and copy in the bytes the owner sent along
  * (val, when it holds the key itself) or pull them. */
-static void located(ds_pend_t *p, uint32_t i, uint64_t size, const char *where, const uint8_t *val)
+static void located(ds_pend_t *p, uint32_t i, uint64_t size, uint64_t version, const char *where,
+                    const uint8_t *val)
 {
     ds_server_t *srv = p->srv;
     if (strcmp(where, ds__cluster_self(srv)) == 0) {
@@ -151,6 +154,8 @@ static void located(ds_pend_t *p, uint32_t i, uint64_t size, const char *where, 
     if (val) {
         memcpy(ds__store_data(srv->store, o), val, size);
         p->objs[i] = o; /* the pend keeps the reference */
+        if (p->op == DS_OP_GET)
+            ds__repl_keep_hot(srv, p->keys[i], p->keylens[i], o, where, version);
         return;
     }
     ds_job_t *pull = ds__job_new(p, where, DS_OP_GET, pull_done);
@@ -162,6 +167,7 @@ static void located(ds_pend_t *p, uint32_t i, uint64_t size, const char *where, 
     pull->dst = ds__store_data(srv->store, o);
     pull->dst_len = size;
     pull->index = i;
+    pull->version = p->op == DS_OP_GET ? version : 0; /* 0: keep no hot copy */
     if (!ds__cluster_ucx_job(srv, pull, p->keys[i], p->keylens[i])) {
         ds__wbuf_i32(&pull->req, 0);
         ds__wbuf_u8(&pull->req, 0);
@@ -189,7 +195,7 @@ static void locate_keys(ds_pend_t *p, uint32_t *which, uint32_t n)
                               &version)) {
                 char where[300];
                 snprintf(where, sizeof(where), "%s", loc);
-                located(p, i, size, where, NULL);
+                located(p, i, size, version, where, NULL);
                 continue;
             }
             if (p->ttl == 0) continue; /* unknown to its owner: missing */
@@ -202,12 +208,12 @@ static void locate_keys(ds_pend_t *p, uint32_t *which, uint32_t n)
 /* One entry of a LOCATE answer: found, size, version, location, inline
  * value. true when the key was found (where: its location); false when it
  * was not or the answer is malformed (r->err). */
-static bool locate_entry(ds_rbuf_t *r, char *where, size_t cap, uint64_t *size, const char **val,
-                         uint32_t *vl)
+static bool locate_entry(ds_rbuf_t *r, char *where, size_t cap, uint64_t *size, uint64_t *version,
+                         const char **val, uint32_t *vl)
 {
     uint8_t found = ds__rbuf_u8(r);
     *size = ds__rbuf_u64(r);
-    (void)ds__rbuf_u64(r); /* version */
+    *version = ds__rbuf_u64(r);
     const char *loc;
     uint32_t ll = ds__rbuf_str(r, &loc);
     *vl = ds__rbuf_str(r, val);
@@ -229,11 +235,12 @@ static void locate_done(ds_job_t *j)
     for (uint32_t e = 0; e < n && e < j->nidx && !j->r.err; e++) {
         uint32_t i = j->idx[e];
         char where[300];
-        uint64_t size;
+        uint64_t size, version;
         const char *val;
         uint32_t vl;
-        if (!locate_entry(&j->r, where, sizeof(where), &size, &val, &vl) || p->objs[i]) continue;
-        located(p, i, size, where, vl > 0 && vl == size ? (const uint8_t *)val : NULL);
+        if (!locate_entry(&j->r, where, sizeof(where), &size, &version, &val, &vl) || p->objs[i])
+            continue;
+        located(p, i, size, version, where, vl > 0 && vl == size ? (const uint8_t *)val : NULL);
     }
 }
 
@@ -405,6 +412,15 @@ static void published_finish(ds_pend_t *p)
 void ds__cluster_published(ds_server_t *srv, ds_req_t *r, ds_obj_t **objs, const uint32_t *status,
                            uint32_t n, bool nx, const char *first_err)
 {
+    /* Memory replicas (cluster_repl.c); an NX write keeps one copy: the
+     * owner decides it alone. */
+    uint32_t want = ds__repl_want(srv);
+    for (uint32_t i = 0; want <= 1 && i < n; i++)
+        if (objs[i]) ds__repl_forget(srv, objs[i]->key, objs[i]->keylen);
+    if (want > 1 && !nx) {
+        ds__repl_published(srv, r, objs, status, n, nx, first_err, want);
+        return;
+    }
     ds_pend_t *p = ds__pend_new(srv, r, published_finish);
     uint32_t np = 0;
     for (uint32_t i = 0; i < n; i++)
@@ -492,10 +508,10 @@ static void keys_locate_done(ds_job_t *j)
     for (uint32_t e = 0; e < n && e < j->nidx && !j->r.err; e++) {
         uint32_t i = j->idx[e];
         char where[300];
-        uint64_t size;
+        uint64_t size, version;
         const char *val; /* none: this LOCATE asked for no values */
         uint32_t vl;
-        if (!locate_entry(&j->r, where, sizeof(where), &size, &val, &vl)) continue;
+        if (!locate_entry(&j->r, where, sizeof(where), &size, &version, &val, &vl)) continue;
         p->status[i] = DS_K_OK;
         p->sizes[i] = size;
         if (p->op != DS_OP_EXPIRE) continue;
@@ -562,13 +578,16 @@ void ds__cluster_keys_op(ds_server_t *srv, ds_req_t *r, const char *const *keys,
             /* Deleted here at once, the L2 copy too; the owner drops
              * every other copy. */
             ds__store_delete(srv->store, keys[i], lens[i]);
+            ds__repl_forget(srv, keys[i], lens[i]);
             if (srv->tier) ds__tier_del(srv, keys[i], lens[i], DS_TIER_UNWATCHED);
             p->status[i] = DS_K_OK;
             if (m) m[nm++] = i;
             continue;
         }
         ds_obj_t *o = ds__store_lookup(srv->store, keys[i], lens[i], now);
-        if (o == NULL) {
+        /* A hot copy is a cache: an expiry goes to where the write lives
+         * (whose expiry then drops the hot copies). */
+        if (o == NULL || (op == DS_OP_EXPIRE && ds__repl_is_hot(srv, o))) {
             if (m) m[nm++] = i;
             continue;
         }
@@ -593,11 +612,13 @@ void ds__cluster_keys_op(ds_server_t *srv, ds_req_t *r, const char *const *keys,
 
 void ds__cluster_gone(ds_server_t *srv, const ds_obj_t *o)
 {
+    ds__repl_forget(srv, o->key, o->keylen);
     const char *owner = ds__cluster_owner(srv, o->key, o->keylen);
     if (owner == NULL) return;
     if (strcmp(owner, ds__cluster_self(srv)) == 0) {
+        ds_drop_ctx_t d = {NULL, srv, o->key, o->keylen, ds__cluster_self(srv)};
         ds__meta_del(ds__cluster_meta(srv), o->key, o->keylen, ds__cluster_self(srv), o->version,
-                     NULL, NULL);
+                     ds__owner_queue_drop, &d);
         return;
     }
     ds_job_t *j = ds__job_new(NULL, owner, DS_OP_META_DEL, NULL);
@@ -677,6 +698,7 @@ static void rereg_one(void *ctx, ds_obj_t *o)
     const char *now_owner = ds__cluster_owner(r->srv, o->key, o->keylen);
     const char *was = r->old ? ds__ring_owner(r->old, o->key, o->keylen) : NULL;
     if (now_owner == NULL || (was && strcmp(was, now_owner) == 0)) return;
+    if (ds__repl_rereg(r->srv, o, now_owner)) return; /* a replicated write's copy, a hot copy */
     batch_t *b = NULL;
     for (size_t i = 0; i < sizeof(r->batch) / sizeof(r->batch[0]) && b == NULL; i++)
         if (r->batch[i].job == NULL || strcmp(r->batch[i].job->addr, now_owner) == 0)
@@ -708,6 +730,7 @@ void ds__cluster_ring_changed(ds_server_t *srv, const ds_ring_t *old_ring)
     ds__store_foreach(srv->store, rereg_one, &r);
     for (size_t i = 0; i < sizeof(r.batch) / sizeof(r.batch[0]); i++)
         batch_flush(srv, &r.batch[i]);
+    ds__repl_rereg_flush(srv);
     if (r.total) DS_LOG_INFO("cluster: registered %u keys with their new owners", r.total);
     ds__stream_reregister(srv); /* streams' counts, with their new owners too */
 }

@@ -51,6 +51,18 @@ static void locate_answer(ds_server_t *srv, ds_req_t *r)
         const char *loc = "";
         uint64_t size = 0, version = 0;
         int found = ds__meta_find(ds__cluster_meta(srv), keys[i], lens[i], &loc, &size, &version);
+        /* Any full copy may serve the read: this worker's own, when it holds
+         * one, saves the reader a pull from a third worker. */
+        const char *cp[DS_META_MAX_LOCS];
+        uint64_t cv[DS_META_MAX_LOCS], csize;
+        uint32_t nc = found ? ds__meta_copies(ds__cluster_meta(srv), keys[i], lens[i], cp, cv,
+                                              DS_META_MAX_LOCS, &csize)
+                            : 0;
+        for (uint32_t c = 0; c < nc && c < DS_META_MAX_LOCS; c++)
+            if (strcmp(cp[c], ds__cluster_self(srv)) == 0) {
+                loc = cp[c];
+                version = cv[c];
+            }
         ds__wbuf_u8(&w, (uint8_t)found);
         ds__wbuf_u64(&w, size);
         ds__wbuf_u64(&w, version);
@@ -122,13 +134,6 @@ static void op_locate(ds_server_t *srv, ds_req_t *r)
 
 /* ---- dropping superseded copies ---- */
 
-typedef struct {
-    ds_pend_t *p;
-    const char *key;
-    uint32_t keylen;
-    const char *except; /* the worker that asked: it has handled its own copy */
-} drop_ctx_t;
-
 static void drop_done(ds_job_t *j)
 {
     if (j->transport_failed || j->status != DS_K_OK)
@@ -145,20 +150,24 @@ static void drop_local(ds_server_t *srv, const char *key, uint32_t keylen, uint6
     if (srv->tier) ds__tier_del(srv, key, keylen, DS_TIER_UNWATCHED);
 }
 
-static void queue_drop(void *ctx, const char *loc, uint64_t version)
+void ds__owner_queue_drop(void *ctx, const char *loc, uint64_t version)
 {
-    drop_ctx_t *d = ctx;
+    ds_drop_ctx_t *d = ctx;
     if (d->except && strcmp(loc, d->except) == 0) return;
-    ds_server_t *srv = d->p->srv;
+    ds_server_t *srv = d->p ? d->p->srv : d->srv;
+    bool hot = version == 0; /* a hot copy (cluster_repl.c) */
     if (strcmp(loc, ds__cluster_self(srv)) == 0) {
-        drop_local(srv, d->key, d->keylen, version);
+        if (hot)
+            ds__repl_drop_hot(srv, d->key, d->keylen);
+        else
+            drop_local(srv, d->key, d->keylen, version);
         return;
     }
-    ds_job_t *j = ds__job_new(d->p, loc, DS_OP_DROP, drop_done);
+    ds_job_t *j = ds__job_new(d->p, loc, hot ? DS_OP_HOT_DROP : DS_OP_DROP, drop_done);
     if (j == NULL) return;
     ds__wbuf_u32(&j->req, 1);
     ds__wbuf_str(&j->req, d->key, d->keylen);
-    ds__wbuf_u64(&j->req, version);
+    if (!hot) ds__wbuf_u64(&j->req, version);
     ds__job_submit(srv, j);
 }
 
@@ -205,7 +214,7 @@ static void meta_update(ds_server_t *srv, ds_req_t *r, bool put)
         uint64_t size = put ? ds__rbuf_u64(&rb) : 0;
         uint64_t version = ds__rbuf_u64(&rb);
         if (rb.err) break;
-        drop_ctx_t d = {p, k, kl, where};
+        ds_drop_ctx_t d = {p, srv, k, kl, where};
         const char *cur;
         uint64_t cur_size, cur_version;
         if (only_if_unknown &&
@@ -218,12 +227,14 @@ static void meta_update(ds_server_t *srv, ds_req_t *r, bool put)
             continue;
         }
         if (put) {
-            ds__meta_put(ds__cluster_meta(srv), k, kl, where, size, version, queue_drop, &d);
+            ds__meta_put(ds__cluster_meta(srv), k, kl, where, size, version, ds__owner_queue_drop,
+                         &d);
             wake_locates(srv, k, kl); /* the LOCATEs waiting for this key */
         } else if (everywhere) {
-            ds__meta_del(ds__cluster_meta(srv), k, kl, NULL, 0, queue_drop, &d);
+            ds__meta_del(ds__cluster_meta(srv), k, kl, NULL, 0, ds__owner_queue_drop, &d);
         } else {
-            ds__meta_del(ds__cluster_meta(srv), k, kl, where, version, NULL, NULL);
+            /* the hot copies of a write whose last full copy left go too */
+            ds__meta_del(ds__cluster_meta(srv), k, kl, where, version, ds__owner_queue_drop, &d);
         }
     }
     ds__pend_start(p);
@@ -278,6 +289,13 @@ void ds__cluster_peer_op(ds_server_t *srv, ds_req_t *r)
     case DS_OP_SC_PEER_REG:
     case DS_OP_SC_PEER_QUERY:
         ds__cluster_stream_peer_op(srv, r);
+        break;
+    case DS_OP_REPL_PUT:
+    case DS_OP_REPL_META:
+    case DS_OP_REPL_COPY:
+    case DS_OP_HOT_ADD:
+    case DS_OP_HOT_DROP:
+        ds__repl_peer_op(srv, r);
         break;
     default:
         op_drop(srv, r);

@@ -142,6 +142,7 @@ static char *render(struct ds_metrics *m, size_t *len)
     emit(&t, "ds_worker_uptime_seconds %.3f\n", (double)(ds__now_ms() - srv->start_ms) / 1000.0);
 
     family(&t, "ds_worker_operations_total", "counter", "Requests received, by operation.");
+    /* Opcode numbers have gaps (ranges kept for kinds of operations). */
     for (unsigned op = 1; op < DS_OP__MAX; op++)
         if (ds__opcode_name(op) != NULL) /* not a gap between opcode ranges */
             emit(&t, "ds_worker_operations_total{op=\"%s\"} %" PRIu64 "\n", ds__opcode_name(op),

@@ -481,7 +481,7 @@ static void meta_complete(ds_conn_t *c)
         protocol_error(c, "the first request on a connection must be HELLO");
         return;
     }
-    if (c->h.data_len != 0 && c->h.opcode != DS_OP_SET) {
+    if (c->h.data_len != 0 && c->h.opcode != DS_OP_SET && c->h.opcode != DS_OP_REPL_PUT) {
         protocol_error(c, "this operation carries no data section");
         return;
     }

@@ -790,6 +790,11 @@ void ds__ops_dispatch(void *ctx, ds_req_t *r)
     case DS_OP_HOLDER_END:
     case DS_OP_SC_PEER_REG:
     case DS_OP_SC_PEER_QUERY:
+    case DS_OP_REPL_PUT:
+    case DS_OP_REPL_META:
+    case DS_OP_REPL_COPY:
+    case DS_OP_HOT_ADD:
+    case DS_OP_HOT_DROP:
         if (srv->remote)
             srv->remote->peer_op(srv, r);
         else
