@@ -22,7 +22,7 @@ const char *ds__opcode_name(unsigned op)
 bool ds__opcode_peer_only(unsigned op)
 {
     return op == DS_OP_LOCATE || op == DS_OP_META_PUT || op == DS_OP_META_DEL || op == DS_OP_DROP ||
-           op == DS_OP_UCX_PULL;
+           op == DS_OP_UCX_PULL || op == DS_OP_MIGRATE || op == DS_OP_META_MOVE;
 }
 
 /* Little-endian fields. On a little-endian host they are plain unaligned

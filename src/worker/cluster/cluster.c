@@ -68,6 +68,10 @@ struct ds_cluster {
      * it registers every local key again once it is back. */
     atomic_bool reannounce;
     bool self_missing; /* loop only */
+    /* A planned exit (cluster_migrate.c): the loop asks the membership
+     * thread to revoke the lease (withdraw) and learns when it did. */
+    atomic_bool withdraw, withdrawn;
+    struct ds_leave *leave; /* loop only */
 };
 
 /* ---- jobs ---- */
@@ -318,7 +322,24 @@ void ds__job_complete(ds_server_t *srv, ds_job_t *j)
 
 uint64_t ds__cluster_tick(ds_server_t *srv, uint64_t now)
 {
-    return srv->cluster ? ds__links_expire(srv->cluster->links, now) : 0;
+    if (srv->cluster == NULL) return 0;
+    uint64_t a = ds__links_expire(srv->cluster->links, now), b = ds__migrate_tick(srv, now);
+    return a && (b == 0 || a < b) ? a : b;
+}
+
+void ds__cluster_withdraw(ds_server_t *srv)
+{
+    atomic_store(&srv->cluster->withdraw, true);
+}
+
+bool ds__cluster_withdrawn(ds_server_t *srv)
+{
+    return atomic_load(&srv->cluster->withdrawn);
+}
+
+struct ds_leave **ds__cluster_leave_slot(ds_server_t *srv)
+{
+    return &srv->cluster->leave;
 }
 
 /* ---- membership ---- */
@@ -406,6 +427,15 @@ static void *member_thread(void *arg)
     int64_t lease = 0;
     bool warned = false, ever = false;
     while (!atomic_load(&cl->stop)) {
+        if (atomic_load(&cl->withdraw)) {
+            /* Leaving for good: the others drop this worker now, not when
+             * the lease runs out. */
+            if (atomic_load(&cl->registered)) ds__etcd_revoke(cl->etcd_member, lease);
+            atomic_store(&cl->registered, 0);
+            atomic_store(&cl->withdrawn, true);
+            nap(cl, 50);
+            continue;
+        }
         if (!atomic_load(&cl->registered)) {
             if (ds__etcd_grant(cl->etcd_member, (int)srv->cfg.node_timeout_s, &lease, err,
                                sizeof(err)) == 0 &&
@@ -652,6 +682,7 @@ static const ds_remote_t remote = {
     .keys_op = ds__cluster_keys_op,
     .peer_op = ds__cluster_peer_op,
     .stats = cluster_stats,
+    .leave = ds__migrate_leave,
 };
 
 int ds__cluster_init(ds_server_t *srv, char *err, size_t err_cap)
@@ -756,6 +787,7 @@ void ds__cluster_destroy(ds_server_t *srv)
         job_free(j);
         if (p && --p->outstanding == 0) pend_done(p);
     }
+    ds__migrate_destroy(srv);
     ds__links_free(cl->links);
     /* The UCX data plane itself is the server's: ds__server_destroy frees it
      * next (its sends still under way end there, their pins go). */

@@ -152,6 +152,11 @@ void ds__meta_put(ds_meta_t *m, const char *key, size_t len, const char *loc, ui
  * whole key, reporting the removed locations to cb. */
 void ds__meta_del(ds_meta_t *m, const char *key, size_t len, const char *loc, uint64_t version,
                   void (*cb)(void *ctx, const char *loc, uint64_t version), void *ctx);
+/* Calls fn with every key's current location. fn must not change the table. */
+void ds__meta_foreach(ds_meta_t *m,
+                      void (*fn)(void *ctx, const char *key, uint32_t len, const char *loc,
+                                 uint64_t size, uint64_t version),
+                      void *ctx);
 /* Forgets every location on a member, and every key this worker no longer owns. */
 void ds__meta_prune(ds_meta_t *m, ds_server_t *srv, const char *dead_member);
 uint64_t ds__meta_count(const ds_meta_t *m);
@@ -180,6 +185,19 @@ bool ds__cluster_ucx_job(ds_server_t *srv, ds_job_t *j, const char *key, uint32_
 void ds__cluster_ucx_run(ds_ucx_t *u, ds_pconn_t *pc, ds_job_t *j, uint64_t dl, bool *pc_ok);
 /* The owner's side of UCX_PULL (on the loop). */
 void ds__cluster_ucx_pull(ds_server_t *srv, ds_req_t *r);
+
+/* cluster_migrate.c: the planned exit (SHUTDOWN in a cluster) and the
+ * moves it makes (MIGRATE at the receiver, META_MOVE at the owner) */
+void ds__migrate_leave(ds_server_t *srv, ds_req_t *r);
+void ds__migrate_peer_op(ds_server_t *srv, ds_req_t *r);
+/* Paces and advances the exit; returns its next deadline (0 = none). */
+uint64_t ds__migrate_tick(ds_server_t *srv, uint64_t now);
+void ds__migrate_destroy(ds_server_t *srv);
+/* cluster.c: the membership thread revokes this worker's lease and stops
+ * renewing it; withdrawn once it did. The exit's state lives in the slot. */
+void ds__cluster_withdraw(ds_server_t *srv);
+bool ds__cluster_withdrawn(ds_server_t *srv);
+struct ds_leave **ds__cluster_leave_slot(ds_server_t *srv);
 
 /* cluster_auth.c: the acceptor's side of PEER_AUTH (on the loop) */
 void ds__cluster_peer_auth(ds_server_t *srv, ds_req_t *r);

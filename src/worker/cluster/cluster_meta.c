@@ -171,3 +171,18 @@ void ds__meta_prune(ds_meta_t *m, ds_server_t *srv, const char *dead)
         if (e->nlocs == 0) remove_entry(m, e);
     }
 }
+
+void ds__meta_foreach(ds_meta_t *m,
+                      void (*fn)(void *ctx, const char *key, uint32_t len, const char *loc,
+                                 uint64_t size, uint64_t version),
+                      void *ctx)
+{
+    ds_dict_iter_t it;
+    ds__dict_iter_init(&it, &m->table);
+    for (ds_dict_node_t *n; (n = ds__dict_iter_next(&it)) != NULL;) {
+        const mentry_t *e = DS_DICT_ENTRY(n, mentry_t, node);
+        if (e->nlocs == 0) continue;
+        const mloc_t *l = &e->locs[e->nlocs - 1];
+        fn(ctx, e->key, e->keylen, l->addr, l->size, l->version);
+    }
+}
