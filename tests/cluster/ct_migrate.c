@@ -5,8 +5,11 @@
  *     over and over: the reader sees no miss at any moment, dscli reports
  *     what moved, and afterwards every key reads back byte-exact through
  *     both survivors;
- *  2. a fourth worker joins: it owns part of the metadata at once and every
- *     key reads back through all three;
+ *  2. a fourth worker joins while a reader on worker 1 reads every key over
+ *     and over: no miss at any moment (a key its new owner does not know yet
+ *     is asked of the previous owner, --enable_redirect); the new worker
+ *     owns part of the metadata at once and every key reads back through
+ *     all three;
  *  3. `dscli stop` of worker 1: every key reads back through worker 2 and
  *     the new one.
  * It also measures the move (bytes over seconds, from the dscli report)
@@ -235,7 +238,16 @@ static void test_scale_in_out(void **state)
     assert_int_equal(count_ok(2), NKEYS);
 
     /* 2. A fourth worker joins: it owns its share of the metadata at once. */
+    reader_t rj = {.worker = 1};
+    assert_int_equal(pthread_create(&th, NULL, reader_main, &rj), 0);
+    usleep(200000);
     assert_int_equal(ct_worker_add(&C, getenv("DS_MIGRATE_RATE") ? extra_rate() : NULL), 0);
+    usleep(500000);
+    atomic_store(&rj.stop, true);
+    pthread_join(th, NULL);
+    fprintf(stderr, "reader on worker 1: %ld reads during the join, %ld misses%s%s\n", rj.reads,
+            rj.misses, rj.misses ? ", first " : "", rj.first_miss);
+    assert_int_equal(rj.misses, 0);
     assert_true(dst_stat(&C.w[3], "cluster.owned_keys") > 0);
     assert_int_equal(count_ok(3), NKEYS);
     assert_int_equal(count_ok(1), NKEYS);

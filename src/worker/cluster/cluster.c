@@ -72,7 +72,15 @@ struct ds_cluster {
      * thread to revoke the lease (withdraw) and learns when it did. */
     atomic_bool withdraw, withdrawn;
     struct ds_leave *leave; /* loop only */
+    /* The ring before the last change, for DS_REDIRECT_WINDOW_MS after it
+     * (ring_at): a key its new owner does not know yet is asked of the
+     * previous owner (--enable_redirect), which keeps the entries it no
+     * longer owns until prune_due. Loop only. */
+    ds_ring_t *prev_ring;
+    uint64_t ring_at, prune_due;
 };
+
+#define DS_REDIRECT_WINDOW_MS 10000
 
 /* ---- jobs ---- */
 
@@ -322,9 +330,28 @@ void ds__job_complete(ds_server_t *srv, ds_job_t *j)
 
 uint64_t ds__cluster_tick(ds_server_t *srv, uint64_t now)
 {
-    if (srv->cluster == NULL) return 0;
-    uint64_t a = ds__links_expire(srv->cluster->links, now), b = ds__migrate_tick(srv, now);
-    return a && (b == 0 || a < b) ? a : b;
+    struct ds_cluster *cl = srv->cluster;
+    if (cl == NULL) return 0;
+    if (cl->prune_due && now >= cl->prune_due) {
+        cl->prune_due = 0;
+        ds__meta_prune(cl->meta, srv, NULL);
+    }
+    uint64_t a = ds__links_expire(cl->links, now), b = ds__migrate_tick(srv, now);
+    uint64_t due = a && (b == 0 || a < b) ? a : b;
+    return cl->prune_due && (due == 0 || cl->prune_due < due) ? cl->prune_due : due;
+}
+
+const char *ds__cluster_prev_owner(ds_server_t *srv, const char *key, size_t len)
+{
+    struct ds_cluster *cl = srv->cluster;
+    if (!srv->cfg.enable_redirect || cl->prev_ring == NULL ||
+        ds__now_ms() >= cl->ring_at + DS_REDIRECT_WINDOW_MS)
+        return NULL;
+    const char *was = ds__ring_owner(cl->prev_ring, key, len);
+    const char *now = ds__ring_owner(cl->ring, key, len);
+    if (was == NULL || now == NULL || strcmp(was, now) == 0 || member_at(cl, was) == NULL)
+        return NULL;
+    return was;
 }
 
 void ds__cluster_withdraw(ds_server_t *srv)
@@ -576,10 +603,22 @@ static void adopt_members(struct ds_cluster *cl)
     cl->ring = ring;
     free(m);
     DS_LOG_INFO("cluster: %zu members", n);
-    ds__meta_prune(cl->meta, cl->srv, NULL);
+    /* Entries kept from the change before and owned here on neither ring
+     * go now (a key owned here again later must not come back stale); those
+     * handed over ahead of this change (a member leaving) stay. */
+    if (cl->prune_due) {
+        ds__meta_prune_rings(cl->meta, cl->self, old, ring);
+        cl->prune_due = 0;
+    }
+    if (cl->srv->cfg.enable_redirect)
+        cl->prune_due = ds__now_ms() + DS_REDIRECT_WINDOW_MS;
+    else
+        ds__meta_prune(cl->meta, cl->srv, NULL);
     ds__cluster_ring_changed(cl->srv, old_alive);
     ds__ring_free(old_alive);
-    ds__ring_free(old);
+    ds__ring_free(cl->prev_ring);
+    cl->prev_ring = old;
+    cl->ring_at = ds__now_ms();
 }
 
 static void on_eventfd(void *ctx, uint32_t events)
@@ -803,6 +842,7 @@ void ds__cluster_destroy(ds_server_t *srv)
     ds__peer_auth_free(cl->auth);
     ds__meta_free(cl->meta);
     ds__ring_free(cl->ring);
+    ds__ring_free(cl->prev_ring);
     pthread_mutex_destroy(&cl->mu);
     pthread_cond_destroy(&cl->cv);
     free(cl);

@@ -107,6 +107,9 @@ const char *ds__cluster_member_key(ds_server_t *srv, const char *addr);
 ds_peer_auth_t *ds__cluster_auth(ds_server_t *srv);
 /* The ring owner of a key, or NULL when the ring is empty. */
 const char *ds__cluster_owner(ds_server_t *srv, const char *key, size_t len);
+/* Shortly after a ring change (--enable_redirect): the key's owner before
+ * it, when that was another member still in the ring; else NULL. */
+const char *ds__cluster_prev_owner(ds_server_t *srv, const char *key, size_t len);
 const char *ds__cluster_self(ds_server_t *srv);
 ds_meta_t *ds__cluster_meta(ds_server_t *srv);
 ds_job_t *ds__job_new(ds_pend_t *p, const char *addr, uint16_t op, void (*done)(ds_job_t *));
@@ -157,6 +160,8 @@ void ds__meta_foreach(ds_meta_t *m,
                       void (*fn)(void *ctx, const char *key, uint32_t len, const char *loc,
                                  uint64_t size, uint64_t version),
                       void *ctx);
+/* Forgets every key that self owns on neither ring. */
+void ds__meta_prune_rings(ds_meta_t *m, const char *self, const ds_ring_t *a, const ds_ring_t *b);
 /* Forgets every location on a member, and every key this worker no longer owns. */
 void ds__meta_prune(ds_meta_t *m, ds_server_t *srv, const char *dead_member);
 uint64_t ds__meta_count(const ds_meta_t *m);

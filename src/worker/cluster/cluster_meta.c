@@ -186,3 +186,16 @@ void ds__meta_foreach(ds_meta_t *m,
         fn(ctx, e->key, e->keylen, l->addr, l->size, l->version);
     }
 }
+
+void ds__meta_prune_rings(ds_meta_t *m, const char *self, const ds_ring_t *a, const ds_ring_t *b)
+{
+    ds_dict_iter_t it;
+    ds__dict_iter_init(&it, &m->table);
+    for (ds_dict_node_t *n; (n = ds__dict_iter_next(&it)) != NULL;) {
+        mentry_t *e = DS_DICT_ENTRY(n, mentry_t, node);
+        const char *oa = ds__ring_owner(a, e->key, e->keylen);
+        const char *ob = ds__ring_owner(b, e->key, e->keylen);
+        if ((oa && strcmp(oa, self) == 0) || (ob && strcmp(ob, self) == 0)) continue;
+        remove_entry(m, e);
+    }
+}

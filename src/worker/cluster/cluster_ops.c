@@ -170,6 +170,41 @@ static void located(ds_pend_t *p, uint32_t i, uint64_t size, const char *where, 
     ds__job_submit(srv, pull);
 }
 
+/* Keys their new owner does not know yet, shortly after a ring change
+ * (a worker joined or left): asked once of their previous owner, which may
+ * still know them (--enable_redirect); the others stay missing. */
+static void redirect_keys(ds_pend_t *p, const uint32_t *which, uint32_t n)
+{
+    ds_server_t *srv = p->srv;
+    uint32_t wait = p->ttl;
+    p->ttl = 0;
+    for (uint32_t a = 0; a < n; a++) {
+        uint32_t i = which[a];
+        const char *prev = ds__cluster_prev_owner(srv, p->keys[i], p->keylens[i]);
+        if (prev == NULL || p->objs[i]) continue;
+        const char *loc;
+        uint64_t size, version;
+        if (strcmp(prev, ds__cluster_self(srv)) == 0) {
+            if (ds__meta_find(ds__cluster_meta(srv), p->keys[i], p->keylens[i], &loc, &size,
+                              &version)) {
+                char where[300];
+                snprintf(where, sizeof(where), "%s", loc);
+                located(p, i, size, where, NULL);
+            }
+            continue;
+        }
+        ds_job_t *j = ds__job_new(p, prev, DS_OP_LOCATE, locate_done);
+        if (j == NULL || (j->idx = malloc(sizeof(*j->idx))) == NULL) {
+            if (j) ds__wbuf_free(&j->req), free(j);
+            continue;
+        }
+        j->idx[j->nidx++] = i;
+        build_locate(p, j);
+        ds__job_submit(srv, j);
+    }
+    p->ttl = wait;
+}
+
 /* Finds where the keys `which` of the GET live: keys this worker owns are
  * looked up in its own table (no round trip; only a wait for a key it does
  * not know yet goes through a LOCATE to itself), the others are LOCATEd at
@@ -191,7 +226,10 @@ static void locate_keys(ds_pend_t *p, uint32_t *which, uint32_t n)
                 located(p, i, size, where, NULL);
                 continue;
             }
-            if (p->ttl == 0) continue; /* unknown to its owner: missing */
+            if (p->ttl == 0) { /* unknown to its owner: missing, unless it moved */
+                redirect_keys(p, &i, 1);
+                continue;
+            }
         }
         which[k++] = i;
     }
@@ -225,15 +263,26 @@ static void locate_done(ds_job_t *j)
         return;
     }
     uint32_t n = ds__rbuf_u32(&j->r);
+    /* Asked of the key's current owner, a key it does not know may have
+     * moved with a ring change: ask the previous owner. */
+    uint32_t *unknown = malloc((j->nidx ? j->nidx : 1) * sizeof(*unknown)), nu = 0;
     for (uint32_t e = 0; e < n && e < j->nidx && !j->r.err; e++) {
         uint32_t i = j->idx[e];
         char where[300];
         uint64_t size;
         const char *val;
         uint32_t vl;
-        if (!locate_entry(&j->r, where, sizeof(where), &size, &val, &vl) || p->objs[i]) continue;
+        bool found = locate_entry(&j->r, where, sizeof(where), &size, &val, &vl);
+        if (p->objs[i] || j->r.err) continue;
+        if (!found) {
+            const char *owner = ds__cluster_owner(p->srv, p->keys[i], p->keylens[i]);
+            if (unknown && owner && strcmp(owner, j->addr) == 0) unknown[nu++] = i;
+            continue;
+        }
         located(p, i, size, where, vl > 0 && vl == size ? (const uint8_t *)val : NULL);
     }
+    if (nu) redirect_keys(p, unknown, nu);
+    free(unknown);
 }
 
 /* Keys no live worker served may be on disk: in this worker's L2 or spill
