@@ -12,6 +12,8 @@
  *     all three;
  *  3. `dscli stop` of worker 1: every key reads back through worker 2 and
  *     the new one.
+ * Then a subscribe-get on worker 2 waits for a key whose owner, worker 3,
+ * is killed: the wait moves to the new owner and ends when the key is set.
  * It also measures the move (bytes over seconds, from the dscli report)
  * against the data plane's stream rate in the same run (one 64 MiB value
  * pulled from another worker) and, with DS_MIGRATE_BENCH_OUT set, writes
@@ -283,10 +285,65 @@ static void test_scale_in_out(void **state)
     }
 }
 
+/* A GET waiting (a subscribe-get) on worker 2 for a key whose owner is
+ * worker 3: worker 3 is killed; once the ring drops it the wait goes to the
+ * key's new owner and ends when the key is set there. */
+typedef struct {
+    char key[32];
+    ds_status_t st;
+    bool ok;
+} waiter_t;
+
+static void *waiter_main(void *arg)
+{
+    waiter_t *w = arg;
+    ds_client_t *c = ct_client(&C, 2, DS_TRANSPORT_TCP);
+    if (c == NULL) return NULL;
+    void *v = NULL;
+    size_t len = 0;
+    w->st = ds_kv_get(c, w->key, 15000, &v, &len);
+    w->ok = w->st == DS_K_OK && len == 5000 && dst_check(v, len, 909);
+    ds_free(v);
+    ds_client_close(c);
+    return NULL;
+}
+
+static void test_subscribe_owner_dies(void **state)
+{
+    (void)state;
+    assert_true(C.w[2].pid > 0 && C.w[3].pid > 0);
+    ds_client_t *c2 = ct_client(&C, 2, DS_TRANSPORT_TCP);
+    assert_non_null(c2);
+    /* A key worker 3 owns (found by setting and deleting candidates). */
+    waiter_t w = {.st = DS_K_RUNTIME_ERROR};
+    for (int k = 0; k < 64 && w.key[0] == '\0'; k++) {
+        char name[32];
+        snprintf(name, sizeof(name), "sub-%d", k);
+        int owner = ct_set_find_owner(&C, c2, name, 10, 1);
+        const char *kp = name;
+        ds_kv_del(c2, 1, &kp, NULL);
+        if (owner == 3) snprintf(w.key, sizeof(w.key), "%s", name);
+    }
+    assert_true(w.key[0] != '\0');
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, waiter_main, &w), 0);
+    usleep(500000); /* the wait is at worker 3 now */
+    dst_worker_kill(&C.w[3]);
+    assert_true(ct_wait_members(&C, 1, 15000) >= 0);
+    usleep(300000);
+    assert_int_equal(ct_set(c2, w.key, 5000, 909), DS_K_OK);
+    pthread_join(th, NULL);
+    fprintf(stderr, "subscribe-get of %s across its owner's death: status %d\n", w.key, (int)w.st);
+    assert_int_equal(w.st, DS_K_OK);
+    assert_true(w.ok);
+    ds_client_close(c2);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_scale_in_out),
+        cmocka_unit_test(test_subscribe_owner_dies),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

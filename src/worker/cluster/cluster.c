@@ -78,6 +78,7 @@ struct ds_cluster {
      * longer owns until prune_due. Loop only. */
     ds_ring_t *prev_ring;
     uint64_t ring_at, prune_due;
+    struct ds_rewait *rewaits; /* loop only (cluster_ops.c) */
 };
 
 #define DS_REDIRECT_WINDOW_MS 10000
@@ -269,6 +270,18 @@ void ds__pend_free(ds_pend_t *p)
     free(p);
 }
 
+static void pend_done(ds_pend_t *p);
+
+void ds__pend_hold(ds_pend_t *p)
+{
+    p->outstanding++;
+}
+
+void ds__pend_unhold(ds_pend_t *p)
+{
+    if (--p->outstanding == 0) pend_done(p);
+}
+
 static void pend_done(ds_pend_t *p)
 {
     if (p->req == NULL)
@@ -338,6 +351,8 @@ uint64_t ds__cluster_tick(ds_server_t *srv, uint64_t now)
     }
     uint64_t a = ds__links_expire(cl->links, now), b = ds__migrate_tick(srv, now);
     uint64_t due = a && (b == 0 || a < b) ? a : b;
+    uint64_t c = ds__cluster_rewait_tick(srv, now);
+    due = c && (due == 0 || c < due) ? c : due;
     return cl->prune_due && (due == 0 || cl->prune_due < due) ? cl->prune_due : due;
 }
 
@@ -362,6 +377,11 @@ void ds__cluster_withdraw(ds_server_t *srv)
 bool ds__cluster_withdrawn(ds_server_t *srv)
 {
     return atomic_load(&srv->cluster->withdrawn);
+}
+
+struct ds_rewait **ds__cluster_rewait_slot(ds_server_t *srv)
+{
+    return &srv->cluster->rewaits;
 }
 
 struct ds_leave **ds__cluster_leave_slot(ds_server_t *srv)
@@ -827,6 +847,7 @@ void ds__cluster_destroy(ds_server_t *srv)
         if (p && --p->outstanding == 0) pend_done(p);
     }
     ds__migrate_destroy(srv);
+    ds__cluster_rewait_destroy(srv);
     ds__links_free(cl->links);
     /* The UCX data plane itself is the server's: ds__server_destroy frees it
      * next (its sends still under way end there, their pins go). */

@@ -50,7 +50,8 @@ struct ds_pend {
     uint32_t *status;
     uint64_t *sizes;
     uint32_t ttl;
-    uint32_t relocates; /* GET: pulls that found the key moved and asked again */
+    uint32_t relocates;  /* GET: pulls that found the key moved and asked again */
+    uint64_t started_ms; /* GET: when it began (its wait ends ttl ms later) */
     ds_status_t err_status;
     char err[256];
     /* SET/PUBLISH in a cluster: the client's per-key statuses, answered once
@@ -126,6 +127,10 @@ ds_pend_t *ds__pend_new(ds_server_t *srv, ds_req_t *r, void (*finish)(ds_pend_t 
  * was submitted). finish answers p->req, unless its connection is gone. */
 void ds__pend_start(ds_pend_t *p);
 void ds__pend_free(ds_pend_t *p);
+/* Holds p open without a job (outstanding++), and lets it go again (it
+ * finishes then if nothing else is outstanding). */
+void ds__pend_hold(ds_pend_t *p);
+void ds__pend_unhold(ds_pend_t *p);
 
 /* peer_link.c: quick requests (a LOCATE that does not wait, the pull of a
  * small value) sent from the loop over one non-blocking connection per peer,
@@ -173,6 +178,12 @@ void ds__cluster_get(ds_server_t *srv, ds_req_t *r, int32_t wait_ms, uint8_t fla
  * copies are rolled back and answer K_OC_KEY_ALREADY_EXIST. */
 void ds__cluster_published(ds_server_t *srv, ds_req_t *r, ds_obj_t **objs, const uint32_t *status,
                            uint32_t n, bool nx, const char *first_err);
+/* Subscribe-waits whose owner died (cluster_ops.c): re-sent to the key's
+ * new owner once the ring has dropped the dead one, within the GET's wait.
+ * tick returns its next deadline (0 = none); destroy ends them all. */
+uint64_t ds__cluster_rewait_tick(ds_server_t *srv, uint64_t now);
+void ds__cluster_rewait_destroy(ds_server_t *srv);
+struct ds_rewait **ds__cluster_rewait_slot(ds_server_t *srv);
 void ds__cluster_keys_op(ds_server_t *srv, ds_req_t *r, const char *const *keys,
                          const uint32_t *lens, uint32_t n, uint32_t ttl);
 /* cluster_ucx.c: pulls over UCX (--enable_rdma) */

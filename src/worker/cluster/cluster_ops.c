@@ -253,13 +253,110 @@ static bool locate_entry(ds_rbuf_t *r, char *where, size_t cap, uint64_t *size, 
     return true;
 }
 
+/* ---- subscribe-waits whose owner died ---- */
+
+struct ds_rewait {
+    struct ds_rewait *next;
+    ds_pend_t *p; /* held (ds__pend_hold) */
+    uint32_t *idx, n;
+    char dead[300];
+    uint64_t next_try;
+};
+
+#define DS_REWAIT_RETRY_MS 100
+
+static void rewait_add(ds_pend_t *p, const uint32_t *idx, uint32_t n, const char *dead)
+{
+    struct ds_rewait *w = calloc(1, sizeof(*w));
+    if (w == NULL || (w->idx = malloc((n ? n : 1) * sizeof(*w->idx))) == NULL) {
+        free(w);
+        return;
+    }
+    memcpy(w->idx, idx, n * sizeof(*idx));
+    w->n = n;
+    w->p = p;
+    snprintf(w->dead, sizeof(w->dead), "%s", dead);
+    w->next_try = ds__now_ms() + DS_REWAIT_RETRY_MS;
+    ds__pend_hold(p);
+    struct ds_rewait **slot = ds__cluster_rewait_slot(p->srv);
+    w->next = *slot;
+    *slot = w;
+}
+
+static void rewait_end(struct ds_rewait *w)
+{
+    ds_pend_t *p = w->p;
+    free(w->idx);
+    free(w);
+    ds__pend_unhold(p);
+}
+
+uint64_t ds__cluster_rewait_tick(ds_server_t *srv, uint64_t now)
+{
+    struct ds_rewait **pw = ds__cluster_rewait_slot(srv);
+    uint64_t due = 0;
+    while (*pw) {
+        struct ds_rewait *w = *pw;
+        ds_pend_t *p = w->p;
+        uint64_t end = p->started_ms + p->ttl;
+        if (now < w->next_try && now < end) {
+            due = due == 0 || w->next_try < due ? w->next_try : due;
+            pw = &w->next;
+            continue;
+        }
+        /* Still owned by the dead member (the ring has not dropped it yet):
+         * try again a little later, while the wait lasts. */
+        uint32_t k = 0;
+        bool still = false;
+        for (uint32_t a = 0; a < w->n; a++) {
+            uint32_t i = w->idx[a];
+            if (p->objs[i]) continue;
+            const char *owner = ds__cluster_owner(srv, p->keys[i], p->keylens[i]);
+            still |= owner && strcmp(owner, w->dead) == 0;
+            w->idx[k++] = i;
+        }
+        if (still && now + DS_REWAIT_RETRY_MS < end) {
+            w->next_try = now + DS_REWAIT_RETRY_MS;
+            due = due == 0 || w->next_try < due ? w->next_try : due;
+            pw = &w->next;
+            continue;
+        }
+        *pw = w->next;
+        if (k && now < end && !still) {
+            DS_LOG_INFO("cluster: %u subscribe-waits whose owner %s is gone are sent again to "
+                        "their new owners",
+                        k, w->dead);
+            uint32_t wait = p->ttl;
+            p->ttl = (uint32_t)(end - now);
+            locate_keys(p, w->idx, k);
+            p->ttl = wait;
+        }
+        rewait_end(w);
+    }
+    return due;
+}
+
+void ds__cluster_rewait_destroy(ds_server_t *srv)
+{
+    struct ds_rewait **pw = ds__cluster_rewait_slot(srv);
+    while (*pw) {
+        struct ds_rewait *w = *pw;
+        *pw = w->next;
+        rewait_end(w);
+    }
+}
+
 static void locate_done(ds_job_t *j)
 {
     ds_pend_t *p = j->pend;
     if (j->transport_failed || j->status != DS_K_OK) {
         /* An unreachable owner (dead, not yet dropped from the ring) means
-         * the keys read as missing rather than hanging the reader. */
+         * the keys read as missing rather than hanging the reader; a
+         * subscribe-wait is sent again to the new owner once the ring
+         * drops the dead one. */
         DS_LOG_DEBUG("cluster: locate at %s: %s", j->addr, j->err);
+        if (j->transport_failed && j->waits && p->ttl > 0 && p->op != DS_OP_EXIST)
+            rewait_add(p, j->idx, j->nidx, j->addr);
         return;
     }
     uint32_t n = ds__rbuf_u32(&j->r);
@@ -374,6 +471,7 @@ void ds__cluster_get(ds_server_t *srv, ds_req_t *r, int32_t wait_ms, uint8_t fla
     }
     p->flags = flags; /* the GET's own flags (shm, pin), not the header's */
     p->ttl = (uint32_t)wait_ms;
+    p->started_ms = ds__now_ms();
     uint64_t now = ds__now_ms();
     for (uint32_t i = 0; i < n; i++) {
         ds_obj_t *o = ds__store_lookup(srv->store, keys[i], lens[i], now);
