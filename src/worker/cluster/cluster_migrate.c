@@ -186,7 +186,7 @@ static void op_migrate(ds_server_t *srv, ds_req_t *r)
     ds__rbuf_init(&rb, r->meta, r->meta_len);
     const char *from;
     uint32_t fl = ds__rbuf_str(&rb, &from);
-    uint32_t n = ds__rbuf_count(&rb, DS_MAX_BATCH, 30);
+    uint32_t n = ds__rbuf_count(&rb, DS_MAX_BATCH, 25); /* the smallest entry */
     recv_t *rv = calloc(1, sizeof(*rv));
     if (rb.err || fl == 0 || fl >= sizeof(rv->from)) {
         free(rv);
@@ -493,11 +493,17 @@ static void batch_done(ds_job_t *j)
     uint32_t n = j->transport_failed || j->status != DS_K_OK ? 0 : ds__rbuf_u32(&j->r);
     if (j->transport_failed || j->status != DS_K_OK)
         DS_LOG_WARN("cluster: moving %u objects to %s failed: %s", j->nidx, j->addr, j->err);
-    for (uint32_t e = 0; e < n && e < j->nidx && !j->r.err; e++)
-        if (ds__rbuf_u32(&j->r) == DS_K_OK) {
+    for (uint32_t e = 0; e < n && e < j->nidx && !j->r.err; e++) {
+        uint32_t st = ds__rbuf_u32(&j->r);
+        const item_t *it = &lv->items[j->index + e];
+        if (st == DS_K_OK) {
             lv->moved++;
-            lv->moved_bytes += lv->items[j->index + e].size;
+            lv->moved_bytes += it->size;
+        } else {
+            DS_LOG_INFO("cluster: leaving: %s did not take '%.100s' (%" PRIu64 " bytes): %s",
+                        j->addr, it->key, it->size, ds_status_name(st));
         }
+    }
     lv->inflight--;
     leave_pump(lv);
 }
