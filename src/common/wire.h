@@ -246,7 +246,8 @@
  *         unless it holds the key already, and moves the key's location at its
  *         owner with META_MOVE before answering: resp: str err, n, n*u32 status
  *         (K_OK: moved; K_DUPLICATED: the receiver had the key or the owner
- *         knows a newer copy; other: not moved, the sender may try again)
+ *         knows a newer copy; other: not moved, the sender may try again);
+ *         a receiver that is leaving too refuses the whole batch: K_SHUTTING_DOWN
  * META_MOVE req: str from, str to, n*(key, u64 size, u64 from_version, u64 to_version)
  *         (to the key's owner) the key's location becomes `to` when the owner's
  *         current copy is from's from_version, or when it knows none; from's

@@ -183,6 +183,12 @@ static void recv_pull_done(ds_job_t *j)
 
 static void op_migrate(ds_server_t *srv, ds_req_t *r)
 {
+    if (*ds__cluster_leave_slot(srv)) {
+        /* Leaving too: the sender's later passes try the other members. */
+        ds__req_error(r, DS_K_SHUTTING_DOWN, "%s is leaving the cluster too",
+                      ds__cluster_self(srv));
+        return;
+    }
     ds_rbuf_t rb;
     ds__rbuf_init(&rb, r->meta, r->meta_len);
     const char *from;
