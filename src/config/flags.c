@@ -245,14 +245,9 @@ static const flag_def_t flags[] = {
     YR(spill_file_max_size_mb, COMPAT_INT),
     YR(spill_file_open_limit, COMPAT_INT),
     YR(spill_enable_readahead, COMPAT_BOOL),
-    YBOOL(enable_memory_rebalance, false,
-          "when a worker joins, a member whose arena use is at least "
-          "--rebalance_source_usage_percent and that many points above the newcomer's "
-          "(--rebalance_usage_gap_percent) moves objects to it"),
-    YINT(rebalance_source_usage_percent, 70, 1, 100,
-         "arena use (percent) from which a member moves objects to a worker that joins"),
-    YINT(rebalance_usage_gap_percent, 20, 1, 100,
-         "least gap (percentage points) between a member's arena use and a newcomer's for a move"),
+    YR(enable_memory_rebalance, COMPAT_BOOL),
+    YR(rebalance_source_usage_percent, COMPAT_INT),
+    YR(rebalance_usage_gap_percent, COMPAT_INT),
     YR(rebalance_task_report_grace_ms, COMPAT_INT),
     YR(log_monitor, COMPAT_BOOL),
     YR(json_log_monitor, COMPAT_BOOL),

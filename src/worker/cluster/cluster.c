@@ -71,8 +71,7 @@ struct ds_cluster {
     /* A planned exit (cluster_migrate.c): the loop asks the membership
      * thread to revoke the lease (withdraw) and learns when it did. */
     atomic_bool withdraw, withdrawn;
-    struct ds_leave *leave;     /* loop only */
-    struct ds_leave *rebalance; /* loop only: objects moving to a newcomer */
+    struct ds_leave *leave; /* loop only */
     /* The ring before the last change, for DS_REDIRECT_WINDOW_MS after it
      * (ring_at): a key its new owner does not know yet is asked of the
      * previous owner (--enable_redirect), which keeps the entries it no
@@ -390,11 +389,6 @@ struct ds_leave **ds__cluster_leave_slot(ds_server_t *srv)
     return &srv->cluster->leave;
 }
 
-struct ds_leave **ds__cluster_rebalance_slot(ds_server_t *srv)
-{
-    return &srv->cluster->rebalance;
-}
-
 /* ---- membership ---- */
 
 static void post_members(struct ds_cluster *cl)
@@ -645,11 +639,6 @@ static void adopt_members(struct ds_cluster *cl)
     ds__ring_free(cl->prev_ring);
     cl->prev_ring = old;
     cl->ring_at = ds__now_ms();
-    /* Members that joined (new addresses): --enable_memory_rebalance. */
-    for (size_t i = 0; i < cl->nmembers; i++)
-        if (strcmp(cl->members[i].addr, cl->self) != 0 && old != NULL &&
-            !ds__ring_has(old, cl->members[i].addr))
-            ds__migrate_joined(cl->srv, cl->members[i].addr);
 }
 
 static void on_eventfd(void *ctx, uint32_t events)

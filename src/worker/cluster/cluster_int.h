@@ -214,10 +214,6 @@ void ds__migrate_destroy(ds_server_t *srv);
 void ds__cluster_withdraw(ds_server_t *srv);
 bool ds__cluster_withdrawn(ds_server_t *srv);
 struct ds_leave **ds__cluster_leave_slot(ds_server_t *srv);
-struct ds_leave **ds__cluster_rebalance_slot(ds_server_t *srv);
-/* A member joined at addr: with --enable_memory_rebalance, this worker
- * moves objects to it when its arena use calls for it. */
-void ds__migrate_joined(ds_server_t *srv, const char *addr);
 
 /* cluster_auth.c: the acceptor's side of PEER_AUTH (on the loop) */
 void ds__cluster_peer_auth(ds_server_t *srv, ds_req_t *r);

@@ -31,7 +31,6 @@
 #include "common/clock.h"
 #include "common/log.h"
 
-#include <cjson/cJSON.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -398,10 +397,6 @@ typedef struct {
 
 struct ds_leave {
     ds_server_t *srv;
-    /* A move toward a worker that joined (--enable_memory_rebalance):
-     * others[0] is it; one pass over the objects it owns, budget bytes. */
-    bool rebalance;
-    uint64_t budget, picked;
     ds_req_t *req; /* the SHUTDOWN, parked; NULL when it could not be */
     int phase;
     char **others;
@@ -449,12 +444,6 @@ static void collect(void *ctx, ds_obj_t *o)
     ds_leave_t *lv = ctx;
     uint64_t now = ds__now_ms();
     if (o->ttl_deadline_ms && o->ttl_deadline_ms <= now) return;
-    if (lv->rebalance) {
-        /* Objects whose metadata the newcomer owns, up to the budget. */
-        const char *owner = ds__cluster_owner(lv->srv, o->key, o->keylen);
-        if (lv->picked >= lv->budget || owner == NULL || strcmp(owner, lv->others[0]) != 0) return;
-        lv->picked += o->size;
-    }
     if (lv->nitems == lv->cap) {
         size_t nc = lv->cap ? 2 * lv->cap : 256;
         item_t *ni = realloc(lv->items, nc * sizeof(*ni));
@@ -470,7 +459,7 @@ static void collect(void *ctx, ds_obj_t *o)
     it->version = o->version;
     it->mode = o->write_mode;
     it->ttl_s = o->ttl_deadline_ms ? (uint32_t)((o->ttl_deadline_ms - now + 999) / 1000) : 0;
-    const char *succ = lv->ring ? ds__ring_owner(lv->ring, o->key, o->keylen) : NULL;
+    const char *succ = ds__ring_owner(lv->ring, o->key, o->keylen);
     int t = succ ? others_index(lv, succ) : 0;
     /* Later passes spread what the successors did not take. */
     if (lv->pass >= 2) t = (int)(((size_t)t + (size_t)lv->pass - 1) % lv->nothers);
@@ -487,23 +476,9 @@ static int cmp_item(const void *a, const void *b)
 static void leave_pump(ds_leave_t *lv);
 static void leave_handover(ds_leave_t *lv);
 
-static void rebalance_finish(ds_leave_t *lv)
-{
-    ds_server_t *srv = lv->srv;
-    DS_LOG_INFO("cluster: rebalance: moved %" PRIu64 " objects (%" PRIu64
-                " bytes) to %s in %" PRIu64 " ms",
-                lv->moved, lv->moved_bytes, lv->others[0], ds__now_ms() - lv->t0);
-    *ds__cluster_rebalance_slot(srv) = NULL;
-    leave_free(lv);
-}
-
 static void leave_pass(ds_leave_t *lv)
 {
     items_free(lv);
-    if (lv->rebalance && lv->pass >= 1) {
-        rebalance_finish(lv);
-        return;
-    }
     if (lv->pass >= DS_MIG_PASSES) {
         leave_handover(lv);
         return;
@@ -511,10 +486,7 @@ static void leave_pass(ds_leave_t *lv)
     ds__store_foreach(lv->srv->store, collect, lv);
     lv->pass++;
     if (lv->nitems == 0) {
-        if (lv->rebalance)
-            rebalance_finish(lv);
-        else
-            leave_handover(lv);
+        leave_handover(lv);
         return;
     }
     qsort(lv->items, lv->nitems, sizeof(*lv->items), cmp_item);
@@ -698,7 +670,7 @@ static void leave_finish(ds_leave_t *lv)
     srv->stopping = true;
 }
 
-static uint64_t leave_tick(ds_server_t *srv, uint64_t now)
+uint64_t ds__migrate_tick(ds_server_t *srv, uint64_t now)
 {
     ds_leave_t *lv = *ds__cluster_leave_slot(srv);
     if (lv == NULL) return 0;
@@ -724,94 +696,6 @@ static uint64_t leave_tick(ds_server_t *srv, uint64_t now)
     default:
         return now + 20;
     }
-}
-
-uint64_t ds__migrate_tick(ds_server_t *srv, uint64_t now)
-{
-    ds_leave_t **rs = ds__cluster_rebalance_slot(srv);
-    if (*rs && (*rs)->due && now >= (*rs)->due) leave_pump(*rs);
-    uint64_t a = *rs ? (*rs)->due : 0, b = leave_tick(srv, now);
-    return a && (b == 0 || a < b) ? a : b;
-}
-
-static uint64_t rate_per_ms(ds_server_t *srv)
-{
-    int64_t mb = srv->cfg.data_migrate_rate_limit_mb > 0 ? srv->cfg.data_migrate_rate_limit_mb : 40;
-    uint64_t r = ((uint64_t)mb << 20) / 1000;
-    return r ? r : 1;
-}
-
-/* ---- memory rebalance toward a worker that joined ---- */
-
-#define DS_REBALANCE_MAX_BYTES (1ull << 30) /* per move, as Yuanrong's task limit */
-
-static void rebalance_stats_done(ds_job_t *j)
-{
-    ds_server_t *srv = j->ctx;
-    if (srv->cluster == NULL || *ds__cluster_leave_slot(srv) || *ds__cluster_rebalance_slot(srv))
-        return;
-    const char *json;
-    uint32_t jl = j->transport_failed || j->status != DS_K_OK ? 0 : ds__rbuf_str(&j->r, &json);
-    char *copy = jl && !j->r.err ? strndup(json, jl) : NULL;
-    cJSON *doc = copy ? cJSON_Parse(copy) : NULL;
-    free(copy);
-    const cJSON *arena = cJSON_GetObjectItemCaseSensitive(doc, "arena");
-    const cJSON *tu = cJSON_GetObjectItemCaseSensitive(arena, "used_bytes");
-    const cJSON *tt = cJSON_GetObjectItemCaseSensitive(arena, "total_bytes");
-    double t_used = cJSON_IsNumber(tu) ? tu->valuedouble : -1;
-    double t_total = cJSON_IsNumber(tt) ? tt->valuedouble : 0;
-    cJSON_Delete(doc);
-    if (t_used < 0 || t_total <= 0) {
-        DS_LOG_WARN("cluster: rebalance: no arena figures from %s: %s", j->addr,
-                    j->err[0] ? j->err : "malformed STATS");
-        return;
-    }
-    uint64_t used = 0, total = 0;
-    ds__store_usage(srv->store, &used, &total);
-    double src = total ? 100.0 * (double)used / (double)total : 0;
-    double dst = 100.0 * t_used / t_total;
-    if (src < (double)srv->cfg.rebalance_source_usage_percent ||
-        src - dst < (double)srv->cfg.rebalance_usage_gap_percent) {
-        DS_LOG_INFO("cluster: rebalance: arena use %.1f%% here, %.1f%% at %s: nothing to move", src,
-                    dst, j->addr);
-        return;
-    }
-    /* Move until both are about equally full (by share of their arenas). */
-    double x = ((double)used * t_total - t_used * (double)total) / ((double)total + t_total);
-    ds_leave_t *lv = calloc(1, sizeof(*lv));
-    if (lv == NULL || x <= 0 || (lv->others = calloc(1, sizeof(*lv->others))) == NULL ||
-        (lv->others[0] = strdup(j->addr)) == NULL) {
-        if (lv) free(lv->others);
-        free(lv);
-        return;
-    }
-    lv->nothers = 1;
-    lv->srv = srv;
-    lv->rebalance = true;
-    lv->budget = x > (double)DS_REBALANCE_MAX_BYTES ? DS_REBALANCE_MAX_BYTES : (uint64_t)x;
-    lv->t0 = lv->rate_t0 = ds__now_ms();
-    lv->rate_per_ms = rate_per_ms(srv);
-    DS_LOG_INFO("cluster: rebalance: arena use %.1f%% here, %.1f%% at %s: moving up to %" PRIu64
-                " bytes of the objects it owns",
-                src, dst, j->addr, lv->budget);
-    *ds__cluster_rebalance_slot(srv) = lv;
-    leave_pass(lv);
-}
-
-void ds__migrate_joined(ds_server_t *srv, const char *addr)
-{
-    if (!srv->cfg.enable_memory_rebalance || *ds__cluster_leave_slot(srv) ||
-        *ds__cluster_rebalance_slot(srv))
-        return;
-    uint64_t used = 0, total = 0;
-    ds__store_usage(srv->store, &used, &total);
-    if (total == 0 || 100 * used < (uint64_t)srv->cfg.rebalance_source_usage_percent * total)
-        return;
-    ds_job_t *j = ds__job_new(NULL, addr, DS_OP_STATS, rebalance_stats_done);
-    if (j == NULL) return;
-    j->ctx = srv;
-    j->timeout_ms = 5000;
-    ds__job_submit(srv, j);
 }
 
 void ds__migrate_leave(ds_server_t *srv, ds_req_t *r)
@@ -853,8 +737,9 @@ void ds__migrate_leave(ds_server_t *srv, ds_req_t *r)
     if (lv->req == NULL) ds__req_error(r, DS_K_OK, "%s", ""); /* answered now; still leaves */
     *slot = lv;
     lv->t0 = lv->rate_t0 = ds__now_ms();
-    lv->rate_per_ms = rate_per_ms(srv);
-    int64_t mb = srv->cfg.data_migrate_rate_limit_mb;
+    int64_t mb = srv->cfg.data_migrate_rate_limit_mb > 0 ? srv->cfg.data_migrate_rate_limit_mb : 40;
+    lv->rate_per_ms = ((uint64_t)mb << 20) / 1000;
+    if (lv->rate_per_ms == 0) lv->rate_per_ms = 1;
     DS_LOG_INFO("cluster: leaving: moving every object to the %zu other members at up to %" PRId64
                 " MiB/s",
                 lv->nothers, mb);
@@ -864,9 +749,6 @@ void ds__migrate_leave(ds_server_t *srv, ds_req_t *r)
 
 void ds__migrate_destroy(ds_server_t *srv)
 {
-    ds_leave_t **rs = ds__cluster_rebalance_slot(srv);
-    leave_free(*rs);
-    *rs = NULL;
     ds_leave_t **slot = ds__cluster_leave_slot(srv);
     ds_leave_t *lv = *slot;
     if (lv == NULL) return;
