@@ -412,12 +412,21 @@ int cli_cmd_stop(const cli_cmd_t *cmd, const cli_args_t *given)
     }
     ds_status_t st = DS_K_OK;
     /* The worker may close the connection as soon as it took the request;
-     * whether the process exits is what counts, checked below. */
-    if (ctl_call(&c, DS_OP_SHUTDOWN, NULL, deadline, &st, err, sizeof(err)) == 0 && st != DS_K_OK) {
+     * whether the process exits is what counts, checked below. A worker in
+     * a cluster answers once it moved its objects to the others, saying
+     * what moved. */
+    int called = ctl_call(&c, DS_OP_SHUTDOWN, NULL, deadline, &st, err, sizeof(err));
+    if (called == 0 && st != DS_K_OK) {
         fprintf(stderr, "[ERROR] Stop failed: the worker at %s refused to shut down: %s\n", addr,
                 err);
         ctl_close(&c);
         return CLI_EXIT_FAIL;
+    }
+    if (called == 0) {
+        const char *report;
+        uint32_t rl = ds__rbuf_str(&c.r, &report);
+        if (!c.r.err && rl > 0)
+            printf("[INFO] The worker @ %s left the cluster: %.*s\n", addr, (int)rl, report);
     }
     ctl_close(&c);
     pid_t pid = (pid_t)c.pid;

@@ -288,6 +288,19 @@
  * HOLDER_END req: str origin, u64 session (0: every session of origin)
  *         resp: str err
  *         the session's latches and references at this owner are dropped.
+ * MIGRATE req: str from, n, n*(key, u64 size, u64 version, u8 write_mode, u32 ttl_s)
+ *         (a leaving worker, from, to the ring successor it hands keys to; cluster_migrate.c)
+ *         the receiver pulls each value from `from` (a peer GET), publishes it
+ *         unless it holds the key already, and moves the key's location at its
+ *         owner with META_MOVE before answering: resp: str err, n, n*u32 status
+ *         (K_OK: moved; K_DUPLICATED: the receiver had the key or the owner
+ *         knows a newer copy; other: not moved, the sender may try again);
+ *         a receiver that is leaving too refuses the whole batch: K_SHUTTING_DOWN
+ * META_MOVE req: str from, str to, n*(key, u64 size, u64 from_version, u64 to_version)
+ *         (to the key's owner) the key's location becomes `to` when the owner's
+ *         current copy is from's from_version, or when it knows none; from's
+ *         copy is then dropped before the answer: resp: str err, n, n*u32 status
+ *         (K_DUPLICATED: the owner knows another copy; `to` drops its own)
  * PEER_AUTH req: u8 step, str from, str nonce_a, then step 2 only: str nonce_b, str proof_a
  *         resp: str err, then step 1 only: str nonce_b, str proof_b
  *         A worker proves to another that it is a cluster member, and the other
@@ -386,7 +399,9 @@
     X(REPL_META, 71, "repl_meta")                                                                  \
     X(REPL_COPY, 72, "repl_copy")                                                                  \
     X(HOT_ADD, 73, "hot_add")                                                                      \
-    X(HOT_DROP, 74, "hot_drop")
+    X(HOT_DROP, 74, "hot_drop")                                                                    \
+    X(MIGRATE, 60, "migrate")                                                                      \
+    X(META_MOVE, 61, "meta_move")
 
 typedef enum {
 #define DS__OP_ENUM(name, num, text) DS_OP_##name = num,

@@ -60,6 +60,9 @@ typedef struct {
     double eviction_high_watermark_ratio, eviction_low_watermark_ratio;
     double spill_high_watermark_ratio, spill_low_watermark_ratio;
     bool enable_l2_cache_fallback;
+    /* planned exit and scale-out (cluster_migrate.c) */
+    int64_t data_migrate_rate_limit_mb;
+    bool enable_redirect;
     int64_t distributed_disk_sync_interval_ms;
     int64_t distributed_disk_sync_batch_bytes;
     int64_t distributed_disk_compact_min_dead_mb;

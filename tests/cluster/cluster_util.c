@@ -55,13 +55,16 @@ int ct_worker_add(ct_cluster_t *c, const char *extra)
     worker_flags(c, base, sizeof(base));
     snprintf(flags, sizeof(flags), "%s%s%s", base, extra ? " " : "", extra ? extra : "");
     snprintf(host, sizeof(host), "127.0.0.%d", 11 + i);
-    c->arena_mb[i] = 64;
+    c->arena_mb[i] = c->arena_mb[i] > 0 ? c->arena_mb[i] : 64; /* preset by the test, or 64 */
     if (dst_worker_start_on(&c->w[i], host, c->arena_mb[i], flags) != 0) {
         fprintf(stderr, "worker %d on %s did not start\n", i, host);
         return -1;
     }
     c->n++;
-    return ct_wait_members(c, c->n, 15000) < 0 ? -1 : 0;
+    int running = 0; /* workers stopped before (pid 0) are no members */
+    for (int k = 0; k < c->n; k++)
+        running += c->w[k].pid > 0;
+    return ct_wait_members(c, running, 15000) < 0 ? -1 : 0;
 }
 
 int ct_worker_restart(ct_cluster_t *c, int i)

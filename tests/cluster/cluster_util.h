@@ -28,7 +28,9 @@ int ct_cluster_start(ct_cluster_t *c, int n, const int *arena_mb);
 int ct_cluster_start_with(ct_cluster_t *c, int n, const int *arena_mb, const char *const *extra);
 /* Starts one more worker (index c->n, on 127.0.0.(11 + c->n)) with the
  * cluster's flags and extra (NULL: none), and waits until every worker sees
- * it. 0 or -1. */
+ * it (every running worker sees as many members as are running). Its
+ * arena is c->arena_mb[c->n] MiB when the test set it, else 64.
+ * 0 or -1. */
 int ct_worker_add(ct_cluster_t *c, const char *extra);
 /* Starts worker i again (on its address; a fresh process and worker id). */
 int ct_worker_restart(ct_cluster_t *c, int i);

@@ -4,9 +4,10 @@
  * The clients run inside the namespaces too (ct_node via `ip netns exec`):
  * a value set on h1 is read on h2 (TCP and local clients, checksummed), a
  * consumer waiting on h3 is woken by a publish on h1, and a wait for a key
- * that never comes times out promptly. The workers keep two copies of each
- * write (--replica_num 2): keys set through h3 all read back on h2 after h3's
- * worker is killed (last, so the other tests see three hosts). Namespace names carry this process's
+ * that never comes times out promptly, and `dscli stop` of h1's worker moves
+ * its objects to h2 and h3 before it exits. The workers keep two copies of
+ * each write (--replica_num 2): keys set through h3 all read back on h2 after
+ * h3's worker is killed (last, once h1 has left). Namespace names carry this process's
  * pid and are deleted at the end, on failure and on SIGTERM/SIGINT too;
  * leftovers of earlier runs that died are swept first. Skipped, with a
  * message, when the kernel refuses namespaces (not root, EPERM). */
@@ -286,6 +287,50 @@ static void test_wait_times_out_promptly(void **state)
     assert_true(ms >= 490 && ms < 500 + 5000);
 }
 
+/* A planned exit across namespaces: keys set through all three hosts,
+ * `dscli stop` of h1's worker run inside h1, then every key reads back
+ * byte-exact through h2 and h3 (its objects moved to them first). */
+static void test_planned_exit_in_namespaces(void **state)
+{
+    (void)state;
+    SKIP_IF_UNAVAILABLE();
+    enum { NK = 12 };
+    char out[2048];
+    for (int k = 0; k < NK; k++)
+        assert_int_equal(node_run(k % 3, NULL, 0, "%s:%d set ns-exit-%d %zu %d", addr_ip[k % 3],
+                                  W[k % 3].port, k, ((size_t)1024 << (k % 12)), 700 + k),
+                         0);
+    char dscli[512], cmd[1400];
+    dst_build_path("src/cli/dscli", dscli, sizeof(dscli));
+    snprintf(cmd, sizeof(cmd),
+             "/usr/sbin/ip netns exec %s env -u DS_UNIX_SOCKET_DIR %s stop -w %s:%d "
+             "--unix_socket_dir %s -t 60 2>&1",
+             hosts[0], dscli, addr_ip[0], W[0].port, W[0].sockdir);
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    size_t n = fread(out, 1, sizeof(out) - 1, p);
+    out[n] = '\0';
+    int st = pclose(p);
+    fprintf(stderr, "$ dscli stop (in %s)\n%s", hosts[0], out);
+    if (strstr(out, "; 0 not moved") == NULL) {
+        snprintf(cmd, sizeof(cmd), "grep -i 'cluster' %s | tail -n 30 >&2", W[0].logpath);
+        if (system(cmd) != 0) fprintf(stderr, "(no log at %s)\n", W[0].logpath);
+    }
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    assert_non_null(strstr(out, "; 0 not moved"));
+    dst_worker_stop(&W[0]); /* reaps it */
+    for (int h = 1; h < 3; h++)
+        assert_int_equal(node_run(h, NULL, 0, "%s:%d members 2 15000", addr_ip[h], W[h].port), 0);
+    for (int h = 1; h < 3; h++)
+        for (int k = 0; k < NK; k++) {
+            assert_int_equal(node_run(h, out, sizeof(out), "%s:%d get ns-exit-%d %zu %d 0",
+                                      addr_ip[h], W[h].port, k, ((size_t)1024 << (k % 12)),
+                                      700 + k),
+                             0);
+            assert_non_null(strstr(out, "ok"));
+        }
+}
+
 static void test_replicas_survive_kill(void **state)
 {
     (void)state;
@@ -299,8 +344,8 @@ static void test_replicas_survive_kill(void **state)
                          0);
     }
     dst_worker_kill(&W[2]);
-    assert_int_equal(node_run(0, NULL, 0, "%s:%d members 2 15000", addr_ip[0], W[0].port), 0);
-    assert_int_equal(node_run(1, NULL, 0, "%s:%d members 2 15000", addr_ip[1], W[1].port), 0);
+    /* h1 left in the planned-exit test before: h2 is the only survivor */
+    assert_int_equal(node_run(1, NULL, 0, "%s:%d members 1 15000", addr_ip[1], W[1].port), 0);
     int lost = 0;
     for (int i = 0; i < NK; i++) {
         size_t size = (size_t)1024 << (i % 12);
@@ -321,6 +366,7 @@ int main(void)
         cmocka_unit_test(test_set_on_h1_get_on_h2),
         cmocka_unit_test(test_consumer_on_h3_woken_by_h1),
         cmocka_unit_test(test_wait_times_out_promptly),
+        cmocka_unit_test(test_planned_exit_in_namespaces),
         cmocka_unit_test(test_replicas_survive_kill),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -69,7 +69,20 @@ struct ds_cluster {
     atomic_bool reannounce;
     bool self_missing; /* loop only */
     ds_repl_t *repl;   /* replicas and hot copies (cluster_repl.c) */
+    /* A planned exit (cluster_migrate.c): the loop asks the membership
+     * thread to revoke the lease (withdraw) and learns when it did. */
+    atomic_bool withdraw, withdrawn;
+    struct ds_leave *leave; /* loop only */
+    /* The ring before the last change, for DS_REDIRECT_WINDOW_MS after it
+     * (ring_at): a key its new owner does not know yet is asked of the
+     * previous owner (--enable_redirect), which keeps the entries it no
+     * longer owns until prune_due. Loop only. */
+    ds_ring_t *prev_ring;
+    uint64_t ring_at, prune_due;
+    struct ds_rewait *rewaits; /* loop only (cluster_ops.c) */
 };
+
+#define DS_REDIRECT_WINDOW_MS 10000
 
 /* ---- jobs ---- */
 
@@ -263,6 +276,18 @@ void ds__pend_free(ds_pend_t *p)
     free(p);
 }
 
+static void pend_done(ds_pend_t *p);
+
+void ds__pend_hold(ds_pend_t *p)
+{
+    p->outstanding++;
+}
+
+void ds__pend_unhold(ds_pend_t *p)
+{
+    if (--p->outstanding == 0) pend_done(p);
+}
+
 static void pend_done(ds_pend_t *p)
 {
     if (p->req == NULL) {
@@ -325,9 +350,52 @@ void ds__job_complete(ds_server_t *srv, ds_job_t *j)
 
 uint64_t ds__cluster_tick(ds_server_t *srv, uint64_t now)
 {
-    if (srv->cluster == NULL) return 0;
-    uint64_t a = ds__links_expire(srv->cluster->links, now), b = ds__repl_tick(srv, now);
-    return a && (b == 0 || a < b) ? a : b;
+    struct ds_cluster *cl = srv->cluster;
+    if (cl == NULL) return 0;
+    if (cl->prune_due && now >= cl->prune_due) {
+        cl->prune_due = 0;
+        ds__meta_prune(cl->meta, srv, NULL);
+    }
+    uint64_t a = ds__links_expire(cl->links, now), b = ds__migrate_tick(srv, now);
+    uint64_t due = a && (b == 0 || a < b) ? a : b;
+    uint64_t c = ds__cluster_rewait_tick(srv, now);
+    due = c && (due == 0 || c < due) ? c : due;
+    uint64_t d = ds__repl_tick(srv, now);
+    due = d && (due == 0 || d < due) ? d : due;
+    return cl->prune_due && (due == 0 || cl->prune_due < due) ? cl->prune_due : due;
+}
+
+const char *ds__cluster_prev_owner(ds_server_t *srv, const char *key, size_t len)
+{
+    struct ds_cluster *cl = srv->cluster;
+    if (!srv->cfg.enable_redirect || cl->prev_ring == NULL ||
+        ds__now_ms() >= cl->ring_at + DS_REDIRECT_WINDOW_MS)
+        return NULL;
+    const char *was = ds__ring_owner(cl->prev_ring, key, len);
+    const char *now = ds__ring_owner(cl->ring, key, len);
+    if (was == NULL || now == NULL || strcmp(was, now) == 0 || member_at(cl, was) == NULL)
+        return NULL;
+    return was;
+}
+
+void ds__cluster_withdraw(ds_server_t *srv)
+{
+    atomic_store(&srv->cluster->withdraw, true);
+}
+
+bool ds__cluster_withdrawn(ds_server_t *srv)
+{
+    return atomic_load(&srv->cluster->withdrawn);
+}
+
+struct ds_rewait **ds__cluster_rewait_slot(ds_server_t *srv)
+{
+    return &srv->cluster->rewaits;
+}
+
+struct ds_leave **ds__cluster_leave_slot(ds_server_t *srv)
+{
+    return &srv->cluster->leave;
 }
 
 /* ---- membership ---- */
@@ -415,6 +483,15 @@ static void *member_thread(void *arg)
     int64_t lease = 0;
     bool warned = false, ever = false;
     while (!atomic_load(&cl->stop)) {
+        if (atomic_load(&cl->withdraw)) {
+            /* Leaving for good: the others drop this worker now, not when
+             * the lease runs out. */
+            if (atomic_load(&cl->registered)) ds__etcd_revoke(cl->etcd_member, lease);
+            atomic_store(&cl->registered, 0);
+            atomic_store(&cl->withdrawn, true);
+            nap(cl, 50);
+            continue;
+        }
         if (!atomic_load(&cl->registered)) {
             if (ds__etcd_grant(cl->etcd_member, (int)srv->cfg.node_timeout_s, &lease, err,
                                sizeof(err)) == 0 &&
@@ -557,11 +634,23 @@ static void adopt_members(struct ds_cluster *cl)
     cl->ring = ring;
     free(m);
     DS_LOG_INFO("cluster: %zu members", n);
-    ds__meta_prune(cl->meta, cl->srv, NULL);
+    /* Entries kept from the change before and owned here on neither ring
+     * go now (a key owned here again later must not come back stale); those
+     * handed over ahead of this change (a member leaving) stay. */
+    if (cl->prune_due) {
+        ds__meta_prune_rings(cl->meta, cl->self, old, ring);
+        cl->prune_due = 0;
+    }
+    if (cl->srv->cfg.enable_redirect)
+        cl->prune_due = ds__now_ms() + DS_REDIRECT_WINDOW_MS;
+    else
+        ds__meta_prune(cl->meta, cl->srv, NULL);
     ds__cluster_ring_changed(cl->srv, old_alive);
     ds__holds_ring_changed(cl->srv, old_alive);
     ds__ring_free(old_alive);
-    ds__ring_free(old);
+    ds__ring_free(cl->prev_ring);
+    cl->prev_ring = old;
+    cl->ring_at = ds__now_ms();
 }
 
 static void on_eventfd(void *ctx, uint32_t events)
@@ -700,6 +789,7 @@ static const ds_remote_t remote = {
     .stream_room = ds__cluster_stream_room,
     .stream_forward = ds__cluster_stream_forward,
     .stream_query = ds__cluster_stream_query,
+    .leave = ds__migrate_leave,
 };
 
 int ds__cluster_init(ds_server_t *srv, char *err, size_t err_cap)
@@ -818,6 +908,8 @@ void ds__cluster_destroy(ds_server_t *srv)
         job_free(j);
         if (p && --p->outstanding == 0) pend_done(p);
     }
+    ds__migrate_destroy(srv);
+    ds__cluster_rewait_destroy(srv);
     ds__links_free(cl->links);
     /* The UCX data plane itself is the server's: ds__server_destroy frees it
      * next (its sends still under way end there, their pins go). */
@@ -836,6 +928,7 @@ void ds__cluster_destroy(ds_server_t *srv)
     ds__cluster_stream_free(srv);
     ds__repl_free(cl->repl);
     ds__ring_free(cl->ring);
+    ds__ring_free(cl->prev_ring);
     pthread_mutex_destroy(&cl->mu);
     pthread_cond_destroy(&cl->cv);
     free(cl);

@@ -52,7 +52,8 @@ struct ds_pend {
     uint32_t *status;
     uint64_t *sizes;
     uint32_t ttl;
-    uint32_t relocates; /* GET: pulls that found the key moved and asked again */
+    uint32_t relocates;  /* GET: pulls that found the key moved and asked again */
+    uint64_t started_ms; /* GET: when it began (its wait ends ttl ms later) */
     ds_status_t err_status;
     char err[256];
     /* SET/PUBLISH in a cluster: the client's per-key statuses, answered once
@@ -131,6 +132,9 @@ const char *ds__cluster_member_key(ds_server_t *srv, const char *addr);
 ds_peer_auth_t *ds__cluster_auth(ds_server_t *srv);
 /* The ring owner of a key, or NULL when the ring is empty. */
 const char *ds__cluster_owner(ds_server_t *srv, const char *key, size_t len);
+/* Shortly after a ring change (--enable_redirect): the key's owner before
+ * it, when that was another member still in the ring; else NULL. */
+const char *ds__cluster_prev_owner(ds_server_t *srv, const char *key, size_t len);
 const char *ds__cluster_self(ds_server_t *srv);
 ds_meta_t *ds__cluster_meta(ds_server_t *srv);
 ds_job_t *ds__job_new(ds_pend_t *p, const char *addr, uint16_t op, void (*done)(ds_job_t *));
@@ -147,6 +151,10 @@ ds_pend_t *ds__pend_new(ds_server_t *srv, ds_req_t *r, void (*finish)(ds_pend_t 
  * was submitted). finish answers p->req, unless its connection is gone. */
 void ds__pend_start(ds_pend_t *p);
 void ds__pend_free(ds_pend_t *p);
+/* Holds p open without a job (outstanding++), and lets it go again (it
+ * finishes then if nothing else is outstanding). */
+void ds__pend_hold(ds_pend_t *p);
+void ds__pend_unhold(ds_pend_t *p);
 
 /* peer_link.c: quick requests (a LOCATE that does not wait, the pull of a
  * small value) sent from the loop over one non-blocking connection per peer,
@@ -204,6 +212,13 @@ void ds__meta_put(ds_meta_t *m, const char *key, size_t len, const char *loc, ui
  * whole key, reporting the removed locations to cb. */
 void ds__meta_del(ds_meta_t *m, const char *key, size_t len, const char *loc, uint64_t version,
                   void (*cb)(void *ctx, const char *loc, uint64_t version), void *ctx);
+/* Calls fn with every key's current location. fn must not change the table. */
+void ds__meta_foreach(ds_meta_t *m,
+                      void (*fn)(void *ctx, const char *key, uint32_t len, const char *loc,
+                                 uint64_t size, uint64_t version),
+                      void *ctx);
+/* Forgets every key that self owns on neither ring. */
+void ds__meta_prune_rings(ds_meta_t *m, const char *self, const ds_ring_t *a, const ds_ring_t *b);
 /* Forgets every location on a member, and every key this worker no longer owns. */
 void ds__meta_prune(ds_meta_t *m, ds_server_t *srv, const char *dead_member);
 uint64_t ds__meta_count(const ds_meta_t *m);
@@ -246,6 +261,12 @@ void ds__cluster_get(ds_server_t *srv, ds_req_t *r, int32_t wait_ms, uint8_t fla
  * copies are rolled back and answer K_OC_KEY_ALREADY_EXIST. */
 void ds__cluster_published(ds_server_t *srv, ds_req_t *r, ds_obj_t **objs, const uint32_t *status,
                            uint32_t n, bool nx, const char *first_err);
+/* Subscribe-waits whose owner died (cluster_ops.c): re-sent to the key's
+ * new owner once the ring has dropped the dead one, within the GET's wait.
+ * tick returns its next deadline (0 = none); destroy ends them all. */
+uint64_t ds__cluster_rewait_tick(ds_server_t *srv, uint64_t now);
+void ds__cluster_rewait_destroy(ds_server_t *srv);
+struct ds_rewait **ds__cluster_rewait_slot(ds_server_t *srv);
 void ds__cluster_keys_op(ds_server_t *srv, ds_req_t *r, const char *const *keys,
                          const uint32_t *lens, uint32_t n, uint32_t ttl);
 /* cluster_ucx.c: pulls over UCX (--enable_rdma) */
@@ -263,6 +284,19 @@ bool ds__cluster_ucx_job(ds_server_t *srv, ds_job_t *j, const char *key, uint32_
 void ds__cluster_ucx_run(ds_ucx_t *u, ds_pconn_t *pc, ds_job_t *j, uint64_t dl, bool *pc_ok);
 /* The owner's side of UCX_PULL (on the loop). */
 void ds__cluster_ucx_pull(ds_server_t *srv, ds_req_t *r);
+
+/* cluster_migrate.c: the planned exit (SHUTDOWN in a cluster) and the
+ * moves it makes (MIGRATE at the receiver, META_MOVE at the owner) */
+void ds__migrate_leave(ds_server_t *srv, ds_req_t *r);
+void ds__migrate_peer_op(ds_server_t *srv, ds_req_t *r);
+/* Paces and advances the exit; returns its next deadline (0 = none). */
+uint64_t ds__migrate_tick(ds_server_t *srv, uint64_t now);
+void ds__migrate_destroy(ds_server_t *srv);
+/* cluster.c: the membership thread revokes this worker's lease and stops
+ * renewing it; withdrawn once it did. The exit's state lives in the slot. */
+void ds__cluster_withdraw(ds_server_t *srv);
+bool ds__cluster_withdrawn(ds_server_t *srv);
+struct ds_leave **ds__cluster_leave_slot(ds_server_t *srv);
 
 /* cluster_auth.c: the acceptor's side of PEER_AUTH (on the loop) */
 void ds__cluster_peer_auth(ds_server_t *srv, ds_req_t *r);

@@ -290,3 +290,35 @@ void ds__meta_foreach_short(ds_meta_t *m,
         if (have >= 1 && have < e->want) fn(ctx, e->key, e->keylen, e->want, have);
     }
 }
+
+void ds__meta_foreach(ds_meta_t *m,
+                      void (*fn)(void *ctx, const char *key, uint32_t len, const char *loc,
+                                 uint64_t size, uint64_t version),
+                      void *ctx)
+{
+    ds_dict_iter_t it;
+    ds__dict_iter_init(&it, &m->table);
+    for (ds_dict_node_t *n; (n = ds__dict_iter_next(&it)) != NULL;) {
+        const mentry_t *e = DS_DICT_ENTRY(n, mentry_t, node);
+        if (e->nlocs == 0) continue;
+        /* the newest full copy (hot copies, version 0, are caches) */
+        const mloc_t *l = NULL;
+        for (uint32_t i = 0; i < e->nlocs; i++)
+            if (e->locs[i].version != 0 && (l == NULL || e->locs[i].version >= l->version))
+                l = &e->locs[i];
+        if (l != NULL) fn(ctx, e->key, e->keylen, l->addr, l->size, l->version);
+    }
+}
+
+void ds__meta_prune_rings(ds_meta_t *m, const char *self, const ds_ring_t *a, const ds_ring_t *b)
+{
+    ds_dict_iter_t it;
+    ds__dict_iter_init(&it, &m->table);
+    for (ds_dict_node_t *n; (n = ds__dict_iter_next(&it)) != NULL;) {
+        mentry_t *e = DS_DICT_ENTRY(n, mentry_t, node);
+        const char *oa = ds__ring_owner(a, e->key, e->keylen);
+        const char *ob = ds__ring_owner(b, e->key, e->keylen);
+        if ((oa && strcmp(oa, self) == 0) || (ob && strcmp(ob, self) == 0)) continue;
+        remove_entry(m, e);
+    }
+}

@@ -177,6 +177,41 @@ static void located(ds_pend_t *p, uint32_t i, uint64_t size, uint64_t version, c
     ds__job_submit(srv, pull);
 }
 
+/* Keys their new owner does not know yet, shortly after a ring change
+ * (a worker joined or left): asked once of their previous owner, which may
+ * still know them (--enable_redirect); the others stay missing. */
+static void redirect_keys(ds_pend_t *p, const uint32_t *which, uint32_t n)
+{
+    ds_server_t *srv = p->srv;
+    uint32_t wait = p->ttl;
+    p->ttl = 0;
+    for (uint32_t a = 0; a < n; a++) {
+        uint32_t i = which[a];
+        const char *prev = ds__cluster_prev_owner(srv, p->keys[i], p->keylens[i]);
+        if (prev == NULL || p->objs[i]) continue;
+        const char *loc;
+        uint64_t size, version;
+        if (strcmp(prev, ds__cluster_self(srv)) == 0) {
+            if (ds__meta_find(ds__cluster_meta(srv), p->keys[i], p->keylens[i], &loc, &size,
+                              &version)) {
+                char where[300];
+                snprintf(where, sizeof(where), "%s", loc);
+                located(p, i, size, where, NULL);
+            }
+            continue;
+        }
+        ds_job_t *j = ds__job_new(p, prev, DS_OP_LOCATE, locate_done);
+        if (j == NULL || (j->idx = malloc(sizeof(*j->idx))) == NULL) {
+            if (j) ds__wbuf_free(&j->req), free(j);
+            continue;
+        }
+        j->idx[j->nidx++] = i;
+        build_locate(p, j);
+        ds__job_submit(srv, j);
+    }
+    p->ttl = wait;
+}
+
 /* Finds where the keys `which` of the GET live: keys this worker owns are
  * looked up in its own table (no round trip; only a wait for a key it does
  * not know yet goes through a LOCATE to itself), the others are LOCATEd at
@@ -198,7 +233,10 @@ static void locate_keys(ds_pend_t *p, uint32_t *which, uint32_t n)
                 located(p, i, size, version, where, NULL);
                 continue;
             }
-            if (p->ttl == 0) continue; /* unknown to its owner: missing */
+            if (p->ttl == 0) { /* unknown to its owner: missing, unless it moved */
+                redirect_keys(p, &i, 1);
+                continue;
+            }
         }
         which[k++] = i;
     }
@@ -222,26 +260,133 @@ static bool locate_entry(ds_rbuf_t *r, char *where, size_t cap, uint64_t *size, 
     return true;
 }
 
+/* ---- subscribe-waits whose owner died ---- */
+
+struct ds_rewait {
+    struct ds_rewait *next;
+    ds_pend_t *p; /* held (ds__pend_hold) */
+    uint32_t *idx, n;
+    char dead[300];
+    uint64_t next_try;
+};
+
+#define DS_REWAIT_RETRY_MS 100
+
+static void rewait_add(ds_pend_t *p, const uint32_t *idx, uint32_t n, const char *dead)
+{
+    struct ds_rewait *w = calloc(1, sizeof(*w));
+    if (w == NULL || (w->idx = malloc((n ? n : 1) * sizeof(*w->idx))) == NULL) {
+        free(w);
+        return;
+    }
+    memcpy(w->idx, idx, n * sizeof(*idx));
+    w->n = n;
+    w->p = p;
+    snprintf(w->dead, sizeof(w->dead), "%s", dead);
+    w->next_try = ds__now_ms() + DS_REWAIT_RETRY_MS;
+    ds__pend_hold(p);
+    struct ds_rewait **slot = ds__cluster_rewait_slot(p->srv);
+    w->next = *slot;
+    *slot = w;
+}
+
+static void rewait_end(struct ds_rewait *w)
+{
+    ds_pend_t *p = w->p;
+    free(w->idx);
+    free(w);
+    ds__pend_unhold(p);
+}
+
+uint64_t ds__cluster_rewait_tick(ds_server_t *srv, uint64_t now)
+{
+    struct ds_rewait **pw = ds__cluster_rewait_slot(srv);
+    uint64_t due = 0;
+    while (*pw) {
+        struct ds_rewait *w = *pw;
+        ds_pend_t *p = w->p;
+        uint64_t end = p->started_ms + p->ttl;
+        if (now < w->next_try && now < end) {
+            due = due == 0 || w->next_try < due ? w->next_try : due;
+            pw = &w->next;
+            continue;
+        }
+        /* Still owned by the dead member (the ring has not dropped it yet):
+         * try again a little later, while the wait lasts. */
+        uint32_t k = 0;
+        bool still = false;
+        for (uint32_t a = 0; a < w->n; a++) {
+            uint32_t i = w->idx[a];
+            if (p->objs[i]) continue;
+            const char *owner = ds__cluster_owner(srv, p->keys[i], p->keylens[i]);
+            still |= owner && strcmp(owner, w->dead) == 0;
+            w->idx[k++] = i;
+        }
+        if (still && now + DS_REWAIT_RETRY_MS < end) {
+            w->next_try = now + DS_REWAIT_RETRY_MS;
+            due = due == 0 || w->next_try < due ? w->next_try : due;
+            pw = &w->next;
+            continue;
+        }
+        *pw = w->next;
+        if (k && now < end && !still) {
+            DS_LOG_INFO("cluster: %u subscribe-waits whose owner %s is gone are sent again to "
+                        "their new owners",
+                        k, w->dead);
+            uint32_t wait = p->ttl;
+            p->ttl = (uint32_t)(end - now);
+            locate_keys(p, w->idx, k);
+            p->ttl = wait;
+        }
+        rewait_end(w);
+    }
+    return due;
+}
+
+void ds__cluster_rewait_destroy(ds_server_t *srv)
+{
+    struct ds_rewait **pw = ds__cluster_rewait_slot(srv);
+    while (*pw) {
+        struct ds_rewait *w = *pw;
+        *pw = w->next;
+        rewait_end(w);
+    }
+}
+
 static void locate_done(ds_job_t *j)
 {
     ds_pend_t *p = j->pend;
     if (j->transport_failed || j->status != DS_K_OK) {
         /* An unreachable owner (dead, not yet dropped from the ring) means
-         * the keys read as missing rather than hanging the reader. */
+         * the keys read as missing rather than hanging the reader; a
+         * subscribe-wait is sent again to the new owner once the ring
+         * drops the dead one. */
         DS_LOG_DEBUG("cluster: locate at %s: %s", j->addr, j->err);
+        if (j->transport_failed && j->waits && p->ttl > 0 && p->op != DS_OP_EXIST)
+            rewait_add(p, j->idx, j->nidx, j->addr);
         return;
     }
     uint32_t n = ds__rbuf_u32(&j->r);
+    /* Asked of the key's current owner, a key it does not know may have
+     * moved with a ring change: ask the previous owner. */
+    uint32_t *unknown = malloc((j->nidx ? j->nidx : 1) * sizeof(*unknown)), nu = 0;
     for (uint32_t e = 0; e < n && e < j->nidx && !j->r.err; e++) {
         uint32_t i = j->idx[e];
         char where[300];
         uint64_t size, version;
         const char *val;
         uint32_t vl;
-        if (!locate_entry(&j->r, where, sizeof(where), &size, &version, &val, &vl) || p->objs[i])
+        bool found = locate_entry(&j->r, where, sizeof(where), &size, &version, &val, &vl);
+        if (p->objs[i] || j->r.err) continue;
+        if (!found) {
+            const char *owner = ds__cluster_owner(p->srv, p->keys[i], p->keylens[i]);
+            if (unknown && owner && strcmp(owner, j->addr) == 0) unknown[nu++] = i;
             continue;
+        }
         located(p, i, size, version, where, vl > 0 && vl == size ? (const uint8_t *)val : NULL);
     }
+    if (nu) redirect_keys(p, unknown, nu);
+    free(unknown);
 }
 
 /* Keys no live worker served may be on disk: in this worker's L2 or spill
@@ -333,6 +478,7 @@ void ds__cluster_get(ds_server_t *srv, ds_req_t *r, int32_t wait_ms, uint8_t fla
     }
     p->flags = flags; /* the GET's own flags (shm, pin), not the header's */
     p->ttl = (uint32_t)wait_ms;
+    p->started_ms = ds__now_ms();
     uint64_t now = ds__now_ms();
     for (uint32_t i = 0; i < n; i++) {
         ds_obj_t *o = ds__store_lookup(srv->store, keys[i], lens[i], now);

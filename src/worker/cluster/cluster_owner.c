@@ -297,6 +297,10 @@ void ds__cluster_peer_op(ds_server_t *srv, ds_req_t *r)
     case DS_OP_HOT_DROP:
         ds__repl_peer_op(srv, r);
         break;
+    case DS_OP_MIGRATE:
+    case DS_OP_META_MOVE:
+        ds__migrate_peer_op(srv, r);
+        break;
     default:
         op_drop(srv, r);
     }

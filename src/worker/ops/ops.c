@@ -795,6 +795,8 @@ void ds__ops_dispatch(void *ctx, ds_req_t *r)
     case DS_OP_REPL_COPY:
     case DS_OP_HOT_ADD:
     case DS_OP_HOT_DROP:
+    case DS_OP_MIGRATE:
+    case DS_OP_META_MOVE:
         if (srv->remote)
             srv->remote->peer_op(srv, r);
         else
@@ -807,6 +809,12 @@ void ds__ops_dispatch(void *ctx, ds_req_t *r)
             break;
         }
         DS_LOG_INFO("shutdown requested by a client");
+        /* In a cluster the worker first hands its objects and metadata to
+         * the others (a planned exit); that answers and stops it. */
+        if (srv->remote && srv->remote->leave) {
+            srv->remote->leave(srv, r);
+            break;
+        }
         ds__req_error(r, DS_K_OK, "%s", "");
         srv->stopping = true;
         break;

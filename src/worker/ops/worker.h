@@ -78,6 +78,9 @@ typedef struct {
     void (*stream_query)(ds_server_t *srv, ds_req_t *r, const char *name, uint32_t len);
     /* Adds the "cluster" section to the STATS document (a cJSON object). */
     void (*stats)(ds_server_t *srv, struct cJSON *root);
+    /* SHUTDOWN in a cluster: moves this worker's objects and metadata to
+     * the others, leaves, then answers r and stops the worker. */
+    void (*leave)(ds_server_t *srv, ds_req_t *r);
 } ds_remote_t;
 
 typedef struct {
