@@ -196,7 +196,7 @@ static void redirect_keys(ds_pend_t *p, const uint32_t *which, uint32_t n)
                               &version)) {
                 char where[300];
                 snprintf(where, sizeof(where), "%s", loc);
-                located(p, i, size, where, NULL);
+                located(p, i, size, version, where, NULL);
             }
             continue;
         }
