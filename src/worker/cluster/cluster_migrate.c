@@ -167,10 +167,18 @@ static void recv_pull_done(ds_job_t *j)
     uint32_t i = j->index;
     ds_obj_t *o = j->obj;
     j->obj = NULL;
+    /* A hot copy here is a cache of the leaving worker's write, not a copy
+     * of its own: it goes with that worker, so the moved value replaces it. */
+    ds_existence_t ex = DS_EXISTENCE_NX;
+    ds_obj_t *cur = ds__store_lookup(srv->store, rv->keys[i], rv->kl[i], ds__now_ms());
+    if (cur != NULL && ds__repl_is_hot(srv, cur)) {
+        ds__repl_forget(srv, rv->keys[i], rv->kl[i]);
+        ex = DS_EXISTENCE_NONE;
+    }
     if (j->transport_failed || j->status != DS_K_OK) {
         rv->status[i] = j->transport_failed ? DS_K_RPC_UNAVAILABLE : j->status;
         ds__store_unref(srv->store, o);
-    } else if (ds__store_publish(srv->store, o, DS_EXISTENCE_NX, ds__now_ms()) != DS_K_OK) {
+    } else if (ds__store_publish(srv->store, o, ex, ds__now_ms()) != DS_K_OK) {
         rv->status[i] = DS_K_DUPLICATED; /* written here meanwhile: that copy wins */
         ds__store_unref(srv->store, o);
     } else {
@@ -253,7 +261,11 @@ static void op_migrate(ds_server_t *srv, ds_req_t *r)
     for (uint32_t i = 0; i < n; i++) {
         char err[256];
         ds_obj_t *o = NULL;
-        if (ds__store_lookup(srv->store, rv->keys[i], rv->kl[i], now) != NULL) {
+        ds_obj_t *cur = ds__store_lookup(srv->store, rv->keys[i], rv->kl[i], now);
+        if (cur != NULL && ds__repl_is_hot(srv, cur)) {
+            /* a cache of the sender's write: it would go with the sender */
+            ds__repl_drop_hot(srv, rv->keys[i], rv->kl[i]);
+        } else if (cur != NULL) {
             rv->status[i] = DS_K_DUPLICATED; /* a copy here already: not ours to replace */
             continue;
         }
@@ -386,7 +398,7 @@ typedef struct {
     uint64_t size, version;
     uint32_t ttl_s;
     uint8_t mode;
-    int target; /* index into others */
+    int target; /* index into others; -1: a hot copy, dropped instead of moved */
 } item_t;
 
 typedef struct {
@@ -406,7 +418,7 @@ struct ds_leave {
     size_t nitems, cap, next;
     int inflight, pass;
     uint64_t t0, rate_t0, rate_sent, rate_per_ms, due;
-    uint64_t moved, moved_bytes, not_moved, handed, handover_jobs;
+    uint64_t moved, moved_bytes, held, not_moved, handed, handover_jobs;
     uint64_t move_ms, phase_at;
     hbatch_t hb[64];
 };
@@ -459,6 +471,11 @@ static void collect(void *ctx, ds_obj_t *o)
     it->version = o->version;
     it->mode = o->write_mode;
     it->ttl_s = o->ttl_deadline_ms ? (uint32_t)((o->ttl_deadline_ms - now + 999) / 1000) : 0;
+    if (ds__repl_is_hot(lv->srv, o)) {
+        it->target = -1; /* a cache of a write held elsewhere */
+        lv->nitems++;
+        return;
+    }
     const char *succ = ds__ring_owner(lv->ring, o->key, o->keylen);
     int t = succ ? others_index(lv, succ) : 0;
     /* Later passes spread what the successors did not take. */
@@ -484,6 +501,16 @@ static void leave_pass(ds_leave_t *lv)
         return;
     }
     ds__store_foreach(lv->srv->store, collect, lv);
+    size_t kept = 0;
+    for (size_t i = 0; i < lv->nitems; i++) {
+        if (lv->items[i].target >= 0) {
+            lv->items[kept++] = lv->items[i];
+            continue;
+        }
+        ds__repl_drop_hot(lv->srv, lv->items[i].key, lv->items[i].kl);
+        free(lv->items[i].key);
+    }
+    lv->nitems = kept;
     lv->pass++;
     if (lv->nitems == 0) {
         leave_handover(lv);
@@ -505,6 +532,12 @@ static void batch_done(ds_job_t *j)
         if (st == DS_K_OK) {
             lv->moved++;
             lv->moved_bytes += it->size;
+        } else if (st == DS_K_DUPLICATED) {
+            /* The receiver holds a copy (a replica, or a newer write), or
+             * the owner knows a newer one: this copy is no longer needed. */
+            ds_obj_t *o = ds__store_lookup(lv->srv->store, it->key, it->kl, ds__now_ms());
+            if (o && o->version == it->version) ds__store_delete(lv->srv->store, it->key, it->kl);
+            lv->held++;
         } else {
             DS_LOG_INFO("cluster: leaving: %s did not take '%.100s' (%" PRIu64 " bytes): %s",
                         j->addr, it->key, it->size, ds_status_name(st));
@@ -648,11 +681,11 @@ static void leave_finish(ds_leave_t *lv)
     double secs = (double)lv->move_ms / 1000.0;
     snprintf(report, sizeof(report),
              "moved %" PRIu64 " objects (%" PRIu64 " bytes) to %zu workers in %.3f s (%.1f MiB/s, "
-             "limit %" PRId64 " MiB/s); %" PRIu64 " not moved; %" PRIu64
-             " metadata entries handed over",
+             "limit %" PRId64 " MiB/s); %" PRIu64 " already held elsewhere; %" PRIu64
+             " not moved; %" PRIu64 " metadata entries handed over",
              lv->moved, lv->moved_bytes, lv->nothers, secs,
              secs > 0 ? (double)lv->moved_bytes / (1 << 20) / secs : 0.0,
-             srv->cfg.data_migrate_rate_limit_mb, lv->not_moved, lv->handed);
+             srv->cfg.data_migrate_rate_limit_mb, lv->held, lv->not_moved, lv->handed);
     DS_LOG_INFO("cluster: left the cluster: %s", report);
     if (lv->req) {
         if (ds__req_gone(lv->req)) {
