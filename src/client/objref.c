@@ -233,13 +233,18 @@ ds_status_t ds_object_get_meta_info(ds_client_t *c, const char *tenant_id, size_
     for (size_t i = 0; i < n; i++)
         sts[i] = (ds_status_t)-1;
     st = ds_kv_query_size(c, n, keys, sizes, sts);
+    /* The worker that answered; a failover may change c->addr meanwhile. */
+    char addr[sizeof(c->addr)];
+    pthread_mutex_lock(&c->mu);
+    snprintf(addr, sizeof(addr), "%s", c->addr);
+    pthread_mutex_unlock(&c->mu);
     size_t found = 0;
     for (size_t i = 0; i < n; i++) {
         if (sts[i] == (ds_status_t)-1) sts[i] = st != DS_K_OK ? st : DS_K_RUNTIME_ERROR;
         bool ok = sts[i] == DS_K_OK;
         metas[i].size = ok ? sizes[i] : 0;
         if (ok) {
-            snprintf(metas[i].location, sizeof(metas[i].location), "%s", c->addr);
+            snprintf(metas[i].location, sizeof(metas[i].location), "%s", addr);
             found++;
         } else {
             metas[i].location[0] = '\0';
