@@ -323,10 +323,10 @@ static void test_planned_exit_in_namespaces(void **state)
         assert_int_equal(node_run(h, NULL, 0, "%s:%d members 2 15000", addr_ip[h], W[h].port), 0);
     for (int h = 1; h < 3; h++)
         for (int k = 0; k < NK; k++) {
-            assert_int_equal(node_run(h, out, sizeof(out), "%s:%d get ns-exit-%d %zu %d 0",
-                                      addr_ip[h], W[h].port, k, ((size_t)1024 << (k % 12)),
-                                      700 + k),
-                             0);
+            int rc = node_run(h, out, sizeof(out), "%s:%d get ns-exit-%d %zu %d 0", addr_ip[h],
+                              W[h].port, k, ((size_t)1024 << (k % 12)), 700 + k);
+            if (rc != 0) fprintf(stderr, "get ns-exit-%d through h%d: %s\n", k, h + 1, out);
+            assert_int_equal(rc, 0);
             assert_non_null(strstr(out, "ok"));
         }
 }

@@ -212,8 +212,10 @@ void ds__meta_put(ds_meta_t *m, const char *key, size_t len, const char *loc, ui
  * whole key, reporting the removed locations to cb. */
 void ds__meta_del(ds_meta_t *m, const char *key, size_t len, const char *loc, uint64_t version,
                   void (*cb)(void *ctx, const char *loc, uint64_t version), void *ctx);
-/* Calls fn with every key's current location. fn must not change the table. */
-void ds__meta_foreach(ds_meta_t *m,
+/* Calls fn with every key's current location: its newest full copy held
+ * elsewhere than `avoid` (a worker leaving), else avoid's own. fn must not
+ * change the table. */
+void ds__meta_foreach(ds_meta_t *m, const char *avoid,
                       void (*fn)(void *ctx, const char *key, uint32_t len, const char *loc,
                                  uint64_t size, uint64_t version),
                       void *ctx);

@@ -291,7 +291,7 @@ void ds__meta_foreach_short(ds_meta_t *m,
     }
 }
 
-void ds__meta_foreach(ds_meta_t *m,
+void ds__meta_foreach(ds_meta_t *m, const char *avoid,
                       void (*fn)(void *ctx, const char *key, uint32_t len, const char *loc,
                                  uint64_t size, uint64_t version),
                       void *ctx)
@@ -300,12 +300,16 @@ void ds__meta_foreach(ds_meta_t *m,
     ds__dict_iter_init(&it, &m->table);
     for (ds_dict_node_t *n; (n = ds__dict_iter_next(&it)) != NULL;) {
         const mentry_t *e = DS_DICT_ENTRY(n, mentry_t, node);
-        if (e->nlocs == 0) continue;
-        /* the newest full copy (hot copies, version 0, are caches) */
+        /* The newest full copy (hot copies, version 0, are caches), one
+         * held elsewhere than avoid first. */
         const mloc_t *l = NULL;
-        for (uint32_t i = 0; i < e->nlocs; i++)
-            if (e->locs[i].version != 0 && (l == NULL || e->locs[i].version >= l->version))
-                l = &e->locs[i];
+        for (int pass = 0; pass < 2 && l == NULL; pass++)
+            for (uint32_t i = 0; i < e->nlocs; i++) {
+                const mloc_t *c = &e->locs[i];
+                if (c->version == 0 || (pass == 0 && avoid && strcmp(c->addr, avoid) == 0))
+                    continue;
+                if (l == NULL || c->version >= l->version) l = c;
+            }
         if (l != NULL) fn(ctx, e->key, e->keylen, l->addr, l->size, l->version);
     }
 }

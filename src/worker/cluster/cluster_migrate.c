@@ -57,6 +57,7 @@ typedef struct {
     uint32_t *kl;
     uint64_t *size, *fromv;
     ds_obj_t **objs; /* published here, waiting for the owner's answer */
+    bool *had;       /* objs[i] was here before (a replica): never undone */
     uint32_t *status;
     int outstanding;
 } recv_t;
@@ -72,6 +73,7 @@ static void recv_free(recv_t *rv)
     free(rv->size);
     free(rv->fromv);
     free(rv->objs);
+    free(rv->had);
     free(rv->status);
     free(rv);
 }
@@ -99,12 +101,13 @@ static void recv_finish(recv_t *rv)
     recv_free(rv);
 }
 
-/* Our copy of key i goes again: the owner kept another one. */
+/* Our copy of key i goes again: the owner kept another one. A copy that
+ * was here before the move stays. */
 static void recv_undo(recv_t *rv, uint32_t i, uint32_t status)
 {
     rv->status[i] = status;
     ds_obj_t *o = rv->objs[i];
-    if (o == NULL) return;
+    if (o == NULL || rv->had[i]) return;
     if (ds__store_lookup(rv->srv->store, rv->keys[i], rv->kl[i], ds__now_ms()) == o)
         ds__store_delete(rv->srv->store, rv->keys[i], rv->kl[i]);
 }
@@ -116,7 +119,16 @@ static void recv_move_done(ds_job_t *j)
     for (uint32_t e = 0; e < j->nidx; e++) {
         uint32_t st = e < n ? ds__rbuf_u32(&j->r) : DS_K_RPC_UNAVAILABLE;
         if (j->r.err) st = DS_K_RPC_UNAVAILABLE;
-        if (st != DS_K_OK) recv_undo(rv, j->idx[e], st);
+        if (st == DS_K_RPC_UNAVAILABLE)
+            /* No answer: the owner may have moved the key here and dropped
+             * the sender's copy, so this copy stays (a spare one at worst). */
+            rv->status[j->idx[e]] = st;
+        else if (st != DS_K_OK)
+            recv_undo(rv, j->idx[e], st);
+        else if (rv->had[j->idx[e]])
+            /* The owner names this copy now: it is this worker's own, no
+             * longer a replica of the leaving worker's write. */
+            ds__repl_forget(rv->srv, rv->keys[j->idx[e]], rv->kl[j->idx[e]]);
     }
     if (--rv->outstanding == 0) recv_finish(rv);
 }
@@ -219,8 +231,9 @@ static void op_migrate(ds_server_t *srv, ds_req_t *r)
     rv->size = calloc(cap, sizeof(*rv->size));
     rv->fromv = calloc(cap, sizeof(*rv->fromv));
     rv->objs = calloc(cap, sizeof(*rv->objs));
+    rv->had = calloc(cap, sizeof(*rv->had));
     rv->status = calloc(cap, sizeof(*rv->status));
-    if (!rv->keys || !rv->kl || !rv->size || !rv->fromv || !rv->objs || !rv->status) {
+    if (!rv->keys || !rv->kl || !rv->size || !rv->fromv || !rv->objs || !rv->had || !rv->status) {
         recv_free(rv);
         ds__req_error(r, DS_K_OUT_OF_MEMORY, "out of memory");
         return;
@@ -266,7 +279,11 @@ static void op_migrate(ds_server_t *srv, ds_req_t *r)
             /* a cache of the sender's write: it would go with the sender */
             ds__repl_drop_hot(srv, rv->keys[i], rv->kl[i]);
         } else if (cur != NULL) {
-            rv->status[i] = DS_K_DUPLICATED; /* a copy here already: not ours to replace */
+            /* A copy here already (a replica, or a newer write): the owner
+             * is asked to name it instead of the sender's. */
+            ds__store_ref(cur);
+            rv->objs[i] = cur;
+            rv->had[i] = true;
             continue;
         }
         /* The L2 copy, if any, was written by the sender: here the value
@@ -667,7 +684,7 @@ static void leave_handover(ds_leave_t *lv)
     lv->phase = LV_HANDOVER;
     lv->phase_at = now;
     lv->handover_jobs = 1; /* held while the batches are built */
-    ds__meta_foreach(ds__cluster_meta(lv->srv), handover_one, lv);
+    ds__meta_foreach(ds__cluster_meta(lv->srv), ds__cluster_self(lv->srv), handover_one, lv);
     for (size_t i = 0; i < sizeof(lv->hb) / sizeof(lv->hb[0]); i++)
         hb_flush(lv, &lv->hb[i]);
     ds_job_t held = {.ctx = lv, .transport_failed = 0, .status = DS_K_OK, .nidx = 0};
