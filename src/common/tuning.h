@@ -74,4 +74,31 @@
  * woken onto the worker's new CPU. */
 #define DS_LANE_PARTED_NS 1000000u
 
+/* ---- Quotas (worker/net/guard.c) ---- */
+
+/* A request refused for one of its client's quotas (subscriptions, read
+ * latches, in-flight SET bytes) is answered only after a pause, during
+ * which its connection reads nothing more: a client that retries at once would
+ * otherwise make the loop parse and refuse its batches back to back while
+ * everyone else waits behind them. The first pause is short, so a client
+ * that overstepped once hardly notices; each refusal within
+ * DS_QUOTA_PAUSE_RESET_MS of the end of the session's previous pause
+ * doubles it, up to DS_QUOTA_PAUSE_MAX_MS (a client's retry of a batch of
+ * thousands of keys takes it milliseconds to build, so the window is not
+ * a multiple of a short pause). A session's refusals are paused one after
+ * the other, so more connections buy it no more refused work. */
+#define DS_QUOTA_PAUSE_MIN_MS 2u
+#define DS_QUOTA_PAUSE_MAX_MS 1000u
+#define DS_QUOTA_PAUSE_RESET_MS 2000u
+/* A peer past --max_handshake_conns_per_peer has its oldest connection
+ * without HELLO closed for each new one, but at most this many times its
+ * cap per second: a flooder reopens every socket closed on it at once, so
+ * closing without a bound made the loop accept and close for it at full
+ * speed. Past the bound its new connections wait (unread) for
+ * --handshake_timeout_ms like any other. */
+#define DS_HS_PEER_EVICT_CAPS_PER_S 4u
+/* Peers whose eviction counts are kept (a hash table; peers sharing a slot
+ * share the count). */
+#define DS_HS_PEER_SLOTS 64u
+
 #endif

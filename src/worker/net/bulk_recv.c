@@ -59,6 +59,11 @@ static bool job_over(job_t *j)
 
 /* Receives up to DS_BRECV_STEP of the job; true when it is finished (all
  * arrived, or failed). */
+uint32_t ds__brecv_jobs(const ds_brecv_t *b)
+{
+    return b ? ds__xfer_jobs(b->xfer) : 0;
+}
+
 static bool recv_some(void *ctx, ds_xfer_job_t *x)
 {
     ds_brecv_t *b = ctx;

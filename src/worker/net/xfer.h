@@ -13,6 +13,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* Embedded first in each user's job. The thread reads fd and sets err. */
 typedef struct ds_xfer_job {
@@ -38,5 +39,7 @@ ds_xfer_t *ds__xfer_new(ds_loop_t *loop, const char *name, short events, ds_xfer
 void ds__xfer_free(ds_xfer_t *x);
 /* Hands j to the thread; false (j still the caller's) when stopping. */
 bool ds__xfer_take(ds_xfer_t *x, ds_xfer_job_t *j);
+/* Loop only: jobs handed to x and not back yet (0 for NULL). */
+uint32_t ds__xfer_jobs(const ds_xfer_t *x);
 
 #endif

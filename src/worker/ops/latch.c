@@ -298,7 +298,7 @@ void ds__ops_latch(ds_server_t *srv, ds_req_t *r)
     ds_status_t first = DS_K_OK;
     char msg[256], first_msg[256] = "";
     uint64_t now = ds__now_ms();
-    bool released = false;
+    bool released = false, quota = false;
     for (uint32_t i = 0; i < n; i++) {
         const char *k;
         uint32_t kl = ds__rbuf_str(&rb, &k);
@@ -326,6 +326,7 @@ void ds__ops_latch(ds_server_t *srv, ds_req_t *r)
                 st = DS_K_TRY_AGAIN;
             } else if ((a = ds__latch_tab_add(t, r->session, k, kl, until)) != DS_LATCH_ADDED) {
                 st = refuse_add(srv, t, a, r, k, kl, msg, sizeof(msg));
+                quota |= a == DS_LATCH_HOLDER_FULL || a == DS_LATCH_FULL;
             }
         } else if (ds__latch_tab_release(write ? &L->wtab : &L->tab, r->session, k, kl)) {
             released = true;
@@ -341,6 +342,8 @@ void ds__ops_latch(ds_server_t *srv, ds_req_t *r)
         ds__wbuf_u32(&w, (uint32_t)st);
     }
     if (first != DS_K_OK) ds__ops_lead_error(&w, first_msg);
+    /* A latch refused for a quota: the client waits before its next request. */
+    if (quota) ds__req_penalize(r);
     ds__req_reply(r, first, &w, NULL, 0, NULL, 0, -1);
     ds__wbuf_free(&w);
     if (released) wake(srv);
