@@ -322,6 +322,8 @@ static void test_inflight_quota(void **state)
     assert_non_null(fh);
     assert_int_equal(fh->h.status, 0);
     assert_int_equal(dst_stat(&W, "clients.inflight_refusals"), 1);
+    /* and b was paused before it read on (the offender waits) */
+    assert_int_equal(dst_stat(&W, "clients.quota_pauses"), 1);
 
     /* a's data completes: its SET succeeds, and then b's fits. */
     uint8_t *rest = malloc(A_LEN - 4096);

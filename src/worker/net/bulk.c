@@ -128,7 +128,7 @@ bool ds__bulk_send(ds_bulk_t *b, ds_conn_t *c, ds_out_t *o)
     it->fd = c->io.fd;
     it->x.fd = it->fd;
     it->tls = c->tls;
-    if (ds__xfer_take(b->xfer, &it->x)) return true;
+    if (ds__xfer_take(b->xfer, &it->x, ds__out_left(o))) return true;
     free(it);
     return false;
 }

@@ -151,7 +151,10 @@ bool ds__brecv_take(ds_brecv_t *b, ds_conn_t *c)
     j->idx = c->sink_idx;
     j->off = c->sink_off;
     j->skip = c->sinks ? 0 : c->skip;
-    if (ds__xfer_take(b->xfer, &j->x)) return true;
+    uint64_t left = j->skip;
+    for (uint32_t i = j->idx; i < j->n; i++)
+        left += j->sinks[i].len - (i == j->idx ? j->off : 0);
+    if (ds__xfer_take(b->xfer, &j->x, left)) return true;
     free(j);
     return false;
 }

@@ -119,6 +119,11 @@ static uint64_t out_left(const ds_out_t *o)
     return left;
 }
 
+uint64_t ds__out_left(const ds_out_t *o)
+{
+    return out_left(o);
+}
+
 int ds__out_iov(const ds_out_t *o, struct iovec *iov, int max)
 {
     int n = 0;

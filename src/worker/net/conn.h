@@ -132,6 +132,8 @@ void ds__conn_bulk_done(ds_conn_t *c, ds_out_t *o, uint64_t sent, int err);
 /* The unsent part of a frame as up to max iovecs (0 when all is sent), and
  * marking n more bytes sent (true once all are). For the sender thread. */
 int ds__out_iov(const ds_out_t *o, struct iovec *iov, int max);
+/* Bytes of the frame still to send. */
+uint64_t ds__out_left(const ds_out_t *o);
 bool ds__out_advance(ds_out_t *o, uint64_t n);
 
 /* bulk.c: the sender thread for large response frames */

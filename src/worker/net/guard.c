@@ -37,7 +37,8 @@
  * and a client that retries at once waits instead of making the loop refuse
  * it again and again. The pause doubles while the session keeps being
  * refused, and a session's pauses follow one another, so more connections
- * do not multiply them.
+ * do not multiply them. A refused SET's pause lasts at least as long as
+ * dropping its data at DS_QUOTA_DROP_MIB_PER_S.
  *
  * Loop thread only. */
 #include "worker/net/conn.h"
@@ -295,6 +296,8 @@ void ds__req_penalize(ds_req_t *r)
     uint32_t ms = DS_QUOTA_PAUSE_MIN_MS;
     if (s->pause_ms && now <= s->pause_end_ms + DS_QUOTA_PAUSE_RESET_MS)
         ms = s->pause_ms * 2 > DS_QUOTA_PAUSE_MAX_MS ? DS_QUOTA_PAUSE_MAX_MS : s->pause_ms * 2;
+    uint64_t drop_ms = r->data_len * 1000u / ((uint64_t)DS_QUOTA_DROP_MIB_PER_S << 20);
+    if (drop_ms > ms) ms = (uint32_t)drop_ms;
     struct ds_pause *p = calloc(1, sizeof(*p));
     if (p == NULL) return;
     /* After the session's pause under way, if any: one at a time. */

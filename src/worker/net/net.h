@@ -70,8 +70,8 @@ typedef struct {
     uint64_t poll_promised;
     /* Lane requests a poll step's watch of the lanes caught (ds__lanes_watch). */
     uint64_t poll_watched;
-    /* Loop turns that did not poll because the transfer threads had work
-     * (ds__net_transfers). */
+    /* Loop turns that did not poll because the transfer threads moved a
+     * large value (ds__net_transfers). */
     uint64_t poll_transfer_sleeps;
     uint64_t lane_requests; /* requests that came through a lane (common/lane.h) */
     uint64_t lane_parts;    /* moves of the loop off a lane client's CPU (DS_LANE_PART_NS) */
@@ -184,7 +184,8 @@ void ds__net_turn(ds_net_t *net);
 /* True while connections wait on the ready list (the loop must not sleep). */
 bool ds__net_busy(const ds_net_t *net);
 /* Frames the bulk sender and SET data sections the bulk receiver have in
- * hand (bulk.c): large transfers under way on their threads. */
+ * hand (bulk.c) of at least DS_POLL_XFER_SLEEP_MIN bytes (common/tuning.h):
+ * long transfers under way on their threads. */
 uint32_t ds__net_transfers(const ds_net_t *net);
 /* Retries paused listeners when due; the next deadline or 0. */
 uint64_t ds__net_tick(ds_net_t *net, uint64_t now_ms);
