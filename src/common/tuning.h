@@ -35,6 +35,15 @@
  * since sides that wake each other tend to be placed on one CPU. */
 #define DS_SPIN_OVER_NS 200000u
 
+/* The loop does not poll while the transfer threads (worker/net/bulk.c,
+ * bulk_recv.c) move a value of at least this many bytes: such a copy and
+ * its peer keep the CPUs busy for milliseconds, and a polling loop beside
+ * them takes a CPU from them and from the local client whose request it
+ * waits for. A smaller transfer ends within a few hundred microseconds,
+ * and polling catches its end (and the client's next request) sooner than
+ * a wake-up would. */
+#define DS_POLL_XFER_SLEEP_MIN (8u << 20)
+
 /* ---- Request lanes (common/lane.h) ---- */
 
 /* A poll step of either side first watches the lane this long before it
@@ -73,5 +82,38 @@
  * while the two shared a CPU, and a client asleep when the answer comes is
  * woken onto the worker's new CPU. */
 #define DS_LANE_PARTED_NS 1000000u
+
+/* ---- Quotas (worker/net/guard.c) ---- */
+
+/* A request refused for one of its client's quotas (subscriptions, read
+ * latches, in-flight SET bytes) is answered only after a pause, during
+ * which its connection reads nothing more: a client that retries at once would
+ * otherwise make the loop parse and refuse its batches back to back while
+ * everyone else waits behind them. The first pause is short, so a client
+ * that overstepped once hardly notices; each refusal within
+ * DS_QUOTA_PAUSE_RESET_MS of the end of the session's previous pause
+ * doubles it, up to DS_QUOTA_PAUSE_MAX_MS (a client's retry of a batch of
+ * thousands of keys takes it milliseconds to build, so the window is not
+ * a multiple of a short pause). A session's refusals are paused one after
+ * the other, so more connections buy it no more refused work. */
+#define DS_QUOTA_PAUSE_MIN_MS 2u
+#define DS_QUOTA_PAUSE_MAX_MS 1000u
+#define DS_QUOTA_PAUSE_RESET_MS 2000u
+/* A refused SET's data section still crosses the socket (the worker reads
+ * and drops it after the pause, to stay in step with the client): its
+ * pause lasts at least as long as dropping it at this rate, so that a
+ * client pipelining large SETs past its quota moves them at this pace,
+ * not at the speed of the machine's copies. */
+#define DS_QUOTA_DROP_MIB_PER_S 64u
+/* A peer past --max_handshake_conns_per_peer has its oldest connection
+ * without HELLO closed for each new one, but at most this many times its
+ * cap per second: a flooder reopens every socket closed on it at once, so
+ * closing without a bound made the loop accept and close for it at full
+ * speed. Past the bound its new connections wait (unread) for
+ * --handshake_timeout_ms like any other. */
+#define DS_HS_PEER_EVICT_CAPS_PER_S 4u
+/* Peers whose eviction counts are kept (a hash table; peers sharing a slot
+ * share the count). */
+#define DS_HS_PEER_SLOTS 64u
 
 #endif

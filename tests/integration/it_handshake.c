@@ -5,9 +5,13 @@
  *    with its token, over TCP or the Unix socket;
  *  - silent sockets are closed after --handshake_timeout_ms, told why, while
  *    a connection that said HELLO stays open;
+ *  - a peer past --max_handshake_conns_per_peer has its old silent sockets
+ *    closed for new ones at most DS_HS_PEER_EVICT_CAPS_PER_S times its cap a
+ *    second; past that its new ones wait, and a client still gets in;
  *  - a SET past --max_client_inflight_mb is refused with K_OUT_OF_MEMORY
  *    naming the flag, its data is discarded, and the connection and the
  *    client's other SETs go on. */
+#include "common/tuning.h"
 #include "it_hostile_raw.h"
 
 #include <setjmp.h>
@@ -55,6 +59,14 @@ static int start_caps(void **state)
 {
     (void)state;
     return start_with("--max_handshake_conns_per_peer 16 --max_handshake_conns 24 "
+                      "--handshake_timeout_ms 600000",
+                      32, false);
+}
+
+static int start_churn(void **state)
+{
+    (void)state;
+    return start_with("--max_handshake_conns_per_peer 4 --max_handshake_conns 100000 "
                       "--handshake_timeout_ms 600000",
                       32, false);
 }
@@ -184,6 +196,35 @@ static void test_silent_sockets_capped(void **state)
         close(fds[i]);
 }
 
+static void test_peer_churn_bounded(void **state)
+{
+    (void)state;
+    enum { N = 80, CAP = 4 };
+    static int fds[N];
+    uint64_t t0 = ds__now_ms();
+    open_silent(fds, N, false);
+    /* Every one accepted: waiting, or closed to make room. */
+    double evicted = 0, waiting = 0;
+    for (uint64_t end = ds__now_ms() + 10000; ds__now_ms() < end; usleep(20 * 1000)) {
+        evicted = dst_stat(&W, "clients.handshake_evictions");
+        waiting = dst_stat(&W, "clients.awaiting_hello");
+        if (evicted + waiting >= N) break;
+    }
+    assert_true(evicted + waiting >= N);
+    uint64_t seconds = (ds__now_ms() - t0) / 1000 + 2; /* windows the opening can span */
+    /* The cap applied, within its bound, and the rest wait. */
+    assert_true(evicted >= CAP);
+    assert_true(evicted <= (double)(CAP * DS_HS_PEER_EVICT_CAPS_PER_S * seconds));
+    assert_true(told_why(fds, N, "from this peer"));
+    /* A client still gets in and is served. */
+    ds_client_t *c = dst_connect(&W, DS_TRANSPORT_TCP);
+    assert_non_null(c);
+    set_get(c, "churn-tcp");
+    ds_client_close(c);
+    for (int i = 0; i < N; i++)
+        close(fds[i]);
+}
+
 static void test_deadline_closes_silent(void **state)
 {
     (void)state;
@@ -281,6 +322,8 @@ static void test_inflight_quota(void **state)
     assert_non_null(fh);
     assert_int_equal(fh->h.status, 0);
     assert_int_equal(dst_stat(&W, "clients.inflight_refusals"), 1);
+    /* and b was paused before it read on (the offender waits) */
+    assert_int_equal(dst_stat(&W, "clients.quota_pauses"), 1);
 
     /* a's data completes: its SET succeeds, and then b's fits. */
     uint8_t *rest = malloc(A_LEN - 4096);
@@ -319,6 +362,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_silent_sockets_do_not_lock_out, start_limits,
                                         stop_worker),
         cmocka_unit_test_setup_teardown(test_silent_sockets_capped, start_caps, stop_worker),
+        cmocka_unit_test_setup_teardown(test_peer_churn_bounded, start_churn, stop_worker),
         cmocka_unit_test_setup_teardown(test_deadline_closes_silent, start_deadline, stop_worker),
         cmocka_unit_test_setup_teardown(test_inflight_quota, start_quota, stop_worker),
     };

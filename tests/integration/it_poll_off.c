@@ -83,6 +83,7 @@ static void test_serves_values(void **state)
     assert_int_equal(dst_stat(&W, "polling.polled_us"), 0);
     assert_int_equal(dst_stat(&W, "polling.promised"), 0);
     assert_int_equal(dst_stat(&W, "polling.watched"), 0);
+    assert_int_equal(dst_stat(&W, "polling.transfer_sleeps"), 0);
     assert_int_equal(dst_stat(&W, "lane_parts"), 0);
 }
 

@@ -8,8 +8,15 @@
  * - The worker's pool: when one client (allowed the whole pool) holds every
  *   slot, the other's subscribe-get is refused with K_TRY_AGAIN naming
  *   --max_pending_subscriptions, not a "not found within N ms" it never
- *   waited for. */
+ *   waited for.
+ * - The offender waits: each refusal is answered after a pause
+ *   (ds__req_penalize) that grows while the refusals go on, so ten refusals
+ *   in a row take the offender over a second, while the other client is
+ *   served all along; the refused client works again once its share is
+ *   free. */
 #include "harness.h"
+
+#include "common/clock.h"
 
 #include <pthread.h>
 #include <setjmp.h>
@@ -169,6 +176,53 @@ static void test_pool_full_message(void **state)
     assert_int_equal(dst_worker_stop(&W), 0);
 }
 
+static void test_refusals_pause_offender(void **state)
+{
+    (void)state;
+    assert_int_equal(dst_worker_start(&W, 64, "--max_pending_subscriptions 100000"), 0);
+    ds_client_t *a = dst_connect(&W, DS_TRANSPORT_TCP);
+    ds_client_t *b = dst_connect(&W, DS_TRANSPORT_TCP);
+    assert_non_null(a);
+    assert_non_null(b);
+    getter_t g[2] = {{a, "pz0", NKEYS, DS_K_OK}, {a, "pz1", NKEYS, DS_K_OK}};
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(pthread_create(&th[i], NULL, get_never_set, &g[i]), 0);
+        assert_true(dst_wait_stat(&W, "subscriptions_waiting", (double)(NKEYS * (i + 1)), 5000));
+    }
+    double pauses0 = dst_stat(&W, "clients.quota_pauses");
+    /* Ten refusals in a row: each answered, each next one read only after
+     * a pause that doubles from DS_QUOTA_PAUSE_MIN_MS (2 + 4 + ... + 512 ms
+     * before the tenth). */
+    uint64_t t0 = ds__now_ms();
+    for (int i = 0; i < 10; i++) {
+        getter_t third = {a, "pz2", NKEYS, DS_K_OK};
+        get_never_set(&third);
+        assert_int_equal(third.st, DS_K_TRY_AGAIN);
+        assert_true(said("--max_pending_subscriptions_per_client"));
+        /* the other client is served meanwhile */
+        char k[32];
+        snprintf(k, sizeof(k), "pz-b%d", i);
+        assert_int_equal(dst_set_filled(b, k, 1024, (uint8_t)i), DS_K_OK);
+        void *v = NULL;
+        size_t n = 0;
+        assert_int_equal(ds_kv_get(b, k, 0, &v, &n), DS_K_OK);
+        assert_true(dst_check(v, n, (uint8_t)i));
+        ds_free(v);
+    }
+    assert_true(ds__now_ms() - t0 >= 1000);
+    assert_true(dst_stat(&W, "clients.quota_pauses") >= pauses0 + 10);
+    for (int i = 0; i < 2; i++) {
+        pthread_join(th[i], NULL);
+        assert_int_equal(g[i].st, DS_K_NOT_FOUND);
+    }
+    /* its share free again, A is served as before */
+    assert_int_equal(dst_set_filled(a, "pz-a", 100, 5), DS_K_OK);
+    ds_client_close(a);
+    ds_client_close(b);
+    assert_int_equal(dst_worker_stop(&W), 0);
+}
+
 int main(void)
 {
     if (getenv("DS_TEST_WORKER")) {
@@ -178,6 +232,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_per_client_share),
         cmocka_unit_test(test_pool_full_message),
+        cmocka_unit_test(test_refusals_pause_offender),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -113,6 +113,17 @@ int ds__poll_timeout(ds_poll_t *p, int timeout_ms)
     ds_net_t *net = p->net;
     p->step = ds__now_ns();
     p->busy = ds__net_busy(net);
+    /* While the transfer threads move a value of DS_POLL_XFER_SLEEP_MIN
+     * bytes or more, the loop sleeps between events: the copy (with its
+     * peer at the other end of the socket) keeps CPUs busy, and a loop
+     * polling beside it takes a CPU from the copy and from the local
+     * clients whose requests it waits for, so their requests queue behind
+     * time slices instead. Polling resumes once the transfers are back. */
+    if (ds__net_transfers(net)) {
+        p->polling = false;
+        net->ctr.poll_transfer_sleeps++;
+        return p->busy ? 0 : timeout_ms;
+    }
     bool calm = !p->contended && !p->busy;
     /* A client's promise of a request (a set copying a large value) keeps
      * the loop polling whatever the window says. */

@@ -3,8 +3,9 @@
  * gathers every heuristic the loop has - the adaptive polling window
  * (common/spin.h), clients' promises of a request (DS_LANE_AHEAD_MIN),
  * parting from a lane client's CPU (DS_LANE_PART_NS), the machine-load and
- * CPU-neighbour checks, and watching the lanes before a poll step yields
- * (DS_LANE_WATCH_NS) - behind two calls, one before the wait and one after
+ * CPU-neighbour checks, watching the lanes before a poll step yields
+ * (DS_LANE_WATCH_NS), and sleeping while the transfer threads move a large
+ * value (ds__net_transfers) - behind two calls, one before the wait and one after
  * it. The tuning numbers live in common/tuning.h.
  *
  * One switch turns all of it off: --busy_poll_us 0. The loop is then a

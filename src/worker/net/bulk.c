@@ -113,6 +113,11 @@ void ds__bulk_free(ds_bulk_t *b)
     free(b);
 }
 
+uint32_t ds__net_transfers(const ds_net_t *net)
+{
+    return (net->bulk ? ds__xfer_jobs(net->bulk->xfer) : 0) + ds__brecv_jobs(net->brecv);
+}
+
 bool ds__bulk_send(ds_bulk_t *b, ds_conn_t *c, ds_out_t *o)
 {
     if (b == NULL) return false;
@@ -123,7 +128,7 @@ bool ds__bulk_send(ds_bulk_t *b, ds_conn_t *c, ds_out_t *o)
     it->fd = c->io.fd;
     it->x.fd = it->fd;
     it->tls = c->tls;
-    if (ds__xfer_take(b->xfer, &it->x)) return true;
+    if (ds__xfer_take(b->xfer, &it->x, ds__out_left(o))) return true;
     free(it);
     return false;
 }

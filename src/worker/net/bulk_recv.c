@@ -60,6 +60,11 @@ static bool job_over(job_t *j)
 
 /* Receives up to DS_BRECV_STEP of the job; true when it is finished (all
  * arrived, or failed). */
+uint32_t ds__brecv_jobs(const ds_brecv_t *b)
+{
+    return b ? ds__xfer_jobs(b->xfer) : 0;
+}
+
 static bool recv_some(void *ctx, ds_xfer_job_t *x)
 {
     ds_brecv_t *b = ctx;
@@ -152,7 +157,10 @@ bool ds__brecv_take(ds_brecv_t *b, ds_conn_t *c)
     j->off = c->sink_off;
     j->skip = c->sinks ? 0 : c->skip;
     j->tls = c->tls;
-    if (ds__xfer_take(b->xfer, &j->x)) return true;
+    uint64_t left = j->skip;
+    for (uint32_t i = j->idx; i < j->n; i++)
+        left += j->sinks[i].len - (i == j->idx ? j->off : 0);
+    if (ds__xfer_take(b->xfer, &j->x, left)) return true;
     free(j);
     return false;
 }

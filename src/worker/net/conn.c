@@ -88,7 +88,7 @@ static void update_interest(ds_conn_t *c)
                    !c->bulk_in;
     if (reading) ev |= EPOLLIN;
     if (reading || c->state == CONN_PARKED) ev |= EPOLLRDHUP;
-    if (c->out_head && c->bulk_out == NULL) ev |= EPOLLOUT;
+    if (c->out_head && c->bulk_out == NULL && !c->out_held) ev |= EPOLLOUT;
     ds__loop_mod(c->net->loop, &c->io, ev);
     /* Bytes inside a TLS session are no event: read them after this one. */
     if (reading && ds__conn_tls_pending(c)) ds__conn_make_ready(c);
@@ -117,6 +117,11 @@ static uint64_t out_left(const ds_out_t *o)
     for (uint32_t i = o->seg_idx; i < o->nseg; i++)
         left += o->segs[i].iov_len - (i == o->seg_idx ? o->seg_off : 0);
     return left;
+}
+
+uint64_t ds__out_left(const ds_out_t *o)
+{
+    return out_left(o);
 }
 
 int ds__out_iov(const ds_out_t *o, struct iovec *iov, int max)
@@ -259,7 +264,7 @@ void ds__conn_close(ds_conn_t *c, const char *why)
 static void flush_out(ds_conn_t *c)
 {
     uint64_t budget = DS_IO_SLICE;
-    while (c->out_head && c->bulk_out == NULL && budget > 0) {
+    while (!c->out_held && c->out_head && c->bulk_out == NULL && budget > 0) {
         struct iovec iov[DS_MAX_IOV];
         int n = 0;
         ds_out_t *o = c->out_head;
@@ -354,7 +359,7 @@ void ds__conn_queue(ds_conn_t *c, uint64_t req_id, uint16_t op, ds_status_t st, 
          * descriptor, must follow answers still queued, or ends the
          * connection (those go on the socket, where the client is sent). */
         c->lane_wait = false;
-        bool socket = fd >= 0 || c->out_head != NULL || c->close_after_write;
+        bool socket = fd >= 0 || c->out_head != NULL || c->close_after_write || c->out_held;
         if (ds__lane_reply(c, &h, meta_len ? w->buf : NULL, segs, nseg, socket)) {
             net->ctr.bytes_out += DS_WIRE_HEADER_LEN + meta_len + data_len;
             for (uint32_t i = 0; i < nrefs; i++)
@@ -1032,6 +1037,8 @@ int ds__net_listen(ds_net_t *net, ds_listener_t *l, int fd, bool is_unix)
 uint64_t ds__net_tick(ds_net_t *net, uint64_t now_ms)
 {
     uint64_t hs = ds__guard_tick(net, now_ms);
+    uint64_t pz = ds__guard_pause_tick(net, now_ms);
+    if (pz && (hs == 0 || pz < hs)) hs = pz;
     if (net->accept_retry_ms && now_ms >= net->accept_retry_ms) resume_listeners(net);
     uint64_t ar = net->accept_retry_ms;
     return ar == 0 ? hs : hs == 0 || ar < hs ? ar : hs;

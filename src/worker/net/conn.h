@@ -35,6 +35,9 @@ struct ds_conn {
     uint8_t auth_failures;
     char challenge[68]; /* outstanding auth challenge, "" = none */
     bool close_after_write;
+    /* guard.c: paused after a quota refusal, its answers are held (neither
+     * written nor put in its lane) until the pause ends */
+    bool out_held;
     ds_session_t *session;
     uint64_t id;
 
@@ -133,6 +136,8 @@ void ds__conn_bulk_done(ds_conn_t *c, ds_out_t *o, uint64_t sent, int err);
 /* The unsent part of a frame as up to max iovecs (0 when all is sent), and
  * marking n more bytes sent (true once all are). For the sender thread. */
 int ds__out_iov(const ds_out_t *o, struct iovec *iov, int max);
+/* Bytes of the frame still to send. */
+uint64_t ds__out_left(const ds_out_t *o);
 bool ds__out_advance(ds_out_t *o, uint64_t n);
 
 /* bulk.c: the sender thread for large response frames */
@@ -157,6 +162,9 @@ void ds__guard_track(ds_conn_t *c);
 void ds__guard_untrack(ds_conn_t *c);
 /* Closes connections past the handshake deadline; the next deadline or 0. */
 uint64_t ds__guard_tick(ds_net_t *net, uint64_t now_ms);
+/* Resumes the connections whose pause after a refusal is over; the next
+ * end of a pause or 0. */
+uint64_t ds__guard_pause_tick(ds_net_t *net, uint64_t now_ms);
 /* A SET with a data section is about to run on c: counts its bytes in the
  * session's in-flight bytes, or answers it with the quota error and
  * returns false (its data section is then skipped). */
@@ -173,6 +181,8 @@ void ds__brecv_free(ds_brecv_t *b);
  * or its bytes to skip) to the thread; false when it cannot take it (the
  * loop reads on). */
 bool ds__brecv_take(ds_brecv_t *b, ds_conn_t *c);
+/* Loop only: receives handed to b and not back yet (0 for NULL). */
+uint32_t ds__brecv_jobs(const ds_brecv_t *b);
 /* The thread is done with c's data section: err is 0 when all of it
  * arrived, else an errno (EPIPE when the peer closed first). */
 void ds__conn_brecv_done(ds_conn_t *c, uint64_t got, int err);

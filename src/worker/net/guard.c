@@ -9,7 +9,11 @@
  *    from one peer (a TCP client's address; a Unix client's uid, the only
  *    identity a local process cannot renew by forking): a new connection
  *    past either cap closes the oldest waiting one (of that peer, or of all),
- *    so a flood of silent sockets only ever churns itself;
+ *    so a flood of silent sockets only ever churns itself; a peer's own
+ *    churn is bounded (DS_HS_PEER_EVICT_CAPS_PER_S): past it, its new
+ *    connections wait for their deadline instead of closing its old ones,
+ *    so a flooder that reopens what is closed is not accepted and closed
+ *    at full speed;
  *  - give way at the worker's connection limit (--max_client_num times
  *    DS_CONNS_PER_CLIENT): the oldest one waiting for HELLO is closed to
  *    admit the new connection, so the limit is only ever reached by clients
@@ -26,14 +30,26 @@
  * through): a SET past it is answered K_OUT_OF_MEMORY, naming the cap, and
  * its data section is discarded.
  *
+ * Pauses after a refusal: a request refused for a quota (the in-flight
+ * bytes above; subscriptions and read latches in the operations layer)
+ * is answered after a pause, during which its connection reads nothing
+ * (ds__req_penalize): a refused SET's data section is not read meanwhile,
+ * and a client that retries at once waits instead of making the loop refuse
+ * it again and again. The pause doubles while the session keeps being
+ * refused, and a session's pauses follow one another, so more connections
+ * do not multiply them. A refused SET's pause lasts at least as long as
+ * dropping its data at DS_QUOTA_DROP_MIB_PER_S.
+ *
  * Loop thread only. */
 #include "worker/net/conn.h"
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/tuning.h"
 
 #include <arpa/inet.h>
 #include <inttypes.h>
+#include <stdlib.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <string.h>
@@ -113,6 +129,26 @@ static void evict(ds_conn_t *c, const char *why)
     close_waiting(c, DS_K_RUNTIME_ERROR, why);
 }
 
+/* Whether the peer may have one more of its connections closed for a new
+ * one this second (DS_HS_PEER_EVICT_CAPS_PER_S); counts it when so. */
+static bool may_evict(ds_net_t *net, const uint8_t peer[17])
+{
+    uint32_t h = 2166136261u;
+    for (int i = 0; i < 17; i++)
+        h = (h ^ peer[i]) * 16777619u;
+    struct ds_hs_peer *e = &net->hs_peers[h % DS_HS_PEER_SLOTS];
+    uint64_t now = ds__now_ms();
+    if (memcmp(e->peer, peer, 17) != 0 || now >= e->since_ms + 1000) {
+        memcpy(e->peer, peer, 17);
+        e->since_ms = now;
+        e->evicted = 0;
+    }
+    if ((uint64_t)e->evicted >= (uint64_t)net->hs_max_peer * DS_HS_PEER_EVICT_CAPS_PER_S)
+        return false;
+    e->evicted++;
+    return true;
+}
+
 bool ds__guard_admit(ds_net_t *net, const uint8_t peer[17])
 {
     if (net->hs_max_peer) {
@@ -120,7 +156,7 @@ bool ds__guard_admit(ds_net_t *net, const uint8_t peer[17])
         ds_conn_t *oldest = NULL;
         for (ds_conn_t *c = net->hs_head; c; c = c->hs_next)
             if (memcmp(c->origin, peer, 17) == 0 && n++ == 0) oldest = c;
-        if (n >= net->hs_max_peer && oldest) {
+        if (n >= net->hs_max_peer && oldest && may_evict(net, peer)) {
             static bool told;
             char who[INET6_ADDRSTRLEN + 16];
             if (!told)
@@ -202,6 +238,7 @@ bool ds__guard_set_admit(ds_conn_t *c)
     if (s == NULL || len == 0) return true;
     if (net->inflight_max && s->inflight > 0 && s->inflight + len > net->inflight_max) {
         net->ctr.inflight_refusals++;
+        ds__req_penalize(&c->cur);
         ds__req_error(&c->cur, DS_K_OUT_OF_MEMORY,
                       "SET of %" PRIu64 " bytes refused: this client already has %" PRIu64
                       " bytes of SETs in flight (received or unanswered), and "
@@ -220,4 +257,85 @@ void ds__guard_uncharge(ds_conn_t *c)
     if (c->charged == 0) return;
     if (c->session) c->session->inflight -= c->charged;
     c->charged = 0;
+}
+
+/* A connection paused after a refusal: a placeholder request parked on it
+ * (so it reads nothing) until due_ms. */
+struct ds_pause {
+    struct ds_pause *prev, *next;
+    ds_req_t *d;
+    ds_net_t *net;
+    uint64_t due_ms;
+};
+
+static void pause_unlink(struct ds_pause *p)
+{
+    if (p->prev)
+        p->prev->next = p->next;
+    else
+        p->net->pauses = p->next;
+    if (p->next) p->next->prev = p->prev;
+}
+
+/* The connection closed while paused. */
+static void pause_cancel(ds_req_t *d, void *ctx)
+{
+    struct ds_pause *p = ctx;
+    pause_unlink(p);
+    free(p);
+    ds__req_drop(d);
+}
+
+void ds__req_penalize(ds_req_t *r)
+{
+    ds_session_t *s = r->session;
+    if (s == NULL || ds__req_is_deferred(r) || r->conn_ == NULL) return;
+    uint64_t now = ds__now_ms();
+    uint32_t ms = DS_QUOTA_PAUSE_MIN_MS;
+    if (s->pause_ms && now <= s->pause_end_ms + DS_QUOTA_PAUSE_RESET_MS)
+        ms = s->pause_ms * 2 > DS_QUOTA_PAUSE_MAX_MS ? DS_QUOTA_PAUSE_MAX_MS : s->pause_ms * 2;
+    uint64_t drop_ms = r->data_len * 1000u / ((uint64_t)DS_QUOTA_DROP_MIB_PER_S << 20);
+    if (drop_ms > ms) ms = (uint32_t)drop_ms;
+    struct ds_pause *p = calloc(1, sizeof(*p));
+    if (p == NULL) return;
+    /* After the session's pause under way, if any: one at a time. */
+    uint64_t from = s->pause_end_ms > now ? s->pause_end_ms : now;
+    p->net = r->net_;
+    p->due_ms = from + ms;
+    p->d = ds__req_park(r, pause_cancel, p);
+    if (p->d == NULL) {
+        free(p);
+        return;
+    }
+    /* The park took the request's place on the connection; r itself, not
+     * deferred, is answered as usual, but its answer waits with the
+     * connection: a client with more connections than one would otherwise
+     * just send its next request on another. */
+    r->conn_->out_held = true;
+    s->pause_ms = ms;
+    s->pause_end_ms = p->due_ms;
+    p->net->ctr.quota_pauses++;
+    p->next = p->net->pauses;
+    if (p->next) p->next->prev = p;
+    p->net->pauses = p;
+}
+
+uint64_t ds__guard_pause_tick(ds_net_t *net, uint64_t now_ms)
+{
+    /* At most one per connection: bounded by the connections. */
+    uint64_t next = 0;
+    for (struct ds_pause *p = net->pauses, *n; p; p = n) {
+        n = p->next;
+        if (p->due_ms <= now_ms) {
+            pause_unlink(p);
+            ds_req_t *d = p->d;
+            free(p);
+            if (d->conn_) d->conn_->out_held = false;
+            ds__req_unpark(d);
+            ds__req_drop(d); /* the connection reads on after this event */
+        } else if (next == 0 || p->due_ms < next) {
+            next = p->due_ms;
+        }
+    }
+    return next;
 }

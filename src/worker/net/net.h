@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "common/tuning.h"
 #include "common/wire.h"
 #include "worker/net/limits.h"
 #include "worker/net/loop.h"
@@ -69,6 +70,9 @@ typedef struct {
     uint64_t poll_promised;
     /* Lane requests a poll step's watch of the lanes caught (ds__lanes_watch). */
     uint64_t poll_watched;
+    /* Loop turns that did not poll because the transfer threads moved a
+     * large value (ds__net_transfers). */
+    uint64_t poll_transfer_sleeps;
     uint64_t lane_requests; /* requests that came through a lane (common/lane.h) */
     uint64_t lane_parts;    /* moves of the loop off a lane client's CPU (DS_LANE_PART_NS) */
     uint64_t lane_wakes;    /* lane answers whose client slept: woken with a futex wake */
@@ -77,6 +81,8 @@ typedef struct {
      * make room for a newer one while waiting for HELLO, and SETs refused
      * for their session's in-flight bytes. */
     uint64_t handshake_timeouts, handshake_evictions, inflight_refusals;
+    /* guard.c: connections paused after a quota refusal (ds__req_penalize) */
+    uint64_t quota_pauses;
     uint64_t tls_failures; /* TCP connections refused in or before the TLS handshake */
 } ds_net_counters_t;
 
@@ -137,6 +143,13 @@ struct ds_net {
     uint32_t hs_max, hs_max_peer;
     uint64_t inflight_max;
     ds_conn_t *hs_head, *hs_tail; /* waiting for HELLO, oldest first */
+    struct ds_pause *pauses;      /* guard.c: connections paused after a refusal */
+    /* guard.c: each peer's evictions under its cap in the current second */
+    struct ds_hs_peer {
+        uint8_t peer[17];
+        uint64_t since_ms;
+        uint32_t evicted;
+    } hs_peers[DS_HS_PEER_SLOTS];
     uint32_t nhs;
     char auth_token[256]; /* empty = none */
     /* --enable_tls: every TCP connection is TLS (conn_tls.c); NULL = plain */
@@ -170,6 +183,10 @@ void ds__net_after_event(void *net);
 void ds__net_turn(ds_net_t *net);
 /* True while connections wait on the ready list (the loop must not sleep). */
 bool ds__net_busy(const ds_net_t *net);
+/* Frames the bulk sender and SET data sections the bulk receiver have in
+ * hand (bulk.c) of at least DS_POLL_XFER_SLEEP_MIN bytes (common/tuning.h):
+ * long transfers under way on their threads. */
+uint32_t ds__net_transfers(const ds_net_t *net);
 /* Retries paused listeners when due; the next deadline or 0. */
 uint64_t ds__net_tick(ds_net_t *net, uint64_t now_ms);
 /* Frees connections closed during the turn. */

@@ -92,6 +92,15 @@ void ds__req_set_tail(ds_req_t *r, const void *p, uint8_t n);
 void ds__req_error(ds_req_t *r, ds_status_t st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* r broke one of its client's quotas (a flag's per-client limit) and is
+ * about to be answered so: the answer goes out, and r's connection reads
+ * on, only after a pause that grows while its session keeps being
+ * refused (DS_QUOTA_PAUSE_MIN_MS in common/tuning.h), so that the offender
+ * waits, not the others. Call it before answering r; r's metadata stays
+ * valid. A request without a session, or one already deferred, is not
+ * paused. */
+void ds__req_penalize(ds_req_t *r);
+
 /* r's connection proved it is a cluster peer (PEER_AUTH, answered by the
  * cluster): from now on it may send peer operations and DS_FLAG_PEER. */
 void ds__req_set_peer(ds_req_t *r);

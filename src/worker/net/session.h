@@ -48,6 +48,10 @@ struct ds_session {
     /* Data bytes of its SETs being received or not yet answered, all its
      * connections together (guard.c). */
     uint64_t inflight;
+    /* guard.c: the pause its last quota refusal got (ms, 0: none yet) and
+     * when that pause ends. */
+    uint32_t pause_ms;
+    uint64_t pause_end_ms;
 };
 
 /* A new session with a random id and key; NULL when out of memory or

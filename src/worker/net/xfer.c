@@ -2,6 +2,7 @@
 #include "worker/net/xfer.h"
 
 #include "common/log.h"
+#include "common/tuning.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -30,6 +31,7 @@ struct ds_xfer {
     int wake_fd;          /* the thread's eventfd: new work or stop */
     int done_fd;          /* the loop's eventfd: finished jobs */
     ds_io_t done_io;
+    uint32_t jobs; /* the loop's count of big jobs handed over and not back yet */
 };
 
 static void push(ds_xfer_t *x, ds_xfer_job_t **list, ds_xfer_job_t *j, int fd)
@@ -139,6 +141,7 @@ static void on_done(void *ctx, uint32_t events)
     (void)r;
     for (ds_xfer_job_t *j = take_all(x, &x->done); j;) {
         ds_xfer_job_t *next = j->next;
+        if (j->big) x->jobs--;
         x->done_cb(x->ctx, j);
         j = next;
     }
@@ -195,9 +198,16 @@ void ds__xfer_free(ds_xfer_t *x)
     free(x);
 }
 
-bool ds__xfer_take(ds_xfer_t *x, ds_xfer_job_t *j)
+bool ds__xfer_take(ds_xfer_t *x, ds_xfer_job_t *j, uint64_t bytes)
 {
     if (atomic_load(&x->stop)) return false;
+    j->big = bytes >= DS_POLL_XFER_SLEEP_MIN;
+    if (j->big) x->jobs++;
     push(x, &x->inbox, j, x->wake_fd);
     return true;
+}
+
+uint32_t ds__xfer_jobs(const ds_xfer_t *x)
+{
+    return x ? x->jobs : 0;
 }

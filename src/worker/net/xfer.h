@@ -13,12 +13,14 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* Embedded first in each user's job. The thread reads fd and sets err. */
 typedef struct ds_xfer_job {
     struct ds_xfer_job *next;
     int fd;
-    int err; /* errno of a failed step (ESHUTDOWN: stopped), 0 when done */
+    int err;  /* errno of a failed step (ESHUTDOWN: stopped), 0 when done */
+    bool big; /* the loop's: bytes >= DS_POLL_XFER_SLEEP_MIN at hand-over */
 } ds_xfer_job_t;
 
 /* On the thread: moves the job on by one bounded step; true when it is
@@ -36,7 +38,11 @@ ds_xfer_t *ds__xfer_new(ds_loop_t *loop, const char *name, short events, ds_xfer
 /* Stops and joins the thread; every job it had goes to done first (failed
  * when unfinished). */
 void ds__xfer_free(ds_xfer_t *x);
-/* Hands j to the thread; false (j still the caller's) when stopping. */
-bool ds__xfer_take(ds_xfer_t *x, ds_xfer_job_t *j);
+/* Hands j, which has bytes to move, to the thread; false (j still the
+ * caller's) when stopping. */
+bool ds__xfer_take(ds_xfer_t *x, ds_xfer_job_t *j, uint64_t bytes);
+/* Loop only: jobs of at least DS_POLL_XFER_SLEEP_MIN bytes (common/tuning.h)
+ * handed to x and not back yet (0 for NULL). */
+uint32_t ds__xfer_jobs(const ds_xfer_t *x);
 
 #endif

@@ -365,6 +365,7 @@ void ds__ops_latch(ds_server_t *srv, ds_req_t *r)
     ds_status_t first = DS_K_OK;
     char msg[256], first_msg[256] = "";
     uint64_t now = ds__now_ms();
+    bool quota = false;
     for (uint32_t i = 0; i < n; i++) {
         const char *k;
         uint32_t kl = ds__rbuf_str(&rb, &k);
@@ -373,10 +374,12 @@ void ds__ops_latch(ds_server_t *srv, ds_req_t *r)
         if (rb.err) {
             snprintf(msg, sizeof(msg), "malformed %s: key %u truncated", ds__opcode_name(r->op), i);
             st = DS_K_INVALID;
+            bool quota = false;
         } else {
             bool exists = !take || ds__store_lookup(srv->store, k, kl, now) != NULL;
             st = ds__latch_apply(srv, r->session, r->op, timeout, k, kl, exists, &until, msg,
                                  sizeof(msg));
+            quota |= take && st == DS_K_OUT_OF_MEMORY; /* a latch quota (or memory) refused */
         }
         if (st != DS_K_OK && first == DS_K_OK) {
             first = st;
@@ -385,6 +388,8 @@ void ds__ops_latch(ds_server_t *srv, ds_req_t *r)
         ds__wbuf_u32(&w, (uint32_t)st);
     }
     if (first != DS_K_OK) ds__ops_lead_error(&w, first_msg);
+    /* A latch refused for a quota: the client waits before its next request. */
+    if (quota) ds__req_penalize(r);
     ds__req_reply(r, first, &w, NULL, 0, NULL, 0, -1);
     ds__wbuf_free(&w);
 }

@@ -340,6 +340,7 @@ static void get_wait(ds_server_t *srv, ds_req_t *r, int32_t timeout, const key_t
         if (refused) {
             ds__req_log(r, DS_LOG_WARN, "subscribe-get of %" PRIu32 " keys refused: %s", nm,
                         refused);
+            ds__req_penalize(r);
             ds__req_error(r, DS_K_TRY_AGAIN, "subscribe-get of %" PRIu32 " keys refused: %s", nm,
                           refused);
             return;

@@ -67,6 +67,7 @@ char *ds__server_stats_json(ds_server_t *srv)
     cJSON_AddNumberToObject(cl, "handshake_timeouts", (double)srv->net.ctr.handshake_timeouts);
     cJSON_AddNumberToObject(cl, "handshake_evictions", (double)srv->net.ctr.handshake_evictions);
     cJSON_AddNumberToObject(cl, "inflight_refusals", (double)srv->net.ctr.inflight_refusals);
+    cJSON_AddNumberToObject(cl, "quota_pauses", (double)srv->net.ctr.quota_pauses);
     cJSON_AddNumberToObject(cl, "requests_refused", (double)srv->net.ctr.requests_refused);
     cJSON_AddNumberToObject(cl, "tls_failures", (double)srv->net.ctr.tls_failures);
     cJSON_AddNumberToObject(root, "subscriptions_waiting", srv->subs.count);
@@ -91,6 +92,7 @@ char *ds__server_stats_json(ds_server_t *srv)
     cJSON_AddNumberToObject(poll, "polled_us", (double)(srv->net.ctr.poll_ns / 1000u));
     cJSON_AddNumberToObject(poll, "promised", (double)srv->net.ctr.poll_promised);
     cJSON_AddNumberToObject(poll, "watched", (double)srv->net.ctr.poll_watched);
+    cJSON_AddNumberToObject(poll, "transfer_sleeps", (double)srv->net.ctr.poll_transfer_sleeps);
     char *out = cJSON_PrintUnformatted(root);
     cJSON_Delete(root);
     return out;
