@@ -2,14 +2,17 @@
  * redis-server on free loopback ports, runs the phases (a million resident
  * keys, single client at six value sizes with the machine's limits and
  * vLLM-Omni's shared-memory path, the connector, 1-64 concurrent clients, and
- * head-of-line blocking), stops both servers by PID, and reports a table,
- * the targets as ratios from this run, a JSON file and the plot data.
+ * head-of-line blocking; on request, streams against Redis Streams), stops both servers by PID, and
+ * reports a table, the targets as ratios from this run, a JSON file and the plot data.
  * scripts/bench.sh builds it, runs it and plots; with --update-docs it also
  * regenerates docs/performance.md from the results.
  *
  *   sbs [--quick] [--build-dir DIR] [--out-dir DIR] [--python PATH]
  *       [--shm-script PATH] [--redis-server PATH] [--arena-mb N]
- *       [--phases resident,single,connector,pyconn,scale,hol] [--busy-poll-us N]
+ *       [--phases resident,single,connector,pyconn,scale,hol,streams] [--busy-poll-us N]
+ *
+ * The streams phase runs only when --phases names it (the default list leaves
+ * it out); it writes streams_bench.{txt,json} of its own.
  *
  * --busy-poll-us N runs the worker with --busy_poll_us N and every
  * datasystem client with DS_BUSY_POLL_US=N: the longest either polls before
@@ -44,7 +47,7 @@ static void usage(FILE *f)
     fprintf(f, "usage: sbs [--quick] [--build-dir DIR] [--out-dir DIR] [--python PATH]\n"
                "           [--shm-script PATH] [--redis-server PATH] [--arena-mb N]\n"
                "           [--busy-poll-us N]\n"
-               "           [--phases resident,single,connector,pyconn,scale,hol]\n");
+               "           [--phases resident,single,connector,pyconn,scale,hol,streams]\n");
 }
 
 static bool want(const char *phases, const char *name)
@@ -222,6 +225,10 @@ int main(int argc, char **argv)
     if (want(phases, "hol")) {
         failed += phase_failed("hol", sbs_phase_hol(&o, &env) != 0);
         tp = phase_done("hol", tp);
+    }
+    if (want(phases, "streams")) {
+        failed += phase_failed("streams", sbs_phase_streams(&o, &env) != 0);
+        tp = phase_done("streams", tp);
     }
 
     sbs_proc_stop(&redis);
