@@ -91,6 +91,11 @@ static const omni_connector_ops_t yr_ops = {
     yr_put, yr_get, yr_cleanup, yr_health, yr_close, yr_destroy,
 };
 
+bool omni__yuanrong_ops(const omni_connector_ops_t *ops)
+{
+    return ops == &yr_ops;
+}
+
 ds_status_t omni__yuanrong_create(const omni_connector_spec_t *spec, void *user,
                                   omni_connector_t **out)
 {
