@@ -72,7 +72,7 @@ typedef struct {
     redisContext *rc;
     long received;
     uint64_t done_ns;
-    int failed;
+    atomic_int failed; /* set by any thread, read by the producer */
 } st_cons_t;
 
 static int ds_open(const sbs_env_t *env, sbs_kind_t kind, ds_client_t **out)
@@ -142,12 +142,21 @@ static void record(st_cons_t *c, const uint8_t *p, size_t len)
         uint64_t stamp;
         memcpy(&stamp, p, sizeof(stamp));
         c->ns[c->received] = ds__now_ns() - stamp;
-        pthread_mutex_lock(c->mu);
-        atomic_fetch_add(c->got, 1);
-        pthread_cond_signal(c->cv);
-        pthread_mutex_unlock(c->mu);
     }
     c->received++;
+}
+
+/* Latency mode: tells the producer that n more elements were received and
+ * acknowledged. The producer sends the next element only then, so that
+ * element finds the consumer waiting in its next receive, not still busy
+ * acknowledging the last (which would add the ack's round trip to it). */
+static void signal_got(st_cons_t *c, long n)
+{
+    if (!c->latency) return;
+    pthread_mutex_lock(c->mu);
+    atomic_fetch_add(c->got, n);
+    pthread_cond_signal(c->cv);
+    pthread_mutex_unlock(c->mu);
 }
 
 static void *ds_consumer_thread(void *arg)
@@ -180,6 +189,7 @@ static void *ds_consumer_thread(void *arg)
             fprintf(stderr, "sbs streams: ack: %s\n", ds_last_error());
             c->failed = 1;
         }
+        signal_got(c, (long)n);
     }
     c->done_ns = ds__now_ns();
     return NULL;
@@ -234,6 +244,7 @@ static void *redis_consumer_thread(void *arg)
             c->failed = 1;
         else
             freeReplyObject(a);
+        signal_got(c, (long)entries->elements);
         freeReplyObject(r);
     }
     c->done_ns = ds__now_ns();
