@@ -425,11 +425,21 @@ int sbs_phase_streams(const sbs_opts_t *o, const sbs_env_t *env)
     double load0[3] = {0};
     getloadavg(load0, 3);
 
-    dsb_lat_t ping;
-    if (dsb_unix_rtt(SBS_KIB, o->quick ? 2000 : 20000, &ping) != 0) return -1;
+    /* The ping-pong is measured at the start and again just before the
+     * latency runs; the faster of the two is the limit (a burst of load
+     * from elsewhere during one of them would otherwise loosen the target). */
+    int ping_iters = o->quick ? 2000 : 20000;
+    dsb_lat_t ping, ping2;
+    if (dsb_unix_rtt(SBS_KIB, ping_iters, &ping) != 0) return -1;
     printf("  streams: unix ping-pong 1 KiB p50 %.1f us p99 %.1f us\n", ping.p50_us, ping.p99_us);
 
-    for (int lat = 0; lat < 2; lat++)
+    for (int lat = 0; lat < 2; lat++) {
+        if (lat == 1) {
+            if (dsb_unix_rtt(SBS_KIB, ping_iters, &ping2) != 0) return -1;
+            printf("  streams: unix ping-pong 1 KiB p50 %.1f us p99 %.1f us (again)\n",
+                   ping2.p50_us, ping2.p99_us);
+            if (ping2.p50_us < ping.p50_us) ping = ping2;
+        }
         for (size_t si = 0; si < 2; si++)
             for (size_t ci = 0; ci < 2; ci++)
                 for (size_t ki = 0; ki < 4; ki++) {
@@ -458,6 +468,7 @@ int sbs_phase_streams(const sbs_opts_t *o, const sbs_env_t *env)
                         printf("  streams %-10s throughput %6zu B x%d: %10.0f elements/s\n",
                                sbs_kind_name(r->kind), r->size, r->consumers, r->elems_per_s);
                 }
+    }
     double load1[3] = {0};
     getloadavg(load1, 3);
 
@@ -476,9 +487,10 @@ int sbs_phase_streams(const sbs_opts_t *o, const sbs_env_t *env)
         FILE *w = outs[f];
         fprintf(w,
                 "streams: this project's stream cache vs Redis Streams (XADD / XREADGROUP / "
-                "XACK), one element per request, %s run\n"
+                "XACK), one element per request, %s run (sbs --phases streams)\n"
                 "load average before %.2f %.2f %.2f, after %.2f %.2f %.2f (2 shared cores)\n"
-                "unix ping-pong 1 KiB: p50 %.1f us, p99 %.1f us\n\n",
+                "unix ping-pong 1 KiB (the faster of two measurements): p50 %.1f us, p99 %.1f "
+                "us\n\n",
                 o->quick ? "quick" : "full", load0[0], load0[1], load0[2], load1[0], load1[1],
                 load1[2], ping.p50_us, ping.p99_us);
         fprintf(w, "%-11s %-10s %7s %4s %14s %10s %10s %9s\n", "system", "measure", "size", "cons",
