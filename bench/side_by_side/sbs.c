@@ -237,19 +237,27 @@ int main(int argc, char **argv)
 
     sbs_compute_ratios(&lim);
     sbs_compute_targets(&lim);
-    printf("\n");
-    sbs_print_table(stdout);
-    printf("\nlimits: unix ping-pong 1 KiB p50 %.1f us, tcp ping-pong 1 KiB p50 %.1f us\n",
-           lim.unix_rtt.p50_us, lim.tcp_rtt.p50_us);
-    printf("connector rows: %s\n\n", conn_status);
-    sbs_print_targets(stdout);
+    if (sbs_row_count() > 0) {
+        printf("\n");
+        sbs_print_table(stdout);
+        printf("\nlimits: unix ping-pong 1 KiB p50 %.1f us, tcp ping-pong 1 KiB p50 %.1f us\n",
+               lim.unix_rtt.p50_us, lim.tcp_rtt.p50_us);
+        printf("connector rows: %s\n\n", conn_status);
+        sbs_print_targets(stdout);
+    }
 
     char json[512], dat[512];
     snprintf(json, sizeof(json), "%s/side_by_side.json", o.out_dir);
     snprintf(dat, sizeof(dat), "%s/side_by_side_throughput.dat", o.out_dir);
-    if (sbs_write_json(json, &o, &lim, conn_status, wall) != 0 || sbs_write_plot_data(dat) != 0)
+    /* A run of phases that add no rows (streams alone) leaves the results
+     * of the last full run in place. */
+    if (sbs_row_count() == 0)
+        printf("\nsbs: no side-by-side rows in this run; %s left as it was (%.0f s)\n", json, wall);
+    else if (sbs_write_json(json, &o, &lim, conn_status, wall) != 0 ||
+             sbs_write_plot_data(dat) != 0)
         failed++;
-    printf("\nsbs: results in %s and %s (%.0f s)\n", json, dat, wall);
+    else
+        printf("\nsbs: results in %s and %s (%.0f s)\n", json, dat, wall);
     if (failed) {
         printf("sbs: %d phase(s) failed; server logs kept in %s\n", failed, o.tmp_dir);
         return 1;
