@@ -4,7 +4,7 @@
  * names (examples/pipeline.yaml: YuanrongConnector on both edges).
  *
  *   pipeline_demo --config FILE [--worker_address H:P] [--stage_workers A,B,C] [--requests N]
- *                 [--window N] [--max_wait_s S]
+ *                 [--window N] [--max_wait_s S] [--talker_edge keys|stream]
  *
  * The orchestrator (this file) starts the stages (this binary with --stage N,
  * pipeline_stages.c), lets the thinker run at most --window requests ahead of
@@ -67,6 +67,10 @@ static int spawn(const pd_opts_t *o, int stage, child_t *c)
         "pipeline_demo", "--stage", sn, "--config", o->config, "--requests", rq, "--window", wn,
         "--max_wait_s",  mw};
     int argc = 11;
+    if (o->streaming) {
+        argv[argc++] = "--talker_edge";
+        argv[argc++] = "stream";
+    }
     const char *addr = o->stage_workers[stage] ? o->stage_workers[stage] : o->worker_address;
     if (addr != NULL) {
         argv[argc++] = "--worker_address";
@@ -204,7 +208,8 @@ static void progress(const pd_run_t *r, bool final)
 static void usage(void)
 {
     fprintf(stderr, "usage: pipeline_demo --config FILE [--worker_address H:P] "
-                    "[--stage_workers H:P,H:P,H:P] [--requests N] [--window N] [--max_wait_s S]\n");
+                    "[--stage_workers H:P,H:P,H:P] [--requests N] [--window N] [--max_wait_s S]\n"
+                    "                     [--talker_edge keys|stream]\n");
 }
 
 /* The address the edge 0 -> 1 connector uses, for the leftover check. */
@@ -253,8 +258,10 @@ static int orchestrate(const pd_opts_t *o)
         snprintf(r.connector[e], sizeof(r.connector[e]), "%s", s ? s->name : "(none)");
     }
     omni_transfer_config_free(cfg);
-    printf("pipeline: thinker -> talker -> code2wav, %d requests, window %d\n", o->requests,
-           o->window);
+    printf("pipeline: thinker -> talker -> code2wav, %d requests, window %d, talker -> code2wav "
+           "edge: %s\n",
+           o->requests, o->window,
+           o->streaming ? "one stream of chunks per request" : "one key per chunk");
     printf("config %s: edge 0->1 %s, edge 1->2 %s; worker %s:%d\n", o->config, r.connector[0],
            r.connector[1], host, port);
 
@@ -337,7 +344,7 @@ static bool parse_int(const char *s, int lo, int hi, int *out)
 
 int main(int argc, char **argv)
 {
-    pd_opts_t o = {NULL, NULL, 200, 32, -1, 30, {NULL}};
+    pd_opts_t o = {NULL, NULL, 200, 32, -1, 30, {NULL}, 0};
     static char workers[1024];
     for (int i = 1; i < argc; i += 2) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -361,7 +368,10 @@ int main(int argc, char **argv)
             ok = parse_int(v, 1, 100000, &o.window);
         else if (ok && strcmp(a, "--max_wait_s") == 0)
             ok = parse_int(v, 1, 3600, &o.max_wait_s);
-        else if (ok && strcmp(a, "--stage") == 0)
+        else if (ok && strcmp(a, "--talker_edge") == 0) {
+            ok = strcmp(v, "stream") == 0 || strcmp(v, "keys") == 0;
+            o.streaming = strcmp(v, "stream") == 0;
+        } else if (ok && strcmp(a, "--stage") == 0)
             ok = parse_int(v, 0, PD_STAGES - 1, &o.stage);
         else
             ok = false;

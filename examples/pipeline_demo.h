@@ -15,7 +15,9 @@
  *   E stage message                       a fatal error (the stage exits 1)
  *
  * Slots: on edge 0, 0 is the request header (a serialized map) and 1 the
- * hidden states (a raw tensor); on edge 1, slot k is audio-code chunk k. */
+ * hidden states (a raw tensor); on edge 1, slot k is audio-code chunk k
+ * (its own key, or element k of the request's stream with --talker_edge
+ * stream). */
 #ifndef PIPELINE_DEMO_H
 #define PIPELINE_DEMO_H
 
@@ -37,6 +39,9 @@ typedef struct {
     /* --stage_workers A,B,C: stage i talks to worker i of a cluster (so
      * every edge crosses workers); NULL entries fall back to worker_address. */
     const char *stage_workers[PD_STAGES];
+    /* --talker_edge stream: the talker sends a request's audio-code chunks
+     * as one stream (omni/stream_edge.h) instead of one key per chunk. */
+    int streaming;
 } pd_opts_t;
 
 /* The stage names, by stage id. */

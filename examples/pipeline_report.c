@@ -93,6 +93,26 @@ void pd_print_report(pd_run_t *r)
     }
     printf("(transfer = put call + the get after the payload was published; handoff = put "
            "start to get end, queueing included)\n");
+    /* Per request on the talker -> code2wav edge: from the talker's first
+     * chunk put starting to code2wav holding the first chunk, and the last. */
+    size_t n = 0;
+    for (int q = 0; q < r->requests; q++) {
+        const pd_rec_t *c0 = pd_rec(r, 1, q, 0);
+        uint64_t last = 0;
+        for (int s = 0; s < PD_SLOTS; s++) {
+            const pd_rec_t *x = pd_rec(r, 1, q, s);
+            if (x->get_end > last) last = x->get_end;
+        }
+        if (c0->put_start == 0 || c0->get_end < c0->put_start || last < c0->put_start) continue;
+        xfer[n] = (double)(c0->get_end - c0->put_start) / 1e6;
+        hand[n] = (double)(last - c0->put_start) / 1e6;
+        n++;
+    }
+    qsort(xfer, n, sizeof(double), cmp_double);
+    qsort(hand, n, sizeof(double), cmp_double);
+    printf("talker -> code2wav, per request from the first chunk's put: time to first chunk "
+           "p50 %.3f ms (p99 %.3f), time to last chunk p50 %.3f ms (p99 %.3f), %zu requests\n",
+           pct(xfer, n, 50), pct(xfer, n, 99), pct(hand, n, 50), pct(hand, n, 99), n);
     free(xfer);
     free(hand);
     if (r->nhealth > 0) printf("\nconnector health at the end of each stage:\n");

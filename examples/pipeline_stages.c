@@ -7,7 +7,9 @@
  *               checksum ("req-N"), on edge 0 -> 1
  *   1 talker    gets both, checks them against the model, and streams the
  *               audio codes as chunk maps ("req-N-c0", "-c1", ..., the last
- *               one flagged) on edge 1 -> 2; cleans its inputs up
+ *               one flagged) on edge 1 -> 2, or with --talker_edge stream as
+ *               the elements of one stream per request ("req-N", each map
+ *               serialized, then the end marker); cleans its inputs up
  *   2 code2wav  gets the chunks, checks them, renders the waveform and
  *               reports its checksum; cleans its inputs up
  *
@@ -22,6 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "omni/stream_edge.h"
 #include "omni/transfer_config.h"
 #include "pipeline_demo.h"
 #include "pipeline_model.h"
@@ -256,6 +259,44 @@ static bool read_thinker_output(int req, omni_received_t *hdr_r, omni_received_t
     return ok;
 }
 
+/* Streaming edge: one chunk map, serialized, as the next element of the
+ * request's stream; reported as a put of slot k. */
+static void send_chunk(omni_chunk_writer_t *w, int req, int k, const omni_value_t *m)
+{
+    void *buf = NULL;
+    size_t len = 0;
+    uint64_t t0 = now_ns();
+    if (omni_value_encode(m, &buf, &len) != DS_K_OK ||
+        omni_chunk_writer_send(w, buf, len) != DS_K_OK)
+        die("sending a chunk");
+    report("P 1 %d %d %llu %llu %zu", req, k, (unsigned long long)t0, (unsigned long long)now_ns(),
+           len);
+    omni_free(buf);
+}
+
+static void free_chunk(void *ctx)
+{
+    omni_received_free(ctx);
+}
+
+/* Streaming edge: the next chunk of the request's stream as a value
+ * payload, waiting up to max_wait_s; reported as a get of slot k. */
+static omni_received_t *next_chunk(omni_chunk_reader_t *rd, int req, int k, int max_wait_s)
+{
+    uint64_t t0 = now_ns();
+    omni_received_t *c = NULL, *v = NULL;
+    bool end = false;
+    if (omni_chunk_reader_next(rd, max_wait_s * 1000, &c, &end) != DS_K_OK || end)
+        die("receiving a chunk");
+    size_t len = omni_received_size(c);
+    if (omni_received_new(OMNI_DATA_VALUE, omni_received_data(c), len, free_chunk, c, &v) !=
+        DS_K_OK)
+        die("wrapping a chunk");
+    report("G 1 %d %d %llu %llu %zu", req, k, (unsigned long long)t0, (unsigned long long)now_ns(),
+           len);
+    return v;
+}
+
 static int talker(const pd_opts_t *o)
 {
     omni_connector_t *in = edge(o, "0", "1"), *out = edge(o, "1", "2");
@@ -277,6 +318,8 @@ static int talker(const pd_opts_t *o)
         omni_connector_cleanup(in, tkey);
 
         size_t chunks = pm_num_chunks(seq);
+        omni_chunk_writer_t *w = NULL;
+        if (o->streaming && omni_chunk_writer_open(out, "1", "2", hkey, &w) != DS_K_OK) die(hkey);
         for (size_t k = 0; k < chunks; k++) {
             pm_codes(hidden, ids, seq, k, codes);
             int64_t shape[] = {PM_CODEBOOKS, PM_FRAMES};
@@ -294,10 +337,16 @@ static int talker(const pd_opts_t *o)
                              omni_value_new_uint(pm_fnv(PM_FNV_INIT, codes, sizeof(codes)))) !=
                     DS_K_OK)
                 die("building a chunk");
-            omni_data_t d = omni_data_value(m);
-            put(out, 1, "1", "2", req, (int)k, ckey, &d);
+            if (w != NULL) {
+                send_chunk(w, req, (int)k, m);
+            } else {
+                omni_data_t d = omni_data_value(m);
+                put(out, 1, "1", "2", req, (int)k, ckey, &d);
+            }
             omni_value_free(m);
         }
+        if (w != NULL && omni_chunk_writer_end(w) != DS_K_OK) die(hkey);
+        omni_chunk_writer_free(w);
         report("S 1 %d", req);
     }
     await_shutdown(o);
@@ -323,12 +372,17 @@ static int code2wav(const pd_opts_t *o)
         pm_token_ids(req, ids);
         uint64_t h = PM_FNV_INIT;
         bool last = false;
+        char rkey[64];
+        pd_request_key(rkey, sizeof(rkey), req, "");
+        omni_chunk_reader_t *rd = NULL;
+        if (o->streaming && omni_chunk_reader_open(in, "1", "2", rkey, &rd) != DS_K_OK) die(rkey);
         for (size_t k = 0; !last; k++) {
             if (k == PM_MAX_CHUNKS) die("too many chunks");
             char key[64], suffix[24];
             snprintf(suffix, sizeof(suffix), "-c%zu", k);
             pd_request_key(key, sizeof(key), req, suffix);
-            omni_received_t *r = get(in, 1, "1", "2", req, (int)k, key, o->max_wait_s);
+            omni_received_t *r = rd != NULL ? next_chunk(rd, req, (int)k, o->max_wait_s)
+                                            : get(in, 1, "1", "2", req, (int)k, key, o->max_wait_s);
             const omni_value_t *m;
             omni_tensor_view_t t;
             int64_t chunk = -1;
@@ -352,10 +406,17 @@ static int code2wav(const pd_opts_t *o)
                 memset(codes, 0, sizeof(codes));
             }
             omni_received_free(r);
-            omni_connector_cleanup(in, key);
+            if (rd == NULL) omni_connector_cleanup(in, key);
             pm_waveform(codes, k, wave);
             h = pm_fnv(h, wave, sizeof(wave));
             samples += PM_CHUNK_SAMPLES;
+        }
+        if (rd != NULL) { /* read the end marker: the reader then deletes the stream */
+            omni_received_t *none = NULL;
+            bool end = false;
+            if (omni_chunk_reader_next(rd, o->max_wait_s * 1000, &none, &end) != DS_K_OK || !end)
+                die("the end of a chunk stream");
+            omni_chunk_reader_free(rd);
         }
         report("D %d %llu %zu", req, (unsigned long long)h, samples);
         report("S 2 %d", req);

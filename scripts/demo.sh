@@ -6,12 +6,14 @@
 # again: with `dscli stop`, and by PID if that fails, also on Ctrl-C or error.
 #
 #   scripts/demo.sh [--requests N] [--window N] [--arena_mb N]
-#                   [--worker_address H:P] [--config FILE]
+#                   [--worker_address H:P] [--config FILE] [--talker_edge keys|stream]
 #
 # --worker_address uses a worker (or a cluster member) that is already
 # running instead of starting one; nothing is stopped then. --config picks
 # another stage config (examples/pipeline_shm.yaml: SharedMemoryConnector
-# on every edge).
+# on every edge). --talker_edge stream sends each request's audio-code chunks
+# from talker to code2wav as one stream (one element per chunk, an end
+# marker) instead of one key per chunk.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,6 +22,7 @@ window=32
 arena_mb=512
 address=""
 config=examples/pipeline.yaml
+talker_edge=keys
 usage() { sed -n 's/^#   //p' "$0" | sed 's/^/usage: /' >&2; exit 2; }
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -28,6 +31,7 @@ while [ $# -gt 0 ]; do
         --arena_mb) arena_mb=${2:?}; shift 2 ;;
         --worker_address) address=${2:?}; shift 2 ;;
         --config) config=${2:?}; shift 2 ;;
+        --talker_edge) talker_edge=${2:?}; shift 2 ;;
         -h|--help) usage ;;
         *) echo "demo.sh: unknown argument '$1'" >&2; usage ;;
     esac
@@ -79,4 +83,4 @@ else
 fi
 
 "$demo" --config "$config" --worker_address "$address" \
-    --requests "$requests" --window "$window"
+    --requests "$requests" --window "$window" --talker_edge "$talker_edge"

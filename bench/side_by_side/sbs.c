@@ -2,14 +2,17 @@
  * redis-server on free loopback ports, runs the phases (a million resident
  * keys, single client at six value sizes with the machine's limits and
  * vLLM-Omni's shared-memory path, the connector, 1-64 concurrent clients, and
- * head-of-line blocking), stops both servers by PID, and reports a table,
- * the targets as ratios from this run, a JSON file and the plot data.
+ * head-of-line blocking; on request, streams against Redis Streams), stops both servers by PID, and
+ * reports a table, the targets as ratios from this run, a JSON file and the plot data.
  * scripts/bench.sh builds it, runs it and plots; with --update-docs it also
  * regenerates docs/performance.md from the results.
  *
  *   sbs [--quick] [--build-dir DIR] [--out-dir DIR] [--python PATH]
  *       [--shm-script PATH] [--redis-server PATH] [--arena-mb N]
- *       [--phases resident,single,connector,pyconn,scale,hol] [--busy-poll-us N]
+ *       [--phases resident,single,connector,pyconn,scale,hol,streams] [--busy-poll-us N]
+ *
+ * The streams phase runs only when --phases names it (the default list leaves
+ * it out); it writes streams_bench.{txt,json} of its own.
  *
  * --busy-poll-us N runs the worker with --busy_poll_us N and every
  * datasystem client with DS_BUSY_POLL_US=N: the longest either polls before
@@ -44,7 +47,7 @@ static void usage(FILE *f)
     fprintf(f, "usage: sbs [--quick] [--build-dir DIR] [--out-dir DIR] [--python PATH]\n"
                "           [--shm-script PATH] [--redis-server PATH] [--arena-mb N]\n"
                "           [--busy-poll-us N]\n"
-               "           [--phases resident,single,connector,pyconn,scale,hol]\n");
+               "           [--phases resident,single,connector,pyconn,scale,hol,streams]\n");
 }
 
 static bool want(const char *phases, const char *name)
@@ -223,6 +226,10 @@ int main(int argc, char **argv)
         failed += phase_failed("hol", sbs_phase_hol(&o, &env) != 0);
         tp = phase_done("hol", tp);
     }
+    if (want(phases, "streams")) {
+        failed += phase_failed("streams", sbs_phase_streams(&o, &env) != 0);
+        tp = phase_done("streams", tp);
+    }
 
     sbs_proc_stop(&redis);
     sbs_proc_stop(&worker);
@@ -230,19 +237,27 @@ int main(int argc, char **argv)
 
     sbs_compute_ratios(&lim);
     sbs_compute_targets(&lim);
-    printf("\n");
-    sbs_print_table(stdout);
-    printf("\nlimits: unix ping-pong 1 KiB p50 %.1f us, tcp ping-pong 1 KiB p50 %.1f us\n",
-           lim.unix_rtt.p50_us, lim.tcp_rtt.p50_us);
-    printf("connector rows: %s\n\n", conn_status);
-    sbs_print_targets(stdout);
+    if (sbs_row_count() > 0) {
+        printf("\n");
+        sbs_print_table(stdout);
+        printf("\nlimits: unix ping-pong 1 KiB p50 %.1f us, tcp ping-pong 1 KiB p50 %.1f us\n",
+               lim.unix_rtt.p50_us, lim.tcp_rtt.p50_us);
+        printf("connector rows: %s\n\n", conn_status);
+        sbs_print_targets(stdout);
+    }
 
     char json[512], dat[512];
     snprintf(json, sizeof(json), "%s/side_by_side.json", o.out_dir);
     snprintf(dat, sizeof(dat), "%s/side_by_side_throughput.dat", o.out_dir);
-    if (sbs_write_json(json, &o, &lim, conn_status, wall) != 0 || sbs_write_plot_data(dat) != 0)
+    /* A run of phases that add no rows (streams alone) leaves the results
+     * of the last full run in place. */
+    if (sbs_row_count() == 0)
+        printf("\nsbs: no side-by-side rows in this run; %s left as it was (%.0f s)\n", json, wall);
+    else if (sbs_write_json(json, &o, &lim, conn_status, wall) != 0 ||
+             sbs_write_plot_data(dat) != 0)
         failed++;
-    printf("\nsbs: results in %s and %s (%.0f s)\n", json, dat, wall);
+    else
+        printf("\nsbs: results in %s and %s (%.0f s)\n", json, dat, wall);
     if (failed) {
         printf("sbs: %d phase(s) failed; server logs kept in %s\n", failed, o.tmp_dir);
         return 1;

@@ -186,5 +186,8 @@ int sbs_phase_pyconn(const sbs_opts_t *o, const sbs_env_t *env);
 int sbs_phase_scale(const sbs_opts_t *o, const sbs_env_t *env);
 int sbs_phase_resident(const sbs_opts_t *o, const sbs_env_t *env);
 int sbs_phase_hol(const sbs_opts_t *o, const sbs_env_t *env);
+/* Streams against Redis Streams, with its own targets and results file
+ * (streams_bench.{txt,json}); only when --phases names it. */
+int sbs_phase_streams(const sbs_opts_t *o, const sbs_env_t *env);
 
 #endif

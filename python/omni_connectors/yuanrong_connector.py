@@ -33,6 +33,7 @@ from typing import Any, Optional
 
 from .base import GetResult, OmniConnectorBase, PutResult
 from .serializer import VIEW_MIN, deserialize, serialize, serialize_chunks
+from .stream_edge import ChunkReader, ChunkWriter, stream_client_over
 
 logger = logging.getLogger(__name__)
 
@@ -71,7 +72,13 @@ class YuanrongConnector(OmniConnectorBase):
     (bytes from which a raw payload is written in place), cleanup_reads (True:
     cleanup also deletes keys this connector read), max_tracked_requests
     (100000: requests whose keys are remembered for cleanup, oldest forgotten
-    first), unix_socket_dir, transport ("auto" / "tcp" / "local").
+    first), unix_socket_dir, transport ("auto" / "tcp" / "local"),
+    stream_chunk_size (0 = off: the chunk size put_chunked uses by default).
+
+    Streaming edges (stream_edge.py): open_chunk_writer / open_chunk_reader
+    send and receive one request's payload as a stream of chunks, each
+    readable as soon as it is sent; put_chunked / get_chunked do the whole
+    payload at once.
     """
 
     supports_raw_data = True
@@ -91,6 +98,9 @@ class YuanrongConnector(OmniConnectorBase):
         self.raw_inplace_min = int(self.config.get("raw_inplace_min", _RAW_INPLACE_MIN))
         self.cleanup_reads = bool(self.config.get("cleanup_reads", True))
         self.max_tracked_requests = max(1, int(self.config.get("max_tracked_requests", 100000)))
+        self.stream_chunk_size = int(self.config.get("stream_chunk_size", 0))
+        if self.stream_chunk_size < 0:
+            raise ValueError(f"stream_chunk_size is {self.stream_chunk_size}, not >= 0")
         self.host = self.config.get("host", "127.0.0.1")
         self.port = int(self.config.get("port", 35001))
 
@@ -319,6 +329,46 @@ class YuanrongConnector(OmniConnectorBase):
             "last_error": last_error,
             **metrics,
         }
+
+    # -- streaming edges -----------------------------------------------------
+
+    def _edge_client(self):
+        if self.client is None:
+            raise RuntimeError("YuanrongConnector is closed")
+        return stream_client_over(self.client)
+
+    def open_chunk_writer(self, from_stage: str, to_stage: str, request_id: str) -> ChunkWriter:
+        """The sending end of request_id's edge from_stage -> to_stage."""
+        return ChunkWriter(self._edge_client(), self._make_key(request_id, from_stage, to_stage))
+
+    def open_chunk_reader(self, from_stage: str, to_stage: str, request_id: str) -> ChunkReader:
+        """The receiving end of request_id's edge from_stage -> to_stage."""
+        return ChunkReader(self._edge_client(), self._make_key(request_id, from_stage, to_stage))
+
+    def put_chunked(self, from_stage: str, to_stage: str, request_id: str, data,
+                    chunk_size: int = 0) -> int:
+        """Sends bytes-like data as chunks of chunk_size (0: stream_chunk_size)
+        and the end marker; returns the number of chunks."""
+        size = chunk_size or self.stream_chunk_size
+        if size <= 0:
+            raise ValueError("put_chunked needs a chunk size (stream_chunk_size is off)")
+        view = memoryview(data).cast("B")
+        n = 0
+        with self.open_chunk_writer(from_stage, to_stage, request_id) as w:
+            for off in range(0, len(view), size):
+                w.send(view[off:off + size])
+                n += 1
+            w.end()
+        return n
+
+    def get_chunked(self, from_stage: str, to_stage: str, request_id: str,
+                    timeout_ms: Optional[int] = None) -> bytes:
+        """Every chunk up to the end marker, joined; each waited for up to
+        timeout_ms (default get_sub_timeout_ms); TimeoutError when one does
+        not come."""
+        t = self.get_sub_timeout_ms if timeout_ms is None else timeout_ms
+        with self.open_chunk_reader(from_stage, to_stage, request_id) as r:
+            return b"".join(r.chunks(t))
 
     def close(self) -> None:
         client = getattr(self, "client", None)

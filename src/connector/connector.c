@@ -175,6 +175,21 @@ static void leave(omni_connector_t *c)
     pthread_rwlock_unlock(&c->lock);
 }
 
+ds_status_t omni__connector_enter(omni_connector_t *c, const char *op,
+                                  const omni_connector_ops_t **ops, void **impl)
+{
+    ds_status_t st = enter(c, op);
+    if (st != DS_K_OK) return st;
+    *ops = c->ops;
+    *impl = c->impl;
+    return DS_K_OK;
+}
+
+void omni__connector_leave(omni_connector_t *c)
+{
+    leave(c);
+}
+
 static ds_status_t check_route(const omni_connector_t *c, const char *op, const char *from,
                                const char *to, const char *key)
 {

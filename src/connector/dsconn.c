@@ -11,6 +11,7 @@
 
 #include "common/copy.h"
 #include "common/error.h"
+#include "ds/stream_client.h"
 
 #define ADD(counter) atomic_fetch_add_explicit(&(counter), 1, memory_order_relaxed)
 #define LOAD(counter) atomic_load_explicit(&(counter), memory_order_relaxed)
@@ -61,7 +62,7 @@ ds_status_t omni__dsconn_open(const omni_connector_spec_t *spec, const omni__dsc
 {
     *out = NULL;
     const char *host = omni_spec_get_string(spec, "host", cfg->host);
-    int64_t port, timeout, connect_ms, request_ms, max_reqs;
+    int64_t port, timeout, connect_ms, request_ms, max_reqs, chunk;
     ds_transport_t transport;
     ds_status_t st = DS_K_OK;
     if (host[0] == '\0')
@@ -72,6 +73,8 @@ ds_status_t omni__dsconn_open(const omni_connector_spec_t *spec, const omni__dsc
     if (st == DS_K_OK) st = int_extra(spec, "request_timeout_ms", 0, 0, INT32_MAX, &request_ms);
     if (st == DS_K_OK)
         st = int_extra(spec, "max_tracked_requests", 100000, 1, INT32_MAX, &max_reqs);
+    if (st == DS_K_OK)
+        st = int_extra(spec, "stream_chunk_size", 0, 0, DS_SC_ELEMENT_MAX - 1, &chunk);
     if (st == DS_K_OK) st = transport_extra(spec, cfg->transport, &transport);
     if (st != DS_K_OK) return st;
     if (strlen(host) >= sizeof(((omni__dsconn_t *)0)->host))
@@ -89,6 +92,7 @@ ds_status_t omni__dsconn_open(const omni_connector_spec_t *spec, const omni__dsc
     d->sep = cfg->sep;
     d->port = (int)port;
     d->get_timeout_ms = (int32_t)timeout;
+    d->stream_chunk_size = chunk;
     d->param = (ds_set_param_t)DS_SET_PARAM_INIT;
     d->param.write_mode = cfg->mode;
 

@@ -68,6 +68,9 @@ typedef struct {
     char host[256];
     int port;
     int32_t get_timeout_ms;
+    /* extra stream_chunk_size: 0 = off; else put sends a raw-bytes payload
+     * as a stream of chunks of this size (omni/stream_edge.h). */
+    int64_t stream_chunk_size;
     ds_set_param_t param;
     ds_client_t *client; /* NULL after close */
     omni__keytrack_t *track;
@@ -76,7 +79,8 @@ typedef struct {
 } omni__dsconn_t;
 
 /* Reads the common extras (host, port, get_sub_timeout_ms, connect_timeout_ms,
- * request_timeout_ms, transport, unix_socket_dir, max_tracked_requests) and
+ * request_timeout_ms, transport, unix_socket_dir, max_tracked_requests,
+ * stream_chunk_size) and
  * connects. DS_K_INVALID names a bad extra; an unreachable worker fails with
  * the client's code and "cannot reach the datasystem worker at host:port". */
 ds_status_t omni__dsconn_open(const omni_connector_spec_t *spec, const omni__dsconn_cfg_t *cfg,

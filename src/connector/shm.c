@@ -155,6 +155,11 @@ static const omni_connector_ops_t shm_ops = {
     shm_put, shm_get, shm_cleanup, shm_health, shm_close, shm_destroy,
 };
 
+bool omni__shm_ops(const omni_connector_ops_t *ops)
+{
+    return ops == &shm_ops;
+}
+
 ds_status_t omni__shm_create(const omni_connector_spec_t *spec, void *user, omni_connector_t **out)
 {
     (void)user;

@@ -4,7 +4,9 @@
  *   extra            host ("127.0.0.1"), port (35001), get_sub_timeout_ms (1000;
  *                    0 = do not wait); optionally connect_timeout_ms,
  *                    request_timeout_ms, transport (auto/tcp/local),
- *                    unix_socket_dir, token, max_tracked_requests (100000)
+ *                    unix_socket_dir, token, max_tracked_requests (100000),
+ *                    stream_chunk_size (0 = off; the chunk size of
+ *                    omni_connector_put_chunked, omni/stream_edge.h)
  *   key              {request_id}:{from_stage}_{to_stage}
  *   put              every write NONE_L2_CACHE_EVICT; returns (ok, size, none)
  *   get              one subscribe-get waiting up to get_sub_timeout_ms (the
@@ -90,6 +92,11 @@ static void yr_destroy(void *impl)
 static const omni_connector_ops_t yr_ops = {
     yr_put, yr_get, yr_cleanup, yr_health, yr_close, yr_destroy,
 };
+
+bool omni__yuanrong_ops(const omni_connector_ops_t *ops)
+{
+    return ops == &yr_ops;
+}
 
 ds_status_t omni__yuanrong_create(const omni_connector_spec_t *spec, void *user,
                                   omni_connector_t **out)

@@ -102,19 +102,27 @@ static void test_example_reports_errors(void **state)
     assert_non_null(strstr(out, want));
 }
 
-static void run_pipeline(char *config, const char *connector)
+static void run_pipeline_mode(char *config, const char *connector, char *talker_edge)
 {
     char addr[96], out[16384];
     snprintf(addr, sizeof(addr), "%s:%d", W.host, W.port);
     char *argv[] = {
-        "pipeline_demo", "--config", config, "--worker_address", addr, "--requests", "40",
-        "--window",      "8",        NULL};
+        "pipeline_demo", "--config", config,          "--worker_address", addr, "--requests", "40",
+        "--window",      "8",        "--talker_edge", talker_edge,        NULL};
     assert_int_equal(run_prog("examples/pipeline_demo", argv, out, sizeof(out)), 0);
     assert_non_null(strstr(out, connector));
     assert_non_null(strstr(out, "verified: 40/40 waveforms match"));
     assert_non_null(strstr(out, "0 mismatched, 0 lost; 0 payloads failed"));
     assert_non_null(strstr(out, "store: 0 of the run's"));
     assert_non_null(strstr(out, "PASS"));
+    assert_non_null(strstr(out, "time to first chunk p50"));
+    if (strcmp(talker_edge, "stream") == 0)
+        assert_non_null(strstr(out, "one stream of chunks per request"));
+}
+
+static void run_pipeline(char *config, const char *connector)
+{
+    run_pipeline_mode(config, connector, "keys");
 }
 
 static void test_pipeline_demo(void **state)
@@ -131,13 +139,21 @@ static void test_pipeline_demo_shm(void **state)
     run_pipeline(DS_SOURCE_DIR "/examples/pipeline_shm.yaml", "edge 0->1 SharedMemoryConnector");
 }
 
+/* The talker -> code2wav edge as one stream of chunks per request: every
+ * waveform still verified, nothing left in the store. */
+static void test_pipeline_demo_stream(void **state)
+{
+    (void)state;
+    run_pipeline_mode(DS_SOURCE_DIR "/examples/pipeline.yaml", "edge 1->2 YuanrongConnector",
+                      "stream");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_example_runs),
-        cmocka_unit_test(test_example_reports_errors),
-        cmocka_unit_test(test_pipeline_demo),
-        cmocka_unit_test(test_pipeline_demo_shm),
+        cmocka_unit_test(test_example_runs),         cmocka_unit_test(test_example_reports_errors),
+        cmocka_unit_test(test_pipeline_demo),        cmocka_unit_test(test_pipeline_demo_shm),
+        cmocka_unit_test(test_pipeline_demo_stream),
     };
     return cmocka_run_group_tests_name("it_connector_example", tests, setup, teardown);
 }

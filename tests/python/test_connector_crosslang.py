@@ -339,3 +339,37 @@ def test_raw_bytes_both_ways(omni, c_conn, py_conn, worker, key, n):
             kv.close()
     finally:
         omni.omni_received_free(out.value)
+
+
+def test_chunk_stream_both_ways(omni, c_conn, py_conn, key):
+    """A streaming edge written by C is read chunk by chunk by Python, and
+    the reverse: one format (tag byte, end marker) on both sides."""
+    if not hasattr(omni, "omni_connector_put_chunked"):
+        pytest.skip("libomniconn lacks streaming edges")
+    vp = ctypes.c_void_p
+    omni.omni_connector_put_chunked.restype = ctypes.c_int
+    omni.omni_connector_put_chunked.argtypes = [vp, ctypes.c_char_p, ctypes.c_char_p,
+                                                ctypes.c_char_p, vp, ctypes.c_size_t,
+                                                ctypes.c_size_t]
+    omni.omni_connector_get_chunked.restype = ctypes.c_int
+    omni.omni_connector_get_chunked.argtypes = [vp, ctypes.c_char_p, ctypes.c_char_p,
+                                                ctypes.c_char_p, ctypes.c_int32, ctypes.POINTER(vp)]
+    rid = key.replace(".", "-")
+    blob = os.urandom(5000)
+    rc = omni.omni_connector_put_chunked(c_conn, b"1", b"2", rid.encode(),
+                                         ctypes.cast(ctypes.c_char_p(blob), vp), len(blob), 1024)
+    assert rc == 0, _err()
+    with py_conn.open_chunk_reader("1", "2", rid) as r:
+        got = list(r.chunks(5000))
+    assert [len(c) for c in got] == [1024, 1024, 1024, 1024, 904]
+    assert b"".join(got) == blob
+
+    py_conn.put_chunked("2", "3", rid, blob, chunk_size=700)
+    out = ctypes.c_void_p()
+    rc = omni.omni_connector_get_chunked(c_conn, b"2", b"3", rid.encode(), 5000, ctypes.byref(out))
+    assert rc == 0, _err()
+    try:
+        assert omni.omni_received_size(out.value) == len(blob)
+        assert ctypes.string_at(omni.omni_received_data(out.value), len(blob)) == blob
+    finally:
+        omni.omni_received_free(out.value)
