@@ -374,7 +374,6 @@ void ds__ops_latch(ds_server_t *srv, ds_req_t *r)
         if (rb.err) {
             snprintf(msg, sizeof(msg), "malformed %s: key %u truncated", ds__opcode_name(r->op), i);
             st = DS_K_INVALID;
-            bool quota = false;
         } else {
             bool exists = !take || ds__store_lookup(srv->store, k, kl, now) != NULL;
             st = ds__latch_apply(srv, r->session, r->op, timeout, k, kl, exists, &until, msg,
