@@ -948,6 +948,13 @@ static void reject(ds_net_t *net, int fd)
     ssize_t wr = sendmsg(fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
     (void)wr;
     ds__wbuf_free(&w);
+    /* Input already here (a TLS ClientHello) would turn the close into a
+     * reset that can discard the refusal before the client reads it: drop
+     * what has arrived, without waiting for more. */
+    char sink[2048];
+    for (int i = 0; i < 8 && recv(fd, sink, sizeof(sink), MSG_DONTWAIT) > 0; i++)
+        ;
+    shutdown(fd, SHUT_WR);
     close(fd);
     DS_LOG_WARN("rejected a connection: %u connections already", net->nconns);
 }
