@@ -15,6 +15,7 @@
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <poll.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -253,6 +254,65 @@ static void test_wrong_ca_refused(void **state)
     dst_worker_stop(&p);
 }
 
+/* What a worker at its connection limit does at accept (conn.c reject):
+ * one plain refusal frame, then close, before any TLS byte. */
+static void *refuse_one(void *arg)
+{
+    int lfd = *(int *)arg;
+    /* The listener is non-blocking: wait for the client's connection. */
+    struct pollfd p = {.fd = lfd, .events = POLLIN};
+    if (poll(&p, 1, 10000) != 1) return NULL;
+    int fd = accept(lfd, NULL, NULL);
+    if (fd < 0) return NULL;
+    ds_wbuf_t w;
+    ds__wbuf_init(&w);
+    ds__wbuf_cstr(&w, "worker has reached its connection limit (70 per --max_client_num)");
+    uint8_t hdr[DS_WIRE_HEADER_LEN];
+    ds_wire_header_t h = {.magic = DS_WIRE_MAGIC,
+                          .version = DS_WIRE_VERSION,
+                          .flags = DS_FLAG_RESPONSE,
+                          .opcode = DS_OP_HELLO,
+                          .status = DS_K_RUNTIME_ERROR,
+                          .meta_len = (uint32_t)w.len};
+    ds__wire_header_encode(&h, hdr);
+    struct iovec iov[2] = {{hdr, sizeof(hdr)}, {w.buf, w.len}};
+    struct msghdr m = {.msg_iov = iov, .msg_iovlen = 2};
+    ssize_t wr = sendmsg(fd, &m, MSG_NOSIGNAL);
+    (void)wr;
+    ds__wbuf_free(&w);
+    close(fd);
+    return NULL;
+}
+
+/* A TLS client refused that way reports the worker's status and reason,
+ * not a TLS error about the bytes. */
+static void test_plain_refusal_read_by_tls_client(void **state)
+{
+    (void)state;
+    char err[256];
+    int port = ds__free_tcp_port(NULL);
+    int lfd = ds__tcp_listen("127.0.0.1", port, err, sizeof(err));
+    assert_true(lfd >= 0);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, refuse_one, &lfd), 0);
+    ds_client_options_t o;
+    ds_client_options_init(&o);
+    o.host = "127.0.0.1";
+    o.port = port;
+    o.transport = DS_TRANSPORT_TCP;
+    o.connect_timeout_ms = 5000;
+    o.enable_tls = 1;
+    o.tls_ca = certp("ca.pem");
+    ds_client_t *c = NULL;
+    assert_int_equal(ds_client_connect(&o, &c), DS_K_RUNTIME_ERROR);
+    printf("# refused: %s\n", ds_last_error());
+    assert_null(c);
+    assert_non_null(strstr(ds_last_error(), "connection limit"));
+    assert_non_null(strstr(ds_last_error(), "sent without TLS"));
+    pthread_join(th, NULL);
+    close(lfd);
+}
+
 /* A TCP listener that never answers: the handshake gives up by the connect
  * timeout instead of blocking in OpenSSL's read. */
 static void test_silent_server_times_out(void **state)
@@ -366,6 +426,7 @@ int main(void)
         cmocka_unit_test(test_plain_client_refused),
         cmocka_unit_test(test_wrong_ca_refused),
         cmocka_unit_test(test_silent_server_times_out),
+        cmocka_unit_test(test_plain_refusal_read_by_tls_client),
         cmocka_unit_test(test_client_certificate_required),
         cmocka_unit_test(test_flags_checked),
     };
