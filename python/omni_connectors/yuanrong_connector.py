@@ -29,7 +29,7 @@ Beyond the spec, as docs/design.md section 7 asks:
 import logging
 import threading
 import time
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 from .base import GetResult, OmniConnectorBase, PutResult
 from .serializer import VIEW_MIN, deserialize, serialize, serialize_chunks
@@ -345,8 +345,8 @@ class YuanrongConnector(OmniConnectorBase):
         """The receiving end of request_id's edge from_stage -> to_stage."""
         return ChunkReader(self._edge_client(), self._make_key(request_id, from_stage, to_stage))
 
-    def put_chunked(self, from_stage: str, to_stage: str, request_id: str, data,
-                    chunk_size: int = 0) -> int:
+    def put_chunked(self, from_stage: str, to_stage: str, request_id: str,
+                    data: Union[bytes, bytearray, memoryview], chunk_size: int = 0) -> int:
         """Sends bytes-like data as chunks of chunk_size (0: stream_chunk_size)
         and the end marker; returns the number of chunks."""
         size = chunk_size or self.stream_chunk_size

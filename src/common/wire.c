@@ -19,6 +19,13 @@ const char *ds__opcode_name(unsigned op)
     }
 }
 
+/* DS_OP__MAX is the last opcode plus one, so the map must stay in ascending
+ * order: arrays indexed by opcode are DS_OP__MAX long. */
+#define DS__OP_ORDER(name, num, text)                                                              \
+    _Static_assert((num) < DS_OP__MAX, "DS_OPCODE_MAP out of order at " #name);
+DS_OPCODE_MAP(DS__OP_ORDER)
+#undef DS__OP_ORDER
+
 bool ds__opcode_peer_only(unsigned op)
 {
     return op == DS_OP_LOCATE || op == DS_OP_META_PUT || op == DS_OP_META_DEL || op == DS_OP_DROP ||

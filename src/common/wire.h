@@ -395,13 +395,13 @@
     X(SC_PEER_REG, 49, "sc_peer_reg")                                                              \
     X(SC_PEER_PUSH, 50, "sc_peer_push")                                                            \
     X(SC_PEER_QUERY, 51, "sc_peer_query")                                                          \
+    X(MIGRATE, 60, "migrate")                                                                      \
+    X(META_MOVE, 61, "meta_move")                                                                  \
     X(REPL_PUT, 70, "repl_put")                                                                    \
     X(REPL_META, 71, "repl_meta")                                                                  \
     X(REPL_COPY, 72, "repl_copy")                                                                  \
     X(HOT_ADD, 73, "hot_add")                                                                      \
-    X(HOT_DROP, 74, "hot_drop")                                                                    \
-    X(MIGRATE, 60, "migrate")                                                                      \
-    X(META_MOVE, 61, "meta_move")
+    X(HOT_DROP, 74, "hot_drop")
 
 typedef enum {
 #define DS__OP_ENUM(name, num, text) DS_OP_##name = num,
