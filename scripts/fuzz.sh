@@ -30,9 +30,10 @@ if ! cmake --build "$dir" -j 2 --target $targets >"$dir/fuzz-build.log" 2>&1; th
 fi
 
 scratch=$(mktemp -d /tmp/ds-fuzz-run-XXXXXX)
-failed=()
-for t in $targets; do
-    work="$scratch/$t"
+# run_one T: runs target T for $secs in its own scratch folder and leaves its
+# verdict in $scratch/T/rc; the targets run one per core at a time.
+run_one() {
+    local t=$1 work="$scratch/$1"
     mkdir -p "$work/corpus"
     [ -d "tests/fuzz/corpus/$t" ] && cp -r "tests/fuzz/corpus/$t/." "$work/corpus/"
     # -timeout: one input running 25 s is a hang; -rss_limit_mb: a leak or a
@@ -40,10 +41,21 @@ for t in $targets; do
     (cd "$work" && timeout $((secs + 120)) "$root/$dir/tests/fuzz/$t" \
         -max_total_time="$secs" -timeout=25 -rss_limit_mb=2048 -print_final_stats=1 \
         -artifact_prefix="$work/" corpus >"$work/log" 2>&1)
-    rc=$?
+    echo $? >"$work/rc"
+}
+jobs_max=$(nproc 2>/dev/null || echo 1)
+for t in $targets; do
+    while [ "$(jobs -rp | wc -l)" -ge "$jobs_max" ]; do wait -n; done
+    run_one "$t" &
+done
+wait
+failed=()
+for t in $targets; do
+    work="$scratch/$t"
+    rc=$(cat "$work/rc" 2>/dev/null || echo 1)
     execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$work/log" | tail -1)
     rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$work/log" | tail -1)
-    if [ $rc -eq 0 ]; then
+    if [ "$rc" -eq 0 ]; then
         echo "fuzz.sh: $t: ${execs:-?} executions in ${secs} s (${rate:-?}/s), no crash"
     else
         failed+=("$t")
