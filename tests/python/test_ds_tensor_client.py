@@ -1,7 +1,8 @@
-"""DsTensorClient (``yr.datasystem.ds_tensor_client``) on the host device backend.
+"""DsTensorClient (``yr.datasystem.ds_tensor_client``) on the device backend.
 
 conftest.py sets DS_DEVICE_BACKEND=host, where CPU tensors are the device
-tensors. Against a real worker: tensors of several dtypes written with
+tensors; with DS_DEVICE_BACKEND=cuda (tests/device/run.sh on a GPU) the same
+tests use CUDA tensors, and skip when torch has no CUDA. Against a real worker: tensors of several dtypes written with
 mset_d2h come back byte-exact through mget_h2d and as plain KV values; the
 async calls agree; the device-to-device calls (dev_mset / dev_mget /
 dev_mget_into_tensor / dev_send / dev_recv and the deletes) round-trip; exist
@@ -26,6 +27,14 @@ from yr.datasystem.ds_tensor_client import CopyRange, DsTensorClient  # noqa: E4
 from yr.datasystem.kv_client import KVClient, SetParam  # noqa: E402
 from yr.datasystem.object_client import WriteMode  # noqa: E402
 
+# The tensors live where the backend copies: CPU tensors on host, cuda:0 on
+# cuda (tests/device/run.sh, with a CUDA build of torch).
+BACKEND = os.environ.get("DS_DEVICE_BACKEND", "host")
+DEV = "cuda:0" if BACKEND == "cuda" else "cpu"
+if BACKEND == "cuda" and not torch.cuda.is_available():
+    pytest.skip("the cuda backend's tensor tests need a CUDA build of torch",
+                allow_module_level=True)
+
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64,
           torch.int32, torch.int8, torch.uint8, torch.bool]
 
@@ -49,16 +58,19 @@ def kv(worker):
 def _tensor(dtype, shape, seed):
     g = torch.Generator().manual_seed(seed)
     if dtype.is_floating_point:
-        return (torch.rand(shape, generator=g, dtype=torch.float64) * 2000 - 1000).to(dtype)
-    if dtype == torch.bool:
-        return torch.randint(0, 2, shape, generator=g).bool()
-    info = torch.iinfo(dtype)
-    return torch.randint(max(info.min, -2**31), min(info.max, 2**31 - 1) + 1, shape,
-                         generator=g, dtype=torch.int64).to(dtype)
+        t = (torch.rand(shape, generator=g, dtype=torch.float64) * 2000 - 1000).to(dtype)
+    elif dtype == torch.bool:
+        t = torch.randint(0, 2, shape, generator=g).bool()
+    else:
+        info = torch.iinfo(dtype)
+        t = torch.randint(max(info.min, -2**31), min(info.max, 2**31 - 1) + 1, shape,
+                          generator=g, dtype=torch.int64).to(dtype)
+    return t.to(DEV)
 
 
 def _raw(t):
     """The tensor's bytes (through uint8 storage: numpy has no bfloat16)."""
+    t = t.cpu()
     return bytes(t.contiguous().view(torch.uint8).reshape(-1).tolist()) \
         if t.dtype != torch.bool else bytes(t.to(torch.uint8).reshape(-1).tolist())
 
@@ -93,9 +105,9 @@ def test_mset_d2h_mget_h2d_byte_exact(tc, kv, key):
         # The value is the tensor's bytes, as a plain KV reader sees them.
         assert _raw(o) == _raw(s) == bytes(kv.get([k])[0])
     # A view at an offset of a larger tensor (contiguous) reads and writes its own bytes.
-    big = torch.arange(100, dtype=torch.int32)
+    big = torch.arange(100, dtype=torch.int32, device=DEV)
     tc.mset_d2h([keys[0]], [big[10:20]])
-    dst = torch.full((30,), -1, dtype=torch.int32)
+    dst = torch.full((30,), -1, dtype=torch.int32, device=DEV)
     assert tc.mget_h2d([keys[0]], [dst[5:15]]) == []
     assert dst[5:15].tolist() == list(range(10, 20))
     assert dst[:5].tolist() == [-1] * 5 and dst[15:].tolist() == [-1] * 15
@@ -127,11 +139,11 @@ def test_async_calls_agree_with_sync(tc, key):
 
 
 def test_missing_key_waits_sub_timeout_ms(tc, key):
-    out = torch.zeros(16, dtype=torch.int64)
+    out = torch.zeros(16, dtype=torch.int64, device=DEV)
     with pytest.raises(RuntimeError, match=r"code: \[Key not found\].*%s-late" % key):
         tc.mget_h2d([key + "-late"], [out], 100)
     # A get still waiting is completed by a later set.
-    src = torch.arange(16, dtype=torch.int64)
+    src = torch.arange(16, dtype=torch.int64, device=DEV)
     setter = threading.Timer(0.3, lambda: tc.mset_d2h([key + "-late"], [src]))
     setter.start()
     try:
@@ -152,7 +164,7 @@ def test_device_to_device_calls(tc, worker, key):
     assert other.dev_mget(keys, out, 1000) == []
     assert all(torch.equal(o, s) for o, s in zip(out, src))
     # Pieces of two values into one tensor.
-    dst = torch.zeros(64, dtype=torch.float32)
+    dst = torch.zeros(64, dtype=torch.float32, device=DEV)
     ranges = [CopyRange(src_offset=16, dst_offset=0, length=32),
               CopyRange(src_offset=0, dst_offset=128, length=64)]
     assert other.dev_mget_into_tensor(keys[:2], dst, ranges) == []
@@ -175,7 +187,7 @@ def test_device_to_device_calls(tc, worker, key):
 
 
 def test_bad_tensors(tc, key, monkeypatch):
-    t = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    t = torch.arange(12, dtype=torch.float32, device=DEV).reshape(3, 4)
     with pytest.raises(TypeError, match=r"^Tensor memory is not contiguous\. Possible solutions:"):
         tc.mset_d2h([key], [t.t()])
     with pytest.raises(TypeError, match="Tensor memory is not contiguous"):
@@ -183,17 +195,19 @@ def test_bad_tensors(tc, key, monkeypatch):
     with pytest.raises(TypeError, match="not contiguous"):
         tc.dev_send([key], [t.expand(2, 3, 4)])
     with pytest.raises(RuntimeError, match=r"no valid data storage \(data_ptr is null\)"):
-        tc.mset_d2h([key], [torch.empty(0)])
-    # A tensor the host backend cannot copy.
+        tc.mset_d2h([key], [torch.empty(0, device=DEV)])
+    # A tensor the backend cannot copy (checked before any copy, so either
+    # backend's check runs on any machine).
+    monkeypatch.setattr(dtc, "_backend_name", "host")
     with pytest.raises(ValueError, match=r"^meta tensor, not a supported device tensor on the "
                                          r"host device backend \(expected cpu"):
         tc.mset_d2h([key], [torch.empty(4, device="meta")])
-    # On the cuda backend a CPU tensor gets Yuanrong's message (checked before any copy).
+    # On the cuda backend a CPU tensor gets Yuanrong's message.
     monkeypatch.setattr(dtc, "_backend_name", "cuda")
     with pytest.raises(ValueError, match=r"^cpu tensor, not a supported device tensor "
                                          r"\(expected npu/Ascend/cuda\)$"):
-        tc.mset_d2h([key], [t])
-    monkeypatch.setattr(dtc, "_backend_name", "host")
+        tc.mset_d2h([key], [t.cpu()])
+    monkeypatch.setattr(dtc, "_backend_name", BACKEND)
     # Types, as Yuanrong's Validator words them.
     with pytest.raises(TypeError, match="The input of keys has invalid type"):
         tc.mset_d2h(key, [t])
@@ -210,7 +224,8 @@ def test_bad_tensors(tc, key, monkeypatch):
 
 
 def test_counts_and_sizes(tc, key):
-    a, b = torch.arange(8, dtype=torch.int64), torch.arange(8, 16, dtype=torch.int64)
+    a = torch.arange(8, dtype=torch.int64, device=DEV)
+    b = torch.arange(8, 16, dtype=torch.int64, device=DEV)
     keys = _keys(key, 2)
     with pytest.raises(RuntimeError, match=r"code: \[Invalid parameter\], msg: \[The size of "
                                            r"objKeys\(2\) and devBlobList\(1\) does not match"):
@@ -224,15 +239,15 @@ def test_counts_and_sizes(tc, key):
     assert tc.exist(keys) == [False, False]
     tc.mset_d2h(keys, [a, b])
     # A tensor larger than the value fails its key; the others are read.
-    big = torch.zeros(9, dtype=torch.int64)
-    out = torch.zeros(8, dtype=torch.int64)
+    big = torch.zeros(9, dtype=torch.int64, device=DEV)
+    out = torch.zeros(8, dtype=torch.int64, device=DEV)
     assert tc.mget_h2d(keys, [big, out]) == [keys[0]]
     assert torch.equal(out, b)
     with pytest.raises(RuntimeError, match=r"code: \[Invalid parameter\].*the value has 64 "
                                            r"bytes, the blobs want 72"):
         tc.mget_h2d(keys[:1], [big])
     # dev_mget_into_tensor: Yuanrong's length check, and ranges must fit the tensor.
-    dst = torch.zeros(8, dtype=torch.int64)
+    dst = torch.zeros(8, dtype=torch.int64, device=DEV)
     with pytest.raises(RuntimeError, match=r"^The length of keys and copy_ranges do not match, "
                                            r"keys:2, copy_ranges:1$"):
         tc.dev_mget_into_tensor(keys, dst, [CopyRange(0, 0, 8)])
@@ -252,13 +267,14 @@ _WAITER = textwrap.dedent("""
     c = DsTensorClient(sys.argv[1], int(sys.argv[2]), 0)
     c.init()
     print("waiting", flush=True)
-    c.mget_h2d([sys.argv[3]], [torch.zeros(32)], 600000)
+    c.mget_h2d([sys.argv[3]], [torch.zeros(32, device=sys.argv[4])], 600000)
 """)
 
 
 def test_killed_client_in_waiting_get(tc, worker, key):
     p = subprocess.Popen([sys.executable, "-c", _WAITER, worker.host, str(worker.port),
-                          key + "-never"], env=worker.env(), stdout=subprocess.PIPE, text=True)
+                          key + "-never", DEV], env=worker.env(), stdout=subprocess.PIPE,
+                         text=True)
     try:
         assert p.stdout.readline().strip() == "waiting"
     finally:
@@ -266,9 +282,9 @@ def test_killed_client_in_waiting_get(tc, worker, key):
         p.wait(timeout=30)
         p.stdout.close()
     assert p.returncode == -9
-    src = torch.rand(32)
+    src = torch.rand(32, device=DEV)
     tc.mset_d2h([key + "-never"], [src])
-    out = torch.zeros(32)
+    out = torch.zeros(32, device=DEV)
     assert tc.mget_h2d([key + "-never"], [out]) == []
     assert torch.equal(out, src)
     assert tc.delete([key + "-never"]) == []
