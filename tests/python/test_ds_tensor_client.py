@@ -11,6 +11,7 @@ messages; a client killed in a waiting get leaves the worker serving. Needs
 torch (Debian's python3-torch); skipped without it.
 """
 
+import collections
 import os
 import subprocess
 import sys
@@ -258,6 +259,10 @@ def test_counts_and_sizes(tc, key):
         tc.dev_mget_into_tensor(keys[:1], dst, [(0, 0, 8)])
     assert tc.dev_mget_into_tensor(keys[:1], dst[4:], [CopyRange(8, 0, 24)]) == []
     assert dst.tolist() == [0, 0, 0, 0, 1, 2, 3, 0]
+    # Any object with CopyRange's fields will do, as in Yuanrong.
+    Range = collections.namedtuple("Range", "src_offset dst_offset length")
+    assert tc.dev_mget_into_tensor(keys[1:], dst, [Range(56, 56, 8)]) == []
+    assert dst.tolist() == [0, 0, 0, 0, 1, 2, 3, 15]
     assert tc.delete(keys) == []
 
 

@@ -341,7 +341,10 @@ class DsTensorClient:
         limit = _bytes_after(tensor, start_ptr)
         blob_lists = []
         for i, copy_range in enumerate(copy_ranges):
-            validator.check_args_types([["copy_ranges[%d]" % i, copy_range, CopyRange]])
+            # Any object with the three fields will do, as in Yuanrong.
+            if not all(hasattr(copy_range, n) for n in ("src_offset", "dst_offset", "length")):
+                raise TypeError("copy_ranges[%d] must be a CopyRange, not %s"
+                                % (i, type(copy_range).__name__))
             for name in ("src_offset", "dst_offset", "length"):
                 validator.check_args_types(
                     [["copy_ranges[%d].%s" % (i, name), getattr(copy_range, name), int]])
