@@ -244,6 +244,10 @@ def test_counts_and_sizes(tc, key):
     out = torch.zeros(8, dtype=torch.int64, device=DEV)
     assert tc.mget_h2d(keys, [big, out]) == [keys[0]]
     assert torch.equal(out, b)
+    # A smaller one takes the value's first bytes.
+    small = torch.zeros(4, dtype=torch.int64, device=DEV)
+    assert tc.mget_h2d(keys[1:], [small]) == []
+    assert small.tolist() == [8, 9, 10, 11]
     with pytest.raises(RuntimeError, match=r"code: \[Invalid parameter\].*the value has 64 "
                                            r"bytes, the blobs want 72"):
         tc.mget_h2d(keys[:1], [big])

@@ -9,7 +9,8 @@ in and out of the datasystem, over ``HeteroClient``.
 
 Each tensor is one blob: its first byte (``data_ptr()``) and its size
 (``numel() * element_size()``), on device ``device_id``; so the tensors must be
-contiguous, and a get's tensor must have the value's size. Which tensors are
+contiguous, and a get's tensor no larger than the value (a smaller one takes
+the value's first bytes). Which tensors are
 device tensors depends on the device backend (``DS_DEVICE_BACKEND``, see
 ``hetero_client``):
 
