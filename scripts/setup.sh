@@ -9,7 +9,9 @@ PKGS=(build-essential cmake pkg-config libyaml-dev libmsgpack-dev libcurl4-opens
       redis-server redis-tools python3 python3-pytest python3-numpy python3-msgpack
       python3-yaml python3-setuptools python3-wheel python3-venv python3-pip python3-dev
       git clang llvm valgrind iproute2 gnuplot-nox procps libucx-dev ucx-utils
-      libzmq3-dev python3-zmq)
+      libzmq3-dev python3-zmq python3-torch)
+# python3-torch: DsTensorClient's tests (CPU tensors on the host device backend);
+# the SDK itself imports torch only in yr.datasystem.ds_tensor_client.
 # libzmq3-dev: the worker's KV event publisher (--kv_events_config); python3-zmq
 # and python3-msgpack: its test's subscriber.
 # libucx-dev: the worker's --enable_rdma data plane (UCX); ucx-utils: ucx_perftest and

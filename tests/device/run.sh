@@ -11,7 +11,8 @@
 # process's GPU memory, a killed client) and hetero_bench's rows with real
 # D2H/H2D copies against cuMemcpy of the same bytes. On host: the same plus
 # it_hetero and the Python HeteroClient tests (which use host addresses as
-# device pointers, so they run on host only). Results go to
+# device pointers, so they run on host only); the DsTensorClient tests on
+# both (CUDA tensors on cuda, when torch has CUDA). Results go to
 # bench/results/device_check_<backend>.txt (and .json). Exit status: 0 when
 # every test passed.
 set -euo pipefail
@@ -44,6 +45,10 @@ if [[ "$DS_DEVICE_BACKEND" == host ]]; then
   DS_BUILD_DIR=$BUILD PYTHONPATH=$ROOT/python /usr/bin/python3 -m pytest -q \
     tests/python/test_hetero_client.py || fail=1
 fi
+# DsTensorClient: CPU tensors on host; CUDA tensors on cuda (skipped, saying
+# so, where torch has no CUDA, as Debian's python3-torch has not).
+DS_BUILD_DIR=$BUILD PYTHONPATH=$ROOT/python /usr/bin/python3 -m pytest -q -rs \
+  tests/python/test_ds_tensor_client.py || fail=1
 "$BUILD/bench/hetero_bench" --reps "${DS_DEVICE_BENCH_REPS:-300}" --json "$OUT.json" | tee "$OUT.txt" \
   || fail=1
 echo "device check: backend $DS_DEVICE_BACKEND: $([[ $fail == 0 ]] && echo PASSED || echo FAILED)"

@@ -38,7 +38,19 @@ MODULES = [
     # Yuanrong's service-discovery facade tests: they put a stand-in for the
     # native module in place and check what the Python layer hands it.
     "tests/python/test_service_discovery_api.py",
+    # DsTensorClient: every test needs an NPU, or the GPU backend with a CUDA
+    # build of torch (MODULE_ENV); without them all skip, after its imports.
+    "tests/python/test_ds_tensor_client.py",
 ]
+
+# module -> environment it runs with. Yuanrong's tensor tests run their GPU
+# cases when its build flags say so; they do here on the cuda device backend.
+MODULE_ENV = {
+    "test_ds_tensor_client.py": (
+        {"BUILD_HETERO": "on", "BUILD_HETERO_GPU": "on"}
+        if os.environ.get("DS_DEVICE_BACKEND") == "cuda" else {}
+    ),
+}
 
 # test id -> why it cannot pass against this datasystem.
 KNOWN_FAILING = {
@@ -74,6 +86,7 @@ def test_yuanrong_module_passes(module, yuanrong_root, worker):
     (cwd / name).write_bytes(_show(module))
     env = worker.env()
     env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env.update(MODULE_ENV.get(name, {}))
     args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfE", name]
     for test_id, _why in KNOWN_FAILING.items():
         if test_id.startswith(name + "::"):

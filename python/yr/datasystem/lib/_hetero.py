@@ -201,7 +201,8 @@ class _Batch:
 
 def _from_blob_lists(keys, blob_lists):
     if len(keys) != len(blob_lists):
-        raise ValueError("keys (%d) and data_blob_list (%d) differ in length"
+        # Yuanrong's check and message (K_INVALID, returned as a status).
+        raise _n.DsError(_n.K_INVALID, "The size of objKeys(%d) and devBlobList(%d) does not match"
                          % (len(keys), len(blob_lists)))
     for i, bl in enumerate(blob_lists):
         if not isinstance(bl, DeviceBlobList):
