@@ -5,6 +5,48 @@
 
 #include <string.h>
 
+/* Flag groups that several commands share, written once so that their help
+ * stays the same everywhere. */
+
+/* One flag a line, as in the tables below. */
+/* clang-format off */
+
+/* How a client command finds and authenticates to one worker besides its address. */
+#define WORKER_REACH_FLAGS                                                                         \
+    {"unix_socket_dir", 0, true, false, NULL, "directory of the worker's Unix socket", false},     \
+    {"auth_token_file", 0, true, false, NULL,                                                      \
+     "file with the worker's shared secret (needed over TCP when it has one)", false}
+
+/* Where a cluster command reads the members from. */
+#define CLUSTER_FLAGS                                                                              \
+    {"etcd_address", 0, true, false, NULL, "etcd host:port[,host:port...] of the cluster", false}, \
+    {"coordinator_address", 0, true, false, NULL,                                                  \
+     "Yuanrong's coordinator backend (not part of this system: answers an error)", false},         \
+    {"cluster_name", 0, true, false, "default", "the workers' --cluster_name", false}
+
+/* The help of --enable_tls, --tls_ca and --tls_cert for a command that talks
+ * to one worker, and for one that checks every member of a cluster. */
+#define ONE_WORKER_TLS_ENABLE                                                                      \
+    "the worker has --enable_tls: reach its TCP port over TLS (-f: the file's entry)"
+#define ONE_WORKER_TLS_CA "with --enable_tls: CA bundle the worker's certificate chains to"
+#define ONE_WORKER_TLS_CERT                                                                        \
+    "with --enable_tls: certificate to present (a worker with --tls_verify_client asks)"
+#define MEMBERS_TLS_ENABLE "the workers have --enable_tls: check each member with a TLS handshake"
+#define MEMBERS_TLS_CA "with --enable_tls: CA bundle the workers' certificates chain to"
+#define MEMBERS_TLS_CERT                                                                           \
+    "with --enable_tls: certificate to present (workers with --tls_verify_client ask)"
+
+/* The TLS client flags; WHO is ONE_WORKER or MEMBERS. */
+#define TLS_CLIENT_FLAGS(WHO)                                                                      \
+    {"enable_tls", 0, false, false, NULL, WHO##_TLS_ENABLE, false},                                \
+    {"tls_ca", 0, true, false, NULL, WHO##_TLS_CA, false},                                         \
+    {"tls_cert", 0, true, false, NULL, WHO##_TLS_CERT, false},                                     \
+    {"tls_key", 0, true, false, NULL, "with --enable_tls: private key of --tls_cert", false},      \
+    {"tls_passphrase_path", 0, true, false, NULL,                                                  \
+     "with --enable_tls: file holding the passphrase of an encrypted --tls_key", false}
+
+/* clang-format on */
+
 static const cli_flag_t start_flags[] = {
     {"worker_args", 'w', false, false, NULL,
      "start a worker from the worker flags that follow (Yuanrong's -w/--worker_args)", false},
@@ -44,18 +86,8 @@ static const cli_flag_t stop_flags[] = {
      false},
     {"worker_config_path", 0, true, false, NULL, "the same as --config_path", false},
     {"worker_address", 'w', true, false, NULL, "host:port of the worker", false},
-    {"unix_socket_dir", 0, true, false, NULL, "directory of the worker's Unix socket", false},
-    {"auth_token_file", 0, true, false, NULL,
-     "file with the worker's shared secret (needed over TCP when it has one)", false},
-    {"enable_tls", 0, false, false, NULL,
-     "the worker has --enable_tls: reach its TCP port over TLS (-f: the file's entry)", false},
-    {"tls_ca", 0, true, false, NULL,
-     "with --enable_tls: CA bundle the worker's certificate chains to", false},
-    {"tls_cert", 0, true, false, NULL,
-     "with --enable_tls: certificate to present (a worker with --tls_verify_client asks)", false},
-    {"tls_key", 0, true, false, NULL, "with --enable_tls: private key of --tls_cert", false},
-    {"tls_passphrase_path", 0, true, false, NULL,
-     "with --enable_tls: file holding the passphrase of an encrypted --tls_key", false},
+    WORKER_REACH_FLAGS,
+    TLS_CLIENT_FLAGS(ONE_WORKER),
     {"timeout", 't', true, false, NULL,
      "seconds to wait for the worker to exit (default, as Yuanrong's: 180 + "
      "shared_memory_size_mb / data_migrate_rate_limit_mb)",
@@ -65,53 +97,21 @@ static const cli_flag_t stop_flags[] = {
 static const cli_flag_t status_flags[] = {
     {"worker_address", 0, true, false, CLI_DEFAULT_WORKER_ADDRESS, "host:port of the worker",
      false},
-    {"unix_socket_dir", 0, true, false, NULL, "directory of the worker's Unix socket", false},
-    {"auth_token_file", 0, true, false, NULL,
-     "file with the worker's shared secret (needed over TCP when it has one)", false},
-    {"enable_tls", 0, false, false, NULL,
-     "the worker has --enable_tls: reach its TCP port over TLS (-f: the file's entry)", false},
-    {"tls_ca", 0, true, false, NULL,
-     "with --enable_tls: CA bundle the worker's certificate chains to", false},
-    {"tls_cert", 0, true, false, NULL,
-     "with --enable_tls: certificate to present (a worker with --tls_verify_client asks)", false},
-    {"tls_key", 0, true, false, NULL, "with --enable_tls: private key of --tls_cert", false},
-    {"tls_passphrase_path", 0, true, false, NULL,
-     "with --enable_tls: file holding the passphrase of an encrypted --tls_key", false},
+    WORKER_REACH_FLAGS,
+    TLS_CLIENT_FLAGS(ONE_WORKER),
     {"timeout", 't', true, false, "10", "seconds to wait for the answer", false},
 };
 
 static const cli_flag_t query_cluster_flags[] = {
-    {"etcd_address", 0, true, false, NULL, "etcd host:port[,host:port...] of the cluster", false},
-    {"coordinator_address", 0, true, false, NULL,
-     "Yuanrong's coordinator backend (not part of this system: answers an error)", false},
-    {"cluster_name", 0, true, false, "default", "the workers' --cluster_name", false},
-    {"enable_tls", 0, false, false, NULL,
-     "the workers have --enable_tls: check each member with a TLS handshake", false},
-    {"tls_ca", 0, true, false, NULL,
-     "with --enable_tls: CA bundle the workers' certificates chain to", false},
-    {"tls_cert", 0, true, false, NULL,
-     "with --enable_tls: certificate to present (workers with --tls_verify_client ask)", false},
-    {"tls_key", 0, true, false, NULL, "with --enable_tls: private key of --tls_cert", false},
-    {"tls_passphrase_path", 0, true, false, NULL,
-     "with --enable_tls: file holding the passphrase of an encrypted --tls_key", false},
+    CLUSTER_FLAGS,
+    TLS_CLIENT_FLAGS(MEMBERS),
     {"timeout", 't', true, false, "5", "seconds to wait for each answer", false},
 };
 
 static const cli_flag_t query_route_flags[] = {
-    {"etcd_address", 0, true, false, NULL, "etcd host:port[,host:port...] of the cluster", false},
-    {"coordinator_address", 0, true, false, NULL,
-     "Yuanrong's coordinator backend (not part of this system: answers an error)", false},
-    {"cluster_name", 0, true, false, "default", "the workers' --cluster_name", false},
+    CLUSTER_FLAGS,
     {"keys", 0, true, false, NULL, "the keys to route (one or more arguments)", true},
-    {"enable_tls", 0, false, false, NULL,
-     "the workers have --enable_tls: check each member with a TLS handshake", false},
-    {"tls_ca", 0, true, false, NULL,
-     "with --enable_tls: CA bundle the workers' certificates chain to", false},
-    {"tls_cert", 0, true, false, NULL,
-     "with --enable_tls: certificate to present (workers with --tls_verify_client ask)", false},
-    {"tls_key", 0, true, false, NULL, "with --enable_tls: private key of --tls_cert", false},
-    {"tls_passphrase_path", 0, true, false, NULL,
-     "with --enable_tls: file holding the passphrase of an encrypted --tls_key", false},
+    TLS_CLIENT_FLAGS(MEMBERS),
     {"timeout", 't', true, false, "5", "seconds to wait for each answer", false},
 };
 

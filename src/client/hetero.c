@@ -179,6 +179,30 @@ static ds_status_t devcur_use(devcur_t *d, int32_t dev)
     return DS_K_OK;
 }
 
+/* Copies one key's blobs, in order, on the stream of the key's device: into
+ * the host bytes at to_host, or (to_host NULL) out of those at from_host. */
+static ds_status_t copy_key(devcur_t *d, const ds_device_blob_list_t *l, uint8_t *to_host,
+                            const uint8_t *from_host)
+{
+    ds_status_t ks = devcur_use(d, l->dev_idx);
+    size_t off = 0;
+    for (size_t j = 0; ks == DS_K_OK && j < l->n_blobs; j++) {
+        const ds_blob_t *b = &l->blobs[j];
+        ks = to_host ? d->ops->copy_d2h(to_host + off, b->dev_ptr, (size_t)b->size, d->stream)
+                     : d->ops->copy_h2d(b->dev_ptr, from_host + off, (size_t)b->size, d->stream);
+        off += (size_t)b->size;
+    }
+    return ks;
+}
+
+/* A batch that failed as a whole: every key gets the call's status. */
+static void fill_statuses(ds_status_t *statuses, size_t n, ds_status_t st)
+{
+    if (statuses)
+        for (size_t i = 0; i < n; i++)
+            statuses[i] = st;
+}
+
 static ds_status_t mset_d2h(ds_hetero_t *h, size_t n, const char *const *keys,
                             const ds_device_blob_list_t *lists, const ds_set_param_t *param,
                             ds_status_t *statuses)
@@ -204,14 +228,7 @@ static ds_status_t mset_d2h(ds_hetero_t *h, size_t n, const char *const *keys,
     bool *copied = (bool *)pub; /* reused: one flag per key until publish */
     for (size_t i = 0; i < n; i++) {
         copied[i] = false;
-        uint8_t *dst = ds_buffer_mutable_data(bufs[i]);
-        ds_status_t ks = devcur_use(&d, lists[i].dev_idx);
-        size_t off = 0;
-        for (size_t j = 0; ks == DS_K_OK && j < lists[i].n_blobs; j++) {
-            const ds_blob_t *b = &lists[i].blobs[j];
-            ks = d.ops->copy_d2h(dst + off, b->dev_ptr, (size_t)b->size, d.stream);
-            off += (size_t)b->size;
-        }
+        ds_status_t ks = copy_key(&d, &lists[i], ds_buffer_mutable_data(bufs[i]), NULL);
         if (ks != DS_K_OK)
             note(&fe, statuses, i, ks);
         else
@@ -247,9 +264,7 @@ static ds_status_t mset_d2h(ds_hetero_t *h, size_t n, const char *const *keys,
     if (st != DS_K_OK) ds__set_error(st, "%s", fe.msg);
     goto out;
 fail_all:
-    if (statuses)
-        for (size_t i = 0; i < n; i++)
-            statuses[i] = st;
+    fill_statuses(statuses, n, st);
 out:
     free(totals);
     free(bufs);
@@ -294,13 +309,7 @@ static ds_status_t mget_h2d(ds_hetero_t *h, size_t n, const char *const *keys,
                                    256, keys[i], size, totals[i], (unsigned long long)from);
             } else {
                 const uint8_t *src = (const uint8_t *)ds_buffer_data(bufs[i]) + from;
-                ks = devcur_use(&d, lists[i].dev_idx);
-                size_t off = 0;
-                for (size_t j = 0; ks == DS_K_OK && j < lists[i].n_blobs; j++) {
-                    const ds_blob_t *b = &lists[i].blobs[j];
-                    ks = d.ops->copy_h2d(b->dev_ptr, src + off, (size_t)b->size, d.stream);
-                    off += (size_t)b->size;
-                }
+                ks = copy_key(&d, &lists[i], NULL, src);
             }
         }
         ks_all[i] = ks;
@@ -324,9 +333,7 @@ static ds_status_t mget_h2d(ds_hetero_t *h, size_t n, const char *const *keys,
     if (st == DS_K_OK) ds__clear_error();
     goto out;
 fail_all:
-    if (statuses)
-        for (size_t i = 0; i < n; i++)
-            statuses[i] = st;
+    fill_statuses(statuses, n, st);
 out:
     free(totals);
     free(bufs);

@@ -10,7 +10,7 @@
 
 #include "common/clock.h"
 #include "common/net.h"
-#include "common/wire.h"
+#include "worker/net/refuse.h"
 
 #include <pthread.h>
 #include <setjmp.h>
@@ -254,8 +254,9 @@ static void test_wrong_ca_refused(void **state)
     dst_worker_stop(&p);
 }
 
-/* What a worker at its connection limit does at accept (conn.c reject):
- * one plain refusal frame, then close, before any TLS byte. */
+/* What a worker at its connection limit does at accept (net/refuse.c, the
+ * worker's own code): one plain refusal frame, then close, before any TLS
+ * byte. */
 static void *refuse_one(void *arg)
 {
     int lfd = *(int *)arg;
@@ -263,24 +264,7 @@ static void *refuse_one(void *arg)
     struct pollfd p = {.fd = lfd, .events = POLLIN};
     if (poll(&p, 1, 10000) != 1) return NULL;
     int fd = accept(lfd, NULL, NULL);
-    if (fd < 0) return NULL;
-    ds_wbuf_t w;
-    ds__wbuf_init(&w);
-    ds__wbuf_cstr(&w, "worker has reached its connection limit (70 per --max_client_num)");
-    uint8_t hdr[DS_WIRE_HEADER_LEN];
-    ds_wire_header_t h = {.magic = DS_WIRE_MAGIC,
-                          .version = DS_WIRE_VERSION,
-                          .flags = DS_FLAG_RESPONSE,
-                          .opcode = DS_OP_HELLO,
-                          .status = DS_K_RUNTIME_ERROR,
-                          .meta_len = (uint32_t)w.len};
-    ds__wire_header_encode(&h, hdr);
-    struct iovec iov[2] = {{hdr, sizeof(hdr)}, {w.buf, w.len}};
-    struct msghdr m = {.msg_iov = iov, .msg_iovlen = 2};
-    ssize_t wr = sendmsg(fd, &m, MSG_NOSIGNAL);
-    (void)wr;
-    ds__wbuf_free(&w);
-    close(fd);
+    if (fd >= 0) ds__net_refuse_at_limit(fd);
     return NULL;
 }
 

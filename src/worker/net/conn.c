@@ -21,6 +21,7 @@
  * loop resumes it. */
 #include "worker/net/conn.h"
 #include "worker/net/lane.h"
+#include "worker/net/refuse.h"
 
 #include "common/clock.h"
 #include "common/log.h"
@@ -929,33 +930,7 @@ static void reject(ds_net_t *net, int fd)
 {
     net->ctr.conns_rejected++;
     /* Tell the client why before closing; best effort. */
-    ds_wbuf_t w;
-    ds__wbuf_init(&w);
-    ds__wbuf_cstr(&w, "worker has reached its connection limit (" DS_STRINGIFY(
-                          DS_CONNS_PER_CLIENT) " per --max_client_num)");
-    uint8_t hdr[DS_WIRE_HEADER_LEN];
-    ds_wire_header_t h = {.magic = DS_WIRE_MAGIC,
-                          .version = DS_WIRE_VERSION,
-                          .flags = DS_FLAG_RESPONSE,
-                          .opcode = DS_OP_HELLO,
-                          .status = DS_K_RUNTIME_ERROR,
-                          .meta_len = (uint32_t)w.len};
-    ds__wire_header_encode(&h, hdr);
-    /* One write, so that a TLS client's failed handshake holds all of it
-     * (client/conn.c): there is no session yet, the frame goes plain. */
-    struct iovec iov[2] = {{hdr, sizeof(hdr)}, {w.buf, w.len}};
-    struct msghdr m = {.msg_iov = iov, .msg_iovlen = 2};
-    ssize_t wr = sendmsg(fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
-    (void)wr;
-    ds__wbuf_free(&w);
-    /* Input already here (a TLS ClientHello) would turn the close into a
-     * reset that can discard the refusal before the client reads it: drop
-     * what has arrived, without waiting for more. */
-    char sink[2048];
-    for (int i = 0; i < 8 && recv(fd, sink, sizeof(sink), MSG_DONTWAIT) > 0; i++)
-        ;
-    shutdown(fd, SHUT_WR);
-    close(fd);
+    ds__net_refuse_at_limit(fd);
     DS_LOG_WARN("rejected a connection: %u connections already", net->nconns);
 }
 
