@@ -109,9 +109,14 @@ DS_EXPORT size_t ds_future_count(const ds_future_t *f);
  * waits for it) and its result is dropped. NULL is fine. */
 DS_EXPORT void ds_future_release(ds_future_t *f);
 
-/* Yuanrong's PreRegisterDeviceMemory: checks n device ranges (non-zero
- * addresses and sizes). Copies need no registration of device memory (the
- * arena is the registered side), so nothing else is done. */
+/* Yuanrong's PreRegisterDeviceMemory: registers n ranges that later copies
+ * run to or from, until ds_hetero_close. cuda: a range of device memory
+ * must lie within one allocation; host memory is page-locked
+ * (cuMemHostRegister). host backend: the ranges are recorded. Either way a
+ * later blob that starts in a registered range and runs past its end fails
+ * its key DS_K_INVALID before any byte moves. The same range again is
+ * DS_K_OK (kept as it is); a range overlapping a registered one otherwise
+ * is DS_K_INVALID, and the call registers nothing (all or nothing). */
 DS_EXPORT ds_status_t ds_hetero_pre_register_device_memory(ds_hetero_t *h, size_t n,
                                                            const uint64_t *dev_ptrs,
                                                            const uint64_t *sizes);
