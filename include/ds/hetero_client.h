@@ -58,10 +58,13 @@ typedef struct {
 typedef struct ds_hetero ds_hetero_t;
 typedef struct ds_future ds_future_t;
 
-/* Connects as ds_client_connect. enable_remote_h2d (Yuanrong's flag): a
- * key held by another worker of the cluster is pulled by this client's
- * worker and then copied to the device; the worker does that for every get,
- * so the flag is accepted and changes nothing. The device backend is not
+/* Connects as ds_client_connect. enable_remote_h2d (Yuanrong's flag): in
+ * Yuanrong it picks a transport, the holding worker's shared memory read
+ * straight into the device (RoCE or HCCS), and without it a get still
+ * reaches keys held elsewhere through the client's worker. Here that
+ * worker pulls a key held by another worker for every get, then the client
+ * copies it to the device, so the flag is accepted and the answers are the
+ * same either way (tests/cluster/ct_hetero.c). The device backend is not
  * opened here but by the first device operation. */
 DS_EXPORT ds_status_t ds_hetero_connect(const ds_client_options_t *opts, bool enable_remote_h2d,
                                         ds_hetero_t **out);

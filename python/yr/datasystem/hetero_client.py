@@ -137,7 +137,8 @@ class HeteroClient:
         secret_key, tenant_id, enable_cross_node_connection: accepted and
             checked for type, as by KVClient.
         enable_remote_h2d (bool): a key held by another worker is pulled and
-            copied to the device; the worker pulls remote keys for every get.
+            copied to the device, on or off (the worker pulls remote keys for every
+            get; in Yuanrong the flag picks a faster transport, not the answer).
 
     Raises:
         TypeError: an argument of the wrong type.
