@@ -1,10 +1,12 @@
-/* The whole C++ SDK: DsClient bundles a KV and an object client on the same
- * connect options. (The C API is separate: #include "ds/kv_client.h".) */
+/* The whole C++ SDK: DsClient bundles a KV, a heterogeneous (device memory)
+ * and an object client on the same connect options. (The C API is separate: #include
+ * "ds/kv_client.h".) */
 #ifndef DATASYSTEM_CPP_DATASYSTEM_H
 #define DATASYSTEM_CPP_DATASYSTEM_H
 
 #include <memory>
 
+#include "datasystem/hetero_client.h"
 #include "datasystem/kv_client.h"
 #include "datasystem/object_client.h"
 #include "datasystem/stream_client.h"
@@ -14,19 +16,15 @@
 namespace datasystem
 {
 
-/* Heterogeneous (device memory) client: not available in this SDK. */
-class HeteroClient;
-
 class DS_CPP_API DsClient
 {
   public:
     explicit DsClient(const ConnectOptions &connectOptions = {});
     ~DsClient() = default;
-    /* Connects both clients; the first failure is returned. */
+    /* Connects the three clients; the first failure is returned. */
     Status Init();
     Status ShutDown();
     std::shared_ptr<KVClient> KV();
-    /* Always nullptr: no device memory here. */
     std::shared_ptr<HeteroClient> Hetero();
     std::shared_ptr<ObjectClient> Object();
 

@@ -58,10 +58,13 @@ typedef struct {
 typedef struct ds_hetero ds_hetero_t;
 typedef struct ds_future ds_future_t;
 
-/* Connects as ds_client_connect. enable_remote_h2d (Yuanrong's flag): a
- * key held by another worker of the cluster is pulled by this client's
- * worker and then copied to the device; the worker does that for every get,
- * so the flag is accepted and changes nothing. The device backend is not
+/* Connects as ds_client_connect. enable_remote_h2d (Yuanrong's flag): in
+ * Yuanrong it picks a transport, the holding worker's shared memory read
+ * straight into the device (RoCE or HCCS), and without it a get still
+ * reaches keys held elsewhere through the client's worker. Here that
+ * worker pulls a key held by another worker for every get, then the client
+ * copies it to the device, so the flag is accepted and the answers are the
+ * same either way (tests/cluster/ct_hetero.c). The device backend is not
  * opened here but by the first device operation. */
 DS_EXPORT ds_status_t ds_hetero_connect(const ds_client_options_t *opts, bool enable_remote_h2d,
                                         ds_hetero_t **out);
@@ -109,9 +112,14 @@ DS_EXPORT size_t ds_future_count(const ds_future_t *f);
  * waits for it) and its result is dropped. NULL is fine. */
 DS_EXPORT void ds_future_release(ds_future_t *f);
 
-/* Yuanrong's PreRegisterDeviceMemory: checks n device ranges (non-zero
- * addresses and sizes). Copies need no registration of device memory (the
- * arena is the registered side), so nothing else is done. */
+/* Yuanrong's PreRegisterDeviceMemory: registers n ranges that later copies
+ * run to or from, until ds_hetero_close. cuda: a range of device memory
+ * must lie within one allocation; host memory is page-locked
+ * (cuMemHostRegister). host backend: the ranges are recorded. Either way a
+ * later blob that starts in a registered range and runs past its end fails
+ * its key DS_K_INVALID before any byte moves. The same range again is
+ * DS_K_OK (kept as it is); a range overlapping a registered one otherwise
+ * is DS_K_INVALID, and the call registers nothing (all or nothing). */
 DS_EXPORT ds_status_t ds_hetero_pre_register_device_memory(ds_hetero_t *h, size_t n,
                                                            const uint64_t *dev_ptrs,
                                                            const uint64_t *sizes);

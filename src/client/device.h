@@ -55,6 +55,13 @@ typedef struct {
      * copies to and from it run at full speed and may be asynchronous. */
     ds_status_t (*host_register)(void *p, size_t n);
     ds_status_t (*host_unregister)(void *p);
+    /* Registers a caller's range [p, p + n) that later copies run to or
+     * from (pre_register_device_memory): device memory must lie within one
+     * allocation of the current context; host memory is page-locked, and
+     * *pinned says so (the caller unregisters it with mem_unregister). An
+     * error names what is wrong with the range. */
+    ds_status_t (*mem_register)(uint64_t p, size_t n, int *pinned);
+    ds_status_t (*mem_unregister)(uint64_t p, int pinned);
 } ds__device_ops_t;
 
 extern const ds__device_ops_t ds__device_host;

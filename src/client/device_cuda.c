@@ -27,6 +27,8 @@ typedef unsigned long long CUdeviceptr;
 #define CUDA_SUCCESS 0
 #define CU_STREAM_NON_BLOCKING 0x1
 #define CU_MEMHOSTREGISTER_PORTABLE 0x1
+#define CU_POINTER_ATTRIBUTE_MEMORY_TYPE 2
+#define CU_MEMORYTYPE_HOST 1
 /* The primary contexts retained, one per device index below this bound. */
 #define CUDA_MAX_DEVICES 64
 
@@ -49,6 +51,8 @@ static struct {
     CUresult (*MemcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
     CUresult (*MemHostRegister)(void *, size_t, unsigned);
     CUresult (*MemHostUnregister)(void *);
+    CUresult (*PointerGetAttribute)(void *, int, CUdeviceptr);
+    CUresult (*MemGetAddressRange)(CUdeviceptr *, size_t *, CUdeviceptr);
     CUresult (*StreamCreate)(CUstream *, unsigned);
     CUresult (*StreamDestroy)(CUstream);
     CUresult (*StreamSynchronize)(CUstream);
@@ -102,6 +106,8 @@ static ds_status_t cuda_open(void)
         {"cuMemcpyDtoDAsync_v2", (void **)&cu.MemcpyDtoDAsync},
         {"cuMemHostRegister_v2", (void **)&cu.MemHostRegister},
         {"cuMemHostUnregister", (void **)&cu.MemHostUnregister},
+        {"cuPointerGetAttribute", (void **)&cu.PointerGetAttribute},
+        {"cuMemGetAddressRange_v2", (void **)&cu.MemGetAddressRange},
         {"cuStreamCreate", (void **)&cu.StreamCreate},
         {"cuStreamDestroy_v2", (void **)&cu.StreamDestroy},
         {"cuStreamSynchronize", (void **)&cu.StreamSynchronize},
@@ -230,6 +236,42 @@ static ds_status_t cuda_host_unregister(void *p)
     return DS_K_OK;
 }
 
+/* A range the driver knows as device memory (cuMemAlloc, PyTorch's caching
+ * allocator) is DMA-capable already: it must lie within one allocation, so
+ * a later copy into it cannot run off its end. Memory the driver does not
+ * know (plain host memory under unified addressing) is page-locked with
+ * cuMemHostRegister, so copies to and from it are direct; memory already
+ * page-locked is left as it is. */
+static ds_status_t cuda_mem_register(uint64_t p, size_t n, int *pinned)
+{
+    *pinned = 0;
+    unsigned int type = 0;
+    CUresult r = cu.PointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, p);
+    if (r != CUDA_SUCCESS) {
+        /* Unknown to the driver: host memory of this process. */
+        CU_CALL("cuMemHostRegister",
+                cu.MemHostRegister((void *)(uintptr_t)p, n, CU_MEMHOSTREGISTER_PORTABLE));
+        *pinned = 1;
+        return DS_K_OK;
+    }
+    if (type == CU_MEMORYTYPE_HOST) return DS_K_OK;
+    CUdeviceptr base = 0;
+    size_t size = 0;
+    CU_CALL("cuMemGetAddressRange", cu.MemGetAddressRange(&base, &size, p));
+    if (p - base > size || n > size - (p - base))
+        return ds__set_error(DS_K_INVALID,
+                             "the range 0x%llx + %zu runs past the end of its device allocation "
+                             "(0x%llx + %zu)",
+                             (unsigned long long)p, n, (unsigned long long)base, size);
+    return DS_K_OK;
+}
+
+static ds_status_t cuda_mem_unregister(uint64_t p, int pinned)
+{
+    if (pinned) CU_CALL("cuMemHostUnregister", cu.MemHostUnregister((void *)(uintptr_t)p));
+    return DS_K_OK;
+}
+
 const ds__device_ops_t ds__device_cuda = {
     .name = "cuda",
     .open = cuda_open,
@@ -245,4 +287,6 @@ const ds__device_ops_t ds__device_cuda = {
     .copy_d2d = cuda_copy_d2d,
     .host_register = cuda_host_register,
     .host_unregister = cuda_host_unregister,
+    .mem_register = cuda_mem_register,
+    .mem_unregister = cuda_mem_unregister,
 };

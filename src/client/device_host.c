@@ -116,6 +116,23 @@ static ds_status_t host_unregister(void *p)
     return DS_K_OK;
 }
 
+/* Host memory needs no registration for copies; the client records the
+ * range and checks later copies against it. */
+static ds_status_t host_mem_register(uint64_t p, size_t n, int *pinned)
+{
+    (void)p;
+    (void)n;
+    *pinned = 0;
+    return DS_K_OK;
+}
+
+static ds_status_t host_mem_unregister(uint64_t p, int pinned)
+{
+    (void)p;
+    (void)pinned;
+    return DS_K_OK;
+}
+
 const ds__device_ops_t ds__device_host = {
     .name = "host",
     .open = host_open,
@@ -131,4 +148,6 @@ const ds__device_ops_t ds__device_host = {
     .copy_d2d = host_copy_d2d,
     .host_register = host_register,
     .host_unregister = host_unregister,
+    .mem_register = host_mem_register,
+    .mem_unregister = host_mem_unregister,
 };

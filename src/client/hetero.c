@@ -24,6 +24,12 @@
 #include "device.h"
 #include "ds/hetero_client.h"
 
+/* A range given to pre_register_device_memory. */
+typedef struct {
+    uint64_t p, n;
+    int pinned; /* page-locked by the backend: unregistered at close */
+} reg_range_t;
+
 struct ds_hetero {
     ds_client_t *kv;
     bool remote_h2d;
@@ -31,6 +37,10 @@ struct ds_hetero {
     pthread_cond_t idle;
     int running;         /* async calls not yet finished; under mu */
     uint8_t *registered; /* arena mapping registered with the backend; under mu */
+    reg_range_t *regs;   /* registered ranges, sorted by p, disjoint; under mu */
+    size_t nregs, capregs;
+    /* nregs, readable without mu: copies skip the range check while it is 0 */
+    atomic_size_t nregs_pub;
 };
 
 #define MSG_MAX 512
@@ -77,6 +87,14 @@ void ds_hetero_close(ds_hetero_t *h)
     while (h->running > 0)
         pthread_cond_wait(&h->idle, &h->mu);
     pthread_mutex_unlock(&h->mu);
+    if (h->nregs > 0) {
+        ds_status_t code;
+        const ds__device_ops_t *ops = ds__device_get(&code);
+        if (ops != NULL && ops->set_device(-1) == DS_K_OK)
+            for (size_t i = 0; i < h->nregs; i++)
+                (void)ops->mem_unregister(h->regs[i].p, h->regs[i].pinned);
+    }
+    free(h->regs);
     ds_client_close(h->kv);
     pthread_mutex_destroy(&h->mu);
     pthread_cond_destroy(&h->idle);
@@ -142,6 +160,48 @@ static ds_status_t check_batch(size_t n, const char *const *keys,
         totals[i] = (size_t)total;
     }
     return DS_K_OK;
+}
+
+/* The index of the registered range with the largest start <= p, or
+ * nregs when there is none. Under mu. */
+static size_t reg_find(const ds_hetero_t *h, uint64_t p)
+{
+    size_t lo = 0, hi = h->nregs;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (h->regs[mid].p <= p)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo == 0 ? h->nregs : lo - 1;
+}
+
+/* A blob that starts in a registered range must end in it: the range is
+ * the memory its owner said copies would use, so running past it is a
+ * wrong size or pointer, refused before any byte moves. */
+static ds_status_t check_registered(ds_hetero_t *h, const ds_device_blob_list_t *l, const char *key)
+{
+    if (atomic_load_explicit(&h->nregs_pub, memory_order_relaxed) == 0) return DS_K_OK;
+    ds_status_t st = DS_K_OK;
+    pthread_mutex_lock(&h->mu);
+    for (size_t j = 0; j < l->n_blobs && st == DS_K_OK; j++) {
+        const ds_blob_t *b = &l->blobs[j];
+        size_t r = reg_find(h, b->dev_ptr);
+        if (r == h->nregs) continue;
+        const reg_range_t *g = &h->regs[r];
+        uint64_t in = b->dev_ptr - g->p;
+        if (in >= g->n) continue; /* after the range: not registered memory */
+        if (b->size > g->n - in)
+            st = ds__set_error(DS_K_INVALID,
+                               "blob %zu of key '%.*s' (0x%llx, %llu bytes) starts in the "
+                               "registered device memory 0x%llx + %llu and runs past its end",
+                               j, 128, key, (unsigned long long)b->dev_ptr,
+                               (unsigned long long)b->size, (unsigned long long)g->p,
+                               (unsigned long long)g->n);
+    }
+    pthread_mutex_unlock(&h->mu);
+    return st;
 }
 
 /* The stream of the device the next key is on: a key on another device
@@ -228,7 +288,8 @@ static ds_status_t mset_d2h(ds_hetero_t *h, size_t n, const char *const *keys,
     bool *copied = (bool *)pub; /* reused: one flag per key until publish */
     for (size_t i = 0; i < n; i++) {
         copied[i] = false;
-        ds_status_t ks = copy_key(&d, &lists[i], ds_buffer_mutable_data(bufs[i]), NULL);
+        ds_status_t ks = check_registered(h, &lists[i], keys[i]);
+        if (ks == DS_K_OK) ks = copy_key(&d, &lists[i], ds_buffer_mutable_data(bufs[i]), NULL);
         if (ks != DS_K_OK)
             note(&fe, statuses, i, ks);
         else
@@ -309,7 +370,8 @@ static ds_status_t mget_h2d(ds_hetero_t *h, size_t n, const char *const *keys,
                                    256, keys[i], size, totals[i], (unsigned long long)from);
             } else {
                 const uint8_t *src = (const uint8_t *)ds_buffer_data(bufs[i]) + from;
-                ks = copy_key(&d, &lists[i], NULL, src);
+                ks = check_registered(h, &lists[i], keys[i]);
+                if (ks == DS_K_OK) ks = copy_key(&d, &lists[i], NULL, src);
             }
         }
         ks_all[i] = ks;
@@ -355,6 +417,12 @@ ds_status_t ds_hetero_mget_h2d(ds_hetero_t *h, size_t n, const char *const *keys
     return mget_h2d(h, n, keys, lists, sub_timeout_ms, statuses);
 }
 
+/* Whether [p, p + n) and range g share a byte. */
+static bool overlaps(uint64_t p, uint64_t n, const reg_range_t *g)
+{
+    return p < g->p + g->n && g->p < p + n;
+}
+
 ds_status_t ds_hetero_pre_register_device_memory(ds_hetero_t *h, size_t n, const uint64_t *dev_ptrs,
                                                  const uint64_t *sizes)
 {
@@ -365,11 +433,95 @@ ds_status_t ds_hetero_pre_register_device_memory(ds_hetero_t *h, size_t n, const
     for (size_t i = 0; i < n; i++) {
         if (dev_ptrs[i] == 0) return ds__set_error(DS_K_INVALID, "dev_ptrs[%zu] is 0", i);
         if (sizes[i] == 0) return ds__set_error(DS_K_INVALID, "sizes[%zu] is 0", i);
-        if (sizes[i] > UINT64_MAX - dev_ptrs[i])
+        if (sizes[i] > UINT64_MAX - dev_ptrs[i] || sizes[i] > SIZE_MAX)
             return ds__set_error(DS_K_INVALID, "dev_ptrs[%zu] + sizes[%zu] overflows", i, i);
     }
     ds_status_t st;
-    return ds__device_get(&st) ? DS_K_OK : st;
+    const ds__device_ops_t *ops = ds__device_get(&st);
+    if (ops == NULL) return st;
+    if ((st = ops->set_device(-1)) != DS_K_OK) return st;
+    pthread_mutex_lock(&h->mu);
+    /* All or nothing: every new range is checked against the registered
+     * ones and the call's others first. The same range again is already
+     * registered and is kept as it is. */
+    bool *is_new = calloc(n, sizeof *is_new);
+    if (h->nregs + n > h->capregs) {
+        size_t cap = (h->nregs + n) * 2;
+        reg_range_t *r = realloc(h->regs, cap * sizeof *r);
+        if (r == NULL || is_new == NULL) {
+            if (r != NULL) h->regs = r;
+            pthread_mutex_unlock(&h->mu);
+            free(is_new);
+            return ds__set_error(DS_K_OUT_OF_MEMORY, "out of memory for %zu ranges", n);
+        }
+        h->regs = r;
+        h->capregs = cap;
+    } else if (is_new == NULL) {
+        pthread_mutex_unlock(&h->mu);
+        return ds__set_error(DS_K_OUT_OF_MEMORY, "out of memory for %zu ranges", n);
+    }
+    st = DS_K_OK;
+    for (size_t i = 0; i < n && st == DS_K_OK; i++) {
+        reg_range_t want = {dev_ptrs[i], sizes[i], 0};
+        is_new[i] = true;
+        for (size_t k = 0; k < h->nregs + i && st == DS_K_OK; k++) {
+            const reg_range_t *g = k < h->nregs ? &h->regs[k] : NULL;
+            reg_range_t other;
+            if (g == NULL) {
+                size_t o = k - h->nregs;
+                if (!is_new[o]) continue;
+                other = (reg_range_t){dev_ptrs[o], sizes[o], 0};
+                g = &other;
+            }
+            if (!overlaps(want.p, want.n, g)) continue;
+            if (g->p == want.p && g->n == want.n) {
+                is_new[i] = false;
+                break;
+            }
+            st = ds__set_error(DS_K_INVALID,
+                               "dev_ptrs[%zu] (0x%llx, %llu bytes) overlaps the registered "
+                               "device memory 0x%llx + %llu",
+                               i, (unsigned long long)want.p, (unsigned long long)want.n,
+                               (unsigned long long)g->p, (unsigned long long)g->n);
+        }
+    }
+    size_t added = 0;
+    for (size_t i = 0; i < n && st == DS_K_OK; i++) {
+        if (!is_new[i]) continue;
+        int pinned = 0;
+        st = ops->mem_register(dev_ptrs[i], (size_t)sizes[i], &pinned);
+        if (st == DS_K_OK) {
+            h->regs[h->nregs + added++] = (reg_range_t){dev_ptrs[i], sizes[i], pinned};
+        } else {
+            char msg[MSG_MAX];
+            snprintf(msg, sizeof msg, "%s", ds_last_error());
+            st = ds__set_error(st, "dev_ptrs[%zu]: %s", i, msg);
+        }
+    }
+    if (st != DS_K_OK) {
+        /* Roll back what this call registered; keep the error's message. */
+        char msg[MSG_MAX];
+        snprintf(msg, sizeof msg, "%s", ds_last_error());
+        for (size_t k = 0; k < added; k++)
+            (void)ops->mem_unregister(h->regs[h->nregs + k].p, h->regs[h->nregs + k].pinned);
+        ds__set_error(st, "%s", msg);
+    } else {
+        /* Insertion sort of the new ranges: registration is rare. */
+        for (size_t k = h->nregs; k < h->nregs + added; k++) {
+            reg_range_t v = h->regs[k];
+            size_t j = k;
+            while (j > 0 && h->regs[j - 1].p > v.p) {
+                h->regs[j] = h->regs[j - 1];
+                j--;
+            }
+            h->regs[j] = v;
+        }
+        h->nregs += added;
+        atomic_store_explicit(&h->nregs_pub, h->nregs, memory_order_relaxed);
+    }
+    pthread_mutex_unlock(&h->mu);
+    free(is_new);
+    return st;
 }
 
 /* ---- futures ---- */

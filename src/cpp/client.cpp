@@ -100,10 +100,10 @@ namespace object_cache
 
 ObjectClientImpl::~ObjectClientImpl()
 {
-    ds_client_close(c_.exchange(nullptr));
+    (void)ShutDown();
 }
 
-Status ObjectClientImpl::Connect(const char *who)
+Status ObjectClientImpl::Connect(const char *who, bool hetero)
 {
     std::string method = std::string(who) + "::Init";
     const char *m = method.c_str();
@@ -117,7 +117,7 @@ Status ObjectClientImpl::Connect(const char *who)
         return NotSupported(
             m, "AK/SK authentication (accessKey, secretKey); use ConnectOptions::token");
     if (!opts_.tenantId.empty()) return NotSupported(m, "tenants (ConnectOptions::tenantId)");
-    if (opts_.enableRemoteH2D || opts_.enableClientDirectPipelineH2D)
+    if (!hetero && (opts_.enableRemoteH2D || opts_.enableClientDirectPipelineH2D))
         return NotSupported(
             m, "host-to-device transfers (enableRemoteH2D, enableClientDirectPipelineH2D)");
     ds_client_options_t o;
@@ -144,6 +144,20 @@ Status ObjectClientImpl::Connect(const char *who)
     if (opts_.requestTimeoutMs > 0) o.request_timeout_ms = opts_.requestTimeoutMs;
     o.token = opts_.token.Empty() ? nullptr : opts_.token.GetData();
     ds_client_t *c = nullptr;
+    if (hetero) {
+        /* enableClientDirectPipelineH2D needs nothing more: the client
+         * itself always copies between the worker's memory and the device. */
+        ds_hetero_t *h = nullptr;
+        Status st = FromC(ds_hetero_connect(&o, opts_.enableRemoteH2D, &h));
+        if (st.IsError()) return st;
+        ds_hetero_t *expected = nullptr;
+        if (!h_.compare_exchange_strong(expected, h, std::memory_order_acq_rel)) {
+            ds_hetero_close(h);
+            return Status();
+        }
+        c_.store(ds_hetero_kv(h), std::memory_order_release);
+        return Status();
+    }
     Status st = FromC(ds_client_connect(&o, &c));
     if (st.IsError()) return st;
     ds_client_t *expected = nullptr;
@@ -152,10 +166,47 @@ Status ObjectClientImpl::Connect(const char *who)
     return Status();
 }
 
+ds_client_t *ObjectClientImpl::Enter()
+{
+    std::lock_guard<std::mutex> g(busyMu_);
+    ds_client_t *c = c_.load(std::memory_order_acquire);
+    if (c != nullptr && !closing_) busy_++;
+    return closing_ ? nullptr : c;
+}
+
+void ObjectClientImpl::Leave()
+{
+    std::lock_guard<std::mutex> g(busyMu_);
+    if (--busy_ == 0) idle_.notify_all();
+}
+
 Status ObjectClientImpl::ShutDown()
 {
-    ds_client_close(c_.exchange(nullptr, std::memory_order_acq_rel));
+    ds_client_t *c;
+    ds_hetero_t *h;
+    {
+        std::unique_lock<std::mutex> g(busyMu_);
+        closing_ = true;
+        idle_.wait(g, [this] { return busy_ == 0; });
+        c = c_.exchange(nullptr, std::memory_order_acq_rel);
+        h = h_.exchange(nullptr, std::memory_order_acq_rel);
+        closing_ = false; /* a later Init may connect again */
+    }
+    if (h != nullptr)
+        ds_hetero_close(h); /* closes c, its KV client */
+    else
+        ds_client_close(c);
     return Status();
+}
+
+ds_hetero_t *ObjectClientImpl::GetHetero(Status *st, const char *method) const
+{
+    ds_hetero_t *h = h_.load(std::memory_order_acquire);
+    if (h == nullptr)
+        *st = Status(K_NOT_READY,
+                     std::string(method) +
+                         ": the client is not connected (Init not called, failed, or ShutDown)");
+    return h;
 }
 
 ds_client_t *ObjectClientImpl::Get(Status *st, const char *method) const
@@ -749,6 +800,7 @@ Status ObjectClient::HealthCheck()
 
 DsClient::DsClient(const ConnectOptions &connectOptions)
     : kvClient_(std::make_shared<KVClient>(connectOptions)),
+      heteroClient_(std::make_shared<HeteroClient>(connectOptions)),
       objectClient_(std::make_shared<ObjectClient>(connectOptions))
 {
 }
@@ -757,14 +809,16 @@ Status DsClient::Init()
 {
     Status st = kvClient_->Init();
     if (st.IsError()) return st;
+    if ((st = heteroClient_->Init()).IsError()) return st;
     return objectClient_->Init();
 }
 
 Status DsClient::ShutDown()
 {
-    Status a = kvClient_->ShutDown();
-    Status b = objectClient_->ShutDown();
-    return a.IsError() ? a : b;
+    Status a = objectClient_->ShutDown();
+    Status b = heteroClient_->ShutDown();
+    Status c = kvClient_->ShutDown();
+    return a.IsError() ? a : b.IsError() ? b : c;
 }
 
 std::shared_ptr<KVClient> DsClient::KV()

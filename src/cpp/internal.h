@@ -5,13 +5,16 @@
 #define DS_CPP_INTERNAL_H
 
 #include <atomic>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <shared_mutex>
 #include <string>
 #include <vector>
 
 #include "datasystem/kv_client.h"
 #include "datasystem/object_client.h"
+#include "ds/hetero_client.h"
 #include "ds/kv_client.h"
 
 namespace datasystem
@@ -53,10 +56,19 @@ class ObjectClientImpl
   public:
     explicit ObjectClientImpl(const ConnectOptions &opts) : opts_(opts) {}
     ~ObjectClientImpl();
-    Status Connect(const char *who);
+    /* hetero: connect a heterogeneous client (ds_hetero_t), whose KV
+     * client Get returns; HeteroClient's connections are these. */
+    Status Connect(const char *who, bool hetero = false);
     Status ShutDown();
     /* The C client, or nullptr (with *st set) before Init or after ShutDown. */
     ds_client_t *Get(Status *st, const char *method) const;
+    /* The heterogeneous C client, likewise. */
+    ds_hetero_t *GetHetero(Status *st, const char *method) const;
+    /* Work on a thread of the SDK's own (an async call's tail) holds the
+     * connection with Enter, which gives the C client (nullptr when it is
+     * shut down), and gives it back with Leave; ShutDown waits for it. */
+    ds_client_t *Enter();
+    void Leave();
 
     static Buffer MakeBuffer(std::shared_ptr<BufferState> state)
     {
@@ -81,6 +93,11 @@ class ObjectClientImpl
   private:
     ConnectOptions opts_;
     std::atomic<ds_client_t *> c_{nullptr};
+    std::atomic<ds_hetero_t *> h_{nullptr}; /* owns c_ when set */
+    std::mutex busyMu_;
+    std::condition_variable idle_;
+    int busy_ = 0;         /* Enter without Leave; under busyMu_ */
+    bool closing_ = false; /* under busyMu_ */
 };
 
 } // namespace object_cache

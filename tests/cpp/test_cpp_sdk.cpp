@@ -324,7 +324,9 @@ static void TestDsClient(int port)
 {
     DsClient ds(Opts(port));
     CHECK_OK(ds.Init());
-    CHECK(ds.Hetero() == nullptr);
+    CHECK(ds.Hetero() != nullptr);
+    std::vector<bool> ex;
+    CHECK_OK(ds.Hetero()->Exist({"cpp.ds"}, ex)); /* connected by ds.Init */
     CHECK_OK(ds.KV()->Set("cpp.ds", "v"));
     std::vector<Optional<Buffer>> got;
     CHECK_OK(ds.Object()->Get({"cpp.ds"}, 0, got));

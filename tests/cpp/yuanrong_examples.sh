@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Yuanrong's C++ examples, unmodified, against this SDK: installs the build
 # into a temporary prefix, builds example/cpp/{datasystem,object_client,
-# kv_client,stream_client}_example.cpp from the Yuanrong source mirror with a
-# CMakeLists in the form of theirs (find_package(Datasystem)), builds one of them again
+# kv_client,stream_client}_example.cpp and hetero_client_gpu_example.cpp from
+# the Yuanrong source mirror with a CMakeLists in the form of theirs
+# (find_package(Datasystem); the GPU example with a stand-in for the CUDA
+# runtime's header, on the host device backend), builds one of them again
 # with pkg-config, starts a worker and runs them with the arguments
 # Yuanrong's example/run-example.sh gives them.
 #   yuanrong_examples.sh BUILD_DIR [EXTRA_CXX_FLAGS]
@@ -46,7 +48,9 @@ libdir=$(dirname "$(find "$tmp/prefix" -name 'libdatasystem_cpp.so' | head -1)")
 # 2. Their sources, unmodified, with our CMakeLists in the form of theirs.
 mkdir -p "$tmp/src"
 cp "$here/yuanrong_examples/CMakeLists.txt" "$tmp/src/"
-for ex in datasystem_example object_client_example kv_client_example stream_client_example; do
+cp -r "$here/yuanrong_examples/cuda_stub" "$tmp/src/"
+for ex in datasystem_example object_client_example kv_client_example stream_client_example \
+    hetero_client_gpu_example; do
     git --git-dir="$mirror" show "HEAD:example/cpp/$ex.cpp" >"$tmp/src/$ex.cpp"
 done
 cmake -S "$tmp/src" -B "$tmp/build" -DCMAKE_PREFIX_PATH="$tmp/prefix" -DCMAKE_CXX_COMPILER="$cxx" \
@@ -100,4 +104,25 @@ run "$tmp/build/kv_client_example" 127.0.0.1 "$port"
 expect kv_client_example "KV client set value api succeeds."
 run "$tmp/kv_pc" 127.0.0.1 "$port"
 expect kv_pc "KV client get succeeds."
+# The GPU hetero example: a writer (DevMSet, then it waits for Enter) and a
+# reader in another process (DevMGet, checking the bytes).
+export DS_DEVICE_BACKEND=host
+mkfifo "$tmp/enter"
+"$tmp/build/hetero_client_gpu_example" --write 127.0.0.1 "$port" 0 <"$tmp/enter" \
+    >"$tmp/hetero_write.out" 2>&1 &
+writer=$!
+exec 3>"$tmp/enter"
+for _ in $(seq 1 200); do
+    grep -q "Data written." "$tmp/hetero_write.out" && break
+    kill -0 "$writer" 2>/dev/null || break
+    sleep 0.1
+done
+grep -q "Data written." "$tmp/hetero_write.out" || { cat "$tmp/hetero_write.out"; fail "the GPU example's writer"; }
+run "$tmp/build/hetero_client_gpu_example" --read 127.0.0.1 "$port" 0
+expect hetero_client_gpu_example "DevMGet succeeds."
+expect hetero_client_gpu_example "Data verification succeeds."
+echo >&3
+exec 3>&-
+wait "$writer" || { cat "$tmp/hetero_write.out"; fail "the GPU example's writer exited $?"; }
+cat "$tmp/hetero_write.out"
 echo "PASS: Yuanrong's C++ examples built with find_package(Datasystem) and pkg-config, and ran"

@@ -183,6 +183,16 @@ def test_device_to_device_calls(hc, key):
     hc.pre_register_device_memory([_ptr(src)], [src.nbytes])
     with pytest.raises(RuntimeError, match=r"sizes\[0\]"):
         hc.pre_register_device_memory([_ptr(src)], [0])
+    # The same range again is kept; an overlapping one is refused, naming it.
+    hc.pre_register_device_memory([_ptr(src)], [src.nbytes])
+    with pytest.raises(RuntimeError, match=r"dev_ptrs\[0\].*overlaps the registered"):
+        hc.pre_register_device_memory([_ptr(src) + 1], [PAGE])
+    # A blob starting in the registered range must end in it.
+    hc.mset_d2h([key + "-r"], [DeviceBlobList(0, [Blob(_ptr(src[0]), PAGE)])])
+    past = [DeviceBlobList(0, [Blob(_ptr(src[1]) + 1, PAGE)])]
+    with pytest.raises(RuntimeError, match="runs past its end"):
+        hc.mget_h2d([key + "-r"], past, 0)
+    hc.delete([key + "-r"])
 
 
 def test_not_initialized_and_bad_worker():

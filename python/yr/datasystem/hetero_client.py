@@ -137,7 +137,8 @@ class HeteroClient:
         secret_key, tenant_id, enable_cross_node_connection: accepted and
             checked for type, as by KVClient.
         enable_remote_h2d (bool): a key held by another worker is pulled and
-            copied to the device; the worker pulls remote keys for every get.
+            copied to the device, on or off (the worker pulls remote keys for every
+            get; in Yuanrong the flag picks a faster transport, not the answer).
 
     Raises:
         TypeError: an argument of the wrong type.
@@ -295,7 +296,14 @@ class HeteroClient:
             keys, self._native_blob_lists(data_blob_list), sub_timeout_ms))
 
     def pre_register_device_memory(self, dev_ptrs: list, sizes: list) -> None:
-        """Checks device ranges for later copies (non-zero pointers and sizes)."""
+        """Registers device ranges that later copies use, until the client
+        closes (cuda: checked against their allocations, host memory
+        page-locked). A later blob starting in a registered range must end in
+        it. The same range again is kept; an overlapping one is refused.
+
+        Raises:
+            RuntimeError: a bad range (the message names it).
+        """
         validator.check_args_types([["dev_ptrs", dev_ptrs, list], ["sizes", sizes, list]])
         if not dev_ptrs or not sizes:
             raise RuntimeError(r"The input of dev_ptrs and sizes should not be empty")
