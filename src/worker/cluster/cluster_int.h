@@ -155,6 +155,11 @@ void ds__pend_free(ds_pend_t *p);
  * finishes then if nothing else is outstanding). */
 void ds__pend_hold(ds_pend_t *p);
 void ds__pend_unhold(ds_pend_t *p);
+/* Answers a batch request with one status per entry (st NULL: all OK). */
+void ds__cluster_reply_statuses(ds_req_t *r, const uint32_t *st, uint32_t n);
+/* A pend's finish for writes: answers p->req with the first failed status
+ * (p->err as its message) and every key's status (orig_status). */
+void ds__cluster_published_finish(ds_pend_t *p);
 
 /* peer_link.c: quick requests (a LOCATE that does not wait, the pull of a
  * small value) sent from the loop over one non-blocking connection per peer,

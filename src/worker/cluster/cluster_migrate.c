@@ -78,25 +78,13 @@ static void recv_free(recv_t *rv)
     free(rv);
 }
 
-static void reply_statuses(ds_req_t *r, const uint32_t *st, uint32_t n)
-{
-    ds_wbuf_t w;
-    ds__wbuf_init(&w);
-    ds__wbuf_cstr(&w, "");
-    ds__wbuf_u32(&w, n);
-    for (uint32_t i = 0; i < n; i++)
-        ds__wbuf_u32(&w, st ? st[i] : DS_K_OK);
-    ds__req_reply(r, DS_K_OK, &w, NULL, 0, NULL, 0, -1);
-    ds__wbuf_free(&w);
-}
-
 static void recv_finish(recv_t *rv)
 {
     if (rv->req) {
         if (ds__req_gone(rv->req))
             ds__req_drop(rv->req);
         else
-            reply_statuses(rv->req, rv->status, rv->n);
+            ds__cluster_reply_statuses(rv->req, rv->status, rv->n);
     }
     recv_free(rv);
 }
@@ -348,7 +336,7 @@ static void move_drop(void *ctx, const char *loc, uint64_t version)
 
 static void move_finish(ds_pend_t *p)
 {
-    reply_statuses(p->req, p->status, p->n);
+    ds__cluster_reply_statuses(p->req, p->status, p->n);
 }
 
 static void op_meta_move(ds_server_t *srv, ds_req_t *r)
