@@ -294,6 +294,9 @@ void ds__cluster_peer_op(ds_server_t *srv, ds_req_t *r)
     case DS_OP_META_MOVE:
         ds__migrate_peer_op(srv, r);
         break;
+    case DS_OP_USAGE:
+        ds__rebal_peer_op(srv, r);
+        break;
     default:
         op_drop(srv, r);
     }

@@ -47,7 +47,10 @@ static void copy_destroy(ds_dict_node_t *n, void *ctx)
 {
     ds_repl_t *rp = ctx;
     copy_t *c = DS_DICT_ENTRY(n, copy_t, node);
-    if (c->kind == COPY_HOT) rp->nhot--;
+    if (c->kind == COPY_HOT) {
+        rp->nhot--;
+        rp->hot_bytes -= c->size;
+    }
     if (c->obj) ds__store_unref(rp->srv->store, c->obj);
     free(c);
 }
@@ -209,6 +212,17 @@ void ds__repl_forget(ds_server_t *srv, const char *key, uint32_t keylen)
         ds__repl_copy_remove(rp, c);
 }
 
+bool ds__repl_tracked(ds_server_t *srv, const ds_obj_t *o)
+{
+    copy_t *c = ds__repl_copy_find(ds__cluster_repl(srv), o->key, o->keylen);
+    return c && c->version == o->version && (c->kind != COPY_WRITE || c->want > 1);
+}
+
+uint64_t ds__repl_hot_bytes(ds_server_t *srv)
+{
+    return ds__cluster_repl(srv)->hot_bytes;
+}
+
 bool ds__repl_is_hot(ds_server_t *srv, const ds_obj_t *o)
 {
     copy_t *c = ds__repl_copy_find(ds__cluster_repl(srv), o->key, o->keylen);
@@ -229,5 +243,6 @@ void ds__repl_stats(ds_server_t *srv, struct cJSON *cl)
     cJSON_AddNumberToObject(o, "hot_refused", (double)rp->hot_refused);
     cJSON_AddNumberToObject(o, "hot_dropped", (double)rp->hot_dropped);
     cJSON_AddNumberToObject(o, "hot_copies", (double)rp->nhot);
+    cJSON_AddNumberToObject(o, "hot_bytes", (double)rp->hot_bytes);
     cJSON_AddNumberToObject(o, "copies_tracked", (double)ds__dict_count(&rp->copies));
 }

@@ -31,8 +31,10 @@ static void hot_publish(ds_server_t *srv, ds_repl_t *rp, copy_t *c)
     if (ds__store_publish(srv->store, o, DS_EXISTENCE_NONE, ds__now_ms()) == DS_K_OK) {
         c->kind = COPY_HOT;
         c->version = o->version;
+        c->size = o->size;
         rp->hot_kept++;
         rp->nhot++;
+        rp->hot_bytes += o->size;
     } else {
         ds__repl_copy_remove(rp, c);
     }

@@ -25,6 +25,7 @@ typedef struct copy {
     uint32_t want;           /* WRITE: copies it asked for */
     ds_obj_t *obj;           /* HOT_PENDING: the pulled object (a reference) */
     const char *src;         /* HOT, HOT_PENDING: the worker it was pulled from (interned) */
+    uint64_t size;           /* HOT: the object's size (counted in hot_bytes) */
     uint32_t keylen;
     char key[];
 } copy_t;
@@ -46,7 +47,8 @@ struct ds_repl {
     size_t rereg_at[16]; /* where each batch's count goes */
     /* counters */
     uint64_t pushes, received, push_failures, repairs, hot_kept, hot_refused, hot_dropped;
-    uint64_t nhot; /* COPY_HOT entries */
+    uint64_t nhot;      /* COPY_HOT entries */
+    uint64_t hot_bytes; /* and their objects' bytes */
 };
 
 /* The holders of one write, as REPL_META names them. */
