@@ -289,7 +289,9 @@
  *         resp: str err
  *         the session's latches and references at this owner are dropped.
  * MIGRATE req: str from, n, n*(key, u64 size, u64 version, u8 write_mode, u32 ttl_s)
- *         (a leaving worker, from, to the ring successor it hands keys to; cluster_migrate.c)
+ *         (a leaving worker, from, to the ring successor it hands keys to, or a
+ *         worker moving objects toward a less used one; cluster_migrate.c,
+ *         cluster_rebalance.c)
  *         the receiver pulls each value from `from` (a peer GET), publishes it
  *         unless it holds the key already, and moves the key's location at its
  *         owner with META_MOVE before answering: resp: str err, n, n*u32 status
@@ -301,6 +303,9 @@
  *         current copy is from's from_version, or when it knows none; from's
  *         copy is then dropped before the answer: resp: str err, n, n*u32 status
  *         (K_DUPLICATED: the owner knows another copy; `to` drops its own)
+ * USAGE req: (none)   resp: str err, u64 used_bytes, u64 total_bytes
+ *         the worker's shared memory use, for --enable_memory_rebalance
+ *         (cluster_rebalance.c)
  * PEER_AUTH req: u8 step, str from, str nonce_a, then step 2 only: str nonce_b, str proof_a
  *         resp: str err, then step 1 only: str nonce_b, str proof_b
  *         A worker proves to another that it is a cluster member, and the other
@@ -397,6 +402,7 @@
     X(SC_PEER_QUERY, 51, "sc_peer_query")                                                          \
     X(MIGRATE, 60, "migrate")                                                                      \
     X(META_MOVE, 61, "meta_move")                                                                  \
+    X(USAGE, 62, "usage")                                                                          \
     X(REPL_PUT, 70, "repl_put")                                                                    \
     X(REPL_META, 71, "repl_meta")                                                                  \
     X(REPL_COPY, 72, "repl_copy")                                                                  \

@@ -260,9 +260,15 @@ static const flag_def_t flags[] = {
     YR(spill_file_max_size_mb, COMPAT_INT),
     YR(spill_file_open_limit, COMPAT_INT),
     YR(spill_enable_readahead, COMPAT_BOOL),
-    YR(enable_memory_rebalance, COMPAT_BOOL),
-    YR(rebalance_source_usage_percent, COMPAT_INT),
-    YR(rebalance_usage_gap_percent, COMPAT_INT),
+    YBOOL(enable_memory_rebalance, false,
+          "when a worker joins the cluster, workers whose shared memory use is high move objects "
+          "toward the least used one (docs/operations.md, scale-out)"),
+    YINT(rebalance_source_usage_percent, 70, 1, 100,
+         "shared memory use (percent) at or above which a worker moves objects away "
+         "(--enable_memory_rebalance)"),
+    YINT(rebalance_usage_gap_percent, 20, 1, 100,
+         "least gap (percentage points) between a source's and the target's shared memory use "
+         "for a move (--enable_memory_rebalance)"),
     YR(rebalance_task_report_grace_ms, COMPAT_INT),
     YR(log_monitor, COMPAT_BOOL),
     YR(json_log_monitor, COMPAT_BOOL),

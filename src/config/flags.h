@@ -63,6 +63,8 @@ typedef struct {
     /* planned exit and scale-out (cluster_migrate.c) */
     int64_t data_migrate_rate_limit_mb;
     bool enable_redirect;
+    bool enable_memory_rebalance;
+    int64_t rebalance_source_usage_percent, rebalance_usage_gap_percent;
     int64_t distributed_disk_sync_interval_ms;
     int64_t distributed_disk_sync_batch_bytes;
     int64_t distributed_disk_compact_min_dead_mb;

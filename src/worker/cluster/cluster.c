@@ -73,6 +73,7 @@ struct ds_cluster {
      * thread to revoke the lease (withdraw) and learns when it did. */
     atomic_bool withdraw, withdrawn;
     struct ds_leave *leave; /* loop only */
+    struct ds_rebal *rebal; /* loop only (cluster_rebalance.c) */
     /* The ring before the last change, for DS_REDIRECT_WINDOW_MS after it
      * (ring_at): a key its new owner does not know yet is asked of the
      * previous owner (--enable_redirect), which keeps the entries it no
@@ -362,6 +363,8 @@ uint64_t ds__cluster_tick(ds_server_t *srv, uint64_t now)
     due = c && (due == 0 || c < due) ? c : due;
     uint64_t d = ds__repl_tick(srv, now);
     due = d && (due == 0 || d < due) ? d : due;
+    uint64_t e = ds__rebal_tick(srv, now);
+    due = e && (due == 0 || e < due) ? e : due;
     return cl->prune_due && (due == 0 || cl->prune_due < due) ? cl->prune_due : due;
 }
 
@@ -391,6 +394,11 @@ bool ds__cluster_withdrawn(ds_server_t *srv)
 struct ds_rewait **ds__cluster_rewait_slot(ds_server_t *srv)
 {
     return &srv->cluster->rewaits;
+}
+
+struct ds_rebal **ds__cluster_rebal_slot(ds_server_t *srv)
+{
+    return &srv->cluster->rebal;
 }
 
 struct ds_leave **ds__cluster_leave_slot(ds_server_t *srv)
@@ -647,6 +655,7 @@ static void adopt_members(struct ds_cluster *cl)
         ds__meta_prune(cl->meta, cl->srv, NULL);
     ds__cluster_ring_changed(cl->srv, old_alive);
     ds__holds_ring_changed(cl->srv, old_alive);
+    ds__rebal_ring_changed(cl->srv, old_alive);
     ds__ring_free(old_alive);
     ds__ring_free(cl->prev_ring);
     cl->prev_ring = old;
@@ -770,6 +779,7 @@ static void cluster_stats(ds_server_t *srv, struct cJSON *root)
     cJSON_AddNumberToObject(cl, "ucx_peers", (double)np);
     ds__cluster_stream_stats(srv, cl);
     ds__repl_stats(srv, cl);
+    ds__rebal_stats(srv, cl);
 }
 
 /* What the operations layer hands to the cluster. */
@@ -909,6 +919,7 @@ void ds__cluster_destroy(ds_server_t *srv)
         if (p && --p->outstanding == 0) pend_done(p);
     }
     ds__migrate_destroy(srv);
+    ds__rebal_destroy(srv);
     ds__cluster_rewait_destroy(srv);
     ds__links_free(cl->links);
     /* The UCX data plane itself is the server's: ds__server_destroy frees it

@@ -155,6 +155,11 @@ void ds__pend_free(ds_pend_t *p);
  * finishes then if nothing else is outstanding). */
 void ds__pend_hold(ds_pend_t *p);
 void ds__pend_unhold(ds_pend_t *p);
+/* Answers a batch request with one status per entry (st NULL: all OK). */
+void ds__cluster_reply_statuses(ds_req_t *r, const uint32_t *st, uint32_t n);
+/* A pend's finish for writes: answers p->req with the first failed status
+ * (p->err as its message) and every key's status (orig_status). */
+void ds__cluster_published_finish(ds_pend_t *p);
 
 /* peer_link.c: quick requests (a LOCATE that does not wait, the pull of a
  * small value) sent from the loop over one non-blocking connection per peer,
@@ -294,6 +299,27 @@ void ds__migrate_peer_op(ds_server_t *srv, ds_req_t *r);
 /* Paces and advances the exit; returns its next deadline (0 = none). */
 uint64_t ds__migrate_tick(ds_server_t *srv, uint64_t now);
 void ds__migrate_destroy(ds_server_t *srv);
+/* A MIGRATE of n objects (bytes in all) to `to`, from this worker; the
+ * caller adds the n objects with ds__migrate_job_item and submits it. The
+ * answer: str err, n, n*u32 status (wire.h). */
+ds_job_t *ds__migrate_job(ds_server_t *srv, const char *to, uint32_t n, uint64_t bytes,
+                          void (*done)(ds_job_t *));
+void ds__migrate_job_item(ds_job_t *j, const char *key, uint32_t kl, uint64_t size,
+                          uint64_t version, uint8_t mode, uint32_t ttl_s);
+/* cluster_rebalance.c: --enable_memory_rebalance. ring_changed starts a
+ * round when a member joined (old: the ring before); tick paces it and
+ * returns its next deadline (0 = none); peer_op answers USAGE. */
+void ds__rebal_ring_changed(ds_server_t *srv, const ds_ring_t *old);
+uint64_t ds__rebal_tick(ds_server_t *srv, uint64_t now);
+void ds__rebal_peer_op(ds_server_t *srv, ds_req_t *r);
+void ds__rebal_stats(ds_server_t *srv, struct cJSON *cl);
+void ds__rebal_destroy(ds_server_t *srv);
+struct ds_rebal **ds__cluster_rebal_slot(ds_server_t *srv);
+/* True when o is a copy the replication tables track (a replica of a
+ * write held elsewhere too, or a hot copy): those stay where they are. */
+bool ds__repl_tracked(ds_server_t *srv, const ds_obj_t *o);
+/* Bytes of the hot copies this worker keeps (evictable caches). */
+uint64_t ds__repl_hot_bytes(ds_server_t *srv);
 /* cluster.c: the membership thread revokes this worker's lease and stops
  * renewing it; withdrawn once it did. The exit's state lives in the slot. */
 void ds__cluster_withdraw(ds_server_t *srv);

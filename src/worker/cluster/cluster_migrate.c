@@ -78,25 +78,13 @@ static void recv_free(recv_t *rv)
     free(rv);
 }
 
-static void reply_statuses(ds_req_t *r, const uint32_t *st, uint32_t n)
-{
-    ds_wbuf_t w;
-    ds__wbuf_init(&w);
-    ds__wbuf_cstr(&w, "");
-    ds__wbuf_u32(&w, n);
-    for (uint32_t i = 0; i < n; i++)
-        ds__wbuf_u32(&w, st ? st[i] : DS_K_OK);
-    ds__req_reply(r, DS_K_OK, &w, NULL, 0, NULL, 0, -1);
-    ds__wbuf_free(&w);
-}
-
 static void recv_finish(recv_t *rv)
 {
     if (rv->req) {
         if (ds__req_gone(rv->req))
             ds__req_drop(rv->req);
         else
-            reply_statuses(rv->req, rv->status, rv->n);
+            ds__cluster_reply_statuses(rv->req, rv->status, rv->n);
     }
     recv_free(rv);
 }
@@ -348,7 +336,7 @@ static void move_drop(void *ctx, const char *loc, uint64_t version)
 
 static void move_finish(ds_pend_t *p)
 {
-    reply_statuses(p->req, p->status, p->n);
+    ds__cluster_reply_statuses(p->req, p->status, p->n);
 }
 
 static void op_meta_move(ds_server_t *srv, ds_req_t *r)
@@ -403,6 +391,31 @@ void ds__migrate_peer_op(ds_server_t *srv, ds_req_t *r)
         op_migrate(srv, r);
     else
         op_meta_move(srv, r);
+}
+
+/* ---- the sender's MIGRATE batches ---- */
+
+ds_job_t *ds__migrate_job(ds_server_t *srv, const char *to, uint32_t n, uint64_t bytes,
+                          void (*done)(ds_job_t *))
+{
+    ds_job_t *j = ds__job_new(NULL, to, DS_OP_MIGRATE, done);
+    if (j == NULL) return NULL;
+    j->nidx = n;
+    /* The receiver pulls the values: time for that at a slow 10 MiB/s. */
+    j->timeout_ms = 30000 + bytes / (10u << 10);
+    ds__wbuf_cstr(&j->req, ds__cluster_self(srv));
+    ds__wbuf_u32(&j->req, n);
+    return j;
+}
+
+void ds__migrate_job_item(ds_job_t *j, const char *key, uint32_t kl, uint64_t size,
+                          uint64_t version, uint8_t mode, uint32_t ttl_s)
+{
+    ds__wbuf_str(&j->req, key, kl);
+    ds__wbuf_u64(&j->req, size);
+    ds__wbuf_u64(&j->req, version);
+    ds__wbuf_u8(&j->req, mode);
+    ds__wbuf_u32(&j->req, ttl_s);
 }
 
 /* ---- the leaving worker ---- */
@@ -584,22 +597,13 @@ static void leave_pump(ds_leave_t *lv)
                (b == a || bytes + lv->items[b].size <= DS_MIG_BATCH_BYTES))
             bytes += lv->items[b++].size;
         lv->next = b;
-        ds_job_t *j = ds__job_new(NULL, lv->others[t], DS_OP_MIGRATE, batch_done);
+        ds_job_t *j = ds__migrate_job(srv, lv->others[t], (uint32_t)(b - a), bytes, batch_done);
         if (j == NULL) continue;
         j->ctx = lv;
         j->index = (uint32_t)a;
-        j->nidx = (uint32_t)(b - a);
-        /* The receiver pulls the values: time for that at a slow 10 MiB/s. */
-        j->timeout_ms = 30000 + bytes / (10u << 10);
-        ds__wbuf_cstr(&j->req, ds__cluster_self(srv));
-        ds__wbuf_u32(&j->req, j->nidx);
-        for (size_t i = a; i < b; i++) {
-            ds__wbuf_str(&j->req, lv->items[i].key, lv->items[i].kl);
-            ds__wbuf_u64(&j->req, lv->items[i].size);
-            ds__wbuf_u64(&j->req, lv->items[i].version);
-            ds__wbuf_u8(&j->req, lv->items[i].mode);
-            ds__wbuf_u32(&j->req, lv->items[i].ttl_s);
-        }
+        for (size_t i = a; i < b; i++)
+            ds__migrate_job_item(j, lv->items[i].key, lv->items[i].kl, lv->items[i].size,
+                                 lv->items[i].version, lv->items[i].mode, lv->items[i].ttl_s);
         lv->rate_sent += bytes;
         lv->inflight++;
         ds__job_submit(srv, j);

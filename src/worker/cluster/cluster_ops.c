@@ -537,7 +537,19 @@ static void meta_put_done(ds_job_t *j)
     }
 }
 
-static void published_finish(ds_pend_t *p)
+void ds__cluster_reply_statuses(ds_req_t *r, const uint32_t *st, uint32_t n)
+{
+    ds_wbuf_t w;
+    ds__wbuf_init(&w);
+    ds__wbuf_cstr(&w, "");
+    ds__wbuf_u32(&w, n);
+    for (uint32_t i = 0; i < n; i++)
+        ds__wbuf_u32(&w, st ? st[i] : DS_K_OK);
+    ds__req_reply(r, DS_K_OK, &w, NULL, 0, NULL, 0, -1);
+    ds__wbuf_free(&w);
+}
+
+void ds__cluster_published_finish(ds_pend_t *p)
 {
     ds_wbuf_t w;
     ds__wbuf_init(&w);
@@ -567,7 +579,7 @@ void ds__cluster_published(ds_server_t *srv, ds_req_t *r, ds_obj_t **objs, const
         ds__repl_published(srv, r, objs, status, n, nx, first_err, want);
         return;
     }
-    ds_pend_t *p = ds__pend_new(srv, r, published_finish);
+    ds_pend_t *p = ds__pend_new(srv, r, ds__cluster_published_finish);
     uint32_t np = 0;
     for (uint32_t i = 0; i < n; i++)
         np += objs[i] != NULL;

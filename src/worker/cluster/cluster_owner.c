@@ -173,14 +173,7 @@ void ds__owner_queue_drop(void *ctx, const char *loc, uint64_t version)
 
 static void statuses_finish(ds_pend_t *p)
 {
-    ds_wbuf_t w;
-    ds__wbuf_init(&w);
-    ds__wbuf_cstr(&w, "");
-    ds__wbuf_u32(&w, p->n);
-    for (uint32_t i = 0; i < p->n; i++)
-        ds__wbuf_u32(&w, p->status ? p->status[i] : DS_K_OK);
-    ds__req_reply(p->req, DS_K_OK, &w, NULL, 0, NULL, 0, -1);
-    ds__wbuf_free(&w);
+    ds__cluster_reply_statuses(p->req, p->status, p->n);
 }
 
 /* META_PUT and META_DEL share their shape: location, [everywhere], entries. */
@@ -300,6 +293,9 @@ void ds__cluster_peer_op(ds_server_t *srv, ds_req_t *r)
     case DS_OP_MIGRATE:
     case DS_OP_META_MOVE:
         ds__migrate_peer_op(srv, r);
+        break;
+    case DS_OP_USAGE:
+        ds__rebal_peer_op(srv, r);
         break;
     default:
         op_drop(srv, r);

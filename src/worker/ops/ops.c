@@ -798,6 +798,7 @@ void ds__ops_dispatch(void *ctx, ds_req_t *r)
     case DS_OP_HOT_DROP:
     case DS_OP_MIGRATE:
     case DS_OP_META_MOVE:
+    case DS_OP_USAGE:
         if (srv->remote)
             srv->remote->peer_op(srv, r);
         else

@@ -1,0 +1,106 @@
+/* What the files of the cluster's latches and global references share
+ * (cluster_hold.c and cluster_hold_*.c; the design is in cluster_hold.c):
+ * the per-worker state and the helpers that apply holds.
+ *
+ * Each file is one section of the design, and its functions call the
+ * helpers by their short names; the names below map them to internal
+ * (ds__) linkage names. */
+#ifndef DS_WORKER_CLUSTER_CLUSTER_HOLD_INT_H
+#define DS_WORKER_CLUSTER_CLUSTER_HOLD_INT_H
+
+#include "worker/cluster/cluster_int.h"
+
+#define HINT_BUCKETS 256u
+#define MIRROR_BUCKETS 1024u
+/* OWNED's op with this bit: a rebuild (the owner does not check that the
+ * key is stored: its location may not be registered with it yet). */
+#define OWNED_REBUILD 0x8000u
+
+/* KIND_SEEN (key "") marks a session that took holds at other owners: its
+ * end is told to every member even when it released them all (the owners
+ * then forget its holder). */
+enum { KIND_READ = 0, KIND_WRITE = 1, KIND_REF = 2, KIND_SEEN = 3 };
+
+/* A holder at this owner that is a session of another worker. */
+typedef struct rholder {
+    struct rholder *next;
+    uint64_t sid;
+    char addr[300];
+} rholder_t;
+
+/* A key some owner said is latched until `until`. */
+typedef struct hint {
+    struct hint *next;
+    uint64_t until;
+    uint32_t len;
+    char key[];
+} hint_t;
+
+/* What one of this worker's sessions holds on a key at its owner. */
+typedef struct mirror {
+    struct mirror *next;
+    uint64_t sid;
+    uint64_t until; /* latches: the latest deadline */
+    uint32_t count;
+    uint8_t kind;
+    uint32_t len;
+    char key[];
+} mirror_t;
+
+struct ds_holds {
+    rholder_t *holders;
+    hint_t *hints[HINT_BUCKETS];
+    uint32_t nhints;
+    mirror_t *mirror[MIRROR_BUCKETS];
+    uint32_t nmirror;
+    /* LATCH_WAITs on the job threads, and those queued behind them (FIFO,
+     * linked by next, each counted in its pend already) */
+    uint32_t waits;
+    ds_job_t *wait_head, *wait_tail;
+};
+
+typedef struct {
+    const char **keys;
+    uint32_t *lens;
+    uint64_t *until;
+    uint32_t n, cap;
+} grants_t;
+
+#define holds ds__hold_holds
+#define is_self ds__hold_is_self
+#define rholder_find ds__hold_rholder_find
+#define rholder_get ds__hold_rholder_get
+#define holders_end ds__hold_holders_end
+#define hint_put ds__hold_hint_put
+#define hinted ds__hold_hinted
+#define mirror_find ds__hold_mirror_find
+#define mirror_note ds__hold_mirror_note
+#define op_kind ds__hold_op_kind
+#define grant_add ds__hold_grant_add
+#define grants_free ds__hold_grants_free
+#define hints_send ds__hold_hints_send
+#define apply_one ds__hold_apply_one
+#define op_ok ds__hold_op_ok
+#define pend_err ds__hold_pend_err
+
+ds_holds_t *holds(ds_server_t *srv);
+bool is_self(ds_server_t *srv, const char *addr);
+rholder_t *rholder_find(ds_holds_t *h, const char *addr, uint32_t al, uint64_t sid);
+rholder_t *rholder_get(ds_holds_t *h, const char *addr, uint32_t al, uint64_t sid);
+void holders_end(ds_server_t *srv, const char *addr, uint32_t al, uint64_t sid);
+void hint_put(ds_holds_t *h, const char *k, uint32_t kl, uint64_t until);
+bool hinted(ds_holds_t *h, const char *k, uint32_t kl, uint64_t now);
+mirror_t **mirror_find(ds_holds_t *h, uint64_t sid, uint8_t kind, const char *k, uint32_t kl);
+void mirror_note(ds_holds_t *h, uint64_t sid, uint8_t kind, const char *k, uint32_t kl, int delta,
+                 uint64_t until);
+uint8_t op_kind(uint16_t op);
+void grant_add(grants_t *g, const char *k, uint32_t kl, uint64_t until);
+void grants_free(grants_t *g);
+void hints_send(ds_server_t *srv, ds_pend_t *p, const grants_t *g);
+ds_status_t apply_one(ds_server_t *srv, const void *holder, uint16_t op, int32_t arg,
+                      bool check_exists, const char *k, uint32_t kl, uint32_t *count,
+                      uint64_t *until, char *msg, size_t cap);
+bool op_ok(uint16_t op);
+void pend_err(ds_pend_t *p, uint32_t i, const char *msg);
+
+#endif
