@@ -21,7 +21,11 @@
  * latches a session and the worker hold; --max_read_latch_timeout_ms caps a
  * latch's timeout. The offender gets a clear error naming the flag; other
  * clients, and writes of unlatched keys, go on; a client's latches go with
- * it and free its share. */
+ * it and free its share.
+ *
+ * Many keys: a request of thousands of keys (served a slice per loop turn)
+ * answers each key's status in its place, holds writers back until its
+ * release, and one whose client leaves half served leaves no latch. */
 #include "harness.h"
 #include "it_hostile_raw.h"
 
@@ -446,6 +450,91 @@ static void test_latch_limits(void **state)
     still_serving();
 }
 
+/* ---- many keys in one request ---- */
+
+struct waiting_put {
+    ds_client_t *c;
+    const char *key;
+    ds_status_t st;
+};
+
+static void *put_thread(void *arg)
+{
+    struct waiting_put *w = arg;
+    w->st = ds_kv_set(w->c, w->key, "after", 5, NULL);
+    return NULL;
+}
+
+/* A latch request of thousands of keys is served a slice per loop turn:
+ * every key's status lands at its own place, a writer of its last key waits
+ * for the release and only then goes on, and a client that leaves with its
+ * request half served keeps no latch. */
+static void test_large_batch(void **state)
+{
+    (void)state;
+    if (getenv("DS_TEST_WORKER")) skip(); /* starts its own worker */
+    assert_int_equal(dst_worker_start(&W, 64, ""), 0);
+    enum { N = 3000, MISSING = 2500 };
+    static char names[N][16];
+    static const char *keys[N];
+    static const void *vals[N];
+    static size_t lens[N];
+    static ds_status_t st[N];
+    uint32_t nput = 0;
+    static const char *put_keys[N];
+    for (int i = 0; i < N; i++) {
+        snprintf(names[i], sizeof(names[i]), "many-%d", i);
+        keys[i] = names[i];
+        if (i == MISSING) continue;
+        put_keys[nput] = names[i];
+        vals[nput] = "v";
+        lens[nput] = 1;
+        nput++;
+    }
+    ds_client_t *a = client(0), *b = client(0);
+    assert_int_equal(ds_kv_mset(a, nput, put_keys, vals, lens, NULL, NULL), DS_K_OK);
+    assert_int_equal(ds_kv_rlatch(a, N, keys, 60000, st), DS_K_NOT_FOUND);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(st[i], i == MISSING ? DS_K_NOT_FOUND : DS_K_OK);
+    assert_non_null(strstr(ds_last_error(), names[MISSING]));
+    assert_true(dst_stat(&W, "latches.held") == N - 1);
+    /* b's write of the last key waits for the latch. */
+    struct waiting_put w = {.c = b, .key = names[N - 1], .st = DS_K_RUNTIME_ERROR};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, put_thread, &w), 0);
+    assert_true(dst_wait_stat(&W, "latches.waiting", 1, 10000));
+    assert_int_equal(ds_kv_unrlatch(a, N, keys, st), DS_K_NOT_FOUND);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(st[i], i == MISSING ? DS_K_NOT_FOUND : DS_K_OK);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    assert_int_equal(w.st, DS_K_OK);
+    want_value(a, names[N - 1], "after");
+    assert_true(dst_stat(&W, "latches.held") == 0);
+
+    /* A raw client sends the same request and leaves without its answer:
+     * whatever part of it was served goes with its session. */
+    for (int round = 0; round < 3; round++) {
+        hr_conn_t r;
+        assert_int_equal(hr_open_hello(&r, &W, false), 0);
+        ds_wbuf_t m;
+        ds__wbuf_init(&m);
+        ds__wbuf_u32(&m, 60000);
+        ds__wbuf_u32(&m, N);
+        for (int i = 0; i < N; i++)
+            ds__wbuf_cstr(&m, keys[i]);
+        hr_add(&r, DS_OP_RLATCH, &m, NULL, 0);
+        ds__wbuf_free(&m);
+        assert_int_equal(hr_flush(&r), 0);
+        hr_close(&r);
+    }
+    assert_true(dst_wait_stat(&W, "latches.held", 0, 10000));
+    put(b, names[0], "free", DS_WRITE_NONE_L2_CACHE);
+    want_value(b, names[0], "free");
+    ds_client_close(a);
+    ds_client_close(b);
+    still_serving();
+}
+
 /* The flags' ranges: their ends start a worker, values past them do not. */
 static void test_latch_flag_limits(void **state)
 {
@@ -481,6 +570,7 @@ int main(void)
         cmocka_unit_test_teardown(test_set_waiting_for_room_client_leaves, teardown),
         cmocka_unit_test_teardown(test_latch_limits, teardown),
         cmocka_unit_test_teardown(test_latch_flag_limits, teardown),
+        cmocka_unit_test_teardown(test_large_batch, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -5,13 +5,19 @@
  * does not trust the worker's CA is refused by its own side; garbage where
  * a handshake belongs closes only that connection; Unix-socket clients
  * are untouched; --tls_verify_client refuses clients without a certificate
- * of the CA, and the worker refuses to start with flags that do not fit. */
+ * of the CA, and the worker refuses to start with flags that do not fit.
+ * A TLS session the worker closes before HELLO (evicted for a newer
+ * connection of its peer, or past --handshake_timeout_ms) reads why through
+ * TLS, while clients that said HELLO are served on. */
 #include "harness.h"
 
 #include "common/clock.h"
 #include "common/net.h"
+#include "common/tls.h"
+#include "common/wire.h"
 #include "worker/net/refuse.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -365,6 +371,120 @@ static void test_client_certificate_required(void **state)
     dst_worker_stop(&v);
 }
 
+/* A raw TLS session to w: handshake done, nothing said. */
+typedef struct {
+    int fd;
+    ds_tls_t *t;
+} raw_tls_t;
+
+static void raw_open(raw_tls_t *r, const dst_worker_t *w, ds_tls_ctx_t *ctx)
+{
+    char err[256];
+    r->fd = ds__tcp_connect(w->host, w->port, 3000, err, sizeof(err));
+    assert_true(r->fd >= 0);
+    r->t = ds__tls_new(ctx, r->fd, err, sizeof(err));
+    assert_non_null(r->t);
+    if (ds__tls_handshake(r->t, ds__now_ms() + 10000, err, sizeof(err)) != 0)
+        fail_msg("TLS handshake: %s", err);
+}
+
+static void raw_close(raw_tls_t *r)
+{
+    ds__tls_free(r->t);
+    close(r->fd);
+}
+
+/* Reads the worker's one frame through the session: its status, the
+ * message in why; then the session's end. */
+static ds_status_t raw_refusal(raw_tls_t *r, char *why, size_t cap)
+{
+    uint64_t deadline = ds__now_ms() + 15000;
+    uint8_t hb[DS_WIRE_HEADER_LEN], meta[512];
+    char err[128];
+    ds_wire_header_t h;
+    assert_int_equal(ds__tls_read_full(r->t, r->fd, hb, sizeof(hb), deadline), 0);
+    assert_int_equal(ds__wire_header_decode(hb, 0, &h, err, sizeof(err)), 0);
+    assert_true(h.flags & DS_FLAG_RESPONSE);
+    assert_int_equal(h.opcode, DS_OP_HELLO);
+    assert_true(h.meta_len > 0 && h.meta_len <= sizeof(meta));
+    assert_int_equal(ds__tls_read_full(r->t, r->fd, meta, h.meta_len, deadline), 0);
+    ds_rbuf_t rb;
+    ds__rbuf_init(&rb, meta, h.meta_len);
+    const char *msg;
+    uint32_t ml = ds__rbuf_str(&rb, &msg);
+    assert_false(rb.err);
+    snprintf(why, cap, "%.*s", (int)ml, msg);
+    /* Then the worker closes the connection. */
+    uint8_t b;
+    assert_int_not_equal(ds__tls_read_full(r->t, r->fd, &b, 1, deadline), 0);
+    assert_int_not_equal(errno, ETIMEDOUT);
+    return (ds_status_t)h.status;
+}
+
+static void test_evicted_session_told_why(void **state)
+{
+    (void)state;
+    dst_worker_t v;
+    char extra[1024];
+    /* Two waiting for HELLO from one peer at most; silence ends at 1.5 s. */
+    snprintf(extra, sizeof(extra),
+             "--enable_tls --tls_cert %s --tls_key %s --tls_ca %s "
+             "--max_handshake_conns_per_peer 2 --handshake_timeout_ms 1500",
+             certp("worker.pem"), certp("worker.key"), certp("ca.pem"));
+    setenv("DATASYSTEM_ENABLE_TLS", "1", 1);
+    setenv("DATASYSTEM_TLS_CA", certp("ca.pem"), 1);
+    int rc = dst_worker_start(&v, 32, extra);
+    unsetenv("DATASYSTEM_ENABLE_TLS");
+    unsetenv("DATASYSTEM_TLS_CA");
+    assert_int_equal(rc, 0);
+    char err[256];
+    ds_tls_conf_t conf = {.server = false, .ca = certp("ca.pem")};
+    ds_tls_ctx_t *ctx = ds__tls_ctx_new(&conf, err, sizeof(err));
+    assert_non_null(ctx);
+    ds_client_t *good = NULL;
+    assert_int_equal(tls_connect(&v, 1, certp("ca.pem"), NULL, NULL, &good), DS_K_OK);
+    roundtrip(good, "evict-before", 1 << 20, 21);
+
+    /* A session that finished its handshake and says nothing, then two
+     * silent sockets from the same address: the third waiting connection
+     * closes the oldest, the session, which reads why through TLS. */
+    raw_tls_t quiet;
+    raw_open(&quiet, &v, ctx);
+    int silent[2];
+    for (int i = 0; i < 2; i++) {
+        silent[i] = ds__tcp_connect(v.host, v.port, 3000, err, sizeof(err));
+        assert_true(silent[i] >= 0);
+    }
+    char why[512];
+    assert_int_equal(raw_refusal(&quiet, why, sizeof(why)), DS_K_RUNTIME_ERROR);
+    printf("# evicted: %s\n", why);
+    assert_non_null(strstr(why, "--max_handshake_conns_per_peer"));
+    raw_close(&quiet);
+    assert_true(dst_stat(&v, "clients.handshake_evictions") >= 1);
+
+    /* The client that said HELLO is served on, and a new one gets in. */
+    roundtrip(good, "evict-after", 1 << 20, 22);
+    ds_client_t *late = NULL;
+    assert_int_equal(tls_connect(&v, 1, certp("ca.pem"), NULL, NULL, &late), DS_K_OK);
+    roundtrip(late, "evict-late", 4096, 23);
+    for (int i = 0; i < 2; i++)
+        close(silent[i]);
+
+    /* A silent session past --handshake_timeout_ms is told so, in TLS. */
+    raw_tls_t slow;
+    raw_open(&slow, &v, ctx);
+    assert_int_equal(raw_refusal(&slow, why, sizeof(why)), DS_K_RPC_DEADLINE_EXCEEDED);
+    printf("# timed out: %s\n", why);
+    assert_non_null(strstr(why, "--handshake_timeout_ms"));
+    raw_close(&slow);
+    roundtrip(good, "evict-end", 1 << 20, 24);
+    roundtrip(late, "evict-end2", 4096, 25);
+    ds_client_close(late);
+    ds_client_close(good);
+    ds__tls_ctx_free(ctx);
+    dst_worker_stop(&v);
+}
+
 /* Runs the worker with flags; its exit code, the output's tail in out. */
 static int worker_refuses(const char *flags, char *out, size_t cap)
 {
@@ -412,6 +532,7 @@ int main(void)
         cmocka_unit_test(test_silent_server_times_out),
         cmocka_unit_test(test_plain_refusal_read_by_tls_client),
         cmocka_unit_test(test_client_certificate_required),
+        cmocka_unit_test(test_evicted_session_told_why),
         cmocka_unit_test(test_flags_checked),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -17,7 +17,8 @@
  * evictions) is told why in a frame the client can read: without TLS
  * before the handshake's first byte (the client's failed handshake keeps
  * the bytes it got instead, common/tls.h ds__tls_first_bytes), through the
- * session after the handshake, and not at all in between. */
+ * session after the handshake (or once a last step can finish it: the
+ * client's side is over), and not at all in between. */
 #include "worker/net/conn.h"
 
 #include "common/log.h"
@@ -137,9 +138,20 @@ void ds__conn_send_refusal(ds_conn_t *c, const struct iovec *iov, int n)
         (void)w;
         return;
     }
-    /* Mid-handshake the client reads TLS records: a frame of ours would
-     * only be garbage to it, so it learns of the close alone. */
-    if (c->tls && c->tls_hs == 2) return;
+    /* Mid-handshake the client reads TLS records, where a plain frame of
+     * ours would only be garbage. A client whose side of the handshake is
+     * over has its last message in the socket already: one more step
+     * finishes ours (without waiting), and the frame goes through the
+     * session. Otherwise the client learns of the close alone. */
+    if (c->tls && c->tls_hs == 2) {
+        short ev = 0;
+        char err[256];
+        if (ds__tls_handshake_step(c->tls, &ev, err, sizeof(err)) != 1) return;
+        c->tls_hs = 0;
+        ssize_t w = ds__tls_writev(c->tls, iov, n);
+        (void)w;
+        return;
+    }
     struct msghdr m = {.msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)n};
     ssize_t w = sendmsg(c->io.fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
     (void)w;
