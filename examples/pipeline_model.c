@@ -54,6 +54,22 @@ void pm_codes(const float *hidden, const int64_t *ids, size_t seq, size_t k, int
     }
 }
 
+uint64_t pm_decode(const float *hidden, size_t seq, size_t k)
+{
+    float state[PM_DECODE_DIM] = {0};
+    for (size_t f = 0; f < PM_FRAMES; f++) {
+        const float *in = hidden + ((k * PM_FRAMES + f) % seq) * PM_HIDDEN;
+        for (size_t d = 0; d < PM_DECODE_DIM; d++) {
+            const float *w = hidden + ((d * 7 + f) % seq) * PM_HIDDEN;
+            float acc = 0.5f * state[d];
+            for (size_t i = 0; i < PM_HIDDEN; i++)
+                acc += in[i] * w[i];
+            state[d] = acc / (1.0f + fabsf(acc)); /* bounded, as an activation keeps it */
+        }
+    }
+    return pm_fnv(PM_FNV_INIT, state, sizeof(state));
+}
+
 void pm_waveform(const int32_t *codes, size_t k, float *out)
 {
     for (size_t f = 0; f < PM_FRAMES; f++) {

@@ -25,6 +25,9 @@
 #define PM_CHUNK_SAMPLES (PM_FRAMES * PM_HOP)
 #define PM_MAX_CHUNKS 8
 #define PM_FNV_INIT 1469598103934665603ULL
+/* The talker's decoder: outputs per frame, each one dot product over a
+ * hidden row (PM_FRAMES * PM_DECODE_DIM * PM_HIDDEN multiply-adds a chunk). */
+#define PM_DECODE_DIM 64
 
 size_t pm_seq_len(int req);
 /* seq * PM_HIDDEN floats. */
@@ -35,6 +38,11 @@ void pm_token_ids(int req, int64_t *out);
 size_t pm_num_chunks(size_t seq);
 /* Chunk k of the talker's codes: PM_CODEBOOKS * PM_FRAMES values. */
 void pm_codes(const float *hidden, const int64_t *ids, size_t seq, size_t k, int32_t *out);
+/* The talker's generation of chunk k: a recurrent pass over the hidden
+ * states (a fixed amount of arithmetic, PM_DECODE_DIM dot products of
+ * PM_HIDDEN per frame), so chunks come out over time as a real talker's
+ * do; returns a digest of its final state, which the chunk carries. */
+uint64_t pm_decode(const float *hidden, size_t seq, size_t k);
 /* code2wav of one chunk: PM_CHUNK_SAMPLES samples. */
 void pm_waveform(const int32_t *codes, size_t k, float *out);
 uint64_t pm_fnv(uint64_t h, const void *p, size_t n);

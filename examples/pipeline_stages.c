@@ -5,11 +5,13 @@
  *   0 thinker   per request: the hidden states as a raw float32 tensor
  *               ("req-N-hidden") and a header map with the token ids and a
  *               checksum ("req-N"), on edge 0 -> 1
- *   1 talker    gets both, checks them against the model, and streams the
- *               audio codes as chunk maps ("req-N-c0", "-c1", ..., the last
- *               one flagged) on edge 1 -> 2, or with --talker_edge stream as
- *               the elements of one stream per request ("req-N", each map
- *               serialized, then the end marker); cleans its inputs up
+ *   1 talker    gets both, checks them against the model, generates the
+ *               audio codes chunk by chunk (pm_decode's arithmetic for
+ *               each, as a real talker decodes) and sends them as chunk
+ *               maps ("req-N-c0", "-c1", ..., the last one flagged) on
+ *               edge 1 -> 2, or with --talker_edge stream as the elements
+ *               of one stream per request ("req-N", each map serialized,
+ *               then the end marker); cleans its inputs up
  *   2 code2wav  gets the chunks, checks them, renders the waveform and
  *               reports its checksum; cleans its inputs up
  *
@@ -321,6 +323,7 @@ static int talker(const pd_opts_t *o)
         omni_chunk_writer_t *w = NULL;
         if (o->streaming && omni_chunk_writer_open(out, "1", "2", hkey, &w) != DS_K_OK) die(hkey);
         for (size_t k = 0; k < chunks; k++) {
+            uint64_t decoder = pm_decode(hidden, seq, k);
             pm_codes(hidden, ids, seq, k, codes);
             int64_t shape[] = {PM_CODEBOOKS, PM_FRAMES};
             char suffix[24];
@@ -333,6 +336,7 @@ static int talker(const pd_opts_t *o)
                 omni_map_set(m, "codes",
                              omni_value_new_tensor_ref(OMNI_DTYPE_INT32, shape, 2, codes,
                                                        sizeof(codes))) != DS_K_OK ||
+                omni_map_set(m, "decoder", omni_value_new_uint(decoder)) != DS_K_OK ||
                 omni_map_set(m, "checksum",
                              omni_value_new_uint(pm_fnv(PM_FNV_INIT, codes, sizeof(codes)))) !=
                     DS_K_OK)

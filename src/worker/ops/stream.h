@@ -90,6 +90,7 @@ typedef struct ds_streams {
     uint64_t next_end;
     sc_wait_t *waits;
     uint64_t bytes; /* all streams' pages */
+    uint64_t woken; /* parked receives answered by wakes, ever */
 } ds_streams_t;
 
 /* Handles SC_* opcodes (stream_ops.c). */
@@ -136,6 +137,9 @@ uint64_t ds__sc_available(const sc_end_t *e);
  * caller's); takes a wait's request back (out of the list, no cancel). */
 ds_req_t *ds__sc_wait_take(ds_streams_t *S, sc_wait_t *w);
 bool ds__sc_park(ds_server_t *srv, ds_req_t *r, const sc_wait_t *proto);
+/* Answers a SEND with OK; when its append answered parked receives
+ * (woken moved past woken_before), after them (ds__sc_wake's comment). */
+void ds__sc_send_ok(ds_server_t *srv, ds_req_t *r, uint64_t woken_before);
 /* Continues a parked or fresh SEND (stream_ops.c): parses r's elements and
  * appends from *done; answers r or leaves it waiting (returns true). */
 bool ds__sc_send_step(ds_server_t *srv, ds_req_t *r, sc_stream_t *st, uint32_t *done, bool push);

@@ -227,11 +227,12 @@ bool ds__sc_send_step(ds_server_t *srv, ds_req_t *r, sc_stream_t *stream, uint32
         ds__req_error(r, DS_K_INVALID, "malformed sc_send request");
         return false;
     }
+    uint64_t woken = srv->streams->woken;
     ds_status_t st = ds__sc_append(srv, stream, els, lens, n, done, origin, origin_len);
     free(els);
     free(lens);
     if (st == DS_K_OK) {
-        ds__req_error(r, DS_K_OK, "%s", "");
+        ds__sc_send_ok(srv, r, woken);
         return false;
     }
     if (st == DS_K_TRY_AGAIN) return true;

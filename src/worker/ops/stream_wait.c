@@ -107,6 +107,7 @@ static void wait_run(ds_server_t *srv, sc_wait_t *w, bool timed_out)
         uint32_t expect = w->expect;
         ds_req_t *d = ds__sc_wait_take(S, w);
         ds__sc_reply_elements(srv, d, e, expect);
+        S->woken++;
         return;
     }
     uint32_t done = w->done;
@@ -128,6 +129,24 @@ static void wait_run(ds_server_t *srv, sc_wait_t *w, bool timed_out)
         if (!ds__sc_park(srv, d, &keep))
             ds__req_error(d, DS_K_OUT_OF_MEMORY, "worker out of memory");
     }
+}
+
+/* The consumers' answers to a SEND's wake are written when their
+ * connections resume, after this event; the producer's own answer is
+ * deferred behind them, so the consumers, whose wait is the
+ * producer-to-consumer latency, are woken first and the producer's wake-up
+ * (its answer's write and futex wake) is off that path. */
+void ds__sc_send_ok(ds_server_t *srv, ds_req_t *r, uint64_t woken_before)
+{
+    ds_req_t *d = r;
+    if (srv->streams->woken != woken_before && !ds__req_is_deferred(r)) {
+        d = ds__req_park(r, NULL, NULL);
+        if (d == NULL)
+            d = r; /* out of memory: answered now, in the old order */
+        else
+            ds__req_unpark(d);
+    }
+    ds__req_error(d, DS_K_OK, "%s", "");
 }
 
 void ds__sc_wake(ds_server_t *srv, sc_stream_t *st)
