@@ -1,4 +1,5 @@
-/* Planned exit (a scale-in): SHUTDOWN of a worker in a cluster first moves
+/* Planned exit (a scale-in): SHUTDOWN of a worker in a cluster (dscli stop),
+ * or SIGTERM (a service manager stopping it; no request to answer), first moves
  * every object it holds to the other members, then hands the metadata it
  * owns to their new owners, then leaves etcd, and only then answers and
  * stops.
@@ -756,7 +757,7 @@ void ds__migrate_leave(ds_server_t *srv, ds_req_t *r)
 {
     ds_leave_t **slot = ds__cluster_leave_slot(srv);
     if (*slot) {
-        ds__req_error(r, DS_K_SHUTTING_DOWN, "this worker is already leaving the cluster");
+        if (r) ds__req_error(r, DS_K_SHUTTING_DOWN, "this worker is already leaving the cluster");
         return;
     }
     ds_leave_t *lv = calloc(1, sizeof(*lv));
@@ -766,7 +767,7 @@ void ds__migrate_leave(ds_server_t *srv, ds_req_t *r)
     if (lv == NULL || lv->others == NULL) {
         if (lv) free(lv->others);
         free(lv);
-        ds__req_error(r, DS_K_OK, "%s", "");
+        if (r) ds__req_error(r, DS_K_OK, "%s", "");
         srv->stopping = true;
         return;
     }
@@ -778,17 +779,19 @@ void ds__migrate_leave(ds_server_t *srv, ds_req_t *r)
     if (lv->nothers == 0 || lv->ring == NULL) {
         DS_LOG_INFO("cluster: leaving: no other member to move objects to");
         leave_free(lv);
-        ds_wbuf_t w;
-        ds__wbuf_init(&w);
-        ds__wbuf_cstr(&w, "");
-        ds__wbuf_cstr(&w, "no other member: nothing moved");
-        ds__req_reply(r, DS_K_OK, &w, NULL, 0, NULL, 0, -1);
-        ds__wbuf_free(&w);
+        if (r) {
+            ds_wbuf_t w;
+            ds__wbuf_init(&w);
+            ds__wbuf_cstr(&w, "");
+            ds__wbuf_cstr(&w, "no other member: nothing moved");
+            ds__req_reply(r, DS_K_OK, &w, NULL, 0, NULL, 0, -1);
+            ds__wbuf_free(&w);
+        }
         srv->stopping = true;
         return;
     }
-    lv->req = ds__req_park(r, NULL, NULL);
-    if (lv->req == NULL) ds__req_error(r, DS_K_OK, "%s", ""); /* answered now; still leaves */
+    lv->req = r ? ds__req_park(r, NULL, NULL) : NULL;
+    if (r && lv->req == NULL) ds__req_error(r, DS_K_OK, "%s", ""); /* answered now; still leaves */
     *slot = lv;
     lv->t0 = lv->rate_t0 = ds__now_ms();
     int64_t mb = srv->cfg.data_migrate_rate_limit_mb > 0 ? srv->cfg.data_migrate_rate_limit_mb : 40;
