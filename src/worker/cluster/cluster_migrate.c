@@ -152,8 +152,7 @@ static void recv_moves(recv_t *rv)
             ds__wbuf_u64(&j->req, rv->fromv[b]);
             ds__wbuf_u64(&j->req, rv->objs[b]->version);
         }
-        for (int k = 0; k < 4; k++)
-            j->req.buf[count_at + (size_t)k] = (uint8_t)(j->nidx >> (8 * k));
+        ds__job_set_count(j, count_at, j->nidx);
         rv->outstanding++;
         ds__job_submit(srv, j);
     }
@@ -633,9 +632,7 @@ static void handover_done(ds_job_t *j)
 static void hb_flush(ds_leave_t *lv, hbatch_t *b)
 {
     if (b->job == NULL) return;
-    uint8_t *p = b->job->req.buf + b->count_at;
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(b->job->nidx >> (8 * i));
+    ds__job_set_count(b->job, b->count_at, b->job->nidx);
     lv->handover_jobs++;
     ds__job_submit(lv->srv, b->job);
     b->job = NULL;
