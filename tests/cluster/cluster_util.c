@@ -3,6 +3,7 @@
 
 #include "common/clock.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -90,7 +91,7 @@ int ct_wait_members(ct_cluster_t *c, int n, int timeout_ms)
 void ct_cluster_stop(ct_cluster_t *c)
 {
     for (int i = 0; i < c->n; i++)
-        if (c->w[i].pid > 0) dst_worker_stop(&c->w[i]);
+        if (c->w[i].pid > 0) dst_worker_stop_sig(&c->w[i], SIGINT); /* no planned exit */
     dst_etcd_destroy(&c->etcd);
 }
 

@@ -122,7 +122,7 @@ static int teardown(void **state)
 {
     (void)state;
     for (int i = 0; i < 3; i++)
-        if (W[i].pid > 0) dst_worker_stop(&W[i]);
+        if (W[i].pid > 0) dst_worker_stop_sig(&W[i], SIGINT);
     dst_netns_enter(hub);
     dst_etcd_destroy(&E);
     dst_netns_enter(NULL);

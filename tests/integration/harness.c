@@ -314,8 +314,13 @@ int dst_worker_start_on(dst_worker_t *w, const char *host, int arena_mb, const c
 
 int dst_worker_stop(dst_worker_t *w)
 {
+    return dst_worker_stop_sig(w, SIGTERM);
+}
+
+int dst_worker_stop_sig(dst_worker_t *w, int sig)
+{
     if (w->pid <= 0) return -1;
-    kill(w->pid, SIGTERM);
+    kill(w->pid, sig);
     int status = -1;
     uint64_t deadline = ds__now_ms() + 10000;
     while (ds__now_ms() < deadline) {
@@ -342,7 +347,7 @@ void dst_worker_kill(dst_worker_t *w)
 
 int dst_worker_restart(dst_worker_t *w)
 {
-    if (w->pid > 0) dst_worker_stop(w);
+    if (w->pid > 0) dst_worker_stop_sig(w, SIGINT);
     for (int attempt = 0; attempt < 50; attempt++) {
         if (spawn(w) == 0) return 0;
         usleep(100000); /* the port may linger briefly */

@@ -28,10 +28,13 @@ typedef struct {
 /* Starts a worker (arena_mb MiB; extra = more flags or NULL) and waits until it
  * answers. 0 or -1 (message on stderr). */
 int dst_worker_start(dst_worker_t *w, int arena_mb, const char *extra);
-/* SIGTERM, wait up to 10 s, then SIGKILL. Returns the exit status or -1. */
+/* SIGTERM, wait up to 10 s, then SIGKILL. Returns the exit status or -1.
+ * A worker in a cluster leaves it first on SIGTERM (moving its objects);
+ * dst_worker_stop_sig(w, SIGINT) stops one at once. */
 int dst_worker_stop(dst_worker_t *w);
+int dst_worker_stop_sig(dst_worker_t *w, int sig);
 void dst_worker_kill(dst_worker_t *w);
-/* Restarts on the same port and socket directory. */
+/* Restarts on the same port and socket directory (stopped with SIGINT: at once). */
 int dst_worker_restart(dst_worker_t *w);
 bool dst_worker_external(const dst_worker_t *w);
 

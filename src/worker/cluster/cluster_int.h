@@ -155,6 +155,9 @@ void ds__pend_free(ds_pend_t *p);
  * finishes then if nothing else is outstanding). */
 void ds__pend_hold(ds_pend_t *p);
 void ds__pend_unhold(ds_pend_t *p);
+/* A batch request's entry count, written where a placeholder u32 was put
+ * (at: its offset in j->req) once the entries are in. */
+void ds__job_set_count(ds_job_t *j, size_t at, uint32_t n);
 /* Answers a batch request with one status per entry (st NULL: all OK). */
 void ds__cluster_reply_statuses(ds_req_t *r, const uint32_t *st, uint32_t n);
 /* A pend's finish for writes: answers p->req with the first failed status

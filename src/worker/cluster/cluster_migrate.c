@@ -1,4 +1,5 @@
-/* Planned exit (a scale-in): SHUTDOWN of a worker in a cluster first moves
+/* Planned exit (a scale-in): SHUTDOWN of a worker in a cluster (dscli stop),
+ * or SIGTERM (a service manager stopping it; no request to answer), first moves
  * every object it holds to the other members, then hands the metadata it
  * owns to their new owners, then leaves etcd, and only then answers and
  * stops.
@@ -151,8 +152,7 @@ static void recv_moves(recv_t *rv)
             ds__wbuf_u64(&j->req, rv->fromv[b]);
             ds__wbuf_u64(&j->req, rv->objs[b]->version);
         }
-        for (int k = 0; k < 4; k++)
-            j->req.buf[count_at + (size_t)k] = (uint8_t)(j->nidx >> (8 * k));
+        ds__job_set_count(j, count_at, j->nidx);
         rv->outstanding++;
         ds__job_submit(srv, j);
     }
@@ -632,9 +632,7 @@ static void handover_done(ds_job_t *j)
 static void hb_flush(ds_leave_t *lv, hbatch_t *b)
 {
     if (b->job == NULL) return;
-    uint8_t *p = b->job->req.buf + b->count_at;
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(b->job->nidx >> (8 * i));
+    ds__job_set_count(b->job, b->count_at, b->job->nidx);
     lv->handover_jobs++;
     ds__job_submit(lv->srv, b->job);
     b->job = NULL;
@@ -756,7 +754,7 @@ void ds__migrate_leave(ds_server_t *srv, ds_req_t *r)
 {
     ds_leave_t **slot = ds__cluster_leave_slot(srv);
     if (*slot) {
-        ds__req_error(r, DS_K_SHUTTING_DOWN, "this worker is already leaving the cluster");
+        if (r) ds__req_error(r, DS_K_SHUTTING_DOWN, "this worker is already leaving the cluster");
         return;
     }
     ds_leave_t *lv = calloc(1, sizeof(*lv));
@@ -766,7 +764,7 @@ void ds__migrate_leave(ds_server_t *srv, ds_req_t *r)
     if (lv == NULL || lv->others == NULL) {
         if (lv) free(lv->others);
         free(lv);
-        ds__req_error(r, DS_K_OK, "%s", "");
+        if (r) ds__req_error(r, DS_K_OK, "%s", "");
         srv->stopping = true;
         return;
     }
@@ -778,17 +776,19 @@ void ds__migrate_leave(ds_server_t *srv, ds_req_t *r)
     if (lv->nothers == 0 || lv->ring == NULL) {
         DS_LOG_INFO("cluster: leaving: no other member to move objects to");
         leave_free(lv);
-        ds_wbuf_t w;
-        ds__wbuf_init(&w);
-        ds__wbuf_cstr(&w, "");
-        ds__wbuf_cstr(&w, "no other member: nothing moved");
-        ds__req_reply(r, DS_K_OK, &w, NULL, 0, NULL, 0, -1);
-        ds__wbuf_free(&w);
+        if (r) {
+            ds_wbuf_t w;
+            ds__wbuf_init(&w);
+            ds__wbuf_cstr(&w, "");
+            ds__wbuf_cstr(&w, "no other member: nothing moved");
+            ds__req_reply(r, DS_K_OK, &w, NULL, 0, NULL, 0, -1);
+            ds__wbuf_free(&w);
+        }
         srv->stopping = true;
         return;
     }
-    lv->req = ds__req_park(r, NULL, NULL);
-    if (lv->req == NULL) ds__req_error(r, DS_K_OK, "%s", ""); /* answered now; still leaves */
+    lv->req = r ? ds__req_park(r, NULL, NULL) : NULL;
+    if (r && lv->req == NULL) ds__req_error(r, DS_K_OK, "%s", ""); /* answered now; still leaves */
     *slot = lv;
     lv->t0 = lv->rate_t0 = ds__now_ms();
     int64_t mb = srv->cfg.data_migrate_rate_limit_mb > 0 ? srv->cfg.data_migrate_rate_limit_mb : 40;

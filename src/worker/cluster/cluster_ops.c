@@ -537,6 +537,12 @@ static void meta_put_done(ds_job_t *j)
     }
 }
 
+void ds__job_set_count(ds_job_t *j, size_t at, uint32_t n)
+{
+    for (int i = 0; i < 4; i++)
+        j->req.buf[at + (size_t)i] = (uint8_t)(n >> (8 * i));
+}
+
 void ds__cluster_reply_statuses(ds_req_t *r, const uint32_t *st, uint32_t n)
 {
     ds_wbuf_t w;
@@ -806,9 +812,7 @@ typedef struct {
 static void batch_flush(ds_server_t *srv, batch_t *b)
 {
     if (b->job == NULL) return;
-    uint8_t *p = b->job->req.buf + b->count_at;
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(b->count >> (8 * i));
+    ds__job_set_count(b->job, b->count_at, b->count);
     ds__job_submit(srv, b->job);
     b->job = NULL;
     b->count = 0;

@@ -57,9 +57,7 @@ static void rereg_flush(ds_server_t *srv, ds_repl_t *rp, size_t i)
 {
     ds_job_t *j = rp->rereg[i];
     if (j == NULL) return;
-    size_t at = rp->rereg_at[i];
-    for (int b = 0; b < 4; b++)
-        j->req.buf[at + (size_t)b] = (uint8_t)(rp->rereg_count[i] >> (8 * b));
+    ds__job_set_count(j, rp->rereg_at[i], rp->rereg_count[i]);
     rp->rereg[i] = NULL;
     rp->rereg_count[i] = 0;
     ds__job_submit(srv, j);

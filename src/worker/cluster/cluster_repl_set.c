@@ -87,8 +87,7 @@ static void send_metas(ds_pend_t *p)
             ds__repl_meta_entry(&j->req, p->keys[b], p->keylens[b], p->sizes[b],
                                 p->objs[b]->version, x->want, &x->h[b]);
         }
-        for (int i = 0; i < 4; i++)
-            j->req.buf[count_at + (size_t)i] = (uint8_t)(j->nidx >> (8 * i));
+        ds__job_set_count(j, count_at, j->nidx);
         ds__job_submit(srv, j);
     }
     free(taken);

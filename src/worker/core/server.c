@@ -37,6 +37,17 @@ static void on_signal(void *ctx, uint32_t events)
     (void)events;
     struct signalfd_siginfo si;
     while (read(srv->sig_fd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
+        /* SIGTERM in a cluster is a planned exit (a service manager's stop):
+         * the worker moves its objects and metadata to the others first, as
+         * for dscli stop. SIGINT, or a second SIGTERM while leaving, stops
+         * at once. */
+        if (si.ssi_signo == SIGTERM && !srv->leaving && srv->remote && srv->remote->leave) {
+            DS_LOG_INFO("SIGTERM received: leaving the cluster (moving this worker's objects "
+                        "to the others first; another SIGTERM stops at once)");
+            srv->leaving = true;
+            srv->remote->leave(srv, NULL);
+            continue;
+        }
         DS_LOG_INFO("signal %u received, shutting down", si.ssi_signo);
         ds__server_stop(srv);
     }

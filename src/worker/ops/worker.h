@@ -80,7 +80,7 @@ typedef struct {
     void (*stats)(ds_server_t *srv, struct cJSON *root);
     /* SHUTDOWN in a cluster: moves this worker's objects and metadata to
      * the others, leaves, then answers r and stops the worker. */
-    void (*leave)(ds_server_t *srv, ds_req_t *r);
+    void (*leave)(ds_server_t *srv, ds_req_t *r); /* r NULL: SIGTERM, nobody to answer */
 } ds_remote_t;
 
 typedef struct {
@@ -118,6 +118,7 @@ struct ds_server {
     ds_subs_t locates; /* the cluster's LOCATEs waiting for a key's location */
     uint32_t inline_max;
     bool stopping;
+    bool leaving;              /* a SIGTERM started a planned exit (loop only) */
     const ds_remote_t *remote; /* NULL when standalone */
     struct ds_cluster *cluster;
     struct ds_metrics *metrics;
