@@ -10,9 +10,9 @@
 # mget_h2d back, async, device-to-device, a value written from another
 # process's GPU memory, a killed client) and hetero_bench's rows with real
 # D2H/H2D copies against cuMemcpy of the same bytes. On host: the same plus
-# it_hetero and the Python HeteroClient tests (which use host addresses as
-# device pointers, so they run on host only); the DsTensorClient tests on
-# both (CUDA tensors on cuda, when torch has CUDA). Results go to
+# it_hetero and the C++ and Python HeteroClient tests (which use host
+# addresses as device pointers, so they run on host only); the DsTensorClient
+# tests on both (CUDA tensors on cuda, when torch has CUDA). Results go to
 # bench/results/device_check_<backend>.txt (and .json). Exit status: 0 when
 # every test passed.
 set -euo pipefail
@@ -41,7 +41,8 @@ OUT=$ROOT/bench/results/device_check_${DS_DEVICE_BACKEND}
 fail=0
 ctest --test-dir "$BUILD" -R 'integration\.it_device$' --output-on-failure || fail=1
 if [[ "$DS_DEVICE_BACKEND" == host ]]; then
-  ctest --test-dir "$BUILD" -R 'integration\.it_hetero$' --output-on-failure || fail=1
+  ctest --test-dir "$BUILD" -R 'integration\.it_hetero$|cpp\.test_cpp_hetero$' --output-on-failure \
+    || fail=1
   DS_BUILD_DIR=$BUILD PYTHONPATH=$ROOT/python /usr/bin/python3 -m pytest -q \
     tests/python/test_hetero_client.py || fail=1
 fi

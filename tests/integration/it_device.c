@@ -115,6 +115,46 @@ static void test_d2h_h2d_async_d2d(void **state)
     ds_hetero_close(h);
 }
 
+/* Pre-registered device memory: a range of an allocation is accepted (cuda:
+ * checked against the allocation), again as well; a blob that starts in it
+ * and runs past its end fails its key before any byte moves, and the range
+ * itself keeps working; an overlapping range is refused. */
+static void test_pre_registered_memory(void **state)
+{
+    (void)state;
+    ds_hetero_t *h = connect_to(W.host, W.port, W.sockdir);
+    assert_non_null(h);
+    uint64_t a = dev_filled(SZ, 7), reg = 0;
+    assert_true(a != 0);
+    assert_int_equal(ds_device_malloc(0, 2 * SZ, &reg), DS_K_OK);
+    uint64_t half = SZ;
+    /* The allocation's first half. */
+    assert_int_equal(ds_hetero_pre_register_device_memory(h, 1, &reg, &half), DS_K_OK);
+    assert_int_equal(ds_hetero_pre_register_device_memory(h, 1, &reg, &half), DS_K_OK);
+    uint64_t inside = reg + 1;
+    assert_int_equal(ds_hetero_pre_register_device_memory(h, 1, &inside, &half), DS_K_INVALID);
+    assert_non_null(strstr(ds_last_error(), "overlaps the registered"));
+    ds_blob_t in = {a, SZ};
+    ds_device_blob_list_t il = {&in, 1, 0, 0};
+    const char *k = "dev-reg";
+    ds_status_t st[1];
+    assert_int_equal(ds_hetero_mset_d2h(h, 1, &k, &il, NULL, st), DS_K_OK);
+    ds_blob_t past = {reg + 1, SZ};
+    ds_device_blob_list_t pl = {&past, 1, 0, 0};
+    assert_int_equal(ds_hetero_mget_h2d(h, 1, &k, &pl, 0, st), DS_K_INVALID);
+    assert_int_equal(st[0], DS_K_INVALID);
+    assert_non_null(strstr(ds_last_error(), "runs past its end"));
+    ds_blob_t fits = {reg, SZ};
+    ds_device_blob_list_t fl = {&fits, 1, 0, 0};
+    assert_int_equal(ds_hetero_mget_h2d(h, 1, &k, &fl, 0, st), DS_K_OK);
+    assert_true(dev_check(reg, SZ, 7));
+    assert_int_equal(ds_kv_del(ds_hetero_kv(h), 1, &k, NULL), DS_K_OK);
+    /* Registrations end with the client, before the memory is freed. */
+    ds_hetero_close(h);
+    ds_device_free(a);
+    ds_device_free(reg);
+}
+
 /* The child modes: "set KEY SEED" writes SZ bytes from its own device
  * memory; "wait KEY" waits in a get until killed. */
 static int child_main(int argc, char **argv)
@@ -215,6 +255,7 @@ int main(int argc, char **argv)
     if (argc > 1 && strncmp(argv[1], "--child-", 8) == 0) return child_main(argc, argv);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_d2h_h2d_async_d2d),
+        cmocka_unit_test(test_pre_registered_memory),
         cmocka_unit_test(test_cross_process_and_killed_client),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
