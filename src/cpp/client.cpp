@@ -117,9 +117,11 @@ Status ObjectClientImpl::Connect(const char *who, bool hetero)
         return NotSupported(
             m, "AK/SK authentication (accessKey, secretKey); use ConnectOptions::token");
     if (!opts_.tenantId.empty()) return NotSupported(m, "tenants (ConnectOptions::tenantId)");
-    if (!hetero && (opts_.enableRemoteH2D || opts_.enableClientDirectPipelineH2D))
-        return NotSupported(
-            m, "host-to-device transfers (enableRemoteH2D, enableClientDirectPipelineH2D)");
+    /* enableRemoteH2D picks a transport for device gets; DsClient passes one
+     * ConnectOptions to every client it holds, so KV and object clients
+     * accept it and have nothing to do with it. */
+    if (!hetero && opts_.enableClientDirectPipelineH2D)
+        return NotSupported(m, "host-to-device transfers (enableClientDirectPipelineH2D)");
     ds_client_options_t o;
     ds_client_options_init(&o);
     o.host = opts_.host.c_str();
