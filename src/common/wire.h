@@ -226,7 +226,8 @@
  * Streams (docs/streams.md; a handle is a producer's or consumer's id):
  * SC_CREATE_PRODUCER req: str stream, u64 page_size, u64 max_stream_size,
  *         u8 auto_cleanup, u64 retain_for_num_consumers, u64 reserve_size,
- *         u8 encrypt_stream                        resp: str err, u64 handle
+ *         u8 encrypt_stream[, u64 delay_flush_time_ms (absent: 0)]
+ *                                                  resp: str err, u64 handle
  * SC_CLOSE_PRODUCER / SC_CLOSE_CONSUMER req: u64 handle   resp: str err
  * SC_SUBSCRIBE req: str stream, str subscription, u8 type   resp: str err, u64 handle
  * SC_SEND req: u64 handle, i32 timeout_ms (-1: none given), n, n*str element
