@@ -246,6 +246,12 @@
  *         owner passes them on to the other workers with consumers
  *         resp: str err
  * SC_PEER_QUERY req: str stream   resp: as SC_QUERY's, from the owner's table
+ * SC_PEER_DELETE req: str stream, str worker (the one whose client asked)
+ *         to the owner: refused K_SC_STREAM_IN_USE while any worker has a
+ *         producer or consumer; else every other worker drops its copy
+ *         (SC_PEER_DROP) and the owner forgets the stream   resp: str err
+ * SC_PEER_DROP req: str stream   the worker deletes its copy (kept while it
+ *         has producers or consumers: K_SC_STREAM_IN_USE)   resp: str err
  *
  * Cluster (worker to worker; see src/worker/cluster/cluster_int.h):
  * LOCATE  req: i32 wait_ms, u32 inline_max, n, n*key
@@ -396,6 +402,8 @@
     X(SC_PEER_REG, 49, "sc_peer_reg")                                                              \
     X(SC_PEER_PUSH, 50, "sc_peer_push")                                                            \
     X(SC_PEER_QUERY, 51, "sc_peer_query")                                                          \
+    X(SC_PEER_DELETE, 52, "sc_peer_delete")                                                        \
+    X(SC_PEER_DROP, 53, "sc_peer_drop")                                                            \
     X(MIGRATE, 60, "migrate")                                                                      \
     X(META_MOVE, 61, "meta_move")                                                                  \
     X(REPL_PUT, 70, "repl_put")                                                                    \

@@ -410,12 +410,15 @@ static void op_delete(ds_server_t *srv, ds_streams_t *S, ds_req_t *r, ds_rbuf_t 
     if (!ds__rbuf_done(rb))
         return ds__req_error(r, DS_K_INVALID, "malformed sc_delete_stream request");
     sc_stream_t *st = ds__sc_find(S, name, nl);
-    if (st == NULL)
-        return ds__req_error(r, DS_K_SC_STREAM_NOT_FOUND, "Stream %.*s not found", (int)nl, name);
-    if (st->producers || st->consumers)
+    if (st && (st->producers || st->consumers))
         return ds__req_error(r, DS_K_SC_STREAM_IN_USE,
                              "Stream %.*s is in use: %u producer(s) and %u consumer(s) are open",
                              (int)nl, name, st->producers, st->consumers);
+    /* In a cluster the owner decides, and every worker's copy goes. */
+    if (srv->remote && srv->remote->stream_delete)
+        return srv->remote->stream_delete(srv, r, name, nl);
+    if (st == NULL)
+        return ds__req_error(r, DS_K_SC_STREAM_NOT_FOUND, "Stream %.*s not found", (int)nl, name);
     ds__sc_delete(srv, st);
     ds__req_error(r, DS_K_OK, "%s", "");
 }
