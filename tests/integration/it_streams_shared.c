@@ -6,7 +6,7 @@
  * acknowledged to the others; acknowledged pages are reclaimed.
  * delay_flush_time_ms: a receive that looks sees a send at once, a parked
  * receive is woken by the flush (the delay, a full page, or the producer's
- * close). */
+ * close). --sc_metrics_log_interval_s: the stream figures are logged. */
 #include "harness.h"
 
 #include "ds/stream_client.h"
@@ -375,6 +375,34 @@ static void test_delay_flush(void **state)
     ds_client_close(c2);
 }
 
+/* --sc_metrics_log_interval_s: the worker logs its stream figures that often. */
+static void test_metrics_log_interval(void **state)
+{
+    (void)state;
+    dst_worker_t w2;
+    assert_int_equal(dst_worker_start(&w2, 32, "--sc_metrics_log_interval_s 1 --log_level info"),
+                     0);
+    ds_client_t *c = dst_connect(&w2, DS_TRANSPORT_AUTO);
+    ds_producer_t *p = producer(c, "s_metrics", 0);
+    ds_consumer_t *cs = sub(c, "s_metrics", "m", DS_SUB_STREAM);
+    send_str(p, "m");
+    bool seen = false;
+    char line[1024];
+    for (int i = 0; i < 100 && !seen; i++) {
+        FILE *f = fopen(w2.logpath, "r");
+        assert_non_null(f);
+        while (!seen && fgets(line, sizeof(line), f))
+            seen = strstr(line, "streams metrics: streams 1, producers 1, consumers 1") != NULL;
+        fclose(f);
+        if (!seen) usleep(100000);
+    }
+    assert_true(seen);
+    assert_int_equal(ds_producer_close(p), DS_K_OK);
+    assert_int_equal(ds_consumer_close(cs), DS_K_OK);
+    ds_client_close(c);
+    assert_int_equal(dst_worker_stop(&w2), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -382,6 +410,7 @@ int main(void)
         cmocka_unit_test(test_round_robin_dead_consumer_redelivers),
         cmocka_unit_test(test_key_partitions),
         cmocka_unit_test(test_delay_flush),
+        cmocka_unit_test(test_metrics_log_interval),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

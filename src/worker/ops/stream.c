@@ -444,6 +444,33 @@ void ds__stream_destroy(ds_server_t *srv)
     srv->streams = NULL;
 }
 
+static void count_ends(const ds_streams_t *S, uint64_t *producers, uint64_t *consumers,
+                       uint64_t *waits)
+{
+    *producers = *consumers = *waits = 0;
+    ds_dict_iter_t it;
+    ds__dict_iter_init(&it, (ds_dict_t *)&S->ends);
+    for (ds_dict_node_t *nd; (nd = ds__dict_iter_next(&it)) != NULL;) {
+        if (DS_DICT_ENTRY(nd, sc_end_t, node)->consumer)
+            (*consumers)++;
+        else
+            (*producers)++;
+    }
+    for (sc_wait_t *w = S->waits; w; w = w->next)
+        (*waits)++;
+}
+
+void ds__stream_log_metrics(ds_server_t *srv)
+{
+    ds_streams_t *S = srv->streams;
+    if (S == NULL) return;
+    uint64_t producers, consumers, waits;
+    count_ends(S, &producers, &consumers, &waits);
+    DS_LOG_INFO("streams metrics: streams %" PRIu64 ", producers %" PRIu64 ", consumers %" PRIu64
+                ", page_bytes %" PRIu64 ", waits %" PRIu64,
+                (uint64_t)ds__dict_count(&S->streams), producers, consumers, S->bytes, waits);
+}
+
 void ds__stream_stats(ds_server_t *srv, cJSON *root)
 {
     ds_streams_t *S = srv->streams;

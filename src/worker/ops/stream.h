@@ -125,6 +125,7 @@ typedef struct ds_streams {
     uint64_t append_key; /* the key of the elements being appended (the producer) */
     bool append_delay;   /* ... and their producer delays its flush */
     uint32_t flushes;    /* streams with a flush_at */
+    uint64_t metrics_at; /* when --sc_metrics_log_interval_s next logs (ms) */
 } ds_streams_t;
 
 /* Handles SC_* opcodes (stream_ops.c). */
@@ -138,6 +139,8 @@ void ds__stream_destroy(ds_server_t *srv);
 struct cJSON;
 /* STATS "streams": streams, producers, consumers, pages (bytes), waits. */
 void ds__stream_stats(ds_server_t *srv, struct cJSON *root);
+/* The same figures as one info log line (--sc_metrics_log_interval_s). */
+void ds__stream_log_metrics(ds_server_t *srv);
 
 /* stream.c, for stream_ops.c */
 ds_streams_t *ds__sc_get(ds_server_t *srv); /* made on first use; NULL on OOM */

@@ -164,6 +164,15 @@ uint64_t ds__stream_tick(ds_server_t *srv, uint64_t now)
     ds_streams_t *S = srv->streams;
     if (S == NULL) return 0;
     uint64_t next = 0, flush_next = 0;
+    /* --sc_metrics_log_interval_s */
+    uint64_t every = (uint64_t)srv->cfg.sc_metrics_log_interval_s * 1000;
+    if (S->metrics_at == 0) {
+        S->metrics_at = now + every;
+    } else if (now >= S->metrics_at) {
+        ds__stream_log_metrics(srv);
+        S->metrics_at = now + every;
+    }
+    flush_next = S->metrics_at;
     /* delay_flush_time_ms: streams whose flush is due. */
     ds_dict_iter_t it;
     ds__dict_iter_init(&it, &S->streams);
