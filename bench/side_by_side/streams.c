@@ -312,6 +312,7 @@ static int st_measure(const sbs_opts_t *o, const sbs_env_t *env, st_run_t *r, lo
     if (ds) {
         if (ds_open(env, r->kind, &pc) != 0) goto out;
         ds_producer_conf_t conf = DS_PRODUCER_CONF_INIT;
+        conf.delay_flush_time_ms = 0; /* wake the consumer at once, as XADD does */
         if (ds_stream_create_producer(pc, stream, &conf, &prod) != DS_K_OK) {
             fprintf(stderr, "sbs streams: create_producer: %s\n", ds_last_error());
             goto out;

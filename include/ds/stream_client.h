@@ -47,7 +47,7 @@ typedef struct ds_consumer ds_consumer_t;
 
 /* Yuanrong's ProducerConf; defaults from DS_PRODUCER_CONF_INIT. */
 typedef struct {
-    int64_t delay_flush_time_ms; /* 5; >= 0 (sends are visible at once here) */
+    int64_t delay_flush_time_ms; /* 5; sends are received within this long (0: at once) */
     int64_t page_size;           /* 1 MiB; a multiple of 4 KiB, at most 16 MiB */
     uint64_t max_stream_size;    /* 100 MiB; >= 64 KiB and >= twice page_size */
     bool auto_cleanup;           /* delete the stream when its last producer and consumer close */
@@ -64,8 +64,8 @@ typedef struct {
 
 typedef enum {
     DS_SUB_STREAM = 0,
-    DS_SUB_ROUND_ROBIN = 1,   /* refused, as by Yuanrong's worker: DS_K_INVALID */
-    DS_SUB_KEY_PARTITIONS = 2 /* refused, as by Yuanrong's worker: DS_K_INVALID */
+    DS_SUB_ROUND_ROBIN = 1,   /* consumers share it: each element to one, in turn */
+    DS_SUB_KEY_PARTITIONS = 2 /* consumers share it: each producer's elements to one */
 } ds_subscription_type_t;
 
 typedef struct {

@@ -38,7 +38,9 @@ class ChunkWriter:
 
     def __init__(self, stream_client, name: str) -> None:
         self.name = name
-        self._producer = stream_client.create_producer(name, retain_for_num_consumers=1)
+        # delay_flush_time_ms 0: each chunk wakes the reader at once.
+        self._producer = stream_client.create_producer(name, delay_flush_time_ms=0,
+                                                       retain_for_num_consumers=1)
         self._ended = False
 
     def send(self, chunk) -> None:

@@ -76,6 +76,7 @@ static void build_create(ds_conn_t *conn, void *ctx)
     ds__wbuf_u64(&conn->w, a->conf->retain_for_num_consumers);
     ds__wbuf_u64(&conn->w, a->conf->reserve_size);
     ds__wbuf_u8(&conn->w, a->conf->encrypt_stream);
+    ds__wbuf_u64(&conn->w, (uint64_t)a->conf->delay_flush_time_ms);
 }
 
 static ds_status_t read_create(ds_conn_t *conn, void *ctx, uint64_t deadline)

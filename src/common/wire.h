@@ -226,7 +226,8 @@
  * Streams (docs/streams.md; a handle is a producer's or consumer's id):
  * SC_CREATE_PRODUCER req: str stream, u64 page_size, u64 max_stream_size,
  *         u8 auto_cleanup, u64 retain_for_num_consumers, u64 reserve_size,
- *         u8 encrypt_stream                        resp: str err, u64 handle
+ *         u8 encrypt_stream[, u64 delay_flush_time_ms (absent: 0)]
+ *                                                  resp: str err, u64 handle
  * SC_CLOSE_PRODUCER / SC_CLOSE_CONSUMER req: u64 handle   resp: str err
  * SC_SUBSCRIBE req: str stream, str subscription, u8 type   resp: str err, u64 handle
  * SC_SEND req: u64 handle, i32 timeout_ms (-1: none given), n, n*str element
@@ -245,6 +246,12 @@
  *         owner passes them on to the other workers with consumers
  *         resp: str err
  * SC_PEER_QUERY req: str stream   resp: as SC_QUERY's, from the owner's table
+ * SC_PEER_DELETE req: str stream, str worker (the one whose client asked)
+ *         to the owner: refused K_SC_STREAM_IN_USE while any worker has a
+ *         producer or consumer; else every other worker drops its copy
+ *         (SC_PEER_DROP) and the owner forgets the stream   resp: str err
+ * SC_PEER_DROP req: str stream   the worker deletes its copy (kept while it
+ *         has producers or consumers: K_SC_STREAM_IN_USE)   resp: str err
  *
  * Cluster (worker to worker; see src/worker/cluster/cluster_int.h):
  * LOCATE  req: i32 wait_ms, u32 inline_max, n, n*key
@@ -400,6 +407,8 @@
     X(SC_PEER_REG, 49, "sc_peer_reg")                                                              \
     X(SC_PEER_PUSH, 50, "sc_peer_push")                                                            \
     X(SC_PEER_QUERY, 51, "sc_peer_query")                                                          \
+    X(SC_PEER_DELETE, 52, "sc_peer_delete")                                                        \
+    X(SC_PEER_DROP, 53, "sc_peer_drop")                                                            \
     X(MIGRATE, 60, "migrate")                                                                      \
     X(META_MOVE, 61, "meta_move")                                                                  \
     X(USAGE, 62, "usage")                                                                          \

@@ -154,6 +154,9 @@ static const flag_def_t flags[] = {
     YINT(sc_shm_threshold_percentage, 100, 1, 100,
          "most of the shared memory, in percent, that streams' pages may take; a send past it "
          "waits for acks like one past its stream's max_stream_size"),
+    YINT(sc_metrics_log_interval_s, 60, 1, INT32_MAX,
+         "Interval between logging stream metrics (streams, producers, consumers, page bytes, "
+         "parked waits; at info level, once streams are in use). Default to 60s"),
     INT(metrics_port, 0, 0, 65535,
         "port of the Prometheus /metrics endpoint on the worker host; 0 = off"),
     YSTR(l2_cache_type, "none",
@@ -242,7 +245,6 @@ static const flag_def_t flags[] = {
     YR(sc_worker_worker_pool_size, COMPAT_INT),
     YR(sc_gc_interval_ms, COMPAT_INT),
     YR(sc_scan_interval_ms, COMPAT_INT),
-    YR(sc_metrics_log_interval_s, COMPAT_INT),
     YR(sc_cache_pages, COMPAT_INT),
     YR(sc_scan_thread_num, COMPAT_INT),
     YR(sc_scan_num_buckets, COMPAT_INT),

@@ -54,6 +54,7 @@ typedef struct {
     int64_t max_pending_subscriptions_per_client;
     int64_t max_read_latches_per_client, max_read_latches, max_read_latch_timeout_ms;
     int64_t sc_shm_threshold_percentage;
+    int64_t sc_metrics_log_interval_s;
     int64_t metrics_port;
     int64_t l2_cache_async_write_queue_size;
     int64_t spill_size_limit;

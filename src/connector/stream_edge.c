@@ -77,6 +77,7 @@ ds_status_t omni_chunk_writer_open(omni_connector_t *c, const char *from_stage,
     /* Retained until the reader subscribes, so the two ends open in any order. */
     ds_producer_conf_t conf = DS_PRODUCER_CONF_INIT;
     conf.retain_for_num_consumers = 1;
+    conf.delay_flush_time_ms = 0; /* each chunk wakes the reader at once */
     st = ds_stream_create_producer(d->client, w->name, &conf, &w->p);
     omni__connector_leave(c);
     if (st != DS_K_OK) {

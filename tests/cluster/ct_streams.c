@@ -5,7 +5,8 @@
  * subscribes again receives what is sent after it came back; a producer on
  * a worker that is not the stream's owner reaches consumers through the
  * owner; a subscribe returns once the owner counts it, so what is sent
- * next reaches it; counts are the owner's, asked from any worker; and when a
+ * next reaches it; counts are the owner's, asked from any worker; a delete
+ * goes through the owner and removes every worker's copy; and when a
  * consumer's worker dies, the consumers on the others go on receiving. */
 #include "cluster_util.h"
 
@@ -180,6 +181,46 @@ static void test_producer_off_the_owner(void **state)
     ds_client_close(cc);
 }
 
+/* delete_stream goes through the owner: refused (K_SC_STREAM_IN_USE,
+ * Yuanrong's master's messages) while any worker has a producer or
+ * consumer, asked from any worker; then every worker's copy goes, so a
+ * second delete from any worker finds nothing. */
+static void test_delete_everywhere(void **state)
+{
+    (void)state;
+    ds_client_t *ca = ct_client(&C, A, DS_TRANSPORT_LOCAL);
+    ds_client_t *cb = ct_client(&C, B, DS_TRANSPORT_LOCAL);
+    ds_client_t *cc = ct_client(&C, CC, DS_TRANSPORT_LOCAL);
+    char s[64];
+    name_owned_by(ca, B, "ds", s, sizeof(s));
+    ds_consumer_t *c1 = sub(cc, s, "c1");
+    ds_producer_t *p = prod(ca, s);
+    send_range(p, 0, 20);
+    expect_range(c1, 0, 20, "c1");
+    assert_int_equal(ds_stream_delete(cb, s), DS_K_SC_STREAM_IN_USE);
+    assert_non_null(strstr(ds_last_error(), "Has pub node in global scope"));
+    assert_int_equal(ds_stream_delete(ca, s), DS_K_SC_STREAM_IN_USE);
+    assert_int_equal(ds_producer_close(p), DS_K_OK);
+    uint64_t np = 1;
+    for (int i = 0; i < 500 && np; i++) {
+        assert_int_equal(ds_stream_query_global_producer_num(cb, s, &np), DS_K_OK);
+        if (np) usleep(20000);
+    }
+    assert_int_equal(np, 0);
+    /* The consumer is on C; the delete is asked at A, which has none. */
+    assert_int_equal(ds_stream_delete(ca, s), DS_K_SC_STREAM_IN_USE);
+    assert_non_null(strstr(ds_last_error(), "Has sub node in global scope"));
+    assert_int_equal(ds_consumer_close(c1), DS_K_OK);
+    wait_consumers(ca, s, 0);
+    assert_int_equal(ds_stream_delete(ca, s), DS_K_OK);
+    assert_int_equal(ds_stream_delete(cc, s), DS_K_SC_STREAM_NOT_FOUND);
+    assert_int_equal(ds_stream_delete(cb, s), DS_K_SC_STREAM_NOT_FOUND);
+    assert_int_equal(ds_stream_delete(ca, s), DS_K_SC_STREAM_NOT_FOUND);
+    ds_client_close(ca);
+    ds_client_close(cb);
+    ds_client_close(cc);
+}
+
 static void test_consumer_worker_dies(void **state)
 {
     (void)state;
@@ -211,6 +252,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_a_to_b_and_c),
         cmocka_unit_test(test_producer_off_the_owner),
+        cmocka_unit_test(test_delete_everywhere),
         cmocka_unit_test(test_consumer_worker_dies),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -127,10 +127,13 @@ static void test_bad_input(void **state)
     assert_int_equal(ds_stream_create_producer(c, "bad name", NULL, &p), DS_K_INVALID);
     assert_non_null(strstr(ds_last_error(), "streamName"));
     ds_consumer_t *cs = NULL;
-    assert_int_equal(ds_stream_subscribe(c, "s_bad", "rr", DS_SUB_ROUND_ROBIN, &cs), DS_K_INVALID);
-    assert_non_null(strstr(ds_last_error(), "Only support STREAM mode"));
-    assert_int_equal(ds_stream_subscribe(c, "s_bad", "kp", DS_SUB_KEY_PARTITIONS, &cs),
+    /* A subscription keeps its type. */
+    assert_int_equal(ds_stream_subscribe(c, "s_bad", "rr", DS_SUB_ROUND_ROBIN, &cs), DS_K_OK);
+    ds_consumer_t *kp = NULL;
+    assert_int_equal(ds_stream_subscribe(c, "s_bad", "rr", DS_SUB_KEY_PARTITIONS, &kp),
                      DS_K_INVALID);
+    assert_non_null(strstr(ds_last_error(), "exists with type 1, asked 2"));
+    assert_int_equal(ds_consumer_close(cs), DS_K_OK);
     cs = consumer(c, "s_bad", "one");
     ds_consumer_t *cs2 = NULL;
     assert_int_equal(ds_stream_subscribe(c, "s_bad", "one", DS_SUB_STREAM, &cs2), DS_K_INVALID);

@@ -63,9 +63,11 @@ def test_bad_input(sc):
     with pytest.raises(RuntimeError) as e:
         sc.create_producer("py_bad2", page_size_byte=5000)
     assert e.value.code == _n.K_INVALID and "Page size not multiple of 4096" in str(e.value)
+    rr = sc.subscribe("py_bad", "rr", SubconfigType.ROUND_ROBIN.value)
     with pytest.raises(RuntimeError) as e:
-        sc.subscribe("py_bad", "rr", SubconfigType.ROUND_ROBIN.value)
-    assert e.value.code == _n.K_INVALID and "Only support STREAM mode" in str(e.value)
+        sc.subscribe("py_bad", "rr", SubconfigType.KEY_PARTITIONS.value)
+    assert e.value.code == _n.K_INVALID and "exists with type 1, asked 2" in str(e.value)
+    rr.close()
     assert SubscriptionType.KEY_PARTITIONS.value == 2
     assert SubscriptionConfig("s").subscription_type == SubconfigType.STREAM
     c = sc.subscribe("py_bad", "one", SubconfigType.STREAM.value)

@@ -799,6 +799,7 @@ static const ds_remote_t remote = {
     .stream_room = ds__cluster_stream_room,
     .stream_forward = ds__cluster_stream_forward,
     .stream_query = ds__cluster_stream_query,
+    .stream_delete = ds__cluster_stream_delete,
     .leave = ds__migrate_leave,
 };
 

@@ -360,6 +360,7 @@ void ds__cluster_stream_forward(ds_server_t *srv, const char *name, uint32_t len
                                 const char *origin, uint32_t ol, const uint8_t *const *els,
                                 const uint32_t *lens, uint32_t n);
 void ds__cluster_stream_query(ds_server_t *srv, ds_req_t *r, const char *name, uint32_t len);
+void ds__cluster_stream_delete(ds_server_t *srv, ds_req_t *r, const char *name, uint32_t len);
 void ds__cluster_stream_peer_op(ds_server_t *srv, ds_req_t *r);
 void ds__cluster_stream_stats(ds_server_t *srv, struct cJSON *cl);
 void ds__cluster_stream_free(ds_server_t *srv);

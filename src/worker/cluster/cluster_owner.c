@@ -281,6 +281,8 @@ void ds__cluster_peer_op(ds_server_t *srv, ds_req_t *r)
         break;
     case DS_OP_SC_PEER_REG:
     case DS_OP_SC_PEER_QUERY:
+    case DS_OP_SC_PEER_DELETE:
+    case DS_OP_SC_PEER_DROP:
         ds__cluster_stream_peer_op(srv, r);
         break;
     case DS_OP_REPL_PUT:

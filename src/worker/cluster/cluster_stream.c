@@ -405,7 +405,164 @@ void ds__cluster_stream_query(ds_server_t *srv, ds_req_t *r, const char *name, u
     ds__job_submit(srv, j);
 }
 
-/* SC_PEER_REG and SC_PEER_QUERY, at the owner. */
+/* ---- delete, through the owner ---- */
+
+/* This worker's copy of the stream goes, unless it has producers or
+ * consumers. Returns whether there was a copy. */
+static bool drop_local(ds_server_t *srv, const char *name, uint32_t len, bool *in_use)
+{
+    sc_stream_t *st = srv->streams ? ds__sc_find(srv->streams, name, len) : NULL;
+    *in_use = st && (st->producers || st->consumers);
+    if (st == NULL || *in_use) return st != NULL;
+    ds__sc_delete(srv, st);
+    return true;
+}
+
+/* The owner's delete: waits for the other workers' drops, then answers. */
+typedef struct {
+    ds_req_t *d;
+    int outstanding;
+} del_wait_t;
+
+static void del_finish(del_wait_t *w)
+{
+    if (--w->outstanding > 0) return;
+    ds__req_error(w->d, DS_K_OK, "%s", "");
+    free(w);
+}
+
+static void drop_done(ds_job_t *j)
+{
+    if (j->transport_failed || (j->status != DS_K_OK && j->status != DS_K_SC_STREAM_NOT_FOUND))
+        DS_LOG_WARN("streams: dropping stream at %s failed: %s", j->addr, j->err);
+    del_finish(j->ctx);
+}
+
+static void reg_remove(cs_t *c, sc_reg_t *g)
+{
+    ds__dict_remove(&c->regs, &g->node);
+    free(g->name);
+    free(g->m);
+    free(g);
+}
+
+/* At the owner: refused while any worker has a producer or consumer
+ * (Yuanrong's master's messages); else every worker that registered drops
+ * its copy, and r is answered once they have. */
+static void owner_delete(ds_server_t *srv, ds_req_t *r, const char *name, uint32_t len,
+                         const char *from, uint32_t fl)
+{
+    cs_t *c = cs_get(srv);
+    if (c == NULL) return ds__req_error(r, DS_K_OUT_OF_MEMORY, "worker out of memory");
+    sc_reg_t *g = reg_find(c, name, len, false);
+    uint32_t pubs = 0, subs = 0;
+    for (uint32_t i = 0; g && i < g->n; i++) {
+        pubs += g->m[i].producers > 0;
+        subs += g->m[i].consumers > 0;
+    }
+    if (pubs)
+        return ds__req_error(r, DS_K_SC_STREAM_IN_USE,
+                             "Stream:<%.*s>, State:<Has pub node in global scope>, Number:<%u>, "
+                             "Request src:<%.*s>",
+                             (int)len, name, pubs, (int)fl, from);
+    if (subs)
+        return ds__req_error(r, DS_K_SC_STREAM_IN_USE,
+                             "Stream:<%.*s>, State:<Has sub node in global scope>, Number:<%u>, "
+                             "Request src:<%.*s>",
+                             (int)len, name, subs, (int)fl, from);
+    bool in_use;
+    bool had = drop_local(srv, name, len, &in_use);
+    if (in_use)
+        return ds__req_error(r, DS_K_SC_STREAM_IN_USE,
+                             "Stream:<%.*s>, State:<Has pub or sub node in global scope>, "
+                             "Number:<1>, Request src:<%.*s>",
+                             (int)len, name, (int)fl, from);
+    if (g == NULL) {
+        if (had) return ds__req_error(r, DS_K_OK, "%s", "");
+        return ds__req_error(r, DS_K_SC_STREAM_NOT_FOUND, "Stream %.*s not found", (int)len, name);
+    }
+    del_wait_t *w = malloc(sizeof(*w));
+    ds_req_t *d = w ? ds__req_park(r, NULL, NULL) : NULL;
+    if (d == NULL) {
+        free(w);
+        reg_remove(c, g);
+        return ds__req_error(r, DS_K_OK, "%s", "");
+    }
+    w->d = d;
+    w->outstanding = 1;
+    const char *self = ds__cluster_self(srv);
+    for (uint32_t i = 0; i < g->n; i++) {
+        const char *a = g->m[i].addr;
+        if (strcmp(a, self) == 0 || (strlen(a) == fl && memcmp(a, from, fl) == 0)) continue;
+        ds_job_t *j = ds__job_new(NULL, a, DS_OP_SC_PEER_DROP, drop_done);
+        if (j == NULL) continue;
+        ds__wbuf_str(&j->req, name, len);
+        j->ctx = w;
+        w->outstanding++;
+        ds__job_submit(srv, j);
+    }
+    reg_remove(c, g);
+    del_finish(w);
+}
+
+/* A client's delete at a worker that is not the owner: the owner's answer,
+ * then this worker's own copy. */
+typedef struct {
+    ds_server_t *srv;
+    ds_req_t *d;
+    uint32_t len;
+    char name[];
+} del_req_t;
+
+static void delete_done(ds_job_t *j)
+{
+    del_req_t *q = j->ctx;
+    if (j->transport_failed) {
+        ds__req_error(q->d, DS_K_RPC_UNAVAILABLE, "asking stream owner %s failed: %s", j->addr,
+                      j->err);
+    } else if (j->status != DS_K_OK && j->status != DS_K_SC_STREAM_NOT_FOUND) {
+        ds__req_error(q->d, (ds_status_t)j->status, "%s", j->err);
+    } else {
+        bool in_use;
+        bool had = drop_local(q->srv, q->name, q->len, &in_use);
+        if (in_use)
+            ds__req_error(q->d, DS_K_SC_STREAM_IN_USE, "Stream %.*s is in use on this worker",
+                          (int)q->len, q->name);
+        else if (j->status == DS_K_OK || had)
+            ds__req_error(q->d, DS_K_OK, "%s", "");
+        else
+            ds__req_error(q->d, DS_K_SC_STREAM_NOT_FOUND, "Stream %.*s not found", (int)q->len,
+                          q->name);
+    }
+    free(q);
+}
+
+void ds__cluster_stream_delete(ds_server_t *srv, ds_req_t *r, const char *name, uint32_t len)
+{
+    const char *owner = ds__cluster_owner(srv, name, len);
+    const char *self = ds__cluster_self(srv);
+    if (owner == NULL || strcmp(owner, self) == 0)
+        return owner_delete(srv, r, name, len, self, (uint32_t)strlen(self));
+    ds_job_t *j = ds__job_new(NULL, owner, DS_OP_SC_PEER_DELETE, delete_done);
+    del_req_t *q = j ? malloc(sizeof(*q) + len) : NULL;
+    ds_req_t *d = q ? ds__req_park(r, NULL, NULL) : NULL;
+    if (d == NULL) {
+        free(q);
+        free(j); /* never submitted */
+        return ds__req_error(r, DS_K_OUT_OF_MEMORY, "worker out of memory");
+    }
+    q->srv = srv;
+    q->d = d;
+    q->len = len;
+    memcpy(q->name, name, len);
+    ds__wbuf_str(&j->req, name, len);
+    ds__wbuf_cstr(&j->req, self);
+    j->ctx = q;
+    ds__job_submit(srv, j);
+}
+
+/* SC_PEER_REG, SC_PEER_QUERY and SC_PEER_DELETE at the owner; SC_PEER_DROP
+ * anywhere. */
 void ds__cluster_stream_peer_op(ds_server_t *srv, ds_req_t *r)
 {
     cs_t *c = cs_get(srv);
@@ -414,6 +571,26 @@ void ds__cluster_stream_peer_op(ds_server_t *srv, ds_req_t *r)
     ds__rbuf_init(&rb, r->meta, r->meta_len);
     const char *name;
     uint32_t nl = ds__rbuf_str(&rb, &name);
+    if (r->op == DS_OP_SC_PEER_DROP) {
+        if (!ds__rbuf_done(&rb) || nl == 0 || nl > DS_SC_NAME_MAX)
+            return ds__req_error(r, DS_K_INVALID, "malformed sc_peer_drop request");
+        bool in_use;
+        bool had = drop_local(srv, name, nl, &in_use);
+        if (in_use)
+            return ds__req_error(r, DS_K_SC_STREAM_IN_USE, "Stream %.*s is in use on this worker",
+                                 (int)nl, name);
+        if (!had)
+            return ds__req_error(r, DS_K_SC_STREAM_NOT_FOUND, "Stream %.*s not found", (int)nl,
+                                 name);
+        return ds__req_error(r, DS_K_OK, "%s", "");
+    }
+    if (r->op == DS_OP_SC_PEER_DELETE) {
+        const char *from;
+        uint32_t fl = ds__rbuf_str(&rb, &from);
+        if (!ds__rbuf_done(&rb) || nl == 0 || nl > DS_SC_NAME_MAX || fl == 0 || fl >= 300)
+            return ds__req_error(r, DS_K_INVALID, "malformed sc_peer_delete request");
+        return owner_delete(srv, r, name, nl, from, fl);
+    }
     if (r->op == DS_OP_SC_PEER_QUERY) {
         if (!ds__rbuf_done(&rb) || nl == 0)
             return ds__req_error(r, DS_K_INVALID, "malformed sc_peer_query request");

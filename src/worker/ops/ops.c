@@ -791,6 +791,8 @@ void ds__ops_dispatch(void *ctx, ds_req_t *r)
     case DS_OP_HOLDER_END:
     case DS_OP_SC_PEER_REG:
     case DS_OP_SC_PEER_QUERY:
+    case DS_OP_SC_PEER_DELETE:
+    case DS_OP_SC_PEER_DROP:
     case DS_OP_REPL_PUT:
     case DS_OP_REPL_META:
     case DS_OP_REPL_COPY:

@@ -115,8 +115,10 @@ void ds__sc_reclaim(ds_server_t *srv, sc_stream_t *st)
     uint64_t low; /* every element <= low may go */
     if (retaining(st)) return;
     low = st->next_id - 1;
-    for (sc_sub_t *s = st->subs; s; s = s->next)
-        if (s->acked < low) low = s->acked;
+    for (sc_sub_t *s = st->subs; s; s = s->next) {
+        uint64_t done = s->type == DS_SC_SUB_STREAM ? s->acked : ds__sc_sub_low(s) - 1;
+        if (done < low) low = done;
+    }
     bool freed = false;
     while (st->head && st->head->first_id + st->head->n - 1 <= low) {
         sc_page_t *p = st->head;
@@ -168,6 +170,7 @@ ds_status_t ds__sc_append(ds_server_t *srv, sc_stream_t *st, const uint8_t *cons
 {
     uint32_t start = *done;
     ds_status_t rc = DS_K_OK;
+    bool new_page = false;
     /* Other workers' queues full: wait, as for a full stream. */
     if (srv->remote && srv->remote->stream_room && !srv->remote->stream_room(srv))
         return DS_K_TRY_AGAIN;
@@ -179,6 +182,8 @@ ds_status_t ds__sc_append(ds_server_t *srv, sc_stream_t *st, const uint8_t *cons
         }
         sc_page_t *p = st->tail;
         if (p == NULL || p->cap - p->used < lens[i] || p->first_id + p->n != st->next_id) {
+            /* A full page flushes (delay_flush_time_ms). */
+            if (p) new_page = true;
             rc = page_new(srv, st, lens[i]);
             if (rc != DS_K_OK) break;
             p = st->tail;
@@ -196,19 +201,32 @@ ds_status_t ds__sc_append(ds_server_t *srv, sc_stream_t *st, const uint8_t *cons
         p->off[p->n++] = p->used;
         memcpy(p->base + p->used, els[i], lens[i]);
         p->used += lens[i];
+        ds__sc_sub_assign(st, st->next_id, srv->streams->append_key);
         st->next_id++;
         *done = i + 1;
     }
     if (*done > start && srv->remote && srv->remote->stream_forward)
         srv->remote->stream_forward(srv, st->name, st->name_len, origin, origin_len, els + start,
                                     lens + start, *done - start);
-    if (*done > start) ds__sc_wake(srv, st);
+    if (*done > start && (!srv->streams->append_delay || new_page)) {
+        if (st->flush_at) srv->streams->flushes--;
+        st->flush_at = 0;
+        ds__sc_wake(srv, st);
+    }
     return rc;
 }
 
 uint64_t ds__sc_available(const sc_end_t *e)
 {
+    if (e->sub->type != DS_SC_SUB_STREAM) return ds__sc_sub_available(e);
     return e->st->next_id - e->sub->cursor;
+}
+
+void ds__sc_flush(ds_server_t *srv, sc_stream_t *st)
+{
+    if (st->flush_at) srv->streams->flushes--;
+    st->flush_at = 0;
+    ds__sc_wake(srv, st);
 }
 
 /* The page holding id, or NULL. */
@@ -221,6 +239,7 @@ static sc_page_t *page_of(sc_stream_t *st, uint64_t id)
 
 void ds__sc_reply_elements(ds_server_t *srv, ds_req_t *r, sc_end_t *e, uint32_t max)
 {
+    if (e->sub->type != DS_SC_SUB_STREAM) return ds__sc_sub_reply(srv, r, e, max);
     sc_stream_t *st = e->st;
     sc_sub_t *sub = e->sub;
     uint64_t avail = ds__sc_available(e);
@@ -304,6 +323,7 @@ static void sub_unlink(sc_stream_t *st, sc_sub_t *sub)
             *pp = sub->next;
             break;
         }
+    ds__sc_sub_free(sub);
     free(sub->name);
     free(sub);
 }
@@ -311,6 +331,7 @@ static void sub_unlink(sc_stream_t *st, sc_sub_t *sub)
 void ds__sc_delete(ds_server_t *srv, sc_stream_t *st)
 {
     ds_streams_t *S = srv->streams;
+    if (st->flush_at) S->flushes--;
     while (st->head) {
         sc_page_t *p = st->head;
         st->head = p->next;
@@ -349,9 +370,14 @@ void ds__sc_close(ds_server_t *srv, sc_end_t *e)
     ds__dict_remove(&S->ends, &e->node);
     if (e->consumer) {
         st->consumers--;
-        sub_unlink(st, e->sub);
+        /* A shared subscription stays while it has consumers; what this
+         * one held goes to them. */
+        if (e->sub->type == DS_SC_SUB_STREAM || ds__sc_sub_leave(e->sub, e) == 0)
+            sub_unlink(st, e->sub);
+        free(e->q);
     } else {
         st->producers--;
+        ds__sc_flush(srv, st); /* a closing producer flushes */
     }
     free(e);
     ds__sc_counts_changed(srv, st);
@@ -416,6 +442,33 @@ void ds__stream_destroy(ds_server_t *srv)
     ds__dict_clear(&S->streams);
     free(S);
     srv->streams = NULL;
+}
+
+static void count_ends(const ds_streams_t *S, uint64_t *producers, uint64_t *consumers,
+                       uint64_t *waits)
+{
+    *producers = *consumers = *waits = 0;
+    ds_dict_iter_t it;
+    ds__dict_iter_init(&it, (ds_dict_t *)&S->ends);
+    for (ds_dict_node_t *nd; (nd = ds__dict_iter_next(&it)) != NULL;) {
+        if (DS_DICT_ENTRY(nd, sc_end_t, node)->consumer)
+            (*consumers)++;
+        else
+            (*producers)++;
+    }
+    for (sc_wait_t *w = S->waits; w; w = w->next)
+        (*waits)++;
+}
+
+void ds__stream_log_metrics(ds_server_t *srv)
+{
+    ds_streams_t *S = srv->streams;
+    if (S == NULL) return;
+    uint64_t producers, consumers, waits;
+    count_ends(S, &producers, &consumers, &waits);
+    DS_LOG_INFO("streams metrics: streams %" PRIu64 ", producers %" PRIu64 ", consumers %" PRIu64
+                ", page_bytes %" PRIu64 ", waits %" PRIu64,
+                (uint64_t)ds__dict_count(&S->streams), producers, consumers, S->bytes, waits);
 }
 
 void ds__stream_stats(ds_server_t *srv, cJSON *root)

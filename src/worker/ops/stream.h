@@ -35,15 +35,36 @@ typedef struct sc_page {
 
 struct sc_stream;
 
+/* A ROUND_ROBIN / KEY_PARTITIONS element handed to one consumer: its id and
+ * its key (the producer it came from). */
+typedef struct {
+    uint64_t id, key;
+} sc_qent_t;
+
+typedef struct {
+    uint64_t key;
+    struct sc_end *e;
+} sc_keymap_t;
+
 typedef struct sc_sub {
     struct sc_sub *next;
     char *name;
     uint32_t name_len;
-    uint8_t type;
-    uint64_t cursor; /* the next id it delivers */
-    uint64_t acked;  /* every id <= acked is done with */
+    uint8_t type;    /* DS_SC_SUB_* */
+    uint64_t cursor; /* the next id it delivers (shared types: hands out) */
+    uint64_t acked;  /* STREAM: every id <= acked is done with */
     struct sc_end *consumer;
+    /* ROUND_ROBIN / KEY_PARTITIONS (stream_sub.c): its consumers in the
+     * order they joined, whose turn is next, and each key's consumer. */
+    struct sc_end **cons;
+    uint32_t ncons, capcons, turn;
+    sc_keymap_t *keys;
+    uint32_t nkeys, capkeys;
 } sc_sub_t;
+
+#define DS_SC_SUB_STREAM 0
+#define DS_SC_SUB_ROUND_ROBIN 1
+#define DS_SC_SUB_KEY_PARTITIONS 2
 
 /* A producer or a consumer: a client's handle, found by id. */
 typedef struct sc_end {
@@ -53,6 +74,13 @@ typedef struct sc_end {
     struct sc_stream *st;
     sc_sub_t *sub; /* a consumer's subscription */
     const void *session;
+    uint32_t delay_ms; /* a producer's delay_flush_time_ms */
+    /* A consumer of a shared subscription: the elements handed to it,
+     * q[0, qdeliv) received and not acknowledged, q[qdeliv, qn) not yet
+     * received (ascending ids); the highest id it received. */
+    sc_qent_t *q;
+    uint32_t qdeliv, qn, qcap;
+    uint64_t max_deliv;
 } sc_end_t;
 
 typedef struct sc_stream {
@@ -65,6 +93,10 @@ typedef struct sc_stream {
     sc_page_t *head, *tail;
     uint64_t bytes;   /* bytes of its pages */
     uint64_t next_id; /* the id the next element gets (from 1) */
+    /* delay_flush_time_ms: elements are received at once by a receive that
+     * looks, but parked receives are woken by the flush, due at flush_at
+     * (ms, 0 = none). */
+    uint64_t flush_at;
     uint32_t producers, consumers;
     uint64_t ever_consumers;
     sc_sub_t *subs;
@@ -89,8 +121,12 @@ typedef struct ds_streams {
     ds_dict_t ends;    /* id -> sc_end_t */
     uint64_t next_end;
     sc_wait_t *waits;
-    uint64_t bytes; /* all streams' pages */
-    uint64_t woken; /* parked receives answered by wakes, ever */
+    uint64_t bytes;      /* all streams' pages */
+    uint64_t woken;      /* parked receives answered by wakes, ever */
+    uint64_t append_key; /* the key of the elements being appended (the producer) */
+    bool append_delay;   /* ... and their producer delays its flush */
+    uint32_t flushes;    /* streams with a flush_at */
+    uint64_t metrics_at; /* when --sc_metrics_log_interval_s next logs (ms) */
 } ds_streams_t;
 
 /* Handles SC_* opcodes (stream_ops.c). */
@@ -104,6 +140,8 @@ void ds__stream_destroy(ds_server_t *srv);
 struct cJSON;
 /* STATS "streams": streams, producers, consumers, pages (bytes), waits. */
 void ds__stream_stats(ds_server_t *srv, struct cJSON *root);
+/* The same figures as one info log line (--sc_metrics_log_interval_s). */
+void ds__stream_log_metrics(ds_server_t *srv);
 
 /* stream.c, for stream_ops.c */
 ds_streams_t *ds__sc_get(ds_server_t *srv); /* made on first use; NULL on OOM */
@@ -133,6 +171,23 @@ void ds__sc_wake(ds_server_t *srv, sc_stream_t *st);
 /* Answers a RECEIVE for consumer e with up to max elements (0 = any). */
 void ds__sc_reply_elements(ds_server_t *srv, ds_req_t *r, sc_end_t *e, uint32_t max);
 uint64_t ds__sc_available(const sc_end_t *e);
+/* A flush: wakes the stream's parked receives (delay_flush_time_ms). */
+void ds__sc_flush(ds_server_t *srv, sc_stream_t *st);
+
+/* stream_sub.c: ROUND_ROBIN and KEY_PARTITIONS subscriptions. */
+bool ds__sc_sub_join(sc_stream_t *st, sc_sub_t *s, sc_end_t *e);
+/* e leaves s; what it held goes to the others. Returns the consumers left. */
+uint32_t ds__sc_sub_leave(sc_sub_t *s, sc_end_t *e);
+void ds__sc_sub_free(sc_sub_t *s);
+/* Hands element id (of key) to one consumer of every shared subscription. */
+void ds__sc_sub_assign(sc_stream_t *st, uint64_t id, uint64_t key);
+/* Every id below the returned one is done with by subscription s. */
+uint64_t ds__sc_sub_low(const sc_sub_t *s);
+uint64_t ds__sc_sub_available(const sc_end_t *e);
+void ds__sc_sub_reply(ds_server_t *srv, ds_req_t *r, sc_end_t *e, uint32_t max);
+/* Acknowledges e's received elements with ids <= id; false: id is past
+ * what e received. */
+bool ds__sc_sub_ack(sc_end_t *e, uint64_t id);
 /* stream_wait.c: parks r as a wait (false: out of memory, r still the
  * caller's); takes a wait's request back (out of the list, no cancel). */
 ds_req_t *ds__sc_wait_take(ds_streams_t *S, sc_wait_t *w);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "common/clock.h"
+#include "common/hash.h"
 #include "common/keys.h"
 #include "worker/ops/stream.h"
 #include "worker/ops/worker.h"
@@ -66,7 +67,11 @@ static void op_create_producer(ds_server_t *srv, ds_streams_t *S, ds_req_t *r, d
     bool cleanup = ds__rbuf_u8(rb) != 0;
     uint64_t retain = ds__rbuf_u64(rb), reserve = ds__rbuf_u64(rb);
     (void)ds__rbuf_u8(rb); /* encrypt_stream: a cross-worker matter; nothing leaves this worker */
+    /* delay_flush_time_ms, optional (absent: 0, every send visible at once). */
+    int64_t delay = rb->pos < rb->len ? (int64_t)ds__rbuf_u64(rb) : 0;
     if (!ds__rbuf_done(rb)) goto bad;
+    if (delay < 0 || delay > INT32_MAX)
+        return ds__req_error(r, DS_K_INVALID, "delay_flush_time_ms must be in [0, %d]", INT32_MAX);
     /* Yuanrong's VerifyProducerConfig, its checks and messages in order. */
     if (page == 0 || page % DS_SC_MIN_PAGE != 0)
         return ds__req_error(r, DS_K_INVALID, "Page size not multiple of %u.", DS_SC_MIN_PAGE);
@@ -115,6 +120,7 @@ static void op_create_producer(ds_server_t *srv, ds_streams_t *S, ds_req_t *r, d
         return ds__req_error(r, DS_K_OUT_OF_MEMORY, "worker out of memory");
     sc_end_t *e = ds__sc_end_new(S, st, false, r->session);
     if (e == NULL) return ds__req_error(r, DS_K_OUT_OF_MEMORY, "worker out of memory");
+    e->delay_ms = (uint32_t)delay;
     if (!st->configured) {
         st->configured = true;
         st->page_size = page;
@@ -132,6 +138,16 @@ bad:
     ds__req_error(r, DS_K_INVALID, "malformed sc_create_producer request");
 }
 
+static void sub_answer(ds_server_t *srv, ds_req_t *r, sc_stream_t *st, uint64_t id)
+{
+    /* In a cluster the answer waits until the stream's owner counts this
+     * consumer: from then on other workers' elements reach it. */
+    if (srv->remote && srv->remote->stream_reg)
+        return srv->remote->stream_reg(srv, st->name, st->name_len, st->producers, st->consumers, r,
+                                       id);
+    reply_u64s(r, &id, 1);
+}
+
 static void op_subscribe(ds_server_t *srv, ds_streams_t *S, ds_req_t *r, ds_rbuf_t *rb)
 {
     const char *name, *sub;
@@ -140,20 +156,43 @@ static void op_subscribe(ds_server_t *srv, ds_streams_t *S, ds_req_t *r, ds_rbuf
     if (!read_name(r, rb, "subscriptionName", &sub, &sl)) return;
     uint8_t type = ds__rbuf_u8(rb);
     if (!ds__rbuf_done(rb)) goto bad;
-    if (type != 0)
+    if (type > DS_SC_SUB_KEY_PARTITIONS)
         return ds__req_error(r, DS_K_INVALID,
-                             "Only support STREAM mode. <%.*s> mode not supported yet.", (int)sl,
-                             sub);
+                             "subscription type %u unknown (0 STREAM, 1 ROUND_ROBIN, "
+                             "2 KEY_PARTITIONS)",
+                             type);
     sc_stream_t *st = ds__sc_find(S, name, nl);
+    sc_sub_t *shared = NULL;
     if (st) {
-        for (sc_sub_t *s = st->subs; s; s = s->next)
-            if (s->name_len == sl && memcmp(s->name, sub, sl) == 0)
+        for (sc_sub_t *s = st->subs; s; s = s->next) {
+            if (s->name_len != sl || memcmp(s->name, sub, sl) != 0) continue;
+            if (s->type != type)
+                return ds__req_error(
+                    r, DS_K_INVALID,
+                    "Subscription %.*s of stream %.*s exists with type %u, asked %u", (int)sl, sub,
+                    (int)nl, name, s->type, type);
+            if (type == DS_SC_SUB_STREAM)
                 return ds__req_error(r, DS_K_INVALID,
                                      "Subscription %.*s of stream %.*s already has its consumer: "
                                      "a STREAM subscription has one",
                                      (int)sl, sub, (int)nl, name);
+            shared = s;
+        }
     } else if ((st = ds__sc_make(S, name, nl)) == NULL) {
         return ds__req_error(r, DS_K_OUT_OF_MEMORY, "worker out of memory");
+    }
+    if (shared) { /* another consumer of a ROUND_ROBIN / KEY_PARTITIONS subscription */
+        sc_end_t *e = ds__sc_end_new(S, st, true, r->session);
+        if (e == NULL) return ds__req_error(r, DS_K_OUT_OF_MEMORY, "worker out of memory");
+        e->sub = shared;
+        if (!ds__sc_sub_join(st, shared, e)) {
+            ds__dict_remove(&S->ends, &e->node);
+            free(e);
+            return ds__req_error(r, DS_K_OUT_OF_MEMORY, "worker out of memory");
+        }
+        st->consumers++;
+        st->ever_consumers++;
+        return sub_answer(srv, r, st, e->id);
     }
     sc_sub_t *s = calloc(1, sizeof(*s));
     char *sn = malloc(sl + 1);
@@ -167,23 +206,26 @@ static void op_subscribe(ds_server_t *srv, ds_streams_t *S, ds_req_t *r, ds_rbuf
     sn[sl] = '\0';
     s->name = sn;
     s->name_len = sl;
+    s->type = type;
     /* From the tail; from the oldest element held while the stream retains. */
     bool retaining = st->retain > st->ever_consumers;
     s->cursor = retaining && st->head ? st->head->first_id : st->next_id;
     s->acked = s->cursor - 1;
-    s->consumer = e;
+    e->sub = s;
+    if (type == DS_SC_SUB_STREAM) {
+        s->consumer = e;
+    } else if (!ds__sc_sub_join(st, s, e)) {
+        ds__dict_remove(&S->ends, &e->node);
+        free(e);
+        free(sn);
+        free(s);
+        return ds__req_error(r, DS_K_OUT_OF_MEMORY, "worker out of memory");
+    }
     s->next = st->subs;
     st->subs = s;
-    e->sub = s;
     st->consumers++;
     st->ever_consumers++;
-    uint64_t id = e->id;
-    /* In a cluster the answer waits until the stream's owner counts this
-     * consumer: from then on other workers' elements reach it. */
-    if (srv->remote && srv->remote->stream_reg)
-        return srv->remote->stream_reg(srv, st->name, st->name_len, st->producers, st->consumers, r,
-                                       id);
-    reply_u64s(r, &id, 1);
+    sub_answer(srv, r, st, e->id);
     return;
 bad:
     ds__req_error(r, DS_K_INVALID, "malformed sc_subscribe request");
@@ -199,7 +241,7 @@ bool ds__sc_send_step(ds_server_t *srv, ds_req_t *r, sc_stream_t *stream, uint32
         (void)ds__rbuf_str(&rb, &skip);
         origin_len = ds__rbuf_str(&rb, &origin);
     }
-    (void)ds__rbuf_u64(&rb);
+    uint64_t handle = ds__rbuf_u64(&rb);
     (void)ds__rbuf_i32(&rb);
     uint32_t n = ds__rbuf_count(&rb, 1u << 20, 4);
     const uint8_t **els = malloc((n ? n : 1) * sizeof(*els));
@@ -227,10 +269,25 @@ bool ds__sc_send_step(ds_server_t *srv, ds_req_t *r, sc_stream_t *stream, uint32
         ds__req_error(r, DS_K_INVALID, "malformed sc_send request");
         return false;
     }
-    uint64_t woken = srv->streams->woken;
+    /* KEY_PARTITIONS' key: the producer (another worker's elements: that
+     * worker). delay_flush_time_ms: the producer's. */
+    ds_streams_t *S = srv->streams;
+    uint64_t woken = S->woken;
+    sc_end_t *pe = push ? NULL : ds__sc_end(S, handle);
+    S->append_key = push ? ((uint64_t)1 << 63) | ds__murmur3_32(origin, origin_len, 0) : handle;
+    S->append_delay = pe && pe->delay_ms > 0;
+    uint64_t before = stream->next_id;
     ds_status_t st = ds__sc_append(srv, stream, els, lens, n, done, origin, origin_len);
+    S->append_delay = false;
     free(els);
     free(lens);
+    if (stream->next_id != before && pe && pe->delay_ms > 0) {
+        /* Parked receives are woken within the delay of the producer that
+         * sent (the earliest due flush wins). */
+        uint64_t at = ds__now_ms() + pe->delay_ms;
+        if (stream->flush_at == 0) S->flushes++;
+        if (stream->flush_at == 0 || at < stream->flush_at) stream->flush_at = at;
+    }
     if (st == DS_K_OK) {
         ds__sc_send_ok(srv, r, woken);
         return false;
@@ -315,6 +372,15 @@ static void op_ack(ds_server_t *srv, ds_req_t *r, ds_rbuf_t *rb)
     sc_end_t *e = find_end(srv, r, id, true);
     if (e == NULL) return;
     sc_sub_t *s = e->sub;
+    if (s->type != DS_SC_SUB_STREAM) {
+        if (!ds__sc_sub_ack(e, el))
+            return ds__req_error(r, DS_K_INVALID,
+                                 "element id %" PRIu64
+                                 " has not been received yet (received up to %" PRIu64 ")",
+                                 el, e->max_deliv);
+        ds__sc_reclaim(srv, e->st);
+        return ds__req_error(r, DS_K_OK, "%s", "");
+    }
     if (el >= s->cursor)
         return ds__req_error(r, DS_K_INVALID,
                              "element id %" PRIu64
@@ -345,12 +411,15 @@ static void op_delete(ds_server_t *srv, ds_streams_t *S, ds_req_t *r, ds_rbuf_t 
     if (!ds__rbuf_done(rb))
         return ds__req_error(r, DS_K_INVALID, "malformed sc_delete_stream request");
     sc_stream_t *st = ds__sc_find(S, name, nl);
-    if (st == NULL)
-        return ds__req_error(r, DS_K_SC_STREAM_NOT_FOUND, "Stream %.*s not found", (int)nl, name);
-    if (st->producers || st->consumers)
+    if (st && (st->producers || st->consumers))
         return ds__req_error(r, DS_K_SC_STREAM_IN_USE,
                              "Stream %.*s is in use: %u producer(s) and %u consumer(s) are open",
                              (int)nl, name, st->producers, st->consumers);
+    /* In a cluster the owner decides, and every worker's copy goes. */
+    if (srv->remote && srv->remote->stream_delete)
+        return srv->remote->stream_delete(srv, r, name, nl);
+    if (st == NULL)
+        return ds__req_error(r, DS_K_SC_STREAM_NOT_FOUND, "Stream %.*s not found", (int)nl, name);
     ds__sc_delete(srv, st);
     ds__req_error(r, DS_K_OK, "%s", "");
 }

@@ -182,7 +182,27 @@ uint64_t ds__stream_tick(ds_server_t *srv, uint64_t now)
 {
     ds_streams_t *S = srv->streams;
     if (S == NULL) return 0;
-    uint64_t next = 0;
+    uint64_t next = 0, flush_next = 0;
+    /* --sc_metrics_log_interval_s */
+    uint64_t every = (uint64_t)srv->cfg.sc_metrics_log_interval_s * 1000;
+    if (S->metrics_at == 0) {
+        S->metrics_at = now + every;
+    } else if (now >= S->metrics_at) {
+        ds__stream_log_metrics(srv);
+        S->metrics_at = now + every;
+    }
+    flush_next = S->metrics_at;
+    /* delay_flush_time_ms: streams whose flush is due. */
+    ds_dict_iter_t it;
+    ds__dict_iter_init(&it, &S->streams);
+    for (ds_dict_node_t *nd; S->flushes && (nd = ds__dict_iter_next(&it)) != NULL;) {
+        sc_stream_t *st = DS_DICT_ENTRY(nd, sc_stream_t, node);
+        if (st->flush_at == 0) continue;
+        if (st->flush_at <= now)
+            ds__sc_flush(srv, st);
+        else if (flush_next == 0 || st->flush_at < flush_next)
+            flush_next = st->flush_at;
+    }
     for (int guard = 0; guard < 1000000; guard++) {
         sc_wait_t *due = NULL;
         next = 0;
@@ -196,5 +216,5 @@ uint64_t ds__stream_tick(ds_server_t *srv, uint64_t now)
         if (due == NULL) break;
         wait_run(srv, due, true);
     }
-    return next;
+    return flush_next && (next == 0 || flush_next < next) ? flush_next : next;
 }

@@ -76,6 +76,8 @@ typedef struct {
                            uint32_t origin_len, const uint8_t *const *els, const uint32_t *lens,
                            uint32_t n);
     void (*stream_query)(ds_server_t *srv, ds_req_t *r, const char *name, uint32_t len);
+    /* SC_DELETE_STREAM in a cluster: through the stream's owner, everywhere. */
+    void (*stream_delete)(ds_server_t *srv, ds_req_t *r, const char *name, uint32_t len);
     /* Adds the "cluster" section to the STATS document (a cJSON object). */
     void (*stats)(ds_server_t *srv, struct cJSON *root);
     /* SHUTDOWN in a cluster: moves this worker's objects and metadata to
