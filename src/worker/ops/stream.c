@@ -219,7 +219,7 @@ static sc_page_t *page_of(sc_stream_t *st, uint64_t id)
     return NULL;
 }
 
-void ds__sc_reply_elements(ds_server_t *srv, ds_req_t *r, sc_end_t *e, uint32_t max)
+void ds__sc_reply_elements(ds_server_t *srv, ds_req_t *r, sc_end_t *e, uint32_t max, bool in_place)
 {
     sc_stream_t *st = e->st;
     sc_sub_t *sub = e->sub;
@@ -247,12 +247,13 @@ void ds__sc_reply_elements(ds_server_t *srv, ds_req_t *r, sc_end_t *e, uint32_t 
             }
             ds__wbuf_u64(&w, id);
             ds__wbuf_u32(&w, (uint32_t)(end - p->off[i]));
+            if (in_place) ds__wbuf_u64(&w, (uint64_t)(p->base - srv->arena.base) + p->off[i]);
             bytes += end - p->off[i];
             to = end;
             id++;
             n++;
         }
-        if (to > from) {
+        if (to > from && !in_place) {
             if (nseg == cap) {
                 cap = cap ? cap * 2 : 8;
                 struct iovec *ns = realloc(segs, cap * sizeof(*ns));
