@@ -12,8 +12,14 @@
  * when they report an error). A handle keeps a reference on its client: the
  * client's memory lives until its handles are closed, but once
  * ds_client_close has run, calls on them fail. ds_consumer_receive hands out
- * an array of elements, released with ds_elements_free; their bytes live in
- * it. Names and element bytes passed in are only read during the call.
+ * an array of elements, released with ds_elements_free. A local consumer
+ * (one whose client maps the worker's shared memory) reads the elements in
+ * place, in the stream's pages, zero copy: their bytes stay valid until
+ * the consumer acknowledges them (ds_consumer_ack of their id or a later
+ * one) or closes, whichever comes first, so acknowledge only what has been
+ * read. A remote consumer's bytes are copies that live in the array until
+ * ds_elements_free (DS_STREAM_IN_PLACE=0 gives local consumers copies too).
+ * Names and element bytes passed in are only read during the call.
  *
  * Thread safety: a handle is used by one thread at a time; different
  * handles of one client may be used from different threads at once.

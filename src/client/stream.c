@@ -241,9 +241,25 @@ ds_status_t ds_stream_subscribe(ds_client_t *c, const char *stream_name,
 typedef struct {
     uint64_t id;
     uint32_t expect, timeout;
+    bool in_place;
     ds_element_t *els;
     size_t n;
 } recv_t;
+
+/* An answer's element array sits after this header in one block; the
+ * header holds the session whose mapping in-place elements point into, so
+ * the mapping outlives the array (ds_elements_free lets it go). */
+typedef struct {
+    ds_sess_t *sess;
+    uint64_t pad; /* keeps the elements 16-byte aligned */
+} recv_hdr_t;
+
+/* DS_STREAM_IN_PLACE=0 makes local consumers take copies, like remote ones. */
+static bool in_place_wanted(void)
+{
+    const char *v = getenv("DS_STREAM_IN_PLACE");
+    return v == NULL || strcmp(v, "0") != 0;
+}
 
 static void build_recv(ds_conn_t *conn, void *ctx)
 {
@@ -251,36 +267,57 @@ static void build_recv(ds_conn_t *conn, void *ctx)
     ds__wbuf_u64(&conn->w, a->id);
     ds__wbuf_u32(&conn->w, a->expect);
     ds__wbuf_u32(&conn->w, a->timeout);
+    /* A client that maps the arena reads the elements where the worker
+     * put them: the answer gives their offsets, not their bytes. */
+    a->in_place = conn->sess != NULL && conn->sess->base != NULL && in_place_wanted();
+    if (a->in_place) ds__wbuf_u8(&conn->w, 1);
 }
 
 static ds_status_t read_recv(ds_conn_t *conn, void *ctx, uint64_t deadline)
 {
     recv_t *a = ctx;
-    uint32_t n = ds__rbuf_count(&conn->r, UINT32_MAX, 12);
+    uint32_t n = ds__rbuf_count(&conn->r, UINT32_MAX, a->in_place ? 20 : 12);
     if (conn->r.err) return ds__conn_protocol_error(conn, "sc_receive");
     if (n == 0)
         return ds__rbuf_done(&conn->r) ? DS_K_OK : ds__conn_protocol_error(conn, "sc_receive");
     uint64_t total = conn->rh.data_len;
-    if (total > ((uint64_t)1 << 40)) return ds__conn_protocol_error(conn, "sc_receive");
-    /* One block: the element array, then their bytes. */
-    ds_element_t *els = malloc(n * sizeof(*els) + (size_t)total);
-    if (els == NULL) return ds__set_error(DS_K_OUT_OF_MEMORY, "out of memory");
+    if (total > ((uint64_t)1 << 40) || (a->in_place && total != 0))
+        return ds__conn_protocol_error(conn, "sc_receive");
+    /* One block: the header, the element array, then (copies) their bytes. */
+    recv_hdr_t *hdr = malloc(sizeof(*hdr) + n * sizeof(ds_element_t) + (size_t)total);
+    if (hdr == NULL) return ds__set_error(DS_K_OUT_OF_MEMORY, "out of memory");
+    hdr->sess = NULL;
+    ds_element_t *els = (ds_element_t *)(hdr + 1);
     uint8_t *data = (uint8_t *)(els + n);
+    const ds_sess_t *s = conn->sess;
     uint64_t at = 0;
+    bool bad = false;
     for (uint32_t i = 0; i < n; i++) {
         els[i].id = ds__rbuf_u64(&conn->r);
         els[i].size = ds__rbuf_u32(&conn->r);
-        els[i].ptr = data + at;
-        at += els[i].size;
+        if (a->in_place) {
+            uint64_t off = ds__rbuf_u64(&conn->r);
+            /* The element must lie in the mapping. */
+            bad |= off > s->size || els[i].size > s->size - off;
+            els[i].ptr = bad ? NULL : s->base + off;
+        } else {
+            els[i].ptr = data + at;
+            at += els[i].size;
+        }
     }
-    if (!ds__rbuf_done(&conn->r) || at != total) {
-        free(els);
+    if (!ds__rbuf_done(&conn->r) || at != total || bad) {
+        free(hdr);
         return ds__conn_protocol_error(conn, "sc_receive");
     }
-    ds_status_t st = ds__conn_read_data(conn, data, (size_t)total, deadline);
-    if (st != DS_K_OK) {
-        free(els);
-        return st;
+    if (a->in_place) {
+        hdr->sess = conn->sess;
+        ds__sess_ref(hdr->sess);
+    } else {
+        ds_status_t st = ds__conn_read_data(conn, data, (size_t)total, deadline);
+        if (st != DS_K_OK) {
+            free(hdr);
+            return st;
+        }
     }
     a->els = els;
     a->n = n;
@@ -298,7 +335,7 @@ ds_status_t ds_consumer_receive(ds_consumer_t *cs, uint32_t expect_num, uint32_t
     if (expect_num > INT32_MAX || timeout_ms > INT32_MAX)
         return ds__set_error(DS_K_INVALID, "expect_num and timeout_ms must be in [0, %d]",
                              INT32_MAX);
-    recv_t a = {cs->id, expect_num, timeout_ms, NULL, 0};
+    recv_t a = {cs->id, expect_num, timeout_ms, false, NULL, 0};
     ds_client_t *c = cs->c;
     ds__client_enter(c);
     ds_status_t st = call(c, DS_OP_SC_RECEIVE, (int32_t)timeout_ms, build_recv, read_recv, &a);
@@ -311,7 +348,10 @@ ds_status_t ds_consumer_receive(ds_consumer_t *cs, uint32_t expect_num, uint32_t
 
 void ds_elements_free(ds_element_t *elements)
 {
-    free(elements);
+    if (elements == NULL) return;
+    recv_hdr_t *hdr = (recv_hdr_t *)(void *)elements - 1;
+    if (hdr->sess) ds__sess_unref(hdr->sess);
+    free(hdr);
 }
 
 typedef struct {

@@ -28,6 +28,7 @@ struct omni_chunk_reader {
     char name[OMNI__KEY_CAP];
     ds_element_t *batch; /* received, not yet handed out */
     size_t n, next;
+    bool acked; /* the batch's last element was acknowledged */
     bool ended;
 };
 
@@ -173,6 +174,14 @@ ds_status_t omni_chunk_reader_next(omni_chunk_reader_t *r, int32_t timeout_ms,
     if (r->ended) return DS_K_OK;
     if (timeout_ms < 0) timeout_ms = 0;
     if (r->next == r->n) {
+        /* Every chunk of the last batch was copied out: acknowledged now,
+         * before the next receive (a local consumer reads the elements in
+         * the stream's pages, valid only until they are acknowledged). */
+        if (r->n > 0 && !r->acked) {
+            ds_status_t st = ds_consumer_ack(r->cs, r->batch[r->n - 1].id);
+            if (st != DS_K_OK) return st;
+            r->acked = true;
+        }
         ds_elements_free(r->batch);
         r->batch = NULL;
         r->n = r->next = 0;
@@ -181,9 +190,7 @@ ds_status_t omni_chunk_reader_next(omni_chunk_reader_t *r, int32_t timeout_ms,
         if (r->n == 0)
             return ds__set_error(DS_K_NOT_FOUND, "chunk stream '%s': no chunk within %d ms",
                                  r->name, (int)timeout_ms);
-        /* Everything handed out is copied, so the batch is acknowledged at once. */
-        st = ds_consumer_ack(r->cs, r->batch[r->n - 1].id);
-        if (st != DS_K_OK) return st;
+        r->acked = false;
     }
     const ds_element_t *e = &r->batch[r->next++];
     if (e->size == 0 || (e->ptr[0] != TAG_CHUNK && e->ptr[0] != TAG_END))

@@ -103,6 +103,60 @@ static void test_send_receive_ack(void **state)
     ds_client_close(c);
 }
 
+/* A local consumer reads the elements in the stream's pages (the answer
+ * carries their places, no bytes); a TCP consumer gets copies in the
+ * array's block, right after the array. Both read the same bytes, and the
+ * local one's stay put while the producer fills further pages, until it
+ * acknowledges them. */
+static void test_local_reads_in_place(void **state)
+{
+    (void)state;
+    ds_client_t *lc = dst_connect(&W, DS_TRANSPORT_LOCAL);
+    ds_client_t *tc = dst_connect(&W, DS_TRANSPORT_TCP);
+    ds_producer_t *p = producer(lc, "s_place", 4096, 1 << 20);
+    ds_consumer_t *local = consumer(lc, "s_place", "local");
+    ds_consumer_t *remote = consumer(tc, "s_place", "remote");
+    char val[1000];
+    for (int i = 0; i < 3; i++) {
+        memset(val, 'a' + i, sizeof(val));
+        assert_int_equal(ds_producer_send(p, val, sizeof(val), -1), DS_K_OK);
+    }
+    ds_element_t *le, *re;
+    size_t ln, rn;
+    assert_int_equal(ds_consumer_receive(local, 3, 1000, &le, &ln), DS_K_OK);
+    assert_int_equal(ds_consumer_receive(remote, 3, 1000, &re, &rn), DS_K_OK);
+    assert_int_equal(ln, 3);
+    assert_int_equal(rn, 3);
+    assert_ptr_equal(re[0].ptr, (const uint8_t *)(re + rn));
+    for (size_t i = 0; i < 3; i++) {
+        const uint8_t *copies = (const uint8_t *)(le + ln);
+        assert_true(le[i].ptr < (const uint8_t *)le || le[i].ptr >= copies + 3 * sizeof(val));
+        memset(val, 'a' + (int)i, sizeof(val));
+        assert_int_equal(le[i].size, sizeof(val));
+        assert_memory_equal(le[i].ptr, val, sizeof(val));
+        assert_memory_equal(re[i].ptr, val, sizeof(val));
+    }
+    /* More pages while the first are held: the held bytes do not move. */
+    memset(val, 'z', sizeof(val));
+    for (int i = 0; i < 12; i++)
+        assert_int_equal(ds_producer_send(p, val, sizeof(val), -1), DS_K_OK);
+    for (size_t i = 0; i < 3; i++) {
+        char want[1000];
+        memset(want, 'a' + (int)i, sizeof(want));
+        assert_memory_equal(le[i].ptr, want, sizeof(want));
+    }
+    assert_int_equal(ds_consumer_ack(local, le[2].id), DS_K_OK);
+    assert_int_equal(ds_consumer_ack(remote, re[2].id), DS_K_OK);
+    ds_elements_free(le);
+    ds_elements_free(re);
+    assert_int_equal(ds_consumer_close(local), DS_K_OK);
+    assert_int_equal(ds_consumer_close(remote), DS_K_OK);
+    assert_int_equal(ds_producer_close(p), DS_K_OK);
+    assert_int_equal(ds_stream_delete(lc, "s_place"), DS_K_OK);
+    ds_client_close(lc);
+    ds_client_close(tc);
+}
+
 static void test_bad_input(void **state)
 {
     (void)state;
@@ -446,6 +500,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_send_receive_ack),
+        cmocka_unit_test(test_local_reads_in_place),
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_receive_waits),
         cmocka_unit_test(test_slow_consumer_bounds_memory),

@@ -116,6 +116,23 @@ static void test_malformed_requests(void **state)
     ds__wbuf_cstr(&m, "sub");
     ds__wbuf_u8(&m, 200);
     assert_int_equal(ask(&c, DS_OP_SC_SUBSCRIBE, &m, err, sizeof(err), NULL), DS_K_INVALID);
+    /* Receive in place (arena offsets) from a session that does not map the
+     * arena, and an in-place byte that is neither 0 nor 1. */
+    ds__wbuf_reset(&m);
+    ds__wbuf_cstr(&m, "hs");
+    ds__wbuf_cstr(&m, "sub");
+    ds__wbuf_u8(&m, 0);
+    assert_int_equal(ask(&c, DS_OP_SC_SUBSCRIBE, &m, err, sizeof(err), &f), DS_K_OK);
+    uint64_t cons = handle_of(f);
+    for (uint8_t flag = 1; flag <= 2; flag++) {
+        ds__wbuf_reset(&m);
+        ds__wbuf_u64(&m, cons);
+        ds__wbuf_u32(&m, 1);
+        ds__wbuf_u32(&m, 0);
+        ds__wbuf_u8(&m, flag);
+        assert_int_equal(ask(&c, DS_OP_SC_RECEIVE, &m, err, sizeof(err), NULL), DS_K_INVALID);
+        assert_non_null(strstr(err, flag == 1 ? "maps the arena" : "malformed"));
+    }
     /* The connection still serves. */
     uint64_t id = hr_health(&c);
     assert_int_equal(hr_flush(&c), 0);

@@ -237,9 +237,9 @@ static sc_page_t *page_of(sc_stream_t *st, uint64_t id)
     return NULL;
 }
 
-void ds__sc_reply_elements(ds_server_t *srv, ds_req_t *r, sc_end_t *e, uint32_t max)
+void ds__sc_reply_elements(ds_server_t *srv, ds_req_t *r, sc_end_t *e, uint32_t max, bool in_place)
 {
-    if (e->sub->type != DS_SC_SUB_STREAM) return ds__sc_sub_reply(srv, r, e, max);
+    if (e->sub->type != DS_SC_SUB_STREAM) return ds__sc_sub_reply(srv, r, e, max, in_place);
     sc_stream_t *st = e->st;
     sc_sub_t *sub = e->sub;
     uint64_t avail = ds__sc_available(e);
@@ -266,12 +266,13 @@ void ds__sc_reply_elements(ds_server_t *srv, ds_req_t *r, sc_end_t *e, uint32_t 
             }
             ds__wbuf_u64(&w, id);
             ds__wbuf_u32(&w, (uint32_t)(end - p->off[i]));
+            if (in_place) ds__wbuf_u64(&w, (uint64_t)(p->base - srv->arena.base) + p->off[i]);
             bytes += end - p->off[i];
             to = end;
             id++;
             n++;
         }
-        if (to > from) {
+        if (to > from && !in_place) {
             if (nseg == cap) {
                 cap = cap ? cap * 2 : 8;
                 struct iovec *ns = realloc(segs, cap * sizeof(*ns));

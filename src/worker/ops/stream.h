@@ -111,6 +111,7 @@ typedef struct sc_wait {
     bool send;
     bool push;         /* SEND: an SC_PEER_PUSH from another worker (no producer handle) */
     uint32_t expect;   /* RECEIVE: elements wanted (0 = any) */
+    bool in_place;     /* RECEIVE: answered with arena offsets (ds__sc_reply_elements) */
     uint32_t done;     /* SEND: elements appended so far */
     uint64_t deadline; /* ms */
     int32_t timeout_ms;
@@ -168,8 +169,12 @@ void ds__sc_reclaim(ds_server_t *srv, sc_stream_t *st);
 /* Wakes the stream's parked receives that can be answered and sends that
  * may go on (st NULL: every stream's). */
 void ds__sc_wake(ds_server_t *srv, sc_stream_t *st);
-/* Answers a RECEIVE for consumer e with up to max elements (0 = any). */
-void ds__sc_reply_elements(ds_server_t *srv, ds_req_t *r, sc_end_t *e, uint32_t max);
+/* Answers a RECEIVE for consumer e with up to max elements (0 = any):
+ * their bytes as the answer's data, or, in_place (a client that maps the
+ * arena), each element's arena offset instead; the page stays until the
+ * subscription's ack passes the element, which is as long as the client
+ * may read it there. */
+void ds__sc_reply_elements(ds_server_t *srv, ds_req_t *r, sc_end_t *e, uint32_t max, bool in_place);
 uint64_t ds__sc_available(const sc_end_t *e);
 /* A flush: wakes the stream's parked receives (delay_flush_time_ms). */
 void ds__sc_flush(ds_server_t *srv, sc_stream_t *st);
@@ -184,7 +189,7 @@ void ds__sc_sub_assign(sc_stream_t *st, uint64_t id, uint64_t key);
 /* Every id below the returned one is done with by subscription s. */
 uint64_t ds__sc_sub_low(const sc_sub_t *s);
 uint64_t ds__sc_sub_available(const sc_end_t *e);
-void ds__sc_sub_reply(ds_server_t *srv, ds_req_t *r, sc_end_t *e, uint32_t max);
+void ds__sc_sub_reply(ds_server_t *srv, ds_req_t *r, sc_end_t *e, uint32_t max, bool in_place);
 /* Acknowledges e's received elements with ids <= id; false: id is past
  * what e received. */
 bool ds__sc_sub_ack(sc_end_t *e, uint64_t id);

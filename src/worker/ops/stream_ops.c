@@ -349,7 +349,14 @@ static void op_receive(ds_server_t *srv, ds_req_t *r, ds_rbuf_t *rb)
 {
     uint64_t id = ds__rbuf_u64(rb);
     uint32_t expect = ds__rbuf_u32(rb), timeout = ds__rbuf_u32(rb);
-    if (!ds__rbuf_done(rb)) return ds__req_error(r, DS_K_INVALID, "malformed sc_receive request");
+    /* An optional last byte: 1 asks for the elements in place (arena
+     * offsets), which only a session that maps the arena is given. */
+    uint8_t in_place = rb->err || rb->pos == rb->len ? 0 : ds__rbuf_u8(rb);
+    if (!ds__rbuf_done(rb) || in_place > 1)
+        return ds__req_error(r, DS_K_INVALID, "malformed sc_receive request");
+    if (in_place && (r->session == NULL || !r->session->shm))
+        return ds__req_error(r, DS_K_INVALID,
+                             "sc_receive in place needs a local client that maps the arena");
     if (expect > INT32_MAX || timeout > INT32_MAX)
         return ds__req_error(r, DS_K_INVALID, "expect_num and timeout_ms must be in [0, %d]",
                              INT32_MAX);
@@ -357,10 +364,11 @@ static void op_receive(ds_server_t *srv, ds_req_t *r, ds_rbuf_t *rb)
     if (e == NULL) return;
     uint64_t avail = ds__sc_available(e);
     bool enough = expect == 0 ? avail > 0 : avail >= expect;
-    if (enough || timeout == 0) return ds__sc_reply_elements(srv, r, e, expect);
+    if (enough || timeout == 0) return ds__sc_reply_elements(srv, r, e, expect, in_place != 0);
     sc_wait_t w = {0};
     w.end_id = id;
     w.expect = expect;
+    w.in_place = in_place != 0;
     w.deadline = ds__now_ms() + timeout;
     if (!ds__sc_park(srv, r, &w)) ds__req_error(r, DS_K_OUT_OF_MEMORY, "worker out of memory");
 }

@@ -196,7 +196,7 @@ static sc_page_t *page_at(sc_stream_t *st, sc_page_t *hint, uint64_t id)
     return NULL;
 }
 
-void ds__sc_sub_reply(ds_server_t *srv, ds_req_t *r, sc_end_t *e, uint32_t max)
+void ds__sc_sub_reply(ds_server_t *srv, ds_req_t *r, sc_end_t *e, uint32_t max, bool in_place)
 {
     sc_stream_t *st = e->st;
     uint64_t avail = ds__sc_sub_available(e);
@@ -227,9 +227,11 @@ void ds__sc_sub_reply(ds_server_t *srv, ds_req_t *r, sc_end_t *e, uint32_t max)
         ds__wbuf_u64(&w, id);
         ds__wbuf_u32(&w, (uint32_t)(to - from));
         bytes += to - from;
-        /* Adjacent bytes of one page travel as one segment. */
-        if (nseg > 0 && refs[nseg - 1] == p->space &&
-            (uint8_t *)segs[nseg - 1].iov_base + segs[nseg - 1].iov_len == p->base + from) {
+        if (in_place) {
+            /* A local consumer reads the page where it is (held until acked). */
+            ds__wbuf_u64(&w, (uint64_t)(p->base - srv->arena.base) + from);
+        } else if (nseg > 0 && refs[nseg - 1] == p->space && /* adjacent: one segment */
+                   (uint8_t *)segs[nseg - 1].iov_base + segs[nseg - 1].iov_len == p->base + from) {
             segs[nseg - 1].iov_len += to - from;
         } else {
             segs[nseg].iov_base = p->base + from;

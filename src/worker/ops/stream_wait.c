@@ -105,8 +105,9 @@ static void wait_run(ds_server_t *srv, sc_wait_t *w, bool timed_out)
         bool enough = w->expect == 0 ? avail > 0 : avail >= w->expect;
         if (!enough && !timed_out) return;
         uint32_t expect = w->expect;
+        bool in_place = w->in_place;
         ds_req_t *d = ds__sc_wait_take(S, w);
-        ds__sc_reply_elements(srv, d, e, expect);
+        ds__sc_reply_elements(srv, d, e, expect, in_place);
         S->woken++;
         return;
     }
