@@ -12,7 +12,9 @@
  * is latched until the latch's deadline (LATCH_HINT) before it answers. A
  * write (SET, PUBLISH, DEL) on a member of a hinted key owned elsewhere
  * first asks the owner (LATCH_WAIT), which answers once no latch blocks
- * the writer; a write of an unhinted key costs nothing extra. A hint outlives
+ * the writer; a write of an unhinted key costs nothing extra (a member
+ * answers LATCH_HINT only once its writes of the key already past that
+ * check are recorded at the owner: cluster_seal.c). A hint outlives
  * an early release (until the latch's deadline at most): later writes of the
  * key then ask the owner, which answers at once.
  *
@@ -644,9 +646,8 @@ static void op_owned(ds_server_t *srv, ds_req_t *r)
 
 static void latch_wait_resume(ds_server_t *srv, ds_req_t *d, void *ctx)
 {
-    (void)srv;
     (void)ctx;
-    ds__req_error(d, DS_K_OK, "%s", "");
+    ds__seal_wait_answer(srv, d);
 }
 
 /* Reads "n, n*key" into arrays pointing into the request. */
@@ -680,10 +681,17 @@ static void op_latch_wait(ds_server_t *srv, ds_req_t *r)
     ds_holds_t *h = holds(srv);
     const void *holder = h ? (const void *)rholder_find(h, origin, ol, sid) : NULL;
     if (holder == NULL) holder = &no_holder;
-    if (!ds__latch_park_as(srv, r, holder, keys, lens, n, latch_wait_resume, NULL, NULL))
-        ds__req_error(r, DS_K_OK, "%s", "");
+    /* A sealed key refuses the write: no latch to wait for. */
+    if (ds__seal_wait_any(srv, keys, lens, n) ||
+        !ds__latch_park_as(srv, r, holder, keys, lens, n, latch_wait_resume, NULL, NULL))
+        ds__seal_wait_answer(srv, r);
     free(keys);
     free(lens);
+}
+
+static void hint_finish(ds_pend_t *p)
+{
+    ds__req_error(p->req, DS_K_OK, "%s", "");
 }
 
 static void op_latch_hint(ds_server_t *srv, ds_req_t *r)
@@ -693,13 +701,23 @@ static void op_latch_hint(ds_server_t *srv, ds_req_t *r)
     uint32_t n = ds__rbuf_count(&rb, 10 * DS_MAX_BATCH, 9);
     ds_holds_t *h = holds(srv);
     uint64_t now = ds__now_ms();
+    /* The answer waits for this worker's writes of the keys that passed
+     * their hint check before this hint came (cluster_seal.c). */
+    ds_pend_t *p = ds__pend_new(srv, r, hint_finish);
+    bool waits = false;
     for (uint32_t i = 0; h && i < n && !rb.err; i++) {
         const char *k;
         uint32_t kl = ds__rbuf_str(&rb, &k);
         uint32_t ms = ds__rbuf_u32(&rb);
         if (rb.err) break;
         hint_put(h, k, kl, now + ms);
+        if (p && ds__inflight_wait(srv, p, k, kl)) waits = true;
     }
+    if (waits) { /* the hints taken stand; the waiters hold p */
+        ds__pend_start(p);
+        return;
+    }
+    if (p) ds__pend_free(p);
     if (rb.err)
         ds__req_error(r, DS_K_INVALID, "malformed LATCH_HINT");
     else
@@ -779,6 +797,14 @@ static void wait_done(ds_job_t *j)
         DS_LOG_WARN("cluster: asking %s for latches failed (the write goes ahead): %s", j->addr,
                     j->err);
     ds_server_t *srv = j->pend->srv;
+    /* The owner names the sealed keys (an older owner answers nothing). */
+    uint32_t ns = j->transport_failed || j->status != DS_K_OK ? 0 : ds__rbuf_u32(&j->r);
+    for (uint32_t e = 0; ns == j->nidx && e < ns && j->idx; e++) {
+        uint32_t st = ds__rbuf_u32(&j->r);
+        if (j->r.err) break;
+        ds_pend_t *p = j->pend;
+        ds__seal_told(srv, p->keys[j->idx[e]], p->keylens[j->idx[e]], st == DS_K_OC_ALREADY_SEALED);
+    }
     ds_holds_t *h = *ds__cluster_holds(srv);
     if (h == NULL) return;
     if (h->waits > 0) h->waits--;
@@ -853,10 +879,12 @@ bool ds__holds_latch_wait(ds_server_t *srv, ds_req_t *r, const char *const *keys
                 strcmp(ds__cluster_owner(srv, keys[which[b]], lens[which[b]]), owner) == 0)
                 cnt++;
         ds__wbuf_u32(&j->req, cnt);
+        j->idx = malloc(cnt * sizeof(*j->idx));
         for (uint32_t b = a; b < nw; b++)
             if (!taken[b] &&
                 strcmp(ds__cluster_owner(srv, keys[which[b]], lens[which[b]]), owner) == 0) {
                 taken[b] = true;
+                if (j->idx) j->idx[j->nidx++] = which[b];
                 ds__wbuf_str(&j->req, keys[which[b]], lens[which[b]]);
             }
         wait_submit(srv, h, j);

@@ -537,8 +537,17 @@ static void meta_put_done(ds_job_t *j)
     }
 }
 
+/* The owners have the copies (or failed): latch hints waiting for these
+ * writes may be answered (cluster_seal.c). */
+static void published_end(ds_pend_t *p)
+{
+    for (uint32_t i = 0; p->keys && i < p->n; i++)
+        if (p->keys[i]) ds__inflight_end(p->srv, p->keys[i], p->keylens[i]);
+}
+
 static void published_finish(ds_pend_t *p)
 {
+    published_end(p);
     ds_wbuf_t w;
     ds__wbuf_init(&w);
     ds_status_t overall = DS_K_OK;
@@ -608,6 +617,9 @@ void ds__cluster_published(ds_server_t *srv, ds_req_t *r, ds_obj_t **objs, const
                 if (all) all[k] = k;
                 k++;
             }
+        for (uint32_t i = 0; i < np; i++)
+            ds__inflight_begin(srv, p->keys[i], p->keylens[i]);
+        p->gone = published_end;
         if (all && np) per_owner(p, all, np, DS_OP_META_PUT, build_meta_put, meta_put_done);
         free(all);
     }
