@@ -55,6 +55,7 @@
 
 /* SETR flags. */
 #define DS_SETR_PIN 0x01u
+#define DS_SETR_SHM_PIN 0x02u
 
 /* Per-key kinds in a GET response. */
 #define DS_VAL_MISSING 0
@@ -194,7 +195,11 @@
  *         like a pin (RELEASE) and with its session; it is never evicted.
  *         DS_SETR_PIN (exactly one key): the session also keeps a pin on the
  *         object written (published or not, as a CREATE buffer holds its
- *         object), released with RELEASE; 0 when the key failed.
+ *         object), released with RELEASE; 0 when the key failed. With
+ *         DS_SETR_SHM_PIN too, the client holds the value's range itself in
+ *         its shared pin table (common/shm_index.h), written before the
+ *         request: the worker takes no pin (answers 0) and keeps the range
+ *         allocated while a table names it, so the view costs no RELEASE.
  *         Remote (TCP) sessions: K_NOT_SUPPORTED.
  * LANE    req: (empty)   resp: str err, u64 hub_offset, u64 lane_offset, u32 gen
  *         (Unix socket, session with the arena, DS_FEATURE_LANE) gives the

@@ -331,6 +331,11 @@ static bool shm_pinned(const ds_store_t *s, const ds_obj_t *o)
     return false;
 }
 
+void ds__store_mark_shm_pinned(ds_obj_t *o)
+{
+    o->indexed = 1;
+}
+
 static void held_add(ds_store_t *s, ds_obj_t *o)
 {
     list_push(&s->held, o);
