@@ -4,7 +4,9 @@
  *    (neither of them the key's owner) until it is released, and readers
  *    meanwhile see the old value; a write latch taken through one worker
  *    makes latches through the others answer K_TRY_AGAIN; many writers
- *    waiting through the reader's worker do not hold up its release;
+ *    waiting through the reader's worker do not hold up its release; a
+ *    latch granted while another worker keeps writing the key holds every
+ *    version (writes already on their way are recorded before the grant);
  *  - references added through two workers are counted as one count seen
  *    through the third; a client decreases only its own; when the last
  *    holder's client closes, the object is deleted on every worker;
@@ -174,6 +176,75 @@ static void test_many_writers_and_the_release_through_one_worker(void **state)
     }
     assert_true(ct_read_ok(reader, key, 2000, 401, 0));
     ds_client_close(reader);
+}
+
+static int key_with_owner(ds_client_t *c, int want, int avoid, const char *prefix, char *key,
+                          size_t cap, size_t len, uint64_t seed);
+
+typedef struct {
+    const char *key;
+    atomic_bool stop;
+    int sets;
+} churn_t;
+
+/* Sets the key through worker 1 with a new pattern each time until told
+ * to stop (bounded). */
+static void *churn(void *arg)
+{
+    churn_t *ch = arg;
+    ds_client_t *c = ct_client(&C, 1, DS_TRANSPORT_TCP);
+    for (int i = 0; c && i < 5000 && !atomic_load(&ch->stop); i++)
+        if (ct_set(c, ch->key, 3000, 900 + (uint64_t)(i % 50)) == DS_K_OK) ch->sets++;
+    ds_client_close(c);
+    return NULL;
+}
+
+/* The key's value through c (a copy the caller frees), NULL when missing. */
+static void *value_of(ds_client_t *c, const char *key, size_t *len)
+{
+    void *v = NULL;
+    *len = 0;
+    if (ds_kv_get(c, key, 0, &v, len) != DS_K_OK) return NULL;
+    return v;
+}
+
+/* Writes that are on their way to the owner when a latch is granted: a
+ * read latch taken through worker 0 (not the owner) while worker 1 keeps
+ * setting the key holds every version still: two reads through worker 2
+ * under the latch see the same one, round after round. */
+static void test_latch_waits_for_writes_in_flight(void **state)
+{
+    (void)state;
+    char key[64];
+    ds_client_t *a = ct_client(&C, 0, DS_TRANSPORT_TCP);
+    assert_non_null(a);
+    int owner = key_with_owner(a, 2, -1, "hw", key, sizeof(key), 3000, 900);
+    assert_int_equal(owner, 2);
+    ds_client_t *r = ct_client(&C, 2, DS_TRANSPORT_TCP);
+    assert_non_null(r);
+    churn_t ch = {.key = key};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, churn, &ch), 0);
+    const char *keys[1] = {key};
+    for (int round = 0; round < 30; round++) {
+        assert_int_equal(ds_kv_rlatch(a, 1, keys, 30000, NULL), DS_K_OK);
+        size_t l1, l2;
+        void *first = value_of(r, key, &l1);
+        usleep(2000);
+        void *second = value_of(r, key, &l2);
+        assert_int_equal(ds_kv_unrlatch(a, 1, keys, NULL), DS_K_OK);
+        assert_non_null(first);
+        assert_non_null(second);
+        assert_int_equal(l1, l2);
+        bool same = memcmp(first, second, l1) == 0;
+        ds_free(first);
+        ds_free(second);
+        assert_true(same);
+    }
+    atomic_store(&ch.stop, true);
+    pthread_join(th, NULL);
+    ds_client_close(r);
+    ds_client_close(a);
 }
 
 static uint32_t ref_count(int node, const char *key)
@@ -405,6 +476,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_latches_across_workers),
         cmocka_unit_test(test_many_writers_and_the_release_through_one_worker),
+        cmocka_unit_test(test_latch_waits_for_writes_in_flight),
         cmocka_unit_test(test_references_across_workers),
         cmocka_unit_test(test_seal_across_workers),
         cmocka_unit_test(test_nested_across_workers),

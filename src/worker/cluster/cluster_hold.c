@@ -58,6 +58,7 @@ typedef struct rholder {
 typedef struct hint {
     struct hint *next;
     uint64_t until;
+    uint64_t stamp; /* ds_holds' hint_stamp when last put */
     uint32_t len;
     char key[];
 } hint_t;
@@ -77,6 +78,7 @@ struct ds_holds {
     rholder_t *holders;
     hint_t *hints[HINT_BUCKETS];
     uint32_t nhints;
+    uint64_t hint_stamp; /* counts hint_puts */
     mirror_t *mirror[MIRROR_BUCKETS];
     uint32_t nmirror;
     /* LATCH_WAITs on the job threads, and those queued behind them (FIFO,
@@ -195,6 +197,7 @@ static void hint_put(ds_holds_t *h, const char *k, uint32_t kl, uint64_t until)
     for (hint_t *x = *pp; x; x = x->next)
         if (x->len == kl && memcmp(x->key, k, kl) == 0) {
             if (until > x->until) x->until = until;
+            x->stamp = ++h->hint_stamp;
             return;
         }
     /* Expired hints of this bucket go as a new one comes. */
@@ -211,6 +214,7 @@ static void hint_put(ds_holds_t *h, const char *k, uint32_t kl, uint64_t until)
     hint_t *x = malloc(sizeof(*x) + kl);
     if (x == NULL) return;
     x->until = until;
+    x->stamp = ++h->hint_stamp;
     x->len = kl;
     memcpy(x->key, k, kl);
     x->next = *pp;
@@ -760,8 +764,21 @@ void ds__holds_peer_op(ds_server_t *srv, ds_req_t *r)
 
 static void wait_finish(ds_pend_t *p)
 {
-    /* The owners let the write go; this worker's own latches come next. */
+    /* The owners let the write go; this worker's own latches come next. A
+     * key hinted again since the owners were asked may have been latched
+     * after their answer, before this write is recorded there: ask again. */
     ds_req_t *d = p->req;
+    ds_holds_t *h = *ds__cluster_holds(p->srv);
+    bool again = false;
+    for (uint32_t i = 0; h && i < p->n && !again; i++)
+        for (hint_t *x = h->hints[hint_bucket(p->keys[i], p->keylens[i])]; x; x = x->next)
+            if (x->len == p->keylens[i] && memcmp(x->key, p->keys[i], x->len) == 0) {
+                again = x->stamp > p->stamp;
+                break;
+            }
+    if (again && ds__holds_latch_wait(p->srv, d, (const char *const *)p->keys, p->keylens, p->n,
+                                      p->resume, p->cancel, p->ctx))
+        return;
     if (!ds__latch_park_as(p->srv, d, d->session, (const char *const *)p->keys, p->keylens, p->n,
                            p->resume, p->cancel, p->ctx))
         p->resume(p->srv, d, p->ctx);
@@ -862,6 +879,7 @@ bool ds__holds_latch_wait(ds_server_t *srv, ds_req_t *r, const char *const *keys
     p->cancel = cancel;
     p->ctx = ctx;
     p->gone = wait_gone;
+    p->stamp = h->hint_stamp;
     uint64_t sid = r->session ? r->session->id : 0;
     bool *taken = calloc(nw, sizeof(*taken));
     for (uint32_t a = 0; taken && a < nw; a++) {

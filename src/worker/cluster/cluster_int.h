@@ -71,7 +71,8 @@ struct ds_pend {
      * for owners' latches (resume, cancel, ctx: ds__latch_park's) */
     int32_t arg;
     uint32_t err_idx;
-    uint64_t sid; /* the client's session */
+    uint64_t sid;   /* the client's session */
+    uint64_t stamp; /* a write waiting at owners: the hints' stamp when it asked */
     ds_latch_resume_fn resume;
     ds_latch_cancel_fn cancel;
     void *ctx;
