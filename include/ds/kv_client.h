@@ -326,8 +326,9 @@ DS_EXPORT ds_status_t ds_object_unwlatch(ds_client_t *c, size_t n, const char *c
  * (ds_kv_del still deletes it; an NX set keeps it, as for any existing key).
  * A missing key: DS_K_NOT_FOUND. statuses[i] (may be NULL, caller-owned, n
  * entries) is each key's result; the return is DS_K_OK when all succeeded,
- * else the first failure's code. In a cluster the mark is kept by the worker
- * holding the version: a publish through another worker is not refused. */
+ * else the first failure's code. In a cluster the mark is the key's owner's
+ * as well: a set or publish through any worker is refused (message "...
+ * already be sealed.", Yuanrong's), until the key is deleted. */
 DS_EXPORT ds_status_t ds_object_seal(ds_client_t *c, size_t n, const char *const *keys,
                                      ds_status_t *statuses);
 
@@ -356,9 +357,10 @@ DS_EXPORT ds_status_t ds_object_g_decrease_ref(ds_client_t *c, size_t n, const c
  * hold; when the parent's global references end (the parent is deleted),
  * its holds are dropped and a held key with no references left is deleted
  * with it, and so on down. Holds are the worker's, not the client's: they
- * outlive the client that set them. In a cluster holds are kept by the worker
- * the client talks to (a child owned elsewhere only loses the hold when the
- * parent goes); a KV delete of the parent lets go of its holds too. */
+ * outlive the client that set them. In a cluster a parent's holds are kept
+ * by its owner and each held key's by that key's owner, whichever worker
+ * the clients talk to; this returns once every owner has them. A KV delete
+ * of the parent lets go of its holds too. */
 DS_EXPORT ds_status_t ds_object_set_nested(ds_client_t *c, const char *parent, size_t n,
                                            const char *const *nested_keys);
 /* Yuanrong's ObjMetaInfo: an object's size and where it is. */

@@ -501,6 +501,12 @@ static bool create_in_space(ds_conn_t *conn, const char *key, size_t size, const
     return true;
 }
 
+static void slot_drop(ds_sess_t *s, int slot)
+{
+    if (!atomic_load(&s->anchor_dead)) ds__shm_pins_clear(s->pins, (unsigned)slot);
+    pin_give(s, slot);
+}
+
 /* Publishes a buffer over a space of its own with one SETR that keeps a pin
  * (the buffer's view stays valid, as a CREATE buffer's does). What is left
  * of the space becomes the connection's when it has none that fits. */
@@ -509,7 +515,16 @@ static ds_status_t publish_space(ds_conn_t *conn, ds_buffer_t *b, uint64_t deadl
     ds_sess_t *s = conn->sess;
     uint64_t need = ds__round_up64(b->size);
     uint64_t want = conn->space.len >= need ? 0 : need;
-    ds__space_begin(conn, b->handle, want, DS_SETR_PIN);
+    /* The view after publish is held in the session's shared pin table when
+     * a slot is free: written before the request, dropped with no RELEASE. */
+    int slot = s->pins && !atomic_load(&s->anchor_dead) ? pin_take(s) : -1;
+    if (slot >= 0) {
+        atomic_fetch_add_explicit(&s->pins->held, 1, memory_order_seq_cst);
+        atomic_store_explicit(&s->pins->slot[slot], (uint64_t)(b->data - s->base),
+                              memory_order_seq_cst);
+        ds__shm_pins_fence();
+    }
+    ds__space_begin(conn, b->handle, want, DS_SETR_PIN | (slot >= 0 ? DS_SETR_SHM_PIN : 0));
     ds__wbuf_u8(&conn->w, (uint8_t)b->param.write_mode);
     ds__wbuf_u32(&conn->w, b->param.ttl_second);
     ds__wbuf_u8(&conn->w, (uint8_t)b->param.existence);
@@ -523,6 +538,7 @@ static ds_status_t publish_space(ds_conn_t *conn, ds_buffer_t *b, uint64_t deadl
     ds_status_t ts = ds__space_trailer(conn, true, t);
     if (ts != DS_K_OK) st = ts;
     if (conn->state != DS_CONN_OK) {
+        if (slot >= 0) slot_drop(s, slot);
         ds__conn_drain(conn, deadline);
         return st;
     }
@@ -530,6 +546,7 @@ static ds_status_t publish_space(ds_conn_t *conn, ds_buffer_t *b, uint64_t deadl
         /* Refused as a whole: the space stays the buffer's, renamed. */
         b->handle = t[0];
         b->space = t[0] != 0;
+        if (slot >= 0) slot_drop(s, slot);
         ds__conn_drain(conn, deadline);
         return st;
     }
@@ -537,6 +554,11 @@ static ds_status_t publish_space(ds_conn_t *conn, ds_buffer_t *b, uint64_t deadl
     ds_status_t ks = (ds_status_t)ds__rbuf_u32(&conn->r);
     b->handle = t[3];
     b->space = false;
+    /* Published: the slot holds the view; failed: nothing to hold. */
+    if (slot >= 0 && ks == DS_K_OK && !conn->r.err && m == 1)
+        b->pin_slot = slot;
+    else if (slot >= 0)
+        slot_drop(s, slot);
     ds__space_replace(conn, t);
     if (conn->r.err || m != 1) ks = ds__conn_protocol_error(conn, "set_reserved");
     ds__conn_drain(conn, deadline);

@@ -55,6 +55,7 @@
 
 /* SETR flags. */
 #define DS_SETR_PIN 0x01u
+#define DS_SETR_SHM_PIN 0x02u
 
 /* Per-key kinds in a GET response. */
 #define DS_VAL_MISSING 0
@@ -194,7 +195,11 @@
  *         like a pin (RELEASE) and with its session; it is never evicted.
  *         DS_SETR_PIN (exactly one key): the session also keeps a pin on the
  *         object written (published or not, as a CREATE buffer holds its
- *         object), released with RELEASE; 0 when the key failed.
+ *         object), released with RELEASE; 0 when the key failed. With
+ *         DS_SETR_SHM_PIN too, the client holds the value's range itself in
+ *         its shared pin table (common/shm_index.h), written before the
+ *         request: the worker takes no pin (answers 0) and keeps the range
+ *         allocated while a table names it, so the view costs no RELEASE.
  *         Remote (TCP) sessions: K_NOT_SUPPORTED.
  * LANE    req: (empty)   resp: str err, u64 hub_offset, u64 lane_offset, u32 gen
  *         (Unix socket, session with the arena, DS_FEATURE_LANE) gives the
@@ -219,7 +224,8 @@
  *         count is its entry's.
  * SEAL    req: n, n*key                   resp: str err, n, n*u32 status
  *         (Yuanrong's Buffer.seal) marks each key's current version sealed on
- *         this worker: a later SET, PUBLISH or SETR of the key by any client
+ *         this worker and, in a cluster, at its owner (SEAL_OWNED): a later
+ *         SET, PUBLISH or SETR of the key by any client
  *         answers K_OC_ALREADY_SEALED and the sealed version stays (a DEL still
  *         deletes it). A missing key: K_NOT_FOUND.
  *
@@ -285,16 +291,32 @@
  *         repeat (a rebuild after an owner change sends one entry per latch or
  *         reference). count: GREF's count, else 0. Answered once every member
  *         has the LATCH_HINTs of the latches it granted.
- * LATCH_WAIT req: str origin, u64 session, n, n*key   resp: str err
+ * LATCH_WAIT req: str origin, u64 session, n, n*key   resp: str err[, n, n*u32 status]
  *         (to the keys' owner) answers once no latch there blocks a write of the
  *         keys by (origin, session): none of another holder's write latches, no
- *         read latch. The writer's worker sends it before publishing.
+ *         read latch. The writer's worker sends it before publishing. The
+ *         statuses (K_OC_ALREADY_SEALED for a sealed key, else K_OK) say
+ *         which keys the write must refuse.
  * LATCH_HINT req: n, n*(key, u32 ms)   resp: str err
  *         (from an owner to every member) the key is latched for up to ms: a
- *         write of it on the member first asks the owner (LATCH_WAIT).
+ *         write of it on the member first asks the owner (LATCH_WAIT). The
+ *         member answers once its writes of the keys that had passed that
+ *         check are recorded at the owner (their META_PUT answered).
  * HOLDER_END req: str origin, u64 session (0: every session of origin)
  *         resp: str err
  *         the session's latches and references at this owner are dropped.
+ * SEAL_OWNED req: n, n*key   resp: str err, n, n*u32 status
+ *         (to the keys' owner) a client's SEAL: the owner marks the key's
+ *         current version sealed (K_NOT_FOUND: it knows no copy) and hints it
+ *         to every member (LATCH_HINT, ms UINT32_MAX) before it answers, so a
+ *         write of the key anywhere asks it first (LATCH_WAIT, whose answer
+ *         names the sealed keys).
+ * NEST_OWNED req: as GREF with delta NEST   resp: as GREF's
+ *         (to the parent's owner) a client's nested references, kept there.
+ * NEST_HOLD req: n, n*(key, i32 delta)   resp: str err
+ *         (from a parent's owner to a nested key's owner) the parent holds
+ *         the key (delta 1) or lets it go (-1: a key left with no reference
+ *         and no hold is deleted everywhere).
  * MIGRATE req: str from, n, n*(key, u64 size, u64 version, u8 write_mode, u32 ttl_s)
  *         (a leaving worker, from, to the ring successor it hands keys to, or a
  *         worker moving objects toward a less used one; cluster_migrate.c,
@@ -331,7 +353,7 @@
  *         to the acceptor's member address. Only after step 2 succeeded does
  *         the connection count as a peer's: the peer-only operations (LOCATE,
  *         META_PUT, META_DEL, DROP, UCX_PULL, OWNED, LATCH_WAIT, LATCH_HINT,
- *         HOLDER_END) and DS_FLAG_PEER are refused
+ *         HOLDER_END, SEAL_OWNED, NEST_OWNED, NEST_HOLD) and DS_FLAG_PEER are refused
  *         K_NOT_AUTHORIZED on every other connection. from not a member in
  *         etcd: K_TRY_AGAIN (its record may not have arrived yet); a wrong
  *         proof: K_NOT_AUTHORIZED. Standalone: K_NOT_SUPPORTED.
@@ -395,6 +417,9 @@
     X(LATCH_HINT, 33, "latch_hint")                                                                \
     X(HOLDER_END, 34, "holder_end")                                                                \
     X(SEAL, 35, "seal")                                                                            \
+    X(SEAL_OWNED, 36, "seal_owned")                                                                \
+    X(NEST_OWNED, 37, "nest_owned")                                                                \
+    X(NEST_HOLD, 38, "nest_hold")                                                                  \
     X(SC_CREATE_PRODUCER, 40, "sc_create_producer")                                                \
     X(SC_CLOSE_PRODUCER, 41, "sc_close_producer")                                                  \
     X(SC_SUBSCRIBE, 42, "sc_subscribe")                                                            \

@@ -4,10 +4,17 @@
  *    (neither of them the key's owner) until it is released, and readers
  *    meanwhile see the old value; a write latch taken through one worker
  *    makes latches through the others answer K_TRY_AGAIN; many writers
- *    waiting through the reader's worker do not hold up its release;
+ *    waiting through the reader's worker do not hold up its release; a
+ *    latch granted while another worker keeps writing the key holds every
+ *    version (writes already on their way are recorded before the grant);
  *  - references added through two workers are counted as one count seen
  *    through the third; a client decreases only its own; when the last
  *    holder's client closes, the object is deleted on every worker;
+ *  - a seal through one worker refuses writes through every other, with
+ *    Yuanrong's message, until the key is deleted;
+ *  - a parent's nested keys, whoever owns them, outlive their own
+ *    references until the parent's last reference goes through another
+ *    worker, and then go with it everywhere;
  *  - the owner is killed: the latch and the reference are rebuilt at the
  *    key's new owner from the workers whose clients hold them, so a write
  *    through the third worker still waits and the count is still seen. */
@@ -171,6 +178,75 @@ static void test_many_writers_and_the_release_through_one_worker(void **state)
     ds_client_close(reader);
 }
 
+static int key_with_owner(ds_client_t *c, int want, int avoid, const char *prefix, char *key,
+                          size_t cap, size_t len, uint64_t seed);
+
+typedef struct {
+    const char *key;
+    atomic_bool stop;
+    int sets;
+} churn_t;
+
+/* Sets the key through worker 1 with a new pattern each time until told
+ * to stop (bounded). */
+static void *churn(void *arg)
+{
+    churn_t *ch = arg;
+    ds_client_t *c = ct_client(&C, 1, DS_TRANSPORT_TCP);
+    for (int i = 0; c && i < 5000 && !atomic_load(&ch->stop); i++)
+        if (ct_set(c, ch->key, 3000, 900 + (uint64_t)(i % 50)) == DS_K_OK) ch->sets++;
+    ds_client_close(c);
+    return NULL;
+}
+
+/* The key's value through c (a copy the caller frees), NULL when missing. */
+static void *value_of(ds_client_t *c, const char *key, size_t *len)
+{
+    void *v = NULL;
+    *len = 0;
+    if (ds_kv_get(c, key, 0, &v, len) != DS_K_OK) return NULL;
+    return v;
+}
+
+/* Writes that are on their way to the owner when a latch is granted: a
+ * read latch taken through worker 0 (not the owner) while worker 1 keeps
+ * setting the key holds every version still: two reads through worker 2
+ * under the latch see the same one, round after round. */
+static void test_latch_waits_for_writes_in_flight(void **state)
+{
+    (void)state;
+    char key[64];
+    ds_client_t *a = ct_client(&C, 0, DS_TRANSPORT_TCP);
+    assert_non_null(a);
+    int owner = key_with_owner(a, 2, -1, "hw", key, sizeof(key), 3000, 900);
+    assert_int_equal(owner, 2);
+    ds_client_t *r = ct_client(&C, 2, DS_TRANSPORT_TCP);
+    assert_non_null(r);
+    churn_t ch = {.key = key};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, churn, &ch), 0);
+    const char *keys[1] = {key};
+    for (int round = 0; round < 30; round++) {
+        assert_int_equal(ds_kv_rlatch(a, 1, keys, 30000, NULL), DS_K_OK);
+        size_t l1, l2;
+        void *first = value_of(r, key, &l1);
+        usleep(2000);
+        void *second = value_of(r, key, &l2);
+        assert_int_equal(ds_kv_unrlatch(a, 1, keys, NULL), DS_K_OK);
+        assert_non_null(first);
+        assert_non_null(second);
+        assert_int_equal(l1, l2);
+        bool same = memcmp(first, second, l1) == 0;
+        ds_free(first);
+        ds_free(second);
+        assert_true(same);
+    }
+    atomic_store(&ch.stop, true);
+    pthread_join(th, NULL);
+    ds_client_close(r);
+    ds_client_close(a);
+}
+
 static uint32_t ref_count(int node, const char *key)
 {
     ds_client_t *c = ct_client(&C, node, DS_TRANSPORT_TCP);
@@ -226,6 +302,134 @@ static void test_references_across_workers(void **state)
     ds_client_close(c0);
 }
 
+/* Sets a key named prefix-i through c for the first i whose owner is
+ * `want` (want < 0: any owner but `avoid`); the owner's index, or -1. */
+static int key_with_owner(ds_client_t *c, int want, int avoid, const char *prefix, char *key,
+                          size_t cap, size_t len, uint64_t seed)
+{
+    for (int i = 0; i < 64; i++) {
+        snprintf(key, cap, "%s-%d", prefix, i);
+        int o = ct_set_find_owner(&C, c, key, len, seed);
+        if (o >= 0 && (want >= 0 ? o == want : o != avoid)) return o;
+    }
+    return -1;
+}
+
+/* A seal through one worker is the cluster's: a set or a publish of the
+ * key through any other worker is refused with Yuanrong's message and the
+ * sealed value stays, whichever worker holds the copy; a delete still
+ * goes, after which the key may be set again. */
+static void test_seal_across_workers(void **state)
+{
+    (void)state;
+    char key[64], key2[64];
+    ds_client_t *a = ct_client(&C, 0, DS_TRANSPORT_TCP);
+    assert_non_null(a);
+    int owner = key_owned_elsewhere(a, 0, -1, "hs", key, sizeof(key), 3000, 500);
+    assert_true(owner > 0);
+    int b_node = 3 - owner; /* neither the holder (0) nor the owner */
+    ds_client_t *b = ct_client(&C, b_node, DS_TRANSPORT_TCP);
+    ds_client_t *o = ct_client(&C, owner, DS_TRANSPORT_TCP);
+    assert_non_null(b);
+    assert_non_null(o);
+    const char *keys[1] = {key};
+    ds_status_t st = DS_K_RUNTIME_ERROR;
+    assert_int_equal(ds_object_seal(a, 1, keys, &st), DS_K_OK);
+    assert_int_equal(st, DS_K_OK);
+    assert_int_equal(ct_set(b, key, 100, 501), DS_K_OC_ALREADY_SEALED);
+    assert_non_null(strstr(ds_last_error(), "already be sealed."));
+    assert_int_equal(ct_set(o, key, 100, 502), DS_K_OC_ALREADY_SEALED);
+    assert_non_null(strstr(ds_last_error(), "already be sealed."));
+    ds_buffer_t *buf = NULL;
+    assert_int_equal(ds_kv_create(b, key, 3, NULL, &buf), DS_K_OK);
+    memcpy(ds_buffer_mutable_data(buf), "new", 3);
+    assert_int_equal(ds_kv_publish(b, buf), DS_K_OC_ALREADY_SEALED);
+    ds_buffer_release(buf);
+    for (int n = 0; n < 3; n++) {
+        ds_client_t *c = ct_client(&C, n, DS_TRANSPORT_TCP);
+        assert_true(ct_read_ok(c, key, 3000, 500, 0));
+        ds_client_close(c);
+    }
+    /* Sealed through a worker that holds no copy: writes through the
+     * holder are refused too. */
+    int owner2 = key_owned_elsewhere(a, 0, -1, "hs2", key2, sizeof(key2), 2000, 510);
+    assert_true(owner2 > 0);
+    const char *keys2[1] = {key2};
+    ds_client_t *s2 = ct_client(&C, 3 - owner2, DS_TRANSPORT_TCP);
+    assert_int_equal(ds_object_seal(s2, 1, keys2, NULL), DS_K_OK);
+    assert_int_equal(ct_set(a, key2, 100, 511), DS_K_OC_ALREADY_SEALED);
+    assert_true(ct_read_ok(s2, key2, 2000, 510, 0));
+    ds_client_close(s2);
+    /* A key no worker holds cannot be sealed through any. */
+    const char *none[1] = {"hs-none"};
+    assert_int_equal(ds_object_seal(b, 1, none, NULL), DS_K_NOT_FOUND);
+    /* A delete goes; the key is then a fresh one, settable anywhere. */
+    assert_int_equal(ds_kv_del(b, 1, keys, NULL), DS_K_OK);
+    assert_int_equal(ct_set(b, key, 700, 503), DS_K_OK);
+    assert_true(ct_read_ok(a, key, 700, 503, 0));
+    assert_int_equal(ct_set(o, key, 800, 504), DS_K_OK);
+    assert_true(ct_read_ok(b, key, 800, 504, 0));
+    ds_client_close(o);
+    ds_client_close(b);
+    ds_client_close(a);
+}
+
+/* Waits (bounded) until a get of key through node answers NOT_FOUND. */
+static ds_status_t gone_through(int node, const char *key)
+{
+    ds_client_t *c = ct_client(&C, node, DS_TRANSPORT_TCP);
+    ds_status_t st = DS_K_OK;
+    for (int i = 0; c && i < 100 && st != DS_K_NOT_FOUND; i++) {
+        st = ct_get_status(c, key, 0);
+        if (st != DS_K_NOT_FOUND) usleep(50000);
+    }
+    ds_client_close(c);
+    return st;
+}
+
+/* Nested references are the cluster's: a parent set through worker 0
+ * keeps its children (one owned by the parent's owner, one elsewhere)
+ * readable through worker 2 after their own references, taken and dropped
+ * through worker 0, are gone; the parent's last reference, dropped through
+ * worker 1, takes them with it on every worker. */
+static void test_nested_across_workers(void **state)
+{
+    (void)state;
+    char parent[64], kid_same[64], kid_other[64];
+    ds_client_t *a = ct_client(&C, 0, DS_TRANSPORT_TCP);
+    ds_client_t *b = ct_client(&C, 1, DS_TRANSPORT_TCP);
+    assert_non_null(a);
+    assert_non_null(b);
+    int powner = key_with_owner(a, -1, -1, "hn-p", parent, sizeof(parent), 500, 600);
+    assert_true(powner >= 0);
+    assert_true(key_with_owner(a, powner, -1, "hn-ks", kid_same, sizeof(kid_same), 1500, 601) ==
+                powner);
+    assert_true(key_with_owner(a, -1, powner, "hn-ko", kid_other, sizeof(kid_other), 2500, 602) >=
+                0);
+    const char *kids[2] = {kid_same, kid_other};
+    const char *pk[1] = {parent};
+    assert_int_equal(ds_object_g_increase_ref(a, 2, kids, NULL), DS_K_OK);
+    assert_int_equal(ds_object_g_increase_ref(b, 1, pk, NULL), DS_K_OK);
+    assert_int_equal(ds_object_set_nested(a, parent, 2, kids), DS_K_OK);
+    /* The children's own references go; the parent holds them. */
+    assert_int_equal(ds_object_g_decrease_ref(a, 2, kids, NULL), DS_K_OK);
+    assert_int_equal(ref_count(2, kid_other), 0);
+    ds_client_t *c = ct_client(&C, 2, DS_TRANSPORT_TCP);
+    assert_true(ct_read_ok(c, kid_same, 1500, 601, 0));
+    assert_true(ct_read_ok(c, kid_other, 2500, 602, 0));
+    assert_true(ct_read_ok(c, parent, 500, 600, 0));
+    /* The parent's last reference goes through another worker. */
+    assert_int_equal(ds_object_g_decrease_ref(b, 1, pk, NULL), DS_K_OK);
+    for (int n = 0; n < 3; n++) {
+        assert_int_equal(gone_through(n, parent), DS_K_NOT_FOUND);
+        assert_int_equal(gone_through(n, kid_same), DS_K_NOT_FOUND);
+        assert_int_equal(gone_through(n, kid_other), DS_K_NOT_FOUND);
+    }
+    ds_client_close(c);
+    ds_client_close(b);
+    ds_client_close(a);
+}
+
 /* Last: it kills a worker. */
 static void test_owner_failover_rebuilds(void **state)
 {
@@ -272,7 +476,10 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_latches_across_workers),
         cmocka_unit_test(test_many_writers_and_the_release_through_one_worker),
+        cmocka_unit_test(test_latch_waits_for_writes_in_flight),
         cmocka_unit_test(test_references_across_workers),
+        cmocka_unit_test(test_seal_across_workers),
+        cmocka_unit_test(test_nested_across_workers),
         cmocka_unit_test(test_owner_failover_rebuilds),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

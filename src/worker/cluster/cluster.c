@@ -42,6 +42,7 @@ struct ds_cluster {
     ds_links_t *links;
     ds_meta_t *meta;
     ds_holds_t *holds; /* latches and references held for keys' owners (cluster_hold.c) */
+    ds_seals_t *seals; /* seal marks of owned keys, and owners' answers (cluster_seal.c) */
     ds_ring_t *ring;
     ds_ucx_t *ucx; /* srv->ucx (--enable_rdma), for the job threads */
     member_t members[DS_MAX_MEMBERS];
@@ -708,6 +709,11 @@ ds_holds_t **ds__cluster_holds(ds_server_t *srv)
     return &srv->cluster->holds;
 }
 
+ds_seals_t **ds__cluster_seals(ds_server_t *srv)
+{
+    return &srv->cluster->seals;
+}
+
 size_t ds__cluster_peers(ds_server_t *srv, const char **out, size_t cap)
 {
     struct ds_cluster *cl = srv->cluster;
@@ -794,6 +800,11 @@ static const ds_remote_t remote = {
     .session_end = ds__holds_session_end,
     .gref_gone = ds__holds_gref_gone,
     .owns = ds__holds_owns,
+    .seal = ds__seal_client,
+    .sealed = ds__seal_refused,
+    .nest = ds__nest_client,
+    .kid_hold = ds__nest_kid_hold,
+    .nest_answer = ds__nest_answer,
     .stats = cluster_stats,
     .stream_reg = ds__cluster_stream_reg,
     .stream_room = ds__cluster_stream_room,
@@ -937,6 +948,7 @@ void ds__cluster_destroy(ds_server_t *srv)
     ds__peer_auth_free(cl->auth);
     ds__meta_free(cl->meta);
     ds__holds_free(cl->holds);
+    ds__seals_free(cl->seals);
     ds__cluster_stream_free(srv);
     ds__repl_free(cl->repl);
     ds__ring_free(cl->ring);

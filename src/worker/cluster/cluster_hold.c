@@ -12,7 +12,9 @@
  * is latched until the latch's deadline (LATCH_HINT) before it answers. A
  * write (SET, PUBLISH, DEL) on a member of a hinted key owned elsewhere
  * first asks the owner (LATCH_WAIT), which answers once no latch blocks
- * the writer; a write of an unhinted key costs nothing extra. A hint outlives
+ * the writer; a write of an unhinted key costs nothing extra (a member
+ * answers LATCH_HINT only once its writes of the key already past that
+ * check are recorded at the owner: cluster_seal.c). A hint outlives
  * an early release (until the latch's deadline at most): later writes of the
  * key then ask the owner, which answers at once.
  *
@@ -124,7 +126,7 @@ void ds__holds_member_left(ds_server_t *srv, const char *addr)
 
 /* ---- hints ---- */
 
-static uint32_t hint_bucket(const char *k, uint32_t kl)
+uint32_t hint_bucket(const char *k, uint32_t kl)
 {
     return ds__murmur3_32(k, kl, 0x68696e74u) & (HINT_BUCKETS - 1);
 }
@@ -136,6 +138,7 @@ void hint_put(ds_holds_t *h, const char *k, uint32_t kl, uint64_t until)
     for (hint_t *x = *pp; x; x = x->next)
         if (x->len == kl && memcmp(x->key, k, kl) == 0) {
             if (until > x->until) x->until = until;
+            x->stamp = ++h->hint_stamp;
             return;
         }
     /* Expired hints of this bucket go as a new one comes. */
@@ -152,6 +155,7 @@ void hint_put(ds_holds_t *h, const char *k, uint32_t kl, uint64_t until)
     hint_t *x = malloc(sizeof(*x) + kl);
     if (x == NULL) return;
     x->until = until;
+    x->stamp = ++h->hint_stamp;
     x->len = kl;
     memcpy(x->key, k, kl);
     x->next = *pp;

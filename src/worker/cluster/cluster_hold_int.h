@@ -32,6 +32,7 @@ typedef struct rholder {
 typedef struct hint {
     struct hint *next;
     uint64_t until;
+    uint64_t stamp; /* ds_holds' hint_stamp when last put */
     uint32_t len;
     char key[];
 } hint_t;
@@ -51,6 +52,7 @@ struct ds_holds {
     rholder_t *holders;
     hint_t *hints[HINT_BUCKETS];
     uint32_t nhints;
+    uint64_t hint_stamp; /* counts hint_puts */
     mirror_t *mirror[MIRROR_BUCKETS];
     uint32_t nmirror;
     /* LATCH_WAITs on the job threads, and those queued behind them (FIFO,
@@ -71,6 +73,7 @@ typedef struct {
 #define rholder_find ds__hold_rholder_find
 #define rholder_get ds__hold_rholder_get
 #define holders_end ds__hold_holders_end
+#define hint_bucket ds__hold_hint_bucket
 #define hint_put ds__hold_hint_put
 #define hinted ds__hold_hinted
 #define mirror_find ds__hold_mirror_find
@@ -88,6 +91,7 @@ bool is_self(ds_server_t *srv, const char *addr);
 rholder_t *rholder_find(ds_holds_t *h, const char *addr, uint32_t al, uint64_t sid);
 rholder_t *rholder_get(ds_holds_t *h, const char *addr, uint32_t al, uint64_t sid);
 void holders_end(ds_server_t *srv, const char *addr, uint32_t al, uint64_t sid);
+uint32_t hint_bucket(const char *k, uint32_t kl);
 void hint_put(ds_holds_t *h, const char *k, uint32_t kl, uint64_t until);
 bool hinted(ds_holds_t *h, const char *k, uint32_t kl, uint64_t now);
 mirror_t **mirror_find(ds_holds_t *h, uint64_t sid, uint8_t kind, const char *k, uint32_t kl);

@@ -95,9 +95,8 @@ static void op_owned(ds_server_t *srv, ds_req_t *r)
 
 static void latch_wait_resume(ds_server_t *srv, ds_req_t *d, void *ctx)
 {
-    (void)srv;
     (void)ctx;
-    ds__req_error(d, DS_K_OK, "%s", "");
+    ds__seal_wait_answer(srv, d);
 }
 
 /* Reads "n, n*key" into arrays pointing into the request. */
@@ -131,10 +130,17 @@ static void op_latch_wait(ds_server_t *srv, ds_req_t *r)
     ds_holds_t *h = holds(srv);
     const void *holder = h ? (const void *)rholder_find(h, origin, ol, sid) : NULL;
     if (holder == NULL) holder = &no_holder;
-    if (!ds__latch_park_as(srv, r, holder, keys, lens, n, latch_wait_resume, NULL, NULL))
-        ds__req_error(r, DS_K_OK, "%s", "");
+    /* A sealed key refuses the write: no latch to wait for. */
+    if (ds__seal_wait_any(srv, keys, lens, n) ||
+        !ds__latch_park_as(srv, r, holder, keys, lens, n, latch_wait_resume, NULL, NULL))
+        ds__seal_wait_answer(srv, r);
     free(keys);
     free(lens);
+}
+
+static void hint_finish(ds_pend_t *p)
+{
+    ds__req_error(p->req, DS_K_OK, "%s", "");
 }
 
 static void op_latch_hint(ds_server_t *srv, ds_req_t *r)
@@ -144,13 +150,23 @@ static void op_latch_hint(ds_server_t *srv, ds_req_t *r)
     uint32_t n = ds__rbuf_count(&rb, 10 * DS_MAX_BATCH, 9);
     ds_holds_t *h = holds(srv);
     uint64_t now = ds__now_ms();
+    /* The answer waits for this worker's writes of the keys that passed
+     * their hint check before this hint came (cluster_seal.c). */
+    ds_pend_t *p = ds__pend_new(srv, r, hint_finish);
+    bool waits = false;
     for (uint32_t i = 0; h && i < n && !rb.err; i++) {
         const char *k;
         uint32_t kl = ds__rbuf_str(&rb, &k);
         uint32_t ms = ds__rbuf_u32(&rb);
         if (rb.err) break;
         hint_put(h, k, kl, now + ms);
+        if (p && ds__inflight_wait(srv, p, k, kl)) waits = true;
     }
+    if (waits) { /* the hints taken stand; the waiters hold p */
+        ds__pend_start(p);
+        return;
+    }
+    if (p) ds__pend_free(p);
     if (rb.err)
         ds__req_error(r, DS_K_INVALID, "malformed LATCH_HINT");
     else

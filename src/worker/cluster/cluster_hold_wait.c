@@ -22,8 +22,21 @@
 
 static void wait_finish(ds_pend_t *p)
 {
-    /* The owners let the write go; this worker's own latches come next. */
+    /* The owners let the write go; this worker's own latches come next. A
+     * key hinted again since the owners were asked may have been latched
+     * after their answer, before this write is recorded there: ask again. */
     ds_req_t *d = p->req;
+    ds_holds_t *h = *ds__cluster_holds(p->srv);
+    bool again = false;
+    for (uint32_t i = 0; h && i < p->n && !again; i++)
+        for (hint_t *x = h->hints[hint_bucket(p->keys[i], p->keylens[i])]; x; x = x->next)
+            if (x->len == p->keylens[i] && memcmp(x->key, p->keys[i], x->len) == 0) {
+                again = x->stamp > p->stamp;
+                break;
+            }
+    if (again && ds__holds_latch_wait(p->srv, d, (const char *const *)p->keys, p->keylens, p->n,
+                                      p->resume, p->cancel, p->ctx))
+        return;
     if (!ds__latch_park_as(p->srv, d, d->session, (const char *const *)p->keys, p->keylens, p->n,
                            p->resume, p->cancel, p->ctx))
         p->resume(p->srv, d, p->ctx);
@@ -59,6 +72,14 @@ static void wait_done(ds_job_t *j)
         DS_LOG_WARN("cluster: asking %s for latches failed (the write goes ahead): %s", j->addr,
                     j->err);
     ds_server_t *srv = j->pend->srv;
+    /* The owner names the sealed keys (an older owner answers nothing). */
+    uint32_t ns = j->transport_failed || j->status != DS_K_OK ? 0 : ds__rbuf_u32(&j->r);
+    for (uint32_t e = 0; ns == j->nidx && e < ns && j->idx; e++) {
+        uint32_t st = ds__rbuf_u32(&j->r);
+        if (j->r.err) break;
+        ds_pend_t *p = j->pend;
+        ds__seal_told(srv, p->keys[j->idx[e]], p->keylens[j->idx[e]], st == DS_K_OC_ALREADY_SEALED);
+    }
     ds_holds_t *h = *ds__cluster_holds(srv);
     if (h == NULL) return;
     if (h->waits > 0) h->waits--;
@@ -116,6 +137,7 @@ bool ds__holds_latch_wait(ds_server_t *srv, ds_req_t *r, const char *const *keys
     p->cancel = cancel;
     p->ctx = ctx;
     p->gone = wait_gone;
+    p->stamp = h->hint_stamp;
     uint64_t sid = r->session ? r->session->id : 0;
     bool *taken = calloc(nw, sizeof(*taken));
     for (uint32_t a = 0; taken && a < nw; a++) {
@@ -133,10 +155,12 @@ bool ds__holds_latch_wait(ds_server_t *srv, ds_req_t *r, const char *const *keys
                 strcmp(ds__cluster_owner(srv, keys[which[b]], lens[which[b]]), owner) == 0)
                 cnt++;
         ds__wbuf_u32(&j->req, cnt);
+        j->idx = malloc(cnt * sizeof(*j->idx));
         for (uint32_t b = a; b < nw; b++)
             if (!taken[b] &&
                 strcmp(ds__cluster_owner(srv, keys[which[b]], lens[which[b]]), owner) == 0) {
                 taken[b] = true;
+                if (j->idx) j->idx[j->nidx++] = which[b];
                 ds__wbuf_str(&j->req, keys[which[b]], lens[which[b]]);
             }
         wait_submit(srv, h, j);

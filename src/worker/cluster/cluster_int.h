@@ -32,6 +32,7 @@ typedef struct ds_pend ds_pend_t;
 typedef struct ds_job ds_job_t;
 typedef struct ds_meta ds_meta_t;
 typedef struct ds_holds ds_holds_t;
+typedef struct ds_seals ds_seals_t;
 typedef struct ds_repl ds_repl_t;
 
 /* A client request waiting for jobs. req is the handler's request while
@@ -70,7 +71,8 @@ struct ds_pend {
      * for owners' latches (resume, cancel, ctx: ds__latch_park's) */
     int32_t arg;
     uint32_t err_idx;
-    uint64_t sid; /* the client's session */
+    uint64_t sid;   /* the client's session */
+    uint64_t stamp; /* a write waiting at owners: the hints' stamp when it asked */
     ds_latch_resume_fn resume;
     ds_latch_cancel_fn cancel;
     void *ctx;
@@ -204,6 +206,33 @@ void ds__holds_member_left(ds_server_t *srv, const char *addr);
  * whose owner changed are taken again at the new owner. */
 void ds__holds_ring_changed(ds_server_t *srv, const ds_ring_t *old_ring);
 void ds__holds_free(ds_holds_t *h);
+
+/* cluster_seal.c: seal marks and nested references at each key's owner
+ * (ds_remote_t's seal, sealed, nest, kid_hold, nest_answer) and the owner's
+ * side (SEAL_OWNED, NEST_OWNED, NEST_HOLD). */
+ds_seals_t **ds__cluster_seals(ds_server_t *srv);
+void ds__seals_free(ds_seals_t *s);
+void ds__seal_client(ds_server_t *srv, ds_req_t *r);
+bool ds__seal_refused(ds_server_t *srv, const char *key, uint32_t len);
+/* At the owner: K_OC_ALREADY_SEALED when the key's current version is sealed. */
+ds_status_t ds__seal_status(ds_server_t *srv, const char *key, uint32_t len);
+/* A writer: the owner's LATCH_WAIT answer said the key is (not) sealed. */
+void ds__seal_told(ds_server_t *srv, const char *key, uint32_t len, bool sealed);
+/* At the owner: whether any of the keys is sealed; LATCH_WAIT's answer to r. */
+bool ds__seal_wait_any(ds_server_t *srv, const char *const *keys, const uint32_t *lens, uint32_t n);
+void ds__seal_wait_answer(ds_server_t *srv, ds_req_t *r);
+bool ds__nest_client(ds_server_t *srv, ds_req_t *r);
+void ds__nest_kid_hold(ds_server_t *srv, void **batch, const char *key, uint32_t len,
+                       int32_t delta);
+void ds__nest_answer(ds_server_t *srv, void *batch, ds_req_t *r, ds_status_t st, ds_wbuf_t *w);
+void ds__seal_peer_op(ds_server_t *srv, ds_req_t *r);
+/* A write published here whose owner has yet to record it (begin at the
+ * META_PUT, end at its answer); a LATCH_HINT of the key waits for it:
+ * ds__inflight_wait holds p until the key has no write in flight (false:
+ * none, p not held). */
+void ds__inflight_begin(ds_server_t *srv, const char *k, uint32_t kl);
+void ds__inflight_end(ds_server_t *srv, const char *k, uint32_t kl);
+bool ds__inflight_wait(ds_server_t *srv, ds_pend_t *p, const char *k, uint32_t kl);
 
 /* cluster_meta.c: the owner's location table */
 ds_meta_t *ds__meta_new(void);

@@ -555,6 +555,14 @@ void ds__cluster_reply_statuses(ds_req_t *r, const uint32_t *st, uint32_t n)
     ds__wbuf_free(&w);
 }
 
+/* The owners have the copies (or failed): latch hints waiting for these
+ * writes may be answered (cluster_seal.c). */
+static void published_end(ds_pend_t *p)
+{
+    for (uint32_t i = 0; p->keys && i < p->n; i++)
+        if (p->keys[i]) ds__inflight_end(p->srv, p->keys[i], p->keylens[i]);
+}
+
 void ds__cluster_published_finish(ds_pend_t *p)
 {
     ds_wbuf_t w;
@@ -573,6 +581,14 @@ void ds__cluster_published_finish(ds_pend_t *p)
     ds__wbuf_free(&w);
 }
 
+/* A write tracked for latch hints (not the replicated path, which does not
+ * register its keys as in flight). */
+static void published_finish(ds_pend_t *p)
+{
+    published_end(p);
+    ds__cluster_published_finish(p);
+}
+
 void ds__cluster_published(ds_server_t *srv, ds_req_t *r, ds_obj_t **objs, const uint32_t *status,
                            uint32_t n, bool nx, const char *first_err)
 {
@@ -585,7 +601,7 @@ void ds__cluster_published(ds_server_t *srv, ds_req_t *r, ds_obj_t **objs, const
         ds__repl_published(srv, r, objs, status, n, nx, first_err, want);
         return;
     }
-    ds_pend_t *p = ds__pend_new(srv, r, ds__cluster_published_finish);
+    ds_pend_t *p = ds__pend_new(srv, r, published_finish);
     uint32_t np = 0;
     for (uint32_t i = 0; i < n; i++)
         np += objs[i] != NULL;
@@ -626,6 +642,9 @@ void ds__cluster_published(ds_server_t *srv, ds_req_t *r, ds_obj_t **objs, const
                 if (all) all[k] = k;
                 k++;
             }
+        for (uint32_t i = 0; i < np; i++)
+            ds__inflight_begin(srv, p->keys[i], p->keylens[i]);
+        p->gone = published_end;
         if (all && np) per_owner(p, all, np, DS_OP_META_PUT, build_meta_put, meta_put_done);
         free(all);
     }

@@ -225,6 +225,8 @@ static void meta_update(ds_server_t *srv, ds_req_t *r, bool put)
             wake_locates(srv, k, kl); /* the LOCATEs waiting for this key */
         } else if (everywhere) {
             ds__meta_del(ds__cluster_meta(srv), k, kl, NULL, 0, ds__owner_queue_drop, &d);
+            /* A deleted parent's nested holds are kept here: they go. */
+            ds__ops_grefs_deleted(srv, k, kl);
         } else {
             /* the hot copies of a write whose last full copy left go too */
             ds__meta_del(ds__cluster_meta(srv), k, kl, where, version, ds__owner_queue_drop, &d);
@@ -278,6 +280,11 @@ void ds__cluster_peer_op(ds_server_t *srv, ds_req_t *r)
     case DS_OP_LATCH_HINT:
     case DS_OP_HOLDER_END:
         ds__holds_peer_op(srv, r);
+        break;
+    case DS_OP_SEAL_OWNED:
+    case DS_OP_NEST_OWNED:
+    case DS_OP_NEST_HOLD:
+        ds__seal_peer_op(srv, r);
         break;
     case DS_OP_SC_PEER_REG:
     case DS_OP_SC_PEER_QUERY:

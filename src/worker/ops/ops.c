@@ -677,6 +677,11 @@ static void op_seal(ds_server_t *srv, ds_req_t *r)
         ds__req_error(r, DS_K_INVALID, "malformed SEAL: %u keys (allowed 1..%u)", n, DS_MAX_BATCH);
         return;
     }
+    /* In a cluster the mark is kept by each key's owner too. */
+    if (srv->remote && srv->remote->seal && !(r->flags & DS_FLAG_PEER)) {
+        srv->remote->seal(srv, r);
+        return;
+    }
     ds_wbuf_t w;
     ds__wbuf_init(&w);
     ds__wbuf_cstr(&w, "");
@@ -789,6 +794,9 @@ void ds__ops_dispatch(void *ctx, ds_req_t *r)
     case DS_OP_LATCH_WAIT:
     case DS_OP_LATCH_HINT:
     case DS_OP_HOLDER_END:
+    case DS_OP_SEAL_OWNED:
+    case DS_OP_NEST_OWNED:
+    case DS_OP_NEST_HOLD:
     case DS_OP_SC_PEER_REG:
     case DS_OP_SC_PEER_QUERY:
     case DS_OP_SC_PEER_DELETE:

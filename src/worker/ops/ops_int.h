@@ -40,7 +40,6 @@ void ds__ops_publish_release(ds_server_t *srv, ds_req_t *r);
 
 /* ops_read.c */
 void ds__ops_read(ds_server_t *srv, ds_req_t *r);
-void ds__ops_gref(ds_server_t *srv, ds_req_t *r);
 
 /* latch.c: read latches and the writers waiting for them. */
 /* RLATCH, UNRLATCH, WLATCH and UNWLATCH (latch.c). */

@@ -134,6 +134,7 @@ typedef struct gref {
     uint32_t count, keylen;
     uint32_t nested;    /* holds of parents */
     uint32_t nkids;     /* keys this one holds, in kids */
+    uint32_t kids_len;  /* bytes of kids */
     bool touched;       /* a session's end took references from it */
     char *kids;         /* nkids * (u32 length, bytes), one allocation */
     gholder_t *holders; /* who holds count */
@@ -241,11 +242,32 @@ static gref_t *gref_new(struct ds_grefs *g, const char *k, uint32_t kl)
     return e;
 }
 
+/* In a cluster a key's counts and holds are at its owner: a kid owned
+ * elsewhere is held there (kid_hold), with no entry here. */
+static bool kid_remote(ds_server_t *srv, const char *k, uint32_t kl)
+{
+    return srv->remote && srv->remote->owns && srv->remote->kid_hold &&
+           !srv->remote->owns(srv, k, kl);
+}
+
+/* Whether the kids blob (nkids * (u32 length, bytes)) names k. */
+static bool kids_have(const char *q, uint32_t nkids, const char *k, uint32_t kl)
+{
+    for (uint32_t i = 0; q && i < nkids; i++) {
+        uint32_t l;
+        memcpy(&l, q, sizeof(l));
+        if (l == kl && memcmp(q + sizeof(l), k, kl) == 0) return true;
+        q += sizeof(l) + l;
+    }
+    return false;
+}
+
 /* Drops the holds of the detached entries on the list todo (linked by
  * next) on their kids and frees them; a kid left with no count and no hold
  * goes too (its object deleted), and so on down, with a work list rather
- * than recursion (chains of parents may be long). */
-static void gref_release_kids(ds_server_t *srv, gref_t *todo)
+ * than recursion (chains of parents may be long). Kids owned elsewhere are
+ * let go at their owners (batch: kid_hold's). */
+static void gref_release_kids(ds_server_t *srv, gref_t *todo, void **batch)
 {
     struct ds_grefs *g = srv->grefs;
     while (todo) {
@@ -257,17 +279,17 @@ static void gref_release_kids(ds_server_t *srv, gref_t *todo)
             memcpy(&kl, q, sizeof(kl));
             const char *k = q + sizeof(kl);
             q = k + kl;
+            if (kid_remote(srv, k, kl)) {
+                srv->remote->kid_hold(srv, batch, k, kl, -1);
+                continue;
+            }
             gref_t **cp = gref_find(g, k, kl);
             gref_t *c = *cp;
             if (c == NULL || c->nested == 0) continue;
             if (--c->nested > 0 || c->count > 0) continue;
             *cp = c->next;
             g->n--;
-            /* In a cluster a key's clients' counts are at its owner: a
-             * child owned elsewhere only loses this hold. */
-            if (srv->remote == NULL || srv->remote->owns == NULL ||
-                srv->remote->owns(srv, c->key, c->keylen))
-                gref_delete_obj(srv, c->key, c->keylen);
+            gref_delete_obj(srv, c->key, c->keylen);
             c->next = todo;
             todo = c;
         }
@@ -287,7 +309,7 @@ static void gref_gone(ds_server_t *srv, gref_t **pp)
     g->n--;
     gref_delete_obj(srv, e->key, e->keylen);
     e->next = NULL;
-    gref_release_kids(srv, e);
+    gref_release_kids(srv, e, NULL);
 }
 
 ds_status_t ds__gref_apply(ds_server_t *srv, const void *session, const char *k, uint32_t kl,
@@ -408,28 +430,52 @@ static void gref_nest(ds_server_t *srv, ds_req_t *r, ds_rbuf_t *rb, uint32_t n)
     uint32_t held = 0;
     char *q = kids;
     for (uint32_t i = 1; st == DS_K_OK && i < n; i++, held++) {
-        gref_t *c = *gref_find(g, ks[i], ls[i]);
-        if (c == NULL && (c = gref_new(g, ks[i], ls[i])) == NULL) {
+        gref_t *c = kid_remote(srv, ks[i], ls[i]) ? NULL : *gref_find(g, ks[i], ls[i]);
+        if (c == NULL && !kid_remote(srv, ks[i], ls[i]) &&
+            (c = gref_new(g, ks[i], ls[i])) == NULL) {
             st = DS_K_OUT_OF_MEMORY;
             break;
         }
-        c->nested++;
+        if (c) c->nested++;
         memcpy(q, &ls[i], sizeof(uint32_t));
         memcpy(q + sizeof(uint32_t), ks[i], ls[i]);
         q += sizeof(uint32_t) + ls[i];
     }
     if (st == DS_K_OUT_OF_MEMORY) snprintf(msg, sizeof(msg), "out of memory");
+    void *batch = NULL;
     if (st == DS_K_OK) {
-        /* The old kids go through a stand-in parent that holds only them. */
+        /* The old kids go through a stand-in parent that holds only them.
+         * Kids owned elsewhere are held at their owners: those new here
+         * are taken, those no longer named let go, the others untouched
+         * (their owner never sees a hold and its release out of order). */
         gref_t *old = calloc(1, sizeof(*old));
-        if (old != NULL) {
-            old->kids = p->kids;
-            old->nkids = p->nkids;
+        char *gone = old && p->nkids ? malloc(p->kids_len) : NULL;
+        if (old != NULL && (p->nkids == 0 || gone != NULL)) {
+            const char *u = p->kids;
+            char *v = gone;
+            for (uint32_t i = 0; i < p->nkids; i++) {
+                uint32_t kl;
+                memcpy(&kl, u, sizeof(kl));
+                if (!kid_remote(srv, u + sizeof(kl), kl) ||
+                    !kids_have(kids, n - 1, u + sizeof(kl), kl)) {
+                    memcpy(v, u, sizeof(kl) + kl);
+                    v += sizeof(kl) + kl;
+                    old->nkids++;
+                }
+                u += sizeof(kl) + kl;
+            }
+            for (uint32_t i = 1; i < n; i++)
+                if (kid_remote(srv, ks[i], ls[i]) && !kids_have(p->kids, p->nkids, ks[i], ls[i]))
+                    srv->remote->kid_hold(srv, &batch, ks[i], ls[i], 1);
+            old->kids = gone;
+            free(p->kids);
             p->kids = kids;
             p->nkids = n - 1;
+            p->kids_len = (uint32_t)blob;
             kids = NULL;
-            gref_release_kids(srv, old);
+            gref_release_kids(srv, old, &batch);
         } else {
+            free(old);
             st = DS_K_OUT_OF_MEMORY;
             snprintf(msg, sizeof(msg), "out of memory");
         }
@@ -440,7 +486,8 @@ static void gref_nest(ds_server_t *srv, ds_req_t *r, ds_rbuf_t *rb, uint32_t n)
         for (uint32_t i = 0; u && i < held; i++) {
             uint32_t kl;
             memcpy(&kl, u, sizeof(kl));
-            gref_t *c = *gref_find(g, u + sizeof(kl), kl);
+            gref_t *c =
+                kid_remote(srv, u + sizeof(kl), kl) ? NULL : *gref_find(g, u + sizeof(kl), kl);
             if (c) c->nested--;
             u += sizeof(kl) + kl;
         }
@@ -455,7 +502,10 @@ static void gref_nest(ds_server_t *srv, ds_req_t *r, ds_rbuf_t *rb, uint32_t n)
         ds__wbuf_u32(&w, i == 0 && p ? p->count : 0);
     }
     if (st != DS_K_OK) ds__ops_lead_error(&w, msg);
-    ds__req_reply(r, st, &w, NULL, 0, NULL, 0, -1);
+    if (srv->remote && srv->remote->nest_answer)
+        srv->remote->nest_answer(srv, batch, r, st, &w);
+    else
+        ds__req_reply(r, st, &w, NULL, 0, NULL, 0, -1);
     ds__wbuf_free(&w);
     free(ks);
     free(ls);
@@ -468,6 +518,8 @@ void ds__ops_gref(ds_server_t *srv, ds_req_t *r)
     int32_t delta = ds__rbuf_i32(&rb);
     uint32_t n = ds__rbuf_count(&rb, DS_MAX_BATCH + 1, 5);
     if (delta == DS_GREF_NEST && !rb.err && n >= 1) {
+        /* In a cluster the parent's holds are kept by its owner. */
+        if (r->session && srv->remote && srv->remote->nest && srv->remote->nest(srv, r)) return;
         gref_nest(srv, r, &rb, n);
         return;
     }
@@ -559,7 +611,8 @@ void ds__ops_grefs_deleted(ds_server_t *srv, const char *k, uint32_t kl)
     old->nkids = p->nkids;
     p->kids = NULL;
     p->nkids = 0;
-    gref_release_kids(srv, old);
+    p->kids_len = 0;
+    gref_release_kids(srv, old, NULL);
     if (p->count == 0 && p->nested == 0) {
         gref_t **pp = gref_find(g, k, kl);
         *pp = p->next;
@@ -567,6 +620,28 @@ void ds__ops_grefs_deleted(ds_server_t *srv, const char *k, uint32_t kl)
         free_holders(p->holders);
         free(p);
     }
+}
+
+ds_status_t ds__gref_nested(ds_server_t *srv, const char *k, uint32_t kl, int32_t delta, char *msg,
+                            size_t cap)
+{
+    if (ds__key_check(k, kl, msg, cap) != 0) return DS_K_INVALID;
+    struct ds_grefs *g = srv->grefs;
+    if (g == NULL && (g = srv->grefs = calloc(1, sizeof(*g))) == NULL) goto oom;
+    if (g->nb == 0 && gref_grow(g) != 0) goto oom;
+    gref_t **pp = gref_find(g, k, kl);
+    gref_t *e = *pp;
+    if (delta > 0) {
+        if (e == NULL && (e = gref_new(g, k, kl)) == NULL) goto oom;
+        e->nested++;
+        return DS_K_OK;
+    }
+    if (e == NULL || e->nested == 0) return DS_K_OK; /* nothing held: nothing to let go */
+    if (--e->nested == 0 && e->count == 0) gref_gone(srv, pp);
+    return DS_K_OK;
+oom:
+    snprintf(msg, cap, "out of memory");
+    return DS_K_OUT_OF_MEMORY;
 }
 
 void ds__ops_grefs_session_end(ds_server_t *srv, const void *session)

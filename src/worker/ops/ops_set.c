@@ -195,12 +195,15 @@ static bool sealed_key(ds_server_t *srv, const ds_obj_t *o, uint8_t existence, d
                        uint64_t now, char *msg, size_t cap)
 {
     if (existence == DS_EXISTENCE_NX) return false;
+    if (st != DS_K_OC_ALREADY_SEALED && srv->remote && srv->remote->sealed &&
+        srv->remote->sealed(srv, o->key, o->keylen))
+        st = DS_K_OC_ALREADY_SEALED; /* sealed at the key's owner */
     if (st != DS_K_OC_ALREADY_SEALED) {
         if (srv->tier == NULL) return false;
         const ds_obj_t *cur = ds__store_lookup(srv->store, o->key, o->keylen, now);
         if (cur == NULL || !cur->sealed) return false;
     }
-    snprintf(msg, cap, "object '%.200s' is sealed: it cannot be published again", o->key);
+    snprintf(msg, cap, "object '%.200s' already be sealed.", o->key);
     return true;
 }
 

@@ -122,7 +122,11 @@ static void after_publish(ds_server_t *srv, ds_req_t *r, const uint64_t arg[3],
     uint64_t handle = arg[0], pin = 0;
     bool with_pin = arg[2] & DS_SETR_PIN;
     if (r->session == NULL) return; /* the connection is gone: so is the answer */
-    if (with_pin && n == 1 && objs[0]) {
+    if (with_pin && (arg[2] & DS_SETR_SHM_PIN) && n == 1 && objs[0]) {
+        /* The client's pin table holds the range: it is checked before the
+         * range is freed, as an indexed value's (store.c). */
+        ds__store_mark_shm_pinned(objs[0]);
+    } else if (with_pin && n == 1 && objs[0]) {
         /* The writer's view of its value stays valid, as a CREATE buffer's. */
         ds__store_ref(objs[0]);
         pin = ds__session_add(r->session, objs[0], 0);
@@ -211,7 +215,7 @@ void ds__ops_setr(ds_server_t *srv, ds_req_t *r)
         refuse(srv, r, 0, pin, DS_K_INVALID, msg);
         return;
     }
-    if (flags & ~DS_SETR_PIN) {
+    if (flags & ~(DS_SETR_PIN | DS_SETR_SHM_PIN)) {
         snprintf(msg, sizeof(msg), "malformed SETR: unknown flags 0x%x", flags);
         refuse(srv, r, handle, pin, DS_K_INVALID, msg);
         return;

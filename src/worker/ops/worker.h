@@ -62,6 +62,22 @@ typedef struct {
     bool (*owns)(ds_server_t *srv, const char *key, uint32_t len);
     /* A key's last global reference went at its owner: delete it everywhere. */
     void (*gref_gone)(ds_server_t *srv, const char *key, uint32_t len);
+    /* SEAL of a client (checked for shape): marked here and at each key's
+     * owner, which every write of the key then asks; answers r. */
+    void (*seal)(ds_server_t *srv, ds_req_t *r);
+    /* Whether a write of the key here must be refused as sealed (its owner
+     * marked it; a writer elsewhere learnt it asking the owner). */
+    bool (*sealed)(ds_server_t *srv, const char *key, uint32_t len);
+    /* GREF NEST of a client whose parent is owned elsewhere: forwarded to
+     * the parent's owner (true), else false (applied here). */
+    bool (*nest)(ds_server_t *srv, ds_req_t *r);
+    /* A parent here holds (delta 1) or lets go (-1) a nested key owned
+     * elsewhere: told to its owner. batch NULL: at once, else collected for
+     * nest_answer. */
+    void (*kid_hold)(ds_server_t *srv, void **batch, const char *key, uint32_t len, int32_t delta);
+    /* Sends the collected holds and answers r with status and body once
+     * every owner has them (batch NULL: at once). */
+    void (*nest_answer)(ds_server_t *srv, void *batch, ds_req_t *r, ds_status_t st, ds_wbuf_t *w);
     /* Streams (docs/streams.md, cluster/cluster_stream.c): a local stream's
      * producer and consumer counts changed (tell its owner; r not NULL: a
      * SUBSCRIBE answered with handle once the owner has the count); whether the
@@ -196,6 +212,14 @@ void ds__ops_grefs_free(ds_server_t *srv);
 /* A KV delete removed key: the nested holds it had (as a parent) go, and
  * children left with no reference and no hold are deleted (ops_read.c). */
 void ds__ops_grefs_deleted(ds_server_t *srv, const char *k, uint32_t kl);
+/* GREF (ops_read.c); a cluster's NEST_OWNED is one whose parent this
+ * worker owns. */
+void ds__ops_gref(ds_server_t *srv, ds_req_t *r);
+/* A parent owned elsewhere holds (delta 1) or lets go (-1) key, owned
+ * here: a key left with no reference and no hold is deleted, and its own
+ * holds go (ops_read.c). */
+ds_status_t ds__gref_nested(ds_server_t *srv, const char *k, uint32_t kl, int32_t delta, char *msg,
+                            size_t cap);
 /* Drops every global reference the session holds (its client has gone),
  * deleting the objects left with none (ops_read.c). */
 void ds__ops_grefs_session_end(ds_server_t *srv, const void *session);

@@ -331,6 +331,11 @@ static bool shm_pinned(const ds_store_t *s, const ds_obj_t *o)
     return false;
 }
 
+void ds__store_mark_shm_pinned(ds_obj_t *o)
+{
+    o->indexed = 1;
+}
+
 static void held_add(ds_store_t *s, ds_obj_t *o)
 {
     list_push(&s->held, o);
@@ -690,8 +695,7 @@ ds_status_t ds__store_publish(ds_store_t *s, ds_obj_t *o, ds_existence_t existen
     if (cur != NULL && existence == DS_EXISTENCE_NX)
         return ds__set_error(DS_K_OC_KEY_ALREADY_EXIST, "key '%s' already exists", o->key);
     if (cur != NULL && cur->sealed)
-        return ds__set_error(DS_K_OC_ALREADY_SEALED,
-                             "object '%s' is sealed: it cannot be published again", o->key);
+        return ds__set_error(DS_K_OC_ALREADY_SEALED, "object '%s' already be sealed.", o->key);
     if (o->ttl_second != 0 && !heap_reserve(s))
         return ds__set_error(DS_K_OUT_OF_MEMORY, "worker out of private memory for the TTL of '%s'",
                              o->key);

@@ -73,6 +73,10 @@ ds_store_t *ds__store_create(ds_arena_t *arena);
  * slots at the arena's start, listing current objects
  * without a TTL of at most value_max bytes; objects live in the rest. */
 ds_store_t *ds__store_create_indexed(ds_arena_t *arena, uint64_t index_slots, uint64_t value_max);
+/* A reader's pin table may name o's range though it was never indexed (a
+ * writer's view, SETR's DS_SETR_SHM_PIN): it is checked before the range
+ * is freed. */
+void ds__store_mark_shm_pinned(ds_obj_t *o);
 /* Where the index lies in the arena; false (and *slots 0) without one. */
 bool ds__store_index(const ds_store_t *s, uint64_t *offset, uint64_t *slots);
 /* Frees every object regardless of references. */
