@@ -12,8 +12,10 @@ The C code lives outside python/, so the wheel is built from a checkout:
 build_py runs CMake on the repository root (the folder above this one), builds
 the targets datasystem, datasystem_worker and dscli (Release) and copies them
 into the package: yr/datasystem/lib/libdatasystem.so and
-yr/datasystem/bin/{dscli,datasystem_worker}. An sdist carries no C sources and
-is not supported.
+yr/datasystem/bin/{dscli,datasystem_worker}, and, where CMake found the
+installing Python's headers, the buffer-protocol module yr.datasystem._pybuffer
+(src/client/pybuffer.c, in yr/datasystem/lib; the package works without it,
+see _native.BufferBase). An sdist carries no C sources and is not supported.
 
 Environment, all optional:
     DS_WHEEL_BUILD_DIR    the CMake build folder (default python/build/cmake;
@@ -79,17 +81,42 @@ def _cmake_build(announce):
     if not os.path.isfile(os.path.join(build, "CMakeCache.txt")):
         announce("configuring %s in %s" % (ROOT, build))
         subprocess.check_call(
-            # The tests are not part of the wheel: no cmocka needed.
+            # The tests are not part of the wheel: no cmocka needed. _pybuffer
+            # is built against the Python that installs the package.
             ["cmake", "-S", ROOT, "-B", build, "-DCMAKE_BUILD_TYPE=Release",
-             "-DDS_BUILD_TESTS=OFF"]
+             "-DDS_BUILD_TESTS=OFF", "-DPython3_EXECUTABLE=" + sys.executable]
         )
     jobs = os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL") or str(min(os.cpu_count() or 1, 8))
+    native = _native_files(build)
     targets = []
-    for target, _, _ in NATIVE:
+    for target, _, _ in native:
         targets += ["--target", target]
-    announce("building %s (-j%s)" % (", ".join(t for t, _, _ in NATIVE), jobs))
+    announce("building %s (-j%s)" % (", ".join(t for t, _, _ in native), jobs))
     subprocess.check_call(["cmake", "--build", build, "-j", jobs] + targets)
-    return build
+    # A kept build folder configured before _pybuffer existed learns of it in
+    # that build's re-configure.
+    later = [n for n in _native_files(build) if n not in native]
+    if later:
+        subprocess.check_call(["cmake", "--build", build, "-j", jobs, "--target", later[0][0]])
+        native += later
+    return build, native
+
+
+def _native_files(build):
+    """NATIVE, and the _pybuffer module where the configure made its target
+    (it records the file name in the cache as DS_PYBUFFER_FILE)."""
+    native = list(NATIVE)
+    try:
+        with open(os.path.join(build, "CMakeCache.txt")) as f:
+            for line in f:
+                if line.startswith("DS_PYBUFFER_FILE:"):
+                    name = line.split("=", 1)[1].strip()
+                    if name:
+                        native.append(("ds_pybuffer", os.path.join("src", "client", name),
+                                       os.path.join("lib", name)))
+    except OSError:
+        pass
+    return native
 
 
 def _generate_status():
@@ -113,9 +140,9 @@ class BuildPyWithNative(build_py):
         if not _native_wanted():
             self.announce("DS_WHEEL_NO_NATIVE: no libdatasystem or binaries bundled", level=3)
             return
-        build = _cmake_build(lambda msg: self.announce(msg, level=3))
+        build, native = _cmake_build(lambda msg: self.announce(msg, level=3))
         pkg = os.path.join(self.build_lib, "yr", "datasystem")
-        for target, src, dest in NATIVE:
+        for target, src, dest in native:
             src = os.path.realpath(os.path.join(build, src))
             dest = os.path.join(pkg, dest)
             os.makedirs(os.path.dirname(dest), exist_ok=True)
@@ -138,7 +165,9 @@ try:
 
     class BdistWheel(bdist_wheel):
         """Tag py3-none-<platform>: the binaries do not depend on Python's ABI
-        (ctypes, no extension module), only on the platform."""
+        (ctypes), only on the platform. The one extension module, _pybuffer,
+        is optional: an interpreter its file name does not suit leaves it
+        unloaded and the package uses plain Python classes."""
 
         def get_tag(self):
             python, abi, plat = super().get_tag()

@@ -25,6 +25,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -85,6 +86,12 @@ c.init()
 c.set("packaging-key", b"packaging-value")
 got = c.get(["packaging-key", "packaging-missing"])
 assert got == [b"packaging-value", None], got
+# The buffer protocol of get_buffers' result: on CPython 3.12 and later from
+# __buffer__, before that from the bundled _pybuffer module.
+assert _native.BUFFER_PROTOCOL
+assert bytes(memoryview(c.get_buffers(["packaging-key"])[0])) == b"packaging-value"
+if sys.version_info < (3, 12):
+    print("_pybuffer:", sys.modules[_native.PYBUFFER_MODULE].__file__)
 c.close()
 print("set/get ok")
 print("yr.datasystem:", os.path.dirname(_native.__file__))
@@ -144,6 +151,9 @@ def test_clean_clone_venv_install_dscli_set_get():
         assert lib.startswith(site) and lib.endswith("/yr/datasystem/lib/libdatasystem.so"), lib
         assert re.search(r"yr\.datasystem: %s" % re.escape(site), p.stdout), p.stdout
         assert re.search(r"omni_connectors: %s" % re.escape(site), p.stdout), p.stdout
+        if sys.version_info < (3, 12):
+            assert re.search(r"_pybuffer: %s\S*/yr/datasystem/lib/_pybuffer\." % re.escape(site),
+                             p.stdout), p.stdout
 
         _run(["dscli", "stop", "--worker_address", addr], cwd=tmp, env=run_env, timeout=60)
         deadline = time.monotonic() + 15

@@ -539,6 +539,15 @@ def candidate_paths():
     env_lib = os.environ.get("DS_LIBRARY")
     if env_lib:
         paths.append(env_lib)
+    for d in candidate_dirs():
+        for name in _LIB_NAMES:
+            paths.append(os.path.join(d, name))
+    return paths
+
+
+def candidate_dirs():
+    """The folders of ``candidate_paths`` 2 to 5, in order: where the package
+    looks for libdatasystem and its other native files (``_pybuffer``)."""
     dirs = [os.path.join(_HERE, "lib")]
     if os.environ.get("DS_LIBDIR"):
         dirs.append(os.environ["DS_LIBDIR"])
@@ -558,10 +567,57 @@ def candidate_paths():
             dirs.append(os.path.join(root, d, "src", "client"))
         # The CMake build of `pip install [-e] ./python` (python/setup.py).
         dirs.append(os.path.join(root, "python", "build", "cmake", "src", "client"))
-    for d in dirs:
-        for name in _LIB_NAMES:
-            paths.append(os.path.join(d, name))
-    return paths
+    return dirs
+
+
+# ---------------------------------------------------------------------------
+# The buffer protocol for the buffer classes (object_client.Buffer and the KV
+# buffers): a class written in Python exports a buffer through ``__buffer__``
+# only from CPython 3.12 on. Before that they take ``BufferBase`` of the small
+# C module ``_pybuffer`` (src/client/pybuffer.c) as their base, whose buffer
+# slot calls their ``__buffer__``. It is looked for where libdatasystem is
+# (``candidate_dirs``) under every file name this interpreter loads
+# extensions by (``_pybuffer.abi3.so`` from a build against 3.11 or later).
+# Not found, not loadable, or DS_NO_PYBUFFER=1: the classes stay plain Python,
+# and ``memoryview(buf)`` needs 3.12 (``ImmutableData()`` works everywhere).
+
+PYBUFFER_MODULE = "yr.datasystem._pybuffer"
+
+
+def _load_buffer_base():
+    if sys.version_info >= (3, 12):
+        return None  # __buffer__ is honoured: nothing to add
+    if os.environ.get("DS_NO_PYBUFFER", "") in ("1", "true", "yes"):
+        return None
+    import importlib.machinery
+    import importlib.util
+
+    for d in candidate_dirs():
+        for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+            if suffix.startswith(".abi3") and sys.version_info < (3, 11):
+                continue  # the stable-ABI build is for 3.11 and later
+            path = os.path.join(d, "_pybuffer" + suffix)
+            if not os.path.isfile(path):
+                continue
+            try:
+                spec = importlib.util.spec_from_file_location(PYBUFFER_MODULE, path)
+                mod = importlib.util.module_from_spec(spec)
+                spec.loader.exec_module(mod)
+                base = mod.BufferBase
+            except (ImportError, OSError, AttributeError):
+                continue  # built for another interpreter: try the next
+            sys.modules[PYBUFFER_MODULE] = mod
+            return base
+    return None
+
+
+# The base of the buffer classes: _pybuffer's BufferBase, else object.
+_buffer_base = _load_buffer_base()
+BufferBase = _buffer_base if _buffer_base is not None else object
+# True where memoryview(buf) works on the buffer classes.
+BUFFER_PROTOCOL = _buffer_base is not None or sys.version_info >= (3, 12)
+# PyBUF_WRITABLE of the flags __buffer__ receives (inspect.BufferFlags.WRITABLE).
+PYBUF_WRITABLE = 1
 
 
 _lib = None

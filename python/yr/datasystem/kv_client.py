@@ -141,11 +141,14 @@ class StateValueBuffer(ReadOnlyBuffer):
     timeout_sec=60)``, ``RLatch`` / ``UnRLatch``, and the snake_case ones of
     ``ReadOnlyBuffer``. It also reads like the read-only memoryview of the
     value it pins: ``len``, indexing and slicing, ``==`` with bytes-like
-    values, ``bytes(buf)``, ``tobytes()``, ``readonly``, ``nbytes``, and,
-    where Python has ``__buffer__`` (3.12 and later), ``memoryview(buf)`` and
-    ``numpy.frombuffer(buf)``; on older Pythons take ``ImmutableData()`` for
-    those. The pinned version stays intact until the buffer and every view of
-    it are gone.
+    values, ``bytes(buf)``, ``tobytes()``, ``readonly``, ``nbytes``, and it
+    exports that memoryview through the buffer protocol, zero copy:
+    ``memoryview(buf)``, ``numpy.frombuffer(buf)``, ``struct.unpack_from(fmt,
+    buf)``, ``pickle.loads(data, buffers=[buf])`` (a writable request raises
+    BufferError). Before CPython 3.12 that needs the C base the build makes
+    (``_native.BufferBase``; ``_native.BUFFER_PROTOCOL`` says whether it was
+    found); without it take ``ImmutableData()`` for those. The pinned version
+    stays intact until the buffer and every view of it are gone.
     """
 
     __slots__ = ("_view",)
@@ -159,7 +162,9 @@ class StateValueBuffer(ReadOnlyBuffer):
             self._view = Buffer.immutable_data(self)
         return self._view
 
-    def __buffer__(self, flags):
+    def __buffer__(self, flags: int) -> memoryview:
+        if flags & _n.PYBUF_WRITABLE:
+            raise BufferError("The buffer of key %r is read-only." % self._key)
         return self._mv()
 
     def __getitem__(self, index):

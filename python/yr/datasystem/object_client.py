@@ -131,7 +131,7 @@ def _set_nested(kv, key, nested):
     kv._call(native, key.encode("utf-8", "surrogateescape"), kbs)
 
 
-class Buffer:
+class Buffer(_n.BufferBase):
     """A value in the worker's memory, written in place or pinned for reading.
 
     ``mutable_data()`` is a writable memoryview over the reserved bytes (in the
@@ -139,6 +139,14 @@ class Buffer:
     ``KVClient.mset_buffer([...])`` or ``publish()``. The buffer (a reservation,
     or the pin of the version read) is dropped when the Buffer and every view
     taken from it are gone, or on ``release()``.
+
+    A Buffer also exports its bytes through the buffer protocol, zero copy:
+    ``memoryview(buf)``, ``numpy.frombuffer(buf)``, ``struct.unpack_from(fmt,
+    buf)``. An unpublished buffer's view is writable (``mutable_data()``), a
+    published one's read-only (``immutable_data()``; writing needs
+    ``mutable_data()``). On CPython 3.12 and later through ``__buffer__``;
+    before that through the C base ``_native.BufferBase``, where the build
+    has it (``_native.BUFFER_PROTOCOL`` says whether it works).
     """
 
     __slots__ = (
@@ -235,6 +243,20 @@ class Buffer:
             return self._draft.immutable_data()
         addr = _n.load().ds_buffer_data(h)
         return _n.pinned_view(self._pin, addr, self._size, readonly=True)
+
+    def __buffer__(self, flags: int) -> memoryview:
+        """The view the buffer protocol exports (PEP 688): mutable_data() of an
+        unpublished buffer, else immutable_data(); a writable request on a
+        published buffer raises BufferError."""
+        self._handle()
+        if not self._published and not self._sealed:
+            return self.mutable_data()
+        if flags & _n.PYBUF_WRITABLE:
+            raise BufferError(
+                "The buffer of key %r is published: it is read-only "
+                "(write the next version through mutable_data())." % self._key
+            )
+        return self.immutable_data()
 
     def memory_copy(self, value: Union[bytes, bytearray, memoryview, str], offset: int = 0) -> None:
         """Copies value (memoryview, bytes, bytearray or str) into the buffer at offset."""
