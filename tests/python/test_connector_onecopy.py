@@ -1,4 +1,4 @@
-"""The one-copy connector hand-off (issue 14, item 3), Python and C.
+"""The one-copy connector hand-off, Python and C.
 
 A YuanrongConnector put of a payload of at least its in-place threshold
 (``raw_inplace_min``, 64 KiB, the worker's default inline_max) computes the
@@ -91,10 +91,15 @@ def assert_same(a, b):
         assert a.dtype == b.dtype and a.shape == b.shape
         assert np.array_equal(a, b)
     elif isinstance(a, dict) and a.get("__tensor__") is True:
-        # Without torch a tensor map comes back as an ndarray, or a RawTensor
-        # for a dtype numpy lacks.
+        # With torch a tensor map comes back as a torch tensor; without it,
+        # as an ndarray, or a RawTensor for a dtype numpy lacks.
         if isinstance(b, RawTensor):
             assert (b.dtype, list(b.shape), bytes(b.data)) == (a["dtype"], a["shape"], a["data"])
+        elif type(b).__module__.startswith("torch"):
+            import torch
+
+            raw = b.contiguous().view(-1).view(torch.uint8).numpy().tobytes()
+            assert list(b.shape) == a["shape"] and raw == a["data"]
         else:
             assert list(b.shape) == a["shape"] and np.asarray(b).tobytes() == a["data"]
     elif isinstance(a, dict):
