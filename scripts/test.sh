@@ -4,7 +4,8 @@
 # flavour, runs the unit and integration suites under ctest in all three
 # (TSan: the worker processes the integration tests start too), the worker under
 # valgrind memcheck, the libFuzzer targets for DS_FUZZ_SECONDS each (default
-# 20), the Python suite, and a formatting check. Every test starts and stops
+# 20), the device check on the host backend, the Python suite, and a
+# formatting check. Every test starts and stops
 # its own processes.
 #
 #   bash scripts/test.sh          the whole suite (CI: .ci/run)
@@ -95,6 +96,11 @@ DS_SOAK_SECONDS=$DS_SAN_SOAK_SECONDS TSAN_OPTIONS=halt_on_error=1:second_deadloc
     -L 'unit|integration|cpp' -LE cluster
 step "valgrind (worker under memcheck)" bash scripts/valgrind.sh build
 step "fuzz (${DS_FUZZ_SECONDS:-20} s per target)" bash scripts/fuzz.sh "${DS_FUZZ_SECONDS:-20}"
+# The device check on the host backend (a GPU machine runs it on cuda):
+# its tests and benchmark rows, results kept under build/.
+DS_DEVICE_BACKEND=host DS_DEVICE_SKIP_BUILD=1 DS_DEVICE_BENCH_REPS=50 \
+    DS_DEVICE_OUT=$PWD/$LOGS/device_check_host \
+    step "device check (host backend)" bash tests/device/run.sh
 DS_BUILD_DIR=$PWD/build PYTHONPATH=$PWD/python \
     step "pytest" /usr/bin/python3 -m pytest -q tests/python -p no:cacheprovider
 step "clang-format" bash -c 'git ls-files "*.c" "*.h" "*.cpp" | xargs clang-format --dry-run -Werror'

@@ -13,8 +13,11 @@
 # it_hetero and the C++ and Python HeteroClient tests (which use host
 # addresses as device pointers, so they run on host only); the DsTensorClient
 # tests on both (CUDA tensors on cuda, when torch has CUDA). Results go to
-# bench/results/device_check_<backend>.txt (and .json). Exit status: 0 when
-# every test passed.
+# bench/results/device_check_<backend>.txt (and .json), or to
+# $DS_DEVICE_OUT.txt (and .json) when that is set (CI: under build/).
+# DS_DEVICE_SKIP_BUILD=1 uses the build already there; DS_DEVICE_BENCH_REPS
+# sets the benchmark's repetitions (default 300). Exit status: 0 when every
+# test passed.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
@@ -37,7 +40,8 @@ if [[ -z "${DS_DEVICE_SKIP_BUILD:-}" ]]; then
   bash scripts/build.sh release
 fi
 
-OUT=$ROOT/bench/results/device_check_${DS_DEVICE_BACKEND}
+OUT=${DS_DEVICE_OUT:-$ROOT/bench/results/device_check_${DS_DEVICE_BACKEND}}
+mkdir -p "$(dirname "$OUT")"
 fail=0
 ctest --test-dir "$BUILD" -R 'integration\.it_device$' --output-on-failure || fail=1
 if [[ "$DS_DEVICE_BACKEND" == host ]]; then
