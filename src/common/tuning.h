@@ -44,6 +44,20 @@
  * a wake-up would. */
 #define DS_POLL_XFER_SLEEP_MIN (8u << 20)
 
+/* The nice value of the transfer threads (worker/net/xfer.c). Below the
+ * loop's and the clients' priority, a thread copying a large value is
+ * preempted at once when the loop or a client wakes for a small request,
+ * instead of keeping the CPU for a time slice (the hol phase of the
+ * side-by-side benchmark: bench/results/hol_priority.txt). Beside clients
+ * that keep a CPU busy with small requests a large transfer gets what they
+ * leave; alone it runs as fast as before. 10 rather than 19: small requests
+ * wait no longer, and a large transfer beside them keeps about twice the
+ * speed it has at 19. Not behind --busy_poll_us: it reads nothing, and a
+ * plain epoll loop gains from it as much. Under autogroup scheduling nice
+ * weighs threads of one session against each other only, so the worker's
+ * share of the machine against other sessions stays. */
+#define DS_XFER_NICE 10
+
 /* ---- Request lanes (common/lane.h) ---- */
 
 /* A poll step of either side first watches the lane this long before it

@@ -5,14 +5,21 @@
  *  - a batch SET of several large values and one the worker discards (an
  *    invalid key) stores the good ones intact;
  *  - a worker stopped while the thread holds a half-received value exits
- *    cleanly (the value's reservation is let go once the job is back). */
+ *    cleanly (the value's reservation is let go once the job is back);
+ *  - the transfer threads (receiver and sender) run at DS_XFER_NICE, the
+ *    loop at the nice the worker started with. */
 #include "it_hostile_raw.h"
+#include "common/tuning.h"
 
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <pthread.h>
+#include <dirent.h>
+#include <stdio.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -174,12 +181,73 @@ static void test_stop_while_receiving(void **state)
     hr_close(&c);
 }
 
+/* The nice value of one of pid's threads, from /proc (field 19 of its stat;
+ * the name, field 2, may hold spaces, so fields are counted after its ')'). */
+static int thread_nice(pid_t pid, const char *tid)
+{
+    char path[128], line[1024];
+    snprintf(path, sizeof(path), "/proc/%d/task/%s/stat", (int)pid, tid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL) return INT32_MIN;
+    char *got = fgets(line, sizeof(line), f);
+    fclose(f);
+    char *p = got ? strrchr(line, ')') : NULL;
+    if (p == NULL) return INT32_MIN;
+    int field = 2, nice = INT32_MIN;
+    for (char *save = NULL, *tok = strtok_r(p + 1, " ", &save); tok;
+         tok = strtok_r(NULL, " ", &save))
+        if (++field == 19) {
+            nice = atoi(tok);
+            break;
+        }
+    return nice;
+}
+
+/* How many of pid's threads, other than its first, run at nice. */
+static int threads_at(pid_t pid, int nice)
+{
+    char dir[64], main_tid[16];
+    snprintf(dir, sizeof(dir), "/proc/%d/task", (int)pid);
+    snprintf(main_tid, sizeof(main_tid), "%d", (int)pid);
+    DIR *d = opendir(dir);
+    if (d == NULL) return -1;
+    int n = 0;
+    for (struct dirent *e = readdir(d); e != NULL; e = readdir(d))
+        if (e->d_name[0] != '.' && strcmp(e->d_name, main_tid) != 0 &&
+            thread_nice(pid, e->d_name) == nice)
+            n++;
+    closedir(d);
+    return n;
+}
+
+static void test_transfer_threads_lowest_priority(void **state)
+{
+    (void)state;
+    if (dst_worker_external(&W)) skip();
+    int own = getpriority(PRIO_PROCESS, 0);
+    char main_tid[16];
+    snprintf(main_tid, sizeof(main_tid), "%d", (int)W.pid);
+    assert_int_equal(thread_nice(W.pid, main_tid), own);
+    /* A test run at nice DS_XFER_NICE already finds every thread there. */
+    if (own >= DS_XFER_NICE) return;
+    /* The bulk sender and the bulk receiver, once each has started (each
+     * lowers itself first thing); no other thread of a standalone worker. */
+    int lowered = threads_at(W.pid, DS_XFER_NICE);
+    for (int i = 0; i < 250 && lowered < 2; i++) {
+        usleep(20000);
+        lowered = threads_at(W.pid, DS_XFER_NICE);
+    }
+    assert_int_equal(lowered, 2);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_large_set_then_pipelined, start_worker, stop_worker),
         cmocka_unit_test_setup_teardown(test_batch_with_discarded_value, start_worker, stop_worker),
         cmocka_unit_test_setup_teardown(test_stop_while_receiving, start_worker, stop_worker),
+        cmocka_unit_test_setup_teardown(test_transfer_threads_lowest_priority, start_worker,
+                                        stop_worker),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

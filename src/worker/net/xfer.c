@@ -13,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 struct ds_xfer {
@@ -25,33 +27,43 @@ struct ds_xfer {
     pthread_t thread;
     bool started, in_loop;
     atomic_bool stop;
-    pthread_mutex_t mu;
-    ds_xfer_job_t *inbox; /* loop -> thread */
-    ds_xfer_job_t *done;  /* thread -> loop */
-    int wake_fd;          /* the thread's eventfd: new work or stop */
-    int done_fd;          /* the loop's eventfd: finished jobs */
+    /* Lock-free lists (push one, take all), so that the loop never waits
+     * for the thread, which runs at a lower priority (lower_priority). */
+    _Atomic(ds_xfer_job_t *) inbox; /* loop -> thread */
+    _Atomic(ds_xfer_job_t *) done;  /* thread -> loop */
+    int wake_fd;                    /* the thread's eventfd: new work or stop */
+    int done_fd;                    /* the loop's eventfd: finished jobs */
     ds_io_t done_io;
     uint32_t jobs; /* the loop's count of big jobs handed over and not back yet */
 };
 
-static void push(ds_xfer_t *x, ds_xfer_job_t **list, ds_xfer_job_t *j, int fd)
+/* The consumer takes the whole list at once, so a job it holds is never
+ * the head of a later compare-and-swap (no ABA). */
+static void push(_Atomic(ds_xfer_job_t *) *list, ds_xfer_job_t *j, int fd)
 {
-    pthread_mutex_lock(&x->mu);
-    j->next = *list;
-    *list = j;
-    pthread_mutex_unlock(&x->mu);
+    ds_xfer_job_t *head = atomic_load_explicit(list, memory_order_relaxed);
+    do {
+        j->next = head;
+    } while (!atomic_compare_exchange_weak_explicit(list, &head, j, memory_order_release,
+                                                    memory_order_relaxed));
     uint64_t one = 1;
     ssize_t w = write(fd, &one, sizeof(one));
     (void)w;
 }
 
-static ds_xfer_job_t *take_all(ds_xfer_t *x, ds_xfer_job_t **list)
+static ds_xfer_job_t *take_all(_Atomic(ds_xfer_job_t *) *list)
 {
-    pthread_mutex_lock(&x->mu);
-    ds_xfer_job_t *l = *list;
-    *list = NULL;
-    pthread_mutex_unlock(&x->mu);
-    return l;
+    return atomic_exchange_explicit(list, NULL, memory_order_acquire);
+}
+
+/* The thread runs at nice DS_XFER_NICE (common/tuning.h), so that the loop
+ * and the clients of small requests preempt its copy of a large value.
+ * Best effort: a thread left at its priority is slower for others, not
+ * wrong. */
+static void lower_priority(const char *name)
+{
+    if (setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), DS_XFER_NICE) != 0)
+        DS_LOG_WARN("%s: cannot lower its priority: %s", name, strerror(errno));
 }
 
 /* Every job in hand is served in turn, however many there are: a peer that
@@ -59,13 +71,14 @@ static ds_xfer_job_t *take_all(ds_xfer_t *x, ds_xfer_job_t **list)
 static void *xfer_thread(void *arg)
 {
     ds_xfer_t *x = arg;
+    lower_priority(x->name);
     ds_xfer_job_t **active = NULL;
     struct pollfd *pfd = NULL;
     int n = 0, cap = 0;
     ds_xfer_job_t *waiting = NULL; /* taken from the inbox, no room in active yet */
     for (;;) {
         bool stop = atomic_load(&x->stop);
-        ds_xfer_job_t *in = take_all(x, &x->inbox);
+        ds_xfer_job_t *in = take_all(&x->inbox);
         while (in) {
             ds_xfer_job_t *next = in->next;
             in->next = waiting;
@@ -88,7 +101,7 @@ static void *xfer_thread(void *arg)
         for (int i = 0; i < n;) {
             if (stop && active[i]->err == 0) active[i]->err = ESHUTDOWN;
             if (active[i]->err || x->step(x->ctx, active[i])) {
-                push(x, &x->done, active[i], x->done_fd);
+                push(&x->done, active[i], x->done_fd);
                 active[i] = active[--n];
             } else {
                 i++;
@@ -98,7 +111,7 @@ static void *xfer_thread(void *arg)
             while (waiting) {
                 ds_xfer_job_t *next = waiting->next;
                 waiting->err = ESHUTDOWN;
-                push(x, &x->done, waiting, x->done_fd);
+                push(&x->done, waiting, x->done_fd);
                 waiting = next;
             }
             free(active);
@@ -139,7 +152,7 @@ static void on_done(void *ctx, uint32_t events)
     uint64_t v;
     ssize_t r = read(x->done_fd, &v, sizeof(v));
     (void)r;
-    for (ds_xfer_job_t *j = take_all(x, &x->done); j;) {
+    for (ds_xfer_job_t *j = take_all(&x->done); j;) {
         ds_xfer_job_t *next = j->next;
         if (j->big) x->jobs--;
         x->done_cb(x->ctx, j);
@@ -161,7 +174,6 @@ ds_xfer_t *ds__xfer_new(ds_loop_t *loop, const char *name, short events, ds_xfer
     x->step = step;
     x->done_cb = done;
     x->ctx = ctx;
-    pthread_mutex_init(&x->mu, NULL);
     x->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     x->done_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (x->wake_fd >= 0 && x->done_fd >= 0 &&
@@ -194,7 +206,6 @@ void ds__xfer_free(ds_xfer_t *x)
     if (x->in_loop) ds__loop_del(x->loop, &x->done_io);
     if (x->done_fd >= 0) close(x->done_fd);
     if (x->wake_fd >= 0) close(x->wake_fd);
-    pthread_mutex_destroy(&x->mu);
     free(x);
 }
 
@@ -203,7 +214,7 @@ bool ds__xfer_take(ds_xfer_t *x, ds_xfer_job_t *j, uint64_t bytes)
     if (atomic_load(&x->stop)) return false;
     j->big = bytes >= DS_POLL_XFER_SLEEP_MIN;
     if (j->big) x->jobs++;
-    push(x, &x->inbox, j, x->wake_fd);
+    push(&x->inbox, j, x->wake_fd);
     return true;
 }
 

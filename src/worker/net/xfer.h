@@ -5,7 +5,9 @@
  * every job in hand in turn, one step each, polling their sockets for the
  * given event while none can go on, and hands finished jobs back through a
  * done list and an eventfd the loop polls, where the done callback runs.
- * Stopping fails (ESHUTDOWN) every job still unfinished and hands it back. */
+ * Stopping fails (ESHUTDOWN) every job still unfinished and hands it back.
+ * The thread runs at nice DS_XFER_NICE (common/tuning.h), and the lists
+ * between it and the loop take no lock, so the loop never waits for it. */
 #ifndef DS_WORKER_XFER_H
 #define DS_WORKER_XFER_H
 
