@@ -13,8 +13,13 @@
  *   (ds__req_penalize) that grows while the refusals go on, so ten refusals
  *   in a row take the offender over a second, while the other client is
  *   served all along; the refused client works again once its share is
- *   free. */
+ *   free.
+ * - Many keys: a subscribe-get of 10,000 never-set keys answers the one key
+ *   set meanwhile with its value and every other key with K_NOT_FOUND, each
+ *   in its place; a raw client that sends such gets and leaves without its
+ *   answers leaves no subscription behind. */
 #include "harness.h"
+#include "it_hostile_raw.h"
 
 #include "common/clock.h"
 
@@ -223,6 +228,84 @@ static void test_refusals_pause_offender(void **state)
     assert_int_equal(dst_worker_stop(&W), 0);
 }
 
+/* ---- many keys in one get ---- */
+
+typedef struct {
+    ds_client_t *c;
+    const char *const *keys;
+    ds_value_t *out;
+    ds_status_t st;
+} many_t;
+
+static void *get_many(void *arg)
+{
+    many_t *m = arg;
+    m->st = ds_kv_mget(m->c, NKEYS, m->keys, WAIT_MS, m->out);
+    return NULL;
+}
+
+static void test_many_keys_in_place(void **state)
+{
+    (void)state;
+    enum { SET = 7777 };
+    assert_int_equal(dst_worker_start(&W, 64, "--max_pending_subscriptions 100000"), 0);
+    ds_client_t *a = dst_connect(&W, DS_TRANSPORT_TCP);
+    ds_client_t *b = dst_connect(&W, DS_TRANSPORT_TCP);
+    assert_non_null(a);
+    assert_non_null(b);
+    static char names[NKEYS][24];
+    static const char *keys[NKEYS];
+    static ds_value_t out[NKEYS];
+    for (int i = 0; i < NKEYS; i++) {
+        snprintf(names[i], sizeof(names[i]), "many:%d", i);
+        keys[i] = names[i];
+    }
+    many_t m = {a, keys, out, DS_K_RUNTIME_ERROR};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, get_many, &m), 0);
+    assert_true(dst_wait_stat(&W, "subscriptions_waiting", NKEYS, 5000));
+    assert_int_equal(dst_set_filled(b, names[SET], 100, 9), DS_K_OK);
+    /* the other keys never come: the wait runs its course */
+    pthread_join(t, NULL);
+    assert_int_equal(m.st, DS_K_OK);
+    for (int i = 0; i < NKEYS; i++) {
+        if (i == SET) continue;
+        if (out[i].status != DS_K_NOT_FOUND)
+            fprintf(stderr, "key %d: status %d\n", i, out[i].status);
+        assert_int_equal(out[i].status, DS_K_NOT_FOUND);
+    }
+    assert_int_equal(out[SET].status, DS_K_OK);
+    assert_int_equal(out[SET].len, 100);
+    assert_true(dst_check(out[SET].data, out[SET].len, 9));
+    ds_free(out[SET].data);
+    assert_true(dst_wait_stat(&W, "subscriptions_waiting", 0, 5000));
+
+    /* Raw clients send the same get and leave without the answer, some
+     * before the worker has read all of it: no subscription stays. */
+    ds_wbuf_t g;
+    ds__wbuf_init(&g);
+    ds__wbuf_i32(&g, 60000);
+    ds__wbuf_u8(&g, 0);
+    ds__wbuf_u32(&g, NKEYS);
+    for (int i = 0; i < NKEYS; i++)
+        ds__wbuf_cstr(&g, names[i]);
+    for (int round = 0; round < 3; round++) {
+        hr_conn_t r;
+        assert_int_equal(hr_open_hello(&r, &W, false), 0);
+        hr_add(&r, DS_OP_GET, &g, NULL, 0);
+        assert_int_equal(hr_flush(&r), 0);
+        if (round == 0) assert_true(dst_wait_stat(&W, "subscriptions_waiting", NKEYS - 1, 5000));
+        hr_close(&r);
+    }
+    ds__wbuf_free(&g);
+    assert_true(dst_wait_stat(&W, "subscriptions_waiting", 0, 5000));
+    /* the worker serves on */
+    assert_int_equal(dst_set_filled(b, "many-after", 10, 3), DS_K_OK);
+    ds_client_close(a);
+    ds_client_close(b);
+    assert_int_equal(dst_worker_stop(&W), 0);
+}
+
 int main(void)
 {
     if (getenv("DS_TEST_WORKER")) {
@@ -233,6 +316,7 @@ int main(void)
         cmocka_unit_test(test_per_client_share),
         cmocka_unit_test(test_pool_full_message),
         cmocka_unit_test(test_refusals_pause_offender),
+        cmocka_unit_test(test_many_keys_in_place),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
