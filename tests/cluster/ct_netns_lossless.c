@@ -161,7 +161,7 @@ static void set_keys(int nworkers, const char *prefix, uint64_t seed0)
 /* Every key read through worker w: how many read back byte-exact. */
 static int count_through(int w, const char *prefix, uint64_t seed0, bool *ok)
 {
-    char who[64];
+    char who[96];
     snprintf(who, sizeof(who), "through %s", N.hosts[w]);
     ds_client_t *c = client_of(w, w % 2 ? DS_TRANSPORT_TCP : DS_TRANSPORT_LOCAL);
     int n = ct_count_keys(c, prefix, seed0, ok, who);
