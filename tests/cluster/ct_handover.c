@@ -5,7 +5,8 @@
  * revoke its lease; meanwhile K is written again through C, whose ring
  * still names A as K's owner. Once etcd runs again and A is gone, K reads
  * back as the new value through B and C: the write is not undone when the
- * holders register their keys with the new owners. */
+ * holders register their keys with the new owners. Once with one copy of
+ * each write, once with two (--replica_num 2). */
 #include "cluster_util.h"
 
 #include "common/clock.h"
@@ -53,10 +54,10 @@ static bool log_has(const dst_worker_t *w, const char *what)
     return system(cmd) == 0;
 }
 
-static void test_write_after_handover(void **state)
+static void write_after_handover(const char *flags)
 {
-    (void)state;
-    assert_int_equal(ct_cluster_start(&C, 3, NULL), 0);
+    const char *extra[] = {flags, flags, flags};
+    assert_int_equal(ct_cluster_start_with(&C, 3, NULL, extra), 0);
     ds_client_t *b = ct_client(&C, B, DS_TRANSPORT_TCP);
     ds_client_t *c = ct_client(&C, CC, DS_TRANSPORT_TCP);
     assert_non_null(b);
@@ -103,10 +104,25 @@ static void test_write_after_handover(void **state)
     ds_client_close(c);
 }
 
+static void test_write_after_handover(void **state)
+{
+    (void)state;
+    write_after_handover(NULL);
+}
+
+/* The same with two copies of each write: the write names its holders at
+ * the owner in one REPL_META, forwarded the same way. */
+static void test_write_after_handover_replicas(void **state)
+{
+    (void)state;
+    write_after_handover("--replica_num 2");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_write_after_handover, teardown),
+        cmocka_unit_test_teardown(test_write_after_handover_replicas, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
