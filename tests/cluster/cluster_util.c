@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static void worker_flags(const ct_cluster_t *c, char *out, size_t cap)
@@ -155,4 +156,75 @@ ds_status_t ct_get_status(ds_client_t *cl, const char *key, int32_t wait_ms)
     ds_status_t st = ds_kv_get(cl, key, wait_ms, &v, &got);
     ds_free(v);
     return st;
+}
+
+size_t ct_key_len(int i)
+{
+    return ((size_t)1024 << (i % 12)) - (size_t)(i % 5) * 8; /* 1 KiB .. 2 MiB */
+}
+
+void ct_key_name(char *out, size_t cap, const char *prefix, int i)
+{
+    snprintf(out, cap, "%s-%03d", prefix, i);
+}
+
+int ct_set_keys(ds_client_t *const *cl, int ncl, const char *prefix, uint64_t seed0)
+{
+    int n = 0;
+    for (int i = 0; i < CT_NKEYS; i++) {
+        char key[64];
+        ct_key_name(key, sizeof(key), prefix, i);
+        ds_status_t st = ct_set(cl[i % ncl], key, ct_key_len(i), seed0 + (uint64_t)i);
+        if (st == DS_K_OK)
+            n++;
+        else
+            fprintf(stderr, "set '%s' through client %d: status %d (%s)\n", key, i % ncl, (int)st,
+                    ds_last_error());
+    }
+    return n;
+}
+
+int ct_count_keys(ds_client_t *cl, const char *prefix, uint64_t seed0, bool *ok, const char *who)
+{
+    int n = 0, shown = 0;
+    for (int i = 0; i < CT_NKEYS; i++) {
+        char key[64];
+        ct_key_name(key, sizeof(key), prefix, i);
+        bool good = cl && ct_read_ok(cl, key, ct_key_len(i), seed0 + (uint64_t)i, 0);
+        if (ok) ok[i] = good;
+        if (good)
+            n++;
+        else if (shown++ < 5)
+            fprintf(stderr, "%s: key %s did not read back\n", who, key);
+    }
+    return n;
+}
+
+int ct_dscli_stop(dst_worker_t *w, const char *netns, char *out, size_t cap)
+{
+    char bin[512], in_ns[128] = "", cmd[1400];
+    dst_build_path("src/cli/dscli", bin, sizeof(bin));
+    if (netns) snprintf(in_ns, sizeof(in_ns), "/usr/sbin/ip netns exec %s ", netns);
+    snprintf(cmd, sizeof(cmd),
+             "%senv -u DS_UNIX_SOCKET_DIR %s stop -w %s:%d --unix_socket_dir %s -t 60 2>&1", in_ns,
+             bin, w->host, w->port, w->sockdir);
+    FILE *p = popen(cmd, "r");
+    if (p == NULL) return -1;
+    size_t n = fread(out, 1, cap - 1, p);
+    out[n] = '\0';
+    int st = pclose(p);
+    fprintf(stderr, "$ dscli stop -w %s:%d%s%s\n%s", w->host, w->port, netns ? " in " : "",
+            netns ? netns : "", out);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+        char tail[700];
+        snprintf(tail, sizeof(tail), "tail -n 40 %s >&2", w->logpath);
+        if (system(tail) != 0) fprintf(stderr, "(no log at %s)\n", w->logpath);
+    }
+    /* Reaps it: it has exited, cleanly (under ASan: without a report). */
+    int ws = dst_worker_stop(w);
+    if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 0) {
+        fprintf(stderr, "worker %s:%d exited with status 0x%x\n", w->host, w->port, ws);
+        return -2;
+    }
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }

@@ -53,4 +53,24 @@ int ct_set_find_owner(ct_cluster_t *c, ds_client_t *cl, const char *key, size_t 
 /* The status a copy-get of key returns (the value is dropped). */
 ds_status_t ct_get_status(ds_client_t *cl, const char *key, int32_t wait_ms);
 
+/* The lossless suites' key set (ct_migrate, ct_rebalance, ct_replica,
+ * ct_netns_lossless): CT_NKEYS keys named PREFIX-000.., key i of
+ * ct_key_len(i) bytes (1 KiB to 2 MiB) with pattern seed0 + i. */
+#define CT_NKEYS 240
+size_t ct_key_len(int i);
+void ct_key_name(char *out, size_t cap, const char *prefix, int i);
+/* Sets every key, round-robin through cl[0..ncl-1]; how many were set. */
+int ct_set_keys(ds_client_t *const *cl, int ncl, const char *prefix, uint64_t seed0);
+/* Reads every key through cl (byte-exact check); ok[i] (ok may be NULL)
+ * says whether key i read back. How many did; the first few that did not
+ * are printed with `who`. */
+int ct_count_keys(ds_client_t *cl, const char *prefix, uint64_t seed0, bool *ok, const char *who);
+
+/* Runs `dscli stop` for worker w (inside network namespace netns when not
+ * NULL) and reaps the worker: dscli's exit status, -2 when the worker did
+ * not exit cleanly (under ASan: with a report), -1 when dscli could not
+ * run; dscli's output in out (printed too, with the worker's log tail when
+ * dscli failed). */
+int ct_dscli_stop(dst_worker_t *w, const char *netns, char *out, size_t cap);
+
 #endif

@@ -30,28 +30,29 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
 
 static ct_cluster_t C;
 
-enum { NKEYS = 240, ARENA_MB = 320 };
+enum { NKEYS = CT_NKEYS, ARENA_MB = 320 };
+#define PREFIX "mig"
+#define SEED0 420000
 
 static size_t key_len(int i)
 {
-    return ((size_t)1024 << (i % 12)) - (size_t)(i % 5) * 8; /* 1 KiB .. 2 MiB */
+    return ct_key_len(i);
 }
 
 static uint64_t key_seed(int i)
 {
-    return 420000 + (uint64_t)i;
+    return SEED0 + (uint64_t)i;
 }
 
 static void key_name(char *out, size_t cap, int i)
 {
-    snprintf(out, cap, "mig-%03d", i);
+    ct_key_name(out, cap, PREFIX, i);
 }
 
 static const char *extra_rate(void)
@@ -88,49 +89,18 @@ static int teardown(void **state)
  * prints the first few that did not. */
 static int count_ok(int w)
 {
+    char who[32];
+    snprintf(who, sizeof(who), "worker %d", w);
     ds_client_t *c = ct_client(&C, w, w % 2 ? DS_TRANSPORT_TCP : DS_TRANSPORT_LOCAL);
     if (c == NULL) return -1;
-    int ok = 0, shown = 0;
-    for (int i = 0; i < NKEYS; i++) {
-        char key[32];
-        key_name(key, sizeof(key), i);
-        if (ct_read_ok(c, key, key_len(i), key_seed(i), 0))
-            ok++;
-        else if (shown++ < 5)
-            fprintf(stderr, "worker %d: key %s did not read back\n", w, key);
-    }
+    int ok = ct_count_keys(c, PREFIX, SEED0, NULL, who);
     ds_client_close(c);
     return ok;
 }
 
-/* Runs dscli stop for worker i and reaps it; dscli's exit status, its
- * output in out. */
 static int dscli_stop(int i, char *out, size_t cap)
 {
-    char bin[512], cmd[1400];
-    dst_build_path("src/cli/dscli", bin, sizeof(bin));
-    snprintf(cmd, sizeof(cmd),
-             "env -u DS_UNIX_SOCKET_DIR %s stop -w %s:%d --unix_socket_dir %s "
-             "-t 60 2>&1",
-             bin, C.w[i].host, C.w[i].port, C.w[i].sockdir);
-    FILE *p = popen(cmd, "r");
-    if (p == NULL) return -1;
-    size_t n = fread(out, 1, cap - 1, p);
-    out[n] = '\0';
-    int st = pclose(p);
-    fprintf(stderr, "$ dscli stop -w %s:%d\n%s", C.w[i].host, C.w[i].port, out);
-    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-        char tail[700];
-        snprintf(tail, sizeof(tail), "tail -n 40 %s >&2", C.w[i].logpath);
-        if (system(tail) != 0) fprintf(stderr, "(no log at %s)\n", C.w[i].logpath);
-    }
-    /* Reaps it: it has exited, cleanly (under ASan: without a report). */
-    int ws = dst_worker_stop(&C.w[i]);
-    if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 0) {
-        fprintf(stderr, "worker %d exited with status 0x%x\n", i, ws);
-        return -2;
-    }
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    return ct_dscli_stop(&C.w[i], NULL, out, cap);
 }
 
 /* A reader on one worker going over every key until told to stop. */
@@ -205,11 +175,7 @@ static void test_scale_in_out(void **state)
     ds_client_t *cl[3];
     for (int w = 0; w < 3; w++)
         assert_non_null(cl[w] = ct_client(&C, w, w % 2 ? DS_TRANSPORT_TCP : DS_TRANSPORT_LOCAL));
-    for (int i = 0; i < NKEYS; i++) {
-        char key[32];
-        key_name(key, sizeof(key), i);
-        assert_int_equal(ct_set(cl[i % 3], key, key_len(i), key_seed(i)), DS_K_OK);
-    }
+    assert_int_equal(ct_set_keys(cl, 3, PREFIX, SEED0), NKEYS);
     for (int w = 0; w < 3; w++)
         ds_client_close(cl[w]);
     for (int w = 0; w < 3; w++)

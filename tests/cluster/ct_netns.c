@@ -12,6 +12,7 @@
  * leftovers of earlier runs that died are swept first. Skipped, with a
  * message, when the kernel refuses namespaces (not root, EPERM). */
 #include "cluster_util.h"
+#include "netns_util.h"
 
 #include "common/clock.h"
 
@@ -29,13 +30,9 @@
 
 #include <cmocka.h>
 
-#define NS_PREFIX "dsct"
-
-static char hub[64], hosts[3][64];
-static char addr_ip[3][32];
+static ct_netns_t N;
 static dst_etcd_t E;
 static dst_worker_t W[3];
-static char unavailable[256]; /* why the namespaces could not be made */
 static char node_bin[512];
 
 static void on_signal(int sig)
@@ -45,75 +42,27 @@ static void on_signal(int sig)
     raise(sig);
 }
 
-/* Deletes namespaces of earlier runs of this test whose process is gone. */
-static void sweep_stale(void)
-{
-    FILE *f = popen("ip netns list 2>/dev/null", "r");
-    if (f == NULL) return;
-    char line[256];
-    while (fgets(line, sizeof(line), f)) {
-        int pid;
-        char rest[64];
-        if (sscanf(line, NS_PREFIX "%d-%63s", &pid, rest) != 2) continue;
-        if (pid == (int)getpid() || kill(pid, 0) == 0 || errno != ESRCH) continue;
-        dst_sh("ip netns del '" NS_PREFIX "%d-%s' 2>/dev/null", pid, rest);
-    }
-    pclose(f);
-}
-
-static int make_network(void)
-{
-    if (geteuid() != 0) {
-        snprintf(unavailable, sizeof(unavailable), "not root (euid %d)", (int)geteuid());
-        return -1;
-    }
-    sweep_stale();
-    snprintf(hub, sizeof(hub), NS_PREFIX "%d-hub", (int)getpid());
-    if (dst_netns_add(hub) != 0) {
-        snprintf(unavailable, sizeof(unavailable), "the kernel refused 'ip netns add' (EPERM?)");
-        return -1;
-    }
-    if (dst_sh("ip -n %s link add br0 type bridge && ip -n %s addr add 198.18.0.1/24 dev br0 && "
-               "ip -n %s link set br0 up",
-               hub, hub, hub) != 0)
-        return -1;
-    for (int i = 0; i < 3; i++) {
-        snprintf(hosts[i], sizeof(hosts[i]), NS_PREFIX "%d-h%d", (int)getpid(), i + 1);
-        snprintf(addr_ip[i], sizeof(addr_ip[i]), "198.18.0.%d", 11 + i);
-        if (dst_netns_add(hosts[i]) != 0) return -1;
-        /* The veth pair is made inside the hub, its far end moved straight
-         * into the host namespace: nothing touches the root namespace. */
-        if (dst_sh("ip -n %s link add vh%d type veth peer name eth0 netns %s && "
-                   "ip -n %s link set vh%d master br0 up && "
-                   "ip -n %s addr add %s/24 dev eth0 && ip -n %s link set eth0 up",
-                   hub, i + 1, hosts[i], hub, i + 1, hosts[i], addr_ip[i], hosts[i]) != 0)
-            return -1;
-    }
-    return 0;
-}
-
 static int setup(void **state)
 {
     (void)state;
     signal(SIGTERM, on_signal);
     signal(SIGINT, on_signal);
     dst_build_path("tests/cluster/ct_node", node_bin, sizeof(node_bin));
-    if (make_network() != 0) {
-        if (unavailable[0] == '\0') {
+    if (ct_netns_make(&N, 3) != 0) {
+        if (N.unavailable[0] == '\0') {
             fprintf(stderr, "building the namespace network failed\n");
             return -1;
         }
         return 0; /* every test skips */
     }
-    if (dst_netns_enter(hub) != 0 || dst_etcd_start(&E, "198.18.0.1") != 0) return -1;
+    if (dst_netns_enter(N.hub) != 0 || dst_etcd_start(&E, "198.18.0.1") != 0) return -1;
     char flags[512];
     snprintf(flags, sizeof(flags),
              "--etcd_address %s --cluster_name ns%d --node_timeout_s %d --heartbeat_interval_ms %d "
              "--replica_num 2",
              E.address, (int)getpid(), CT_NODE_TIMEOUT_S, CT_HEARTBEAT_MS);
     for (int i = 0; i < 3; i++)
-        if (dst_netns_enter(hosts[i]) != 0 ||
-            dst_worker_start_on(&W[i], addr_ip[i], 64, flags) != 0)
+        if (dst_netns_enter(N.hosts[i]) != 0 || dst_worker_start_on(&W[i], N.ip[i], 64, flags) != 0)
             return -1;
     return dst_netns_enter(NULL);
 }
@@ -123,19 +72,17 @@ static int teardown(void **state)
     (void)state;
     for (int i = 0; i < 3; i++)
         if (W[i].pid > 0) dst_worker_stop_sig(&W[i], SIGINT);
-    dst_netns_enter(hub);
+    dst_netns_enter(N.hub);
     dst_etcd_destroy(&E);
     dst_netns_enter(NULL);
-    for (int i = 0; i < 3; i++)
-        if (hosts[i][0]) dst_netns_del(hosts[i]);
-    if (hub[0]) dst_netns_del(hub);
+    ct_netns_destroy(&N);
     return 0;
 }
 
 #define SKIP_IF_UNAVAILABLE()                                                                      \
     do {                                                                                           \
-        if (unavailable[0]) {                                                                      \
-            fprintf(stderr, "  SKIPPED: network namespaces unavailable: %s\n", unavailable);       \
+        if (N.unavailable[0]) {                                                                    \
+            fprintf(stderr, "  SKIPPED: network namespaces unavailable: %s\n", N.unavailable);     \
             skip();                                                                                \
         }                                                                                          \
     } while (0)
@@ -149,7 +96,7 @@ static pid_t node_start(int i, int *out_fd, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(args, sizeof(args), fmt, ap);
     va_end(ap);
-    char *argv[32] = {"/usr/sbin/ip", "netns", "exec", hosts[i], node_bin};
+    char *argv[32] = {"/usr/sbin/ip", "netns", "exec", N.hosts[i], node_bin};
     int argc = 5;
     for (char *tok = strtok(args, " "); tok && argc < 31; tok = strtok(NULL, " "))
         argv[argc++] = tok;
@@ -216,7 +163,7 @@ static void test_members_seen_inside_namespaces(void **state)
     (void)state;
     SKIP_IF_UNAVAILABLE();
     for (int i = 0; i < 3; i++)
-        assert_int_equal(node_run(i, NULL, 0, "%s:%d members 3 15000", addr_ip[i], W[i].port), 0);
+        assert_int_equal(node_run(i, NULL, 0, "%s:%d members 3 15000", N.ip[i], W[i].port), 0);
 }
 
 static void test_set_on_h1_get_on_h2(void **state)
@@ -228,18 +175,18 @@ static void test_set_on_h1_get_on_h2(void **state)
         char key[32], out[256];
         snprintf(key, sizeof(key), "ns-%d", s);
         assert_int_equal(node_run(0, NULL, 0, "-t %s -d %s %s:%d set %s %zu %d",
-                                  s % 2 ? "tcp" : "local", W[0].sockdir, addr_ip[0], W[0].port, key,
+                                  s % 2 ? "tcp" : "local", W[0].sockdir, N.ip[0], W[0].port, key,
                                   sizes[s], 300 + s),
                          0);
         for (int t = 0; t < 2; t++) {
             assert_int_equal(node_run(1, out, sizeof(out), "-t %s -d %s %s:%d get %s %zu %d 0",
-                                      t ? "tcp" : "local", W[1].sockdir, addr_ip[1], W[1].port, key,
+                                      t ? "tcp" : "local", W[1].sockdir, N.ip[1], W[1].port, key,
                                       sizes[s], 300 + s),
                              0);
             assert_non_null(strstr(out, "ok"));
         }
-        assert_int_equal(node_run(2, out, sizeof(out), "%s:%d get %s %zu %d 0", addr_ip[2],
-                                  W[2].port, key, sizes[s], 300 + s),
+        assert_int_equal(node_run(2, out, sizeof(out), "%s:%d get %s %zu %d 0", N.ip[2], W[2].port,
+                                  key, sizes[s], 300 + s),
                          0);
     }
 }
@@ -253,12 +200,11 @@ static void test_consumer_on_h3_woken_by_h1(void **state)
         snprintf(key, sizeof(key), "ns-wait-%d", t);
         int fd = -1;
         pid_t consumer = node_start(2, &fd, "-t %s -d %s %s:%d get %s 4096 77 10000",
-                                    t ? "tcp" : "local", W[2].sockdir, addr_ip[2], W[2].port, key);
+                                    t ? "tcp" : "local", W[2].sockdir, N.ip[2], W[2].port, key);
         assert_true(consumer > 0);
         usleep(600000); /* the consumer process starts and waits */
         uint64_t t0 = ds__now_ms();
-        assert_int_equal(node_run(0, NULL, 0, "%s:%d set %s 4096 77", addr_ip[0], W[0].port, key),
-                         0);
+        assert_int_equal(node_run(0, NULL, 0, "%s:%d set %s 4096 77", N.ip[0], W[0].port, key), 0);
         int rc = node_wait(consumer, fd, out, sizeof(out), 15000);
         if (rc != 0) fprintf(stderr, "  consumer on h3: exit %d: %s\n", rc, out);
         assert_int_equal(rc, 0);
@@ -280,7 +226,7 @@ static void test_wait_times_out_promptly(void **state)
     SKIP_IF_UNAVAILABLE();
     char out[256];
     assert_int_equal(
-        node_run(1, out, sizeof(out), "%s:%d get ns-never 10 1 500", addr_ip[1], W[1].port), 3);
+        node_run(1, out, sizeof(out), "%s:%d get ns-never 10 1 500", N.ip[1], W[1].port), 3);
     unsigned long long ms = 0;
     assert_int_equal(sscanf(out, "missing %llu", &ms), 1);
     fprintf(stderr, "  a 500 ms wait on h2 for a missing key returned after %llu ms\n", ms);
@@ -297,7 +243,7 @@ static void test_planned_exit_in_namespaces(void **state)
     enum { NK = 12 };
     char out[2048];
     for (int k = 0; k < NK; k++)
-        assert_int_equal(node_run(k % 3, NULL, 0, "%s:%d set ns-exit-%d %zu %d", addr_ip[k % 3],
+        assert_int_equal(node_run(k % 3, NULL, 0, "%s:%d set ns-exit-%d %zu %d", N.ip[k % 3],
                                   W[k % 3].port, k, ((size_t)1024 << (k % 12)), 700 + k),
                          0);
     char dscli[512], cmd[1400];
@@ -305,13 +251,13 @@ static void test_planned_exit_in_namespaces(void **state)
     snprintf(cmd, sizeof(cmd),
              "/usr/sbin/ip netns exec %s env -u DS_UNIX_SOCKET_DIR %s stop -w %s:%d "
              "--unix_socket_dir %s -t 60 2>&1",
-             hosts[0], dscli, addr_ip[0], W[0].port, W[0].sockdir);
+             N.hosts[0], dscli, N.ip[0], W[0].port, W[0].sockdir);
     FILE *p = popen(cmd, "r");
     assert_non_null(p);
     size_t n = fread(out, 1, sizeof(out) - 1, p);
     out[n] = '\0';
     int st = pclose(p);
-    fprintf(stderr, "$ dscli stop (in %s)\n%s", hosts[0], out);
+    fprintf(stderr, "$ dscli stop (in %s)\n%s", N.hosts[0], out);
     if (strstr(out, "; 0 not moved") == NULL) {
         snprintf(cmd, sizeof(cmd), "grep -i 'cluster' %s | tail -n 30 >&2", W[0].logpath);
         if (system(cmd) != 0) fprintf(stderr, "(no log at %s)\n", W[0].logpath);
@@ -320,10 +266,10 @@ static void test_planned_exit_in_namespaces(void **state)
     assert_non_null(strstr(out, "; 0 not moved"));
     dst_worker_stop(&W[0]); /* reaps it */
     for (int h = 1; h < 3; h++)
-        assert_int_equal(node_run(h, NULL, 0, "%s:%d members 2 15000", addr_ip[h], W[h].port), 0);
+        assert_int_equal(node_run(h, NULL, 0, "%s:%d members 2 15000", N.ip[h], W[h].port), 0);
     for (int h = 1; h < 3; h++)
         for (int k = 0; k < NK; k++) {
-            int rc = node_run(h, out, sizeof(out), "%s:%d get ns-exit-%d %zu %d 0", addr_ip[h],
+            int rc = node_run(h, out, sizeof(out), "%s:%d get ns-exit-%d %zu %d 0", N.ip[h],
                               W[h].port, k, ((size_t)1024 << (k % 12)), 700 + k);
             if (rc != 0) fprintf(stderr, "get ns-exit-%d through h%d: %s\n", k, h + 1, out);
             assert_int_equal(rc, 0);
@@ -339,19 +285,19 @@ static void test_replicas_survive_kill(void **state)
     char out[256];
     for (int i = 0; i < NK; i++) {
         size_t size = (size_t)1024 << (i % 12); /* 1 KiB .. 2 MiB */
-        assert_int_equal(node_run(2, NULL, 0, "-t tcp %s:%d set nsr-%d %zu %d", addr_ip[2],
-                                  W[2].port, i, size, 700 + i),
+        assert_int_equal(node_run(2, NULL, 0, "-t tcp %s:%d set nsr-%d %zu %d", N.ip[2], W[2].port,
+                                  i, size, 700 + i),
                          0);
     }
     dst_worker_kill(&W[2]);
     /* h1 left in the planned-exit test before: h2 is the only survivor */
-    assert_int_equal(node_run(1, NULL, 0, "%s:%d members 1 15000", addr_ip[1], W[1].port), 0);
+    assert_int_equal(node_run(1, NULL, 0, "%s:%d members 1 15000", N.ip[1], W[1].port), 0);
     int lost = 0;
     for (int i = 0; i < NK; i++) {
         size_t size = (size_t)1024 << (i % 12);
         /* A waiting get: the new owners learn the holders' copies within
          * moments of the ring change. */
-        lost += node_run(1, out, sizeof(out), "-t tcp %s:%d get nsr-%d %zu %d 3000", addr_ip[1],
+        lost += node_run(1, out, sizeof(out), "-t tcp %s:%d get nsr-%d %zu %d 3000", N.ip[1],
                          W[1].port, i, size, 700 + i) != 0;
     }
     fprintf(stderr, "  h3 killed with --replica_num 2: %d of %d keys set through it lost\n", lost,

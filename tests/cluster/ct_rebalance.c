@@ -25,7 +25,9 @@
 
 static ct_cluster_t C;
 
-enum { NKEYS = 240, ARENA_MB = 192 };
+enum { NKEYS = CT_NKEYS, ARENA_MB = 192 };
+#define PREFIX "reb"
+#define SEED0 510000
 
 #define REBALANCE_ON                                                                               \
     "--enable_memory_rebalance true --rebalance_source_usage_percent 10 "                          \
@@ -33,17 +35,17 @@ enum { NKEYS = 240, ARENA_MB = 192 };
 
 static size_t key_len(int i)
 {
-    return ((size_t)1024 << (i % 12)) - (size_t)(i % 5) * 8; /* 1 KiB .. 2 MiB */
+    return ct_key_len(i);
 }
 
 static uint64_t key_seed(int i)
 {
-    return 510000 + (uint64_t)i;
+    return SEED0 + (uint64_t)i;
 }
 
 static void key_name(char *out, size_t cap, int i)
 {
-    snprintf(out, cap, "reb-%03d", i);
+    ct_key_name(out, cap, PREFIX, i);
 }
 
 static int start(const char *extra)
@@ -78,17 +80,11 @@ static int teardown(void **state)
  * few that did not are printed). */
 static int count_ok(int w)
 {
+    char who[32];
+    snprintf(who, sizeof(who), "worker %d", w);
     ds_client_t *c = ct_client(&C, w, w % 2 ? DS_TRANSPORT_TCP : DS_TRANSPORT_LOCAL);
     if (c == NULL) return -1;
-    int ok = 0, shown = 0;
-    for (int i = 0; i < NKEYS; i++) {
-        char key[32];
-        key_name(key, sizeof(key), i);
-        if (ct_read_ok(c, key, key_len(i), key_seed(i), 0))
-            ok++;
-        else if (shown++ < 5)
-            fprintf(stderr, "worker %d: key %s did not read back\n", w, key);
-    }
+    int ok = ct_count_keys(c, PREFIX, SEED0, NULL, who);
     ds_client_close(c);
     return ok;
 }
@@ -143,11 +139,7 @@ static void join_with_readers(const char *extra)
     ds_client_t *cl[3];
     for (int w = 0; w < 3; w++)
         assert_non_null(cl[w] = ct_client(&C, w, w % 2 ? DS_TRANSPORT_TCP : DS_TRANSPORT_LOCAL));
-    for (int i = 0; i < NKEYS; i++) {
-        char key[32];
-        key_name(key, sizeof(key), i);
-        assert_int_equal(ct_set(cl[i % 3], key, key_len(i), key_seed(i)), DS_K_OK);
-    }
+    assert_int_equal(ct_set_keys(cl, 3, PREFIX, SEED0), NKEYS);
     for (int w = 0; w < 3; w++)
         ds_client_close(cl[w]);
     for (int w = 0; w < 3; w++)

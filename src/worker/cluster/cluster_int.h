@@ -330,6 +330,9 @@ void ds__migrate_leave(ds_server_t *srv, ds_req_t *r);
 void ds__migrate_peer_op(ds_server_t *srv, ds_req_t *r);
 /* Paces and advances the exit; returns its next deadline (0 = none). */
 uint64_t ds__migrate_tick(ds_server_t *srv, uint64_t now);
+/* Once this worker leaving the cluster has handed its metadata over: the
+ * key's owner on the ring without it; NULL before that or when not leaving. */
+const char *ds__migrate_next_owner(ds_server_t *srv, const char *key, size_t len);
 void ds__migrate_destroy(ds_server_t *srv);
 /* A MIGRATE of n objects (bytes in all) to `to`, from this worker; the
  * caller adds the n objects with ds__migrate_job_item and submits it. The

@@ -750,6 +750,13 @@ uint64_t ds__migrate_tick(ds_server_t *srv, uint64_t now)
     }
 }
 
+const char *ds__migrate_next_owner(ds_server_t *srv, const char *key, size_t len)
+{
+    ds_leave_t *lv = *ds__cluster_leave_slot(srv);
+    if (lv == NULL || lv->phase == LV_MOVING || lv->ring == NULL) return NULL;
+    return ds__ring_owner(lv->ring, key, len);
+}
+
 void ds__migrate_leave(ds_server_t *srv, ds_req_t *r)
 {
     ds_leave_t **slot = ds__cluster_leave_slot(srv);

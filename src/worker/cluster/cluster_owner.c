@@ -171,6 +171,40 @@ void ds__owner_queue_drop(void *ctx, const char *loc, uint64_t version)
     ds__job_submit(srv, j);
 }
 
+static void forward_done(ds_job_t *j)
+{
+    if (j->transport_failed || j->status != DS_K_OK)
+        DS_LOG_WARN("cluster: forwarding a metadata update to %s, the key's next owner, failed: %s",
+                    j->addr, j->err);
+}
+
+/* An update that reaches this worker after it handed its metadata over
+ * (a planned exit) from a worker whose ring still names it as the key's
+ * owner goes on to the key's next owner before it is answered: otherwise
+ * the next owner keeps the entry handed over, and when the holders
+ * register their keys with it the write would be undone. */
+static void forward_update(ds_pend_t *p, uint16_t op, const char *where, uint8_t everywhere,
+                           const char *key, uint32_t kl, uint64_t size, uint64_t version)
+{
+    const char *to = ds__migrate_next_owner(p->srv, key, kl);
+    if (to == NULL) return;
+    ds_job_t *j = ds__job_new(p, to, op, forward_done);
+    if (j == NULL) return;
+    ds__wbuf_cstr(&j->req, where);
+    if (op == DS_OP_META_PUT) {
+        ds__wbuf_u8(&j->req, 0); /* a write: it supersedes what the next owner knows */
+        ds__wbuf_u32(&j->req, 1);
+        ds__wbuf_str(&j->req, key, kl);
+        ds__wbuf_u64(&j->req, size);
+    } else {
+        ds__wbuf_u8(&j->req, everywhere);
+        ds__wbuf_u32(&j->req, 1);
+        ds__wbuf_str(&j->req, key, kl);
+    }
+    ds__wbuf_u64(&j->req, version);
+    ds__job_submit(p->srv, j);
+}
+
 static void statuses_finish(ds_pend_t *p)
 {
     ds__cluster_reply_statuses(p->req, p->status, p->n);
@@ -231,6 +265,7 @@ static void meta_update(ds_server_t *srv, ds_req_t *r, bool put)
             /* the hot copies of a write whose last full copy left go too */
             ds__meta_del(ds__cluster_meta(srv), k, kl, where, version, ds__owner_queue_drop, &d);
         }
+        if (!only_if_unknown) forward_update(p, op, where, everywhere, k, kl, size, version);
     }
     ds__pend_start(p);
 }

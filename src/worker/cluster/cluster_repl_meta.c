@@ -109,6 +109,41 @@ static void meta_finish(ds_pend_t *p)
     ds__cluster_reply_statuses(p->req, p->status, p->n);
 }
 
+static void forward_done(ds_job_t *j)
+{
+    if (j->transport_failed || j->status != DS_K_OK)
+        DS_LOG_WARN("cluster: forwarding a write's holders to %s, the key's next owner, failed: %s",
+                    j->addr, j->err);
+}
+
+/* A write's holders recorded here after this worker handed its metadata
+ * over (a planned exit) go on to the key's next owner before the write is
+ * answered, as META_PUT's do (cluster_owner.c): otherwise the next owner
+ * keeps the entry handed over and the holders' re-registration undoes the
+ * write. */
+static void forward_write(ds_pend_t *p, const char *org, const char *k, uint32_t kl, uint64_t size,
+                          uint64_t ov, uint32_t want, uint32_t nh, char (*addr)[300],
+                          const uint64_t *ver)
+{
+    const char *to = ds__migrate_next_owner(p->srv, k, kl);
+    if (to == NULL) return;
+    ds_job_t *j = ds__job_new(p, to, DS_OP_REPL_META, forward_done);
+    if (j == NULL) return;
+    ds__wbuf_cstr(&j->req, org);
+    ds__wbuf_u8(&j->req, 0); /* a write, not a re-registration */
+    ds__wbuf_u32(&j->req, 1);
+    ds__wbuf_str(&j->req, k, kl);
+    ds__wbuf_u64(&j->req, size);
+    ds__wbuf_u64(&j->req, ov);
+    ds__wbuf_u32(&j->req, want);
+    ds__wbuf_u32(&j->req, nh);
+    for (uint32_t h = 0; h < nh; h++) {
+        ds__wbuf_cstr(&j->req, addr[h]);
+        ds__wbuf_u64(&j->req, ver[h]);
+    }
+    ds__job_submit(p->srv, j);
+}
+
 void ds__repl_op_meta(ds_server_t *srv, ds_req_t *r)
 {
     ds_repl_t *rp = ds__cluster_repl(srv);
@@ -176,6 +211,7 @@ void ds__repl_op_meta(ds_server_t *srv, ds_req_t *r)
         for (uint32_t h = first; h < nh; h++)
             (void)ds__meta_add(m, k, kl, org, ov, addr[h], size, ver[h]);
         ds__subs_publish(&srv->locates, k, kl);
+        if (!rereg) forward_write(p, org, k, kl, size, ov, want, nh, addr, ver);
         const char *cp[DS_META_MAX_LOCS];
         uint64_t cv[DS_META_MAX_LOCS];
         if (ds__meta_copies(m, k, kl, cp, cv, DS_META_MAX_LOCS, &lsize) < want)
