@@ -655,6 +655,7 @@ static void adopt_members(struct ds_cluster *cl)
     else
         ds__meta_prune(cl->meta, cl->srv, NULL);
     ds__cluster_ring_changed(cl->srv, old_alive);
+    ds__seal_ring_changed(cl->srv, old_alive);
     ds__holds_ring_changed(cl->srv, old_alive);
     ds__rebal_ring_changed(cl->srv, old_alive);
     ds__ring_free(old_alive);
