@@ -10,9 +10,9 @@
  * write of the key on any member asks the owner first (LATCH_WAIT), whose
  * answer names the sealed keys; the member remembers the answer and refuses
  * the write (K_OC_ALREADY_SEALED) before publishing anything. A write
- * through the owner checks its own mark. A member that joins after the
- * seal has no hint and is not held back; an owner failover loses the mark
- * (the worker holding the sealed version still refuses writes through it).
+ * through the owner checks its own mark. Marks are rebuilt at a new owner
+ * after a ring change, and hinted again to members that joined (below,
+ * "after a ring change").
  *
  * Nested references: a client's GREF NEST goes to the parent's owner
  * (NEST_OWNED), which keeps the parent's list of nested keys with the
@@ -22,8 +22,8 @@
  * references through any worker finds it held. When the parent goes (its
  * last reference, through any worker, or a delete) its owner lets go of
  * them (NEST_HOLD, delta -1), and a key left with no reference and no hold
- * is deleted everywhere by its owner, and so on down. Holds are not rebuilt
- * at a new owner after a failover. */
+ * is deleted everywhere by its owner, and so on down. The parent's list
+ * and the holds are rebuilt at new owners after a ring change (below). */
 #include "worker/cluster/cluster_int.h"
 
 #include "common/clock.h"
