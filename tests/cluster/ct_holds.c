@@ -21,7 +21,8 @@
  *    seal is rebuilt from the worker holding the sealed copy, so writes
  *    through every survivor are still refused; a parent's list of nested
  *    keys is rebuilt from the keys' owners, so a key held only by the
- *    parent stays until the parent's last reference goes, and then goes. */
+ *    parent stays until the parent's last reference goes, and then goes;
+ *    a worker that joins then learns the seal. */
 #include "cluster_util.h"
 
 #include "common/clock.h"
@@ -512,6 +513,16 @@ static void test_owner_failover_rebuilds(void **state)
     assert_true(ct_read_ok(holder, key, 600, 301, 0));
     assert_int_equal(ds_object_g_decrease_ref(holder, 1, keys, NULL), DS_K_OK);
     assert_int_equal(ref_count(wnode, key), 0);
+
+    /* A worker that joins learns the seal: writes through it are refused
+     * whether it now owns the key or asks its owner. */
+    assert_int_equal(ct_worker_add(&C, NULL), 0);
+    ds_client_t *jc = ct_client(&C, C.n - 1, DS_TRANSPORT_TCP);
+    assert_non_null(jc);
+    assert_int_equal(ct_set(jc, sk, 100, 313), DS_K_OC_ALREADY_SEALED);
+    assert_non_null(strstr(ds_last_error(), "already be sealed."));
+    assert_true(ct_read_ok(jc, sk, 1000, 310, 0));
+    ds_client_close(jc);
     ds_client_close(holder);
 }
 
