@@ -361,10 +361,11 @@
  *         to the acceptor's member address. Only after step 2 succeeded does
  *         the connection count as a peer's: the peer-only operations (LOCATE,
  *         META_PUT, META_DEL, DROP, UCX_PULL, OWNED, LATCH_WAIT, LATCH_HINT,
- *         HOLDER_END, SEAL_OWNED, NEST_OWNED, NEST_HOLD) and DS_FLAG_PEER are refused
- *         K_NOT_AUTHORIZED on every other connection. from not a member in
- *         etcd: K_TRY_AGAIN (its record may not have arrived yet); a wrong
- *         proof: K_NOT_AUTHORIZED. Standalone: K_NOT_SUPPORTED.
+ *         HOLDER_END, SEAL_OWNED, NEST_OWNED, NEST_HOLD, OWNER_REBUILD) and
+ *         DS_FLAG_PEER are refused K_NOT_AUTHORIZED on every other connection.
+ *         from not a member in etcd: K_TRY_AGAIN (its record may not have
+ *         arrived yet); a wrong proof: K_NOT_AUTHORIZED. Standalone:
+ *         K_NOT_SUPPORTED.
  *
  * Copies (src/worker/cluster/cluster_repl.c; peer-only like the above). A
  * write is named by its origin worker and the origin's version of it.
