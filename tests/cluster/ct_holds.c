@@ -517,6 +517,14 @@ static void test_owner_failover_rebuilds(void **state)
     /* A worker that joins learns the seal: writes through it are refused
      * whether it now owns the key or asks its owner. */
     assert_int_equal(ct_worker_add(&C, NULL), 0);
+    /* It learns them asynchronously: wait until it knows both sealed keys
+     * alive (this one and the seal test's second; the first was deleted). */
+    double known = 0;
+    for (int i = 0; i < 100 && known < 2; i++) {
+        known = dst_stat(&C.w[C.n - 1], "cluster.seals_known");
+        if (known < 2) usleep(50000);
+    }
+    assert_true(known >= 2);
     ds_client_t *jc = ct_client(&C, C.n - 1, DS_TRANSPORT_TCP);
     assert_non_null(jc);
     assert_int_equal(ct_set(jc, sk, 100, 313), DS_K_OC_ALREADY_SEALED);

@@ -230,6 +230,10 @@ void ds__seal_peer_op(ds_server_t *srv, ds_req_t *r);
  * go to the new owner (OWNER_REBUILD), and so do nested holds whose
  * parent's or key's owner changed; marks kept are hinted again. */
 void ds__seal_ring_changed(ds_server_t *srv, const ds_ring_t *old_ring);
+/* Seal marks kept here (as owner), and keys other owners hinted sealed:
+ * stats' cluster.seals_known is their sum. */
+uint32_t ds__seal_marks(ds_server_t *srv);
+uint32_t ds__holds_seal_hints(ds_server_t *srv);
 /* A seal's hint (LATCH_HINT, ms UINT32_MAX): this worker's copy is sealed. */
 void ds__seal_hinted(ds_server_t *srv, const char *key, uint32_t len);
 /* A write published here whose owner has yet to record it (begin at the

@@ -1031,6 +1031,16 @@ void ds__seal_ring_changed(ds_server_t *srv, const ds_ring_t *old_ring)
     free(rb);
 }
 
+uint32_t ds__seal_marks(ds_server_t *srv)
+{
+    ds_seals_t *s = *ds__cluster_seals(srv);
+    uint32_t n = 0;
+    for (uint32_t b = 0; s && b < SEAL_BUCKETS; b++)
+        for (seal_t *x = s->b[b]; x; x = x->next)
+            n += x->kind == SEAL_MARK;
+    return n;
+}
+
 void ds__seal_hinted(ds_server_t *srv, const char *key, uint32_t len)
 {
     ds_obj_t *o = ds__store_lookup(srv->store, key, len, ds__now_ms());
