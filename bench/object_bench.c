@@ -3,7 +3,8 @@
  * shared arena), rounds interleaved so that load on the machine falls on
  * both sides alike:
  *
- *   object  create + copy in + publish of a 1 MiB and a 64 MiB value, then a
+ *   object  create + copy in (ds_buffer_memory_copy, Yuanrong's MemoryCopy) +
+ *           publish of a 1 MiB and a 64 MiB value, then a
  *           zero-copy get of it (ds_kv_get_buffers) and its release, against
  *           the KV path: set of the same bytes, then a copying get
  *           (ds_kv_get) -> ratio object / KV (target 1.1 at most); and
@@ -127,7 +128,7 @@ static uint64_t object_round(ds_client_t *c, const char *key, const uint8_t *src
     ds_buffer_t *b = NULL;
     ds_status_t st = ds_kv_create(c, key, n, NULL, &b);
     if (st != DS_K_OK) die("create", st);
-    memcpy(ds_buffer_mutable_data(b), src, n);
+    if ((st = ds_buffer_memory_copy(b, src, n)) != DS_K_OK) die("memory_copy", st);
     if ((st = ds_kv_publish(c, b)) != DS_K_OK) die("publish", st);
     ds_buffer_release(b);
     ds_buffer_t *g = NULL;

@@ -225,6 +225,12 @@ DS_EXPORT ds_status_t ds_kv_mpublish(ds_client_t *c, size_t n, ds_buffer_t *cons
 DS_EXPORT const void *ds_buffer_data(const ds_buffer_t *buf);
 /* Writable only before publish; NULL after. */
 DS_EXPORT void *ds_buffer_mutable_data(ds_buffer_t *buf);
+/* Yuanrong's Buffer::MemoryCopy: copies length bytes of data (the caller's,
+ * not kept) to the start of an unpublished buffer, with the copy a set uses
+ * into the arena (faster than a plain memcpy for large values). K_INVALID
+ * for a NULL buffer or data, a length not in (0, size], or a published
+ * buffer. */
+DS_EXPORT ds_status_t ds_buffer_memory_copy(ds_buffer_t *buf, const void *data, size_t length);
 DS_EXPORT size_t ds_buffer_size(const ds_buffer_t *buf);
 DS_EXPORT const char *ds_buffer_key(const ds_buffer_t *buf);
 /* Drops the pin (or discards an unpublished buffer). NULL is fine. */

@@ -20,6 +20,7 @@
 
 #include "common/bigbuf.h"
 #include "common/error.h"
+#include "common/shm_index.h"
 #include "common/tsan.h"
 
 #include <stdio.h>
@@ -169,6 +170,28 @@ const void *ds_buffer_data(const ds_buffer_t *b)
 void *ds_buffer_mutable_data(ds_buffer_t *b)
 {
     return b && !b->published ? b->data : NULL;
+}
+
+ds_status_t ds_buffer_memory_copy(ds_buffer_t *b, const void *data, size_t length)
+{
+    ds__clear_error();
+    if (b == NULL)
+        return ds__set_error(DS_K_INVALID,
+                             "Buffer is not initialized. Key may already exist with NX option.");
+    if (data == NULL) return ds__set_error(DS_K_INVALID, "Can't put null pointer.");
+    if (length == 0 || length > b->size)
+        return ds__set_error(DS_K_INVALID, "Data length must be in (0, buffer_size].");
+    uint8_t *dst = ds_buffer_mutable_data(b);
+    if (dst == NULL)
+        return ds__set_error(DS_K_INVALID, "the buffer of key '%.*s' is already published", KQ,
+                             b->key);
+    /* Into the arena: the copy a set makes (non-temporal stores for large
+     * values where they are faster), not the caller's memcpy. */
+    if (b->kind == DS_BUF_SHM)
+        ds__shm_index_copy_in(dst, data, length);
+    else
+        memcpy(dst, data, length);
+    return DS_K_OK;
 }
 
 size_t ds_buffer_size(const ds_buffer_t *b)

@@ -31,7 +31,7 @@ bool ds__opcode_peer_only(unsigned op)
     return op == DS_OP_LOCATE || op == DS_OP_META_PUT || op == DS_OP_META_DEL || op == DS_OP_DROP ||
            op == DS_OP_UCX_PULL || op == DS_OP_OWNED || op == DS_OP_LATCH_WAIT ||
            op == DS_OP_LATCH_HINT || op == DS_OP_HOLDER_END ||
-           (op >= DS_OP_SEAL_OWNED && op <= DS_OP_NEST_HOLD) || op == DS_OP_SC_PEER_REG ||
+           (op >= DS_OP_SEAL_OWNED && op <= DS_OP_OWNER_REBUILD) || op == DS_OP_SC_PEER_REG ||
            op == DS_OP_SC_PEER_PUSH || op == DS_OP_SC_PEER_QUERY || op == DS_OP_SC_PEER_DELETE ||
            op == DS_OP_SC_PEER_DROP || (op >= DS_OP_REPL_PUT && op <= DS_OP_HOT_DROP) ||
            op == DS_OP_MIGRATE || op == DS_OP_META_MOVE || op == DS_OP_USAGE;

@@ -313,10 +313,18 @@
  *         names the sealed keys).
  * NEST_OWNED req: as GREF with delta NEST   resp: as GREF's
  *         (to the parent's owner) a client's nested references, kept there.
- * NEST_HOLD req: n, n*(key, i32 delta)   resp: str err
+ * NEST_HOLD req: n, n*(key, i32 delta, str parent)   resp: str err
  *         (from a parent's owner to a nested key's owner) the parent holds
- *         the key (delta 1) or lets it go (-1: a key left with no reference
- *         and no hold is deleted everywhere).
+ *         the key (delta 1; once per parent, so it may be said again after a
+ *         ring change) or lets it go (-1: a key left with no reference and no
+ *         hold is deleted everywhere).
+ * OWNER_REBUILD req: u8 what, n, n*entry   resp: str err
+ *         (after a ring change, to the keys' new owner) what 0, entry (key,
+ *         str loc, u64 version): the key's version at loc is sealed; the
+ *         owner records the mark unless it has one and hints the key to every
+ *         member as SEAL_OWNED does. what 1, entry (parent, kid): the parent
+ *         holds the kid (held at the kid's owner already); the owner adds it
+ *         to the parent's list.
  * MIGRATE req: str from, n, n*(key, u64 size, u64 version, u8 write_mode, u32 ttl_s)
  *         (a leaving worker, from, to the ring successor it hands keys to, or a
  *         worker moving objects toward a less used one; cluster_migrate.c,
@@ -353,10 +361,11 @@
  *         to the acceptor's member address. Only after step 2 succeeded does
  *         the connection count as a peer's: the peer-only operations (LOCATE,
  *         META_PUT, META_DEL, DROP, UCX_PULL, OWNED, LATCH_WAIT, LATCH_HINT,
- *         HOLDER_END, SEAL_OWNED, NEST_OWNED, NEST_HOLD) and DS_FLAG_PEER are refused
- *         K_NOT_AUTHORIZED on every other connection. from not a member in
- *         etcd: K_TRY_AGAIN (its record may not have arrived yet); a wrong
- *         proof: K_NOT_AUTHORIZED. Standalone: K_NOT_SUPPORTED.
+ *         HOLDER_END, SEAL_OWNED, NEST_OWNED, NEST_HOLD, OWNER_REBUILD) and
+ *         DS_FLAG_PEER are refused K_NOT_AUTHORIZED on every other connection.
+ *         from not a member in etcd: K_TRY_AGAIN (its record may not have
+ *         arrived yet); a wrong proof: K_NOT_AUTHORIZED. Standalone:
+ *         K_NOT_SUPPORTED.
  *
  * Copies (src/worker/cluster/cluster_repl.c; peer-only like the above). A
  * write is named by its origin worker and the origin's version of it.
@@ -420,6 +429,7 @@
     X(SEAL_OWNED, 36, "seal_owned")                                                                \
     X(NEST_OWNED, 37, "nest_owned")                                                                \
     X(NEST_HOLD, 38, "nest_hold")                                                                  \
+    X(OWNER_REBUILD, 39, "owner_rebuild")                                                          \
     X(SC_CREATE_PRODUCER, 40, "sc_create_producer")                                                \
     X(SC_CLOSE_PRODUCER, 41, "sc_close_producer")                                                  \
     X(SC_SUBSCRIBE, 42, "sc_subscribe")                                                            \

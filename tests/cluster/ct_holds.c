@@ -17,7 +17,12 @@
  *    worker, and then go with it everywhere;
  *  - the owner is killed: the latch and the reference are rebuilt at the
  *    key's new owner from the workers whose clients hold them, so a write
- *    through the third worker still waits and the count is still seen. */
+ *    through the third worker still waits and the count is still seen; a
+ *    seal is rebuilt from the worker holding the sealed copy, so writes
+ *    through every survivor are still refused; a parent's list of nested
+ *    keys is rebuilt from the keys' owners, so a key held only by the
+ *    parent stays until the parent's last reference goes, and then goes;
+ *    a worker that joins then learns the seal. */
 #include "cluster_util.h"
 
 #include "common/clock.h"
@@ -444,6 +449,23 @@ static void test_owner_failover_rebuilds(void **state)
     assert_int_equal(ds_kv_rlatch(holder, 1, keys, 60000, NULL), DS_K_OK);
     assert_int_equal(ds_object_g_increase_ref(holder, 1, keys, NULL), DS_K_OK);
     assert_int_equal(ref_count(wnode, key), 1);
+    /* A key of the same owner sealed through worker 0, which holds it. */
+    char sk[64];
+    assert_int_equal(key_with_owner(holder, owner, -1, "hfs", sk, sizeof(sk), 1000, 310), owner);
+    const char *sks[1] = {sk};
+    assert_int_equal(ds_object_seal(holder, 1, sks, NULL), DS_K_OK);
+    /* A parent of the same owner referenced through wnode, holding a key
+     * owned by wnode whose own reference is gone. */
+    char pk[64], kk[64];
+    assert_int_equal(key_with_owner(holder, owner, -1, "hfp", pk, sizeof(pk), 500, 320), owner);
+    assert_int_equal(key_with_owner(holder, wnode, -1, "hfk", kk, sizeof(kk), 1500, 321), wnode);
+    const char *pks[1] = {pk}, *kks[1] = {kk};
+    ds_client_t *pc = ct_client(&C, wnode, DS_TRANSPORT_TCP);
+    assert_non_null(pc);
+    assert_int_equal(ds_object_g_increase_ref(holder, 1, kks, NULL), DS_K_OK);
+    assert_int_equal(ds_object_g_increase_ref(pc, 1, pks, NULL), DS_K_OK);
+    assert_int_equal(ds_object_set_nested(pc, pk, 1, kks), DS_K_OK);
+    assert_int_equal(ds_object_g_decrease_ref(holder, 1, kks, NULL), DS_K_OK);
 
     dst_worker_kill(&C.w[owner]);
     assert_true(ct_wait_members(&C, 2, 15000) >= 0);
@@ -455,6 +477,29 @@ static void test_owner_failover_rebuilds(void **state)
         if (count != 1) usleep(50000);
     }
     assert_int_equal(count, 1);
+    count = UINT32_MAX;
+    for (int i = 0; i < 100 && count != 1; i++) {
+        count = ref_count(0, pk);
+        if (count != 1) usleep(50000);
+    }
+    assert_int_equal(count, 1);
+
+    /* The seal holds through both survivors; the value stays. */
+    ds_client_t *wc = ct_client(&C, wnode, DS_TRANSPORT_TCP);
+    assert_non_null(wc);
+    assert_int_equal(ct_set(wc, sk, 100, 311), DS_K_OC_ALREADY_SEALED);
+    assert_non_null(strstr(ds_last_error(), "already be sealed."));
+    assert_int_equal(ct_set(holder, sk, 100, 312), DS_K_OC_ALREADY_SEALED);
+    assert_true(ct_read_ok(wc, sk, 1000, 310, 0));
+    /* The nested key stays with its parent, and goes with it. */
+    assert_true(ct_read_ok(wc, kk, 1500, 321, 0));
+    assert_true(ct_read_ok(holder, kk, 1500, 321, 0));
+    assert_int_equal(ds_object_g_decrease_ref(pc, 1, pks, NULL), DS_K_OK);
+    assert_int_equal(gone_through(0, kk), DS_K_NOT_FOUND);
+    assert_int_equal(gone_through(wnode, kk), DS_K_NOT_FOUND);
+    assert_int_equal(gone_through(wnode, pk), DS_K_NOT_FOUND);
+    ds_client_close(pc);
+    ds_client_close(wc);
 
     writer_t w = {.node = wnode, .key = key, .len = 600, .seed = 301};
     pthread_t th;
@@ -468,6 +513,24 @@ static void test_owner_failover_rebuilds(void **state)
     assert_true(ct_read_ok(holder, key, 600, 301, 0));
     assert_int_equal(ds_object_g_decrease_ref(holder, 1, keys, NULL), DS_K_OK);
     assert_int_equal(ref_count(wnode, key), 0);
+
+    /* A worker that joins learns the seal: writes through it are refused
+     * whether it now owns the key or asks its owner. */
+    assert_int_equal(ct_worker_add(&C, NULL), 0);
+    /* It learns them asynchronously: wait until it knows both sealed keys
+     * alive (this one and the seal test's second; the first was deleted). */
+    double known = 0;
+    for (int i = 0; i < 100 && known < 2; i++) {
+        known = dst_stat(&C.w[C.n - 1], "cluster.seals_known");
+        if (known < 2) usleep(50000);
+    }
+    assert_true(known >= 2);
+    ds_client_t *jc = ct_client(&C, C.n - 1, DS_TRANSPORT_TCP);
+    assert_non_null(jc);
+    assert_int_equal(ct_set(jc, sk, 100, 313), DS_K_OC_ALREADY_SEALED);
+    assert_non_null(strstr(ds_last_error(), "already be sealed."));
+    assert_true(ct_read_ok(jc, sk, 1000, 310, 0));
+    ds_client_close(jc);
     ds_client_close(holder);
 }
 

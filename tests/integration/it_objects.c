@@ -6,7 +6,9 @@
  * references are per client and go when the client does; a KV delete of a
  * parent lets its held keys go; a sealed object (ds_object_seal) is not
  * replaced by any client's set or publish until it is deleted; object
- * metadata (ds_object_get_meta_info). */
+ * metadata (ds_object_get_meta_info); ds_buffer_memory_copy (Yuanrong's
+ * MemoryCopy) fills a buffer through a local and a TCP client and refuses
+ * what Yuanrong's refuses, with its messages. */
 #include "harness.h"
 
 #include <pthread.h>
@@ -301,6 +303,39 @@ static void test_get_meta_info(void **state)
     ds_client_close(c);
 }
 
+static void test_memory_copy(void **state)
+{
+    (void)state;
+    for (int t = 0; t < 2; t++) {
+        ds_client_t *c = dst_connect(&W, t ? DS_TRANSPORT_TCP : DS_TRANSPORT_LOCAL);
+        assert_non_null(c);
+        char key[32], val[300000];
+        snprintf(key, sizeof(key), "mc-%d", t);
+        for (size_t i = 0; i < sizeof(val); i++)
+            val[i] = (char)('a' + i % 23);
+        ds_buffer_t *b = NULL;
+        assert_int_equal(ds_kv_create(c, key, sizeof(val), NULL, &b), DS_K_OK);
+        assert_int_equal(ds_buffer_memory_copy(b, val, 0), DS_K_INVALID);
+        assert_string_equal(ds_last_error(), "Data length must be in (0, buffer_size].");
+        assert_int_equal(ds_buffer_memory_copy(b, val, sizeof(val) + 1), DS_K_INVALID);
+        assert_int_equal(ds_buffer_memory_copy(b, NULL, 10), DS_K_INVALID);
+        assert_string_equal(ds_last_error(), "Can't put null pointer.");
+        assert_int_equal(ds_buffer_memory_copy(NULL, val, 10), DS_K_INVALID);
+        assert_non_null(strstr(ds_last_error(), "Buffer is not initialized."));
+        assert_int_equal(ds_buffer_memory_copy(b, val, sizeof(val)), DS_K_OK);
+        assert_int_equal(ds_kv_publish(c, b), DS_K_OK);
+        assert_int_equal(ds_buffer_memory_copy(b, val, 10), DS_K_INVALID);
+        ds_buffer_release(b);
+        void *v = NULL;
+        size_t len = 0;
+        assert_int_equal(ds_kv_get(c, key, 0, &v, &len), DS_K_OK);
+        assert_int_equal(len, sizeof(val));
+        assert_memory_equal(v, val, sizeof(val));
+        ds_free(v);
+        ds_client_close(c);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -312,6 +347,7 @@ int main(void)
         cmocka_unit_test(test_long_chain_goes_with_its_head),
         cmocka_unit_test(test_references_are_per_client_and_go_with_it),
         cmocka_unit_test(test_get_meta_info),
+        cmocka_unit_test(test_memory_copy),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

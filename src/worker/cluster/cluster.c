@@ -655,6 +655,7 @@ static void adopt_members(struct ds_cluster *cl)
     else
         ds__meta_prune(cl->meta, cl->srv, NULL);
     ds__cluster_ring_changed(cl->srv, old_alive);
+    ds__seal_ring_changed(cl->srv, old_alive);
     ds__holds_ring_changed(cl->srv, old_alive);
     ds__rebal_ring_changed(cl->srv, old_alive);
     ds__ring_free(old_alive);
@@ -770,6 +771,10 @@ static void cluster_stats(ds_server_t *srv, struct cJSON *root)
                             (double)ds__peer_auth_failures(srv->cluster->auth));
     cJSON_AddStringToObject(cl, "member_list", members);
     cJSON_AddNumberToObject(cl, "owned_keys", (double)ds__meta_count(srv->cluster->meta));
+    /* Sealed keys this worker knows: marks it keeps as their owner, and
+     * those other owners hinted (a write of them asks the owner). */
+    cJSON_AddNumberToObject(cl, "seals_known",
+                            (double)(ds__seal_marks(srv) + ds__holds_seal_hints(srv)));
     cJSON_AddNumberToObject(cl, "peer_link_requests", (double)srv->cctr.peer_link_requests);
     cJSON_AddNumberToObject(cl, "peer_job_requests", (double)srv->cctr.peer_job_requests);
     cJSON_AddNumberToObject(cl, "locate_inline_values", (double)srv->cctr.locate_inline_values);

@@ -163,6 +163,17 @@ void hint_put(ds_holds_t *h, const char *k, uint32_t kl, uint64_t until)
     h->nhints++;
 }
 
+uint32_t ds__holds_seal_hints(ds_server_t *srv)
+{
+    ds_holds_t *h = *ds__cluster_holds(srv);
+    uint64_t soon = ds__now_ms() + UINT32_MAX / 2; /* a latch's hint ends long before */
+    uint32_t n = 0;
+    for (uint32_t b = 0; h && b < HINT_BUCKETS; b++)
+        for (hint_t *x = h->hints[b]; x; x = x->next)
+            n += x->until > soon;
+    return n;
+}
+
 /* Whether k is hinted latched now (an expired hint found goes). */
 bool hinted(ds_holds_t *h, const char *k, uint32_t kl, uint64_t now)
 {

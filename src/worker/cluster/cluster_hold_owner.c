@@ -160,6 +160,7 @@ static void op_latch_hint(ds_server_t *srv, ds_req_t *r)
         uint32_t ms = ds__rbuf_u32(&rb);
         if (rb.err) break;
         hint_put(h, k, kl, now + ms);
+        if (ms == UINT32_MAX) ds__seal_hinted(srv, k, kl);
         if (p && ds__inflight_wait(srv, p, k, kl)) waits = true;
     }
     if (waits) { /* the hints taken stand; the waiters hold p */

@@ -222,10 +222,20 @@ void ds__seal_told(ds_server_t *srv, const char *key, uint32_t len, bool sealed)
 bool ds__seal_wait_any(ds_server_t *srv, const char *const *keys, const uint32_t *lens, uint32_t n);
 void ds__seal_wait_answer(ds_server_t *srv, ds_req_t *r);
 bool ds__nest_client(ds_server_t *srv, ds_req_t *r);
-void ds__nest_kid_hold(ds_server_t *srv, void **batch, const char *key, uint32_t len,
-                       int32_t delta);
+void ds__nest_kid_hold(ds_server_t *srv, void **batch, const char *parent, uint32_t pl,
+                       const char *key, uint32_t len, int32_t delta);
 void ds__nest_answer(ds_server_t *srv, void *batch, ds_req_t *r, ds_status_t st, ds_wbuf_t *w);
 void ds__seal_peer_op(ds_server_t *srv, ds_req_t *r);
+/* After a ring change: sealed copies and marks of keys whose owner changed
+ * go to the new owner (OWNER_REBUILD), and so do nested holds whose
+ * parent's or key's owner changed; marks kept are hinted again. */
+void ds__seal_ring_changed(ds_server_t *srv, const ds_ring_t *old_ring);
+/* Seal marks kept here (as owner), and keys other owners hinted sealed:
+ * stats' cluster.seals_known is their sum. */
+uint32_t ds__seal_marks(ds_server_t *srv);
+uint32_t ds__holds_seal_hints(ds_server_t *srv);
+/* A seal's hint (LATCH_HINT, ms UINT32_MAX): this worker's copy is sealed. */
+void ds__seal_hinted(ds_server_t *srv, const char *key, uint32_t len);
 /* A write published here whose owner has yet to record it (begin at the
  * META_PUT, end at its answer); a LATCH_HINT of the key waits for it:
  * ds__inflight_wait holds p until the key has no write in flight (false:

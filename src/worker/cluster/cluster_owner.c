@@ -319,6 +319,7 @@ void ds__cluster_peer_op(ds_server_t *srv, ds_req_t *r)
     case DS_OP_SEAL_OWNED:
     case DS_OP_NEST_OWNED:
     case DS_OP_NEST_HOLD:
+    case DS_OP_OWNER_REBUILD:
         ds__seal_peer_op(srv, r);
         break;
     case DS_OP_SC_PEER_REG:

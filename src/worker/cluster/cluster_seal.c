@@ -10,9 +10,9 @@
  * write of the key on any member asks the owner first (LATCH_WAIT), whose
  * answer names the sealed keys; the member remembers the answer and refuses
  * the write (K_OC_ALREADY_SEALED) before publishing anything. A write
- * through the owner checks its own mark. A member that joins after the
- * seal has no hint and is not held back; an owner failover loses the mark
- * (the worker holding the sealed version still refuses writes through it).
+ * through the owner checks its own mark. Marks are rebuilt at a new owner
+ * after a ring change, and hinted again to members that joined (below,
+ * "after a ring change").
  *
  * Nested references: a client's GREF NEST goes to the parent's owner
  * (NEST_OWNED), which keeps the parent's list of nested keys with the
@@ -22,8 +22,8 @@
  * references through any worker finds it held. When the parent goes (its
  * last reference, through any worker, or a delete) its owner lets go of
  * them (NEST_HOLD, delta -1), and a key left with no reference and no hold
- * is deleted everywhere by its owner, and so on down. Holds are not rebuilt
- * at a new owner after a failover. */
+ * is deleted everywhere by its owner, and so on down. The parent's list
+ * and the holds are rebuilt at new owners after a ring change (below). */
 #include "worker/cluster/cluster_int.h"
 
 #include "common/clock.h"
@@ -222,9 +222,10 @@ static bool owner_sealed(ds_server_t *srv, ds_seals_t *s, const char *k, uint32_
     if (*pp == NULL) return false;
     const char *loc;
     uint64_t version;
-    if (current(srv, k, kl, &loc, &version) && version == (*pp)->version &&
-        strcmp(loc, (*pp)->loc) == 0)
-        return true;
+    /* No copy known: deleted, or its location not registered again yet
+     * after a ring change; the mark stays until another version is seen. */
+    if (!current(srv, k, kl, &loc, &version)) return false;
+    if (version == (*pp)->version && strcmp(loc, (*pp)->loc) == 0) return true;
     seal_drop(s, pp);
     return false;
 }
@@ -599,11 +600,12 @@ bool ds__nest_client(ds_server_t *srv, ds_req_t *r)
     return true;
 }
 
-/* Holds collected while a NEST is applied: (key, delta) entries. */
+/* Holds collected while a NEST is applied: (key, delta, parent) entries,
+ * each key's allocation followed by its parent's bytes. */
 typedef struct {
     uint32_t n, cap;
     char **keys;
-    uint32_t *lens;
+    uint32_t *lens, *plens;
     int32_t *deltas;
 } kids_t;
 
@@ -614,6 +616,7 @@ static void kids_free(kids_t *b)
         free(b->keys[i]);
     free(b->keys);
     free(b->lens);
+    free(b->plens);
     free(b->deltas);
     free(b);
 }
@@ -628,6 +631,7 @@ static void nest_hold_send(ds_server_t *srv, ds_pend_t *p, const char *owner, ki
         if (take[i]) {
             ds__wbuf_str(&j->req, b->keys[i], b->lens[i]);
             ds__wbuf_i32(&j->req, b->deltas[i]);
+            ds__wbuf_str(&j->req, b->keys[i] + b->lens[i], b->plens[i]);
         }
     ds__job_submit(srv, j);
 }
@@ -659,7 +663,8 @@ static void kids_send(ds_server_t *srv, ds_pend_t *p, kids_t *b)
     free(take);
 }
 
-void ds__nest_kid_hold(ds_server_t *srv, void **batch, const char *key, uint32_t len, int32_t delta)
+void ds__nest_kid_hold(ds_server_t *srv, void **batch, const char *parent, uint32_t pl,
+                       const char *key, uint32_t len, int32_t delta)
 {
     kids_t one = {0}, *b = batch ? *batch : NULL;
     if (batch && b == NULL && (b = *batch = calloc(1, sizeof(*b))) == NULL) return;
@@ -670,17 +675,21 @@ void ds__nest_kid_hold(ds_server_t *srv, void **batch, const char *key, uint32_t
         if (nk) b->keys = nk;
         uint32_t *nl = realloc(b->lens, cap * sizeof(*nl));
         if (nl) b->lens = nl;
+        uint32_t *np = realloc(b->plens, cap * sizeof(*np));
+        if (np) b->plens = np;
         int32_t *nd = realloc(b->deltas, cap * sizeof(*nd));
         if (nd) b->deltas = nd;
-        if (nk && nl && nd) b->cap = cap;
+        if (nk && nl && np && nd) b->cap = cap;
     }
-    char *k = b->n < b->cap ? malloc(len ? len : 1) : NULL;
+    char *k = b->n < b->cap ? malloc(len + pl ? len + pl : 1) : NULL;
     if (k == NULL) {
         DS_LOG_WARN("cluster: out of memory holding nested key '%.*s'", (int)len, key);
     } else {
         memcpy(k, key, len);
+        memcpy(k + len, parent, pl);
         b->keys[b->n] = k;
         b->lens[b->n] = len;
+        b->plens[b->n] = pl;
         b->deltas[b->n++] = delta;
     }
     if (b != &one) return;
@@ -689,6 +698,7 @@ void ds__nest_kid_hold(ds_server_t *srv, void **batch, const char *key, uint32_t
         free(one.keys[i]);
     free(one.keys);
     free(one.lens);
+    free(one.plens);
     free(one.deltas);
 }
 
@@ -744,16 +754,17 @@ static void op_nest_hold(ds_server_t *srv, ds_req_t *r)
 {
     ds_rbuf_t rb;
     ds__rbuf_init(&rb, r->meta, r->meta_len);
-    uint32_t n = ds__rbuf_count(&rb, 10 * DS_MAX_BATCH, 9);
+    uint32_t n = ds__rbuf_count(&rb, 10 * DS_MAX_BATCH, 13);
     ds_status_t first = DS_K_OK;
     char msg[256] = "", first_msg[256] = "";
     for (uint32_t i = 0; i < n && !rb.err; i++) {
-        const char *k;
+        const char *k, *parent;
         uint32_t kl = ds__rbuf_str(&rb, &k);
         int32_t delta = ds__rbuf_i32(&rb);
+        uint32_t pl = ds__rbuf_str(&rb, &parent);
         if (rb.err) break;
         ds_status_t st = delta == 1 || delta == -1
-                             ? ds__gref_nested(srv, k, kl, delta, msg, sizeof(msg))
+                             ? ds__gref_nested(srv, k, kl, parent, pl, delta, msg, sizeof(msg))
                              : DS_K_INVALID;
         if (st != DS_K_OK && first == DS_K_OK) {
             first = st;
@@ -767,11 +778,329 @@ static void op_nest_hold(ds_server_t *srv, ds_req_t *r)
         ds__req_error(r, first, "%s", first_msg);
 }
 
+/* ---- seals and nested holds after a ring change ----
+ *
+ * A seal mark lives at the key's owner; it is rebuilt from the workers that
+ * know it when the owner changes (OWNER_REBUILD to the new owner): each
+ * worker holding a sealed copy (its object's sealed flag, set by a SEAL
+ * through it or by the owner's seal hint) and the old owner while it is
+ * alive (its mark). The new owner records the mark and hints the key to
+ * every member; an owner that keeps a mark hints it again on every ring
+ * change, so a worker that joined learns it.
+ *
+ * A parent's list of nested keys lives at the parent's owner, and each
+ * hold on a key owned elsewhere at that key's owner, naming the parent. So
+ * when the parent's owner changes, each key's owner tells the new one that
+ * the parent holds it (OWNER_REBUILD), and the list is rebuilt without
+ * taking the holds again; when a key's owner changes, the parent's owner
+ * takes the hold again there (NEST_HOLD, once per parent). A key owned by
+ * the same worker as its parent has no second record: when that worker
+ * dies the key is no longer held (it stays until deleted). */
+
+enum { REBUILD_SEAL = 0, REBUILD_NEST = 1, REBUILD_HINT = 2 };
+
+typedef struct {
+    ds_server_t *srv;
+    const ds_ring_t *old;
+    uint8_t what;
+    ds_job_t *jobs[DS_MAX_MEMBERS];
+    uint32_t counts[DS_MAX_MEMBERS];
+    size_t count_at[DS_MAX_MEMBERS];
+    uint32_t total;
+} rebuild_t;
+
+static void rebuild_flush(rebuild_t *rb, size_t i)
+{
+    ds_job_t *j = rb->jobs[i];
+    if (j == NULL) return;
+    uint32_t c = rb->counts[i];
+    memcpy(j->req.buf + rb->count_at[i], &c, sizeof(c)); /* wire fields are little-endian */
+    ds__job_submit(rb->srv, j);
+    rb->jobs[i] = NULL;
+    rb->counts[i] = 0;
+}
+
+/* Adds an entry for `to`: (k, b, version) as rb->what has it (b: the
+ * sealed copy's location, the nested key, unused for a hint). */
+static void rebuild_add(rebuild_t *rb, const char *to, const char *k, uint32_t kl, const char *b,
+                        uint32_t bl, uint64_t version)
+{
+    size_t i = 0;
+    while (i < DS_MAX_MEMBERS && rb->jobs[i] && strcmp(rb->jobs[i]->addr, to) != 0)
+        i++;
+    if (i == DS_MAX_MEMBERS) { /* more owners than jobs: send one and reuse it */
+        rebuild_flush(rb, 0);
+        i = 0;
+    }
+    if (rb->jobs[i] && rb->counts[i] >= DS_MAX_BATCH) rebuild_flush(rb, i);
+    if (rb->jobs[i] == NULL) {
+        uint16_t op = rb->what == REBUILD_HINT ? DS_OP_LATCH_HINT : DS_OP_OWNER_REBUILD;
+        ds_job_t *j = ds__job_new(NULL, to, op, quiet_done);
+        if (j == NULL) return;
+        if (op == DS_OP_OWNER_REBUILD) ds__wbuf_u8(&j->req, rb->what);
+        rb->count_at[i] = j->req.len;
+        ds__wbuf_u32(&j->req, 0);
+        rb->jobs[i] = j;
+    }
+    ds_job_t *j = rb->jobs[i];
+    ds__wbuf_str(&j->req, k, kl);
+    if (rb->what == REBUILD_HINT) {
+        ds__wbuf_u32(&j->req, SEAL_HINT_MS);
+    } else {
+        ds__wbuf_str(&j->req, b, bl);
+        if (rb->what == REBUILD_SEAL) ds__wbuf_u64(&j->req, version);
+    }
+    rb->counts[i]++;
+    rb->total++;
+}
+
+static void rebuild_done(rebuild_t *rb)
+{
+    for (size_t i = 0; i < DS_MAX_MEMBERS; i++)
+        rebuild_flush(rb, i);
+}
+
+static bool is_self_addr(ds_server_t *srv, const char *addr)
+{
+    return strcmp(addr, ds__cluster_self(srv)) == 0;
+}
+
+/* The key's owner now, when it changed with the ring (NULL: unchanged). */
+static const char *owner_moved(ds_server_t *srv, const ds_ring_t *old, const char *k, uint32_t kl)
+{
+    const char *owner = ds__cluster_owner(srv, k, kl);
+    const char *was = old ? ds__ring_owner(old, k, kl) : NULL;
+    return owner == NULL || (was && strcmp(was, owner) == 0) ? NULL : owner;
+}
+
+/* Records the mark (loc, version) of a key owned here, unless a mark is
+ * there already; true when it is new. */
+static bool mark_put(ds_server_t *srv, const char *k, uint32_t kl, const char *loc,
+                     uint64_t version)
+{
+    ds_seals_t *s = seals(srv);
+    if (s == NULL || *seal_find(s, SEAL_MARK, k, kl) != NULL) return false;
+    seal_t *x = seal_put(s, SEAL_MARK, k, kl);
+    if (x == NULL) return false;
+    x->version = version;
+    snprintf(x->loc, sizeof(x->loc), "%s", loc);
+    return true;
+}
+
+/* Hints each key of the list (marks owned here) to every other member. */
+static void marks_hint(ds_server_t *srv, const char *const *keys, const uint32_t *lens, uint32_t n)
+{
+    if (n == 0) return;
+    const char *peers[DS_MAX_MEMBERS];
+    size_t np = ds__cluster_peers(srv, peers, DS_MAX_MEMBERS);
+    rebuild_t *rb = calloc(1, sizeof(*rb));
+    if (rb == NULL) return;
+    rb->srv = srv;
+    rb->what = REBUILD_HINT;
+    for (size_t m = 0; m < np; m++) {
+        for (uint32_t i = 0; i < n; i++)
+            rebuild_add(rb, peers[m], keys[i], lens[i], NULL, 0, 0);
+        rebuild_done(rb);
+    }
+    free(rb);
+}
+
+static void sealed_copy(void *ctx, ds_obj_t *o)
+{
+    rebuild_t *rb = ctx;
+    if (!o->sealed) return;
+    const char *owner = owner_moved(rb->srv, rb->old, o->key, o->keylen);
+    if (owner == NULL) return;
+    const char *self = ds__cluster_self(rb->srv);
+    if (is_self_addr(rb->srv, owner)) {
+        if (mark_put(rb->srv, o->key, o->keylen, self, o->version)) {
+            const char *k = o->key;
+            uint32_t kl = (uint32_t)o->keylen;
+            marks_hint(rb->srv, &k, &kl, 1);
+        }
+        return;
+    }
+    rebuild_add(rb, owner, o->key, o->keylen, self, (uint32_t)strlen(self), o->version);
+}
+
+static void seals_ring_changed(ds_server_t *srv, rebuild_t *rb)
+{
+    rb->what = REBUILD_SEAL;
+    ds__store_foreach(srv->store, sealed_copy, rb);
+    ds_seals_t *s = *ds__cluster_seals(srv);
+    uint32_t cap = s ? s->n : 0, nkept = 0;
+    const char **keys = cap ? calloc(cap, sizeof(*keys)) : NULL;
+    uint32_t *lens = cap ? calloc(cap, sizeof(*lens)) : NULL;
+    for (uint32_t b = 0; s && b < SEAL_BUCKETS; b++)
+        for (seal_t **pp = &s->b[b]; *pp;) {
+            seal_t *x = *pp;
+            if (x->kind != SEAL_MARK) {
+                pp = &x->next;
+                continue;
+            }
+            const char *owner = ds__cluster_owner(srv, x->key, x->len);
+            if (owner != NULL && !is_self_addr(srv, owner)) {
+                /* Owned elsewhere now: the mark moves there. */
+                rebuild_add(rb, owner, x->key, x->len, x->loc, (uint32_t)strlen(x->loc),
+                            x->version);
+                seal_drop(s, pp);
+                continue;
+            }
+            if (keys && lens && nkept < cap) {
+                keys[nkept] = x->key;
+                lens[nkept++] = x->len;
+            }
+            pp = &x->next;
+        }
+    rebuild_done(rb);
+    marks_hint(srv, keys, lens, nkept);
+    free(keys);
+    free(lens);
+}
+
+/* Nested holds seen in a walk of the reference table; what is done here
+ * waits for the walk's end (it changes the table). */
+typedef struct {
+    ds_server_t *srv;
+    const ds_ring_t *old;
+    rebuild_t *rb;
+    void *remote; /* NEST_HOLDs to send (kid_hold's batch) */
+    void *local;  /* (kid, delta, parent): delta 1 hold here, 0 adopt here */
+    uint32_t moved;
+} nest_walk_t;
+
+/* A parent owned here lists kid: a kid whose owner changed is held again
+ * at its new owner. */
+static void walk_kid(void *ctx, const char *parent, uint32_t pl, const char *kid, uint32_t kl)
+{
+    nest_walk_t *w = ctx;
+    if (!ds__holds_owns(w->srv, parent, pl)) return;
+    const char *owner = owner_moved(w->srv, w->old, kid, kl);
+    if (owner == NULL) return;
+    w->moved++;
+    ds__nest_kid_hold(w->srv, is_self_addr(w->srv, owner) ? &w->local : &w->remote, parent, pl, kid,
+                      kl, 1);
+}
+
+/* A parent owned elsewhere holds kid here: a parent whose owner changed
+ * learns it again at its new owner. */
+static void walk_parent(void *ctx, const char *parent, uint32_t pl, const char *kid, uint32_t kl)
+{
+    nest_walk_t *w = ctx;
+    const char *owner = owner_moved(w->srv, w->old, parent, pl);
+    if (owner == NULL) return;
+    w->moved++;
+    if (is_self_addr(w->srv, owner))
+        ds__nest_kid_hold(w->srv, &w->local, parent, pl, kid, kl, 0);
+    else
+        rebuild_add(w->rb, owner, parent, pl, kid, kl, 0);
+}
+
+static void nests_ring_changed(ds_server_t *srv, rebuild_t *rb)
+{
+    nest_walk_t w = {.srv = srv, .old = rb->old, .rb = rb};
+    rb->what = REBUILD_NEST;
+    ds__grefs_walk(srv, walk_kid, walk_parent, &w);
+    rebuild_done(rb);
+    kids_t *loc = w.local;
+    for (uint32_t i = 0; loc && i < loc->n; i++) {
+        const char *kid = loc->keys[i], *parent = kid + loc->lens[i];
+        char msg[256];
+        if (loc->deltas[i] == 0)
+            ds__gref_adopt(srv, parent, loc->plens[i], kid, loc->lens[i]);
+        else
+            (void)ds__gref_nested(srv, kid, loc->lens[i], parent, loc->plens[i], 1, msg,
+                                  sizeof(msg));
+    }
+    kids_free(loc);
+    if (w.remote) kids_send(srv, NULL, w.remote);
+    kids_free(w.remote);
+    if (w.moved) DS_LOG_INFO("cluster: %u nested holds told to new owners", w.moved);
+}
+
+void ds__seal_ring_changed(ds_server_t *srv, const ds_ring_t *old_ring)
+{
+    rebuild_t *rb = calloc(1, sizeof(*rb));
+    if (rb == NULL) return;
+    rb->srv = srv;
+    rb->old = old_ring;
+    seals_ring_changed(srv, rb);
+    uint32_t sealed = rb->total;
+    nests_ring_changed(srv, rb);
+    if (sealed) DS_LOG_INFO("cluster: %u seals handed to their new owners", sealed);
+    free(rb);
+}
+
+uint32_t ds__seal_marks(ds_server_t *srv)
+{
+    ds_seals_t *s = *ds__cluster_seals(srv);
+    uint32_t n = 0;
+    for (uint32_t b = 0; s && b < SEAL_BUCKETS; b++)
+        for (seal_t *x = s->b[b]; x; x = x->next)
+            n += x->kind == SEAL_MARK;
+    return n;
+}
+
+void ds__seal_hinted(ds_server_t *srv, const char *key, uint32_t len)
+{
+    ds_obj_t *o = ds__store_lookup(srv->store, key, len, ds__now_ms());
+    if (o) o->sealed = 1;
+}
+
+/* The new owner's side: seal marks recorded and hinted to every member;
+ * parents' nested keys listed. */
+static void op_owner_rebuild(ds_server_t *srv, ds_req_t *r)
+{
+    ds_rbuf_t rb;
+    ds__rbuf_init(&rb, r->meta, r->meta_len);
+    uint8_t what = ds__rbuf_u8(&rb);
+    uint32_t n = ds__rbuf_count(&rb, DS_MAX_BATCH, 8);
+    if (!rb.err && what != REBUILD_SEAL && what != REBUILD_NEST) {
+        ds__req_error(r, DS_K_INVALID, "malformed OWNER_REBUILD: unknown kind %u", what);
+        return;
+    }
+    const char **keys = calloc(n ? n : 1, sizeof(*keys));
+    uint32_t *lens = calloc(n ? n : 1, sizeof(*lens));
+    uint32_t nnew = 0;
+    for (uint32_t i = 0; i < n && !rb.err; i++) {
+        const char *k, *b;
+        uint32_t kl = ds__rbuf_str(&rb, &k);
+        uint32_t bl = ds__rbuf_str(&rb, &b);
+        uint64_t version = what == REBUILD_SEAL ? ds__rbuf_u64(&rb) : 0;
+        char msg[256], at[300];
+        /* Not checked against the ring: the sender may have seen the ring
+         * change first (a mark of a key owned elsewhere moves on with the
+         * next change). */
+        if (rb.err || ds__key_check(k, kl, msg, sizeof(msg)) != 0) continue;
+        if (what == REBUILD_NEST) {
+            ds__gref_adopt(srv, k, kl, b, bl);
+            continue;
+        }
+        if (bl == 0 || bl >= sizeof(at)) continue;
+        memcpy(at, b, bl);
+        at[bl] = '\0';
+        if (mark_put(srv, k, kl, at, version) && keys && lens) {
+            keys[nnew] = k;
+            lens[nnew++] = kl;
+        }
+    }
+    if (!rb.err) marks_hint(srv, keys, lens, nnew);
+    free(keys);
+    free(lens);
+    if (rb.err)
+        ds__req_error(r, DS_K_INVALID, "malformed OWNER_REBUILD");
+    else
+        ds__req_error(r, DS_K_OK, "%s", "");
+}
+
 void ds__seal_peer_op(ds_server_t *srv, ds_req_t *r)
 {
     switch (r->op) {
     case DS_OP_SEAL_OWNED:
         op_seal_owned(srv, r);
+        break;
+    case DS_OP_OWNER_REBUILD:
+        op_owner_rebuild(srv, r);
         break;
     case DS_OP_NEST_OWNED: {
         ds_rbuf_t rb;

@@ -797,6 +797,7 @@ void ds__ops_dispatch(void *ctx, ds_req_t *r)
     case DS_OP_SEAL_OWNED:
     case DS_OP_NEST_OWNED:
     case DS_OP_NEST_HOLD:
+    case DS_OP_OWNER_REBUILD:
     case DS_OP_SC_PEER_REG:
     case DS_OP_SC_PEER_QUERY:
     case DS_OP_SC_PEER_DELETE:

@@ -132,7 +132,10 @@ typedef struct gholder {
 typedef struct gref {
     struct gref *next;
     uint32_t count, keylen;
-    uint32_t nested;    /* holds of parents */
+    uint32_t nested;   /* holds of parents */
+    uint32_t nparents; /* parents owned elsewhere among them, in parents */
+    uint32_t parents_len;
+    char *parents;      /* nparents * (u32 length, bytes): a parent's owner holds once */
     uint32_t nkids;     /* keys this one holds, in kids */
     uint32_t kids_len;  /* bytes of kids */
     bool touched;       /* a session's end took references from it */
@@ -215,6 +218,7 @@ void ds__ops_grefs_free(ds_server_t *srv)
             nx = e->next;
             free_holders(e->holders);
             free(e->kids);
+            free(e->parents);
             free(e);
         }
     while (g->sessions) {
@@ -280,7 +284,7 @@ static void gref_release_kids(ds_server_t *srv, gref_t *todo, void **batch)
             const char *k = q + sizeof(kl);
             q = k + kl;
             if (kid_remote(srv, k, kl)) {
-                srv->remote->kid_hold(srv, batch, k, kl, -1);
+                srv->remote->kid_hold(srv, batch, p->key, p->keylen, k, kl, -1);
                 continue;
             }
             gref_t **cp = gref_find(g, k, kl);
@@ -295,6 +299,7 @@ static void gref_release_kids(ds_server_t *srv, gref_t *todo, void **batch)
         }
         free_holders(p->holders);
         free(p->kids);
+        free(p->parents);
         free(p);
     }
 }
@@ -448,7 +453,11 @@ static void gref_nest(ds_server_t *srv, ds_req_t *r, ds_rbuf_t *rb, uint32_t n)
          * Kids owned elsewhere are held at their owners: those new here
          * are taken, those no longer named let go, the others untouched
          * (their owner never sees a hold and its release out of order). */
-        gref_t *old = calloc(1, sizeof(*old));
+        gref_t *old = calloc(1, sizeof(*old) + ls[0]);
+        if (old) {
+            memcpy(old->key, ks[0], ls[0]);
+            old->keylen = ls[0];
+        }
         char *gone = old && p->nkids ? malloc(p->kids_len) : NULL;
         if (old != NULL && (p->nkids == 0 || gone != NULL)) {
             const char *u = p->kids;
@@ -466,7 +475,7 @@ static void gref_nest(ds_server_t *srv, ds_req_t *r, ds_rbuf_t *rb, uint32_t n)
             }
             for (uint32_t i = 1; i < n; i++)
                 if (kid_remote(srv, ks[i], ls[i]) && !kids_have(p->kids, p->nkids, ks[i], ls[i]))
-                    srv->remote->kid_hold(srv, &batch, ks[i], ls[i], 1);
+                    srv->remote->kid_hold(srv, &batch, ks[0], ls[0], ks[i], ls[i], 1);
             old->kids = gone;
             free(p->kids);
             p->kids = kids;
@@ -592,6 +601,7 @@ void ds__gref_forget(ds_server_t *srv, const void *holder, const char *k, uint32
         *pp = e->next;
         g->n--;
         free(e->kids);
+        free(e->parents);
         free(e);
     }
 }
@@ -605,8 +615,10 @@ void ds__ops_grefs_deleted(ds_server_t *srv, const char *k, uint32_t kl)
     /* The holds go through a stand-in parent that holds only them; the
      * entry keeps its clients' counts (a key may be referenced before it is
      * put again). */
-    gref_t *old = calloc(1, sizeof(*old));
+    gref_t *old = calloc(1, sizeof(*old) + kl);
     if (old == NULL) return;
+    memcpy(old->key, k, kl);
+    old->keylen = kl;
     old->kids = p->kids;
     old->nkids = p->nkids;
     p->kids = NULL;
@@ -618,12 +630,46 @@ void ds__ops_grefs_deleted(ds_server_t *srv, const char *k, uint32_t kl)
         *pp = p->next;
         g->n--;
         free_holders(p->holders);
+        free(p->parents);
         free(p);
     }
 }
 
-ds_status_t ds__gref_nested(ds_server_t *srv, const char *k, uint32_t kl, int32_t delta, char *msg,
-                            size_t cap)
+/* Removes k from the blob (n entries of u32 length, bytes; len bytes in
+ * all): true when it was there. */
+static bool blob_remove(char *q, uint32_t *n, uint32_t *len, const char *k, uint32_t kl)
+{
+    char *u = q;
+    for (uint32_t i = 0; u && i < *n; i++) {
+        uint32_t l;
+        memcpy(&l, u, sizeof(l));
+        size_t sz = sizeof(l) + l;
+        if (l == kl && memcmp(u + sizeof(l), k, kl) == 0) {
+            memmove(u, u + sz, (size_t)(q + *len - (u + sz)));
+            *len -= (uint32_t)sz;
+            (*n)--;
+            return true;
+        }
+        u += sz;
+    }
+    return false;
+}
+
+/* Appends k to the blob; false when out of memory. */
+static bool blob_add(char **q, uint32_t *n, uint32_t *len, const char *k, uint32_t kl)
+{
+    char *nq = realloc(*q, *len + sizeof(uint32_t) + kl);
+    if (nq == NULL) return false;
+    memcpy(nq + *len, &kl, sizeof(kl));
+    memcpy(nq + *len + sizeof(kl), k, kl);
+    *q = nq;
+    *len += (uint32_t)(sizeof(kl) + kl);
+    (*n)++;
+    return true;
+}
+
+ds_status_t ds__gref_nested(ds_server_t *srv, const char *k, uint32_t kl, const char *parent,
+                            uint32_t pl, int32_t delta, char *msg, size_t cap)
 {
     if (ds__key_check(k, kl, msg, cap) != 0) return DS_K_INVALID;
     struct ds_grefs *g = srv->grefs;
@@ -631,17 +677,59 @@ ds_status_t ds__gref_nested(ds_server_t *srv, const char *k, uint32_t kl, int32_
     if (g->nb == 0 && gref_grow(g) != 0) goto oom;
     gref_t **pp = gref_find(g, k, kl);
     gref_t *e = *pp;
+    /* Each parent holds once: its owner may tell it again after a ring
+     * change (or a new owner may let go of a hold it never took). */
     if (delta > 0) {
         if (e == NULL && (e = gref_new(g, k, kl)) == NULL) goto oom;
+        if (kids_have(e->parents, e->nparents, parent, pl)) return DS_K_OK;
+        if (!blob_add(&e->parents, &e->nparents, &e->parents_len, parent, pl)) goto oom;
         e->nested++;
         return DS_K_OK;
     }
     if (e == NULL || e->nested == 0) return DS_K_OK; /* nothing held: nothing to let go */
+    if (!blob_remove(e->parents, &e->nparents, &e->parents_len, parent, pl)) return DS_K_OK;
     if (--e->nested == 0 && e->count == 0) gref_gone(srv, pp);
     return DS_K_OK;
 oom:
     snprintf(msg, cap, "out of memory");
     return DS_K_OUT_OF_MEMORY;
+}
+
+void ds__gref_adopt(ds_server_t *srv, const char *parent, uint32_t pl, const char *kid, uint32_t kl)
+{
+    char msg[256];
+    if (ds__key_check(parent, pl, msg, sizeof(msg)) != 0 ||
+        ds__key_check(kid, kl, msg, sizeof(msg)) != 0)
+        return;
+    struct ds_grefs *g = srv->grefs;
+    if (g == NULL && (g = srv->grefs = calloc(1, sizeof(*g))) == NULL) return;
+    if (g->nb == 0 && gref_grow(g) != 0) return;
+    gref_t *p = *gref_find(g, parent, pl);
+    if (p == NULL && (p = gref_new(g, parent, pl)) == NULL) return;
+    if (kids_have(p->kids, p->nkids, kid, kl)) return;
+    (void)blob_add(&p->kids, &p->nkids, &p->kids_len, kid, kl);
+}
+
+void ds__grefs_walk(ds_server_t *srv, ds_gref_edge_fn on_kid, ds_gref_edge_fn on_parent, void *ctx)
+{
+    struct ds_grefs *g = srv->grefs;
+    for (uint32_t i = 0; g && i < g->nb; i++)
+        for (gref_t *e = g->b[i]; e; e = e->next) {
+            const char *q = e->kids;
+            for (uint32_t c = 0; on_kid && c < e->nkids; c++) {
+                uint32_t l;
+                memcpy(&l, q, sizeof(l));
+                on_kid(ctx, e->key, e->keylen, q + sizeof(l), l);
+                q += sizeof(l) + l;
+            }
+            q = e->parents;
+            for (uint32_t c = 0; on_parent && c < e->nparents; c++) {
+                uint32_t l;
+                memcpy(&l, q, sizeof(l));
+                on_parent(ctx, q + sizeof(l), l, e->key, e->keylen);
+                q += sizeof(l) + l;
+            }
+        }
 }
 
 void ds__ops_grefs_session_end(ds_server_t *srv, const void *session)

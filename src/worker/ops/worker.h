@@ -74,7 +74,8 @@ typedef struct {
     /* A parent here holds (delta 1) or lets go (-1) a nested key owned
      * elsewhere: told to its owner. batch NULL: at once, else collected for
      * nest_answer. */
-    void (*kid_hold)(ds_server_t *srv, void **batch, const char *key, uint32_t len, int32_t delta);
+    void (*kid_hold)(ds_server_t *srv, void **batch, const char *parent, uint32_t pl,
+                     const char *key, uint32_t len, int32_t delta);
     /* Sends the collected holds and answers r with status and body once
      * every owner has them (batch NULL: at once). */
     void (*nest_answer)(ds_server_t *srv, void *batch, ds_req_t *r, ds_status_t st, ds_wbuf_t *w);
@@ -216,10 +217,19 @@ void ds__ops_grefs_deleted(ds_server_t *srv, const char *k, uint32_t kl);
  * worker owns. */
 void ds__ops_gref(ds_server_t *srv, ds_req_t *r);
 /* A parent owned elsewhere holds (delta 1) or lets go (-1) key, owned
- * here: a key left with no reference and no hold is deleted, and its own
- * holds go (ops_read.c). */
-ds_status_t ds__gref_nested(ds_server_t *srv, const char *k, uint32_t kl, int32_t delta, char *msg,
-                            size_t cap);
+ * here, once per parent: a key left with no reference and no hold is
+ * deleted, and its own holds go (ops_read.c). */
+ds_status_t ds__gref_nested(ds_server_t *srv, const char *k, uint32_t kl, const char *parent,
+                            uint32_t pl, int32_t delta, char *msg, size_t cap);
+/* At a parent's new owner: the parent holds kid (its hold already taken at
+ * the kid's owner); the parent's entry is made if missing. */
+void ds__gref_adopt(ds_server_t *srv, const char *parent, uint32_t pl, const char *kid,
+                    uint32_t kl);
+/* Calls on_kid for each (parent, kid) this worker's entries list, and
+ * on_parent for each (parent, kid) hold a parent owned elsewhere has here. */
+typedef void (*ds_gref_edge_fn)(void *ctx, const char *parent, uint32_t pl, const char *kid,
+                                uint32_t kl);
+void ds__grefs_walk(ds_server_t *srv, ds_gref_edge_fn on_kid, ds_gref_edge_fn on_parent, void *ctx);
 /* Drops every global reference the session holds (its client has gone),
  * deleting the objects left with none (ops_read.c). */
 void ds__ops_grefs_session_end(ds_server_t *srv, const void *session);
