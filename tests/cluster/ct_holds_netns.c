@@ -38,19 +38,13 @@ static int setup(void **state)
     snprintf(flags, sizeof(flags),
              "--etcd_address %s --cluster_name hn%d --node_timeout_s %d --heartbeat_interval_ms %d",
              E.address, (int)getpid(), CT_NODE_TIMEOUT_S, CT_HEARTBEAT_MS);
-    for (int i = 0; i < 3; i++)
-        if (dst_netns_enter(NET.hosts[i]) != 0 ||
-            dst_worker_start_on(&W[i], NET.ip[i], 64, flags) != 0)
-            return -1;
-    return dst_netns_enter(NULL);
+    return ct_netns_start_workers(&NET, W, 3, flags);
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    for (int i = 0; i < 3; i++)
-        if (W[i].pid > 0) dst_worker_stop_sig(&W[i], SIGINT);
-    ct_netns_teardown(&NET, &E);
+    ct_netns_teardown(&NET, &E, W, 3);
     return 0;
 }
 

@@ -46,18 +46,13 @@ static int setup(void **state)
              "--etcd_address %s --cluster_name ns%d --node_timeout_s %d --heartbeat_interval_ms %d "
              "--replica_num 2",
              E.address, (int)getpid(), CT_NODE_TIMEOUT_S, CT_HEARTBEAT_MS);
-    for (int i = 0; i < 3; i++)
-        if (dst_netns_enter(N.hosts[i]) != 0 || dst_worker_start_on(&W[i], N.ip[i], 64, flags) != 0)
-            return -1;
-    return dst_netns_enter(NULL);
+    return ct_netns_start_workers(&N, W, 3, flags);
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    for (int i = 0; i < 3; i++)
-        if (W[i].pid > 0) dst_worker_stop_sig(&W[i], SIGINT);
-    ct_netns_teardown(&N, &E);
+    ct_netns_teardown(&N, &E, W, 3);
     return 0;
 }
 

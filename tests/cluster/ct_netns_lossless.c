@@ -48,7 +48,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
-    ct_netns_teardown(&N, &C.etcd);
+    ct_netns_teardown(&N, &C.etcd, NULL, 0);
     return 0;
 }
 

@@ -96,8 +96,20 @@ int ct_netns_setup(ct_netns_t *ns, int n, dst_etcd_t *etcd)
     return dst_netns_enter(NULL);
 }
 
-void ct_netns_teardown(ct_netns_t *ns, dst_etcd_t *etcd)
+int ct_netns_start_workers(ct_netns_t *ns, dst_worker_t *w, int n, const char *flags)
 {
+    int rc = 0;
+    for (int i = 0; i < n && rc == 0; i++)
+        if (dst_netns_enter(ns->hosts[i]) != 0 ||
+            dst_worker_start_on(&w[i], ns->ip[i], 64, flags) != 0)
+            rc = -1;
+    return dst_netns_enter(NULL) != 0 ? -1 : rc;
+}
+
+void ct_netns_teardown(ct_netns_t *ns, dst_etcd_t *etcd, dst_worker_t *w, int nw)
+{
+    for (int i = 0; w && i < nw; i++)
+        if (w[i].pid > 0) dst_worker_stop_sig(&w[i], SIGINT);
     if (ns->hub[0]) {
         dst_netns_enter(ns->hub);
         dst_etcd_destroy(etcd);

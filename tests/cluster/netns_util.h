@@ -31,9 +31,12 @@ void ct_netns_destroy(ct_netns_t *ns);
  * ready, and 0 with ns->unavailable set when namespaces cannot be made
  * (every test skips); -1 on failure. */
 int ct_netns_setup(ct_netns_t *ns, int n, dst_etcd_t *etcd);
-/* Stops the hub's etcd and deletes the namespaces (the workers are the
- * suite's to stop first). */
-void ct_netns_teardown(ct_netns_t *ns, dst_etcd_t *etcd);
+/* Starts w[i] for i < n in host i's namespace on its address, 64 MiB each,
+ * with flags; returns in the test's own namespace. 0 or -1. */
+int ct_netns_start_workers(ct_netns_t *ns, dst_worker_t *w, int n, const char *flags);
+/* Stops the running workers of w[0..nw-1] (w may be NULL) with SIGINT, then
+ * the hub's etcd, and deletes the namespaces. */
+void ct_netns_teardown(ct_netns_t *ns, dst_etcd_t *etcd, dst_worker_t *w, int nw);
 
 /* Skips the calling test, saying why, when namespaces are unavailable. */
 #define CT_NETNS_SKIP_IF_UNAVAILABLE(ns)                                                           \
