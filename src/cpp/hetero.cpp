@@ -105,6 +105,17 @@ Status BuildBatch(const char *method, const std::vector<std::string> &keys,
     return Status();
 }
 
+/* Builds the batch and finds the client's hetero handle: nullptr, with *st
+ * saying why, when the input is bad or the client cannot serve hetero calls. */
+ds_hetero_t *BatchAndHetero(const ObjectClientImpl &impl, const char *method,
+                            const std::vector<std::string> &keys,
+                            const std::vector<DeviceBlobList> &lists, CBatch &b, Status *st)
+{
+    *st = BuildBatch(method, keys, lists, b);
+    if (st->IsError()) return nullptr;
+    return impl.GetHetero(st, method);
+}
+
 std::vector<std::string> Failed(const std::vector<std::string> &keys,
                                 const std::vector<ds_status_t> &st)
 {
@@ -194,9 +205,8 @@ Status HeteroClient::MGetH2D(const std::vector<std::string> &keys,
 {
     failKeys.clear();
     CBatch b;
-    Status st = BuildBatch("HeteroClient::MGetH2D", keys, devBlobList, b);
-    if (st.IsError()) return st;
-    ds_hetero_t *h = impl_->GetHetero(&st, "HeteroClient::MGetH2D");
+    Status st;
+    ds_hetero_t *h = BatchAndHetero(*impl_, "HeteroClient::MGetH2D", keys, devBlobList, b, &st);
     if (h == nullptr) return st;
     std::vector<ds_status_t> sts(keys.size(), DS_K_OK);
     st = FromC(ds_hetero_mget_h2d(h, keys.size(), b.keys.data(), b.lists.data(), subTimeoutMs,
@@ -339,9 +349,8 @@ Status HeteroClient::DevPublish(const std::vector<std::string> &keys,
     futureVec.clear();
     const char *m = "HeteroClient::DevPublish";
     CBatch b;
-    Status st = BuildBatch(m, keys, devBlobList, b);
-    if (st.IsError()) return st;
-    ds_hetero_t *h = impl_->GetHetero(&st, m);
+    Status st;
+    ds_hetero_t *h = BatchAndHetero(*impl_, m, keys, devBlobList, b, &st);
     if (h == nullptr) return st;
     std::vector<ds_status_t> sts(keys.size(), DS_K_OK);
     st = FromC(
@@ -364,9 +373,8 @@ Status HeteroClient::DevSubscribe(const std::vector<std::string> &keys,
     futureVec.clear();
     const char *m = "HeteroClient::DevSubscribe";
     CBatch b;
-    Status st = BuildBatch(m, keys, devBlobList, b);
-    if (st.IsError()) return st;
-    ds_hetero_t *h = impl_->GetHetero(&st, m);
+    Status st;
+    ds_hetero_t *h = BatchAndHetero(*impl_, m, keys, devBlobList, b, &st);
     if (h == nullptr) return st;
     ds_future_t *f = nullptr;
     st = FromC(ds_hetero_async_mget_h2d(h, keys.size(), b.keys.data(), b.lists.data(),
@@ -414,9 +422,8 @@ Status HeteroClient::DevMSet(const std::vector<std::string> &keys,
     failedKeys.clear();
     const char *m = "HeteroClient::DevMSet";
     CBatch b;
-    Status st = BuildBatch(m, keys, devBlobList, b);
-    if (st.IsError()) return st;
-    ds_hetero_t *h = impl_->GetHetero(&st, m);
+    Status st;
+    ds_hetero_t *h = BatchAndHetero(*impl_, m, keys, devBlobList, b, &st);
     if (h == nullptr) return st;
     std::vector<ds_status_t> sts(keys.size(), DS_K_OK);
     st = FromC(

@@ -200,6 +200,37 @@ int ct_count_keys(ds_client_t *cl, const char *prefix, uint64_t seed0, bool *ok,
     return n;
 }
 
+int ct_count_on(ct_cluster_t *c, int w, const char *prefix, uint64_t seed0)
+{
+    char who[32];
+    snprintf(who, sizeof(who), "worker %d", w);
+    ds_client_t *cl = ct_client(c, w, w % 2 ? DS_TRANSPORT_TCP : DS_TRANSPORT_LOCAL);
+    if (cl == NULL) return -1;
+    int ok = ct_count_keys(cl, prefix, seed0, NULL, who);
+    ds_client_close(cl);
+    return ok;
+}
+
+void *ct_reader_main(void *arg)
+{
+    ct_reader_t *r = arg;
+    size_t (*key_len)(int) = r->key_len ? r->key_len : ct_key_len;
+    ds_client_t *cl = ct_client(r->c, r->worker, DS_TRANSPORT_TCP);
+    if (cl == NULL) {
+        r->misses = -1;
+        return NULL;
+    }
+    for (int i = 0; !atomic_load(&r->stop) && r->reads < 2000000; i = (i + 1) % CT_NKEYS) {
+        char key[64];
+        ct_key_name(key, sizeof(key), r->prefix, i);
+        r->reads++;
+        if (!ct_read_ok(cl, key, key_len(i), r->seed0 + (uint64_t)i, 0) && r->misses++ == 0)
+            snprintf(r->first_miss, sizeof(r->first_miss), "%s", key);
+    }
+    ds_client_close(cl);
+    return NULL;
+}
+
 int ct_dscli_stop(dst_worker_t *w, const char *netns, char *out, size_t cap)
 {
     char bin[512], in_ns[128] = "", cmd[1400];

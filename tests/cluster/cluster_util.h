@@ -8,6 +8,8 @@
 
 #include "harness.h"
 
+#include <stdatomic.h>
+
 #define CT_MAX_WORKERS 4
 /* Short leases so that failures show within seconds. */
 #define CT_NODE_TIMEOUT_S 2
@@ -65,6 +67,25 @@ int ct_set_keys(ds_client_t *const *cl, int ncl, const char *prefix, uint64_t se
  * says whether key i read back. How many did; the first few that did not
  * are printed with `who`. */
 int ct_count_keys(ds_client_t *cl, const char *prefix, uint64_t seed0, bool *ok, const char *who);
+/* ct_count_keys through a client of worker w of c (TCP for odd w, LOCAL for
+ * even); -1 when no client connects. */
+int ct_count_on(ct_cluster_t *c, int w, const char *prefix, uint64_t seed0);
+
+/* A reader (pthread start routine ct_reader_main) that reads key i of the
+ * set prefix/seed0 round and round through worker `worker` of c over TCP
+ * until stop is set, counting reads and the misses (wrong bytes or none;
+ * misses -1: no client). key_len NULL: ct_key_len. */
+typedef struct {
+    ct_cluster_t *c;
+    int worker;
+    const char *prefix;
+    uint64_t seed0;
+    size_t (*key_len)(int i);
+    atomic_bool stop;
+    long reads, misses;
+    char first_miss[64];
+} ct_reader_t;
+void *ct_reader_main(void *arg);
 
 /* Runs `dscli stop` for worker w (inside network namespace netns when not
  * NULL) and reaps the worker: dscli's exit status, -2 when the worker did

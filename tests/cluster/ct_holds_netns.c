@@ -29,58 +29,26 @@ static ct_netns_t NET;
 static dst_etcd_t E;
 static dst_worker_t W[3];
 
-static void on_signal(int sig)
-{
-    dst_cleanup_all();
-    signal(sig, SIG_DFL);
-    raise(sig);
-}
-
 static int setup(void **state)
 {
     (void)state;
-    signal(SIGTERM, on_signal);
-    signal(SIGINT, on_signal);
-    if (ct_netns_make(&NET, 3) != 0) {
-        if (NET.unavailable[0] == '\0') {
-            fprintf(stderr, "building the namespace network failed\n");
-            return -1;
-        }
-        return 0; /* every test skips */
-    }
-    if (dst_netns_enter(NET.hub) != 0 || dst_etcd_start(&E, "198.18.0.1") != 0) return -1;
+    if (ct_netns_setup(&NET, 3, &E) != 0) return -1;
+    if (NET.unavailable[0]) return 0; /* every test skips */
     char flags[512];
     snprintf(flags, sizeof(flags),
              "--etcd_address %s --cluster_name hn%d --node_timeout_s %d --heartbeat_interval_ms %d",
              E.address, (int)getpid(), CT_NODE_TIMEOUT_S, CT_HEARTBEAT_MS);
-    for (int i = 0; i < 3; i++)
-        if (dst_netns_enter(NET.hosts[i]) != 0 ||
-            dst_worker_start_on(&W[i], NET.ip[i], 64, flags) != 0)
-            return -1;
-    return dst_netns_enter(NULL);
+    return ct_netns_start_workers(&NET, W, 3, flags);
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    for (int i = 0; i < 3; i++)
-        if (W[i].pid > 0) dst_worker_stop_sig(&W[i], SIGINT);
-    if (NET.hub[0]) {
-        dst_netns_enter(NET.hub);
-        dst_etcd_destroy(&E);
-        dst_netns_enter(NULL);
-    }
-    ct_netns_destroy(&NET);
+    ct_netns_teardown(&NET, &E, W, 3);
     return 0;
 }
 
-#define SKIP_IF_UNAVAILABLE()                                                                      \
-    do {                                                                                           \
-        if (NET.unavailable[0]) {                                                                  \
-            fprintf(stderr, "  SKIPPED: network namespaces unavailable: %s\n", NET.unavailable);   \
-            skip();                                                                                \
-        }                                                                                          \
-    } while (0)
+#define SKIP_IF_UNAVAILABLE() CT_NETNS_SKIP_IF_UNAVAILABLE(&NET)
 
 /* The calling thread moves into host i's namespace (i < 0: back home):
  * the clients' connections are made, and their requests sent, from there. */

@@ -40,21 +40,6 @@ enum { NKEYS = CT_NKEYS, ARENA_MB = 320 };
 #define PREFIX "mig"
 #define SEED0 420000
 
-static size_t key_len(int i)
-{
-    return ct_key_len(i);
-}
-
-static uint64_t key_seed(int i)
-{
-    return SEED0 + (uint64_t)i;
-}
-
-static void key_name(char *out, size_t cap, int i)
-{
-    ct_key_name(out, cap, PREFIX, i);
-}
-
 static const char *extra_rate(void)
 {
     static char rate[64];
@@ -89,45 +74,12 @@ static int teardown(void **state)
  * prints the first few that did not. */
 static int count_ok(int w)
 {
-    char who[32];
-    snprintf(who, sizeof(who), "worker %d", w);
-    ds_client_t *c = ct_client(&C, w, w % 2 ? DS_TRANSPORT_TCP : DS_TRANSPORT_LOCAL);
-    if (c == NULL) return -1;
-    int ok = ct_count_keys(c, PREFIX, SEED0, NULL, who);
-    ds_client_close(c);
-    return ok;
+    return ct_count_on(&C, w, PREFIX, SEED0);
 }
 
 static int dscli_stop(int i, char *out, size_t cap)
 {
     return ct_dscli_stop(&C.w[i], NULL, out, cap);
-}
-
-/* A reader on one worker going over every key until told to stop. */
-typedef struct {
-    int worker;
-    atomic_bool stop;
-    long reads, misses;
-    char first_miss[64];
-} reader_t;
-
-static void *reader_main(void *arg)
-{
-    reader_t *r = arg;
-    ds_client_t *c = ct_client(&C, r->worker, DS_TRANSPORT_TCP);
-    if (c == NULL) {
-        r->misses = -1;
-        return NULL;
-    }
-    for (int i = 0; !atomic_load(&r->stop) && r->reads < 2000000; i = (i + 1) % NKEYS) {
-        char key[32];
-        key_name(key, sizeof(key), i);
-        r->reads++;
-        if (!ct_read_ok(c, key, key_len(i), key_seed(i), 0) && r->misses++ == 0)
-            snprintf(r->first_miss, sizeof(r->first_miss), "%s", key);
-    }
-    ds_client_close(c);
-    return NULL;
 }
 
 /* moved N objects (B bytes) to K workers in S s */
@@ -183,9 +135,9 @@ static void test_scale_in_out(void **state)
     double stream = stream_rate(1, 2);
 
     /* 1. Worker 0 leaves while worker 2's client keeps reading. */
-    reader_t rd = {.worker = 2};
+    ct_reader_t rd = {.c = &C, .worker = 2, .prefix = PREFIX, .seed0 = SEED0};
     pthread_t th;
-    assert_int_equal(pthread_create(&th, NULL, reader_main, &rd), 0);
+    assert_int_equal(pthread_create(&th, NULL, ct_reader_main, &rd), 0);
     usleep(200000);
     char out[4096];
     int rc = dscli_stop(0, out, sizeof(out));
@@ -206,8 +158,8 @@ static void test_scale_in_out(void **state)
     assert_int_equal(count_ok(2), NKEYS);
 
     /* 2. A fourth worker joins: it owns its share of the metadata at once. */
-    reader_t rj = {.worker = 1};
-    assert_int_equal(pthread_create(&th, NULL, reader_main, &rj), 0);
+    ct_reader_t rj = {.c = &C, .worker = 1, .prefix = PREFIX, .seed0 = SEED0};
+    assert_int_equal(pthread_create(&th, NULL, ct_reader_main, &rj), 0);
     usleep(200000);
     assert_int_equal(ct_worker_add(&C, getenv("DS_MIGRATE_RATE") ? extra_rate() : NULL), 0);
     usleep(500000);

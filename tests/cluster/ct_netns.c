@@ -35,57 +35,28 @@ static dst_etcd_t E;
 static dst_worker_t W[3];
 static char node_bin[512];
 
-static void on_signal(int sig)
-{
-    dst_cleanup_all();
-    signal(sig, SIG_DFL);
-    raise(sig);
-}
-
 static int setup(void **state)
 {
     (void)state;
-    signal(SIGTERM, on_signal);
-    signal(SIGINT, on_signal);
     dst_build_path("tests/cluster/ct_node", node_bin, sizeof(node_bin));
-    if (ct_netns_make(&N, 3) != 0) {
-        if (N.unavailable[0] == '\0') {
-            fprintf(stderr, "building the namespace network failed\n");
-            return -1;
-        }
-        return 0; /* every test skips */
-    }
-    if (dst_netns_enter(N.hub) != 0 || dst_etcd_start(&E, "198.18.0.1") != 0) return -1;
+    if (ct_netns_setup(&N, 3, &E) != 0) return -1;
+    if (N.unavailable[0]) return 0; /* every test skips */
     char flags[512];
     snprintf(flags, sizeof(flags),
              "--etcd_address %s --cluster_name ns%d --node_timeout_s %d --heartbeat_interval_ms %d "
              "--replica_num 2",
              E.address, (int)getpid(), CT_NODE_TIMEOUT_S, CT_HEARTBEAT_MS);
-    for (int i = 0; i < 3; i++)
-        if (dst_netns_enter(N.hosts[i]) != 0 || dst_worker_start_on(&W[i], N.ip[i], 64, flags) != 0)
-            return -1;
-    return dst_netns_enter(NULL);
+    return ct_netns_start_workers(&N, W, 3, flags);
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    for (int i = 0; i < 3; i++)
-        if (W[i].pid > 0) dst_worker_stop_sig(&W[i], SIGINT);
-    dst_netns_enter(N.hub);
-    dst_etcd_destroy(&E);
-    dst_netns_enter(NULL);
-    ct_netns_destroy(&N);
+    ct_netns_teardown(&N, &E, W, 3);
     return 0;
 }
 
-#define SKIP_IF_UNAVAILABLE()                                                                      \
-    do {                                                                                           \
-        if (N.unavailable[0]) {                                                                    \
-            fprintf(stderr, "  SKIPPED: network namespaces unavailable: %s\n", N.unavailable);     \
-            skip();                                                                                \
-        }                                                                                          \
-    } while (0)
+#define SKIP_IF_UNAVAILABLE() CT_NETNS_SKIP_IF_UNAVAILABLE(&N)
 
 /* Starts `ip netns exec NS ct_node ARGS...` for node i; its stdout goes to
  * *out_fd (may be NULL: inherited). */

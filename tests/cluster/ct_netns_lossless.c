@@ -39,36 +39,16 @@ static int cluster_seq;
     "--enable_memory_rebalance true --rebalance_source_usage_percent 10 "                          \
     "--rebalance_usage_gap_percent 5 --data_migrate_rate_limit_mb 16"
 
-static void on_signal(int sig)
-{
-    dst_cleanup_all();
-    signal(sig, SIG_DFL);
-    raise(sig);
-}
-
 static int setup(void **state)
 {
     (void)state;
-    signal(SIGTERM, on_signal);
-    signal(SIGINT, on_signal);
-    if (ct_netns_make(&N, 4) != 0) {
-        if (N.unavailable[0] == '\0') {
-            fprintf(stderr, "building the namespace network failed\n");
-            return -1;
-        }
-        return 0; /* every test skips */
-    }
-    if (dst_netns_enter(N.hub) != 0 || dst_etcd_start(&C.etcd, "198.18.0.1") != 0) return -1;
-    return dst_netns_enter(NULL);
+    return ct_netns_setup(&N, 4, &C.etcd);
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    dst_netns_enter(N.hub);
-    dst_etcd_destroy(&C.etcd);
-    dst_netns_enter(NULL);
-    ct_netns_destroy(&N);
+    ct_netns_teardown(&N, &C.etcd, NULL, 0);
     return 0;
 }
 
@@ -84,13 +64,7 @@ static int stop_workers(void **state)
     return 0;
 }
 
-#define SKIP_IF_UNAVAILABLE()                                                                      \
-    do {                                                                                           \
-        if (N.unavailable[0]) {                                                                    \
-            fprintf(stderr, "  SKIPPED: network namespaces unavailable: %s\n", N.unavailable);     \
-            skip();                                                                                \
-        }                                                                                          \
-    } while (0)
+#define SKIP_IF_UNAVAILABLE() CT_NETNS_SKIP_IF_UNAVAILABLE(&N)
 
 /* Starts worker i in its namespace, in the current scenario's cluster. */
 static int start_worker(int i, int arena_mb, const char *extra)

@@ -33,21 +33,6 @@ enum { NKEYS = CT_NKEYS, ARENA_MB = 192 };
     "--enable_memory_rebalance true --rebalance_source_usage_percent 10 "                          \
     "--rebalance_usage_gap_percent 5 --data_migrate_rate_limit_mb 16"
 
-static size_t key_len(int i)
-{
-    return ct_key_len(i);
-}
-
-static uint64_t key_seed(int i)
-{
-    return SEED0 + (uint64_t)i;
-}
-
-static void key_name(char *out, size_t cap, int i)
-{
-    ct_key_name(out, cap, PREFIX, i);
-}
-
 static int start(const char *extra)
 {
     const int arenas[] = {ARENA_MB, ARENA_MB, ARENA_MB};
@@ -80,39 +65,7 @@ static int teardown(void **state)
  * few that did not are printed). */
 static int count_ok(int w)
 {
-    char who[32];
-    snprintf(who, sizeof(who), "worker %d", w);
-    ds_client_t *c = ct_client(&C, w, w % 2 ? DS_TRANSPORT_TCP : DS_TRANSPORT_LOCAL);
-    if (c == NULL) return -1;
-    int ok = ct_count_keys(c, PREFIX, SEED0, NULL, who);
-    ds_client_close(c);
-    return ok;
-}
-
-typedef struct {
-    int worker;
-    atomic_bool stop;
-    long reads, misses;
-    char first_miss[64];
-} reader_t;
-
-static void *reader_main(void *arg)
-{
-    reader_t *r = arg;
-    ds_client_t *c = ct_client(&C, r->worker, DS_TRANSPORT_TCP);
-    if (c == NULL) {
-        r->misses = -1;
-        return NULL;
-    }
-    for (int i = 0; !atomic_load(&r->stop) && r->reads < 2000000; i = (i + 1) % NKEYS) {
-        char key[32];
-        key_name(key, sizeof(key), i);
-        r->reads++;
-        if (!ct_read_ok(c, key, key_len(i), key_seed(i), 0) && r->misses++ == 0)
-            snprintf(r->first_miss, sizeof(r->first_miss), "%s", key);
-    }
-    ds_client_close(c);
-    return NULL;
+    return ct_count_on(&C, w, PREFIX, SEED0);
 }
 
 /* Waits until no worker (of n) has a rebalance round pending or under way. */
@@ -145,10 +98,12 @@ static void join_with_readers(const char *extra)
     for (int w = 0; w < 3; w++)
         assert_int_equal(count_ok(w), NKEYS);
 
-    reader_t rd[3] = {{.worker = 0}, {.worker = 1}, {.worker = 2}};
+    ct_reader_t rd[3];
+    for (int w = 0; w < 3; w++)
+        rd[w] = (ct_reader_t){.c = &C, .worker = w, .prefix = PREFIX, .seed0 = SEED0};
     pthread_t th[3];
     for (int w = 0; w < 3; w++)
-        assert_int_equal(pthread_create(&th[w], NULL, reader_main, &rd[w]), 0);
+        assert_int_equal(pthread_create(&th[w], NULL, ct_reader_main, &rd[w]), 0);
     usleep(200000);
     assert_int_equal(ct_worker_add(&C, extra), 0);
     /* The rounds start a second after the join and end within seconds. */

@@ -24,7 +24,9 @@
 
 static ct_cluster_t C;
 
-enum { NKEYS = 240 };
+enum { NKEYS = CT_NKEYS };
+#define PREFIX "sig"
+#define SEED0 620000
 
 static size_t key_len(int i)
 {
@@ -33,12 +35,12 @@ static size_t key_len(int i)
 
 static uint64_t key_seed(int i)
 {
-    return 620000 + (uint64_t)i;
+    return SEED0 + (uint64_t)i;
 }
 
 static void key_name(char *out, size_t cap, int i)
 {
-    snprintf(out, cap, "sig-%03d", i);
+    ct_key_name(out, cap, PREFIX, i);
 }
 
 static int setup(void **state)
@@ -71,32 +73,6 @@ static int count_ok(int w)
     return ok;
 }
 
-typedef struct {
-    int worker;
-    atomic_bool stop;
-    long reads, misses;
-    char first_miss[64];
-} reader_t;
-
-static void *reader_main(void *arg)
-{
-    reader_t *r = arg;
-    ds_client_t *c = ct_client(&C, r->worker, DS_TRANSPORT_TCP);
-    if (c == NULL) {
-        r->misses = -1;
-        return NULL;
-    }
-    for (int i = 0; !atomic_load(&r->stop) && r->reads < 2000000; i = (i + 1) % NKEYS) {
-        char key[32];
-        key_name(key, sizeof(key), i);
-        r->reads++;
-        if (!ct_read_ok(c, key, key_len(i), key_seed(i), 0) && r->misses++ == 0)
-            snprintf(r->first_miss, sizeof(r->first_miss), "%s", key);
-    }
-    ds_client_close(c);
-    return NULL;
-}
-
 /* True when the file at path contains s. */
 static bool file_has(const char *path, const char *s)
 {
@@ -126,9 +102,10 @@ static void test_sigterm_leaves(void **state)
     for (int w = 0; w < 3; w++)
         assert_int_equal(count_ok(w), NKEYS);
 
-    reader_t rd = {.worker = 2};
+    /* key_len: this suite's keys stop at 256 KiB. */
+    ct_reader_t rd = {.c = &C, .worker = 2, .prefix = PREFIX, .seed0 = SEED0, .key_len = key_len};
     pthread_t th;
-    assert_int_equal(pthread_create(&th, NULL, reader_main, &rd), 0);
+    assert_int_equal(pthread_create(&th, NULL, ct_reader_main, &rd), 0);
     usleep(200000);
     char log0[sizeof(C.w[0].logpath)];
     snprintf(log0, sizeof(log0), "%s", C.w[0].logpath);

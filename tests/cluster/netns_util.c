@@ -73,3 +73,47 @@ void ct_netns_destroy(ct_netns_t *ns)
         if (ns->hosts[i][0]) dst_netns_del(ns->hosts[i]);
     if (ns->hub[0]) dst_netns_del(ns->hub);
 }
+
+static void on_signal(int sig)
+{
+    dst_cleanup_all();
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+int ct_netns_setup(ct_netns_t *ns, int n, dst_etcd_t *etcd)
+{
+    signal(SIGTERM, on_signal);
+    signal(SIGINT, on_signal);
+    if (ct_netns_make(ns, n) != 0) {
+        if (ns->unavailable[0] == '\0') {
+            fprintf(stderr, "building the namespace network failed\n");
+            return -1;
+        }
+        return 0; /* every test skips */
+    }
+    if (dst_netns_enter(ns->hub) != 0 || dst_etcd_start(etcd, "198.18.0.1") != 0) return -1;
+    return dst_netns_enter(NULL);
+}
+
+int ct_netns_start_workers(ct_netns_t *ns, dst_worker_t *w, int n, const char *flags)
+{
+    int rc = 0;
+    for (int i = 0; i < n && rc == 0; i++)
+        if (dst_netns_enter(ns->hosts[i]) != 0 ||
+            dst_worker_start_on(&w[i], ns->ip[i], 64, flags) != 0)
+            rc = -1;
+    return dst_netns_enter(NULL) != 0 ? -1 : rc;
+}
+
+void ct_netns_teardown(ct_netns_t *ns, dst_etcd_t *etcd, dst_worker_t *w, int nw)
+{
+    for (int i = 0; w && i < nw; i++)
+        if (w[i].pid > 0) dst_worker_stop_sig(&w[i], SIGINT);
+    if (ns->hub[0]) {
+        dst_netns_enter(ns->hub);
+        dst_etcd_destroy(etcd);
+        dst_netns_enter(NULL);
+    }
+    ct_netns_destroy(ns);
+}

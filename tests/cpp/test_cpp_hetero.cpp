@@ -10,30 +10,12 @@
 #include <string>
 #include <vector>
 
+#include "cpp_check.h"
 #include "cpp_worker.h"
 #include "datasystem/datasystem.h"
 
 using namespace datasystem;
 
-static int g_failures = 0;
-
-#define CHECK(cond)                                                                                \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);               \
-            g_failures++;                                                                          \
-        }                                                                                          \
-    } while (0)
-#define CHECK_CODE(expr, code)                                                                     \
-    do {                                                                                           \
-        Status _s = (expr);                                                                        \
-        if (_s.GetCode() != (code)) {                                                              \
-            fprintf(stderr, "%s:%d: %s: want %s, got %s\n", __FILE__, __LINE__, #expr,             \
-                    Status::StatusCodeName(code).c_str(), _s.ToString().c_str());                  \
-            g_failures++;                                                                          \
-        }                                                                                          \
-    } while (0)
-#define CHECK_OK(expr) CHECK_CODE(expr, K_OK)
 // The status has code and its message contains text.
 #define CHECK_MSG(expr, code, text)                                                                \
     do {                                                                                           \
@@ -338,10 +320,5 @@ int main()
     TestDev(w.Port());
     TestPreRegister(w.Port());
     TestErrors(w.Port());
-    if (g_failures) {
-        fprintf(stderr, "%d checks failed\n", g_failures);
-        return 1;
-    }
-    printf("test_cpp_hetero: all checks passed\n");
-    return 0;
+    return CheckReport("test_cpp_hetero");
 }

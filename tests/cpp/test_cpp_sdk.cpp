@@ -7,30 +7,12 @@
 #include <thread>
 #include <vector>
 
+#include "cpp_check.h"
 #include "cpp_worker.h"
 #include "datasystem/datasystem.h"
 
 using namespace datasystem;
 
-static int g_failures = 0;
-
-#define CHECK(cond)                                                                                \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);               \
-            g_failures++;                                                                          \
-        }                                                                                          \
-    } while (0)
-#define CHECK_CODE(expr, code)                                                                     \
-    do {                                                                                           \
-        Status _s = (expr);                                                                        \
-        if (_s.GetCode() != (code)) {                                                              \
-            fprintf(stderr, "%s:%d: %s: want %s, got %s\n", __FILE__, __LINE__, #expr,             \
-                    Status::StatusCodeName(code).c_str(), _s.ToString().c_str());                  \
-            g_failures++;                                                                          \
-        }                                                                                          \
-    } while (0)
-#define CHECK_OK(expr) CHECK_CODE(expr, K_OK)
 // K_NOT_SUPPORTED, with a message naming the method.
 #define CHECK_UNSUPPORTED(expr, method)                                                            \
     do {                                                                                           \
@@ -422,10 +404,5 @@ int main()
     TestThreads(w.Port());
     TestDsClient(w.Port());
     TestServiceDiscovery(w.Port());
-    if (g_failures) {
-        fprintf(stderr, "%d checks failed\n", g_failures);
-        return 1;
-    }
-    printf("test_cpp_sdk: all checks passed\n");
-    return 0;
+    return CheckReport("test_cpp_sdk");
 }

@@ -278,6 +278,32 @@ void ds__pend_free(ds_pend_t *p)
     free(p);
 }
 
+bool ds__pend_add_key(ds_pend_t *p, const char *k, uint32_t kl)
+{
+    char *copy = malloc((size_t)kl + 1);
+    if (copy == NULL) return false;
+    memcpy(copy, k, kl);
+    copy[kl] = '\0';
+    p->keys[p->n] = copy;
+    p->keylens[p->n] = kl;
+    p->n++;
+    return true;
+}
+
+bool ds__pend_read_keys(ds_pend_t *p, ds_rbuf_t *rb, uint32_t n)
+{
+    p->keys = calloc(n, sizeof(*p->keys));
+    p->keylens = calloc(n, sizeof(*p->keylens));
+    if (p->keys == NULL || p->keylens == NULL) return false;
+    for (uint32_t i = 0; i < n; i++) {
+        const char *k;
+        uint32_t kl = ds__rbuf_str(rb, &k);
+        if (rb->err) return true;
+        if (!ds__pend_add_key(p, k, kl)) return false;
+    }
+    return true;
+}
+
 static void pend_done(ds_pend_t *p);
 
 void ds__pend_hold(ds_pend_t *p)

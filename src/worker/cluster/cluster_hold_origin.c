@@ -101,24 +101,9 @@ bool ds__holds_owned(ds_server_t *srv, ds_req_t *r)
     ds_pend_t *p = ds__pend_new(srv, r, owned_finish);
     bool ok = h && p;
     if (ok) {
-        p->keys = calloc(n, sizeof(*p->keys));
-        p->keylens = calloc(n, sizeof(*p->keylens));
         p->status = calloc(n, sizeof(*p->status));
         p->sizes = calloc(n, sizeof(*p->sizes));
-        ok = p->keys && p->keylens && p->status && p->sizes;
-    }
-    for (uint32_t i = 0; ok && i < n; i++) {
-        const char *k;
-        uint32_t kl = ds__rbuf_str(&rb, &k);
-        if (rb.err) break;
-        if ((p->keys[i] = malloc(kl + 1)) == NULL) {
-            ok = false;
-            break;
-        }
-        memcpy(p->keys[i], k, kl);
-        p->keys[i][kl] = '\0';
-        p->keylens[i] = kl;
-        p->n = i + 1;
+        ok = p->status && p->sizes && ds__pend_read_keys(p, &rb, n);
     }
     if (!ok || rb.err) {
         if (p) ds__pend_free(p);

@@ -117,16 +117,8 @@ bool ds__holds_latch_wait(ds_server_t *srv, ds_req_t *r, const char *const *keys
         p->keylens = calloc(n, sizeof(*p->keylens));
         ok = p->keys && p->keylens;
     }
-    for (uint32_t i = 0; ok && i < n; i++) {
-        if ((p->keys[i] = malloc(lens[i] + 1)) == NULL) {
-            ok = false;
-            break;
-        }
-        memcpy(p->keys[i], keys[i], lens[i]);
-        p->keys[i][lens[i]] = '\0';
-        p->keylens[i] = lens[i];
-        p->n = i + 1;
-    }
+    for (uint32_t i = 0; ok && i < n; i++)
+        ok = ds__pend_add_key(p, keys[i], lens[i]);
     if (!ok) {
         /* Out of memory: the write goes ahead rather than failing. */
         if (p) ds__pend_free(p);

@@ -153,6 +153,13 @@ ds_pend_t *ds__pend_new(ds_server_t *srv, ds_req_t *r, void (*finish)(ds_pend_t 
  * was submitted). finish answers p->req, unless its connection is gone. */
 void ds__pend_start(ds_pend_t *p);
 void ds__pend_free(ds_pend_t *p);
+/* Copies key k (kl bytes) into the pend as its key p->n, NUL-terminated,
+ * and counts it in p->n so that ds__pend_free frees exactly the keys
+ * copied. p->keys and p->keylens must have room. False: out of memory. */
+bool ds__pend_add_key(ds_pend_t *p, const char *k, uint32_t kl);
+/* Allocates p->keys and p->keylens for n keys and reads n keys from rb into
+ * them. False: out of memory; a truncated request sets rb->err instead. */
+bool ds__pend_read_keys(ds_pend_t *p, ds_rbuf_t *rb, uint32_t n);
 /* Holds p open without a job (outstanding++), and lets it go again (it
  * finishes then if nothing else is outstanding). */
 void ds__pend_hold(ds_pend_t *p);

@@ -393,23 +393,8 @@ static ds_pend_t *seal_pend(ds_server_t *srv, ds_req_t *r)
     ds_pend_t *p = ds__pend_new(srv, r, seal_finish);
     bool ok = p != NULL;
     if (ok) {
-        p->keys = calloc(n, sizeof(*p->keys));
-        p->keylens = calloc(n, sizeof(*p->keylens));
         p->status = calloc(n, sizeof(*p->status));
-        ok = p->keys && p->keylens && p->status;
-    }
-    for (uint32_t i = 0; ok && i < n; i++) {
-        const char *k;
-        uint32_t kl = ds__rbuf_str(&rb, &k);
-        if (rb.err) break;
-        if ((p->keys[i] = malloc(kl + 1)) == NULL) {
-            ok = false;
-            break;
-        }
-        memcpy(p->keys[i], k, kl);
-        p->keys[i][kl] = '\0';
-        p->keylens[i] = kl;
-        p->n = i + 1;
+        ok = p->status && ds__pend_read_keys(p, &rb, n);
     }
     if (!ok || rb.err) {
         if (p) ds__pend_free(p);
