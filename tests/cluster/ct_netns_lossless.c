@@ -241,7 +241,12 @@ static void test_scale_in_out(void **state)
 
     assert_int_equal(start_worker(3, 320, NULL), 0);
     assert_true(wait_members(3, 15000));
-    assert_true(stat_of(3, "cluster.owned_keys") > 0); /* its share of the metadata at once */
+    /* Its share of the metadata: the others register it as soon as they see
+     * the new member (waited for, up to 10 s, not assumed done already). */
+    bool owns = false;
+    for (int t = 0; t < 200 && !(owns = stat_of(3, "cluster.owned_keys") > 0); t++)
+        usleep(50000);
+    assert_true(owns);
     expect_all_through_survivors(P, S, "h4 joined");
 
     planned_exit(1);
