@@ -12,7 +12,15 @@
  *   three values; until then its keys stay subscribed.
  * - A waiter whose connection closed leaves the worker serving: the next
  *   publish of its key answers the others (the close while on the ready
- *   list itself is covered by test_subs, which can place it there). */
+ *   list itself is covered by test_subs, which can place it there).
+ * - A request resumed right after a wait timed out sets its own deadline
+ *   after the loop's timers looked at theirs: on a raw connection 20
+ *   pipelined 1 ms subscribe-gets of never-set keys are each answered
+ *   K_NOT_FOUND, in order, and a 1 ms get pipelined before an RLATCH of
+ *   300 keys (served in slices, continued by the latch tick) gets both
+ *   answers; 2,000 sequential 1 ms gets through the client library over
+ *   TCP are all answered K_NOT_FOUND: the loop must not sleep on deadlines
+ *   its timers took before such a request set its own. */
 #include "harness.h"
 #include "it_hostile_raw.h"
 
@@ -193,6 +201,81 @@ static void test_closed_waiter(void **state)
     hr_close(&s);
 }
 
+/* 20 subscribe-gets of 1 ms in one write: each is read and parked when the
+ * one before it timed out, from the hook that ran after the timers. */
+static void test_pipelined_short_waits(void **state)
+{
+    (void)state;
+    hr_conn_t a;
+    assert_int_equal(hr_open_hello(&a, &W, false), 0);
+    uint64_t ids[20];
+    for (int i = 0; i < 20; i++) {
+        char k[32];
+        snprintf(k, sizeof(k), "never-%d", i);
+        ids[i] = hr_get(&a, k, 1, 0);
+    }
+    assert_int_equal(hr_flush(&a), 0);
+    uint32_t got = hr_collect(&a, 20, ds__now_ms() + 5000);
+    assert_int_equal(got, 20);
+    for (uint32_t i = 0; i < 20; i++) {
+        assert_int_equal(a.got[i].h.req_id, ids[i]);
+        assert_int_equal(a.got[i].h.status, DS_K_NOT_FOUND);
+    }
+    assert_int_equal((int)dst_stat(&W, "subscriptions_waiting"), 0);
+    hr_close(&a);
+}
+
+/* A latch request of more than one slice read after a wait timed out: its
+ * later slices come from the latch tick, which must run. */
+static void test_latch_slices_after_wait(void **state)
+{
+    (void)state;
+    hr_conn_t a;
+    assert_int_equal(hr_open_hello(&a, &W, false), 0);
+    uint64_t g = hr_get(&a, "never", 1, 0);
+    ds_wbuf_t m;
+    ds__wbuf_init(&m);
+    ds__wbuf_u32(&m, 60000);
+    ds__wbuf_u32(&m, 300);
+    for (int i = 0; i < 300; i++) {
+        char k[32];
+        snprintf(k, sizeof(k), "latch-%d", i);
+        ds__wbuf_cstr(&m, k);
+    }
+    uint64_t l = hr_add(&a, DS_OP_RLATCH, &m, NULL, 0);
+    ds__wbuf_free(&m);
+    assert_int_equal(hr_flush(&a), 0);
+    uint32_t got = hr_collect(&a, 2, ds__now_ms() + 5000);
+    assert_int_equal(got, 2);
+    assert_int_equal(a.got[0].h.req_id, g);
+    assert_int_equal(a.got[0].h.status, DS_K_NOT_FOUND);
+    assert_int_equal(a.got[1].h.req_id, l);
+    hr_close(&a);
+}
+
+/* Sequential 1 ms gets through the library: the next one often arrives as
+ * the previous answer goes out. */
+static void test_sequential_short_gets(void **state)
+{
+    (void)state;
+    ds_client_t *c = dst_connect(&W, DS_TRANSPORT_TCP);
+    assert_non_null(c);
+    int bad = -1;
+    ds_status_t bad_st = DS_K_NOT_FOUND;
+    for (int i = 0; i < 2000 && bad < 0; i++) {
+        ds_value_t v;
+        const char *k = "never-set";
+        ds_status_t st = ds_kv_mget(c, 1, &k, 1, &v);
+        if (st != DS_K_NOT_FOUND) {
+            bad = i;
+            bad_st = st;
+        }
+    }
+    if (bad >= 0) fprintf(stderr, "get %d: status %d: %s\n", bad, (int)bad_st, ds_last_error());
+    assert_int_equal(bad, -1);
+    ds_client_close(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -200,6 +283,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_deleted_again, setup, teardown),
         cmocka_unit_test_setup_teardown(test_multi_key_waiter, setup, teardown),
         cmocka_unit_test_setup_teardown(test_closed_waiter, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_pipelined_short_waits, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_latch_slices_after_wait, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sequential_short_gets, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -117,19 +117,20 @@ static uint64_t tick_streams(void *ctx, uint64_t now)
     return ds__stream_tick(ctx, now);
 }
 
+static bool waits_ready(const ds_server_t *srv)
+{
+    return ds__subs_ready_pending(&srv->subs) || ds__subs_ready_pending(&srv->locates);
+}
+
 /* The after-event hook's first step: waits a publish or a deadline made
  * ready during the event are completed here, never inside the publishing
  * handler (subs.h). */
 static void resume_waits(void *ctx)
 {
     ds_server_t *srv = ctx;
+    if (waits_ready(srv)) srv->net.resumed++;
     ds__subs_run_ready(&srv->subs);
     ds__subs_run_ready(&srv->locates);
-}
-
-static bool waits_ready(const ds_server_t *srv)
-{
-    return ds__subs_ready_pending(&srv->subs) || ds__subs_ready_pending(&srv->locates);
 }
 
 static int add_timers(ds_server_t *srv)
@@ -353,10 +354,18 @@ void ds__server_run(ds_server_t *srv)
     while (!srv->stopping) {
         /* Timers first; they run the after-event hook, since a sweep may
          * have ended deferred requests. */
+        uint64_t resumed = net->resumed;
         uint64_t due = ds__loop_timers_run(loop, ds__now_ms());
-        /* Connections or waits on a ready list: the loop must not sleep. */
-        int timeout =
-            ds__net_busy(net) || waits_ready(srv) ? 0 : ds__loop_timeout(due, ds__now_ms());
+        /* Connections or waits on a ready list: the loop must not sleep.
+         * Nor when that hook resumed anything: the requests it ran (the next
+         * one a client sent the moment its answer went out) may have set a
+         * deadline after the timers looked (a subscribe-get's, a latch
+         * request's next slice), which due does not hold; the next turn's
+         * timers see it. Sleeping on due would leave such a request
+         * unanswered until some other event came. */
+        int timeout = net->resumed != resumed || ds__net_busy(net) || waits_ready(srv)
+                          ? 0
+                          : ds__loop_timeout(due, ds__now_ms());
         timeout = ds__poll_timeout(&poll, timeout);
         /* Clients with a request lane ring the doorbell only while the
          * loop may sleep. */

@@ -889,6 +889,7 @@ void ds__net_after_event(void *ctx)
 {
     ds_net_t *net = ctx;
     if (net->before_resume) net->before_resume(net->before_resume_ctx);
+    if (net->ready_head) net->resumed++;
     /* Only the connections queued so far: one resumed here may end another
      * connection's wait, which then runs on the next call, so a chain of
      * pipelining clients cannot hold the loop. */

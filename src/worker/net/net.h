@@ -164,6 +164,10 @@ struct ds_net {
     uint64_t next_conn_id;
     ds_conn_t *dead; /* closed, freed after the current loop turn */
     ds_conn_t *ready_head, *ready_tail;
+    /* Counts the after-event hook's runs that had work (waits to complete,
+     * connections to resume): handlers ran then, after the timers looked at
+     * their deadlines (see ds__server_run). */
+    uint64_t resumed;
     uint64_t direct_left; /* of DS_BULK_DIRECT_TURN, this loop turn */
     ds_session_t *sessions;
     uint32_t nsessions;
