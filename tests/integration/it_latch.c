@@ -212,7 +212,12 @@ static void gate_close(void)
     for (int i = 0; i < 500 && dst_stat(&W, "l2.queue_depth") != 0; i++)
         usleep(10000);
     assert_true(dst_stat(&W, "l2.queue_depth") == 0);
+    /* The thread names itself once it runs: look again for a while. */
     pid_t tid = disk_thread();
+    for (int i = 0; i < 500 && tid <= 0; i++) {
+        usleep(10000);
+        tid = disk_thread();
+    }
     assert_true(tid > 0);
     /* nothing queued: the thread goes to sleep in its condition wait, where
      * it holds no lock; seen asleep on several looks, it stays there */
