@@ -102,6 +102,18 @@ ds_job_t *ds__job_new(ds_pend_t *p, const char *addr, uint16_t op, void (*done)(
     return j;
 }
 
+ds_job_t *ds__job_new_indexed(ds_pend_t *p, const char *addr, uint16_t op, void (*done)(ds_job_t *),
+                              uint32_t n)
+{
+    ds_job_t *j = addr ? ds__job_new(p, addr, op, done) : NULL;
+    if (j && (j->idx = malloc((n ? n : 1) * sizeof(*j->idx))) == NULL) {
+        ds__wbuf_free(&j->req);
+        free(j);
+        j = NULL;
+    }
+    return j;
+}
+
 static void job_free(ds_job_t *j)
 {
     ds__tls_free(j->conn_tls);

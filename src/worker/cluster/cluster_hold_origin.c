@@ -156,14 +156,8 @@ bool ds__holds_owned(ds_server_t *srv, ds_req_t *r)
     for (uint32_t a = 0; nremote && a < n; a++) {
         if (!remote[a]) continue;
         const char *owner = ds__cluster_owner(srv, p->keys[a], p->keylens[a]);
-        ds_job_t *j = owner ? ds__job_new(p, owner, DS_OP_OWNED, owned_done) : NULL;
-        if (j) j->idx = malloc(n * sizeof(*j->idx));
-        if (j == NULL || j->idx == NULL) {
-            /* Counted in p only once submitted: a job not sent is just freed. */
-            if (j) {
-                ds__wbuf_free(&j->req);
-                free(j);
-            }
+        ds_job_t *j = ds__job_new_indexed(p, owner, DS_OP_OWNED, owned_done, n);
+        if (j == NULL) {
             p->status[a] = DS_K_OUT_OF_MEMORY;
             pend_err(p, a, "out of memory");
             remote[a] = false;

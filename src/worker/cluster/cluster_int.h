@@ -140,6 +140,11 @@ const char *ds__cluster_prev_owner(ds_server_t *srv, const char *key, size_t len
 const char *ds__cluster_self(ds_server_t *srv);
 ds_meta_t *ds__cluster_meta(ds_server_t *srv);
 ds_job_t *ds__job_new(ds_pend_t *p, const char *addr, uint16_t op, void (*done)(ds_job_t *));
+/* ds__job_new with j->idx room for n entries (which of the request's keys
+ * the job carries); NULL, leaving nothing behind, when addr is NULL or
+ * memory is short. A job is counted in p only once submitted. */
+ds_job_t *ds__job_new_indexed(ds_pend_t *p, const char *addr, uint16_t op, void (*done)(ds_job_t *),
+                              uint32_t n);
 /* Sends the job (counting it in its pend): over the peer's link when it is
  * quick and the link is up, else through the job threads. */
 void ds__job_submit(ds_server_t *srv, ds_job_t *j);

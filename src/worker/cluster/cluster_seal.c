@@ -443,13 +443,8 @@ void ds__seal_client(ds_server_t *srv, ds_req_t *r)
     for (uint32_t a = 0; remote && a < n; a++) {
         if (!remote[a]) continue;
         const char *owner = ds__cluster_owner(srv, p->keys[a], p->keylens[a]);
-        ds_job_t *j = owner ? ds__job_new(p, owner, DS_OP_SEAL_OWNED, seal_owned_done) : NULL;
-        if (j) j->idx = malloc(n * sizeof(*j->idx));
-        if (j == NULL || j->idx == NULL) {
-            if (j) {
-                ds__wbuf_free(&j->req);
-                free(j);
-            }
+        ds_job_t *j = ds__job_new_indexed(p, owner, DS_OP_SEAL_OWNED, seal_owned_done, n);
+        if (j == NULL) {
             p->status[a] = DS_K_OUT_OF_MEMORY;
             seal_err(p, a, "out of memory");
             remote[a] = false;
