@@ -229,7 +229,7 @@ static ds_status_t entry_buffer(ds_conn_t *conn, const char *key, ds_getent_t *e
         ds__sess_ref(s);
         b->sess = s;
         b->data = s->base + e->off;
-        DS__TSAN_READING(b->data);
+        DS__TSAN_READING(s->base, b->data);
         b->handle = e->handle;
         e->kind = DS_VAL_MISSING; /* the pin now belongs to the buffer */
         return DS_K_OK;
@@ -264,7 +264,7 @@ static bool shm_get_buffers(ds_client_t *c, size_t n, const char *const *keys, d
         b->sess = s;
         b->pin_slot = slot;
         b->data = s->base + off;
-        DS__TSAN_READING(b->data);
+        DS__TSAN_READING(s->base, b->data);
         b->size = size;
         b->published = true;
         out[i] = b;

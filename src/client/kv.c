@@ -540,7 +540,7 @@ static bool index_mget(ds_client_t *c, size_t n, const char *const *keys, ds_val
 static ds_status_t copy_value(ds_conn_t *conn, const ds_getent_t *e, void *dst, uint64_t deadline)
 {
     if (e->kind == DS_VAL_INLINE) return ds__conn_read_data(conn, dst, e->size, deadline);
-    DS__TSAN_READING(conn->sess->base + e->off);
+    DS__TSAN_READING(conn->sess->base, conn->sess->base + e->off);
     ds__copy(dst, conn->sess->base + e->off, e->size);
     DS__TSAN_READ_DONE(conn->sess->base);
     return DS_K_OK;

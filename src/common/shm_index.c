@@ -297,7 +297,7 @@ static ds_shm_index_res_t take_copy(ds_shm_slot_t *sl, uint64_t s1, uint64_t off
         return DS_SHM_INDEX_SMALL;
     }
     if (sz > 0) {
-        DS__TSAN_READING(g->base + off);
+        DS__TSAN_READING(g->base, g->base + off);
         copy_relaxed(g->dst, g->base + off, sz);
     }
     if (!slot_stable(sl, s1)) return RETRY;

@@ -4,8 +4,12 @@
  *   (PUBLISH, or CREATE then memcpy then PUBLISH); the worker makes it
  *   visible (shm index seqlock, GET replies); another thread of the same
  *   client then reads it. The block's address in this process's mapping is
- *   the synchronisation object: a write that truly overlaps a read is still
- *   reported;
+ *   the synchronisation object, and a write not yet published when another
+ *   thread reads the range is still reported. The reader also acquires the
+ *   mapping's base, which every publisher of this process releases: the
+ *   block it reads may have been written by another process over a range
+ *   that a thread of this process wrote and published earlier at another
+ *   start;
  * - a client thread reads a pinned block and gives the pin back, or writes
  *   and publishes one that is later replaced or deleted; the worker frees
  *   the range and hands it, as arena space or a created buffer, to another
@@ -37,8 +41,9 @@ void __tsan_release(void *addr);
  * request that publishes it: for its readers, and for the writers of the
  * range once the worker hands it out again. */
 #define DS__TSAN_PUBLISHED(base, p) (__tsan_release((void *)(p)), __tsan_release((void *)(base)))
-/* Before reading an arena block the worker said was published. */
-#define DS__TSAN_READING(p) __tsan_acquire((void *)(p))
+/* Before reading an arena block at p of the mapping at base that the worker
+ * said was published. */
+#define DS__TSAN_READING(base, p) (__tsan_acquire((void *)(p)), __tsan_acquire((void *)(base)))
 /* After the last read of a pinned block, before its pin goes back. */
 #define DS__TSAN_READ_DONE(base) __tsan_release((void *)(base))
 /* Before writing arena space or a created buffer the worker handed out,
@@ -46,7 +51,7 @@ void __tsan_release(void *addr);
 #define DS__TSAN_WRITING(base) __tsan_acquire((void *)(base))
 #else
 #define DS__TSAN_PUBLISHED(base, p) ((void)(base), (void)(p))
-#define DS__TSAN_READING(p) ((void)(p))
+#define DS__TSAN_READING(base, p) ((void)(base), (void)(p))
 #define DS__TSAN_READ_DONE(base) ((void)(base))
 #define DS__TSAN_WRITING(base) ((void)(base))
 #endif
