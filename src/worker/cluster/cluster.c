@@ -290,6 +290,19 @@ void ds__pend_free(ds_pend_t *p)
     free(p);
 }
 
+ds_pend_t *ds__pend_new_statuses(ds_server_t *srv, ds_req_t *r, void (*finish)(ds_pend_t *),
+                                 uint32_t n)
+{
+    ds_pend_t *p = ds__pend_new(srv, r, finish);
+    if (p == NULL || (p->status = calloc(n ? n : 1, sizeof(*p->status))) == NULL) {
+        if (p) ds__pend_free(p);
+        ds__req_error(r, DS_K_OUT_OF_MEMORY, "out of memory");
+        return NULL;
+    }
+    p->n = n;
+    return p;
+}
+
 bool ds__pend_add_key(ds_pend_t *p, const char *k, uint32_t kl)
 {
     char *copy = malloc((size_t)kl + 1);
@@ -317,6 +330,13 @@ bool ds__pend_read_keys(ds_pend_t *p, ds_rbuf_t *rb, uint32_t n)
 }
 
 static void pend_done(ds_pend_t *p);
+
+void ds__key_rec_read(ds_rbuf_t *rb, ds_key_rec_t *kr)
+{
+    kr->kl = ds__rbuf_str(rb, &kr->key);
+    kr->size = ds__rbuf_u64(rb);
+    kr->version = ds__rbuf_u64(rb);
+}
 
 void ds__pend_hold(ds_pend_t *p)
 {

@@ -154,6 +154,11 @@ void ds__job_complete(ds_server_t *srv, ds_job_t *j);
 /* Fails overdue link requests; returns the next deadline (0 = none). */
 uint64_t ds__cluster_tick(ds_server_t *srv, uint64_t now);
 ds_pend_t *ds__pend_new(ds_server_t *srv, ds_req_t *r, void (*finish)(ds_pend_t *));
+/* ds__pend_new for a batch request of n entries answered one status each:
+ * p->status has room for n (each DS_K_OK) and p->n is n. NULL when memory
+ * is short, r then answered K_OUT_OF_MEMORY. */
+ds_pend_t *ds__pend_new_statuses(ds_server_t *srv, ds_req_t *r, void (*finish)(ds_pend_t *),
+                                 uint32_t n);
 /* Defers the request until the pend finishes (or finishes it now if no job
  * was submitted). finish answers p->req, unless its connection is gone. */
 void ds__pend_start(ds_pend_t *p);
@@ -165,6 +170,19 @@ bool ds__pend_add_key(ds_pend_t *p, const char *k, uint32_t kl);
 /* Allocates p->keys and p->keylens for n keys and reads n keys from rb into
  * them. False: out of memory; a truncated request sets rb->err instead. */
 bool ds__pend_read_keys(ds_pend_t *p, ds_rbuf_t *rb, uint32_t n);
+/* The head of a per-key record of META_MOVE and REPL_META: the key, its
+ * value's size and a version (META_MOVE: the one the owner should record
+ * now; REPL_META: the write's at its origin). The record's other fields
+ * follow it. */
+typedef struct {
+    const char *key;
+    uint32_t kl;
+    uint64_t size;
+    uint64_t version;
+} ds_key_rec_t;
+/* Reads a record's head from rb (the key points into rb's buffer); a
+ * truncated record sets rb->err. */
+void ds__key_rec_read(ds_rbuf_t *rb, ds_key_rec_t *kr);
 /* Holds p open without a job (outstanding++), and lets it go again (it
  * finishes then if nothing else is outstanding). */
 void ds__pend_hold(ds_pend_t *p);

@@ -354,32 +354,25 @@ static void op_meta_move(ds_server_t *srv, ds_req_t *r)
     }
     snprintf(f, sizeof(f), "%.*s", (int)fl, from);
     snprintf(t, sizeof(t), "%.*s", (int)tl, to);
-    ds_pend_t *p = ds__pend_new(srv, r, move_finish);
-    if (p == NULL || (p->status = calloc(n ? n : 1, sizeof(*p->status))) == NULL) {
-        free(p);
-        ds__req_error(r, DS_K_OUT_OF_MEMORY, "out of memory");
-        return;
-    }
-    p->n = n;
+    ds_pend_t *p = ds__pend_new_statuses(srv, r, move_finish, n);
+    if (p == NULL) return;
     for (uint32_t i = 0; i < n && !rb.err; i++) {
-        const char *k;
-        uint32_t kl = ds__rbuf_str(&rb, &k);
-        uint64_t size = ds__rbuf_u64(&rb);
-        uint64_t fromv = ds__rbuf_u64(&rb);
+        ds_key_rec_t kr; /* kr.version: the one the owner should hold now */
+        ds__key_rec_read(&rb, &kr);
         uint64_t tov = ds__rbuf_u64(&rb);
         if (rb.err) break;
         const char *cur;
         uint64_t cur_size, cur_v;
-        int known = ds__meta_find(ds__cluster_meta(srv), k, kl, &cur, &cur_size, &cur_v);
+        int known = ds__meta_find(ds__cluster_meta(srv), kr.key, kr.kl, &cur, &cur_size, &cur_v);
         /* Unknown: the owner lost it (it restarted, or took over from a
          * dead owner before the holder registered it): the move records it. */
-        if (known && (strcmp(cur, f) != 0 || cur_v != fromv)) {
+        if (known && (strcmp(cur, f) != 0 || cur_v != kr.version)) {
             p->status[i] = DS_K_DUPLICATED;
             continue;
         }
-        move_drop_t d = {p, k, kl, t};
-        ds__meta_put(ds__cluster_meta(srv), k, kl, t, size, tov, move_drop, &d);
-        ds__subs_publish(&srv->locates, k, kl);
+        move_drop_t d = {p, kr.key, kr.kl, t};
+        ds__meta_put(ds__cluster_meta(srv), kr.key, kr.kl, t, kr.size, tov, move_drop, &d);
+        ds__subs_publish(&srv->locates, kr.key, kr.kl);
     }
     if (rb.err) p->err_status = DS_K_INVALID;
     ds__pend_start(p);

@@ -121,20 +121,19 @@ static void forward_done(ds_job_t *j)
  * answered, as META_PUT's do (cluster_owner.c): otherwise the next owner
  * keeps the entry handed over and the holders' re-registration undoes the
  * write. */
-static void forward_write(ds_pend_t *p, const char *org, const char *k, uint32_t kl, uint64_t size,
-                          uint64_t ov, uint32_t want, uint32_t nh, char (*addr)[300],
-                          const uint64_t *ver)
+static void forward_write(ds_pend_t *p, const char *org, const ds_key_rec_t *kr, uint32_t want,
+                          uint32_t nh, char (*addr)[300], const uint64_t *ver)
 {
-    const char *to = ds__migrate_next_owner(p->srv, k, kl);
+    const char *to = ds__migrate_next_owner(p->srv, kr->key, kr->kl);
     if (to == NULL) return;
     ds_job_t *j = ds__job_new(p, to, DS_OP_REPL_META, forward_done);
     if (j == NULL) return;
     ds__wbuf_cstr(&j->req, org);
     ds__wbuf_u8(&j->req, 0); /* a write, not a re-registration */
     ds__wbuf_u32(&j->req, 1);
-    ds__wbuf_str(&j->req, k, kl);
-    ds__wbuf_u64(&j->req, size);
-    ds__wbuf_u64(&j->req, ov);
+    ds__wbuf_str(&j->req, kr->key, kr->kl);
+    ds__wbuf_u64(&j->req, kr->size);
+    ds__wbuf_u64(&j->req, kr->version);
     ds__wbuf_u32(&j->req, want);
     ds__wbuf_u32(&j->req, nh);
     for (uint32_t h = 0; h < nh; h++) {
@@ -160,18 +159,11 @@ void ds__repl_op_meta(ds_server_t *srv, ds_req_t *r)
         return;
     }
     snprintf(org, sizeof(org), "%.*s", (int)ol, origin);
-    ds_pend_t *p = ds__pend_new(srv, r, meta_finish);
-    if (p == NULL || (p->status = calloc(n ? n : 1, sizeof(*p->status))) == NULL) {
-        if (p) ds__pend_free(p);
-        ds__req_error(r, DS_K_OUT_OF_MEMORY, "out of memory");
-        return;
-    }
-    p->n = n;
+    ds_pend_t *p = ds__pend_new_statuses(srv, r, meta_finish, n);
+    if (p == NULL) return;
     for (uint32_t i = 0; i < n && !rb.err; i++) {
-        const char *k;
-        uint32_t kl = ds__rbuf_str(&rb, &k);
-        uint64_t size = ds__rbuf_u64(&rb);
-        uint64_t ov = ds__rbuf_u64(&rb);
+        ds_key_rec_t kr; /* kr.version: the write's at its origin */
+        ds__key_rec_read(&rb, &kr);
         uint32_t want = ds__rbuf_u32(&rb);
         uint32_t nh = ds__rbuf_count(&rb, DS_META_MAX_LOCS, 9);
         char addr[DS_META_MAX_LOCS][300];
@@ -186,8 +178,8 @@ void ds__repl_op_meta(ds_server_t *srv, ds_req_t *r)
         const char *cur_origin;
         uint64_t cur_ov;
         uint32_t cur_want;
-        bool same = ds__meta_write(m, k, kl, &cur_origin, &cur_ov, &cur_want) &&
-                    strcmp(cur_origin, org) == 0 && cur_ov == ov;
+        bool same = ds__meta_write(m, kr.key, kr.kl, &cur_origin, &cur_ov, &cur_want) &&
+                    strcmp(cur_origin, org) == 0 && cur_ov == kr.version;
         const char *loc;
         uint64_t lsize, lver;
         if (rereg == 2 && !same) {
@@ -195,7 +187,7 @@ void ds__repl_op_meta(ds_server_t *srv, ds_req_t *r)
             p->status[i] = DS_K_NOT_FOUND;
             continue;
         }
-        if (rereg && !same && ds__meta_find(m, k, kl, &loc, &lsize, &lver)) {
+        if (rereg && !same && ds__meta_find(m, kr.key, kr.kl, &loc, &lsize, &lver)) {
             /* As with META_PUT's re-registrations: a copy registered again
              * never supersedes another write recorded meanwhile. */
             p->status[i] = DS_K_DUPLICATED;
@@ -203,18 +195,18 @@ void ds__repl_op_meta(ds_server_t *srv, ds_req_t *r)
         }
         uint32_t first = 0;
         if (!same) {
-            ds_drop_ctx_t d = {p, srv, k, kl, addr[0]};
-            ds__meta_put_write(m, k, kl, org, ov, want, addr[0], size, ver[0], ds__owner_queue_drop,
-                               &d);
+            ds_drop_ctx_t d = {p, srv, kr.key, kr.kl, addr[0]};
+            ds__meta_put_write(m, kr.key, kr.kl, org, kr.version, want, addr[0], kr.size, ver[0],
+                               ds__owner_queue_drop, &d);
             first = 1;
         }
         for (uint32_t h = first; h < nh; h++)
-            (void)ds__meta_add(m, k, kl, org, ov, addr[h], size, ver[h]);
-        ds__subs_publish(&srv->locates, k, kl);
-        if (!rereg) forward_write(p, org, k, kl, size, ov, want, nh, addr, ver);
+            (void)ds__meta_add(m, kr.key, kr.kl, org, kr.version, addr[h], kr.size, ver[h]);
+        ds__subs_publish(&srv->locates, kr.key, kr.kl);
+        if (!rereg) forward_write(p, org, &kr, want, nh, addr, ver);
         const char *cp[DS_META_MAX_LOCS];
         uint64_t cv[DS_META_MAX_LOCS];
-        if (ds__meta_copies(m, k, kl, cp, cv, DS_META_MAX_LOCS, &lsize) < want)
+        if (ds__meta_copies(m, kr.key, kr.kl, cp, cv, DS_META_MAX_LOCS, &lsize) < want)
             ds__repl_schedule_repair(rp, rereg ? DS_REPL_REPAIR_DELAY_MS : 200);
     }
     if (rb.err) {
