@@ -611,17 +611,23 @@ Status KVClient::SetWorkerHealthCallback(std::function<void(const Status &)> cal
                         "no background health thread; call HealthCheck");
 }
 
-Status KVClient::Exist(const std::vector<std::string> &keys, std::vector<bool> &exists)
+Status ExistKeys(const ObjectClientImpl &impl, const char *method,
+                 const std::vector<std::string> &keys, std::vector<bool> &exists)
 {
-    Status st = CheckKeys(keys, "KVClient::Exist");
+    Status st = CheckKeys(keys, method);
     if (st.IsError()) return st;
-    ds_client_t *c = impl_->Get(&st, "KVClient::Exist");
+    ds_client_t *c = impl.Get(&st, method);
     if (c == nullptr) return st;
     std::vector<const char *> k = KeyPtrs(keys);
     std::unique_ptr<bool[]> e(new bool[keys.size()]());
     st = FromC(ds_kv_exist(c, keys.size(), k.data(), e.get()));
     exists.assign(e.get(), e.get() + keys.size());
     return st;
+}
+
+Status KVClient::Exist(const std::vector<std::string> &keys, std::vector<bool> &exists)
+{
+    return ExistKeys(*impl_, "KVClient::Exist", keys, exists);
 }
 
 Status KVClient::Expire(const std::vector<std::string> &keys, uint32_t ttlSeconds,

@@ -125,6 +125,23 @@ std::vector<std::string> Failed(const std::vector<std::string> &keys,
     return out;
 }
 
+/* DevPublish's and DevMSet's copy of each key's device blobs to the host
+ * with the default SetParam: the call's status, each key's in sts. Bad
+ * input, or a client that cannot serve hetero calls, gives its status
+ * with sts left empty. */
+Status SetFromDevice(const ObjectClientImpl &impl, const char *method,
+                     const std::vector<std::string> &keys, const std::vector<DeviceBlobList> &lists,
+                     std::vector<ds_status_t> &sts)
+{
+    CBatch b;
+    Status st;
+    ds_hetero_t *h = BatchAndHetero(impl, method, keys, lists, b, &st);
+    if (h == nullptr) return st;
+    sts.assign(keys.size(), DS_K_OK);
+    return FromC(
+        ds_hetero_mset_d2h(h, keys.size(), b.keys.data(), b.lists.data(), nullptr, sts.data()));
+}
+
 std::shared_future<AsyncResult> Ready(Status st, std::vector<std::string> failed)
 {
     std::promise<AsyncResult> p;
@@ -347,15 +364,9 @@ Status HeteroClient::DevPublish(const std::vector<std::string> &keys,
                                 std::vector<Future> &futureVec)
 {
     futureVec.clear();
-    const char *m = "HeteroClient::DevPublish";
-    CBatch b;
-    Status st;
-    ds_hetero_t *h = BatchAndHetero(*impl_, m, keys, devBlobList, b, &st);
-    if (h == nullptr) return st;
-    std::vector<ds_status_t> sts(keys.size(), DS_K_OK);
-    st = FromC(
-        ds_hetero_mset_d2h(h, keys.size(), b.keys.data(), b.lists.data(), nullptr, sts.data()));
-    if (st.IsError() && Failed(keys, sts).size() == keys.size()) return st;
+    std::vector<ds_status_t> sts;
+    Status st = SetFromDevice(*impl_, "HeteroClient::DevPublish", keys, devBlobList, sts);
+    if (sts.empty() || (st.IsError() && Failed(keys, sts).size() == keys.size())) return st;
     /* The copy is done when the call returns: each future is ready. */
     for (size_t i = 0; i < keys.size(); i++) {
         std::promise<Status> p;
@@ -420,14 +431,9 @@ Status HeteroClient::DevMSet(const std::vector<std::string> &keys,
                              std::vector<std::string> &failedKeys)
 {
     failedKeys.clear();
-    const char *m = "HeteroClient::DevMSet";
-    CBatch b;
-    Status st;
-    ds_hetero_t *h = BatchAndHetero(*impl_, m, keys, devBlobList, b, &st);
-    if (h == nullptr) return st;
-    std::vector<ds_status_t> sts(keys.size(), DS_K_OK);
-    st = FromC(
-        ds_hetero_mset_d2h(h, keys.size(), b.keys.data(), b.lists.data(), nullptr, sts.data()));
+    std::vector<ds_status_t> sts;
+    Status st = SetFromDevice(*impl_, "HeteroClient::DevMSet", keys, devBlobList, sts);
+    if (sts.empty()) return st;
     failedKeys = Failed(keys, sts);
     if (st.IsError() && failedKeys.size() < keys.size()) st = Status();
     return st;
@@ -474,15 +480,7 @@ Status HeteroClient::HealthCheck(ServerState &state)
 
 Status HeteroClient::Exist(const std::vector<std::string> &keys, std::vector<bool> &exists)
 {
-    if (keys.empty()) return Status(K_INVALID, "HeteroClient::Exist: the key list is empty");
-    Status st;
-    ds_client_t *c = impl_->Get(&st, "HeteroClient::Exist");
-    if (c == nullptr) return st;
-    std::vector<const char *> k = KeyPtrs(keys);
-    std::unique_ptr<bool[]> e(new bool[keys.size()]());
-    st = FromC(ds_kv_exist(c, keys.size(), k.data(), e.get()));
-    exists.assign(e.get(), e.get() + keys.size());
-    return st;
+    return ExistKeys(*impl_, "HeteroClient::Exist", keys, exists);
 }
 
 Status HeteroClient::GetMetaInfo(const std::vector<std::string> &keys, bool isDevKey,

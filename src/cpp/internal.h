@@ -104,6 +104,10 @@ class ObjectClientImpl
 
 /* Key arrays for the C calls: pointers into the strings, valid while keys is. */
 std::vector<const char *> KeyPtrs(const std::vector<std::string> &keys);
+/* KVClient::Exist and HeteroClient::Exist on impl's connection: whether
+ * each key exists; method names the caller in the errors. */
+Status ExistKeys(const object_cache::ObjectClientImpl &impl, const char *method,
+                 const std::vector<std::string> &keys, std::vector<bool> &exists);
 
 } // namespace datasystem
 
