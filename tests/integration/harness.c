@@ -336,6 +336,39 @@ int dst_worker_stop_sig(dst_worker_t *w, int sig)
     return status;
 }
 
+/* The worker of dst_group_setup and dst_group_teardown. */
+static dst_worker_t *group_worker;
+static int group_arena_mb;
+static const char *group_extra;
+
+void dst_group_worker(dst_worker_t *w, int arena_mb, const char *extra)
+{
+    group_worker = w;
+    group_arena_mb = arena_mb;
+    group_extra = extra;
+}
+
+int dst_group_setup(void **state)
+{
+    (void)state;
+    if (group_worker == NULL) {
+        fprintf(stderr, "dst_group_setup: no worker named (dst_group_worker)\n");
+        return -1;
+    }
+    return dst_worker_start(group_worker, group_arena_mb, group_extra);
+}
+
+int dst_group_teardown(void **state)
+{
+    (void)state;
+    if (group_worker == NULL) return -1;
+    int rc = dst_worker_stop(group_worker);
+    if (rc == 0) return 0;
+    fprintf(stderr, "worker exit status %d; the end of its log:\n", rc);
+    (void)dst_sh("tail -30 %s >&2", group_worker->logpath);
+    return -1;
+}
+
 void dst_worker_kill(dst_worker_t *w)
 {
     if (w->pid <= 0) return;

@@ -52,6 +52,15 @@ bool dst_check(const void *buf, size_t len, uint64_t seed);
 /* Sets key to size bytes of dst_fill(seed): the set's status. */
 ds_status_t dst_set_filled(ds_client_t *c, const char *key, size_t size, uint64_t seed);
 
+/* cmocka group fixtures for a test file whose tests share one worker:
+ * dst_group_worker names it, its arena and extra flags (before
+ * cmocka_run_group_tests); dst_group_setup starts it (dst_worker_start);
+ * dst_group_teardown stops it and fails, with the worker's exit status and
+ * the tail of its log on stderr, unless it exited cleanly. */
+void dst_group_worker(dst_worker_t *w, int arena_mb, const char *extra);
+int dst_group_setup(void **state);
+int dst_group_teardown(void **state);
+
 /* Path of a built binary next to the tests (e.g. "src/worker/datasystem_worker"). */
 const char *dst_build_path(const char *rel, char *out, size_t cap);
 

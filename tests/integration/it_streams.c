@@ -26,25 +26,6 @@
 
 static dst_worker_t W;
 
-static int setup(void **state)
-{
-    (void)state;
-    return dst_worker_start(&W, 128, NULL);
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    int rc = dst_worker_stop(&W);
-    if (rc != 0) {
-        char cmd[512];
-        snprintf(cmd, sizeof(cmd), "tail -30 %s >&2", W.logpath);
-        if (system(cmd) != 0) fprintf(stderr, "worker exit %d\n", rc);
-    }
-    assert_int_equal(rc, 0);
-    return 0;
-}
-
 static ds_producer_t *producer(ds_client_t *c, const char *stream, int64_t page, uint64_t max)
 {
     ds_producer_conf_t conf = DS_PRODUCER_CONF_INIT;
@@ -509,5 +490,6 @@ int main(void)
         cmocka_unit_test(test_retain_and_big_elements),
         cmocka_unit_test(test_threshold_spans_streams),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    dst_group_worker(&W, 128, NULL);
+    return cmocka_run_group_tests(tests, dst_group_setup, dst_group_teardown);
 }

@@ -25,25 +25,6 @@
 
 static dst_worker_t W;
 
-static int setup(void **state)
-{
-    (void)state;
-    return dst_worker_start(&W, 64, NULL);
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    int rc = dst_worker_stop(&W);
-    if (rc != 0) {
-        char cmd[512];
-        snprintf(cmd, sizeof(cmd), "tail -30 %s >&2", W.logpath);
-        if (system(cmd) != 0) fprintf(stderr, "worker exit %d\n", rc);
-    }
-    assert_int_equal(rc, 0);
-    return 0;
-}
-
 static ds_producer_t *producer(ds_client_t *c, const char *stream, int64_t delay)
 {
     ds_producer_conf_t conf = DS_PRODUCER_CONF_INIT;
@@ -412,5 +393,6 @@ int main(void)
         cmocka_unit_test(test_delay_flush),
         cmocka_unit_test(test_metrics_log_interval),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    dst_group_worker(&W, 64, NULL);
+    return cmocka_run_group_tests(tests, dst_group_setup, dst_group_teardown);
 }
