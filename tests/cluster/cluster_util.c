@@ -96,6 +96,29 @@ void ct_cluster_stop(ct_cluster_t *c)
     dst_etcd_destroy(&c->etcd);
 }
 
+/* The cluster of ct_group_setup and ct_group_teardown. */
+static ct_cluster_t *group_cluster;
+static int group_n;
+
+void ct_group_cluster(ct_cluster_t *c, int n)
+{
+    group_cluster = c;
+    group_n = n;
+}
+
+int ct_group_setup(void **state)
+{
+    (void)state;
+    return group_cluster ? ct_cluster_start(group_cluster, group_n, NULL) : -1;
+}
+
+int ct_group_teardown(void **state)
+{
+    (void)state;
+    if (group_cluster) ct_cluster_stop(group_cluster);
+    return 0;
+}
+
 ds_client_t *ct_client(ct_cluster_t *c, int i, ds_transport_t t)
 {
     return dst_connect(&c->w[i], t);
@@ -229,6 +252,23 @@ void *ct_reader_main(void *arg)
     }
     ds_client_close(cl);
     return NULL;
+}
+
+void *ct_writer_main(void *arg)
+{
+    ct_writer_t *w = arg;
+    ds_client_t *c = w->connect ? w->connect(w->node) : ct_client(w->c, w->node, DS_TRANSPORT_TCP);
+    w->st = c ? ct_set(c, w->key, w->len, w->seed) : DS_K_RUNTIME_ERROR;
+    ds_client_close(c);
+    atomic_store(&w->done, true);
+    return NULL;
+}
+
+bool ct_writer_finished(ct_writer_t *w, int ms)
+{
+    for (int i = 0; i < ms / 20 && !atomic_load(&w->done); i++)
+        usleep(20000);
+    return atomic_load(&w->done);
 }
 
 int ct_dscli_stop(dst_worker_t *w, const char *netns, char *out, size_t cap)

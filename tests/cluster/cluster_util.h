@@ -39,6 +39,13 @@ int ct_worker_restart(ct_cluster_t *c, int i);
 /* Waits until every running worker sees n members; ms taken or -1. */
 int ct_wait_members(ct_cluster_t *c, int n, int timeout_ms);
 void ct_cluster_stop(ct_cluster_t *c);
+/* cmocka group fixtures for a test file whose tests share one cluster:
+ * ct_group_cluster names it and its size (before cmocka_run_group_tests);
+ * ct_group_setup starts it (ct_cluster_start, 64 MiB arenas) and
+ * ct_group_teardown stops it. */
+void ct_group_cluster(ct_cluster_t *c, int n);
+int ct_group_setup(void **state);
+int ct_group_teardown(void **state);
 
 /* A client of worker i (LOCAL: Unix socket + shared memory, or TCP). */
 ds_client_t *ct_client(ct_cluster_t *c, int i, ds_transport_t t);
@@ -86,6 +93,26 @@ typedef struct {
     char first_miss[64];
 } ct_reader_t;
 void *ct_reader_main(void *arg);
+
+/* A writer (pthread start routine ct_writer_main) for tests of writes that
+ * wait: on its own thread it connects (connect(node), or a TCP client of
+ * worker node of c when connect is NULL; a namespace connect enters stays
+ * with that thread), sets key to len bytes of pattern seed, keeps the
+ * status in st (K_RUNTIME_ERROR: no client), closes the client and then
+ * sets done. */
+typedef struct {
+    ct_cluster_t *c;
+    ds_client_t *(*connect)(int node);
+    int node;
+    const char *key;
+    size_t len;
+    uint64_t seed;
+    atomic_bool done;
+    ds_status_t st;
+} ct_writer_t;
+void *ct_writer_main(void *arg);
+/* Waits up to ms for the writer to finish; true when it did. */
+bool ct_writer_finished(ct_writer_t *w, int ms);
 
 /* Runs `dscli stop` for worker w (inside network namespace netns when not
  * NULL) and reaps the worker: dscli's exit status, -2 when the worker did

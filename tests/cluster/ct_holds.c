@@ -41,19 +41,6 @@
 
 static ct_cluster_t C;
 
-static int setup(void **state)
-{
-    (void)state;
-    return ct_cluster_start(&C, 3, NULL);
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    ct_cluster_stop(&C);
-    return 0;
-}
-
 /* Sets a key named prefix-i through worker `via`, for the first i whose
  * owner is not `via` (when not_via) and, if not_other >= 0, not that worker
  * either; the owner's index, the key in key. */
@@ -66,33 +53,6 @@ static int key_owned_elsewhere(ds_client_t *c, int via, int not_other, const cha
         if (o >= 0 && o != via && o != not_other) return o;
     }
     return -1;
-}
-
-typedef struct {
-    int node;
-    const char *key;
-    size_t len;
-    uint64_t seed;
-    atomic_bool done;
-    ds_status_t st;
-} writer_t;
-
-static void *write_one(void *arg)
-{
-    writer_t *w = arg;
-    ds_client_t *c = ct_client(&C, w->node, DS_TRANSPORT_TCP);
-    w->st = c ? ct_set(c, w->key, w->len, w->seed) : DS_K_RUNTIME_ERROR;
-    atomic_store(&w->done, true);
-    ds_client_close(c);
-    return NULL;
-}
-
-/* Waits (bounded) for the writer to finish; true when it did. */
-static bool writer_finished(writer_t *w, int ms)
-{
-    for (int i = 0; i < ms / 20 && !atomic_load(&w->done); i++)
-        usleep(20000);
-    return atomic_load(&w->done);
 }
 
 static void test_latches_across_workers(void **state)
@@ -109,11 +69,11 @@ static void test_latches_across_workers(void **state)
     const char *keys[1] = {key};
     assert_int_equal(ds_kv_rlatch(reader, 1, keys, 30000, NULL), DS_K_OK);
 
-    writer_t w = {.node = wnode, .key = key, .len = 7000, .seed = 101};
+    ct_writer_t w = {.c = &C, .node = wnode, .key = key, .len = 7000, .seed = 101};
     pthread_t th;
-    assert_int_equal(pthread_create(&th, NULL, write_one, &w), 0);
+    assert_int_equal(pthread_create(&th, NULL, ct_writer_main, &w), 0);
     /* The set waits while the latch is held; every worker still reads the old value. */
-    assert_false(writer_finished(&w, 1500));
+    assert_false(ct_writer_finished(&w, 1500));
     for (int n = 0; n < 3; n++) {
         ds_client_t *c = ct_client(&C, n, DS_TRANSPORT_TCP);
         assert_true(ct_read_ok(c, key, 5000, 100, 0));
@@ -121,7 +81,7 @@ static void test_latches_across_workers(void **state)
     }
     assert_false(atomic_load(&w.done));
     assert_int_equal(ds_kv_unrlatch(reader, 1, keys, NULL), DS_K_OK);
-    assert_true(writer_finished(&w, 10000));
+    assert_true(ct_writer_finished(&w, 10000));
     pthread_join(th, NULL);
     assert_int_equal(w.st, DS_K_OK);
     assert_true(ct_read_ok(reader, key, 7000, 101, 0));
@@ -166,16 +126,16 @@ static void test_many_writers_and_the_release_through_one_worker(void **state)
     assert_true(owner > 0);
     const char *keys[1] = {key};
     assert_int_equal(ds_kv_rlatch(reader, 1, keys, 60000, NULL), DS_K_OK);
-    writer_t w[NW];
+    ct_writer_t w[NW];
     pthread_t th[NW];
     for (int i = 0; i < NW; i++) {
-        w[i] = (writer_t){.node = 0, .key = key, .len = 2000, .seed = 401};
-        assert_int_equal(pthread_create(&th[i], NULL, write_one, &w[i]), 0);
+        w[i] = (ct_writer_t){.c = &C, .node = 0, .key = key, .len = 2000, .seed = 401};
+        assert_int_equal(pthread_create(&th[i], NULL, ct_writer_main, &w[i]), 0);
     }
-    assert_false(writer_finished(&w[0], 1000));
+    assert_false(ct_writer_finished(&w[0], 1000));
     assert_int_equal(ds_kv_unrlatch(reader, 1, keys, NULL), DS_K_OK);
     for (int i = 0; i < NW; i++) {
-        assert_true(writer_finished(&w[i], 20000));
+        assert_true(ct_writer_finished(&w[i], 20000));
         pthread_join(th[i], NULL);
         assert_int_equal(w[i].st, DS_K_OK);
     }
@@ -501,13 +461,13 @@ static void test_owner_failover_rebuilds(void **state)
     ds_client_close(pc);
     ds_client_close(wc);
 
-    writer_t w = {.node = wnode, .key = key, .len = 600, .seed = 301};
+    ct_writer_t w = {.c = &C, .node = wnode, .key = key, .len = 600, .seed = 301};
     pthread_t th;
-    assert_int_equal(pthread_create(&th, NULL, write_one, &w), 0);
-    assert_false(writer_finished(&w, 1500));
+    assert_int_equal(pthread_create(&th, NULL, ct_writer_main, &w), 0);
+    assert_false(ct_writer_finished(&w, 1500));
     assert_true(ct_read_ok(holder, key, 4000, 300, 0));
     assert_int_equal(ds_kv_unrlatch(holder, 1, keys, NULL), DS_K_OK);
-    assert_true(writer_finished(&w, 10000));
+    assert_true(ct_writer_finished(&w, 10000));
     pthread_join(th, NULL);
     assert_int_equal(w.st, DS_K_OK);
     assert_true(ct_read_ok(holder, key, 600, 301, 0));
@@ -545,5 +505,6 @@ int main(void)
         cmocka_unit_test(test_nested_across_workers),
         cmocka_unit_test(test_owner_failover_rebuilds),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    ct_group_cluster(&C, 3);
+    return cmocka_run_group_tests(tests, ct_group_setup, ct_group_teardown);
 }

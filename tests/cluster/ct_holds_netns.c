@@ -73,32 +73,6 @@ static void wait_members(void)
     in(-1);
 }
 
-typedef struct {
-    int node;
-    const char *key;
-    size_t len;
-    uint64_t seed;
-    atomic_bool done;
-    ds_status_t st;
-} writer_t;
-
-static void *write_one(void *arg)
-{
-    writer_t *w = arg;
-    ds_client_t *c = client_of(w->node);
-    w->st = c ? ct_set(c, w->key, w->len, w->seed) : DS_K_RUNTIME_ERROR;
-    ds_client_close(c);
-    atomic_store(&w->done, true);
-    return NULL;
-}
-
-static bool writer_finished(writer_t *w, int ms)
-{
-    for (int i = 0; i < ms / 20 && !atomic_load(&w->done); i++)
-        usleep(20000);
-    return atomic_load(&w->done);
-}
-
 static void test_latches_across_namespaces(void **state)
 {
     (void)state;
@@ -111,18 +85,18 @@ static void test_latches_across_namespaces(void **state)
     assert_int_equal(ct_set(reader, key, 5000, 100), DS_K_OK);
     assert_int_equal(ds_kv_rlatch(reader, 1, keys, 30000, NULL), DS_K_OK);
 
-    writer_t w = {.node = 1, .key = key, .len = 7000, .seed = 101};
+    ct_writer_t w = {.connect = client_of, .node = 1, .key = key, .len = 7000, .seed = 101};
     pthread_t th;
-    assert_int_equal(pthread_create(&th, NULL, write_one, &w), 0);
+    assert_int_equal(pthread_create(&th, NULL, ct_writer_main, &w), 0);
     /* The set on h2 waits while h1's reader holds the latch. */
-    assert_false(writer_finished(&w, 1500));
+    assert_false(ct_writer_finished(&w, 1500));
     ds_client_t *c3 = client_of(2);
     assert_non_null(c3);
     assert_true(ct_read_ok(c3, key, 5000, 100, 0));
     assert_false(atomic_load(&w.done));
     in(0);
     assert_int_equal(ds_kv_unrlatch(reader, 1, keys, NULL), DS_K_OK);
-    assert_true(writer_finished(&w, 10000));
+    assert_true(ct_writer_finished(&w, 10000));
     pthread_join(th, NULL);
     assert_int_equal(w.st, DS_K_OK);
     in(2);

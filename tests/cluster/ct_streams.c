@@ -27,19 +27,6 @@
 static ct_cluster_t C;
 enum { A = 0, B = 1, CC = 2 };
 
-static int setup(void **state)
-{
-    (void)state;
-    return ct_cluster_start(&C, 3, NULL);
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    ct_cluster_stop(&C);
-    return 0;
-}
-
 /* A stream name whose ring owner is worker want (streams and keys share
  * the ring). */
 static void name_owned_by(ds_client_t *cl, int want, const char *prefix, char *out, size_t cap)
@@ -255,5 +242,6 @@ int main(void)
         cmocka_unit_test(test_delete_everywhere),
         cmocka_unit_test(test_consumer_worker_dies),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    ct_group_cluster(&C, 3);
+    return cmocka_run_group_tests(tests, ct_group_setup, ct_group_teardown);
 }
