@@ -10,7 +10,13 @@
  * set+get, where the record framing rather than the cipher costs. Values
  * are checked byte for byte after each phase.
  *
- *   tls_bench --plain H:P --tls H:P --ca FILE [--rounds N] [--json FILE] */
+ * With --pids PLAIN,TLS (the workers' process ids) it then measures CPU
+ * time rather than wall time, which the machine's load moves less: the
+ * worker's user+system time (/proc/PID/stat, all its threads) and this
+ * process's (getrusage) over a loop of 64 MiB gets and one of 1 MiB
+ * set+gets, per operation.
+ *
+ *   tls_bench --plain H:P --tls H:P --ca FILE [--rounds N] [--pids P,T] [--json FILE] */
 #include "bench/stats.h"
 #include "common/clock.h"
 #include "ds/kv_client.h"
@@ -18,6 +24,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #define MAX_ROUNDS 32
 
@@ -80,6 +88,56 @@ static double phase(ds_client_t *c, const char *key, size_t size, int n, bool se
     return l.p50_us;
 }
 
+/* User+system CPU ms of process pid (all its threads), or -1. */
+static double proc_cpu_ms(long pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL) return -1;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    /* Fields after the command name (which may hold spaces): state is the
+     * 3rd, utime the 14th and stime the 15th. */
+    char *p = strrchr(buf, ')');
+    if (p == NULL) return -1;
+    unsigned long long ut = 0, st = 0;
+    if (sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
+        return -1;
+    return (double)(ut + st) * 1e3 / (double)sysconf(_SC_CLK_TCK);
+}
+
+static double self_cpu_ms(void)
+{
+    struct rusage u;
+    getrusage(RUSAGE_SELF, &u);
+    return (double)(u.ru_utime.tv_sec + u.ru_stime.tv_sec) * 1e3 +
+           (double)(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e3;
+}
+
+/* CPU ms per operation of the worker (pid) and of this client over n gets
+ * (set false) or set+gets of size bytes. */
+static void cpu_phase(ds_client_t *c, long pid, const char *key, size_t size, int n, bool set,
+                      uint8_t *val, uint8_t *dst, double *worker_ms, double *client_ms)
+{
+    size_t len;
+    CHECK(ds_kv_set(c, key, val, size, NULL));
+    CHECK(ds_kv_get_into(c, key, 0, dst, size, &len)); /* warm-up */
+    double w0 = proc_cpu_ms(pid), c0 = self_cpu_ms();
+    for (int i = 0; i < n; i++) {
+        if (set) CHECK(ds_kv_set(c, key, val, size, NULL));
+        CHECK(ds_kv_get_into(c, key, 0, dst, size, &len));
+    }
+    double w1 = proc_cpu_ms(pid), c1 = self_cpu_ms();
+    if (len != size || memcmp(val, dst, size) != 0) {
+        fprintf(stderr, "tls_bench: %s: wrong bytes back\n", key);
+        exit(1);
+    }
+    *worker_ms = w0 < 0 || w1 < 0 ? -1 : (w1 - w0) / n;
+    *client_ms = (c1 - c0) / n;
+}
+
 static int cmp_d(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -96,6 +154,7 @@ int main(int argc, char **argv)
 {
     const char *plain = NULL, *tls = NULL, *ca = NULL, *json = NULL;
     int rounds = 5;
+    long pids[2] = {0, 0};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--plain") && i + 1 < argc)
             plain = argv[++i];
@@ -105,6 +164,9 @@ int main(int argc, char **argv)
             ca = argv[++i];
         else if (!strcmp(argv[i], "--rounds") && i + 1 < argc)
             rounds = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--pids") && i + 1 < argc &&
+                 sscanf(argv[i + 1], "%ld,%ld", &pids[0], &pids[1]) == 2)
+            i++;
         else if (!strcmp(argv[i], "--json") && i + 1 < argc)
             json = argv[++i];
         else
@@ -113,7 +175,7 @@ int main(int argc, char **argv)
     if (!plain || !tls || !ca || rounds < 1 || rounds > MAX_ROUNDS) {
         fprintf(stderr,
                 "usage: tls_bench --plain H:P --tls H:P --ca FILE [--rounds 1..%d] "
-                "[--json FILE]\n",
+                "[--pids PLAIN,TLS] [--json FILE]\n",
                 MAX_ROUNDS);
         return 2;
     }
@@ -151,6 +213,23 @@ int main(int argc, char **argv)
     printf("TLS / plain (1.0 = free): 1 KiB set+get %.2fx, 1 MiB set+get %.2fx, "
            "64 MiB get %.2fx (target >= 0.70: %s)\n",
            r_small, r_mib, r_big, r_big >= 0.7 ? "met" : "missed");
+    /* [side][0 64 MiB get, 1 1 MiB set+get][0 worker, 1 client] */
+    double cpu[2][2][2] = {{{-1, -1}, {-1, -1}}, {{-1, -1}, {-1, -1}}};
+    if (pids[0] > 0 && pids[1] > 0) {
+        printf("\nCPU ms per operation (user+system; worker: /proc/PID/stat, client: getrusage)\n"
+               "side   64MiB get worker  client   1MiB set+get worker  client\n");
+        for (int s = 0; s < 2; s++) {
+            cpu_phase(c[s], pids[s], "tls-bench-64m", big, 20, false, val, dst, &cpu[s][0][0],
+                      &cpu[s][0][1]);
+            cpu_phase(c[s], pids[s], "tls-bench-1m", 1u << 20, 500, true, val, dst, &cpu[s][1][0],
+                      &cpu[s][1][1]);
+            printf("%-5s  %16.2f  %6.2f  %19.3f  %6.3f\n", s ? "tls" : "plain", cpu[s][0][0],
+                   cpu[s][0][1], cpu[s][1][0], cpu[s][1][1]);
+        }
+        printf("TLS / plain CPU (all sides): 64 MiB get %.2fx, 1 MiB set+get %.2fx\n",
+               (cpu[1][0][0] + cpu[1][0][1]) / (cpu[0][0][0] + cpu[0][0][1]),
+               (cpu[1][1][0] + cpu[1][1][1]) / (cpu[0][1][0] + cpu[0][1][1]));
+    }
     if (json) {
         FILE *f = fopen(json, "w");
         if (f) {
@@ -159,9 +238,14 @@ int main(int argc, char **argv)
                     "\"set_get_1m_p50_us\": %.1f, \"get_64m_gbps\": %.3f}, \"tls\": "
                     "{\"set_get_1k_p50_us\": %.1f, \"set_get_1m_p50_us\": %.1f, "
                     "\"get_64m_gbps\": %.3f}, \"ratio_set_get_1k\": %.3f, "
-                    "\"ratio_set_get_1m\": %.3f, \"ratio_get_64m\": %.3f}\n",
+                    "\"ratio_set_get_1m\": %.3f, \"ratio_get_64m\": %.3f, \"cpu_ms\": "
+                    "{\"plain\": {\"get_64m_worker\": %.2f, \"get_64m_client\": %.2f, "
+                    "\"set_get_1m_worker\": %.3f, \"set_get_1m_client\": %.3f}, \"tls\": "
+                    "{\"get_64m_worker\": %.2f, \"get_64m_client\": %.2f, "
+                    "\"set_get_1m_worker\": %.3f, \"set_get_1m_client\": %.3f}}}\n",
                     rounds, m[0][0], m[0][1], m[0][2], m[1][0], m[1][1], m[1][2], r_small, r_mib,
-                    r_big);
+                    r_big, cpu[0][0][0], cpu[0][0][1], cpu[0][1][0], cpu[0][1][1], cpu[1][0][0],
+                    cpu[1][0][1], cpu[1][1][0], cpu[1][1][1]);
             fclose(f);
         }
     }

@@ -45,5 +45,5 @@ start tls "$tp" --enable_tls --tls_cert "$dir/worker.pem" --tls_key "$dir/worker
     --tls_ca "$dir/ca.pem"
 echo "$(openssl version), load: $(cut -d' ' -f1-3 /proc/loadavg)"
 "$build/bench/tls_bench" --plain "127.0.0.1:$pp" --tls "127.0.0.1:$tp" --ca "$dir/ca.pem" \
-    --rounds "$rounds" ${1:+--json "$1"}
+    --rounds "$rounds" --pids "${pids[0]},${pids[1]}" ${1:+--json "$1"}
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"

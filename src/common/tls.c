@@ -556,10 +556,14 @@ ssize_t ds__tls_writev(ds_tls_t *t, const struct iovec *iov, int n)
         len = t->wpend ? t->wpend : iov[0].iov_len;
         if (len > DS_TLS_WRITE_MAX) len = DS_TLS_WRITE_MAX;
     } else {
-        /* Small pieces together, up to the first large one. */
+        /* Small pieces together into one record, filled up with the start
+         * of a large piece that follows: a frame's header then does not
+         * leave alone (a segment, and a wake-up of a reader that can do
+         * nothing with it but wait for the value), and the reader's first
+         * read brings the value's first bytes with it. A repeat stages the
+         * same bytes again. */
         size_t cap = t->wpend ? t->wpend : DS_TLS_STAGE;
         for (int i = 0; i < n && len < cap; i++) {
-            if (!t->wpend && i > 0 && iov[i].iov_len >= DS_TLS_STAGE) break;
             size_t k = iov[i].iov_len;
             if (k > cap - len) k = cap - len;
             memcpy(t->stage + len, iov[i].iov_base, k);

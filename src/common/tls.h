@@ -70,8 +70,9 @@ int ds__tls_handshake(ds_tls_t *t, uint64_t deadline_ms, char *err, size_t err_c
 ssize_t ds__tls_recv(ds_tls_t *t, void *buf, size_t len);
 /* Like sendmsg: bytes taken (from the front of iov), or -1 with errno
  * (EAGAIN: no room; try again later with the same bytes first). Takes
- * small iovecs together into one record and large ones at most
- * DS_TLS_WRITE_MAX at a time. The records of a write of more than one
+ * small iovecs together into one record (filled up with the start of a
+ * large iovec after them) and large ones at most DS_TLS_WRITE_MAX at a
+ * time. The records of a write of more than one
  * record leave in one send; when they do not all fit in the socket the
  * write says EAGAIN, and its repeat reports their bytes once they are out
  * (so a caller that stops writing after a success leaves nothing behind). */
