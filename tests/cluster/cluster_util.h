@@ -40,7 +40,7 @@ int ct_worker_restart(ct_cluster_t *c, int i);
 int ct_wait_members(ct_cluster_t *c, int n, int timeout_ms);
 void ct_cluster_stop(ct_cluster_t *c);
 /* cmocka group fixtures for a test file whose tests share one cluster:
- * ct_group_cluster names it and its size (before cmocka_run_group_tests);
+ * ct_group_cluster names it and its size (before dst_run_group_tests);
  * ct_group_setup starts it (ct_cluster_start, 64 MiB arenas) and
  * ct_group_teardown stops it. */
 void ct_group_cluster(ct_cluster_t *c, int n);

@@ -310,5 +310,5 @@ int main(void)
         cmocka_unit_test(test_expire_from_another_node),
         cmocka_unit_test(test_nx_across_nodes),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return dst_run_group_tests(tests, setup, teardown);
 }

@@ -402,5 +402,5 @@ int main(void)
         cmocka_unit_test(test_mget_waits_for_two_producers),
         cmocka_unit_test(test_wait_times_out_promptly),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return dst_run_group_tests(tests, setup, teardown);
 }

@@ -269,5 +269,5 @@ int main(void)
         cmocka_unit_test(test_failover),
         cmocka_unit_test(test_failover_under_threads),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return dst_run_group_tests(tests, setup, teardown);
 }

@@ -280,5 +280,5 @@ int main(void)
         cmocka_unit_test(test_worker_killed_and_restarted_at_once),
         cmocka_unit_test(test_worker_stopped_and_restarted),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return dst_run_group_tests(tests, setup, teardown);
 }

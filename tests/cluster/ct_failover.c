@@ -365,5 +365,5 @@ int main(void)
         cmocka_unit_test(test_paused_worker_returns),
         cmocka_unit_test(test_kill_mid_transfer),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return dst_run_group_tests(tests, setup, teardown);
 }

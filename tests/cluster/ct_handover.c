@@ -124,5 +124,5 @@ int main(void)
         cmocka_unit_test_teardown(test_write_after_handover, teardown),
         cmocka_unit_test_teardown(test_write_after_handover_replicas, teardown),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return dst_run_group_tests(tests, NULL, NULL);
 }

@@ -159,5 +159,5 @@ int main(void)
         cmocka_unit_test(test_waiting_get_receives_a_remote_set),
         cmocka_unit_test(test_device_pages_written_on_b_read_on_a),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return dst_run_group_tests(tests, setup, teardown);
 }

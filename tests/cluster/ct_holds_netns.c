@@ -177,5 +177,5 @@ int main(void)
         cmocka_unit_test(test_latches_across_namespaces),
         cmocka_unit_test(test_references_across_namespaces),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return dst_run_group_tests(tests, setup, teardown);
 }

@@ -268,5 +268,5 @@ int main(void)
         cmocka_unit_test(test_scale_in_out),
         cmocka_unit_test(test_subscribe_owner_dies),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return dst_run_group_tests(tests, setup, teardown);
 }

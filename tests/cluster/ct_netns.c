@@ -286,5 +286,5 @@ int main(void)
         cmocka_unit_test(test_planned_exit_in_namespaces),
         cmocka_unit_test(test_replicas_survive_kill),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return dst_run_group_tests(tests, setup, teardown);
 }

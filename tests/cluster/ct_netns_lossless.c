@@ -349,5 +349,5 @@ int main(void)
         cmocka_unit_test_teardown(test_replica1_sigkill, stop_workers),
         cmocka_unit_test_teardown(test_rebalance_join, stop_workers),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return dst_run_group_tests(tests, setup, teardown);
 }

@@ -390,5 +390,5 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_secret_cluster, setup_secret, teardown),
         cmocka_unit_test_setup_teardown(test_rotation, setup_rotation, teardown),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return dst_run_group_tests(tests, NULL, NULL);
 }

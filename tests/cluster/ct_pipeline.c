@@ -68,5 +68,5 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_stages_on_three_workers),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return dst_run_group_tests(tests, setup, teardown);
 }

@@ -507,5 +507,5 @@ int main(void)
         cmocka_unit_test(test_killed_requester),
         cmocka_unit_test(test_refuses_to_start_without_ucx),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return dst_run_group_tests(tests, setup, teardown);
 }

@@ -166,5 +166,5 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_rebalance_on, setup_on, teardown),
         cmocka_unit_test_setup_teardown(test_rebalance_off, setup_off, teardown),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return dst_run_group_tests(tests, NULL, NULL);
 }

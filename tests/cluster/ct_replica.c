@@ -260,5 +260,5 @@ int main(void)
         cmocka_unit_test_teardown(test_replica2_sigkill, teardown),
         cmocka_unit_test_teardown(test_replica1_sigkill, teardown),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return dst_run_group_tests(tests, NULL, NULL);
 }

@@ -243,5 +243,5 @@ int main(void)
         cmocka_unit_test(test_consumer_worker_dies),
     };
     ct_group_cluster(&C, 3);
-    return cmocka_run_group_tests(tests, ct_group_setup, ct_group_teardown);
+    return dst_run_group_tests(tests, ct_group_setup, ct_group_teardown);
 }

@@ -170,5 +170,5 @@ int main(void)
         cmocka_unit_test(test_cluster_del_deletes_l2),
         cmocka_unit_test(test_fallback_after_kill),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return dst_run_group_tests(tests, setup, teardown);
 }

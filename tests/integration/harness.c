@@ -14,8 +14,10 @@
 #include <glob.h>
 #include <netinet/in.h>
 #include <sched.h>
+#include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +25,8 @@
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <cmocka.h> /* after setjmp.h, stdarg.h and stddef.h */
 
 #ifndef DS_BUILD_DIR_DEFAULT
 #define DS_BUILD_DIR_DEFAULT "build"
@@ -317,6 +321,9 @@ int dst_worker_stop(dst_worker_t *w)
     return dst_worker_stop_sig(w, SIGTERM);
 }
 
+/* Workers stopped by dst_worker_stop_sig that exited other than with 0. */
+static int unclean_exits;
+
 int dst_worker_stop_sig(dst_worker_t *w, int sig)
 {
     if (w->pid <= 0) return -1;
@@ -332,6 +339,13 @@ int dst_worker_stop_sig(dst_worker_t *w, int sig)
         waitpid(w->pid, &status, 0);
     }
     track(w->pid, false);
+    if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
+        unclean_exits++;
+        fprintf(stderr, "harness: worker pid %d (port %d) %s %d; the end of its log (%s):\n",
+                (int)w->pid, w->port, WIFSIGNALED(status) ? "was killed by signal" : "exited",
+                WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status), w->logpath);
+        (void)dst_sh("tail -30 %s >&2", w->logpath);
+    }
     w->pid = 0;
     return status;
 }
@@ -362,11 +376,39 @@ int dst_group_teardown(void **state)
 {
     (void)state;
     if (group_worker == NULL) return -1;
-    int rc = dst_worker_stop(group_worker);
-    if (rc == 0) return 0;
-    fprintf(stderr, "worker exit status %d; the end of its log:\n", rc);
-    (void)dst_sh("tail -30 %s >&2", group_worker->logpath);
-    return -1;
+    return dst_worker_stop(group_worker) == 0 ? 0 : -1; /* the log's tail is printed */
+}
+
+static int (*group_setup)(void **);
+static int (*group_teardown)(void **);
+static int fixture_failures;
+
+static int counted_setup(void **state)
+{
+    int rc = group_setup ? group_setup(state) : 0;
+    if (rc != 0) fixture_failures++;
+    return rc;
+}
+
+static int counted_teardown(void **state)
+{
+    int rc = group_teardown ? group_teardown(state) : 0;
+    if (rc != 0) fixture_failures++;
+    return rc;
+}
+
+int dst_run_group_tests_(const char *name, const struct CMUnitTest *tests, size_t n,
+                         int (*setup)(void **), int (*teardown)(void **))
+{
+    group_setup = setup;
+    group_teardown = teardown;
+    int rc = _cmocka_run_group_tests(name, tests, n, counted_setup, counted_teardown);
+    if (rc == 0 && (fixture_failures > 0 || unclean_exits > 0)) {
+        fprintf(stderr, "harness: %d group fixture(s) failed and %d worker(s) exited uncleanly\n",
+                fixture_failures, unclean_exits);
+        rc = 1;
+    }
+    return rc;
 }
 
 void dst_worker_kill(dst_worker_t *w)

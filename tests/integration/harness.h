@@ -30,7 +30,10 @@ typedef struct {
 int dst_worker_start(dst_worker_t *w, int arena_mb, const char *extra);
 /* SIGTERM, wait up to 10 s, then SIGKILL. Returns the exit status or -1.
  * A worker in a cluster leaves it first on SIGTERM (moving its objects);
- * dst_worker_stop_sig(w, SIGINT) stops one at once. */
+ * dst_worker_stop_sig(w, SIGINT) stops one at once. A worker that exits
+ * other than with status 0 (a sanitizer report at exit, a crash, a stop
+ * that needed SIGKILL) gets the tail of its log on stderr and fails the
+ * test program: dst_run_group_tests answers non-zero. */
 int dst_worker_stop(dst_worker_t *w);
 int dst_worker_stop_sig(dst_worker_t *w, int sig);
 void dst_worker_kill(dst_worker_t *w);
@@ -54,12 +57,24 @@ ds_status_t dst_set_filled(ds_client_t *c, const char *key, size_t size, uint64_
 
 /* cmocka group fixtures for a test file whose tests share one worker:
  * dst_group_worker names it, its arena and extra flags (before
- * cmocka_run_group_tests); dst_group_setup starts it (dst_worker_start);
+ * dst_run_group_tests); dst_group_setup starts it (dst_worker_start);
  * dst_group_teardown stops it and fails, with the worker's exit status and
  * the tail of its log on stderr, unless it exited cleanly. */
 void dst_group_worker(dst_worker_t *w, int arena_mb, const char *extra);
 int dst_group_setup(void **state);
 int dst_group_teardown(void **state);
+
+/* cmocka_run_group_tests, made to fail when a group fixture fails or a
+ * worker stopped by dst_worker_stop* exited uncleanly: cmocka itself only
+ * prints "GROUP TEARDOWN FAILED" and exits 0, so a teardown's checks of the
+ * worker's exit would otherwise never fail a test. */
+struct CMUnitTest;
+int dst_run_group_tests_(const char *name, const struct CMUnitTest *tests, size_t n,
+                         int (*setup)(void **), int (*teardown)(void **));
+#define dst_run_group_tests(tests, setup, teardown)                                                \
+    dst_run_group_tests_(#tests, tests, sizeof(tests) / sizeof((tests)[0]), setup, teardown)
+#define dst_run_group_tests_name(name, tests, setup, teardown)                                     \
+    dst_run_group_tests_(name, tests, sizeof(tests) / sizeof((tests)[0]), setup, teardown)
 
 /* Path of a built binary next to the tests (e.g. "src/worker/datasystem_worker"). */
 const char *dst_build_path(const char *rel, char *out, size_t cap);

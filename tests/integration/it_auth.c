@@ -135,5 +135,5 @@ int main(void)
         cmocka_unit_test(test_unix_socket_is_trusted),
         cmocka_unit_test(test_raw_requests_refused),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return dst_run_group_tests(tests, setup, teardown);
 }

@@ -252,5 +252,5 @@ int main(void)
         cmocka_unit_test(test_batch_ops),       cmocka_unit_test(test_nx_and_generate_key),
         cmocka_unit_test(test_bad_input),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return dst_run_group_tests(tests, setup, teardown);
 }

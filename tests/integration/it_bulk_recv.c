@@ -249,5 +249,5 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_transfer_threads_lowest_priority, start_worker,
                                         stop_worker),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return dst_run_group_tests(tests, NULL, NULL);
 }

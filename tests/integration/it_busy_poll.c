@@ -509,5 +509,5 @@ int main(void)
         cmocka_unit_test(test_watch_after_lane_request),
         cmocka_unit_test(test_polling_survives_blips),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return dst_run_group_tests(tests, setup, teardown);
 }

@@ -238,5 +238,5 @@ int main(void)
         cmocka_unit_test(test_close_during_calls_local),
         cmocka_unit_test(test_close_during_calls_tcp),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return dst_run_group_tests(tests, setup, teardown);
 }

@@ -297,5 +297,5 @@ int main(void)
         cmocka_unit_test(test_read_latch_holds_writers), cmocka_unit_test(test_global_refs),
         cmocka_unit_test(test_trace_id_in_worker_log),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return dst_run_group_tests(tests, setup, teardown);
 }

@@ -164,5 +164,5 @@ int main(void)
         cmocka_unit_test(test_threads_share_clients),
         cmocka_unit_test(test_processes),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return dst_run_group_tests(tests, setup, teardown);
 }

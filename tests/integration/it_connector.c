@@ -629,5 +629,5 @@ int main(void)
         cmocka_unit_test(test_health_exact),       cmocka_unit_test(test_close_idempotent),
         cmocka_unit_test(test_worker_lost),
     };
-    return cmocka_run_group_tests_name("it_connector", tests, setup, teardown);
+    return dst_run_group_tests_name("it_connector", tests, setup, teardown);
 }

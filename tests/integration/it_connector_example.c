@@ -155,5 +155,5 @@ int main(void)
         cmocka_unit_test(test_pipeline_demo),        cmocka_unit_test(test_pipeline_demo_shm),
         cmocka_unit_test(test_pipeline_demo_stream),
     };
-    return cmocka_run_group_tests_name("it_connector_example", tests, setup, teardown);
+    return dst_run_group_tests_name("it_connector_example", tests, setup, teardown);
 }

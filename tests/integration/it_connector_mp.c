@@ -270,5 +270,5 @@ int main(void)
         cmocka_unit_test(test_shared_memory_consumer),
         cmocka_unit_test(test_tcp_consumer),
     };
-    return cmocka_run_group_tests_name("it_connector_mp", tests, setup, teardown);
+    return dst_run_group_tests_name("it_connector_mp", tests, setup, teardown);
 }

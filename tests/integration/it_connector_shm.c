@@ -247,5 +247,5 @@ int main(void)
         cmocka_unit_test(test_needs_local_worker),
         cmocka_unit_test(test_env_address),
     };
-    return cmocka_run_group_tests_name("it_connector_shm", tests, setup, teardown);
+    return dst_run_group_tests_name("it_connector_shm", tests, setup, teardown);
 }

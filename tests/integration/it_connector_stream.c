@@ -233,5 +233,5 @@ int main(void)
         cmocka_unit_test(test_chunk_size_option),
         cmocka_unit_test(test_bad_input),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return dst_run_group_tests(tests, setup, teardown);
 }

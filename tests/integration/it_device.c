@@ -258,5 +258,5 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_pre_registered_memory),
         cmocka_unit_test(test_cross_process_and_killed_client),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return dst_run_group_tests(tests, setup, teardown);
 }

@@ -256,5 +256,5 @@ int main(void)
         cmocka_unit_test(test_dscli_other_socket_dir),
         cmocka_unit_test(test_dscli_with_token),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return dst_run_group_tests(tests, NULL, NULL);
 }

@@ -437,5 +437,5 @@ int main(void)
         cmocka_unit_test(test_client_killed_mid_tcp_set),
         cmocka_unit_test(test_worker_killed_mid_traffic),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return dst_run_group_tests(tests, setup, teardown);
 }

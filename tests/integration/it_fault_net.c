@@ -382,5 +382,5 @@ int main(void)
         cmocka_unit_test(test_slow_reader_half_closed),
         cmocka_unit_test(test_stop_with_stuck_big_answers),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return dst_run_group_tests(tests, setup, teardown);
 }

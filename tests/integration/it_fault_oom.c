@@ -201,5 +201,5 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_concurrent_writers_fill_arena),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return dst_run_group_tests(tests, setup, teardown);
 }

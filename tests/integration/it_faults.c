@@ -216,5 +216,5 @@ int main(void)
         cmocka_unit_test(test_garbage_on_both_sockets),
         cmocka_unit_test(test_restart_with_connected_client),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return dst_run_group_tests(tests, setup, teardown);
 }

@@ -517,5 +517,5 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_bulk, start, stop),
         cmocka_unit_test_setup_teardown(test_all_at_once, start, stop),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return dst_run_group_tests(tests, NULL, NULL);
 }

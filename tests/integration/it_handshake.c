@@ -366,5 +366,5 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_deadline_closes_silent, start_deadline, stop_worker),
         cmocka_unit_test_setup_teardown(test_inflight_quota, start_quota, stop_worker),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return dst_run_group_tests(tests, NULL, NULL);
 }

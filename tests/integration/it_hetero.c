@@ -249,5 +249,5 @@ int main(void)
         cmocka_unit_test(test_bad_arguments),
         cmocka_unit_test(test_get_waits_for_publish),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return dst_run_group_tests(tests, setup, teardown);
 }

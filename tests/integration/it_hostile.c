@@ -899,5 +899,5 @@ int main(void)
                                         stop_worker),
         cmocka_unit_test_setup_teardown(test_session_restart, start_worker, stop_worker),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return dst_run_group_tests(tests, NULL, NULL);
 }

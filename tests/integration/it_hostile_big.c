@@ -329,5 +329,5 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_large_answers_in_order, start_worker, stop_worker),
         cmocka_unit_test_setup_teardown(test_sets_64k_pipelined, start_worker, stop_worker),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return dst_run_group_tests(tests, NULL, NULL);
 }

@@ -189,5 +189,5 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_unknown_flags_refused, start_worker, stop_worker),
         cmocka_unit_test_setup_teardown(test_peer_ops_refused, start_worker, stop_worker),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return dst_run_group_tests(tests, NULL, NULL);
 }

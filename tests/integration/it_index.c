@@ -237,5 +237,5 @@ int main(void)
         cmocka_unit_test(test_concurrent_overwrite),
         cmocka_unit_test(test_concurrent_overwrite_1mib),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return dst_run_group_tests(tests, setup, teardown);
 }

@@ -678,5 +678,5 @@ int main(void)
         cmocka_unit_test(test_hostile_lane),      cmocka_unit_test(test_request_right_after_a_wait),
         cmocka_unit_test(test_wake_ahead),        cmocka_unit_test(test_worker_dies_during_wait),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return dst_run_group_tests(tests, setup, teardown);
 }

@@ -577,5 +577,5 @@ int main(void)
         cmocka_unit_test_teardown(test_latch_flag_limits, teardown),
         cmocka_unit_test_teardown(test_large_batch, teardown),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return dst_run_group_tests(tests, NULL, NULL);
 }

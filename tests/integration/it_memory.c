@@ -279,5 +279,5 @@ int main(void)
         cmocka_unit_test(test_ttl),
         cmocka_unit_test(test_killed_reader_gives_back),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return dst_run_group_tests(tests, setup, teardown);
 }

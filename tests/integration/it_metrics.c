@@ -351,5 +351,5 @@ int main(void)
         cmocka_unit_test(test_counters_follow_operations),
         cmocka_unit_test(test_http_edges),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return dst_run_group_tests(tests, setup, teardown);
 }

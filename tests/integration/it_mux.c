@@ -372,5 +372,5 @@ int main(void)
         cmocka_unit_test(test_stopped_worker),     cmocka_unit_test(test_killed_worker),
         cmocka_unit_test(test_env_checked),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return dst_run_group_tests(tests, setup, teardown);
 }

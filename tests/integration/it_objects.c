@@ -349,5 +349,5 @@ int main(void)
         cmocka_unit_test(test_get_meta_info),
         cmocka_unit_test(test_memory_copy),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return dst_run_group_tests(tests, group_setup, group_teardown);
 }

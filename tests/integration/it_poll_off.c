@@ -120,5 +120,5 @@ int main(void)
         cmocka_unit_test(test_serves_values),
         cmocka_unit_test(test_timers_run),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return dst_run_group_tests(tests, setup, teardown);
 }

@@ -619,5 +619,5 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_concurrency, setup, teardown),
         cmocka_unit_test(test_eviction),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return dst_run_group_tests(tests, NULL, NULL);
 }

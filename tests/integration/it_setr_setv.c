@@ -444,5 +444,5 @@ int main(void)
         cmocka_unit_test(test_deferred_remote),  cmocka_unit_test(test_deferred_sigkill),
         cmocka_unit_test(test_deferred_threads), cmocka_unit_test(test_hostile_piggyback),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return dst_run_group_tests(tests, setup, teardown);
 }

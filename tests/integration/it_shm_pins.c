@@ -281,5 +281,5 @@ int main(void)
         cmocka_unit_test(test_scribbled_table),
         cmocka_unit_test(test_concurrent_overwrite),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return dst_run_group_tests(tests, setup, teardown);
 }

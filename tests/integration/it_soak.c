@@ -454,5 +454,5 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_soak),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return dst_run_group_tests(tests, setup, teardown);
 }

@@ -491,5 +491,5 @@ int main(void)
         cmocka_unit_test(test_threshold_spans_streams),
     };
     dst_group_worker(&W, 128, NULL);
-    return cmocka_run_group_tests(tests, dst_group_setup, dst_group_teardown);
+    return dst_run_group_tests(tests, dst_group_setup, dst_group_teardown);
 }

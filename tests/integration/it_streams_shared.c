@@ -394,5 +394,5 @@ int main(void)
         cmocka_unit_test(test_metrics_log_interval),
     };
     dst_group_worker(&W, 64, NULL);
-    return cmocka_run_group_tests(tests, dst_group_setup, dst_group_teardown);
+    return dst_run_group_tests(tests, dst_group_setup, dst_group_teardown);
 }

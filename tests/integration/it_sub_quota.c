@@ -318,5 +318,5 @@ int main(void)
         cmocka_unit_test(test_refusals_pause_offender),
         cmocka_unit_test(test_many_keys_in_place),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return dst_run_group_tests(tests, NULL, NULL);
 }

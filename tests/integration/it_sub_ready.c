@@ -287,5 +287,5 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_latch_slices_after_wait, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sequential_short_gets, setup, teardown),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return dst_run_group_tests(tests, NULL, NULL);
 }

@@ -222,5 +222,5 @@ int main(void)
         cmocka_unit_test(test_many_waiters_one_publish),
         cmocka_unit_test(test_waiter_dies),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return dst_run_group_tests(tests, setup, teardown);
 }

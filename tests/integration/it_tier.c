@@ -790,5 +790,5 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_dscli_status),
         cmocka_unit_test(test_bad_flags),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return dst_run_group_tests(tests, NULL, NULL);
 }

@@ -346,5 +346,5 @@ int main(void)
         cmocka_unit_test(test_compaction),
         cmocka_unit_test(test_kill_during_compaction),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return dst_run_group_tests(tests, NULL, NULL);
 }

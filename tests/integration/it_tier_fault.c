@@ -310,5 +310,5 @@ int main(void)
         cmocka_unit_test_teardown(test_l2_full, teardown),
         cmocka_unit_test_teardown(test_spill_full, teardown),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return dst_run_group_tests(tests, NULL, NULL);
 }

@@ -263,5 +263,5 @@ int main(void)
         cmocka_unit_test(test_dd_log_cut_in_header),
         cmocka_unit_test(test_dd_log_cut_mid_record),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return dst_run_group_tests(tests, NULL, NULL);
 }

@@ -536,5 +536,5 @@ int main(void)
         cmocka_unit_test(test_evicted_session_told_why),
         cmocka_unit_test(test_flags_checked),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return dst_run_group_tests(tests, setup, teardown);
 }

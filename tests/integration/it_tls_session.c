@@ -309,5 +309,5 @@ int main(void)
         cmocka_unit_test(test_pending_bytes_read_without_socket),
         cmocka_unit_test(test_both_directions_threads),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return dst_run_group_tests(tests, setup, teardown);
 }

@@ -546,5 +546,5 @@ int main(void)
         cmocka_unit_test(test_hostile_frames),
         cmocka_unit_test(test_clients_killed_during_wireup),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return dst_run_group_tests(tests, setup, teardown);
 }

@@ -333,5 +333,5 @@ int main(void)
         cmocka_unit_test_teardown(test_generate_config_then_start_f, kill_started),
         cmocka_unit_test_teardown(test_kvcache_guide_command_line, kill_started),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return dst_run_group_tests(tests, setup, teardown);
 }
