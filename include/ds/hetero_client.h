@@ -166,6 +166,9 @@ DS_EXPORT void ds_hetero_dev_stats(ds_hetero_t *h, ds_hetero_dev_stats_t *out);
 /* n bytes of device memory on dev_idx (< 0: current); free with ds_device_free. */
 DS_EXPORT ds_status_t ds_device_malloc(int32_t dev_idx, size_t n, uint64_t *dev_ptr);
 DS_EXPORT ds_status_t ds_device_free(uint64_t dev_ptr);
+/* The calling thread's current device (what dev_idx < 0 means), e.g. to fix
+ * it before handing a batch to another thread. */
+DS_EXPORT ds_status_t ds_device_current(int32_t *dev_idx);
 typedef enum {
     DS_COPY_H2D = 0,
     DS_COPY_D2H = 1,
