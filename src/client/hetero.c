@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -288,6 +289,7 @@ typedef struct {
     uint32_t nblobs;      /* entries that follow */
     uint32_t has_handles; /* 0: the entries hold sizes only (nothing to open) */
     int32_t pid;          /* the publisher */
+    uint64_t nonce;       /* the publisher process's (process_nonce) */
     uint64_t data_len;
     char backend[8];
     char boot_id[40];
@@ -315,6 +317,32 @@ static void read_boot_id(void)
     boot_id[strcspn(boot_id, "\n")] = 0;
 }
 
+/* A random number per process, drawn again in a forked child: with the pid
+ * it tells this process from one of another PID namespace with the same
+ * pid, whose pointers are not this process's. */
+static pthread_mutex_t nonce_mu = PTHREAD_MUTEX_INITIALIZER;
+static pid_t nonce_pid;
+static uint64_t nonce_val;
+
+static uint64_t process_nonce(void)
+{
+    pthread_mutex_lock(&nonce_mu);
+    if (nonce_pid != getpid()) {
+        uint64_t v = 0;
+        if (getrandom(&v, sizeof v, 0) != (ssize_t)sizeof v) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            v = ((uint64_t)ts.tv_sec * 1000000007ull) ^ (uint64_t)ts.tv_nsec ^
+                ((uint64_t)getpid() << 32);
+        }
+        nonce_val = v | 1; /* never 0 */
+        nonce_pid = getpid();
+    }
+    uint64_t v = nonce_val;
+    pthread_mutex_unlock(&nonce_mu);
+    return v;
+}
+
 static size_t rec_len(size_t nblobs)
 {
     return sizeof(rec_head_t) + nblobs * sizeof(rec_blob_t) + sizeof(rec_foot_t);
@@ -334,6 +362,7 @@ static void rec_write(const ds__device_ops_t *ops, const ds_device_blob_list_t *
     hd.nblobs = (uint32_t)l->n_blobs;
     hd.has_handles = boot_id[0] != 0;
     hd.pid = (int32_t)getpid();
+    hd.nonce = process_nonce();
     hd.data_len = data_len;
     snprintf(hd.backend, sizeof hd.backend, "%s", ops->name);
     memcpy(hd.boot_id, boot_id, sizeof hd.boot_id);
@@ -736,7 +765,7 @@ static bool try_d2d(devcur_t *d, opened_set_t *os, const ds_device_blob_list_t *
     if (!ipc_usable(d->ops, hd) || hd->nblobs == 0) return false;
     uint64_t *src = malloc(hd->nblobs * sizeof *src);
     uint64_t *sizes = malloc(hd->nblobs * sizeof *sizes);
-    bool own = hd->pid == (int32_t)getpid();
+    bool own = hd->pid == (int32_t)getpid() && hd->nonce == process_nonce();
     bool ok = src && sizes && devcur_use(d, l->dev_idx) == DS_K_OK;
     uint64_t sum = 0;
     for (uint32_t k = 0; ok && k < hd->nblobs; k++) {
