@@ -91,12 +91,16 @@ class DS_CPP_API HeteroClient : public std::enable_shared_from_this<HeteroClient
     Status GenerateKey(const std::string &prefix, std::string &key);
 
     /* Publishes device memory under keys for one DevSubscribe: one Future
-     * per key. */
+     * per key, OK once the key was received (until then a subscriber on
+     * this machine may copy straight from this memory, which must stay
+     * alive and unchanged). */
     Status DevPublish(const std::vector<std::string> &keys,
                       const std::vector<DeviceBlobList> &devBlobList,
                       std::vector<Future> &futureVec);
     /* Receives published keys into device memory (waiting up to 60 s for
-     * the publisher); a key received is deleted. One Future per key. */
+     * the publisher): device to device from the publisher's memory on the
+     * same machine, else from the worker's copy; a key received is
+     * deleted. One Future per key. */
     Status DevSubscribe(const std::vector<std::string> &keys,
                         const std::vector<DeviceBlobList> &devBlobList,
                         std::vector<Future> &futureVec);

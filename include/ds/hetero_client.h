@@ -124,12 +124,51 @@ DS_EXPORT ds_status_t ds_hetero_pre_register_device_memory(ds_hetero_t *h, size_
                                                            const uint64_t *dev_ptrs,
                                                            const uint64_t *sizes);
 
+/* ---- device to device: Yuanrong's DevPublish / DevSubscribe ----
+ *
+ * ds_hetero_dev_publish publishes n keys, each its blobs joined, for one
+ * ds_hetero_dev_subscribe: the value goes to the worker's arena (as
+ * mset_d2h) with a record naming the publisher's device memory (the
+ * backend's cross-process handles). A subscriber on the same machine and
+ * backend copies straight from the publisher's device memory (device to
+ * device, across processes); any other, or one whose handles no longer
+ * open (the publisher exited or freed the memory), copies from the
+ * worker's copy. Either way it receives the bytes the publisher wrote, and
+ * then deletes the keys it received (the object is consumed).
+ *
+ * Lifetime (Yuanrong's rule): the publisher keeps its blobs alive and
+ * unchanged until each key is received; ds_hetero_dev_wait_received waits
+ * for that (the keys are gone from the worker), up to timeout_ms (< 0: for
+ * ever), each key's status DS_K_OK once received, DS_K_FUTURE_TIMEOUT
+ * while it is still published. DS_DEVICE_IPC=0 in the subscriber's
+ * environment turns the device-to-device path off. A subscribe waits up to
+ * sub_timeout_ms for keys not yet published; statuses and the return are as
+ * ds_hetero_mget_h2d's. A value published by mset_d2h is read from the
+ * worker's copy. */
+DS_EXPORT ds_status_t ds_hetero_dev_publish(ds_hetero_t *h, size_t n, const char *const *keys,
+                                            const ds_device_blob_list_t *lists,
+                                            ds_status_t *statuses);
+DS_EXPORT ds_status_t ds_hetero_dev_wait_received(ds_hetero_t *h, size_t n, const char *const *keys,
+                                                  int32_t timeout_ms, ds_status_t *statuses);
+DS_EXPORT ds_status_t ds_hetero_dev_subscribe(ds_hetero_t *h, size_t n, const char *const *keys,
+                                              const ds_device_blob_list_t *lists,
+                                              int32_t sub_timeout_ms, ds_status_t *statuses);
+/* How this client's dev_subscribe calls received their keys so far. */
+typedef struct {
+    uint64_t d2d_keys;   /* straight from a publisher's device memory */
+    uint64_t arena_keys; /* from the worker's copy */
+} ds_hetero_dev_stats_t;
+DS_EXPORT void ds_hetero_dev_stats(ds_hetero_t *h, ds_hetero_dev_stats_t *out);
+
 /* ---- device memory helpers (tests, benchmarks, programs without a
  * framework of their own), on the same backend ---- */
 
 /* n bytes of device memory on dev_idx (< 0: current); free with ds_device_free. */
 DS_EXPORT ds_status_t ds_device_malloc(int32_t dev_idx, size_t n, uint64_t *dev_ptr);
 DS_EXPORT ds_status_t ds_device_free(uint64_t dev_ptr);
+/* The calling thread's current device (what dev_idx < 0 means), e.g. to fix
+ * it before handing a batch to another thread. */
+DS_EXPORT ds_status_t ds_device_current(int32_t *dev_idx);
 typedef enum {
     DS_COPY_H2D = 0,
     DS_COPY_D2H = 1,

@@ -95,6 +95,16 @@ ds_status_t ds_device_free(uint64_t dev_ptr)
     return st == DS_K_OK ? ops->free(dev_ptr) : st;
 }
 
+ds_status_t ds_device_current(int32_t *dev_idx)
+{
+    ds__clear_error();
+    if (dev_idx == NULL) return ds__set_error(DS_K_INVALID, "ds_device_current: dev_idx is NULL");
+    ds_status_t code;
+    const ds__device_ops_t *ops = ds__device_get(&code);
+    if (ops == NULL) return code;
+    return ops->current_device(dev_idx);
+}
+
 ds_status_t ds_device_memcpy(uint64_t dst, uint64_t src, size_t n, ds_copy_kind_t kind)
 {
     ds__clear_error();

@@ -16,6 +16,15 @@
  * "cuda"); unset, cuda when the driver loads and reports a device, else an
  * error naming the variable (ds__device_get).
  *
+ * Cross-process device memory (ipc_*): a process exports a handle naming
+ * one of its device allocations; another process of the same machine opens
+ * it, reads the allocation device to device, and closes it. The exporter
+ * keeps the allocation alive and unchanged while peers may read it; a
+ * handle whose allocation or process is gone fails to open (never maps
+ * other memory), so callers fall back to another path. Handles from the
+ * calling process itself are not opened through here (cuda refuses them):
+ * the caller reads its own pointers.
+ *
  * Streams: copies given a stream are queued on it and complete by
  * stream_sync; copies given NULL complete before the call returns. A stream
  * belongs to the thread that uses it; the operations themselves are
@@ -28,6 +37,13 @@
 #include <stdint.h>
 
 #include "ds/status.h"
+
+/* Opaque bytes naming one shareable device allocation; equal handles name
+ * the same allocation. */
+#define DS__IPC_HANDLE_BYTES 80
+typedef struct {
+    uint8_t b[DS__IPC_HANDLE_BYTES];
+} ds__ipc_handle_t;
 
 typedef struct {
     const char *name;
@@ -62,6 +78,16 @@ typedef struct {
      * error names what is wrong with the range. */
     ds_status_t (*mem_register)(uint64_t p, size_t n, int *pinned);
     ds_status_t (*mem_unregister)(uint64_t p, int pinned);
+    /* The handle of the allocation holding [p, p + n), and p's offset in
+     * it; an error when the range is not within one allocation this backend
+     * can share with other processes. */
+    ds_status_t (*ipc_export)(uint64_t p, size_t n, ds__ipc_handle_t *h, uint64_t *offset);
+    /* Maps a peer process's allocation into this one, on the calling
+     * thread's current device: *base is its first byte, *size its length,
+     * *opened what ipc_close takes. An error (the process or allocation is
+     * gone, another machine or PID namespace, no permission) says why. */
+    ds_status_t (*ipc_open)(const ds__ipc_handle_t *h, uint64_t *base, size_t *size, void **opened);
+    ds_status_t (*ipc_close)(void *opened);
 } ds__device_ops_t;
 
 extern const ds__device_ops_t ds__device_host;

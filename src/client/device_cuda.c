@@ -11,9 +11,19 @@
  * made current on the threads that copy. It is the context the CUDA runtime
  * (and so PyTorch) uses, so device pointers from either are valid here, and
  * a thread that already has a context current keeps it when no device is
- * named. Nothing here changes a device's flags or resets it. */
+ * named. Nothing here changes a device's flags or resets it.
+ *
+ * Cross-process memory: the driver's legacy IPC (cuIpcGetMemHandle of the
+ * allocation holding a range, cuIpcOpenMemHandle in the reader with lazy
+ * peer access, cuIpcCloseMemHandle after the copies). The three are looked
+ * up apart from the rest: a driver without them still runs every other
+ * operation, and exporting then fails so callers take another path. This
+ * part has been written from NVIDIA's driver API documentation and has not
+ * yet run on a GPU. */
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "common/error.h"
 #include "device.h"
@@ -29,6 +39,13 @@ typedef unsigned long long CUdeviceptr;
 #define CU_MEMHOSTREGISTER_PORTABLE 0x1
 #define CU_POINTER_ATTRIBUTE_MEMORY_TYPE 2
 #define CU_MEMORYTYPE_HOST 1
+#define CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS 0x1
+#define CU_IPC_HANDLE_SIZE 64
+
+/* The driver API's CUipcMemHandle, passed by value. */
+typedef struct {
+    char reserved[CU_IPC_HANDLE_SIZE];
+} CUipcMemHandle;
 /* The primary contexts retained, one per device index below this bound. */
 #define CUDA_MAX_DEVICES 64
 
@@ -57,6 +74,10 @@ static struct {
     CUresult (*StreamDestroy)(CUstream);
     CUresult (*StreamSynchronize)(CUstream);
     CUresult (*GetErrorString)(CUresult, const char **);
+    /* Optional (NULL when the driver lacks them): cross-process memory. */
+    CUresult (*IpcGetMemHandle)(CUipcMemHandle *, CUdeviceptr);
+    CUresult (*IpcOpenMemHandle)(CUdeviceptr *, CUipcMemHandle, unsigned);
+    CUresult (*IpcCloseMemHandle)(CUdeviceptr);
     int ndev;
     pthread_mutex_t mu;
     CUcontext primary[CUDA_MAX_DEVICES];
@@ -120,6 +141,14 @@ static ds_status_t cuda_open(void)
                                  "the NVIDIA driver (libcuda.so.1) has no %s: driver too old",
                                  syms[i].name);
     }
+    /* cuda.h maps cuIpcOpenMemHandle to its _v2 since CUDA 11; older
+     * drivers have only the first. */
+    cu.IpcGetMemHandle =
+        (CUresult(*)(CUipcMemHandle *, CUdeviceptr))dlsym(cu.lib, "cuIpcGetMemHandle");
+    void *open_fn = dlsym(cu.lib, "cuIpcOpenMemHandle_v2");
+    if (open_fn == NULL) open_fn = dlsym(cu.lib, "cuIpcOpenMemHandle");
+    cu.IpcOpenMemHandle = (CUresult(*)(CUdeviceptr *, CUipcMemHandle, unsigned))open_fn;
+    cu.IpcCloseMemHandle = (CUresult(*)(CUdeviceptr))dlsym(cu.lib, "cuIpcCloseMemHandle");
     CU_CALL("cuInit", cu.Init(0));
     CU_CALL("cuDeviceGetCount", cu.DeviceGetCount(&cu.ndev));
     if (cu.ndev <= 0)
@@ -272,6 +301,85 @@ static ds_status_t cuda_mem_unregister(uint64_t p, int pinned)
     return DS_K_OK;
 }
 
+/* A handle: the driver's, and the allocation's length (the reader checks
+ * its ranges against it). */
+typedef struct {
+    CUipcMemHandle h;
+    uint64_t size;
+} cuda_handle_t;
+
+_Static_assert(sizeof(cuda_handle_t) <= DS__IPC_HANDLE_BYTES, "cuda handle too large");
+
+static ds_status_t cuda_no_ipc(void)
+{
+    return ds__set_error(DS_K_NOT_SUPPORTED,
+                         "the NVIDIA driver has no cuIpcGetMemHandle / cuIpcOpenMemHandle / "
+                         "cuIpcCloseMemHandle");
+}
+
+/* The handle names the whole allocation (cuMemAlloc's, or a segment of
+ * PyTorch's caching allocator); the range's offset in it travels apart. */
+static ds_status_t cuda_ipc_export(uint64_t p, size_t n, ds__ipc_handle_t *h, uint64_t *offset)
+{
+    if (cu.IpcGetMemHandle == NULL || cu.IpcOpenMemHandle == NULL || cu.IpcCloseMemHandle == NULL)
+        return cuda_no_ipc();
+    CUdeviceptr base = 0;
+    size_t size = 0;
+    CU_CALL("cuMemGetAddressRange", cu.MemGetAddressRange(&base, &size, p));
+    if (p - base > size || n > size - (p - base))
+        return ds__set_error(DS_K_INVALID,
+                             "the range 0x%llx + %zu runs past the end of its device allocation "
+                             "(0x%llx + %zu)",
+                             (unsigned long long)p, n, (unsigned long long)base, size);
+    cuda_handle_t ch;
+    memset(&ch, 0, sizeof ch);
+    CU_CALL("cuIpcGetMemHandle", cu.IpcGetMemHandle(&ch.h, base));
+    ch.size = size;
+    memset(h, 0, sizeof *h);
+    memcpy(h->b, &ch, sizeof ch);
+    *offset = p - base;
+    return DS_K_OK;
+}
+
+typedef struct {
+    CUdeviceptr base;
+    CUcontext ctx; /* the context it was opened in, current again to close */
+} cuda_opened_t;
+
+static ds_status_t cuda_ipc_open(const ds__ipc_handle_t *h, uint64_t *base, size_t *size,
+                                 void **opened)
+{
+    if (cu.IpcOpenMemHandle == NULL || cu.IpcCloseMemHandle == NULL) return cuda_no_ipc();
+    cuda_handle_t ch;
+    memcpy(&ch, h->b, sizeof ch);
+    cuda_opened_t *o = calloc(1, sizeof *o);
+    if (o == NULL) return ds__set_error(DS_K_OUT_OF_MEMORY, "out of memory");
+    CUresult r = cu.CtxGetCurrent(&o->ctx);
+    if (r == CUDA_SUCCESS)
+        r = cu.IpcOpenMemHandle(&o->base, ch.h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+    if (r != CUDA_SUCCESS) {
+        free(o);
+        return cu_fail(r, "cuIpcOpenMemHandle");
+    }
+    *base = o->base;
+    *size = (size_t)ch.size;
+    *opened = o;
+    return DS_K_OK;
+}
+
+static ds_status_t cuda_ipc_close(void *opened)
+{
+    cuda_opened_t *o = opened;
+    if (o == NULL) return DS_K_OK;
+    CUcontext cur = NULL;
+    CUresult r = cu.CtxGetCurrent(&cur);
+    if (r == CUDA_SUCCESS && cur != o->ctx) r = cu.CtxSetCurrent(o->ctx);
+    if (r == CUDA_SUCCESS) r = cu.IpcCloseMemHandle(o->base);
+    if (cur != o->ctx && cur != NULL) (void)cu.CtxSetCurrent(cur);
+    free(o);
+    return r == CUDA_SUCCESS ? DS_K_OK : cu_fail(r, "cuIpcCloseMemHandle");
+}
+
 const ds__device_ops_t ds__device_cuda = {
     .name = "cuda",
     .open = cuda_open,
@@ -289,4 +397,7 @@ const ds__device_ops_t ds__device_cuda = {
     .host_unregister = cuda_host_unregister,
     .mem_register = cuda_mem_register,
     .mem_unregister = cuda_mem_unregister,
+    .ipc_export = cuda_ipc_export,
+    .ipc_open = cuda_ipc_open,
+    .ipc_close = cuda_ipc_close,
 };

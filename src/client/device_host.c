@@ -6,9 +6,31 @@
  * has nothing to do. This is the backend of CPU-only pipelines and of every
  * test on a machine without a GPU; it exercises the same client paths as a
  * device backend (one copy into the arena, then publish; one copy out of
- * the worker's shared memory into the destination). */
+ * the worker's shared memory into the destination).
+ *
+ * Allocations are shareable with other processes of the machine, so the
+ * cross-process device-to-device path really crosses processes here too:
+ * each is a memfd mapped MAP_SHARED, its descriptor kept open. A handle
+ * names the owner (pid, its start time and PID namespace, so a reused pid
+ * is not taken for it), the descriptor and the file's identity (device and
+ * inode, so a descriptor number reused for another file is refused). A peer
+ * takes a copy of the descriptor with pidfd_getfd (or, where that is not
+ * allowed, by opening /proc/PID/fd/N, which needs only the same user),
+ * checks the identity, and maps the file read-only. Memory that is not from
+ * alloc (any host address is a device pointer here) cannot be exported, and
+ * neither can allocations made where memfd_create fails (they fall back to
+ * the heap). */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "common/error.h"
 #include "device.h"
@@ -38,10 +60,38 @@ static ds_status_t host_current_device(int32_t *dev_idx)
     return DS_K_OK;
 }
 
+/* The shareable allocations: address, length, memfd. Under alloc_mu. */
+typedef struct shared_alloc {
+    struct shared_alloc *next;
+    uintptr_t base;
+    size_t size;
+    int fd;
+} shared_alloc_t;
+
+static pthread_mutex_t alloc_mu = PTHREAD_MUTEX_INITIALIZER;
+static shared_alloc_t *allocs;
+
 static ds_status_t host_alloc(size_t n, uint64_t *dptr)
 {
     if (n == 0 || dptr == NULL) return ds__set_error(DS_K_INVALID, "device alloc of 0 bytes");
-    void *p = NULL;
+    shared_alloc_t *a = malloc(sizeof *a);
+    int fd = a ? memfd_create("ds-device-memory", MFD_CLOEXEC) : -1;
+    void *p = MAP_FAILED;
+    if (fd >= 0 && ftruncate(fd, (off_t)n) == 0)
+        p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p != MAP_FAILED) {
+        *a = (shared_alloc_t){.base = (uintptr_t)p, .size = n, .fd = fd};
+        pthread_mutex_lock(&alloc_mu);
+        a->next = allocs;
+        allocs = a;
+        pthread_mutex_unlock(&alloc_mu);
+        *dptr = (uint64_t)(uintptr_t)p;
+        return DS_K_OK;
+    }
+    if (fd >= 0) close(fd);
+    free(a);
+    /* No memfd here (or no memory for one): private memory, not shareable. */
+    p = NULL;
     if (posix_memalign(&p, 256, n) != 0)
         return ds__set_error(DS_K_OUT_OF_MEMORY, "out of memory for %zu bytes of device memory", n);
     *dptr = (uint64_t)(uintptr_t)p;
@@ -50,7 +100,20 @@ static ds_status_t host_alloc(size_t n, uint64_t *dptr)
 
 static ds_status_t host_free(uint64_t dptr)
 {
-    free((void *)(uintptr_t)dptr);
+    pthread_mutex_lock(&alloc_mu);
+    shared_alloc_t **pp = &allocs;
+    while (*pp && (*pp)->base != (uintptr_t)dptr)
+        pp = &(*pp)->next;
+    shared_alloc_t *a = *pp;
+    if (a) *pp = a->next;
+    pthread_mutex_unlock(&alloc_mu);
+    if (a == NULL) {
+        free((void *)(uintptr_t)dptr);
+        return DS_K_OK;
+    }
+    munmap((void *)a->base, a->size);
+    close(a->fd);
+    free(a);
     return DS_K_OK;
 }
 
@@ -133,6 +196,175 @@ static ds_status_t host_mem_unregister(uint64_t p, int pinned)
     return DS_K_OK;
 }
 
+/* ---- cross-process handles ---- */
+
+#define HOST_IPC_MAGIC 0x43504948u /* "HIPC" */
+
+typedef struct {
+    uint32_t magic;
+    int32_t pid;
+    int32_t fd;
+    uint32_t reserved;
+    uint64_t size;     /* the allocation's length */
+    uint64_t ino, dev; /* the memfd's identity */
+    uint64_t pidns;    /* the owner's PID namespace (its inode) */
+    uint64_t start;    /* the owner's start time, in clock ticks after boot */
+} host_handle_t;
+
+_Static_assert(sizeof(host_handle_t) <= DS__IPC_HANDLE_BYTES, "host handle too large");
+
+/* Field 22 of /proc/PID/stat: the process's start time, which tells a
+ * process from a later one given the same pid. 0 when unreadable. */
+static uint64_t proc_start_time(int32_t pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    ssize_t r = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (r <= 0) return 0;
+    buf[r] = 0;
+    /* The command name (field 2) may hold spaces and parentheses: count
+     * from the last ')'. */
+    char *q = strrchr(buf, ')');
+    if (q == NULL) return 0;
+    /* q is the space before field 3; step to the one before field 22. */
+    q++;
+    for (int field = 3; field < 22 && q; field++)
+        q = strchr(q + 1, ' ');
+    return q ? strtoull(q + 1, NULL, 10) : 0;
+}
+
+static uint64_t pid_ns(int32_t pid)
+{
+    char path[64];
+    struct stat st;
+    if (pid == 0)
+        snprintf(path, sizeof path, "/proc/self/ns/pid");
+    else
+        snprintf(path, sizeof path, "/proc/%d/ns/pid", (int)pid);
+    return stat(path, &st) == 0 ? (uint64_t)st.st_ino : 0;
+}
+
+static ds_status_t host_ipc_export(uint64_t p, size_t n, ds__ipc_handle_t *h, uint64_t *offset)
+{
+    host_handle_t hh = {.magic = HOST_IPC_MAGIC, .pid = (int32_t)getpid(), .fd = -1};
+    pthread_mutex_lock(&alloc_mu);
+    for (shared_alloc_t *a = allocs; a; a = a->next) {
+        if ((uintptr_t)p < a->base || (uintptr_t)p - a->base >= a->size) continue;
+        if (n > a->size - ((uintptr_t)p - a->base)) break;
+        hh.fd = a->fd;
+        hh.size = a->size;
+        *offset = (uintptr_t)p - a->base;
+        break;
+    }
+    pthread_mutex_unlock(&alloc_mu);
+    if (hh.fd < 0)
+        return ds__set_error(DS_K_NOT_SUPPORTED,
+                             "0x%llx + %zu is not within one shareable allocation of the host "
+                             "device backend (ds_device_malloc)",
+                             (unsigned long long)p, n);
+    struct stat st;
+    if (fstat(hh.fd, &st) != 0)
+        return ds__set_error(DS_K_RUNTIME_ERROR, "fstat of a device allocation's memfd: %s",
+                             strerror(errno));
+    hh.ino = (uint64_t)st.st_ino;
+    hh.dev = (uint64_t)st.st_dev;
+    hh.pidns = pid_ns(0);
+    hh.start = proc_start_time(hh.pid);
+    memset(h, 0, sizeof *h);
+    memcpy(h->b, &hh, sizeof hh);
+    return DS_K_OK;
+}
+
+typedef struct {
+    void *map;
+    size_t len;
+} host_opened_t;
+
+/* A copy of descriptor fd of the process behind pidfd (or pid). */
+static int peer_fd(int pidfd, int32_t pid, int fd)
+{
+#ifdef SYS_pidfd_getfd
+    int got = (int)syscall(SYS_pidfd_getfd, pidfd, fd, 0);
+    if (got >= 0) return got;
+#else
+    (void)pidfd;
+#endif
+    /* pidfd_getfd needs ptrace rights (Yama may refuse them between
+     * siblings); /proc/PID/fd needs only the same user. */
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/fd/%d", (int)pid, fd);
+    return open(path, O_RDONLY | O_CLOEXEC);
+}
+
+static ds_status_t host_ipc_open(const ds__ipc_handle_t *h, uint64_t *base, size_t *size,
+                                 void **opened)
+{
+    host_handle_t hh;
+    memcpy(&hh, h->b, sizeof hh);
+    if (hh.magic != HOST_IPC_MAGIC || hh.pid <= 0 || hh.fd < 0 || hh.size == 0)
+        return ds__set_error(DS_K_INVALID, "not a host device backend handle");
+    if (hh.pidns == 0 || hh.pidns != pid_ns(0))
+        return ds__set_error(DS_K_NOT_SUPPORTED,
+                             "the exporting process %d is in another PID namespace", (int)hh.pid);
+    int pidfd = -1;
+#ifdef SYS_pidfd_open
+    pidfd = (int)syscall(SYS_pidfd_open, hh.pid, 0);
+    if (pidfd < 0 && errno == ESRCH)
+        return ds__set_error(DS_K_NOT_FOUND, "the exporting process %d has exited", (int)hh.pid);
+#endif
+    /* Checked after pidfd_open: the pidfd is the process whose start time
+     * is read, so a pid reused in between is caught. */
+    uint64_t start = proc_start_time(hh.pid);
+    if (start == 0 || start != hh.start) {
+        if (pidfd >= 0) close(pidfd);
+        return ds__set_error(DS_K_NOT_FOUND, "the exporting process %d has exited", (int)hh.pid);
+    }
+    int fd = peer_fd(pidfd, hh.pid, hh.fd);
+    int err = errno;
+    if (pidfd >= 0) close(pidfd);
+    if (fd < 0)
+        return ds__set_error(err == EPERM || err == EACCES ? DS_K_NOT_SUPPORTED : DS_K_NOT_FOUND,
+                             "cannot take descriptor %d of process %d: %s", hh.fd, (int)hh.pid,
+                             strerror(err));
+    struct stat st;
+    if (fstat(fd, &st) != 0 || (uint64_t)st.st_ino != hh.ino || (uint64_t)st.st_dev != hh.dev ||
+        st.st_size < 0 || (uint64_t)st.st_size < hh.size) {
+        close(fd);
+        return ds__set_error(DS_K_NOT_FOUND,
+                             "the device allocation of process %d is gone (descriptor %d names "
+                             "another file now)",
+                             (int)hh.pid, hh.fd);
+    }
+    host_opened_t *o = malloc(sizeof *o);
+    void *p = o ? mmap(NULL, hh.size, PROT_READ, MAP_SHARED, fd, 0) : MAP_FAILED;
+    err = errno;
+    close(fd);
+    if (p == MAP_FAILED) {
+        free(o);
+        return ds__set_error(DS_K_RUNTIME_ERROR, "cannot map process %d's device allocation: %s",
+                             (int)hh.pid, o ? strerror(err) : "out of memory");
+    }
+    o->map = p;
+    o->len = hh.size;
+    *base = (uint64_t)(uintptr_t)p;
+    *size = hh.size;
+    *opened = o;
+    return DS_K_OK;
+}
+
+static ds_status_t host_ipc_close(void *opened)
+{
+    host_opened_t *o = opened;
+    if (o) {
+        munmap(o->map, o->len);
+        free(o);
+    }
+    return DS_K_OK;
+}
+
 const ds__device_ops_t ds__device_host = {
     .name = "host",
     .open = host_open,
@@ -150,4 +382,7 @@ const ds__device_ops_t ds__device_host = {
     .host_unregister = host_unregister,
     .mem_register = host_mem_register,
     .mem_unregister = host_mem_unregister,
+    .ipc_export = host_ipc_export,
+    .ipc_open = host_ipc_open,
+    .ipc_close = host_ipc_close,
 };

@@ -17,7 +17,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "client_internal.h"
 #include "common/error.h"
@@ -41,6 +43,9 @@ struct ds_hetero {
     size_t nregs, capregs;
     /* nregs, readable without mu: copies skip the range check while it is 0 */
     atomic_size_t nregs_pub;
+    /* Keys dev_subscribe received, by path: straight from the publisher's
+     * device memory, or from the worker's copy. */
+    atomic_uint_least64_t d2d_keys, arena_keys;
 };
 
 #define MSG_MAX 512
@@ -263,9 +268,155 @@ static void fill_statuses(ds_status_t *statuses, size_t n, ds_status_t st)
             statuses[i] = st;
 }
 
+/* ---- the device-to-device record of a published key ----
+ *
+ * dev_publish stores a key's value as its bytes followed by a record that
+ * names, for each of the publisher's blobs, the device allocation holding
+ * it (the backend's IPC handle), the blob's offset in it and its size, and
+ * the publisher: pid, backend, machine (boot id). A subscriber on the same
+ * machine and backend opens the handles and copies device to device; any
+ * other (another machine, a handle that no longer opens because the
+ * publisher exited or freed the memory, DS_DEVICE_IPC=0) copies the bytes
+ * from the worker's copy instead, so either way it receives the value the
+ * publisher wrote. The record ends with a footer (its length and a magic
+ * number); a value without one is all data. */
+#define REC_MAGIC 0x3143504956454421ull /* "!DEVIPC1" */
+#define REC_VERSION 1
+
+typedef struct {
+    uint64_t magic;
+    uint32_t version;
+    uint32_t nblobs;      /* entries that follow */
+    uint32_t has_handles; /* 0: the entries hold sizes only (nothing to open) */
+    int32_t pid;          /* the publisher */
+    uint64_t nonce;       /* the publisher process's (process_nonce) */
+    uint64_t data_len;
+    char backend[8];
+    char boot_id[40];
+} rec_head_t;
+
+typedef struct {
+    uint64_t size, offset, dptr; /* dptr: the publisher's own pointer */
+    ds__ipc_handle_t handle;
+} rec_blob_t;
+
+typedef struct {
+    uint64_t rec_len; /* head + entries + footer */
+    uint64_t magic;
+} rec_foot_t;
+
+static pthread_once_t boot_once = PTHREAD_ONCE_INIT;
+static char boot_id[40];
+
+static void read_boot_id(void)
+{
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+    if (f == NULL) return;
+    if (fgets(boot_id, sizeof boot_id, f) == NULL) boot_id[0] = 0;
+    fclose(f);
+    boot_id[strcspn(boot_id, "\n")] = 0;
+}
+
+/* A random number per process, drawn again in a forked child: with the pid
+ * it tells this process from one of another PID namespace with the same
+ * pid, whose pointers are not this process's. */
+static pthread_mutex_t nonce_mu = PTHREAD_MUTEX_INITIALIZER;
+static pid_t nonce_pid;
+static uint64_t nonce_val;
+
+static uint64_t process_nonce(void)
+{
+    pthread_mutex_lock(&nonce_mu);
+    if (nonce_pid != getpid()) {
+        uint64_t v = 0;
+        if (getrandom(&v, sizeof v, 0) != (ssize_t)sizeof v) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            v = ((uint64_t)ts.tv_sec * 1000000007ull) ^ (uint64_t)ts.tv_nsec ^
+                ((uint64_t)getpid() << 32);
+        }
+        nonce_val = v | 1; /* never 0 */
+        nonce_pid = getpid();
+    }
+    uint64_t v = nonce_val;
+    pthread_mutex_unlock(&nonce_mu);
+    return v;
+}
+
+static size_t rec_len(size_t nblobs)
+{
+    return sizeof(rec_head_t) + nblobs * sizeof(rec_blob_t) + sizeof(rec_foot_t);
+}
+
+/* Writes key l's record at out (rec_len(l->n_blobs) bytes): handles when
+ * every blob can be exported, else sizes only. The key's device is
+ * current. */
+static void rec_write(const ds__device_ops_t *ops, const ds_device_blob_list_t *l,
+                      uint64_t data_len, uint8_t *out)
+{
+    pthread_once(&boot_once, read_boot_id);
+    rec_head_t hd;
+    memset(&hd, 0, sizeof hd);
+    hd.magic = REC_MAGIC;
+    hd.version = REC_VERSION;
+    hd.nblobs = (uint32_t)l->n_blobs;
+    hd.has_handles = boot_id[0] != 0;
+    hd.pid = (int32_t)getpid();
+    hd.nonce = process_nonce();
+    hd.data_len = data_len;
+    snprintf(hd.backend, sizeof hd.backend, "%s", ops->name);
+    memcpy(hd.boot_id, boot_id, sizeof hd.boot_id);
+    uint8_t *at = out + sizeof hd;
+    for (size_t j = 0; j < l->n_blobs; j++, at += sizeof(rec_blob_t)) {
+        rec_blob_t rb;
+        memset(&rb, 0, sizeof rb);
+        rb.size = l->blobs[j].size;
+        rb.dptr = l->blobs[j].dev_ptr;
+        if (hd.has_handles &&
+            ops->ipc_export(rb.dptr, (size_t)rb.size, &rb.handle, &rb.offset) != DS_K_OK)
+            hd.has_handles = 0; /* not shareable: subscribers read the worker's copy */
+        memcpy(at, &rb, sizeof rb);
+    }
+    ds__clear_error();
+    memcpy(out, &hd, sizeof hd);
+    rec_foot_t ft = {rec_len(l->n_blobs), REC_MAGIC};
+    memcpy(at, &ft, sizeof ft);
+}
+
+/* The record at the end of a value of size bytes, if it has one: *hd, its
+ * entries at *blobs; false (all data) otherwise. */
+static bool rec_parse(const uint8_t *v, size_t size, rec_head_t *hd, const uint8_t **blobs)
+{
+    rec_foot_t ft;
+    if (size < sizeof(rec_head_t) + sizeof ft) return false;
+    memcpy(&ft, v + size - sizeof ft, sizeof ft);
+    if (ft.magic != REC_MAGIC || ft.rec_len > size || ft.rec_len < rec_len(0)) return false;
+    memcpy(hd, v + size - ft.rec_len, sizeof *hd);
+    if (hd->magic != REC_MAGIC || hd->version != REC_VERSION ||
+        (ft.rec_len - rec_len(0)) / sizeof(rec_blob_t) != hd->nblobs ||
+        rec_len(hd->nblobs) != ft.rec_len || hd->data_len != size - ft.rec_len)
+        return false;
+    hd->backend[sizeof hd->backend - 1] = 0;
+    hd->boot_id[sizeof hd->boot_id - 1] = 0;
+    *blobs = v + size - ft.rec_len + sizeof *hd;
+    return true;
+}
+
+static ds_status_t mset_d2h_rec(ds_hetero_t *h, size_t n, const char *const *keys,
+                                const ds_device_blob_list_t *lists, const ds_set_param_t *param,
+                                ds_status_t *statuses, bool with_rec);
+
 static ds_status_t mset_d2h(ds_hetero_t *h, size_t n, const char *const *keys,
                             const ds_device_blob_list_t *lists, const ds_set_param_t *param,
                             ds_status_t *statuses)
+{
+    return mset_d2h_rec(h, n, keys, lists, param, statuses, false);
+}
+
+/* with_rec: each value is followed by its device-to-device record. */
+static ds_status_t mset_d2h_rec(ds_hetero_t *h, size_t n, const char *const *keys,
+                                const ds_device_blob_list_t *lists, const ds_set_param_t *param,
+                                ds_status_t *statuses, bool with_rec)
 {
     ds__clear_error();
     if (h == NULL) return ds__set_error(DS_K_INVALID, "client is NULL");
@@ -282,14 +433,29 @@ static ds_status_t mset_d2h(ds_hetero_t *h, size_t n, const char *const *keys,
     if ((st = check_batch(n, keys, lists, totals)) != DS_K_OK) goto fail_all;
     devcur_t d = {.ops = ds__device_get(&st)};
     if (d.ops == NULL) goto fail_all;
-    if ((st = ds_kv_mcreate(h->kv, n, keys, totals, param, bufs)) != DS_K_OK) goto fail_all;
+    /* okidx holds the sizes to create: the data, and the record after it. */
+    for (size_t i = 0; i < n; i++) {
+        okidx[i] = totals[i];
+        if (with_rec) {
+            if (totals[i] > SIZE_MAX - rec_len(lists[i].n_blobs)) {
+                st = ds__set_error(DS_K_INVALID, "the blobs of key '%.*s' overflow a size", 128,
+                                   keys[i]);
+                goto fail_all;
+            }
+            okidx[i] += rec_len(lists[i].n_blobs);
+        }
+    }
+    if ((st = ds_kv_mcreate(h->kv, n, keys, okidx, param, bufs)) != DS_K_OK) goto fail_all;
     register_arena(h, d.ops);
     first_err_t fe = {DS_K_OK, ""};
     bool *copied = (bool *)pub; /* reused: one flag per key until publish */
     for (size_t i = 0; i < n; i++) {
         copied[i] = false;
+        uint8_t *to = ds_buffer_mutable_data(bufs[i]);
         ds_status_t ks = check_registered(h, &lists[i], keys[i]);
-        if (ks == DS_K_OK) ks = copy_key(&d, &lists[i], ds_buffer_mutable_data(bufs[i]), NULL);
+        if (ks == DS_K_OK) ks = copy_key(&d, &lists[i], to, NULL);
+        /* The key's device is current: its blobs are exported there. */
+        if (ks == DS_K_OK && with_rec) rec_write(d.ops, &lists[i], totals[i], to + totals[i]);
         if (ks != DS_K_OK)
             note(&fe, statuses, i, ks);
         else
@@ -415,6 +581,299 @@ ds_status_t ds_hetero_mget_h2d(ds_hetero_t *h, size_t n, const char *const *keys
                                ds_status_t *statuses)
 {
     return mget_h2d(h, n, keys, lists, sub_timeout_ms, statuses);
+}
+
+/* ---- dev_publish / dev_subscribe ---- */
+
+ds_status_t ds_hetero_dev_publish(ds_hetero_t *h, size_t n, const char *const *keys,
+                                  const ds_device_blob_list_t *lists, ds_status_t *statuses)
+{
+    ds_set_param_t p = DS_SET_PARAM_INIT;
+    return mset_d2h_rec(h, n, keys, lists, &p, statuses, true);
+}
+
+ds_status_t ds_hetero_dev_wait_received(ds_hetero_t *h, size_t n, const char *const *keys,
+                                        int32_t timeout_ms, ds_status_t *statuses)
+{
+    ds__clear_error();
+    if (h == NULL) return ds__set_error(DS_K_INVALID, "client is NULL");
+    if (n == 0 || keys == NULL || n > DS_MAX_BATCH)
+        return ds__set_error(DS_K_INVALID, "%zu keys: from 1 to %d in one call", n, DS_MAX_BATCH);
+    bool *ex = calloc(n, sizeof *ex);
+    bool *done = calloc(n, sizeof *done);
+    const char **pend = calloc(n, sizeof *pend);
+    size_t *at = calloc(n, sizeof *at);
+    if (!ex || !done || !pend || !at) {
+        free(ex);
+        free(done);
+        free(pend);
+        free(at);
+        return ds__set_error(DS_K_OUT_OF_MEMORY, "out of memory for %zu keys", n);
+    }
+    struct timespec t0, now;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    long sleep_us = 1000;
+    ds_status_t st = DS_K_OK;
+    size_t left = n;
+    for (;;) {
+        size_t m = 0;
+        for (size_t i = 0; i < n; i++)
+            if (!done[i]) {
+                pend[m] = keys[i];
+                at[m++] = i;
+            }
+        if ((st = ds_kv_exist(h->kv, m, pend, ex)) != DS_K_OK) break;
+        for (size_t k = 0; k < m; k++)
+            if (!ex[k]) {
+                done[at[k]] = true;
+                left--;
+            }
+        if (left == 0) break;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        long long ms = (now.tv_sec - t0.tv_sec) * 1000LL + (now.tv_nsec - t0.tv_nsec) / 1000000;
+        if (timeout_ms >= 0 && ms >= timeout_ms) {
+            st = DS_K_FUTURE_TIMEOUT;
+            break;
+        }
+        usleep((useconds_t)sleep_us);
+        if (sleep_us < 20000) sleep_us *= 2;
+    }
+    char msg[MSG_MAX];
+    if (st != DS_K_OK && st != DS_K_FUTURE_TIMEOUT)
+        snprintf(msg, sizeof msg, "%s", ds_last_error());
+    const char *first = NULL;
+    for (size_t i = 0; i < n; i++) {
+        if (statuses) statuses[i] = done[i] ? DS_K_OK : st;
+        if (!done[i] && first == NULL) first = keys[i];
+    }
+    free(ex);
+    free(done);
+    free(pend);
+    free(at);
+    if (st == DS_K_FUTURE_TIMEOUT)
+        return ds__set_error(st,
+                             "key '%.*s' was not received by a dev_subscribe within %d ms; it "
+                             "stays published",
+                             128, first ? first : "", (int)timeout_ms);
+    if (st != DS_K_OK) return ds__set_error(st, "%s", msg);
+    return DS_K_OK;
+}
+
+/* A publisher's allocation mapped into this process during one subscribe
+ * call; the same allocation (on the same device) is opened once. */
+typedef struct {
+    ds__ipc_handle_t handle;
+    int32_t dev;
+    uint64_t base;
+    size_t size;
+    void *opened;
+} opened_t;
+
+typedef struct {
+    opened_t *v;
+    size_t n, cap;
+} opened_set_t;
+
+static ds_status_t open_peer(const ds__device_ops_t *ops, opened_set_t *os, const rec_blob_t *rb,
+                             int32_t dev, uint64_t *ptr)
+{
+    const opened_t *o = NULL;
+    for (size_t k = 0; k < os->n && o == NULL; k++)
+        if (os->v[k].dev == dev && memcmp(&os->v[k].handle, &rb->handle, sizeof rb->handle) == 0)
+            o = &os->v[k];
+    if (o == NULL) {
+        if (os->n == os->cap) {
+            size_t cap = os->cap ? os->cap * 2 : 8;
+            opened_t *v = realloc(os->v, cap * sizeof *v);
+            if (v == NULL) return ds__set_error(DS_K_OUT_OF_MEMORY, "out of memory");
+            os->v = v;
+            os->cap = cap;
+        }
+        opened_t *nw = &os->v[os->n];
+        nw->handle = rb->handle;
+        nw->dev = dev;
+        ds_status_t st = ops->ipc_open(&rb->handle, &nw->base, &nw->size, &nw->opened);
+        if (st != DS_K_OK) return st;
+        os->n++;
+        o = nw;
+    }
+    if (rb->offset > o->size || rb->size > o->size - rb->offset)
+        return ds__set_error(DS_K_INVALID,
+                             "a published blob (offset %llu, %llu bytes) runs past "
+                             "its device allocation (%zu bytes)",
+                             (unsigned long long)rb->offset, (unsigned long long)rb->size, o->size);
+    *ptr = o->base + rb->offset;
+    return DS_K_OK;
+}
+
+static void close_peers(const ds__device_ops_t *ops, opened_set_t *os)
+{
+    for (size_t k = 0; k < os->n; k++)
+        (void)ops->ipc_close(os->v[k].opened);
+    free(os->v);
+    os->v = NULL;
+    os->n = os->cap = 0;
+}
+
+/* Whether this process may copy from publishers' device memory: the
+ * backend's, on this machine, unless DS_DEVICE_IPC=0. */
+static bool ipc_usable(const ds__device_ops_t *ops, const rec_head_t *hd)
+{
+    const char *env = getenv("DS_DEVICE_IPC");
+    if (env && strcmp(env, "0") == 0) return false;
+    pthread_once(&boot_once, read_boot_id);
+    return hd->has_handles && boot_id[0] && strcmp(hd->backend, ops->name) == 0 &&
+           strcmp(hd->boot_id, boot_id) == 0;
+}
+
+/* Copies bytes [from, from + the blobs' total) of the value that the
+ * publisher's blobs (src[k], sizes[k]) make up into l's blobs, device to
+ * device on d's stream. */
+static ds_status_t copy_d2d_key(devcur_t *d, const ds_device_blob_list_t *l, uint64_t from,
+                                const uint64_t *src, const uint64_t *sizes, size_t nsrc)
+{
+    size_t si = 0;
+    uint64_t soff = from;
+    while (si < nsrc && soff >= sizes[si])
+        soff -= sizes[si++];
+    for (size_t j = 0; j < l->n_blobs; j++) {
+        uint64_t dp = l->blobs[j].dev_ptr, left = l->blobs[j].size;
+        while (left > 0) {
+            if (si >= nsrc)
+                return ds__set_error(DS_K_INVALID, "the published value ends before the blobs");
+            uint64_t take = sizes[si] - soff < left ? sizes[si] - soff : left;
+            ds_status_t st = d->ops->copy_d2d(dp, src[si] + soff, (size_t)take, d->stream);
+            if (st != DS_K_OK) return st;
+            dp += take;
+            left -= take;
+            soff += take;
+            if (soff == sizes[si]) {
+                si++;
+                soff = 0;
+            }
+        }
+    }
+    return DS_K_OK;
+}
+
+/* The device-to-device copy of one key from the publisher's memory: false
+ * (nothing copied, the error cleared) when its handles cannot be used here,
+ * so the caller reads the worker's copy. *ks: a copy's own failure. */
+static bool try_d2d(devcur_t *d, opened_set_t *os, const ds_device_blob_list_t *l, uint64_t from,
+                    const rec_head_t *hd, const uint8_t *recs, ds_status_t *ks)
+{
+    if (!ipc_usable(d->ops, hd) || hd->nblobs == 0) return false;
+    uint64_t *src = malloc(hd->nblobs * sizeof *src);
+    uint64_t *sizes = malloc(hd->nblobs * sizeof *sizes);
+    bool own = hd->pid == (int32_t)getpid() && hd->nonce == process_nonce();
+    bool ok = src && sizes && devcur_use(d, l->dev_idx) == DS_K_OK;
+    uint64_t sum = 0;
+    for (uint32_t k = 0; ok && k < hd->nblobs; k++) {
+        rec_blob_t rb;
+        memcpy(&rb, recs + k * sizeof rb, sizeof rb);
+        sizes[k] = rb.size;
+        sum += rb.size;
+        /* The publisher's own pointers are this process's: no handle. */
+        if (own)
+            src[k] = rb.dptr;
+        else
+            ok = open_peer(d->ops, os, &rb, d->dev, &src[k]) == DS_K_OK;
+    }
+    if (ok && sum != hd->data_len) ok = false;
+    if (ok) *ks = copy_d2d_key(d, l, from, src, sizes, hd->nblobs);
+    if (!ok) ds__clear_error();
+    free(src);
+    free(sizes);
+    return ok;
+}
+
+ds_status_t ds_hetero_dev_subscribe(ds_hetero_t *h, size_t n, const char *const *keys,
+                                    const ds_device_blob_list_t *lists, int32_t sub_timeout_ms,
+                                    ds_status_t *statuses)
+{
+    ds__clear_error();
+    if (h == NULL) return ds__set_error(DS_K_INVALID, "client is NULL");
+    size_t *totals = malloc((n ? n : 1) * sizeof *totals);
+    ds_buffer_t **bufs = calloc(n ? n : 1, sizeof *bufs);
+    ds_status_t *ks_all = calloc(n ? n : 1, sizeof *ks_all);
+    bool *via_d2d = calloc(n ? n : 1, sizeof *via_d2d);
+    const char **got = calloc(n ? n : 1, sizeof *got);
+    opened_set_t os = {NULL, 0, 0};
+    ds_status_t st;
+    if (!totals || !bufs || !ks_all || !via_d2d || !got) {
+        st = ds__set_error(DS_K_OUT_OF_MEMORY, "out of memory for a batch of %zu keys", n);
+        goto out;
+    }
+    if ((st = check_batch(n, keys, lists, totals)) != DS_K_OK) goto fail_all;
+    devcur_t d = {.ops = ds__device_get(&st)};
+    if (d.ops == NULL) goto fail_all;
+    st = ds_kv_get_buffers(h->kv, n, keys, sub_timeout_ms, bufs);
+    if (st != DS_K_OK && st != DS_K_NOT_FOUND) goto fail_all;
+    register_arena(h, d.ops);
+    first_err_t fe = {DS_K_OK, ""};
+    for (size_t i = 0; i < n; i++) {
+        ds_status_t ks = DS_K_OK;
+        if (bufs[i] == NULL) {
+            ks = ds__set_error(DS_K_NOT_FOUND, "Can't find object %.*s", 256, keys[i]);
+        } else {
+            const uint8_t *v = ds_buffer_data(bufs[i]);
+            size_t size = ds_buffer_size(bufs[i]);
+            rec_head_t hd;
+            const uint8_t *recs = NULL;
+            bool has_rec = rec_parse(v, size, &hd, &recs);
+            size_t data_len = has_rec ? (size_t)hd.data_len : size;
+            uint64_t from = lists[i].src_offset;
+            if (from > data_len || totals[i] > data_len - from) {
+                ks = ds__set_error(DS_K_INVALID,
+                                   "key '%.*s': the value has %zu bytes, the blobs want %zu "
+                                   "from offset %llu",
+                                   256, keys[i], data_len, totals[i], (unsigned long long)from);
+            } else if ((ks = check_registered(h, &lists[i], keys[i])) == DS_K_OK) {
+                via_d2d[i] = has_rec && try_d2d(&d, &os, &lists[i], from, &hd, recs, &ks);
+                if (!via_d2d[i]) ks = copy_key(&d, &lists[i], NULL, v + from);
+            }
+        }
+        ks_all[i] = ks;
+        if (ks != DS_K_OK) note(&fe, statuses, i, ks);
+    }
+    /* The pins and the peers' mappings go only once the copies are done. */
+    ds_status_t sync = devcur_sync(&d);
+    close_peers(d.ops, &os);
+    ds__buffers_release(bufs, n);
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (ks_all[i] != DS_K_OK) continue;
+        if (sync != DS_K_OK) {
+            note(&fe, statuses, i, sync);
+            continue;
+        }
+        if (statuses) statuses[i] = DS_K_OK;
+        atomic_fetch_add(via_d2d[i] ? &h->d2d_keys : &h->arena_keys, 1);
+        got[m++] = keys[i];
+    }
+    /* Received: the object is consumed (Yuanrong deletes it), which is also
+     * what tells the publisher its memory is free again. */
+    if (m > 0) (void)ds_kv_del(h->kv, m, got, NULL);
+    st = m > 0 ? DS_K_OK : fe.code;
+    if (fe.code != DS_K_OK) ds__set_error(fe.code, "%s", fe.msg);
+    if (st == DS_K_OK) ds__clear_error();
+    goto out;
+fail_all:
+    fill_statuses(statuses, n, st);
+out:
+    free(totals);
+    free(bufs);
+    free(ks_all);
+    free(via_d2d);
+    free(got);
+    return st;
+}
+
+void ds_hetero_dev_stats(ds_hetero_t *h, ds_hetero_dev_stats_t *out)
+{
+    if (out == NULL) return;
+    out->d2d_keys = h ? atomic_load(&h->d2d_keys) : 0;
+    out->arena_keys = h ? atomic_load(&h->arena_keys) : 0;
 }
 
 /* Whether [p, p + n) and range g share a byte. */

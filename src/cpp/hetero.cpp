@@ -5,8 +5,9 @@
  * their arguments and fix "the current device" on the calling thread; a
  * thread of the SDK waits for the C future and turns it into an
  * AsyncResult. Work that touches the client after the C future completed
- * (DevSubscribe's delete of what it received, AsyncDevDelete) holds the
- * connection (ObjectClientImpl::Enter), so ShutDown waits for it. */
+ * (AsyncDevDelete) and the waits of DevPublish's and DevSubscribe's futures
+ * hold the connection (ObjectClientImpl::Enter), so ShutDown waits for
+ * them. */
 #include <chrono>
 #include <cstring>
 #include <future>
@@ -125,7 +126,7 @@ std::vector<std::string> Failed(const std::vector<std::string> &keys,
     return out;
 }
 
-/* DevPublish's and DevMSet's copy of each key's device blobs to the host
+/* DevMSet's copy of each key's device blobs to the host
  * with the default SetParam: the call's status, each key's in sts. Bad
  * input, or a client that cannot serve hetero calls, gives its status
  * with sts left empty. */
@@ -359,24 +360,122 @@ Status HeteroClient::GenerateKey(const std::string &prefix, std::string &key)
     return st;
 }
 
+namespace
+{
+
+/* The waits of DevPublish's and DevSubscribe's futures run in slices of
+ * this length, each holding the connection (Enter), so ShutDown ends them
+ * within a slice. */
+constexpr int32_t kWaitSliceMs = 200;
+
+/* Runs step(hetero, pending key indexes, slice ms, codes out) on the held
+ * client until every key in todo has a final code or kSubscribeWaitMs
+ * passed; a code of DS_K_FUTURE_TIMEOUT or DS_K_NOT_FOUND means "not yet"
+ * until the last slice. Sets each todo key's promise. */
+template <typename Step>
+void RunSlices(const std::shared_ptr<ObjectClientImpl> &impl, const char *method,
+               std::vector<std::promise<Status>> &promises, std::vector<size_t> todo, Step step)
+{
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kSubscribeWaitMs);
+    std::vector<ds_status_t> codes(promises.size(), DS_K_OK);
+    std::vector<size_t> all = todo;
+    std::string msg;
+    while (!todo.empty()) {
+        long long left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                             deadline - std::chrono::steady_clock::now())
+                             .count();
+        bool last = left <= kWaitSliceMs;
+        int32_t slice = static_cast<int32_t>(left < 0 ? 0 : (last ? left : kWaitSliceMs));
+        ds_client_t *c = impl->Enter();
+        Status hs;
+        ds_hetero_t *h = c ? impl->GetHetero(&hs, method) : nullptr;
+        if (h == nullptr) {
+            if (c) impl->Leave();
+            for (size_t i : todo)
+                codes[i] = DS_K_NOT_READY;
+            msg = std::string(method) +
+                  ": the client is not connected (Init not called, failed, or ShutDown)";
+            break;
+        }
+        std::vector<ds_status_t> got(todo.size(), DS_K_OK);
+        ds_status_t rc = step(h, todo, slice, got.data());
+        if (rc != DS_K_OK) msg = ds_last_error();
+        impl->Leave();
+        std::vector<size_t> next;
+        for (size_t p = 0; p < todo.size(); p++) {
+            bool later = got[p] == DS_K_FUTURE_TIMEOUT || got[p] == DS_K_NOT_FOUND;
+            if (later && !last)
+                next.push_back(todo[p]);
+            else
+                codes[todo[p]] = got[p];
+        }
+        todo.swap(next);
+    }
+    for (size_t i : all)
+        promises[i].set_value(codes[i] == DS_K_OK ? Status()
+                                                  : Status(static_cast<StatusCode>(codes[i]), msg));
+}
+
+/* Starts fn on a detached thread: false when none could start. */
+template <typename Fn> bool Detach(Fn fn)
+{
+    try {
+        std::thread(std::move(fn)).detach();
+        return true;
+    } catch (const std::system_error &) {
+        return false;
+    }
+}
+
+} // namespace
+
+/* DevPublish records the publisher's device memory with the value (the
+ * C library's ds_hetero_dev_publish); each future completes once its key
+ * was received (deleted by the subscriber), since until then a subscriber
+ * may copy straight from this memory. */
 Status HeteroClient::DevPublish(const std::vector<std::string> &keys,
                                 const std::vector<DeviceBlobList> &devBlobList,
                                 std::vector<Future> &futureVec)
 {
     futureVec.clear();
-    std::vector<ds_status_t> sts;
-    Status st = SetFromDevice(*impl_, "HeteroClient::DevPublish", keys, devBlobList, sts);
-    if (sts.empty() || (st.IsError() && Failed(keys, sts).size() == keys.size())) return st;
-    /* The copy is done when the call returns: each future is ready. */
+    const char *m = "HeteroClient::DevPublish";
+    CBatch b;
+    Status st;
+    ds_hetero_t *h = BatchAndHetero(*impl_, m, keys, devBlobList, b, &st);
+    if (h == nullptr) return st;
+    std::vector<ds_status_t> sts(keys.size(), DS_K_OK);
+    st = FromC(ds_hetero_dev_publish(h, keys.size(), b.keys.data(), b.lists.data(), sts.data()));
+    if (st.IsError() && Failed(keys, sts).size() == keys.size()) return st;
+    auto promises = std::make_shared<std::vector<std::promise<Status>>>(keys.size());
+    std::vector<size_t> todo;
     for (size_t i = 0; i < keys.size(); i++) {
-        std::promise<Status> p;
-        p.set_value(sts[i] == DS_K_OK ? Status()
-                                      : Status(static_cast<StatusCode>(sts[i]), st.GetMsg()));
-        futureVec.push_back(PromiseWithEvent::Make(p.get_future().share(), keys[i]));
+        futureVec.push_back(PromiseWithEvent::Make((*promises)[i].get_future().share(), keys[i]));
+        if (sts[i] == DS_K_OK)
+            todo.push_back(i);
+        else
+            (*promises)[i].set_value(Status(static_cast<StatusCode>(sts[i]), st.GetMsg()));
+    }
+    std::shared_ptr<ObjectClientImpl> impl = impl_;
+    auto wait = [impl, keys, promises, todo, m]() {
+        RunSlices(impl, m, *promises, todo,
+                  [&keys](ds_hetero_t *hh, const std::vector<size_t> &pend, int32_t slice,
+                          ds_status_t *out) {
+                      std::vector<const char *> k;
+                      for (size_t i : pend)
+                          k.push_back(keys[i].c_str());
+                      return ds_hetero_dev_wait_received(hh, k.size(), k.data(), slice, out);
+                  });
+    };
+    if (!todo.empty() && !Detach(wait)) {
+        futureVec.clear();
+        return Status(K_RUNTIME_ERROR, std::string(m) + ": cannot start a thread");
     }
     return Status();
 }
 
+/* DevSubscribe: the C library's ds_hetero_dev_subscribe, device to device
+ * from the publisher's memory on this machine, else from the worker's
+ * copy; what it received is deleted (consumed). */
 Status HeteroClient::DevSubscribe(const std::vector<std::string> &keys,
                                   const std::vector<DeviceBlobList> &devBlobList,
                                   std::vector<Future> &futureVec)
@@ -387,34 +486,42 @@ Status HeteroClient::DevSubscribe(const std::vector<std::string> &keys,
     Status st;
     ds_hetero_t *h = BatchAndHetero(*impl_, m, keys, devBlobList, b, &st);
     if (h == nullptr) return st;
-    ds_future_t *f = nullptr;
-    st = FromC(ds_hetero_async_mget_h2d(h, keys.size(), b.keys.data(), b.lists.data(),
-                                        kSubscribeWaitMs, &f));
-    if (st.IsError()) return st;
-    std::shared_ptr<ds_future_t> hold(f, ds_future_release);
-    std::shared_ptr<ObjectClientImpl> impl = impl_;
-    /* One wait for the batch; then what was received is deleted (the
-     * object is consumed), and each key's promise gets its own result. */
+    /* "The current device" is the caller's: fixed here, as the copies run
+     * on another thread. */
+    std::vector<DeviceBlobList> lists = devBlobList;
+    for (DeviceBlobList &l : lists)
+        if (l.deviceIdx < 0) {
+            int32_t cur = -1;
+            st = FromC(ds_device_current(&cur));
+            if (st.IsError()) return st;
+            l.deviceIdx = cur;
+        }
     auto promises = std::make_shared<std::vector<std::promise<Status>>>(keys.size());
-    for (size_t i = 0; i < keys.size(); i++)
+    std::vector<size_t> todo;
+    for (size_t i = 0; i < keys.size(); i++) {
         futureVec.push_back(PromiseWithEvent::Make((*promises)[i].get_future().share(), keys[i]));
-    auto wait = [hold, impl, keys, promises]() {
-        std::vector<ds_status_t> sts(keys.size(), DS_K_OK);
-        Status st = FromC(ds_future_get(hold.get(), -1, sts.data()));
-        std::vector<std::string> got;
-        for (size_t i = 0; i < keys.size(); i++)
-            if (sts[i] == DS_K_OK) got.push_back(keys[i]);
-        if (!got.empty()) (void)DeleteHeld(impl, got, "HeteroClient::DevSubscribe");
-        for (size_t i = 0; i < keys.size(); i++)
-            (*promises)[i].set_value(sts[i] == DS_K_OK
-                                         ? Status()
-                                         : Status(static_cast<StatusCode>(sts[i]), st.GetMsg()));
+        todo.push_back(i);
+    }
+    std::shared_ptr<ObjectClientImpl> impl = impl_;
+    auto wait = [impl, keys, lists, promises, todo, m]() {
+        RunSlices(impl, m, *promises, todo,
+                  [&keys, &lists, m](ds_hetero_t *hh, const std::vector<size_t> &pend,
+                                     int32_t slice, ds_status_t *out) {
+                      std::vector<std::string> k;
+                      std::vector<DeviceBlobList> l;
+                      for (size_t i : pend) {
+                          k.push_back(keys[i]);
+                          l.push_back(lists[i]);
+                      }
+                      CBatch cb;
+                      if (BuildBatch(m, k, l, cb).IsError()) return DS_K_INVALID;
+                      return ds_hetero_dev_subscribe(hh, k.size(), cb.keys.data(), cb.lists.data(),
+                                                     slice, out);
+                  });
     };
-    try {
-        std::thread(wait).detach();
-    } catch (const std::system_error &e) {
+    if (!Detach(wait)) {
         futureVec.clear();
-        return Status(K_RUNTIME_ERROR, std::string(m) + ": cannot start a thread: " + e.what());
+        return Status(K_RUNTIME_ERROR, std::string(m) + ": cannot start a thread");
     }
     return Status();
 }

@@ -8,7 +8,12 @@
  *    same result, not a different answer);
  *  - a key set on A while B's mget_h2d waits (sub_timeout_ms) is received;
  *  - a key held nowhere fails alone, DS_K_NOT_FOUND;
- *  - pages written with mset_d2h on B are read on A by a plain KV get. */
+ *  - pages written with mset_d2h on B are read on A by a plain KV get;
+ *  - dev_publish through A, dev_subscribe through B: device to device from
+ *    the publisher's memory (one machine), and from the worker's copy
+ *    pulled from A when that path is off (DS_DEVICE_IPC=0), over local and
+ *    TCP clients; the key is gone from both workers and the publisher's
+ *    wait for its receipt ends. */
 #include "cluster_util.h"
 
 #include <setjmp.h>
@@ -150,6 +155,49 @@ static void test_device_pages_written_on_b_read_on_a(void **state)
     ds_hetero_close(h);
 }
 
+static void test_dev_publish_on_a_subscribe_on_b(void **state)
+{
+    (void)state;
+    ds_hetero_t *pub = hetero_on(A, DS_TRANSPORT_LOCAL, false);
+    assert_non_null(pub);
+    uint64_t src = 0, dst = 0;
+    assert_int_equal(ds_device_malloc(0, 2 * PAGE, &src), DS_K_OK);
+    assert_int_equal(ds_device_malloc(0, 2 * PAGE, &dst), DS_K_OK);
+    for (int round = 0; round < 4; round++) {
+        ds_transport_t t = transports[round % 2];
+        bool ipc_off = round >= 2;
+        ds_hetero_t *sub = hetero_on(B, t, false);
+        assert_non_null(sub);
+        char key[64];
+        snprintf(key, sizeof key, "ct.hetero.pub.%d", round);
+        const char *k = key;
+        dst_fill((uint8_t *)(uintptr_t)src, 2 * PAGE, 600 + (uint64_t)round);
+        ds_blob_t in[2] = {{src, PAGE}, {src + PAGE, PAGE}};
+        ds_device_blob_list_t il = {in, 2, 0, 0};
+        assert_int_equal(ds_hetero_dev_publish(pub, 1, &k, &il, NULL), DS_K_OK);
+        if (ipc_off) setenv("DS_DEVICE_IPC", "0", 1);
+        memset((void *)(uintptr_t)dst, 0, 2 * PAGE);
+        ds_blob_t out[1] = {{dst, 2 * PAGE}};
+        ds_device_blob_list_t ol = {out, 1, 0, 0};
+        ds_status_t st[1];
+        assert_int_equal(ds_hetero_dev_subscribe(sub, 1, &k, &ol, 5000, st), DS_K_OK);
+        unsetenv("DS_DEVICE_IPC");
+        assert_memory_equal((void *)(uintptr_t)dst, (void *)(uintptr_t)src, 2 * PAGE);
+        ds_hetero_dev_stats_t s;
+        ds_hetero_dev_stats(sub, &s);
+        assert_int_equal(s.d2d_keys, ipc_off ? 0 : 1);
+        assert_int_equal(s.arena_keys, ipc_off ? 1 : 0);
+        assert_int_equal(ds_hetero_dev_wait_received(pub, 1, &k, 10000, st), DS_K_OK);
+        bool ex = true;
+        assert_int_equal(ds_kv_exist(ds_hetero_kv(sub), 1, &k, &ex), DS_K_OK);
+        assert_false(ex);
+        ds_hetero_close(sub);
+    }
+    ds_device_free(src);
+    ds_device_free(dst);
+    ds_hetero_close(pub);
+}
+
 int main(void)
 {
     /* Host memory stands in for device memory (chosen once per process). */
@@ -158,6 +206,7 @@ int main(void)
         cmocka_unit_test(test_remote_pages_reach_the_device),
         cmocka_unit_test(test_waiting_get_receives_a_remote_set),
         cmocka_unit_test(test_device_pages_written_on_b_read_on_a),
+        cmocka_unit_test(test_dev_publish_on_a_subscribe_on_b),
     };
     return dst_run_group_tests(tests, setup, teardown);
 }

@@ -8,7 +8,10 @@
 #
 # On cuda: it_device (allocation, mset_d2h from GPU memory into the arena,
 # mget_h2d back, async, device-to-device, a value written from another
-# process's GPU memory, a killed client) and hetero_bench's rows with real
+# process's GPU memory, a killed client, and cross-process device-to-device:
+# dev_publish in one process, dev_subscribe copying straight from its GPU
+# memory in another (cuIpc*), a publisher killed while its key is published,
+# the fallback to the worker's copy) and hetero_bench's rows with real
 # D2H/H2D copies against cuMemcpy of the same bytes. On host: the same plus
 # it_hetero and the C++ and Python HeteroClient tests (which use host
 # addresses as device pointers, so they run on host only); the DsTensorClient
@@ -43,7 +46,11 @@ fi
 OUT=${DS_DEVICE_OUT:-$ROOT/bench/results/device_check_${DS_DEVICE_BACKEND}}
 mkdir -p "$(dirname "$OUT")"
 fail=0
-ctest --test-dir "$BUILD" -R 'integration\.it_device$' --output-on-failure || fail=1
+# Verbose, so the log names each of it_device's tests (the cross-process
+# device-to-device one among them) and its result.
+ctest --test-dir "$BUILD" -R 'integration\.it_device$' -V 2>&1 \
+  | grep -E '\[ *(RUN|OK|FAILED|PASSED|ERROR|LINE) *\]|device backend|tests passed|tests failed|Error' \
+  || fail=1
 if [[ "$DS_DEVICE_BACKEND" == host ]]; then
   ctest --test-dir "$BUILD" -R 'integration\.it_hetero$|cpp\.test_cpp_hetero$' --output-on-failure \
     || fail=1

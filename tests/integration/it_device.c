@@ -5,7 +5,10 @@
  * mget_h2d back to device memory, checked on the host; async calls; a
  * device-to-device copy; a value written by another process's device
  * memory and read into this one's; a client killed while waiting in a get,
- * after which the worker serves the rest. Unset, the backend is host. */
+ * after which the worker serves the rest; dev_publish / dev_subscribe
+ * across processes, device to device from the publisher's memory, and from
+ * the worker's copy when the publisher was killed or the path is off.
+ * Unset, the backend is host. */
 #include "harness.h"
 
 #include <setjmp.h>
@@ -172,6 +175,25 @@ static int child_main(int argc, char **argv)
         ds_hetero_close(h);
         return rc == DS_K_OK ? 0 : 4;
     }
+    if (strncmp(argv[1], "--child-pub", 11) == 0 && argc >= 7) {
+        /* Two blobs of one allocation; "--child-pub-hang" then waits to be
+         * killed, "--child-pub" until its key is received. */
+        uint64_t d = dev_filled(2 * SZ, strtoull(argv[6], NULL, 10));
+        ds_blob_t b[2] = {{d, SZ}, {d + SZ, SZ}};
+        ds_device_blob_list_t l = {b, 2, 0, 0};
+        if (d == 0 || ds_hetero_dev_publish(h, 1, &k, &l, NULL) != DS_K_OK) return 4;
+        printf("published\n");
+        fflush(stdout);
+        if (strcmp(argv[1], "--child-pub-hang") == 0) {
+            for (int i = 0; i < 600; i++)
+                sleep(1);
+            return 8;
+        }
+        ds_status_t rc = ds_hetero_dev_wait_received(h, 1, &k, 60000, NULL);
+        ds_device_free(d);
+        ds_hetero_close(h);
+        return rc == DS_K_OK ? 0 : 7;
+    }
     uint64_t d = 0;
     if (ds_device_malloc(0, SZ, &d) != DS_K_OK) {
         ds_hetero_close(h);
@@ -250,6 +272,93 @@ static void test_cross_process_and_killed_client(void **state)
     ds_hetero_close(h);
 }
 
+/* Subscribes key into 2 * SZ bytes of device memory split unlike the
+ * publisher's blobs, checks them against seed, and returns which path ran
+ * (1: device to device, 0: the worker's copy). */
+static int subscribe_check(ds_hetero_t *h, const char *k, uint64_t seed)
+{
+    uint64_t out = 0;
+    assert_int_equal(ds_device_malloc(0, 2 * SZ, &out), DS_K_OK);
+    ds_blob_t b[3] = {{out, 100}, {out + 100, SZ}, {out + 100 + SZ, SZ - 100}};
+    ds_device_blob_list_t l = {b, 3, 0, 0};
+    ds_hetero_dev_stats_t s0, s1;
+    ds_hetero_dev_stats(h, &s0);
+    ds_status_t st[1];
+    assert_int_equal(ds_hetero_dev_subscribe(h, 1, &k, &l, 10000, st), DS_K_OK);
+    assert_int_equal(st[0], DS_K_OK);
+    assert_true(dev_check(out, 2 * SZ, seed));
+    ds_hetero_dev_stats(h, &s1);
+    assert_int_equal(s1.d2d_keys + s1.arena_keys, s0.d2d_keys + s0.arena_keys + 1);
+    /* Received: the object is gone. */
+    bool ex = true;
+    assert_int_equal(ds_kv_exist(ds_hetero_kv(h), 1, &k, &ex), DS_K_OK);
+    assert_false(ex);
+    ds_device_free(out);
+    return s1.d2d_keys > s0.d2d_keys;
+}
+
+static pid_t spawn_published(const char *mode, const char *key, const char *seed)
+{
+    int fd = -1;
+    pid_t pid = spawn(mode, key, seed, &fd);
+    assert_true(pid > 0);
+    char line[16] = {0};
+    assert_true(read(fd, line, sizeof line - 1) > 0);
+    assert_non_null(strstr(line, "published"));
+    close(fd);
+    return pid;
+}
+
+/* dev_publish in one process, dev_subscribe in another: the subscriber
+ * copies device to device from the publisher's memory, and the publisher's
+ * wait ends once it has. A publisher killed while its key is published:
+ * the subscriber receives the bytes from the worker's copy (never the dead
+ * process's memory) and the worker serves on. DS_DEVICE_IPC=0: the
+ * worker's copy too. */
+static void test_dev_publish_subscribe_across_processes(void **state)
+{
+    (void)state;
+    ds_hetero_t *h = connect_to(W.host, W.port, W.sockdir);
+    assert_non_null(h);
+    int status = 0;
+    pid_t pid = spawn_published("--child-pub", "dev-pub", "91");
+    assert_int_equal(subscribe_check(h, "dev-pub", 91), 1);
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+
+    pid = spawn_published("--child-pub-hang", "dev-pub-killed", "92");
+    kill(pid, SIGKILL);
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFSIGNALED(status));
+    assert_int_equal(subscribe_check(h, "dev-pub-killed", 92), 0);
+    assert_int_equal(ds_client_health_check(ds_hetero_kv(h)), DS_K_OK);
+
+    setenv("DS_DEVICE_IPC", "0", 1);
+    pid = spawn_published("--child-pub", "dev-pub-off", "93");
+    assert_int_equal(subscribe_check(h, "dev-pub-off", 93), 0);
+    unsetenv("DS_DEVICE_IPC");
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+
+    /* The same process: its own pointers, device to device. */
+    uint64_t d = dev_filled(2 * SZ, 94);
+    assert_true(d != 0);
+    ds_blob_t b[1] = {{d, 2 * SZ}};
+    ds_device_blob_list_t l = {b, 1, 0, 0};
+    const char *k = "dev-pub-self";
+    assert_int_equal(ds_hetero_dev_publish(h, 1, &k, &l, NULL), DS_K_OK);
+    ds_status_t st[1];
+    assert_int_equal(ds_hetero_dev_wait_received(h, 1, &k, 0, st), DS_K_FUTURE_TIMEOUT);
+    assert_int_equal(st[0], DS_K_FUTURE_TIMEOUT);
+    assert_non_null(strstr(ds_last_error(), "was not received"));
+    assert_int_equal(subscribe_check(h, k, 94), 1);
+    assert_int_equal(ds_hetero_dev_wait_received(h, 1, &k, 0, st), DS_K_OK);
+    ds_device_free(d);
+    ds_hetero_close(h);
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && strncmp(argv[1], "--child-", 8) == 0) return child_main(argc, argv);
@@ -257,6 +366,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_d2h_h2d_async_d2d),
         cmocka_unit_test(test_pre_registered_memory),
         cmocka_unit_test(test_cross_process_and_killed_client),
+        cmocka_unit_test(test_dev_publish_subscribe_across_processes),
     };
     return dst_run_group_tests(tests, setup, teardown);
 }

@@ -195,6 +195,77 @@ def test_device_to_device_calls(hc, key):
     hc.delete([key + "-r"])
 
 
+# A publisher process: device memory from the backend (shareable), filled
+# with a seed's pages; dev_publish; "published"; then it waits for its key
+# to be received, or (hang) to be killed.
+_PUBLISHER = textwrap.dedent("""
+    import sys, time
+    import numpy as np
+    from yr.datasystem.hetero_client import Blob, DeviceBlobList, HeteroClient
+    from yr.datasystem.lib import libds_client_py as native
+    host, port, key, seed, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), sys.argv[5]
+    data = np.random.default_rng(seed).integers(0, 256, size=2 * %d, dtype=np.uint8)
+    d = native.device_malloc(data.nbytes)
+    native.device_memcpy(d, data.ctypes.data, data.nbytes, native.COPY_H2D)
+    c = HeteroClient(host, port)
+    c.init()
+    futs = c.dev_publish([key], [DeviceBlobList(0, [Blob(d, %d), Blob(d + %d, %d)])])
+    print("published", flush=True)
+    if mode == "hang":
+        time.sleep(600)
+    print("received", [f.get() for f in futs], flush=True)
+""" % ((PAGE,) * 4))
+
+
+def _spawn_publisher(worker, key, seed, mode):
+    p = subprocess.Popen([sys.executable, "-c", _PUBLISHER, worker.host, str(worker.port), key,
+                          str(seed), mode], env=worker.env(), stdout=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == "published"
+    return p
+
+
+def _subscribe(hc, key, seed):
+    """Receives key into pages split unlike the publisher's; returns which
+    path ran ("d2d" or "arena")."""
+    want = np.random.default_rng(seed).integers(0, 256, size=2 * PAGE, dtype=np.uint8)
+    out = np.zeros(2 * PAGE, dtype=np.uint8)
+    before = hc.dev_transfer_stats()
+    blobs = [Blob(_ptr(out), 100), Blob(_ptr(out) + 100, 2 * PAGE - 100)]
+    assert [f.get(30000) for f in hc.dev_subscribe([key], [DeviceBlobList(0, blobs)])] == [[]]
+    assert np.array_equal(out, want)
+    assert hc.exist([key]) == [False]
+    after = hc.dev_transfer_stats()
+    ran = [k for k in ("d2d", "arena") if after[k] == before[k] + 1]
+    assert len(ran) == 1 and sum(after.values()) == sum(before.values()) + 1
+    return ran[0]
+
+
+def test_dev_publish_subscribe_across_processes(hc, worker, key):
+    # Another process's device memory, device to device; its futures end
+    # once the key is received.
+    p = _spawn_publisher(worker, key + "-x", 31, "wait")
+    assert _subscribe(hc, key + "-x", 31) == "d2d"
+    assert p.communicate(timeout=60)[0].strip() == "received [[]]"
+    assert p.returncode == 0
+    # A publisher killed while its key is published: the bytes come from
+    # the worker's copy, never from the dead process; the worker serves on.
+    p = _spawn_publisher(worker, key + "-k", 32, "hang")
+    p.kill()
+    p.wait(timeout=60)
+    assert _subscribe(hc, key + "-k", 32) == "arena"
+    # Memory the backend cannot share (a numpy array): the worker's copy.
+    src = np.random.default_rng(33).integers(0, 256, size=2 * PAGE, dtype=np.uint8)
+    pubs = hc.dev_publish([key + "-n"], [DeviceBlobList(0, [Blob(_ptr(src), 2 * PAGE)])])
+    assert _subscribe(hc, key + "-n", 33) == "arena"
+    assert [f.get() for f in pubs] == [[]]
+    # Nobody subscribes: the publisher's future reports it, in time.
+    pubs = hc.dev_publish([key + "-q"], [DeviceBlobList(0, [Blob(_ptr(src), PAGE)])])
+    with pytest.raises(RuntimeError, match="did not finish within 300 ms"):
+        pubs[0].get(300)
+    hc.delete([key + "-q"])  # gone: the publisher's memory is free again
+    assert pubs[0].get(30000) == []
+
+
 def test_not_initialized_and_bad_worker():
     c = HeteroClient("127.0.0.1", 1)
     with pytest.raises(RuntimeError, match="not initialized"):

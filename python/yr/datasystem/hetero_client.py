@@ -373,6 +373,13 @@ class HeteroClient:
         _raise_on_error(status)
         return [Future(f) for f in futures]
 
+    def dev_transfer_stats(self) -> dict:
+        """How this client's dev_subscribe calls received their keys so far
+        (not in Yuanrong): ``{"d2d": n, "arena": m}``, keys copied straight
+        from the publisher's device memory and keys copied from the worker's
+        copy (another machine, a publisher gone, DS_DEVICE_IPC=0)."""
+        return self._client.dev_transfer_stats()
+
     def dev_mset(self, keys: list, data_blob_list: list) -> list:
         """Caches device data under keys for dev_mget; returns the failed keys."""
         self._check_keys_and_blobs(keys, data_blob_list)

@@ -26,8 +26,11 @@ __all__ = [
 
 _OK = Status()
 # How long dev_subscribe waits for its keys to be published (Yuanrong's
-# DevSubscribe waits for the publisher; Future.get's default timeout).
+# DevSubscribe waits for the publisher; Future.get's default timeout), and
+# a dev_publish future for its keys to be received.
 _SUBSCRIBE_WAIT_MS = 60000
+# The waits run in slices of this length, so closing the client ends them.
+_WAIT_SLICE_MS = 200
 
 
 class _BlobC(ctypes.Structure):
@@ -41,6 +44,10 @@ class _BlobListC(ctypes.Structure):
         ("dev_idx", ctypes.c_int32),
         ("src_offset", ctypes.c_uint64),
     ]
+
+
+class _DevStatsC(ctypes.Structure):
+    _fields_ = [("d2d_keys", ctypes.c_uint64), ("arena_keys", ctypes.c_uint64)]
 
 
 _PROTOS = {
@@ -68,6 +75,15 @@ _PROTOS = {
     "ds_hetero_pre_register_device_memory": (ctypes.c_int, [
         ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_uint64),
         ctypes.POINTER(ctypes.c_uint64)]),
+    "ds_hetero_dev_publish": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_size_t, _n.c_keys_p,
+                                             ctypes.POINTER(_BlobListC), ctypes.c_void_p]),
+    "ds_hetero_dev_wait_received": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_size_t, _n.c_keys_p,
+                                                   ctypes.c_int32, ctypes.c_void_p]),
+    "ds_hetero_dev_subscribe": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_size_t, _n.c_keys_p,
+                                               ctypes.POINTER(_BlobListC), ctypes.c_int32,
+                                               ctypes.c_void_p]),
+    "ds_device_current": (ctypes.c_int, [ctypes.POINTER(ctypes.c_int32)]),
+    "ds_hetero_dev_stats": (None, [ctypes.c_void_p, ctypes.POINTER(_DevStatsC)]),
     "ds_device_malloc": (ctypes.c_int, [ctypes.c_int32, ctypes.c_size_t,
                                         ctypes.POINTER(ctypes.c_uint64)]),
     "ds_device_free": (ctypes.c_int, [ctypes.c_uint64]),
@@ -474,8 +490,11 @@ class HeteroClient:
         return self._kv_call(run)
 
     # -- device to device --------------------------------------------------
-    # Held in the worker's arena: dev_mset / dev_publish copy the blobs there,
-    # dev_mget / dev_subscribe copy them to the destination device.
+    # dev_mset / dev_mget hold the value in the worker's arena. dev_publish
+    # also records the publisher's device memory (cross-process handles):
+    # dev_subscribe on the same machine copies straight from it, device to
+    # device, and otherwise (another machine, a publisher that exited,
+    # DS_DEVICE_IPC=0) from the worker's copy; dev_transfer_stats says which.
 
     def _keys_result(self, keys, st, statuses):
         failed = _failed(keys, statuses)
@@ -507,52 +526,158 @@ class HeteroClient:
     def dev_local_delete(self, keys):
         return self.delete(keys)
 
+    def _hetero_call(self, fn):
+        """fn(hetero handle), with the client kept open for its length (its
+        close waits for the call)."""
+        def run(_kv_handle):
+            h = self._h
+            if h is None:
+                raise _n.DsError(_n.K_NOT_READY,
+                                 "HeteroClient is not initialized: call init() first")
+            return fn(h)
+
+        return self._kv._call(run)
+
+    def _in_slices(self, keys, step):
+        """Runs step(pending key indexes, slice_ms) -> {index: status code}
+        until every key has a final code or _SUBSCRIBE_WAIT_MS passed; a
+        code of None means "not yet". Returns (codes, last message)."""
+        import time
+
+        codes = [None] * len(keys)
+        msg = ""
+        deadline = time.monotonic() + _SUBSCRIBE_WAIT_MS / 1000.0
+        while True:
+            pending = [i for i in range(len(keys)) if codes[i] is None]
+            if not pending:
+                break
+            left_ms = int((deadline - time.monotonic()) * 1000)
+            last = left_ms <= _WAIT_SLICE_MS
+            got, m = step(pending, max(0, min(_WAIT_SLICE_MS, left_ms)), last)
+            if m:
+                msg = m
+            for i, c in got.items():
+                codes[i] = c
+            if last:
+                break
+        return codes, msg
+
     def dev_publish(self, keys, blob_lists):
         try:
-            st, statuses = self._mset(_from_blob_lists(keys, blob_lists), SetParam())
+            batch = _from_blob_lists(keys, blob_lists)
+            lib = _load()
+            statuses = (ctypes.c_int * batch.n)()
+            rc = self._hetero_call(lambda h: lib.ds_hetero_dev_publish(
+                h, batch.n, batch.keys, batch.lists, statuses))
+            st = _status(rc)
         except _n.DsError as e:
             return _error(e.code, e.message), []
         if st.is_error() and all(s != _n.K_OK for s in statuses):
             return st, []
-        futures = []
-        for i in range(len(keys)):
-            res = _OK if statuses[i] == _n.K_OK else Status(statuses[i], st.get_msg())
-            futures.append(_thread_future(lambda r=res: r))
+        published = [i for i in range(len(keys)) if statuses[i] == _n.K_OK]
+        done = threading.Event()
+        box = {}
+
+        def step(pending, slice_ms, last):
+            idx = [published[p] for p in pending]
+            enc = _n.keys_array([keys[i].encode("utf-8", "surrogateescape") for i in idx])
+            sts = (ctypes.c_int * len(idx))()
+            rc = self._hetero_call(lambda h: lib.ds_hetero_dev_wait_received(
+                h, len(idx), enc, slice_ms, sts))
+            msg = _n.last_error() if rc != _n.K_OK else ""
+            got = {}
+            for p, i in enumerate(idx):
+                c = sts[p]
+                if c != _n.K_FUTURE_TIMEOUT or last:
+                    got[pending[p]] = c
+            return got, msg
+
+        def run():
+            # The publisher's memory is read until its key is received: each
+            # future completes then (Yuanrong's: OK once the peer has it).
+            try:
+                codes, msg = self._in_slices(published, step) if published else ([], "")
+                box["r"] = (codes, msg)
+            except Exception as e:
+                box["r"] = ([getattr(e, "code", _n.K_RUNTIME_ERROR)] * len(published), str(e))
+            done.set()
+
+        threading.Thread(target=run, daemon=True).start()
+        slot = {i: p for p, i in enumerate(published)}
+
+        def key_result(i):
+            if i not in slot:
+                return Status(statuses[i], st.get_msg())
+            done.wait()
+            codes, msg = box["r"]
+            c = codes[slot[i]]
+            return _OK if c == _n.K_OK else Status(c, msg or "the key was not received")
+
+        futures = [_thread_future(lambda i=i: key_result(i)) for i in range(len(keys))]
         return _OK, futures
 
     def dev_subscribe(self, keys, blob_lists):
         try:
             batch = _from_blob_lists(keys, blob_lists)
             self._handle()
+            lib = _load()
+            # "The current device" is the caller's: fixed here, as the
+            # copies run on another thread.
+            devs = [bl.dev_idx for bl in blob_lists]
+            if any(d < 0 for d in devs):
+                cur = ctypes.c_int32(-1)
+                rc = lib.ds_device_current(ctypes.byref(cur))
+                if rc != _n.K_OK:
+                    return _status(rc), []
+                devs = [cur.value if d < 0 else d for d in devs]
         except _n.DsError as e:
             return _error(e.code, e.message), []
         done = threading.Event()
         box = {}
 
+        def step(pending, slice_ms, last):
+            sub = _Batch([keys[i] for i in pending],
+                         lambda p: [(b.dev_ptr, b.size) for b in blob_lists[pending[p]].blob_list],
+                         lambda p: devs[pending[p]],
+                         lambda p: blob_lists[pending[p]].src_offset)
+            sts = (ctypes.c_int * sub.n)()
+            rc = self._hetero_call(lambda h: lib.ds_hetero_dev_subscribe(
+                h, sub.n, sub.keys, sub.lists, slice_ms, sts))
+            msg = _n.last_error() if rc != _n.K_OK else ""
+            got = {}
+            for p, i in enumerate(pending):
+                if sts[p] != _n.K_NOT_FOUND or last:
+                    got[i] = sts[p]
+            return got, msg
+
         def run():
             try:
-                st, statuses = self._mget(batch, _SUBSCRIBE_WAIT_MS)
-                got = [keys[i] for i in range(len(keys)) if statuses[i] == _n.K_OK]
-                if got:
-                    self._kv.delete(got)  # received: the object is gone
-                box["r"] = (st, list(statuses))
+                codes, msg = self._in_slices(keys, step)
+                box["r"] = (codes, msg)
             except Exception as e:
-                box["r"] = (_error(getattr(e, "code", _n.K_RUNTIME_ERROR), str(e)),
-                            [_n.K_RUNTIME_ERROR] * len(keys))
+                box["r"] = ([getattr(e, "code", _n.K_RUNTIME_ERROR)] * len(keys), str(e))
             done.set()
 
+        del batch  # checked above; each slice builds its own
         threading.Thread(target=run, daemon=True).start()
 
         def key_result(i):
-            st, statuses = box["r"]
-            if statuses[i] == _n.K_OK:
+            done.wait()
+            codes, msg = box["r"]
+            if codes[i] == _n.K_OK:
                 return _OK
-            return Status(statuses[i], st.get_msg() or "the key was not received")
+            return Status(codes[i], msg or "the key was not received")
 
-        futures = []
-        for i in range(len(keys)):
-            futures.append(_thread_future(lambda i=i: done.wait() and key_result(i)))
+        futures = [_thread_future(lambda i=i: key_result(i)) for i in range(len(keys))]
         return _OK, futures
+
+    def dev_transfer_stats(self):
+        """How this client's dev_subscribe calls received their keys:
+        {"d2d": keys copied from the publisher's device memory, "arena":
+        keys copied from the worker's copy}."""
+        out = _DevStatsC()
+        _load().ds_hetero_dev_stats(self._h, ctypes.byref(out))
+        return {"d2d": out.d2d_keys, "arena": out.arena_keys}
 
 
 # Device memory helpers over the same backend (tests, benchmarks).
