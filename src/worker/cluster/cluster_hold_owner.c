@@ -78,6 +78,8 @@ static void op_owned(ds_server_t *srv, ds_req_t *r)
         if (rb.err) {
             snprintf(msg, sizeof(msg), "malformed OWNED: key %u truncated", i);
             st = DS_K_INVALID;
+        } else if (!rebuild && ds__rebuild_pending(srv, k, kl, msg, sizeof(msg))) {
+            st = DS_K_TRY_AGAIN;
         } else {
             st = apply_one(srv, holder, op, arg, !rebuild, k, kl, &count, &until, msg, sizeof(msg));
         }
@@ -200,6 +202,9 @@ void ds__holds_peer_op(ds_server_t *srv, ds_req_t *r)
         break;
     case DS_OP_LATCH_HINT:
         op_latch_hint(srv, r);
+        break;
+    case DS_OP_REBUILD_DONE:
+        rebuild_done_op(srv, r);
         break;
     default:
         op_holder_end(srv, r);
