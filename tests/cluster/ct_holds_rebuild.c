@@ -6,7 +6,7 @@
  *    those keys. Worker 3 learns their references only from worker 0, so
  *    until worker 0 has sent them (REBUILD_DONE) a count asked through
  *    worker 1 answers K_TRY_AGAIN naming the rebuild, never 0, and a
- *    reference taken meanwhile is refused the same way;
+ *    reference or a latch taken meanwhile is refused the same way;
  *  - worker 0 resumes while a client of worker 1 asks again: the client
  *    library retries within its request timeout and sees the right count,
  *    and every moved key shows its reference. */
@@ -27,7 +27,7 @@
 #include <cmocka.h>
 
 #define LEASE "--node_timeout_s 20"
-#define NKEYS 48
+#define NKEYS 64
 
 static ct_cluster_t C;
 
@@ -126,6 +126,9 @@ static void test_new_owner_answers_try_again_until_rebuilt(void **state)
     ds_status_t st1 = DS_K_OK;
     assert_int_equal(ds_object_g_increase_ref(quick, 1, mk, &st1), DS_K_TRY_AGAIN);
     assert_int_equal(st1, DS_K_TRY_AGAIN);
+    assert_non_null(strstr(ds_last_error(), "rebuilding"));
+    /* So is a latch (retried until its timeout). */
+    assert_int_equal(ds_kv_rlatch(quick, 1, mk, 500, NULL), DS_K_TRY_AGAIN);
     assert_non_null(strstr(ds_last_error(), "rebuilding"));
 
     /* Worker 0 resumes while a client asks: the retried answer is right. */
