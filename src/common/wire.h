@@ -330,8 +330,8 @@
  *         `from` sent to new owners for the members whose identity is ring_id
  *         (OWNED rebuilds, OWNER_REBUILD, NEST_HOLD) has been answered. A new
  *         owner answers K_TRY_AGAIN for the holds, latches, seals and nests of
- *         the keys that came to it with the change until every member said so
- *         (or --node_timeout_s passed).
+ *         the keys that came to it with the change, and holds back their
+ *         LATCH_WAITs, until every member said so (or --node_timeout_s passed).
  * MIGRATE req: str from, n, n*(key, u64 size, u64 version, u8 write_mode, u32 ttl_s)
  *         (a leaving worker, from, to the ring successor it hands keys to, or a
  *         worker moving objects toward a less used one; cluster_migrate.c,

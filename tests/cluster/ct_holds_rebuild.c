@@ -7,9 +7,14 @@
  *    until worker 0 has sent them (REBUILD_DONE) a count asked through
  *    worker 1 answers K_TRY_AGAIN naming the rebuild, never 0, and a
  *    reference or a latch taken meanwhile is refused the same way;
+ *  - the client of worker 0 also holds read latches on those keys: a set of
+ *    a moved key through worker 1 or 2, whichever was not its owner (told
+ *    of the latch by the owner), waits at worker 3 for the rebuild, and
+ *    then for the rebuilt latch;
  *  - worker 0 resumes while a client of worker 1 asks again: the client
  *    library retries within its request timeout and sees the right count,
- *    and every moved key shows its reference. */
+ *    every moved key shows its reference, and the set goes through once
+ *    the latch is released. */
 #include "cluster_util.h"
 
 #include "common/clock.h"
@@ -18,6 +23,7 @@
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -67,6 +73,31 @@ typedef struct {
     uint32_t count;
 } query_t;
 
+typedef struct {
+    const char *key;
+    int node;
+    atomic_bool done;
+    ds_status_t st;
+} writer_t;
+
+static void *write_main(void *arg)
+{
+    writer_t *w = arg;
+    ds_client_t *c = client_within(w->node, 30000);
+    w->st = c ? ct_set(c, w->key, 100, 799) : DS_K_RUNTIME_ERROR;
+    atomic_store(&w->done, true);
+    ds_client_close(c);
+    return NULL;
+}
+
+/* Waits (bounded) for the writer to finish; true when it did. */
+static bool writer_finished(writer_t *w, int ms)
+{
+    for (int i = 0; i < ms / 20 && !atomic_load(&w->done); i++)
+        usleep(20000);
+    return atomic_load(&w->done);
+}
+
 static void *query_main(void *arg)
 {
     query_t *q = arg;
@@ -84,14 +115,18 @@ static void test_new_owner_answers_try_again_until_rebuilt(void **state)
     /* Keys owned by workers 1 and 2, referenced through worker 0. */
     static char keys[NKEYS][32];
     const char *held[NKEYS];
-    int nheld = 0;
+    int was[NKEYS], nheld = 0;
     for (int i = 0; i < NKEYS; i++) {
         snprintf(keys[i], sizeof(keys[i]), "rbh-%d", i);
         int o = ct_set_find_owner(&C, holder, keys[i], 100, 700 + (uint64_t)i);
-        if (o == 1 || o == 2) held[nheld++] = keys[i];
+        if (o == 1 || o == 2) {
+            was[nheld] = o;
+            held[nheld++] = keys[i];
+        }
     }
     assert_true(nheld >= 8);
     assert_int_equal(ds_object_g_increase_ref(holder, (size_t)nheld, held, NULL), DS_K_OK);
+    assert_int_equal(ds_kv_rlatch(holder, (size_t)nheld, held, 60000, NULL), DS_K_OK);
 
     /* Worker 0 stalls; worker 3 joins (the survivors see it). */
     assert_int_equal(kill(C.w[0].pid, SIGSTOP), 0);
@@ -109,6 +144,7 @@ static void test_new_owner_answers_try_again_until_rebuilt(void **state)
     ds_client_t *quick = client_within(1, 1000);
     assert_non_null(quick);
     const char *moved = NULL;
+    int moved_from = -1;
     for (int i = 0; i < nheld && moved == NULL; i++) {
         uint32_t count = UINT32_MAX;
         ds_status_t st = ds_object_query_global_ref_num(quick, held[i], &count);
@@ -119,6 +155,7 @@ static void test_new_owner_answers_try_again_until_rebuilt(void **state)
         assert_int_equal(st, DS_K_TRY_AGAIN);
         assert_non_null(strstr(ds_last_error(), "rebuilding"));
         moved = held[i];
+        moved_from = was[i];
     }
     assert_non_null(moved);
     /* Taking a reference meanwhile is refused as well (nothing counted). */
@@ -131,6 +168,13 @@ static void test_new_owner_answers_try_again_until_rebuilt(void **state)
     assert_int_equal(ds_kv_rlatch(quick, 1, mk, 500, NULL), DS_K_TRY_AGAIN);
     assert_non_null(strstr(ds_last_error(), "rebuilding"));
 
+    /* A set through the worker of 1 and 2 that was not the key's owner
+     * waits for the rebuild. */
+    writer_t w = {.key = moved, .node = 3 - moved_from};
+    pthread_t wt;
+    assert_int_equal(pthread_create(&wt, NULL, write_main, &w), 0);
+    assert_false(writer_finished(&w, 500));
+
     /* Worker 0 resumes while a client asks: the retried answer is right. */
     query_t q = {.key = moved, .count = UINT32_MAX};
     pthread_t th;
@@ -141,6 +185,12 @@ static void test_new_owner_answers_try_again_until_rebuilt(void **state)
     assert_int_equal(q.st, DS_K_OK);
     assert_int_equal(q.count, 1);
     ds_client_close(quick);
+    /* The set now waits for the rebuilt latch, and goes once it is released. */
+    assert_false(writer_finished(&w, 1000));
+    assert_int_equal(ds_kv_unrlatch(holder, (size_t)nheld, held, NULL), DS_K_OK);
+    assert_true(writer_finished(&w, 15000));
+    pthread_join(wt, NULL);
+    assert_int_equal(w.st, DS_K_OK);
 
     /* Every key shows worker 0's reference, through the joined worker too. */
     ds_client_t *c3 = client_within(3, 20000);

@@ -410,6 +410,8 @@ uint64_t ds__cluster_tick(ds_server_t *srv, uint64_t now)
     due = d && (due == 0 || d < due) ? d : due;
     uint64_t e = ds__rebal_tick(srv, now);
     due = e && (due == 0 || e < due) ? e : due;
+    uint64_t f = ds__rebuild_tick(srv, now);
+    due = f && (due == 0 || f < due) ? f : due;
     return cl->prune_due && (due == 0 || cl->prune_due < due) ? cl->prune_due : due;
 }
 

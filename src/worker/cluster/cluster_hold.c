@@ -26,8 +26,9 @@
  * is done (REBUILD_DONE). Until every member did (or --node_timeout_s
  * passed), a new owner answers K_TRY_AGAIN for the holds of the keys that
  * came to it, so nobody sees a count or latch that is still on its way; the
- * client library asks again within its request timeout. A write that
- * reaches a new owner before the rebuild does not wait. */
+ * client library asks again within its request timeout. A write of such a
+ * key through another member (LATCH_WAIT) waits there for the rebuild; one
+ * through the new owner itself does not. */
 #include "worker/cluster/cluster_hold_int.h"
 
 #include "common/clock.h"
@@ -81,6 +82,12 @@ void ds__holds_free(ds_holds_t *h)
         free(x);
     }
     ds__ring_free(h->rb_old);
+    /* Parked LATCH_WAITs: their connections are gone by now. */
+    while (h->rb_waits) {
+        struct rb_wait *x = h->rb_waits;
+        h->rb_waits = x->next;
+        free(x);
+    }
     free(h);
 }
 

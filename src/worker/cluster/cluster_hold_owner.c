@@ -114,7 +114,7 @@ static bool read_keys(ds_rbuf_t *rb, const char ***keys, uint32_t **lens, uint32
     return !rb->err;
 }
 
-static void op_latch_wait(ds_server_t *srv, ds_req_t *r)
+void latch_wait_op(ds_server_t *srv, ds_req_t *r)
 {
     ds_rbuf_t rb;
     ds__rbuf_init(&rb, r->meta, r->meta_len);
@@ -129,6 +129,15 @@ static void op_latch_wait(ds_server_t *srv, ds_req_t *r)
         ds__req_error(r, DS_K_INVALID, "malformed LATCH_WAIT");
         return;
     }
+    /* A key being rebuilt here may have latches still on their way: the
+     * write waits for the rebuild first. */
+    char msg[256];
+    for (uint32_t i = 0; i < n; i++)
+        if (ds__rebuild_pending(srv, keys[i], lens[i], msg, sizeof(msg)) && rebuild_park(srv, r)) {
+            free(keys);
+            free(lens);
+            return;
+        }
     ds_holds_t *h = holds(srv);
     const void *holder = h ? (const void *)rholder_find(h, origin, ol, sid) : NULL;
     if (holder == NULL) holder = &no_holder;
@@ -198,7 +207,7 @@ void ds__holds_peer_op(ds_server_t *srv, ds_req_t *r)
         op_owned(srv, r);
         break;
     case DS_OP_LATCH_WAIT:
-        op_latch_wait(srv, r);
+        latch_wait_op(srv, r);
         break;
     case DS_OP_LATCH_HINT:
         op_latch_hint(srv, r);

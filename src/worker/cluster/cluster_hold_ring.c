@@ -267,7 +267,44 @@ static bool rebuild_settled(ds_server_t *srv, ds_holds_t *h)
         DS_LOG_INFO("cluster: every member sent its rebuild");
     ds__ring_free(h->rb_old);
     h->rb_old = NULL;
+    /* The writes that waited ask again (what they wait for now is there). */
+    rb_wait_t *w = h->rb_waits;
+    h->rb_waits = NULL;
+    while (w) {
+        rb_wait_t *x = w;
+        w = x->next;
+        ds__req_unpark(x->d);
+        if (ds__req_gone(x->d))
+            ds__req_drop(x->d);
+        else
+            latch_wait_op(srv, x->d);
+        free(x);
+    }
     return true;
+}
+
+bool rebuild_park(ds_server_t *srv, ds_req_t *r)
+{
+    ds_holds_t *h = holds(srv);
+    rb_wait_t *x = h ? malloc(sizeof(*x)) : NULL;
+    ds_req_t *d = x ? ds__req_park(r, NULL, NULL) : NULL;
+    if (d == NULL) {
+        free(x);
+        return false;
+    }
+    x->d = d;
+    x->next = h->rb_waits;
+    h->rb_waits = x;
+    return true;
+}
+
+uint64_t ds__rebuild_tick(ds_server_t *srv, uint64_t now)
+{
+    ds_holds_t *h = *ds__cluster_holds(srv);
+    if (h == NULL || h->rb_old == NULL || h->rb_waits == NULL) return 0;
+    if (now < h->rb_until) return h->rb_until;
+    (void)rebuild_settled(srv, h);
+    return 0;
 }
 
 bool ds__rebuild_pending(ds_server_t *srv, const char *key, uint32_t len, char *msg, size_t cap)

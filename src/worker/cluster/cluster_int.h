@@ -234,6 +234,9 @@ void ds__holds_ring_changed(ds_server_t *srv, const ds_ring_t *old_ring);
 void ds__rebuild_round(ds_server_t *srv, const ds_ring_t *old_ring);
 void ds__rebuild_submit(ds_server_t *srv, ds_job_t *j);
 bool ds__rebuild_pending(ds_server_t *srv, const char *key, uint32_t len, char *msg, size_t cap);
+/* Ends the wait once its time is over (resuming the LATCH_WAITs held for
+ * it); returns when it ends (0: no wait with LATCH_WAITs held). */
+uint64_t ds__rebuild_tick(ds_server_t *srv, uint64_t now);
 void ds__holds_free(ds_holds_t *h);
 
 /* cluster_seal.c: seal marks and nested references at each key's owner
