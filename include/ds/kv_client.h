@@ -340,6 +340,14 @@ DS_EXPORT ds_status_t ds_object_seal(ds_client_t *c, size_t n, const char *const
 
 /* ---- global references (Yuanrong's ObjectClient) ---- */
 
+/* In a cluster, a key whose owner changed (a worker died or joined) is
+ * rebuilt at its new owner from the other workers; meanwhile its latches,
+ * their releases, seals, global references, counts and nested references
+ * answer DS_K_TRY_AGAIN (message naming the rebuild). These calls ask again
+ * for such keys until the client's request timeout (latches: their
+ * timeout_ms) has passed, so a caller sees it only when the rebuild takes
+ * longer. */
+
 /* Adds one global reference to each key (a key may be referenced before it
  * is put). statuses[i] (may be NULL) is each key's result; DS_K_OK when any
  * succeeded, else the first failure's code. In a cluster the count is the

@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #define KQ 64
@@ -81,6 +82,91 @@ static void pause_ms(uint32_t ms)
     nanosleep(&ts, NULL);
 }
 
+/* keys_call, asking again for the keys answered K_TRY_AGAIN (a key's
+ * owner rebuilding its holds after a ring change) until the request
+ * timeout has passed, sleeping 1 ms, doubling to 32 ms, between tries;
+ * those still refused then answer K_TRY_AGAIN with the worker's message. */
+static ds_status_t retry_call(ds_client_t *c, ds_opcode_t op, int32_t arg, size_t n,
+                              const char *const *keys, ds_status_t *statuses, uint32_t *counts,
+                              bool any_ok)
+{
+    if (c == NULL) return ds__set_error(DS_K_INVALID, "client is NULL");
+    ds_status_t st = ds__check_keys(n, keys, DS_MAX_BATCH);
+    if (st != DS_K_OK) return keys_call(c, op, arg, n, keys, statuses, counts, any_ok);
+    ds_status_t *sts = statuses ? statuses : malloc(n * sizeof(*sts));
+    const char **todo = malloc(n * sizeof(*todo));
+    size_t *where = malloc(n * sizeof(*where));
+    ds_status_t *part = malloc(n * sizeof(*part));
+    uint32_t *cnt = counts ? malloc(n * sizeof(*cnt)) : NULL;
+    if (sts == NULL || todo == NULL || where == NULL || part == NULL || (counts && cnt == NULL)) {
+        if (sts != statuses) free(sts);
+        free(todo);
+        free(where);
+        free(part);
+        free(cnt);
+        return ds__set_error(DS_K_OUT_OF_MEMORY, "out of memory");
+    }
+    size_t m = n;
+    for (size_t i = 0; i < n; i++) {
+        todo[i] = keys[i];
+        where[i] = i;
+    }
+    uint64_t deadline = ds__client_deadline(c, 0);
+    uint32_t wait_ms = 1;
+    char err[512] = "", err_first[512] = "";
+    ds_status_t rc = DS_K_OK;
+    int tries = 0;
+    size_t again = 0;
+    for (;;) {
+        rc = keys_call(c, op, arg, m, todo, part, cnt, any_ok);
+        snprintf(tries++ ? err : err_first, sizeof(err), "%s", ds_last_error());
+        again = 0;
+        for (size_t j = 0; j < m; j++) {
+            sts[where[j]] = part[j];
+            if (counts) counts[where[j]] = cnt[j];
+            if (part[j] == DS_K_TRY_AGAIN) again++;
+        }
+        /* NEST names the parent first: its keys go (or come back) whole. */
+        if (again > 0 && op == DS_OP_GREF && arg == DS_GREF_NEST) again = m;
+        if (again == 0) break;
+        size_t k = 0;
+        for (size_t j = 0; j < m; j++)
+            if (part[j] == DS_K_TRY_AGAIN || again == m) {
+                todo[k] = todo[j];
+                where[k] = where[j];
+                k++;
+            }
+        m = k;
+        uint64_t now = ds__now_ms();
+        if (now >= deadline) break;
+        uint64_t left = deadline - now;
+        pause_ms(left < wait_ms ? (uint32_t)left : wait_ms);
+        if (wait_ms < 32) wait_ms *= 2;
+    }
+    ds_status_t first = DS_K_OK;
+    size_t nok = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (sts[i] == DS_K_OK)
+            nok++;
+        else if (first == DS_K_OK)
+            first = sts[i];
+    }
+    if (sts != statuses) free(sts);
+    free(todo);
+    free(where);
+    free(part);
+    free(cnt);
+    if (tries == 1) return rc; /* nothing asked again: keys_call's answer and error */
+    /* The message of the keys still refused, else the first call's. */
+    const char *msg = again > 0 ? err : err_first;
+    ds__clear_error();
+    if (first != DS_K_OK) ds__set_error(first, "%s", msg[0] ? msg : ds_status_message(first));
+    if (any_ok && nok > 0) {
+        return DS_K_OK;
+    }
+    return first;
+}
+
 /* A latch call that retries the keys answered K_TRY_AGAIN (held by another
  * client) until timeout_ms has passed, sleeping 1 ms, doubling to 32 ms,
  * between tries; those still held then answer K_TRY_AGAIN. */
@@ -131,7 +217,8 @@ static ds_status_t latch_call(ds_client_t *c, ds_opcode_t op, int32_t timeout_ms
     ds_status_t first = DS_K_OK;
     for (size_t i = 0; i < n && first == DS_K_OK; i++)
         first = sts[i];
-    if (m > 0)
+    /* A key's new owner rebuilding its holds says so in its message. */
+    if (m > 0 && strstr(ds_last_error(), "rebuilding") == NULL)
         ds__set_error(DS_K_TRY_AGAIN, "%s: %zu key(s) still latched by another client after %d ms",
                       ds__opcode_name(op), m, (int)timeout_ms);
     if (sts != statuses) free(sts);
@@ -161,33 +248,33 @@ ds_status_t ds_object_unwlatch(ds_client_t *c, size_t n, const char *const *keys
                                ds_status_t *statuses)
 {
     ds__client_enter(c);
-    return ds__client_leave(c, keys_call(c, DS_OP_UNWLATCH, 0, n, keys, statuses, NULL, false));
+    return ds__client_leave(c, retry_call(c, DS_OP_UNWLATCH, 0, n, keys, statuses, NULL, false));
 }
 
 ds_status_t ds_kv_unrlatch(ds_client_t *c, size_t n, const char *const *keys, ds_status_t *statuses)
 {
     ds__client_enter(c);
-    return ds__client_leave(c, keys_call(c, DS_OP_UNRLATCH, 0, n, keys, statuses, NULL, false));
+    return ds__client_leave(c, retry_call(c, DS_OP_UNRLATCH, 0, n, keys, statuses, NULL, false));
 }
 
 ds_status_t ds_object_seal(ds_client_t *c, size_t n, const char *const *keys, ds_status_t *statuses)
 {
     ds__client_enter(c);
-    return ds__client_leave(c, keys_call(c, DS_OP_SEAL, 0, n, keys, statuses, NULL, false));
+    return ds__client_leave(c, retry_call(c, DS_OP_SEAL, 0, n, keys, statuses, NULL, false));
 }
 
 ds_status_t ds_object_g_increase_ref(ds_client_t *c, size_t n, const char *const *keys,
                                      ds_status_t *statuses)
 {
     ds__client_enter(c);
-    return ds__client_leave(c, keys_call(c, DS_OP_GREF, 1, n, keys, statuses, NULL, true));
+    return ds__client_leave(c, retry_call(c, DS_OP_GREF, 1, n, keys, statuses, NULL, true));
 }
 
 ds_status_t ds_object_g_decrease_ref(ds_client_t *c, size_t n, const char *const *keys,
                                      ds_status_t *statuses)
 {
     ds__client_enter(c);
-    return ds__client_leave(c, keys_call(c, DS_OP_GREF, -1, n, keys, statuses, NULL, true));
+    return ds__client_leave(c, retry_call(c, DS_OP_GREF, -1, n, keys, statuses, NULL, true));
 }
 
 ds_status_t ds_object_set_nested(ds_client_t *c, const char *parent, size_t n,
@@ -204,8 +291,8 @@ ds_status_t ds_object_set_nested(ds_client_t *c, const char *parent, size_t n,
     for (size_t i = 0; i < n; i++)
         keys[i + 1] = nested_keys[i];
     ds__client_enter(c);
-    ds_status_t st =
-        ds__client_leave(c, keys_call(c, DS_OP_GREF, DS_GREF_NEST, n + 1, keys, NULL, NULL, false));
+    ds_status_t st = ds__client_leave(
+        c, retry_call(c, DS_OP_GREF, DS_GREF_NEST, n + 1, keys, NULL, NULL, false));
     free(keys);
     return st;
 }
@@ -264,5 +351,5 @@ ds_status_t ds_object_query_global_ref_num(ds_client_t *c, const char *key, uint
     if (count == NULL) return ds__set_error(DS_K_INVALID, "count is NULL");
     *count = 0;
     ds__client_enter(c);
-    return ds__client_leave(c, keys_call(c, DS_OP_GREF, 0, 1, &key, NULL, count, false));
+    return ds__client_leave(c, retry_call(c, DS_OP_GREF, 0, 1, &key, NULL, count, false));
 }

@@ -34,7 +34,8 @@ bool ds__opcode_peer_only(unsigned op)
            (op >= DS_OP_SEAL_OWNED && op <= DS_OP_OWNER_REBUILD) || op == DS_OP_SC_PEER_REG ||
            op == DS_OP_SC_PEER_PUSH || op == DS_OP_SC_PEER_QUERY || op == DS_OP_SC_PEER_DELETE ||
            op == DS_OP_SC_PEER_DROP || (op >= DS_OP_REPL_PUT && op <= DS_OP_HOT_DROP) ||
-           op == DS_OP_MIGRATE || op == DS_OP_META_MOVE || op == DS_OP_USAGE;
+           op == DS_OP_MIGRATE || op == DS_OP_META_MOVE || op == DS_OP_USAGE ||
+           op == DS_OP_REBUILD_DONE;
 }
 
 /* Little-endian fields. On a little-endian host they are plain unaligned

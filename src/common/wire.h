@@ -325,6 +325,13 @@
  *         member as SEAL_OWNED does. what 1, entry (parent, kid): the parent
  *         holds the kid (held at the kid's owner already); the owner adds it
  *         to the parent's list.
+ * REBUILD_DONE req: str from, u64 ring_id   resp: str err
+ *         (after a ring change, from every member to every other) everything
+ *         `from` sent to new owners for the members whose identity is ring_id
+ *         (OWNED rebuilds, OWNER_REBUILD, NEST_HOLD) has been answered. A new
+ *         owner answers K_TRY_AGAIN for the holds, latches, seals and nests of
+ *         the keys that came to it with the change, and holds back their
+ *         LATCH_WAITs, until every member said so (or --node_timeout_s passed).
  * MIGRATE req: str from, n, n*(key, u64 size, u64 version, u8 write_mode, u32 ttl_s)
  *         (a leaving worker, from, to the ring successor it hands keys to, or a
  *         worker moving objects toward a less used one; cluster_migrate.c,
@@ -361,7 +368,7 @@
  *         to the acceptor's member address. Only after step 2 succeeded does
  *         the connection count as a peer's: the peer-only operations (LOCATE,
  *         META_PUT, META_DEL, DROP, UCX_PULL, OWNED, LATCH_WAIT, LATCH_HINT,
- *         HOLDER_END, SEAL_OWNED, NEST_OWNED, NEST_HOLD, OWNER_REBUILD) and
+ *         HOLDER_END, SEAL_OWNED, NEST_OWNED, NEST_HOLD, OWNER_REBUILD, REBUILD_DONE) and
  *         DS_FLAG_PEER are refused K_NOT_AUTHORIZED on every other connection.
  *         from not a member in etcd: K_TRY_AGAIN (its record may not have
  *         arrived yet); a wrong proof: K_NOT_AUTHORIZED. Standalone:
@@ -447,6 +454,7 @@
     X(MIGRATE, 60, "migrate")                                                                      \
     X(META_MOVE, 61, "meta_move")                                                                  \
     X(USAGE, 62, "usage")                                                                          \
+    X(REBUILD_DONE, 67, "rebuild_done")                                                            \
     X(REPL_PUT, 70, "repl_put")                                                                    \
     X(REPL_META, 71, "repl_meta")                                                                  \
     X(REPL_COPY, 72, "repl_copy")                                                                  \

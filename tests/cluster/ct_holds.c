@@ -415,17 +415,19 @@ static void test_owner_failover_rebuilds(void **state)
     const char *sks[1] = {sk};
     assert_int_equal(ds_object_seal(holder, 1, sks, NULL), DS_K_OK);
     /* A parent of the same owner referenced through wnode, holding a key
-     * owned by wnode whose own reference is gone. */
-    char pk[64], kk[64];
+     * owned by wnode and one owned by the parent's owner (both stored on
+     * worker 0), whose own references are gone. */
+    char pk[64], kk[64], ks[64];
     assert_int_equal(key_with_owner(holder, owner, -1, "hfp", pk, sizeof(pk), 500, 320), owner);
     assert_int_equal(key_with_owner(holder, wnode, -1, "hfk", kk, sizeof(kk), 1500, 321), wnode);
-    const char *pks[1] = {pk}, *kks[1] = {kk};
+    assert_int_equal(key_with_owner(holder, owner, -1, "hfn", ks, sizeof(ks), 700, 322), owner);
+    const char *pks[1] = {pk}, *kks[2] = {kk, ks};
     ds_client_t *pc = ct_client(&C, wnode, DS_TRANSPORT_TCP);
     assert_non_null(pc);
-    assert_int_equal(ds_object_g_increase_ref(holder, 1, kks, NULL), DS_K_OK);
+    assert_int_equal(ds_object_g_increase_ref(holder, 2, kks, NULL), DS_K_OK);
     assert_int_equal(ds_object_g_increase_ref(pc, 1, pks, NULL), DS_K_OK);
-    assert_int_equal(ds_object_set_nested(pc, pk, 1, kks), DS_K_OK);
-    assert_int_equal(ds_object_g_decrease_ref(holder, 1, kks, NULL), DS_K_OK);
+    assert_int_equal(ds_object_set_nested(pc, pk, 2, kks), DS_K_OK);
+    assert_int_equal(ds_object_g_decrease_ref(holder, 2, kks, NULL), DS_K_OK);
 
     dst_worker_kill(&C.w[owner]);
     assert_true(ct_wait_members(&C, 2, 15000) >= 0);
@@ -451,13 +453,18 @@ static void test_owner_failover_rebuilds(void **state)
     assert_non_null(strstr(ds_last_error(), "already be sealed."));
     assert_int_equal(ct_set(holder, sk, 100, 312), DS_K_OC_ALREADY_SEALED);
     assert_true(ct_read_ok(wc, sk, 1000, 310, 0));
-    /* The nested key stays with its parent, and goes with it. */
+    /* The nested keys stay with their parent, and go with it: the one
+     * owned by the parent's dead owner too (its hold kept a second record
+     * at the worker that owns it now). */
     assert_true(ct_read_ok(wc, kk, 1500, 321, 0));
     assert_true(ct_read_ok(holder, kk, 1500, 321, 0));
+    assert_true(ct_read_ok(wc, ks, 700, 322, 0));
     assert_int_equal(ds_object_g_decrease_ref(pc, 1, pks, NULL), DS_K_OK);
     assert_int_equal(gone_through(0, kk), DS_K_NOT_FOUND);
     assert_int_equal(gone_through(wnode, kk), DS_K_NOT_FOUND);
     assert_int_equal(gone_through(wnode, pk), DS_K_NOT_FOUND);
+    assert_int_equal(gone_through(0, ks), DS_K_NOT_FOUND);
+    assert_int_equal(gone_through(wnode, ks), DS_K_NOT_FOUND);
     ds_client_close(pc);
     ds_client_close(wc);
 

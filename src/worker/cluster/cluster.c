@@ -6,6 +6,7 @@
 #include "common/tls.h"
 #include "common/clock.h"
 #include "common/etcd.h"
+#include "common/hash.h"
 #include "common/log.h"
 #include "worker/cluster/peer.h"
 #include "worker/cluster/peer_auth.h"
@@ -81,6 +82,11 @@ struct ds_cluster {
      * longer owns until prune_due. Loop only. */
     ds_ring_t *prev_ring;
     uint64_t ring_at, prune_due;
+    /* The ring of the other members (each key's owner should this worker
+     * leave), and the members' identity (addresses and worker ids), which
+     * every worker computes alike from the same member list. Loop only. */
+    ds_ring_t *ring_others;
+    uint64_t ring_id;
     struct ds_rewait *rewaits; /* loop only (cluster_ops.c) */
 };
 
@@ -424,6 +430,8 @@ uint64_t ds__cluster_tick(ds_server_t *srv, uint64_t now)
     due = d && (due == 0 || d < due) ? d : due;
     uint64_t e = ds__rebal_tick(srv, now);
     due = e && (due == 0 || e < due) ? e : due;
+    uint64_t f = ds__rebuild_tick(srv, now);
+    due = f && (due == 0 || f < due) ? f : due;
     return cl->prune_due && (due == 0 || cl->prune_due < due) ? cl->prune_due : due;
 }
 
@@ -680,6 +688,20 @@ static void adopt_members(struct ds_cluster *cl)
         return;
     }
     ds_ring_t *old = cl->ring;
+    const char **others = malloc((n ? n : 1) * sizeof(*others));
+    size_t no = 0;
+    uint32_t ha = 0x72696e67u, hb = 0x6d656d62u;
+    for (size_t i = 0; i < n; i++) {
+        ha = ds__murmur3_32(m[i].id, strlen(m[i].id),
+                            ds__murmur3_32(m[i].addr, strlen(m[i].addr), ha));
+        hb = ds__murmur3_32(m[i].id, strlen(m[i].id),
+                            ds__murmur3_32(m[i].addr, strlen(m[i].addr), hb));
+        if (others && strcmp(m[i].addr, cl->self) != 0) others[no++] = m[i].addr;
+    }
+    ds__ring_free(cl->ring_others);
+    cl->ring_others = others ? ds__ring_build(others, no) : NULL;
+    free(others);
+    cl->ring_id = (uint64_t)ha << 32 | hb;
     /* Keys are registered again where their owner changed: the old ring is
      * the previous members, those that left included (their keys move to
      * new owners). A restarted member keeps its address but lost its
@@ -715,6 +737,7 @@ static void adopt_members(struct ds_cluster *cl)
     ds__cluster_ring_changed(cl->srv, old_alive);
     ds__seal_ring_changed(cl->srv, old_alive);
     ds__holds_ring_changed(cl->srv, old_alive);
+    ds__rebuild_round(cl->srv, old_alive);
     ds__rebal_ring_changed(cl->srv, old_alive);
     ds__ring_free(old_alive);
     ds__ring_free(cl->prev_ring);
@@ -741,6 +764,17 @@ static void on_gone(void *ctx, const ds_obj_t *o)
 const char *ds__cluster_owner(ds_server_t *srv, const char *key, size_t len)
 {
     return ds__ring_owner(srv->cluster->ring, key, len);
+}
+
+const char *ds__cluster_backup(ds_server_t *srv, const char *key, size_t len)
+{
+    const ds_ring_t *r = srv->cluster->ring_others;
+    return r ? ds__ring_owner(r, key, len) : NULL;
+}
+
+uint64_t ds__cluster_ring_id(ds_server_t *srv)
+{
+    return srv->cluster->ring_id;
 }
 
 const char *ds__cluster_self(ds_server_t *srv)
@@ -1016,6 +1050,7 @@ void ds__cluster_destroy(ds_server_t *srv)
     ds__repl_free(cl->repl);
     ds__ring_free(cl->ring);
     ds__ring_free(cl->prev_ring);
+    ds__ring_free(cl->ring_others);
     pthread_mutex_destroy(&cl->mu);
     pthread_cond_destroy(&cl->cv);
     free(cl);

@@ -22,8 +22,13 @@
  * per session and key, its read latches with their latest deadline, its
  * write latches, its references). When the ring changes (an owner died, or
  * a member joined), every worker takes its sessions' holds again at the
- * keys' new owners, which hint them again. A write that reaches a new owner
- * before the rebuild does not wait. */
+ * keys' new owners, which hint them again, and then tells every member it
+ * is done (REBUILD_DONE). Until every member did (or --node_timeout_s
+ * passed), a new owner answers K_TRY_AGAIN for the holds of the keys that
+ * came to it, so nobody sees a count or latch that is still on its way; the
+ * client library asks again within its request timeout. A write of such a
+ * key through another member (LATCH_WAIT) waits there for the rebuild; one
+ * through the new owner itself does not. */
 #include "worker/cluster/cluster_hold_int.h"
 
 #include "common/clock.h"
@@ -71,6 +76,18 @@ void ds__holds_free(ds_holds_t *h)
             h->mirror[i] = x->next;
             free(x);
         }
+    while (h->done) {
+        done_peer_t *x = h->done;
+        h->done = x->next;
+        free(x);
+    }
+    ds__ring_free(h->rb_old);
+    /* Parked LATCH_WAITs: their connections are gone by now. */
+    while (h->rb_waits) {
+        struct rb_wait *x = h->rb_waits;
+        h->rb_waits = x->next;
+        free(x);
+    }
     free(h);
 }
 
@@ -122,6 +139,14 @@ void holders_end(ds_server_t *srv, const char *addr, uint32_t al, uint64_t sid)
 void ds__holds_member_left(ds_server_t *srv, const char *addr)
 {
     holders_end(srv, addr, (uint32_t)strlen(addr), 0);
+    ds_holds_t *h = *ds__cluster_holds(srv);
+    for (done_peer_t **pp = h ? &h->done : NULL; pp && *pp; pp = &(*pp)->next)
+        if (strcmp((*pp)->addr, addr) == 0) {
+            done_peer_t *x = *pp;
+            *pp = x->next;
+            free(x);
+            break;
+        }
 }
 
 /* ---- hints ---- */

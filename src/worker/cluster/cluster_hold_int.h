@@ -48,6 +48,19 @@ typedef struct mirror {
     char key[];
 } mirror_t;
 
+/* A LATCH_WAIT waiting for the rebuild (its parked request). */
+typedef struct rb_wait {
+    struct rb_wait *next;
+    ds_req_t *d;
+} rb_wait_t;
+
+/* A member's last REBUILD_DONE: what it sent for the ring ring_id is in. */
+typedef struct done_peer {
+    struct done_peer *next;
+    uint64_t ring_id;
+    char addr[300];
+} done_peer_t;
+
 struct ds_holds {
     rholder_t *holders;
     hint_t *hints[HINT_BUCKETS];
@@ -59,6 +72,19 @@ struct ds_holds {
      * linked by next, each counted in its pend already) */
     uint32_t waits;
     ds_job_t *wait_head, *wait_tail;
+    /* The rebuild after a ring change (cluster_hold_ring.c): the ring before
+     * the earliest change not yet rebuilt here (NULL: none) and when the
+     * wait for it ends regardless; each member's last REBUILD_DONE; this
+     * worker's rebuild jobs not yet answered, and whether its own
+     * REBUILD_DONE goes out once they are. */
+    ds_ring_t *rb_old;
+    uint64_t rb_until;
+    /* LATCH_WAITs of keys being rebuilt here, answered once it is done
+     * (parked requests; the list's nodes are rb_wait_t) */
+    struct rb_wait *rb_waits;
+    done_peer_t *done;
+    uint32_t rb_out;
+    bool rb_due;
 };
 
 typedef struct {
@@ -85,6 +111,9 @@ typedef struct {
 #define apply_one ds__hold_apply_one
 #define op_ok ds__hold_op_ok
 #define pend_err ds__hold_pend_err
+#define rebuild_done_op ds__hold_rebuild_done_op
+#define rebuild_park ds__hold_rebuild_park
+#define latch_wait_op ds__hold_latch_wait_op
 
 ds_holds_t *holds(ds_server_t *srv);
 bool is_self(ds_server_t *srv, const char *addr);
@@ -106,5 +135,11 @@ ds_status_t apply_one(ds_server_t *srv, const void *holder, uint16_t op, int32_t
                       uint64_t *until, char *msg, size_t cap);
 bool op_ok(uint16_t op);
 void pend_err(ds_pend_t *p, uint32_t i, const char *msg);
+/* REBUILD_DONE from another member. */
+void rebuild_done_op(ds_server_t *srv, ds_req_t *r);
+/* A LATCH_WAIT naming a key being rebuilt here waits for the rebuild
+ * (false: out of memory, answer it now); latch_wait_op handles it then. */
+bool rebuild_park(ds_server_t *srv, ds_req_t *r);
+void latch_wait_op(ds_server_t *srv, ds_req_t *r);
 
 #endif

@@ -129,10 +129,12 @@ bool ds__holds_owned(ds_server_t *srv, ds_req_t *r)
             nremote++;
             continue;
         }
-        uint32_t count;
-        uint64_t until;
-        ds_status_t st = apply_one(srv, r->session, op, arg, true, p->keys[i], p->keylens[i],
-                                   &count, &until, msg, sizeof(msg));
+        uint32_t count = 0;
+        uint64_t until = 0;
+        ds_status_t st = DS_K_TRY_AGAIN;
+        if (!ds__rebuild_pending(srv, p->keys[i], p->keylens[i], msg, sizeof(msg)))
+            st = apply_one(srv, r->session, op, arg, true, p->keys[i], p->keylens[i], &count,
+                           &until, msg, sizeof(msg));
         p->status[i] = (uint32_t)st;
         p->sizes[i] = count;
         if (st != DS_K_OK) {

@@ -78,6 +78,8 @@ static void op_owned(ds_server_t *srv, ds_req_t *r)
         if (rb.err) {
             snprintf(msg, sizeof(msg), "malformed OWNED: key %u truncated", i);
             st = DS_K_INVALID;
+        } else if (!rebuild && ds__rebuild_pending(srv, k, kl, msg, sizeof(msg))) {
+            st = DS_K_TRY_AGAIN;
         } else {
             st = apply_one(srv, holder, op, arg, !rebuild, k, kl, &count, &until, msg, sizeof(msg));
         }
@@ -112,7 +114,7 @@ static bool read_keys(ds_rbuf_t *rb, const char ***keys, uint32_t **lens, uint32
     return !rb->err;
 }
 
-static void op_latch_wait(ds_server_t *srv, ds_req_t *r)
+void latch_wait_op(ds_server_t *srv, ds_req_t *r)
 {
     ds_rbuf_t rb;
     ds__rbuf_init(&rb, r->meta, r->meta_len);
@@ -127,6 +129,15 @@ static void op_latch_wait(ds_server_t *srv, ds_req_t *r)
         ds__req_error(r, DS_K_INVALID, "malformed LATCH_WAIT");
         return;
     }
+    /* A key being rebuilt here may have latches still on their way: the
+     * write waits for the rebuild first. */
+    char msg[256];
+    for (uint32_t i = 0; i < n; i++)
+        if (ds__rebuild_pending(srv, keys[i], lens[i], msg, sizeof(msg)) && rebuild_park(srv, r)) {
+            free(keys);
+            free(lens);
+            return;
+        }
     ds_holds_t *h = holds(srv);
     const void *holder = h ? (const void *)rholder_find(h, origin, ol, sid) : NULL;
     if (holder == NULL) holder = &no_holder;
@@ -196,10 +207,13 @@ void ds__holds_peer_op(ds_server_t *srv, ds_req_t *r)
         op_owned(srv, r);
         break;
     case DS_OP_LATCH_WAIT:
-        op_latch_wait(srv, r);
+        latch_wait_op(srv, r);
         break;
     case DS_OP_LATCH_HINT:
         op_latch_hint(srv, r);
+        break;
+    case DS_OP_REBUILD_DONE:
+        rebuild_done_op(srv, r);
         break;
     default:
         op_holder_end(srv, r);

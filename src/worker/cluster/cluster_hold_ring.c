@@ -1,6 +1,7 @@
 /* Latches and global references: sessions that end, references that end,
- * and the rebuild of holds at new owners when the ring changes. The design
- * is in cluster_hold.c. */
+ * the rebuild of holds at new owners when the ring changes, and the wait
+ * of a new owner for that rebuild (REBUILD_DONE). The design is in
+ * cluster_hold.c. */
 #include "worker/cluster/cluster_hold_int.h"
 
 #include "common/clock.h"
@@ -143,7 +144,214 @@ void ds__holds_ring_changed(ds_server_t *srv, const ds_ring_t *old_ring)
             ds__wbuf_u32(&j->req, x->count);
             for (uint32_t c = 0; c < x->count; c++)
                 ds__wbuf_str(&j->req, x->key, x->len);
-            ds__job_submit(srv, j);
+            ds__rebuild_submit(srv, j);
         }
     if (moved) DS_LOG_INFO("cluster: %u latches and references taken again at new owners", moved);
+}
+
+/* ---- the wait for the rebuild ----
+ *
+ * A new owner learns a key's holds from every member (each sends what its
+ * sessions hold, its sealed copies, its nested holds), asynchronously.
+ * Each member, once what it sent for a ring change is answered, tells every
+ * other (REBUILD_DONE, naming the members' identity it sent for). Until a
+ * new owner has that from every member of its ring, the keys that came to
+ * it with the change answer K_TRY_AGAIN; a member that never says so (it
+ * stalls, or it is gone and the ring is about to change again) holds them
+ * for --node_timeout_s at most, the time it takes its lease to lapse. */
+
+static void done_to(ds_server_t *srv, const char *addr, uint32_t attempt);
+
+/* A REBUILD_DONE that failed is sent again (twice at most) while its
+ * member is in the ring and the ring is the one it names. */
+static void done_sent(ds_job_t *j)
+{
+    if (!j->transport_failed && j->status == DS_K_OK) return;
+    ds_server_t *srv = j->ctx;
+    bool again = j->index < 2 && j->version == ds__cluster_ring_id(srv) &&
+                 ds__ring_has(ds__cluster_ring(srv), j->addr);
+    DS_LOG_WARN("cluster: telling %s the rebuild is sent failed%s: %s", j->addr,
+                again ? " (sending it again)" : "", j->err);
+    if (again) done_to(srv, j->addr, j->index + 1);
+}
+
+static void done_to(ds_server_t *srv, const char *addr, uint32_t attempt)
+{
+    ds_job_t *j = ds__job_new(NULL, addr, DS_OP_REBUILD_DONE, done_sent);
+    if (j == NULL) return;
+    j->ctx = srv;
+    j->index = attempt;
+    j->version = ds__cluster_ring_id(srv);
+    ds__wbuf_cstr(&j->req, ds__cluster_self(srv));
+    ds__wbuf_u64(&j->req, j->version);
+    ds__job_submit(srv, j);
+}
+
+static void done_send(ds_server_t *srv, ds_holds_t *h)
+{
+    h->rb_due = false;
+    const char *peers[DS_MAX_MEMBERS];
+    size_t np = ds__cluster_peers(srv, peers, DS_MAX_MEMBERS);
+    for (size_t m = 0; m < np; m++)
+        done_to(srv, peers[m], 0);
+}
+
+static void rebuild_job_done(ds_job_t *j)
+{
+    if (j->transport_failed || j->status != DS_K_OK)
+        DS_LOG_WARN("cluster: %s to %s failed: %s", ds__opcode_name(j->op), j->addr, j->err);
+    ds_holds_t *h = *ds__cluster_holds(j->ctx);
+    if (h == NULL) return;
+    if (h->rb_out > 0) h->rb_out--;
+    if (h->rb_out == 0 && h->rb_due) done_send(j->ctx, h);
+}
+
+void ds__rebuild_submit(ds_server_t *srv, ds_job_t *j)
+{
+    ds_holds_t *h = holds(srv);
+    if (h) {
+        h->rb_out++;
+        j->ctx = srv;
+        j->done = rebuild_job_done;
+    }
+    ds__job_submit(srv, j);
+}
+
+void ds__rebuild_round(ds_server_t *srv, const ds_ring_t *old_ring)
+{
+    ds_holds_t *h = holds(srv);
+    if (h == NULL) return;
+    /* The keys that came here since the last complete rebuild: measured
+     * against the ring before the earliest change not rebuilt yet. */
+    if (h->rb_old == NULL) {
+        /* A ring of this worker alone is the one it starts with (or it was
+         * alone): the keys it owns now came with the change. */
+        size_t n = old_ring ? ds__ring_size(old_ring) : 0;
+        if (n == 1) n = 0;
+        const char **addrs = malloc((n ? n : 1) * sizeof(*addrs));
+        for (size_t i = 0; addrs && i < n; i++)
+            addrs[i] = ds__ring_member(old_ring, i);
+        h->rb_old = addrs ? ds__ring_build(addrs, n) : NULL;
+        free(addrs);
+    }
+    h->rb_until = ds__now_ms() + (uint64_t)srv->cfg.node_timeout_s * 1000u;
+    h->rb_due = true;
+    if (h->rb_out == 0) done_send(srv, h);
+}
+
+/* Whether every other member said it sent its rebuild for this ring (or
+ * the wait is over); the wait ends then. */
+static bool rebuild_settled(ds_server_t *srv, ds_holds_t *h)
+{
+    if (h->rb_old == NULL) return true;
+    const char *peers[DS_MAX_MEMBERS];
+    size_t np = ds__cluster_peers(srv, peers, DS_MAX_MEMBERS);
+    uint64_t id = ds__cluster_ring_id(srv);
+    const char *missing = NULL;
+    size_t nmissing = 0;
+    for (size_t m = 0; m < np; m++) {
+        done_peer_t *x = h->done;
+        while (x && strcmp(x->addr, peers[m]) != 0)
+            x = x->next;
+        if (x == NULL || x->ring_id != id) {
+            if (missing == NULL) missing = peers[m];
+            nmissing++;
+        }
+    }
+    if (nmissing > 0 && ds__now_ms() < h->rb_until) return false;
+    if (nmissing > 0)
+        DS_LOG_WARN("cluster: %zu members (%s first) did not send their rebuild within "
+                    "--node_timeout_s %lld s: serving the keys that came here without it",
+                    nmissing, missing, (long long)srv->cfg.node_timeout_s);
+    else
+        DS_LOG_INFO("cluster: every member sent its rebuild");
+    ds__ring_free(h->rb_old);
+    h->rb_old = NULL;
+    /* The writes that waited ask again (what they wait for now is there). */
+    rb_wait_t *w = h->rb_waits;
+    h->rb_waits = NULL;
+    while (w) {
+        rb_wait_t *x = w;
+        w = x->next;
+        ds__req_unpark(x->d);
+        if (ds__req_gone(x->d))
+            ds__req_drop(x->d);
+        else
+            latch_wait_op(srv, x->d);
+        free(x);
+    }
+    return true;
+}
+
+bool rebuild_park(ds_server_t *srv, ds_req_t *r)
+{
+    ds_holds_t *h = holds(srv);
+    rb_wait_t *x = h ? malloc(sizeof(*x)) : NULL;
+    ds_req_t *d = x ? ds__req_park(r, NULL, NULL) : NULL;
+    if (d == NULL) {
+        free(x);
+        return false;
+    }
+    x->d = d;
+    x->next = h->rb_waits;
+    h->rb_waits = x;
+    return true;
+}
+
+uint64_t ds__rebuild_tick(ds_server_t *srv, uint64_t now)
+{
+    ds_holds_t *h = *ds__cluster_holds(srv);
+    if (h == NULL || h->rb_old == NULL || h->rb_waits == NULL) return 0;
+    if (now < h->rb_until) return h->rb_until;
+    (void)rebuild_settled(srv, h);
+    return 0;
+}
+
+bool ds__rebuild_pending(ds_server_t *srv, const char *key, uint32_t len, char *msg, size_t cap)
+{
+    ds_holds_t *h = *ds__cluster_holds(srv);
+    if (h == NULL || h->rb_old == NULL) return false;
+    const char *owner = ds__cluster_owner(srv, key, len);
+    if (owner == NULL || !is_self(srv, owner)) return false;
+    const char *was = ds__ring_owner(h->rb_old, key, len);
+    if (was && is_self(srv, was)) return false; /* owned here before the change */
+    if (ds__key_check(key, len, msg, cap) != 0 || rebuild_settled(srv, h)) return false;
+    snprintf(msg, cap,
+             "key '%.*s': its owner %s is rebuilding the cluster's holds after a ring change "
+             "(recovery is incomplete); try again",
+             (int)(len > 64 ? 64 : len), key, owner);
+    return true;
+}
+
+void rebuild_done_op(ds_server_t *srv, ds_req_t *r)
+{
+    ds_rbuf_t rb;
+    ds__rbuf_init(&rb, r->meta, r->meta_len);
+    const char *from;
+    uint32_t fl = ds__rbuf_str(&rb, &from);
+    uint64_t id = ds__rbuf_u64(&rb);
+    ds_holds_t *h = holds(srv);
+    if (rb.err || fl == 0 || fl >= sizeof(h->done->addr)) {
+        ds__req_error(r, DS_K_INVALID, "malformed REBUILD_DONE");
+        return;
+    }
+    if (h == NULL) {
+        ds__req_error(r, DS_K_OUT_OF_MEMORY, "out of memory");
+        return;
+    }
+    done_peer_t *x = h->done;
+    while (x && (strlen(x->addr) != fl || memcmp(x->addr, from, fl) != 0))
+        x = x->next;
+    if (x == NULL) {
+        if ((x = calloc(1, sizeof(*x))) == NULL) {
+            ds__req_error(r, DS_K_OUT_OF_MEMORY, "out of memory");
+            return;
+        }
+        memcpy(x->addr, from, fl);
+        x->next = h->done;
+        h->done = x;
+    }
+    x->ring_id = id;
+    (void)rebuild_settled(srv, h);
+    ds__req_error(r, DS_K_OK, "%s", "");
 }

@@ -138,6 +138,11 @@ const char *ds__cluster_owner(ds_server_t *srv, const char *key, size_t len);
  * it, when that was another member still in the ring; else NULL. */
 const char *ds__cluster_prev_owner(ds_server_t *srv, const char *key, size_t len);
 const char *ds__cluster_self(ds_server_t *srv);
+/* The key's owner should this worker leave the ring (NULL: no other member). */
+const char *ds__cluster_backup(ds_server_t *srv, const char *key, size_t len);
+/* The current members' identity (addresses and worker ids): equal on every
+ * worker that sees the same members. */
+uint64_t ds__cluster_ring_id(ds_server_t *srv);
 ds_meta_t *ds__cluster_meta(ds_server_t *srv);
 ds_job_t *ds__job_new(ds_pend_t *p, const char *addr, uint16_t op, void (*done)(ds_job_t *));
 /* ds__job_new with j->idx room for n entries (which of the request's keys
@@ -235,6 +240,21 @@ void ds__holds_member_left(ds_server_t *srv, const char *addr);
 /* The ring changed: this worker's sessions' latches and references on keys
  * whose owner changed are taken again at the new owner. */
 void ds__holds_ring_changed(ds_server_t *srv, const ds_ring_t *old_ring);
+/* The rebuild after a ring change (cluster_hold_ring.c). Each worker tells
+ * every member once what it sent for the change has been answered
+ * (REBUILD_DONE); until every member did, or --node_timeout_s passed, a
+ * key that came to this worker with the change is being rebuilt here, and
+ * its holds, latches, seals and nests answer K_TRY_AGAIN.
+ * ds__rebuild_round starts it (after the change's rebuild is sent);
+ * ds__rebuild_submit sends a job that carries rebuilt state (the DONE
+ * waits for it); ds__rebuild_pending: whether key (owned here) is being
+ * rebuilt, with the message then in msg. */
+void ds__rebuild_round(ds_server_t *srv, const ds_ring_t *old_ring);
+void ds__rebuild_submit(ds_server_t *srv, ds_job_t *j);
+bool ds__rebuild_pending(ds_server_t *srv, const char *key, uint32_t len, char *msg, size_t cap);
+/* Ends the wait once its time is over (resuming the LATCH_WAITs held for
+ * it); returns when it ends (0: no wait with LATCH_WAITs held). */
+uint64_t ds__rebuild_tick(ds_server_t *srv, uint64_t now);
 void ds__holds_free(ds_holds_t *h);
 
 /* cluster_seal.c: seal marks and nested references at each key's owner

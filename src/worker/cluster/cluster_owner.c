@@ -314,6 +314,7 @@ void ds__cluster_peer_op(ds_server_t *srv, ds_req_t *r)
     case DS_OP_LATCH_WAIT:
     case DS_OP_LATCH_HINT:
     case DS_OP_HOLDER_END:
+    case DS_OP_REBUILD_DONE:
         ds__holds_peer_op(srv, r);
         break;
     case DS_OP_SEAL_OWNED:

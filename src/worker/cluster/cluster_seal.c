@@ -422,6 +422,8 @@ void ds__seal_client(ds_server_t *srv, ds_req_t *r)
         ds_status_t st = DS_K_OK;
         if (ds__key_check(k, kl, msg, sizeof(msg)) != 0) {
             st = DS_K_INVALID;
+        } else if (ds__rebuild_pending(srv, k, kl, msg, sizeof(msg))) {
+            st = DS_K_TRY_AGAIN;
         } else if (ds__holds_owns(srv, k, kl)) {
             st = owner_mark(srv, k, kl, msg, sizeof(msg));
             if (st == DS_K_OK && mine) mine[nmine++] = i;
@@ -475,7 +477,9 @@ static void op_seal_owned(ds_server_t *srv, ds_req_t *r)
     uint32_t *ok = calloc(p->n, sizeof(*ok)), nok = 0;
     for (uint32_t i = 0; i < p->n; i++) {
         char msg[256];
-        ds_status_t st = owner_mark(srv, p->keys[i], p->keylens[i], msg, sizeof(msg));
+        ds_status_t st = ds__rebuild_pending(srv, p->keys[i], p->keylens[i], msg, sizeof(msg))
+                             ? DS_K_TRY_AGAIN
+                             : owner_mark(srv, p->keys[i], p->keylens[i], msg, sizeof(msg));
         p->status[i] = (uint32_t)st;
         if (st != DS_K_OK)
             seal_err(p, i, msg);
@@ -552,6 +556,10 @@ bool ds__nest_client(ds_server_t *srv, ds_req_t *r)
     char msg[256];
     if (rb.err || ds__key_check(parent, pl, msg, sizeof(msg)) != 0) return false;
     const char *owner = ds__cluster_owner(srv, parent, pl);
+    if (ds__rebuild_pending(srv, parent, pl, msg, sizeof(msg))) {
+        ds__req_error(r, DS_K_TRY_AGAIN, "%s", msg);
+        return true;
+    }
     if (owner == NULL || ds__holds_owns(srv, parent, pl)) return false;
     ds_pend_t *p = ds__pend_new(srv, r, nest_relay_finish);
     relay_t *x = p ? calloc(1, sizeof(*x)) : NULL;
@@ -602,7 +610,7 @@ static void kids_free(kids_t *b)
 }
 
 static void nest_hold_send(ds_server_t *srv, ds_pend_t *p, const char *owner, kids_t *b,
-                           const bool *take, uint32_t cnt)
+                           const bool *take, uint32_t cnt, bool rebuild)
 {
     ds_job_t *j = ds__job_new(p, owner, DS_OP_NEST_HOLD, quiet_done);
     if (j == NULL) return;
@@ -613,22 +621,36 @@ static void nest_hold_send(ds_server_t *srv, ds_pend_t *p, const char *owner, ki
             ds__wbuf_i32(&j->req, b->deltas[i]);
             ds__wbuf_str(&j->req, b->keys[i] + b->lens[i], b->plens[i]);
         }
-    ds__job_submit(srv, j);
+    if (rebuild)
+        ds__rebuild_submit(srv, j);
+    else
+        ds__job_submit(srv, j);
 }
 
-/* Sends each entry of b to its key's owner, one NEST_HOLD per owner,
- * counted in p (NULL: nobody waits). */
-static void kids_send(ds_server_t *srv, ds_pend_t *p, kids_t *b)
+/* Where a parent's hold on key is told: the key's owner, or, for a key
+ * owned here (as its parent is), the worker that owns it should this one
+ * leave, which keeps it as a second record (NULL: none). */
+static const char *hold_at(ds_server_t *srv, const char *k, uint32_t kl)
+{
+    const char *owner = ds__cluster_owner(srv, k, kl);
+    if (owner == NULL || strcmp(owner, ds__cluster_self(srv)) != 0) return owner;
+    return ds__cluster_backup(srv, k, kl);
+}
+
+/* Sends each entry of b where its hold is kept (hold_at), one NEST_HOLD
+ * per worker, counted in p (NULL: nobody waits); rebuild: the entries are
+ * a ring change's rebuild. */
+static void kids_send(ds_server_t *srv, ds_pend_t *p, kids_t *b, bool rebuild)
 {
     bool *done = calloc(b->n ? b->n : 1, sizeof(*done));
     bool *take = calloc(b->n ? b->n : 1, sizeof(*take));
     for (uint32_t a = 0; done && take && a < b->n; a++) {
         if (done[a]) continue;
-        const char *owner = ds__cluster_owner(srv, b->keys[a], b->lens[a]);
+        const char *owner = hold_at(srv, b->keys[a], b->lens[a]);
         if (owner == NULL) continue;
         uint32_t cnt = 0;
         for (uint32_t c = a; c < b->n; c++) {
-            const char *o2 = done[c] ? NULL : ds__cluster_owner(srv, b->keys[c], b->lens[c]);
+            const char *o2 = done[c] ? NULL : hold_at(srv, b->keys[c], b->lens[c]);
             take[c] = o2 && strcmp(o2, owner) == 0;
             if (take[c]) {
                 done[c] = true;
@@ -637,7 +659,7 @@ static void kids_send(ds_server_t *srv, ds_pend_t *p, kids_t *b)
         }
         for (uint32_t c = 0; c < a; c++)
             take[c] = false;
-        nest_hold_send(srv, p, owner, b, take, cnt);
+        nest_hold_send(srv, p, owner, b, take, cnt, rebuild);
     }
     free(done);
     free(take);
@@ -673,7 +695,7 @@ void ds__nest_kid_hold(ds_server_t *srv, void **batch, const char *parent, uint3
         b->deltas[b->n++] = delta;
     }
     if (b != &one) return;
-    kids_send(srv, NULL, &one);
+    kids_send(srv, NULL, &one, false);
     for (uint32_t i = 0; i < one.n; i++)
         free(one.keys[i]);
     free(one.keys);
@@ -718,13 +740,13 @@ void ds__nest_answer(ds_server_t *srv, void *batch, ds_req_t *r, ds_status_t st,
         a->st = st;
         p->ext = a;
         p->ext_free = answer_free;
-        kids_send(srv, p, b);
+        kids_send(srv, p, b, false);
         ds__pend_start(p);
     } else {
         /* Nothing to wait for (or out of memory: the holds go unawaited). */
         free(a);
         if (p) ds__pend_free(p);
-        if (b) kids_send(srv, NULL, b);
+        if (b) kids_send(srv, NULL, b, false);
         ds__req_reply(r, st, w, NULL, 0, NULL, 0, -1);
     }
     kids_free(b);
@@ -795,7 +817,7 @@ static void rebuild_flush(rebuild_t *rb, size_t i)
     if (j == NULL) return;
     uint32_t c = rb->counts[i];
     memcpy(j->req.buf + rb->count_at[i], &c, sizeof(c)); /* wire fields are little-endian */
-    ds__job_submit(rb->srv, j);
+    ds__rebuild_submit(rb->srv, j);
     rb->jobs[i] = NULL;
     rb->counts[i] = 0;
 }
@@ -943,23 +965,66 @@ static void seals_ring_changed(ds_server_t *srv, rebuild_t *rb)
 typedef struct {
     ds_server_t *srv;
     const ds_ring_t *old;
+    ds_ring_t *old_others; /* the old ring without this worker */
     rebuild_t *rb;
     void *remote; /* NEST_HOLDs to send (kid_hold's batch) */
     void *local;  /* (kid, delta, parent): delta 1 hold here, 0 adopt here */
     uint32_t moved;
 } nest_walk_t;
 
+/* A kid that was owned here: where its second record was kept (the old
+ * ring's owner without this worker), when that is still a member and not
+ * `except`; the record is let go there. */
+static void second_drop(nest_walk_t *w, const char *parent, uint32_t pl, const char *kid,
+                        uint32_t kl, const char *except)
+{
+    const char *was = w->old_others ? ds__ring_owner(w->old_others, kid, kl) : NULL;
+    if (was == NULL || (except && strcmp(was, except) == 0) ||
+        !ds__ring_has(ds__cluster_ring(w->srv), was))
+        return;
+    kids_t one = {0};
+    char *k = malloc(kl + pl ? kl + pl : 1);
+    char *keys[1] = {k};
+    uint32_t lens[1] = {kl}, plens[1] = {pl};
+    int32_t deltas[1] = {-1};
+    bool take[1] = {true};
+    if (k == NULL) return;
+    memcpy(k, kid, kl);
+    memcpy(k + kl, parent, pl);
+    one.n = one.cap = 1;
+    one.keys = keys;
+    one.lens = lens;
+    one.plens = plens;
+    one.deltas = deltas;
+    nest_hold_send(w->srv, NULL, was, &one, take, 1, true);
+    free(k);
+}
+
 /* A parent owned here lists kid: a kid whose owner changed is held again
- * at its new owner. */
+ * at its new owner; a kid owned here, as its parent is, keeps its second
+ * record at the worker that would own it should this one leave. */
 static void walk_kid(void *ctx, const char *parent, uint32_t pl, const char *kid, uint32_t kl)
 {
     nest_walk_t *w = ctx;
     if (!ds__holds_owns(w->srv, parent, pl)) return;
     const char *owner = owner_moved(w->srv, w->old, kid, kl);
-    if (owner == NULL) return;
+    bool mine = ds__holds_owns(w->srv, kid, kl);
+    const char *was_own = w->old ? ds__ring_owner(w->old, kid, kl) : NULL;
+    bool was_mine = was_own && is_self_addr(w->srv, was_own);
+    if (owner == NULL) {
+        if (!mine) return;
+        const char *now2 = ds__cluster_backup(w->srv, kid, kl);
+        const char *was2 = w->old_others ? ds__ring_owner(w->old_others, kid, kl) : NULL;
+        if (now2 == NULL || (was2 && strcmp(now2, was2) == 0)) return;
+        w->moved++;
+        ds__nest_kid_hold(w->srv, &w->remote, parent, pl, kid, kl, 1);
+        second_drop(w, parent, pl, kid, kl, now2);
+        return;
+    }
     w->moved++;
-    ds__nest_kid_hold(w->srv, is_self_addr(w->srv, owner) ? &w->local : &w->remote, parent, pl, kid,
-                      kl, 1);
+    ds__nest_kid_hold(w->srv, mine ? &w->local : &w->remote, parent, pl, kid, kl, 1);
+    if (mine) ds__nest_kid_hold(w->srv, &w->remote, parent, pl, kid, kl, 1); /* its second record */
+    if (was_mine) second_drop(w, parent, pl, kid, kl, owner);
 }
 
 /* A parent owned elsewhere holds kid here: a parent whose owner changed
@@ -970,15 +1035,29 @@ static void walk_parent(void *ctx, const char *parent, uint32_t pl, const char *
     const char *owner = owner_moved(w->srv, w->old, parent, pl);
     if (owner == NULL) return;
     w->moved++;
-    if (is_self_addr(w->srv, owner))
+    bool kid_mine = ds__holds_owns(w->srv, kid, kl);
+    if (is_self_addr(w->srv, owner)) {
         ds__nest_kid_hold(w->srv, &w->local, parent, pl, kid, kl, 0);
-    else
-        rebuild_add(w->rb, owner, parent, pl, kid, kl, 0);
+        /* Parent and kid owned here now: the kid's second record. */
+        if (kid_mine) ds__nest_kid_hold(w->srv, &w->remote, parent, pl, kid, kl, 1);
+        return;
+    }
+    rebuild_add(w->rb, owner, parent, pl, kid, kl, 0);
+    /* The parent went elsewhere: the kid owned here needs no second record. */
+    const char *was = w->old ? ds__ring_owner(w->old, parent, pl) : NULL;
+    if (kid_mine && was && is_self_addr(w->srv, was)) second_drop(w, parent, pl, kid, kl, NULL);
 }
 
 static void nests_ring_changed(ds_server_t *srv, rebuild_t *rb)
 {
     nest_walk_t w = {.srv = srv, .old = rb->old, .rb = rb};
+    size_t no = rb->old ? ds__ring_size(rb->old) : 0, nk = 0;
+    const char **others = malloc((no ? no : 1) * sizeof(*others));
+    for (size_t i = 0; others && i < no; i++)
+        if (!is_self_addr(srv, ds__ring_member(rb->old, i)))
+            others[nk++] = ds__ring_member(rb->old, i);
+    w.old_others = others ? ds__ring_build(others, nk) : NULL;
+    free(others);
     rb->what = REBUILD_NEST;
     ds__grefs_walk(srv, walk_kid, walk_parent, &w);
     rebuild_done(rb);
@@ -993,8 +1072,9 @@ static void nests_ring_changed(ds_server_t *srv, rebuild_t *rb)
                                   sizeof(msg));
     }
     kids_free(loc);
-    if (w.remote) kids_send(srv, NULL, w.remote);
+    if (w.remote) kids_send(srv, NULL, w.remote, true);
     kids_free(w.remote);
+    ds__ring_free(w.old_others);
     if (w.moved) DS_LOG_INFO("cluster: %u nested holds told to new owners", w.moved);
 }
 
@@ -1087,6 +1167,14 @@ void ds__seal_peer_op(ds_server_t *srv, ds_req_t *r)
         ds__rbuf_init(&rb, r->meta, r->meta_len);
         if (ds__rbuf_i32(&rb) != DS_GREF_NEST || rb.err) {
             ds__req_error(r, DS_K_INVALID, "malformed NEST_OWNED: not a NEST");
+            break;
+        }
+        (void)ds__rbuf_u32(&rb);
+        const char *parent;
+        uint32_t pl = ds__rbuf_str(&rb, &parent);
+        char msg[256];
+        if (!rb.err && ds__rebuild_pending(srv, parent, pl, msg, sizeof(msg))) {
+            ds__req_error(r, DS_K_TRY_AGAIN, "%s", msg);
             break;
         }
         ds__ops_gref(srv, r);

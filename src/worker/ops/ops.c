@@ -810,6 +810,7 @@ void ds__ops_dispatch(void *ctx, ds_req_t *r)
     case DS_OP_MIGRATE:
     case DS_OP_META_MOVE:
     case DS_OP_USAGE:
+    case DS_OP_REBUILD_DONE:
         if (srv->remote)
             srv->remote->peer_op(srv, r);
         else

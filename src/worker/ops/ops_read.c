@@ -266,6 +266,39 @@ static bool kids_have(const char *q, uint32_t nkids, const char *k, uint32_t kl)
     return false;
 }
 
+/* Removes k from the blob (n entries of u32 length, bytes; len bytes in
+ * all): true when it was there. */
+static bool blob_remove(char *q, uint32_t *n, uint32_t *len, const char *k, uint32_t kl)
+{
+    char *u = q;
+    for (uint32_t i = 0; u && i < *n; i++) {
+        uint32_t l;
+        memcpy(&l, u, sizeof(l));
+        size_t sz = sizeof(l) + l;
+        if (l == kl && memcmp(u + sizeof(l), k, kl) == 0) {
+            memmove(u, u + sz, (size_t)(q + *len - (u + sz)));
+            *len -= (uint32_t)sz;
+            (*n)--;
+            return true;
+        }
+        u += sz;
+    }
+    return false;
+}
+
+/* Appends k to the blob; false when out of memory. */
+static bool blob_add(char **q, uint32_t *n, uint32_t *len, const char *k, uint32_t kl)
+{
+    char *nq = realloc(*q, *len + sizeof(uint32_t) + kl);
+    if (nq == NULL) return false;
+    memcpy(nq + *len, &kl, sizeof(kl));
+    memcpy(nq + *len + sizeof(kl), k, kl);
+    *q = nq;
+    *len += (uint32_t)(sizeof(kl) + kl);
+    (*n)++;
+    return true;
+}
+
 /* Drops the holds of the detached entries on the list todo (linked by
  * next) on their kids and frees them; a kid left with no count and no hold
  * goes too (its object deleted), and so on down, with a work list rather
@@ -289,7 +322,12 @@ static void gref_release_kids(ds_server_t *srv, gref_t *todo, void **batch)
             }
             gref_t **cp = gref_find(g, k, kl);
             gref_t *c = *cp;
-            if (c == NULL || c->nested == 0) continue;
+            if (c == NULL || c->nested == 0 ||
+                !blob_remove(c->parents, &c->nparents, &c->parents_len, p->key, p->keylen))
+                continue;
+            /* A kid owned here too: its second record goes (kid_hold). */
+            if (srv->remote && srv->remote->kid_hold)
+                srv->remote->kid_hold(srv, batch, p->key, p->keylen, k, kl, -1);
             if (--c->nested > 0 || c->count > 0) continue;
             *cp = c->next;
             g->n--;
@@ -434,6 +472,10 @@ static void gref_nest(ds_server_t *srv, ds_req_t *r, ds_rbuf_t *rb, uint32_t n)
      * never reaches 0 in between. */
     uint32_t held = 0;
     char *q = kids;
+    /* A kid owned here is held once per parent (its parents name it), as
+     * at an owner elsewhere; added[i]: the hold is new. */
+    bool *added = st == DS_K_OK ? calloc(n, sizeof(*added)) : NULL;
+    if (st == DS_K_OK && added == NULL) st = DS_K_OUT_OF_MEMORY;
     for (uint32_t i = 1; st == DS_K_OK && i < n; i++, held++) {
         gref_t *c = kid_remote(srv, ks[i], ls[i]) ? NULL : *gref_find(g, ks[i], ls[i]);
         if (c == NULL && !kid_remote(srv, ks[i], ls[i]) &&
@@ -441,7 +483,14 @@ static void gref_nest(ds_server_t *srv, ds_req_t *r, ds_rbuf_t *rb, uint32_t n)
             st = DS_K_OUT_OF_MEMORY;
             break;
         }
-        if (c) c->nested++;
+        if (c && !kids_have(c->parents, c->nparents, ks[0], ls[0])) {
+            if (!blob_add(&c->parents, &c->nparents, &c->parents_len, ks[0], ls[0])) {
+                st = DS_K_OUT_OF_MEMORY;
+                break;
+            }
+            c->nested++;
+            added[i] = true;
+        }
         memcpy(q, &ls[i], sizeof(uint32_t));
         memcpy(q + sizeof(uint32_t), ks[i], ls[i]);
         q += sizeof(uint32_t) + ls[i];
@@ -465,16 +514,19 @@ static void gref_nest(ds_server_t *srv, ds_req_t *r, ds_rbuf_t *rb, uint32_t n)
             for (uint32_t i = 0; i < p->nkids; i++) {
                 uint32_t kl;
                 memcpy(&kl, u, sizeof(kl));
-                if (!kid_remote(srv, u + sizeof(kl), kl) ||
-                    !kids_have(kids, n - 1, u + sizeof(kl), kl)) {
+                if (!kids_have(kids, n - 1, u + sizeof(kl), kl)) {
                     memcpy(v, u, sizeof(kl) + kl);
                     v += sizeof(kl) + kl;
                     old->nkids++;
                 }
                 u += sizeof(kl) + kl;
             }
+            /* Kids owned here are held at their second record's worker too
+             * (kid_hold), which owns them should this worker leave. */
             for (uint32_t i = 1; i < n; i++)
-                if (kid_remote(srv, ks[i], ls[i]) && !kids_have(p->kids, p->nkids, ks[i], ls[i]))
+                if (kid_remote(srv, ks[i], ls[i])
+                        ? !kids_have(p->kids, p->nkids, ks[i], ls[i])
+                        : added[i] && srv->remote && srv->remote->kid_hold)
                     srv->remote->kid_hold(srv, &batch, ks[0], ls[0], ks[i], ls[i], 1);
             old->kids = gone;
             free(p->kids);
@@ -491,17 +543,14 @@ static void gref_nest(ds_server_t *srv, ds_req_t *r, ds_rbuf_t *rb, uint32_t n)
     }
     if (st != DS_K_OK) {
         /* Undo the holds taken. */
-        const char *u = kids;
-        for (uint32_t i = 0; u && i < held; i++) {
-            uint32_t kl;
-            memcpy(&kl, u, sizeof(kl));
-            gref_t *c =
-                kid_remote(srv, u + sizeof(kl), kl) ? NULL : *gref_find(g, u + sizeof(kl), kl);
-            if (c) c->nested--;
-            u += sizeof(kl) + kl;
+        for (uint32_t i = 1; added && i <= held && i < n; i++) {
+            gref_t *c = added[i] ? *gref_find(g, ks[i], ls[i]) : NULL;
+            if (c && blob_remove(c->parents, &c->nparents, &c->parents_len, ks[0], ls[0]))
+                c->nested--;
         }
         free(kids);
     }
+    free(added);
     ds_wbuf_t w;
     ds__wbuf_init(&w);
     ds__wbuf_cstr(&w, "");
@@ -635,39 +684,6 @@ void ds__ops_grefs_deleted(ds_server_t *srv, const char *k, uint32_t kl)
     }
 }
 
-/* Removes k from the blob (n entries of u32 length, bytes; len bytes in
- * all): true when it was there. */
-static bool blob_remove(char *q, uint32_t *n, uint32_t *len, const char *k, uint32_t kl)
-{
-    char *u = q;
-    for (uint32_t i = 0; u && i < *n; i++) {
-        uint32_t l;
-        memcpy(&l, u, sizeof(l));
-        size_t sz = sizeof(l) + l;
-        if (l == kl && memcmp(u + sizeof(l), k, kl) == 0) {
-            memmove(u, u + sz, (size_t)(q + *len - (u + sz)));
-            *len -= (uint32_t)sz;
-            (*n)--;
-            return true;
-        }
-        u += sz;
-    }
-    return false;
-}
-
-/* Appends k to the blob; false when out of memory. */
-static bool blob_add(char **q, uint32_t *n, uint32_t *len, const char *k, uint32_t kl)
-{
-    char *nq = realloc(*q, *len + sizeof(uint32_t) + kl);
-    if (nq == NULL) return false;
-    memcpy(nq + *len, &kl, sizeof(kl));
-    memcpy(nq + *len + sizeof(kl), k, kl);
-    *q = nq;
-    *len += (uint32_t)(sizeof(kl) + kl);
-    (*n)++;
-    return true;
-}
-
 ds_status_t ds__gref_nested(ds_server_t *srv, const char *k, uint32_t kl, const char *parent,
                             uint32_t pl, int32_t delta, char *msg, size_t cap)
 {
@@ -688,7 +704,19 @@ ds_status_t ds__gref_nested(ds_server_t *srv, const char *k, uint32_t kl, const 
     }
     if (e == NULL || e->nested == 0) return DS_K_OK; /* nothing held: nothing to let go */
     if (!blob_remove(e->parents, &e->nparents, &e->parents_len, parent, pl)) return DS_K_OK;
-    if (--e->nested == 0 && e->count == 0) gref_gone(srv, pp);
+    if (--e->nested > 0 || e->count > 0) return DS_K_OK;
+    if (srv->remote && srv->remote->owns && !srv->remote->owns(srv, k, kl)) {
+        /* A second record (the key is owned elsewhere): it goes, the
+         * object stays (its owner decides). */
+        *pp = e->next;
+        g->n--;
+        free(e->kids);
+        free(e->parents);
+        free_holders(e->holders);
+        free(e);
+        return DS_K_OK;
+    }
+    gref_gone(srv, pp);
     return DS_K_OK;
 oom:
     snprintf(msg, cap, "out of memory");
