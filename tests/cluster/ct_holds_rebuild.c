@@ -210,5 +210,5 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_new_owner_answers_try_again_until_rebuilt),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return dst_run_group_tests(tests, setup, teardown);
 }
