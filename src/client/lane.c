@@ -179,7 +179,6 @@ static void promise_sess(void *arg)
 
 uint64_t ds__lane_copy_in_sess(ds_sess_t *s, uint8_t *dst, const void *src, size_t n)
 {
-    DS__TSAN_WRITING(s->base);
     if (n < DS_LANE_AHEAD_MIN || atomic_load_explicit(&s->lane_bell, memory_order_acquire) < 0 ||
         !atomic_load_explicit(&s->promise_ok, memory_order_relaxed)) {
         ds__shm_index_copy_in(dst, src, n);
