@@ -227,7 +227,9 @@ DS_EXPORT const void *ds_buffer_data(const ds_buffer_t *buf);
 DS_EXPORT void *ds_buffer_mutable_data(ds_buffer_t *buf);
 /* Yuanrong's Buffer::MemoryCopy: copies length bytes of data (the caller's,
  * not kept) to the start of an unpublished buffer, with the copy a set uses
- * into the arena (faster than a plain memcpy for large values). K_INVALID
+ * into the arena (faster than a plain memcpy for large values); from 256 KiB
+ * into a local buffer it also wakes the worker ahead of the publish that
+ * is expected next, as a set wakes it ahead of its request. K_INVALID
  * for a NULL buffer or data, a length not in (0, size], or a published
  * buffer. */
 DS_EXPORT ds_status_t ds_buffer_memory_copy(ds_buffer_t *buf, const void *data, size_t length);

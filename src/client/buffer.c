@@ -185,10 +185,11 @@ ds_status_t ds_buffer_memory_copy(ds_buffer_t *b, const void *data, size_t lengt
     if (dst == NULL)
         return ds__set_error(DS_K_INVALID, "the buffer of key '%.*s' is already published", KQ,
                              b->key);
-    /* Into the arena: the copy a set makes (non-temporal stores for large
-     * values where they are faster), not the caller's memcpy. */
+    /* Into the arena: the copy a set makes (its way chosen for the value's
+     * size, common/copy.h), not the caller's memcpy, and like a set's it
+     * wakes the worker ahead of the publish that follows (client/lane.c). */
     if (b->kind == DS_BUF_SHM)
-        ds__shm_index_copy_in(dst, data, length);
+        b->promised = ds__lane_copy_in_sess(b->sess, dst, data, length);
     else
         memcpy(dst, data, length);
     return DS_K_OK;
@@ -547,6 +548,8 @@ static ds_status_t publish_space(ds_conn_t *conn, ds_buffer_t *b, uint64_t deadl
                               memory_order_seq_cst);
         ds__shm_pins_fence();
     }
+    ds__lane_take_promise(conn, b->promised);
+    b->promised = 0;
     ds__space_begin(conn, b->handle, want, DS_SETR_PIN | (slot >= 0 ? DS_SETR_SHM_PIN : 0));
     ds__wbuf_u8(&conn->w, (uint8_t)b->param.write_mode);
     ds__wbuf_u32(&conn->w, b->param.ttl_second);
@@ -669,6 +672,8 @@ static void publish_on(ds_conn_t *conn, size_t n, ds_buffer_t *const *bufs, cons
         ds__conn_begin(conn);
         ds__wbuf_u32(&conn->w, (uint32_t)k);
         for (size_t i = 0; i < k; i++) {
+            ds__lane_take_promise(conn, bufs[idx[i]]->promised);
+            bufs[idx[i]]->promised = 0;
             ds__wbuf_u64(&conn->w, bufs[idx[i]]->handle);
             DS__TSAN_PUBLISHED(bufs[idx[i]]->sess->base, bufs[idx[i]]->data);
         }

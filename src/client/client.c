@@ -63,6 +63,8 @@ void ds__sess_unref(ds_sess_t *s)
     /* Closing the anchor ends the worker session (if no pool connection of it
      * is left), which drops every pin; only then is unmapping safe to do. */
     if (s->anchor_fd >= 0) close(s->anchor_fd);
+    int bell = atomic_load(&s->lane_bell);
+    if (bell >= 0) close(bell);
     if (s->base) munmap(s->base, s->size);
     pthread_mutex_destroy(&s->anchor_mu);
     pthread_mutex_destroy(&s->defer_mu);
@@ -214,6 +216,9 @@ static ds_status_t sess_new(const ds_hello_t *h, int *fd, ds_sess_t **out)
     s->pipeline = (h->features & DS_FEATURE_PIPELINE) != 0;
     s->worker_pid = h->pid;
     s->anchor_fd = -1;
+    atomic_init(&s->lane_hub, NULL);
+    atomic_init(&s->lane_bell, -1);
+    atomic_init(&s->promise_ok, false);
     snprintf(s->worker_id, sizeof(s->worker_id), "%s", h->worker_id);
     snprintf(s->key, sizeof(s->key), "%s", h->session_key);
     if (h->arena_fd >= 0) {

@@ -137,6 +137,14 @@ typedef struct ds_sess {
     /* The client's UCX address this session registered (UCX_ADDR), as the
      * UCX worker generation + 1 (ds__cucx_begin); 0 = none yet. */
     _Atomic uint64_t ucx_registered;
+    /* For a promise made outside any connection (ds_buffer_memory_copy,
+     * lane.c): the worker's lane hub and a doorbell of the session's own
+     * (a dup of its first lane's, closed with the session; -1 = no lane
+     * yet), set once by the first lane that attaches; promise_ok: the
+     * client polls for answers (a client that does not makes no promises). */
+    _Atomic(ds_lane_hub_t *) lane_hub;
+    atomic_int lane_bell;
+    atomic_bool promise_ok;
 } ds_sess_t;
 
 /* One piece of a request's data section: user memory, or bytes coalesced
@@ -332,6 +340,9 @@ struct ds_buffer {
     /* A local buffer over a space of its own (handle is the space's) that
      * publish turns into the value with one SETR; param says how. */
     bool space;
+    /* The promise ds_buffer_memory_copy made the worker (its hub's soon
+     * value; 0 = none): publish's request takes it back (lane.c). */
+    uint64_t promised;
     ds_set_param_t param; /* remote create and space: how publish will write it */
     char key[];
 };
@@ -447,6 +458,13 @@ typedef struct {
 } ds_lane_ahead_t;
 void ds__lane_ahead_init(ds_lane_ahead_t *a, ds_conn_t *conn, uint64_t total);
 void ds__lane_copy_in(ds_lane_ahead_t *a, uint8_t *dst, const void *src, size_t n);
+/* A value copied into the arena outside any request (ds_buffer_memory_copy
+ * into a buffer of session s): copied as ds__lane_copy_in copies a set's,
+ * promising the worker a request (the publish that follows) before its last
+ * DS_LANE_AHEAD_BYTES. The promise's soon value (0 = none made). */
+uint64_t ds__lane_copy_in_sess(ds_sess_t *s, uint8_t *dst, const void *src, size_t n);
+/* Makes the request conn sends next take back the promise soon (0: none). */
+void ds__lane_take_promise(ds_conn_t *conn, uint64_t soon);
 /* ---- mux.c: the shared connection (Multiplexing, above) ---- */
 
 /* Wraps a connected socket of sess (takes it over, and a reference on sess). */

@@ -15,6 +15,7 @@
 #include "common/tsan.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <sched.h>
 #include <stdlib.h>
@@ -52,6 +53,19 @@ ds_status_t ds__lane_attach(ds_conn_t *conn, uint64_t hub_off, uint64_t lane_off
     conn->ops = &ds__lane_ops;
     atomic_store_explicit(&conn->lane.l->client_polls, conn->spin.max_ns != 0,
                           memory_order_relaxed);
+    /* The session's first lane lends it the hub and a doorbell of its own
+     * (the hub is one per worker, so every lane's is the same). */
+    if (atomic_load_explicit(&s->lane_bell, memory_order_acquire) < 0) {
+        int bell = fcntl(bell_fd, F_DUPFD_CLOEXEC, 0);
+        int none = -1;
+        if (bell >= 0) {
+            atomic_store_explicit(&s->lane_hub, conn->lane.hub, memory_order_relaxed);
+            atomic_store_explicit(&s->promise_ok, conn->spin.max_ns != 0, memory_order_relaxed);
+            if (!atomic_compare_exchange_strong_explicit(
+                    &s->lane_bell, &none, bell, memory_order_release, memory_order_relaxed))
+                close(bell);
+        }
+    }
     return DS_K_OK;
 }
 
@@ -111,12 +125,11 @@ void ds__lane_ahead_init(ds_lane_ahead_t *a, ds_conn_t *conn, uint64_t total)
  * 1 GB/s, plus a margin) and rings the doorbell if it sleeps; not when this
  * thread runs on the worker's CPU, where a woken worker would only take
  * turns with the copy, nor to a worker whose polling is off. */
-static void promise(ds_conn_t *conn, uint64_t left)
+static uint64_t promise_on(ds_lane_hub_t *hub, int bell_fd, uint64_t left)
 {
-    ds_lane_hub_t *hub = conn->lane.hub;
     uint32_t worker_cpu = atomic_load_explicit(&hub->worker_cpu, memory_order_relaxed);
     int cpu = sched_getcpu();
-    if (worker_cpu == DS_LANE_CPU_NONE || (cpu >= 0 && (uint32_t)cpu == worker_cpu)) return;
+    if (worker_cpu == DS_LANE_CPU_NONE || (cpu >= 0 && (uint32_t)cpu == worker_cpu)) return 0;
     uint64_t ahead = left + DS_LANE_AHEAD_MARGIN_NS;
     if (ahead > DS_LANE_AHEAD_MAX_NS) ahead = DS_LANE_AHEAD_MAX_NS;
     uint64_t now = ds__now_ns(), soon = now + ahead;
@@ -126,24 +139,76 @@ static void promise(ds_conn_t *conn, uint64_t left)
     while ((cur < soon || cur - now > DS_LANE_AHEAD_MAX_NS) &&
            !atomic_compare_exchange_weak(&hub->soon, &cur, soon)) {
     }
-    conn->lane.soon = soon;
     if (atomic_load_explicit(&hub->sleeping, memory_order_seq_cst)) {
         uint64_t one = 1;
-        (void)!write(conn->lane.bell_fd, &one, sizeof(one));
+        (void)!write(bell_fd, &one, sizeof(one));
     }
+    return soon;
+}
+
+static void promise(ds_conn_t *conn, uint64_t left)
+{
+    uint64_t soon = promise_on(conn->lane.hub, conn->lane.bell_fd, left);
+    if (soon) conn->lane.soon = soon;
+}
+
+typedef struct {
+    ds_lane_ahead_t *a;
+    uint64_t left; /* bytes left to copy when the promise is made */
+} due_t;
+
+static void promise_due(void *arg)
+{
+    due_t *d = arg;
+    d->a->armed = false;
+    promise(d->a->conn, d->left);
+}
+
+typedef struct {
+    ds_sess_t *s;
+    uint64_t left, soon;
+} sess_due_t;
+
+static void promise_sess(void *arg)
+{
+    sess_due_t *d = arg;
+    int bell = atomic_load_explicit(&d->s->lane_bell, memory_order_acquire);
+    d->soon =
+        promise_on(atomic_load_explicit(&d->s->lane_hub, memory_order_relaxed), bell, d->left);
+}
+
+uint64_t ds__lane_copy_in_sess(ds_sess_t *s, uint8_t *dst, const void *src, size_t n)
+{
+    if (n < DS_LANE_AHEAD_MIN || atomic_load_explicit(&s->lane_bell, memory_order_acquire) < 0 ||
+        !atomic_load_explicit(&s->promise_ok, memory_order_relaxed)) {
+        ds__shm_index_copy_in(dst, src, n);
+        return 0;
+    }
+    size_t first = n > DS_LANE_AHEAD_BYTES ? n - DS_LANE_AHEAD_BYTES : 0;
+    sess_due_t d = {s, n - first, 0};
+    ds__shm_index_copy_in_mid(dst, src, n, first, promise_sess, &d);
+    return d.soon;
+}
+
+void ds__lane_take_promise(ds_conn_t *conn, uint64_t soon)
+{
+    /* Only a lane request takes a promise back; on the socket the promise
+     * runs out by itself (DS_LANE_AHEAD_MAX_NS at most). */
+    if (soon && conn->lane.l && conn->ops == &ds__lane_ops) conn->lane.soon = soon;
 }
 
 void ds__lane_copy_in(ds_lane_ahead_t *a, uint8_t *dst, const void *src, size_t n)
 {
     size_t first = n;
-    /* The promise falls due in this piece: copy up to it, make it, copy on. */
+    /* The promise falls due in this value: copy up to it, make it, copy on,
+     * as one copy of the value (its size picks the way, common/copy.h). */
     if (a->armed && a->left - n < DS_LANE_AHEAD_BYTES)
         first = a->left > DS_LANE_AHEAD_BYTES ? (size_t)(a->left - DS_LANE_AHEAD_BYTES) : 0;
-    if (first) ds__shm_index_copy_in(dst, src, first);
     if (first < n) {
-        a->armed = false;
-        promise(a->conn, a->left - first);
-        ds__shm_index_copy_in(dst + first, (const uint8_t *)src + first, n - first);
+        due_t d = {a, a->left - first};
+        ds__shm_index_copy_in_mid(dst, src, n, first, promise_due, &d);
+    } else {
+        ds__shm_index_copy_in(dst, src, n);
     }
     a->left -= n;
 }

@@ -70,6 +70,39 @@ static klass_t *class_of(klass_t *table, size_t n)
     return &table[k < CLASSES ? k : CLASSES - 1];
 }
 
+/* One copy: n bytes, with mid(arg) called once the first at bytes are
+ * copied (at == n, mid NULL: none). Its class, way and timing are the whole
+ * copy's, so that a value copied in two pieces (a set that wakes the
+ * worker before its last MiB, client/lane.c) is measured and copied as the
+ * same value copied at once (ds_buffer_memory_copy): split by size, the
+ * pieces fell into a smaller class, which chose its way apart. */
+typedef struct {
+    uint8_t *dst;
+    const uint8_t *src;
+    size_t n, at;
+    void (*mid)(void *);
+    void *arg;
+} job_t;
+
+static void job_by(int way, uint8_t *dst, const uint8_t *src, size_t n)
+{
+    if (n) ds__copy_by(way, dst, src, n);
+}
+
+/* Copies the job by way, each piece wide when wide says so and it can;
+ * true when a piece went wide. */
+static bool job_run(const job_t *j, int way, bool wide)
+{
+    bool first = wide && j->at >= DS_COPY_WIDE_MIN && ds__copy_wide(way, j->dst, j->src, j->at);
+    if (!first) job_by(way, j->dst, j->src, j->at);
+    if (j->mid) j->mid(j->arg);
+    size_t rest = j->n - j->at;
+    bool second = wide && rest >= DS_COPY_WIDE_MIN &&
+                  ds__copy_wide(way, j->dst + j->at, j->src + j->at, rest);
+    if (!second) job_by(way, j->dst + j->at, j->src + j->at, rest);
+    return first || second;
+}
+
 static unsigned block_of(size_t n)
 {
     return n >= DS_COPY_BIG ? DS_COPY_BLOCK_BIG : DS_COPY_BLOCK;
@@ -144,17 +177,16 @@ static void trials_reset(trials_t *tr)
  * class: wide only if its median copy was 10% shorter, and a copy alone
  * takes at least DS_COPY_WIDE_MIN_NS. A wide copy that could not run (the
  * helper busy, one CPU) is no sample. */
-static void wide_trial(klass_t *k, int way, void *dst, const void *src, size_t n)
+static void wide_trial(klass_t *k, int way, const job_t *j)
 {
-    unsigned block = block_of(n), t = 0;
+    unsigned block = block_of(j->n), t = 0;
     int arm = trial_begin(&k->wide, 2, block, false, &t);
     if (arm < 0) {
-        ds__copy_by(way, dst, src, n);
+        job_run(j, way, false);
         return;
     }
     uint64_t t0 = ds__now_ns();
-    bool ran = arm == 0 || ds__copy_wide(way, dst, src, n);
-    if (arm == 0 || !ran) ds__copy_by(way, dst, src, n);
+    bool ran = job_run(j, way, arm == 1) || arm == 0;
     if (!trial_end(&k->wide, block, t, ds__now_ns() - t0, ran, 2)) return;
     bool on = arm_median(&k->wide, 0, block) >= DS_COPY_WIDE_MIN_NS &&
               trial_winner(&k->wide, 2, block, 10) == 1;
@@ -175,14 +207,14 @@ static void retry(klass_t *k)
 
 /* A copy by a way already chosen: wide when it is large enough and the
  * class found wide copies faster (or DS_COPY_THREADS=2 says always). */
-static void copy_chosen(klass_t *k, int way, void *dst, const void *src, size_t n)
+static void copy_chosen(klass_t *k, int way, const job_t *j)
 {
-    int mode = n >= DS_COPY_WIDE_MIN ? ds__copy_wide_mode() : DS__WIDE_OFF;
+    int mode = j->n >= DS_COPY_WIDE_MIN ? ds__copy_wide_mode() : DS__WIDE_OFF;
     int w = mode == DS__WIDE_ALWAYS ? WIDE_ON : WIDE_ALONE;
     if (mode == DS__WIDE_MEASURE) {
         w = atomic_load_explicit(&k->wide_on, memory_order_relaxed);
         if (w == WIDE_TRY) {
-            wide_trial(k, way, dst, src, n);
+            wide_trial(k, way, j);
             return;
         }
     }
@@ -193,7 +225,7 @@ static void copy_chosen(klass_t *k, int way, void *dst, const void *src, size_t 
     if (mode != DS__WIDE_ALWAYS &&
         atomic_fetch_add_explicit(&k->uses, 1, memory_order_relaxed) + 1 == every)
         retry(k);
-    if (w != WIDE_ON || !ds__copy_wide(way, dst, src, n)) ds__copy_by(way, dst, src, n);
+    job_run(j, way, w == WIDE_ON);
 }
 
 static _Atomic int forced = -1; /* -1: DS_COPY not read yet */
@@ -279,68 +311,67 @@ void ds__copy_by(int way, void *dst, const void *src, size_t n)
 /* One trial copy: after a warm-up block, the ways take turns in timed
  * blocks; the last one decides the class's way: memcpy, unless another's
  * median copy was 10% shorter. */
-static void trial(klass_t *k, const int *ways, unsigned nways, void *dst, const void *src, size_t n)
+static void trial(klass_t *k, const int *ways, unsigned nways, const job_t *j)
 {
-    unsigned block = block_of(n), t = 0;
+    unsigned block = block_of(j->n), t = 0;
     bool first = atomic_load_explicit(&k->round, memory_order_relaxed) == 0;
     int arm = trial_begin(&k->ways, nways, block, first, &t);
     if (arm < 0) { /* warming up, or the last trial is running: any way will do */
-        ds__copy_by(WAY_MEMCPY, dst, src, n);
+        job_run(j, WAY_MEMCPY, false);
         return;
     }
     uint64_t t0 = ds__now_ns();
-    ds__copy_by(ways[arm], dst, src, n);
+    job_run(j, ways[arm], false);
     if (!trial_end(&k->ways, block, t, ds__now_ns() - t0, true, nways)) return;
     atomic_store_explicit(&k->way, ways[trial_winner(&k->ways, nways, block, 10)],
                           memory_order_relaxed);
 }
 
 /* Copies by the class's way, or as one of its trials. */
-static void copy_class(klass_t *k, const int *ways, unsigned nways, void *dst, const void *src,
-                       size_t n)
+static void copy_class(klass_t *k, const int *ways, unsigned nways, const job_t *j)
 {
     int w = atomic_load_explicit(&k->way, memory_order_relaxed);
     if (w != WAY_TRY)
-        copy_chosen(k, w, dst, src, n);
+        copy_chosen(k, w, j);
     else
-        trial(k, ways, nways, dst, src, n);
+        trial(k, ways, nways, j);
 }
 
 static const int ways_out[] = {WAY_MEMCPY, WAY_MOVSB};
 static const int ways_in[] = {WAY_MEMCPY, WAY_NT, WAY_MOVSB};
 
-void ds__copy(void *dst, const void *src, size_t n)
+static void copy_out(const job_t *j)
 {
-    if (n < DS_COPY_MIN) {
-        memcpy(dst, src, n);
+    if (j->n < DS_COPY_MIN) {
+        job_run(j, WAY_MEMCPY, false);
         return;
     }
     int f = forced_way();
-    klass_t *k = class_of(classes, n);
+    klass_t *k = class_of(classes, j->n);
     if (f == WAY_MEMCPY || !has_erms()) {
-        copy_chosen(k, WAY_MEMCPY, dst, src, n);
+        copy_chosen(k, WAY_MEMCPY, j);
         return;
     }
     if (f == WAY_MOVSB) {
-        copy_chosen(k, WAY_MOVSB, dst, src, n);
+        copy_chosen(k, WAY_MOVSB, j);
         return;
     }
-    copy_class(k, ways_out, 2, dst, src, n);
+    copy_class(k, ways_out, 2, j);
 }
 
-void ds__copy_in(void *dst, const void *src, size_t n)
+static void copy_in(const job_t *j)
 {
-    int f = n >= DS_COPY_MIN ? forced_way() : WAY_TRY;
+    int f = j->n >= DS_COPY_MIN ? forced_way() : WAY_TRY;
     if (f == WAY_NT) {
-        copy_chosen(class_of(classes_in, n), WAY_NT, dst, src, n);
+        copy_chosen(class_of(classes_in, j->n), WAY_NT, j);
         return;
     }
-    if (n < DS_COPY_BIG || f != WAY_TRY) {
-        ds__copy(dst, src, n);
+    if (j->n < DS_COPY_BIG || f != WAY_TRY) {
+        copy_out(j);
         return;
     }
     /* Without ERMS: memcpy against non-temporal stores. */
-    copy_class(class_of(classes_in, n), ways_in, has_erms() ? 3 : 2, dst, src, n);
+    copy_class(class_of(classes_in, j->n), ways_in, has_erms() ? 3 : 2, j);
 }
 
 bool ds__copy_movsb_ok(void)
@@ -383,20 +414,20 @@ void ds__copy_by(int way, void *dst, const void *src, size_t n)
     memcpy(dst, src, n);
 }
 
-void ds__copy(void *dst, const void *src, size_t n)
+static void copy_out(const job_t *j)
 {
-    if (n < DS_COPY_WIDE_MIN)
-        memcpy(dst, src, n);
+    if (j->n < DS_COPY_WIDE_MIN)
+        job_run(j, WAY_MEMCPY, false);
     else
-        copy_chosen(class_of(classes, n), WAY_MEMCPY, dst, src, n);
+        copy_chosen(class_of(classes, j->n), WAY_MEMCPY, j);
 }
 
-void ds__copy_in(void *dst, const void *src, size_t n)
+static void copy_in(const job_t *j)
 {
-    if (n < DS_COPY_WIDE_MIN)
-        memcpy(dst, src, n);
+    if (j->n < DS_COPY_WIDE_MIN)
+        job_run(j, WAY_MEMCPY, false);
     else
-        copy_chosen(class_of(classes_in, n), WAY_MEMCPY, dst, src, n);
+        copy_chosen(class_of(classes_in, j->n), WAY_MEMCPY, j);
 }
 
 bool ds__copy_movsb_ok(void)
@@ -421,6 +452,33 @@ const char *ds__copy_in_way(size_t n)
     return "memcpy";
 }
 #endif
+
+void ds__copy(void *dst, const void *src, size_t n)
+{
+    if (n < DS_COPY_MIN) {
+        memcpy(dst, src, n);
+        return;
+    }
+    job_t j = {dst, src, n, n, NULL, NULL};
+    copy_out(&j);
+}
+
+void ds__copy_in(void *dst, const void *src, size_t n)
+{
+    if (n < DS_COPY_MIN) {
+        memcpy(dst, src, n);
+        return;
+    }
+    job_t j = {dst, src, n, n, NULL, NULL};
+    copy_in(&j);
+}
+
+void ds__copy_in_mid(void *dst, const void *src, size_t n, size_t at, void (*mid)(void *),
+                     void *arg)
+{
+    job_t j = {dst, src, n, at < n ? at : n, mid, arg};
+    copy_in(&j);
+}
 
 const char *ds__copy_wide_choice(size_t n, bool in)
 {

@@ -103,6 +103,12 @@ const char *ds__copy_way(size_t n);
 /* ds__copy for a value written into the arena for another process to read
  * later: from DS_COPY_BIG its classes also try non-temporal stores. */
 void ds__copy_in(void *dst, const void *src, size_t n);
+/* ds__copy_in(dst, src, n) that calls mid(arg) once the first at bytes
+ * are copied (at > n: at the end). Its size class, way and timing are the
+ * whole copy's: a value copied in two pieces is copied as it would be at
+ * once, whichever call copies it. */
+void ds__copy_in_mid(void *dst, const void *src, size_t n, size_t at, void (*mid)(void *),
+                     void *arg);
 /* The way ds__copy_in's class of n uses now: as ds__copy_way, or
  * "non-temporal". */
 const char *ds__copy_in_way(size_t n);

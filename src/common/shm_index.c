@@ -218,6 +218,15 @@ void ds__shm_index_copy_in(uint8_t *dst, const void *src, size_t n)
     for (; i < n; i++)
         __atomic_store_n(dst + i, from[i], __ATOMIC_RELAXED);
 }
+
+void ds__shm_index_copy_in_mid(uint8_t *dst, const void *src, size_t n, size_t at,
+                               void (*mid)(void *), void *arg)
+{
+    if (at > n) at = n;
+    ds__shm_index_copy_in(dst, src, at);
+    mid(arg);
+    ds__shm_index_copy_in(dst + at, (const uint8_t *)src + at, n - at);
+}
 #else
 static void copy_relaxed(uint8_t *dst, const uint8_t *src, size_t n)
 {
@@ -227,6 +236,12 @@ static void copy_relaxed(uint8_t *dst, const uint8_t *src, size_t n)
 void ds__shm_index_copy_in(uint8_t *dst, const void *src, size_t n)
 {
     ds__copy_in(dst, src, n);
+}
+
+void ds__shm_index_copy_in_mid(uint8_t *dst, const void *src, size_t n, size_t at,
+                               void (*mid)(void *), void *arg)
+{
+    ds__copy_in_mid(dst, src, n, at, mid, arg);
 }
 #endif
 

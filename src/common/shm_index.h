@@ -111,6 +111,10 @@ typedef enum {
  * overlap is defined there; release builds use memcpy (shm_index.c says
  * why). */
 void ds__shm_index_copy_in(uint8_t *dst, const void *src, size_t n);
+/* The same, calling mid(arg) once the first at bytes are copied; copied
+ * as one value of n bytes (common/copy.h, ds__copy_in_mid). */
+void ds__shm_index_copy_in_mid(uint8_t *dst, const void *src, size_t n, size_t at,
+                               void (*mid)(void *), void *arg);
 
 /* Readers' pins in shared memory: a local client holds a zero-copy view of
  * an indexed value with no request at all. Each local session has one table

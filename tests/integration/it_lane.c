@@ -501,7 +501,8 @@ static void test_request_right_after_a_wait(void **state)
 /* Waking ahead (DS_LANE_AHEAD_MIN): large local sets, whose copy the
  * client splits where it promises the worker a request, store every byte
  * in place, with the split inside a piece, on a piece boundary, and in
- * multi-key sets; each promise is taken back by the request it announced.
+ * multi-key sets, and a buffer filled by ds_buffer_memory_copy; each
+ * promise is taken back by the request it announced.
  * A promise from a raw client within the limit keeps the worker polling;
  * one further ahead than any client makes is ignored. */
 static void fill(uint8_t *p, size_t n, uint64_t seed)
@@ -618,13 +619,32 @@ static void test_wake_ahead(void **state)
         assert_int_equal(dst_set_filled(c, "ahead-k", 2u << 20, (uint64_t)round), DS_K_OK);
     }
     uint64_t left = atomic_load(&r.hub->soon);
+    /* The object path alike: a buffer filled by ds_buffer_memory_copy
+     * promises the publish that follows, which takes the promise back, and
+     * the value is stored whole. */
+    atomic_store(&r.hub->soon, UINT64_MAX);
+    for (int round = 0; round < 4; round++) {
+        usleep(20000);
+        ds_buffer_t *b = NULL;
+        assert_int_equal(ds_kv_create(c, "ahead-o", 2u << 20, NULL, &b), DS_K_OK);
+        assert_int_equal(ds_buffer_memory_copy(b, src + round, 2u << 20), DS_K_OK);
+        assert_int_equal(ds_kv_publish(c, b), DS_K_OK);
+        ds_buffer_release(b);
+        size_t len = 0;
+        assert_int_equal(ds_kv_get_into(c, "ahead-o", 0, out, BIG, &len), DS_K_OK);
+        assert_int_equal(len, 2u << 20);
+        assert_memory_equal(out, src + round, len);
+    }
+    uint64_t left_obj = atomic_load(&r.hub->soon);
     if (pinned) {
         assert_int_equal(left, 0);
+        assert_int_equal(left_obj, 0);
         sched_setaffinity(0, sizeof(all), &all);
         sched_setaffinity(W.pid, sizeof(all), &all);
     } else {
         print_message("fewer than 2 CPUs: the lie may stand (no promise was due)\n");
         assert_true(left == 0 || left == UINT64_MAX);
+        assert_true(left_obj == 0 || left_obj == UINT64_MAX);
     }
     atomic_store(&r.hub->soon, 0);
     /* Values stored meanwhile are intact; the client goes on. */
