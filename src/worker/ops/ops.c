@@ -310,11 +310,42 @@ static void get_wait_done(void *ctx, ds_req_t *d, bool timed_out, uint64_t deadl
 
 static void op_get(ds_server_t *srv, ds_req_t *r);
 
+static bool key_present(void *ctx, const char *k, uint32_t kl)
+{
+    ds_server_t *srv = ctx;
+    return ds__store_lookup(srv->store, k, kl, ds__now_ms()) != NULL;
+}
+
+/* A subscribe-get refused for a subscription limit: with the limit's name,
+ * since answering at once would tell the client its keys were not set in
+ * time. */
+static void get_refuse(ds_req_t *r, uint32_t n, const char *refused)
+{
+    ds__req_log(r, DS_LOG_WARN, "subscribe-get of %" PRIu32 " keys refused: %s", n, refused);
+    ds__req_penalize(r);
+    ds__req_error(r, DS_K_TRY_AGAIN, "subscribe-get of %" PRIu32 " keys refused: %s", n, refused);
+}
+
 /* Waits (subscribe-get) for the keys not in memory, up to timeout ms, or
- * answers at once. */
+ * answers at once. A get of more than DS_SUB_SLICE keys registers its wait
+ * a slice per loop turn (ds__subs_wait_keys), admitted or refused at once
+ * on the keys it names, so that neither its lookups nor a refusal hold the
+ * other clients back for more than a slice. */
 static void get_wait(ds_server_t *srv, ds_req_t *r, int32_t timeout, const key_t_ *keys, uint32_t n)
 {
-    if (timeout > 0) {
+    if (timeout > 0 && n > DS_SUB_SLICE) {
+        /* keys[] point into r's metadata, each after its u32 length */
+        size_t pos = (size_t)((const uint8_t *)keys[0].p - r->meta) - sizeof(uint32_t);
+        if (ds__subs_wait_keys(&srv->subs, r, pos, n, ds__now_ms() + (uint64_t)timeout,
+                               get_wait_done, srv, key_present, srv))
+            return;
+        const char *refused = ds__subs_refusal(&srv->subs);
+        if (refused) {
+            get_refuse(r, n, refused);
+            return;
+        }
+        /* out of memory: answered with what the store holds */
+    } else if (timeout > 0) {
         uint64_t now = ds__now_ms();
         const char **mk = malloc(n * sizeof(*mk));
         uint32_t *ml = malloc(n * sizeof(*ml));
@@ -335,14 +366,8 @@ static void get_wait(ds_server_t *srv, ds_req_t *r, int32_t timeout, const key_t
         free(mk);
         free(ml);
         if (parked) return;
-        /* A wait past a limit is refused with the limit's name: answering at
-         * once would tell the client its keys were not set in time. */
         if (refused) {
-            ds__req_log(r, DS_LOG_WARN, "subscribe-get of %" PRIu32 " keys refused: %s", nm,
-                        refused);
-            ds__req_penalize(r);
-            ds__req_error(r, DS_K_TRY_AGAIN, "subscribe-get of %" PRIu32 " keys refused: %s", nm,
-                          refused);
+            get_refuse(r, nm, refused);
             return;
         }
     }
