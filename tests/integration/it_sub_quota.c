@@ -20,8 +20,8 @@
  *   answers leaves no subscription behind.
  * - Slices: such a get registers its wait a slice per loop turn; requests
  *   pipelined behind it are answered after it, in order, its keys set
- *   meanwhile complete it, and connections closed mid-registration leave
- *   nothing subscribed or reserved. */
+ *   meanwhile complete it, and connections closed mid-registration, mid-wait
+ *   or while its answer is read leave nothing subscribed or reserved. */
 #include "harness.h"
 #include "it_hostile_raw.h"
 
@@ -417,6 +417,26 @@ static void test_sliced_wait_in_order(void **state)
         hr_health(&c);
         assert_int_equal(hr_flush(&c), 0);
         if (round == 5) assert_true(dst_wait_stat(&W, "subscriptions_waiting", NKEYS, 5000));
+        hr_close(&c);
+    }
+    ds__wbuf_free(&g);
+    /* The same with a wait of 20 ms, the connection closing at different
+     * points of registration, wait, leaving the table and answer. */
+    ds__wbuf_init(&g);
+    ds__wbuf_i32(&g, 20);
+    ds__wbuf_u8(&g, 0);
+    ds__wbuf_u32(&g, NKEYS);
+    for (int i = 0; i < NKEYS; i++) {
+        char k[32];
+        snprintf(k, sizeof(k), "sl-never:%d", i);
+        ds__wbuf_cstr(&g, k);
+    }
+    for (int round = 0; round < 8; round++) {
+        hr_conn_t c;
+        assert_int_equal(hr_open_hello(&c, &W, false), 0);
+        hr_add(&c, DS_OP_GET, &g, NULL, 0);
+        assert_int_equal(hr_flush(&c), 0);
+        usleep((useconds_t)(round * 5000));
         hr_close(&c);
     }
     ds__wbuf_free(&g);
