@@ -23,7 +23,7 @@ flags=(--shared_memory_size_mb 2048 --handshake_timeout_ms 1000 --max_client_inf
     --unix_socket_dir "$dir" "${flags[@]}" >"$dir/worker.log" 2>&1 &
 pid=$!
 for _ in $(seq 600); do # up to 60 s: a 2 GiB arena takes seconds to map on a busy machine
-    grep -q "listening on" "$dir/worker.log" && break
+    grep -qs "listening on" "$dir/worker.log" && break
     kill -0 "$pid" 2>/dev/null || { cat "$dir/worker.log" >&2; exit 1; }
     sleep 0.1
 done
