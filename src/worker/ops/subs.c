@@ -48,6 +48,7 @@ struct ds_wait {
     uint32_t unlinked; /* of a ready wait: subscriptions taken out of the table so far */
     uint32_t linked;   /* its subscriptions in the table */
     bool uncounted;    /* detached: its subscriptions left in the table count no more */
+    bool gone;         /* cancelled: on the table's gone list until out of the table */
     bool timed_out;    /* made ready by its deadline */
     ds_wait_t *rnext, *rprev;
     /* Registration in slices (ds__subs_wait_keys): on the table's
@@ -340,15 +341,42 @@ static void reg_unlink(ds_subs_t *ss, ds_wait_t *w)
 }
 
 /* The request's connection closed: forget the wait, registering, waiting
- * or ready. */
+ * or ready. Its keys count no more at once; a wait of many keys leaves the
+ * table DS_SUB_UNLINK_SLICE subscriptions a turn from the gone list (a
+ * publish meanwhile skips them). */
 static void on_cancel(ds_req_t *d, void *ctx)
 {
     ds_wait_t *w = ctx;
-    if (w->registering) reg_unlink(w->ss, w);
-    if (w->ready) ready_unlink(w->ss, w);
-    detach(w->ss, w);
-    free_wait(w);
+    ds_subs_t *ss = w->ss;
+    if (w->registering) reg_unlink(ss, w);
+    w->registering = false;
+    if (w->ready) ready_unlink(ss, w);
+    detach_start(ss, w);
+    w->req = NULL;
     ds__req_drop(d);
+    if (unlink_some(ss, w, DS_SUB_UNLINK_SLICE)) {
+        free_wait(w);
+        return;
+    }
+    w->gone = true;
+    w->reg_next = ss->gone;
+    ss->gone = w;
+}
+
+/* One slice of each cancelled wait still in the table; whether any is
+ * left. */
+static bool gone_run(ds_subs_t *ss, uint32_t max)
+{
+    for (ds_wait_t **pp = &ss->gone; *pp;) {
+        ds_wait_t *w = *pp;
+        if (unlink_some(ss, w, max)) {
+            *pp = w->reg_next;
+            free_wait(w);
+        } else {
+            pp = &w->reg_next;
+        }
+    }
+    return ss->gone != NULL;
 }
 
 /* Whether a wait of nkeys more keys for r fits both limits (the keys of
@@ -575,7 +603,7 @@ void ds__subs_publish(ds_subs_t *ss, const char *key, size_t len)
     for (struct ds_sub *s = k->head, *next; s; s = next) {
         ds_wait_t *w = s->w;
         next = s->next;
-        if (w->ready) continue; /* leaving the table */
+        if (w->ready || w->gone) continue; /* leaving the table */
         if (!s->done) {
             s->done = true;
             w->missing--;
@@ -588,10 +616,11 @@ void ds__subs_publish(ds_subs_t *ss, const char *key, size_t len)
 
 uint64_t ds__subs_expire(ds_subs_t *ss, uint64_t now_ms)
 {
-    bool registering = ss->reg_head && reg_run(ss, now_ms);
+    bool busy = ss->reg_head && reg_run(ss, now_ms);
+    if (ss->gone && gone_run(ss, DS_SUB_UNLINK_SLICE)) busy = true;
     while (ss->n > 0 && ss->heap[0]->deadline_ms <= now_ms)
         make_ready(ss, ss->heap[0], true);
-    if (registering) return now_ms;
+    if (busy) return now_ms;
     return ss->n ? ss->heap[0]->deadline_ms : 0;
 }
 
@@ -637,6 +666,7 @@ void ds__subs_destroy(ds_subs_t *ss)
         make_ready(ss, w, true);
     }
     ss->reg_tail = NULL;
+    gone_run(ss, UINT32_MAX);
     while (ss->n > 0)
         make_ready(ss, ss->heap[0], true);
     while (ss->ready_head) {

@@ -47,6 +47,7 @@ typedef struct {
     ds_wait_t **heap;                   /* waiting, by deadline */
     uint32_t n, cap;                    /* waits in the heap */
     ds_wait_t *ready_head, *ready_tail; /* marked ready, in order, not yet completed */
+    ds_wait_t *gone;                    /* cancelled, still leaving the table a slice a turn */
     uint64_t max;                       /* --max_pending_subscriptions */
     uint64_t per_client;                /* --max_pending_subscriptions_per_client (resolved) */
     ds_dict_t owners;                   /* keys waited on, by client session id */
@@ -103,9 +104,10 @@ const char *ds__subs_refusal(const ds_subs_t *s);
  * no callback. */
 void ds__subs_publish(ds_subs_t *s, const char *key, size_t len);
 /* Registers the next slice of each wait still registering (oldest
- * first), then marks ready the waits whose deadline passed (as timed out);
- * returns now_ms while registrations are left (the loop must not sleep),
- * else the next deadline or 0. Runs no callback. */
+ * first), takes the next slice of each cancelled wait's subscriptions out
+ * of the table, then marks ready the waits whose deadline passed (as timed
+ * out); returns now_ms while either kind is left (the loop must not
+ * sleep), else the next deadline or 0. Runs no callback. */
 uint64_t ds__subs_expire(ds_subs_t *s, uint64_t now_ms);
 /* True while waits are marked ready (the loop must not sleep). */
 bool ds__subs_ready_pending(const ds_subs_t *s);
