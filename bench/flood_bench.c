@@ -23,7 +23,10 @@
  *             256 MiB SETs at a time (the worker's bulk receiver reads them;
  *             past --max_client_inflight_mb they are refused).
  * Reported: p99 under flood / the idle p99 before it, per flood and client kind, against
- * the target ratio 2, and the floods' own outcomes.
+ * the target ratio 2, and the floods' own outcomes; then the longest loop
+ * pass and event the worker saw (STATS loop.*) in each idle window and
+ * during each whole flood: what one pass, or one connection's event, held
+ * the well-behaved client back at most.
  *
  *   flood_bench --host H --port P --sockdir DIR [--samples N] [--json FILE] */
 #include "bench/stats.h"
@@ -330,6 +333,50 @@ static int raw_hello(uint64_t sid, const char *skey)
     return fd;
 }
 
+/* The worker's loop.longest_pass_us and loop.longest_event_us: the most
+ * one loop pass, and one event in it, held the other clients back since
+ * the previous STATS (which starts the window over). On a connection of
+ * its own (fd), opened once; -1 each when the worker did not say. */
+static void loop_longest(int fd, double *pass_us, double *event_us)
+{
+    *pass_us = *event_us = -1;
+    ds_wbuf_t m, out;
+    ds__wbuf_init(&m);
+    ds__wbuf_init(&out);
+    add_frame(&out, DS_OP_STATS, &m, 0, 2);
+    int rc = ds__write_full(fd, out.buf, out.len, ds__now_ms() + 5000);
+    ds__wbuf_free(&m);
+    ds__wbuf_free(&out);
+    uint8_t hb[DS_WIRE_HEADER_LEN];
+    ds_wire_header_t h;
+    char err[256];
+    if (rc != 0 || ds__read_full(fd, hb, sizeof(hb), ds__now_ms() + 5000) != 0 ||
+        ds__wire_header_decode(hb, 1 << 24, &h, err, sizeof(err)) != 0)
+        return;
+    char *meta = malloc(h.meta_len + 1);
+    if (!meta || ds__read_full(fd, meta, h.meta_len, ds__now_ms() + 5000) != 0) {
+        free(meta);
+        return;
+    }
+    meta[h.meta_len] = '\0';
+    /* str err, str json: lengths with zero bytes in them lead, so the JSON
+     * is searched from its own start */
+    ds_rbuf_t r;
+    ds__rbuf_init(&r, (const uint8_t *)meta, h.meta_len);
+    const char *s;
+    (void)ds__rbuf_str(&r, &s);
+    uint32_t jl = ds__rbuf_str(&r, &s);
+    if (r.err || jl == 0) {
+        free(meta);
+        return;
+    }
+    const char *p = strstr(s, "\"longest_pass_us\":");
+    if (p) *pass_us = atof(p + strlen("\"longest_pass_us\":"));
+    p = strstr(s, "\"longest_event_us\":");
+    if (p) *event_us = atof(p + strlen("\"longest_event_us\":"));
+    free(meta);
+}
+
 static void *bulk_thread(void *arg)
 {
     int fd = (int)(intptr_t)arg;
@@ -471,7 +518,10 @@ static void read_outcome(flood_proc_t *f, outcome_t *o)
 
 typedef struct {
     dsb_lat_t local, tcp;
+    double pass_us, event_us; /* the worker's longest loop pass and event meanwhile */
 } phase_t;
+
+static int g_stats_fd = -1;
 
 static void set_get(ds_client_t *c, const char *key, const uint8_t *val, uint8_t *dst, uint64_t *ns)
 {
@@ -559,6 +609,7 @@ int main(int argc, char **argv)
     for (int i = 0; i < NFLOODS; i++)
         spawn(&fp[i], i);
     ds_client_t *local = connect_kind(DS_TRANSPORT_LOCAL), *tcp = connect_kind(DS_TRANSPORT_TCP);
+    g_stats_fd = raw_hello(0, "");
     /* Each flood is compared with an idle window measured just before it:
      * on a shared machine the load of the moment moves p99 more than slow
      * drift does. */
@@ -572,7 +623,10 @@ int main(int argc, char **argv)
     int missed = 0;
     for (int ph = 0; ph <= NFLOODS; ph++) {
         bool all = ph == NFLOODS;
+        double ignored;
+        loop_longest(g_stats_fd, &ignored, &ignored); /* the idle window starts */
         measure(local, tcp, samples, &idle[ph]);
+        loop_longest(g_stats_fd, &idle[ph].pass_us, &idle[ph].event_us);
         for (int i = 0; i < NFLOODS; i++)
             if (all || i == ph) send_cmd(&fp[i], 'S');
         /* Let the flood reach its quota before measuring: the bulk SETs and
@@ -583,6 +637,10 @@ int main(int argc, char **argv)
             if (all || i == ph) send_cmd(&fp[i], 'T');
         for (int i = 0; i < NFLOODS; i++)
             if (all || i == ph) read_outcome(&fp[i], &out[ph][i]);
+        /* the whole flood: its start (a latch flood's MSET), its requests
+         * and its refusals; its client's end may fall in the next idle
+         * window */
+        loop_longest(g_stats_fd, &under[ph].pass_us, &under[ph].event_us);
         double rl = under[ph].local.p99_us / idle[ph].local.p99_us;
         double rt = under[ph].tcp.p99_us / idle[ph].tcp.p99_us;
         missed += (rl > TARGET_RATIO) + (rt > TARGET_RATIO);
@@ -600,6 +658,15 @@ int main(int argc, char **argv)
         printf("\n");
         fflush(stdout);
     }
+    /* The other side of the same story: the longest the worker's loop was
+     * busy in one pass (and one event) during each idle window and each
+     * whole flood (wall time: with LOOP_FIFO=1 in flood_bench.sh the loop
+     * is not preempted, so it is the loop's own work). */
+    printf("%-8s  %11s %11s  %11s %11s   longest loop pass and event (us), idle and whole flood\n",
+           "flood", "idle pass", "flood pass", "idle event", "flood event");
+    for (int ph = 0; ph <= NFLOODS; ph++)
+        printf("%-8s  %11.0f %11.0f  %11.0f %11.0f\n", ph == NFLOODS ? "all" : FLOOD_NAME[ph],
+               idle[ph].pass_us, under[ph].pass_us, idle[ph].event_us, under[ph].event_us);
     printf("target: p99 under flood <= %.0fx the idle p99 before it: %s (%d of %d ratios over)\n",
            TARGET_RATIO, missed ? "missed" : "met", missed, 2 * (NFLOODS + 1));
     for (int i = 0; i < NFLOODS; i++) {
@@ -618,12 +685,15 @@ int main(int argc, char **argv)
                     "\"idle_tcp_p99_us\": %.1f, \"local_p99_us\": %.1f, \"tcp_p99_us\": %.1f, "
                     "\"idle_local_p50_us\": %.1f, \"idle_tcp_p50_us\": %.1f, "
                     "\"local_p50_us\": %.1f, \"tcp_p50_us\": %.1f, \"local_ratio\": %.2f, "
-                    "\"tcp_ratio\": %.2f, \"outcome\": {",
+                    "\"tcp_ratio\": %.2f, \"idle_longest_pass_us\": %.0f, "
+                    "\"longest_pass_us\": %.0f, \"idle_longest_event_us\": %.0f, "
+                    "\"longest_event_us\": %.0f, \"outcome\": {",
                     ph ? "," : "", all ? "all" : FLOOD_NAME[ph], idle[ph].local.p99_us,
                     idle[ph].tcp.p99_us, under[ph].local.p99_us, under[ph].tcp.p99_us,
                     idle[ph].local.p50_us, idle[ph].tcp.p50_us, under[ph].local.p50_us,
                     under[ph].tcp.p50_us, under[ph].local.p99_us / idle[ph].local.p99_us,
-                    under[ph].tcp.p99_us / idle[ph].tcp.p99_us);
+                    under[ph].tcp.p99_us / idle[ph].tcp.p99_us, idle[ph].pass_us, under[ph].pass_us,
+                    idle[ph].event_us, under[ph].event_us);
             bool first = true;
             for (int i = 0; i < NFLOODS; i++) {
                 if (!all && i != ph) continue;

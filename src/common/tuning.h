@@ -129,5 +129,13 @@
 /* Peers whose eviction counts are kept (a hash table; peers sharing a slot
  * share the count). */
 #define DS_HS_PEER_SLOTS 64u
+/* Connections the loop accepts per listener event, and connections it
+ * closes for their handshake deadline per turn: each costs the loop tens
+ * of microseconds of socket calls (more with an eviction or a refusal to
+ * write), so a flood of connections is taken a few at a time, with the
+ * other clients' requests served in between (the listener is
+ * level-triggered, and the deadline sweep is due again at once). */
+#define DS_ACCEPT_BATCH 8
+#define DS_HS_CLOSE_BATCH 8u
 
 #endif

@@ -17,7 +17,11 @@
  * - Many keys: a subscribe-get of 10,000 never-set keys answers the one key
  *   set meanwhile with its value and every other key with K_NOT_FOUND, each
  *   in its place; a raw client that sends such gets and leaves without its
- *   answers leaves no subscription behind. */
+ *   answers leaves no subscription behind.
+ * - Slices: such a get registers its wait a slice per loop turn; requests
+ *   pipelined behind it are answered after it, in order, its keys set
+ *   meanwhile complete it, and connections closed mid-registration, mid-wait
+ *   or while its answer is read leave nothing subscribed or reserved. */
 #include "harness.h"
 #include "it_hostile_raw.h"
 
@@ -306,6 +310,163 @@ static void test_many_keys_in_place(void **state)
     assert_int_equal(dst_worker_stop(&W), 0);
 }
 
+/* ---- a wait of many keys registered in slices ---- */
+
+/* The values of a GET answer of n keys, each inline: 0 when key i holds
+ * "sl:i" for every i. */
+static int check_all_inline(const hr_frame_t *f, uint32_t n)
+{
+    ds_rbuf_t r;
+    ds__rbuf_init(&r, f->meta, f->h.meta_len);
+    const char *e;
+    (void)ds__rbuf_str(&r, &e);
+    if (ds__rbuf_u32(&r) != n) return -1;
+    uint64_t off = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        uint8_t kind = ds__rbuf_u8(&r);
+        uint64_t size = ds__rbuf_u64(&r);
+        char want[32];
+        int wl = snprintf(want, sizeof(want), "sl:%u", i);
+        if (r.err || kind != DS_VAL_INLINE || size != (uint64_t)wl || off + size > f->h.data_len ||
+            memcmp(f->data + off, want, (size_t)wl) != 0) {
+            fprintf(stderr, "key %u: kind %u size %llu\n", i, kind, (unsigned long long)size);
+            return -1;
+        }
+        off += size;
+    }
+    return 0;
+}
+
+/* A subscribe-get of 10,000 keys, a tenth of them set before, registers
+ * its wait a slice per loop turn: requests pipelined behind it on its
+ * connection are answered after it, in order; the keys set once it waits
+ * complete it with every value in its place; nothing stays subscribed. */
+static void test_sliced_wait_in_order(void **state)
+{
+    (void)state;
+    assert_int_equal(dst_worker_start(&W, 64, "--max_pending_subscriptions 100000"), 0);
+    ds_client_t *b = dst_connect(&W, DS_TRANSPORT_TCP);
+    assert_non_null(b);
+    static char names[NKEYS][16];
+    static const char *keys[NKEYS], *rest[NKEYS];
+    static const void *vals[NKEYS], *rvals[NKEYS];
+    static size_t lens[NKEYS], rlens[NKEYS];
+    uint32_t nset = 0, nrest = 0;
+    for (int i = 0; i < NKEYS; i++) {
+        lens[i] = (size_t)snprintf(names[i], sizeof(names[i]), "sl:%d", i);
+        keys[i] = names[i];
+        vals[i] = names[i];
+        if (i % 10 == 0) {
+            keys[nset] = names[i];
+            vals[nset] = names[i];
+            lens[nset++] = strlen(names[i]);
+        } else {
+            rest[nrest] = names[i];
+            rvals[nrest] = names[i];
+            rlens[nrest++] = strlen(names[i]);
+        }
+    }
+    assert_int_equal(ds_kv_mset(b, nset, keys, vals, lens, NULL, NULL), DS_K_OK);
+    hr_conn_t r;
+    assert_int_equal(hr_open_hello(&r, &W, false), 0);
+    ds_wbuf_t g;
+    ds__wbuf_init(&g);
+    ds__wbuf_i32(&g, WAIT_MS);
+    ds__wbuf_u8(&g, 0);
+    ds__wbuf_u32(&g, NKEYS);
+    for (int i = 0; i < NKEYS; i++)
+        ds__wbuf_cstr(&g, names[i]);
+    uint64_t gid = hr_add(&r, DS_OP_GET, &g, NULL, 0);
+    ds__wbuf_free(&g);
+    uint64_t sid = hr_set(&r, "sl-next", "after");
+    uint64_t nid = hr_get(&r, "sl-next", 0, 0);
+    assert_int_equal(hr_flush(&r), 0);
+    /* every key missing is subscribed to, once registration is over */
+    assert_true(dst_wait_stat(&W, "subscriptions_waiting", (double)nrest, 5000));
+    assert_int_equal(ds_kv_mset(b, nrest, rest, rvals, rlens, NULL, NULL), DS_K_OK);
+    assert_int_equal(hr_collect(&r, 3, ds__now_ms() + 10000), 3);
+    assert_int_equal(r.got[0].h.req_id, gid);
+    assert_int_equal(r.got[0].h.status, DS_K_OK);
+    assert_int_equal(check_all_inline(&r.got[0], NKEYS), 0);
+    assert_int_equal(r.got[1].h.req_id, sid);
+    assert_int_equal(r.got[1].h.status, DS_K_OK);
+    assert_int_equal(r.got[2].h.req_id, nid);
+    char v[32];
+    assert_int_equal(hr_get_value(&r.got[2], v, sizeof(v), NULL), DS_VAL_INLINE);
+    assert_string_equal(v, "after");
+    assert_true(dst_wait_stat(&W, "subscriptions_waiting", 0, 5000));
+    hr_close(&r);
+
+    /* Gets of many never-set keys whose connections close while their
+     * waits register, right after sending (with a request pipelined
+     * behind), or once they wait: nothing stays subscribed or reserved,
+     * and the share is whole again for a client that waits next. */
+    ds__wbuf_init(&g);
+    ds__wbuf_i32(&g, 60000);
+    ds__wbuf_u8(&g, 0);
+    ds__wbuf_u32(&g, NKEYS);
+    for (int i = 0; i < NKEYS; i++) {
+        char k[32];
+        snprintf(k, sizeof(k), "sl-never:%d", i);
+        ds__wbuf_cstr(&g, k);
+    }
+    for (int round = 0; round < 6; round++) {
+        hr_conn_t c;
+        assert_int_equal(hr_open_hello(&c, &W, false), 0);
+        hr_add(&c, DS_OP_GET, &g, NULL, 0);
+        hr_health(&c);
+        assert_int_equal(hr_flush(&c), 0);
+        if (round == 5) assert_true(dst_wait_stat(&W, "subscriptions_waiting", NKEYS, 5000));
+        hr_close(&c);
+    }
+    ds__wbuf_free(&g);
+    /* The same with a wait of 20 ms, the connection closing at different
+     * points of registration, wait, leaving the table and answer. */
+    ds__wbuf_init(&g);
+    ds__wbuf_i32(&g, 20);
+    ds__wbuf_u8(&g, 0);
+    ds__wbuf_u32(&g, NKEYS);
+    for (int i = 0; i < NKEYS; i++) {
+        char k[32];
+        snprintf(k, sizeof(k), "sl-never:%d", i);
+        ds__wbuf_cstr(&g, k);
+    }
+    for (int round = 0; round < 8; round++) {
+        hr_conn_t c;
+        assert_int_equal(hr_open_hello(&c, &W, false), 0);
+        hr_add(&c, DS_OP_GET, &g, NULL, 0);
+        assert_int_equal(hr_flush(&c), 0);
+        usleep((useconds_t)(round * 5000));
+        hr_close(&c);
+    }
+    ds__wbuf_free(&g);
+    /* keys of those waits published while their subscriptions may still be
+     * leaving the table */
+    for (int i = 0; i < 100; i++) {
+        char k[32];
+        snprintf(k, sizeof(k), "sl-never:%d", i * 97);
+        assert_int_equal(dst_set_filled(b, k, 8, 1), DS_K_OK);
+    }
+    assert_true(dst_wait_stat(&W, "subscriptions_waiting", 0, 5000));
+    getter_t g1 = {b, "sl-again0", NKEYS, DS_K_OK}, g2 = {b, "sl-again1", NKEYS, DS_K_OK};
+    pthread_t t1, t2;
+    assert_int_equal(pthread_create(&t1, NULL, get_never_set, &g1), 0);
+    assert_int_equal(pthread_create(&t2, NULL, get_never_set, &g2), 0);
+    assert_true(dst_wait_stat(&W, "subscriptions_waiting", 2 * NKEYS, 5000));
+    /* a third get of b's past its share: refused at once */
+    getter_t third = {b, "sl-again2", NKEYS, DS_K_OK};
+    get_never_set(&third);
+    assert_int_equal(third.st, DS_K_TRY_AGAIN);
+    assert_true(said("--max_pending_subscriptions_per_client 25000"));
+    pthread_join(t1, NULL);
+    pthread_join(t2, NULL);
+    assert_int_equal(g1.st, DS_K_NOT_FOUND);
+    assert_int_equal(g2.st, DS_K_NOT_FOUND);
+    assert_true(dst_wait_stat(&W, "subscriptions_waiting", 0, 5000));
+    ds_client_close(b);
+    assert_int_equal(dst_worker_stop(&W), 0);
+}
+
 int main(void)
 {
     if (getenv("DS_TEST_WORKER")) {
@@ -313,10 +474,9 @@ int main(void)
         return 0;
     }
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_per_client_share),
-        cmocka_unit_test(test_pool_full_message),
-        cmocka_unit_test(test_refusals_pause_offender),
-        cmocka_unit_test(test_many_keys_in_place),
+        cmocka_unit_test(test_per_client_share),        cmocka_unit_test(test_pool_full_message),
+        cmocka_unit_test(test_refusals_pause_offender), cmocka_unit_test(test_many_keys_in_place),
+        cmocka_unit_test(test_sliced_wait_in_order),
     };
     return dst_run_group_tests(tests, NULL, NULL);
 }

@@ -94,7 +94,9 @@ static uint64_t tick_subs(void *ctx, uint64_t now)
 {
     ds_server_t *srv = ctx;
     uint64_t a = ds__subs_expire(&srv->subs, now), b = ds__subs_expire(&srv->locates, now);
-    return a && (b == 0 || a < b) ? a : b;
+    uint64_t c = ds__ops_get_tick(srv, now);
+    a = a && (b == 0 || a < b) ? a : b;
+    return a && (c == 0 || a < c) ? a : c;
 }
 static uint64_t tick_cluster(void *ctx, uint64_t now)
 {

@@ -956,7 +956,7 @@ static void on_accept(void *ctx, uint32_t events)
     ds_listener_t *l = ctx;
     ds_net_t *net = l->net;
     (void)events;
-    for (int i = 0; i < 64; i++) {
+    for (int i = 0; i < DS_ACCEPT_BATCH; i++) {
         int fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
             if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)

@@ -214,8 +214,11 @@ uint64_t ds__guard_tick(ds_net_t *net, uint64_t now_ms)
 {
     if (net->handshake_ms == 0) return 0;
     /* Oldest first, and every connection has the same allowance: the head
-     * is the next to expire. Bounded by the list's length (--max_handshake_conns). */
-    while (net->hs_head && net->hs_head->hs_since_ms + net->handshake_ms <= now_ms) {
+     * is the next to expire. DS_HS_CLOSE_BATCH a turn; the rest are due at
+     * once, in the next turn. */
+    for (uint32_t i = 0; net->hs_head && net->hs_head->hs_since_ms + net->handshake_ms <= now_ms;
+         i++) {
+        if (i == DS_HS_CLOSE_BATCH) return now_ms;
         ds_conn_t *c = net->hs_head;
         char who[INET6_ADDRSTRLEN + 16];
         char why[160];

@@ -27,7 +27,23 @@ struct ds_loop {
     void *after_ctx;
     uint64_t woke_ns;
     ds_timer_t *timers, *timers_tail;
+    /* The loop's own busy time (ds__loop_take_longest): this pass's so far,
+     * and the longest pass and event since the last take. */
+    uint64_t pass_ns, longest_pass_ns, longest_event_ns;
+    bool untimed; /* the current event took the figures: it counts in no window */
 };
+
+/* One event's (or timer's) time, counted toward its pass. */
+static void account(ds_loop_t *l, uint64_t t0)
+{
+    uint64_t d = ds__now_ns() - t0;
+    if (l->untimed) {
+        l->untimed = false;
+        return;
+    }
+    l->pass_ns += d;
+    if (d > l->longest_event_ns) l->longest_event_ns = d;
+}
 
 ds_loop_t *ds__loop_create(void)
 {
@@ -87,15 +103,28 @@ int ds__loop_run_once(ds_loop_t *l, int timeout_ms)
     if (n > 0) l->woke_ns = ds__now_ns();
     for (int i = 0; i < n; i++) {
         ds_io_t *io = evs[i].data.ptr;
+        uint64_t t0 = ds__now_ns();
         io->cb(io->ctx, evs[i].events);
         if (l->after) l->after(l->after_ctx);
+        account(l, t0);
     }
+    /* A pass: the timers and the events after one wait. */
+    if (l->pass_ns > l->longest_pass_ns) l->longest_pass_ns = l->pass_ns;
+    l->pass_ns = 0;
     return n;
 }
 
 uint64_t ds__loop_woke_ns(const ds_loop_t *l)
 {
     return l->woke_ns;
+}
+
+void ds__loop_take_longest(ds_loop_t *l, uint64_t *pass_ns, uint64_t *event_ns)
+{
+    *pass_ns = l->longest_pass_ns;
+    *event_ns = l->longest_event_ns;
+    l->longest_pass_ns = l->longest_event_ns = 0;
+    l->untimed = true;
 }
 
 ds_timer_t *ds__loop_timer_add(ds_loop_t *l, uint32_t flags, uint64_t first_due_ms, ds_timer_cb cb,
@@ -132,13 +161,14 @@ void ds__loop_timer_del(ds_loop_t *l, ds_timer_t *t)
 
 uint64_t ds__loop_timers_run(ds_loop_t *l, uint64_t now_ms)
 {
-    uint64_t next = 0;
+    uint64_t next = 0, t0 = ds__now_ns();
     for (ds_timer_t *t = l->timers; t; t = t->next) {
         if ((t->flags & DS_TIMER_EACH_TURN) || (t->due && t->due <= now_ms))
             t->due = t->cb(t->ctx, now_ms);
         if (t->due && (next == 0 || t->due < next)) next = t->due;
     }
     if (l->after) l->after(l->after_ctx);
+    account(l, t0); /* the timers count as one event */
     return next;
 }
 

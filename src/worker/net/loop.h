@@ -35,6 +35,13 @@ int ds__loop_run_once(ds_loop_t *l, int timeout_ms);
 /* When the last wait that returned events did (CLOCK_MONOTONIC ns), before
  * their callbacks ran. */
 uint64_t ds__loop_woke_ns(const ds_loop_t *l);
+/* The longest pass (the timers, then the callbacks of one wait's events,
+ * each with the after-event hook; the wait itself not counted) and the
+ * longest single callback (or the timers together) in it (ns), since the
+ * last call; then
+ * starts over, leaving out the event that asked (a STATS request). What one connection's event, or
+ * one timer, may cost the others: STATS shows it (loop.longest_pass_us, loop.longest_event_us). */
+void ds__loop_take_longest(ds_loop_t *l, uint64_t *pass_ns, uint64_t *event_ns);
 
 /* Timers. A timer's callback runs with the time (CLOCK_MONOTONIC ms) and
  * returns when it is next due (ms, same clock), or 0 when it has nothing

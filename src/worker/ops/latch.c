@@ -528,6 +528,9 @@ void ds__ops_latch(ds_server_t *srv, ds_req_t *r)
     b->n = n;
     b->rb = rb;
     ds__wbuf_init(&b->w);
+    /* The answer's room at once (a status per key): grown by doubling, it
+     * was copied, and its fresh pages touched, within one slice. */
+    if (ds__wbuf_reserve(&b->w, 8 + 4 * (size_t)n)) ds__wbuf_reset(&b->w);
     ds__wbuf_cstr(&b->w, "");
     ds__wbuf_u32(&b->w, n);
     if (run_slice(b)) {

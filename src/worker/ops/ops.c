@@ -259,6 +259,137 @@ static void get_answer(ds_server_t *srv, ds_req_t *r)
 
 static void get_wait_done(void *ctx, ds_req_t *d, bool timed_out, uint64_t deadline_ms);
 
+/* The answer to a subscribe-get of more than DS_SUB_SLICE keys whose wait
+ * is over: its keys are looked up DS_SUB_SLICE a loop turn (each value
+ * found held by a reference until the answer is built, so it stays as it
+ * was found), then answered at once; the request stays parked meanwhile. */
+struct ds_get_slices {
+    struct ds_get_slices *next;
+    ds_server_t *srv;
+    ds_req_t *d;
+    uint8_t flags;
+    uint32_t i, n;
+    ds_rbuf_t rb; /* the next key in d's metadata */
+    const char **kp;
+    uint32_t *kl;
+    ds_obj_t **objs;
+};
+
+static void slices_free(struct ds_get_slices *g)
+{
+    for (uint32_t i = 0; i < g->i; i++)
+        if (g->objs[i]) ds__store_unref(g->srv->store, g->objs[i]);
+    free(g->kp);
+    free(g->kl);
+    free(g->objs);
+    free(g);
+}
+
+static void slices_unlink(ds_server_t *srv, struct ds_get_slices *g)
+{
+    struct ds_get_slices *prev = NULL;
+    for (struct ds_get_slices *x = srv->get_slices; x; prev = x, x = x->next)
+        if (x == g) {
+            if (prev)
+                prev->next = g->next;
+            else
+                srv->get_slices = g->next;
+            if (srv->get_slices_tail == g) srv->get_slices_tail = prev;
+            g->next = NULL;
+            return;
+        }
+}
+
+/* The connection closed: nobody to answer. */
+static void slices_cancel(ds_req_t *d, void *ctx)
+{
+    struct ds_get_slices *g = ctx;
+    slices_unlink(g->srv, g);
+    slices_free(g);
+    ds__req_drop(d);
+}
+
+/* Looks up the next slice of g's keys; true when none is left. */
+static bool slices_step(struct ds_get_slices *g)
+{
+    uint64_t now = ds__now_ms();
+    for (uint32_t end = g->i + DS_SUB_SLICE; g->i < g->n && g->i < end; g->i++) {
+        g->kl[g->i] = ds__rbuf_str(&g->rb, &g->kp[g->i]);
+        ds_obj_t *o =
+            g->rb.err ? NULL : ds__store_lookup(g->srv->store, g->kp[g->i], g->kl[g->i], now);
+        if (o) ds__store_ref(o);
+        g->objs[g->i] = o;
+    }
+    return g->i >= g->n;
+}
+
+static void slices_finish(struct ds_get_slices *g)
+{
+    ds__ops_get_reply(g->srv, g->d, g->flags, g->kp, g->kl, g->n, g->objs);
+    slices_free(g);
+}
+
+uint64_t ds__ops_get_tick(ds_server_t *srv, uint64_t now)
+{
+    uint32_t turn = 0;
+    for (struct ds_get_slices *g = srv->get_slices; g; g = g->next)
+        turn++;
+    while (srv->get_slices && turn-- > 0) {
+        struct ds_get_slices *g = srv->get_slices;
+        srv->get_slices = g->next;
+        if (srv->get_slices == NULL) srv->get_slices_tail = NULL;
+        g->next = NULL;
+        if (slices_step(g)) {
+            slices_finish(g);
+            continue;
+        }
+        if (srv->get_slices_tail)
+            srv->get_slices_tail->next = g;
+        else
+            srv->get_slices = g;
+        srv->get_slices_tail = g;
+    }
+    return srv->get_slices ? now : 0;
+}
+
+/* Answers parked GET d a slice a turn when it names more than DS_SUB_SLICE
+ * keys; true when it took d over. */
+static bool get_answer_sliced(ds_server_t *srv, ds_req_t *d)
+{
+    ds_rbuf_t rb;
+    ds__rbuf_init(&rb, d->meta, d->meta_len);
+    (void)ds__rbuf_i32(&rb);
+    uint8_t flags = ds__rbuf_u8(&rb);
+    uint32_t n = ds__rbuf_u32(&rb);
+    if (rb.err || n <= DS_SUB_SLICE || n > DS_MAX_BATCH) return false;
+    struct ds_get_slices *g = calloc(1, sizeof(*g));
+    if (g) {
+        g->kp = malloc(n * sizeof(*g->kp));
+        g->kl = malloc(n * sizeof(*g->kl));
+        g->objs = malloc(n * sizeof(*g->objs));
+    }
+    if (g == NULL || g->kp == NULL || g->kl == NULL || g->objs == NULL ||
+        ds__req_park(d, slices_cancel, g) != d) {
+        if (g) slices_free(g);
+        return false;
+    }
+    g->srv = srv;
+    g->d = d;
+    g->flags = flags;
+    g->n = n;
+    g->rb = rb;
+    if (slices_step(g)) {
+        slices_finish(g);
+        return true;
+    }
+    if (srv->get_slices_tail)
+        srv->get_slices_tail->next = g;
+    else
+        srv->get_slices = g;
+    srv->get_slices_tail = g;
+    return true;
+}
+
 /* Every key of a GET's wait was published, but the loop completes the wait
  * only after the event, which may have deleted one of them again (a
  * pipelined DEL): like Redis's blocked clients, the GET then waits on for
@@ -305,16 +436,47 @@ static bool get_rewait(ds_server_t *srv, ds_req_t *d, uint64_t deadline_ms)
 static void get_wait_done(void *ctx, ds_req_t *d, bool timed_out, uint64_t deadline_ms)
 {
     if (!timed_out && get_rewait(ctx, d, deadline_ms)) return;
-    get_answer(ctx, d);
+    if (ds__req_gone(d) || !get_answer_sliced(ctx, d)) get_answer(ctx, d);
 }
 
 static void op_get(ds_server_t *srv, ds_req_t *r);
 
+static bool key_present(void *ctx, const char *k, uint32_t kl)
+{
+    ds_server_t *srv = ctx;
+    return ds__store_lookup(srv->store, k, kl, ds__now_ms()) != NULL;
+}
+
+/* A subscribe-get refused for a subscription limit: with the limit's name,
+ * since answering at once would tell the client its keys were not set in
+ * time. */
+static void get_refuse(ds_req_t *r, uint32_t n, const char *refused)
+{
+    ds__req_log(r, DS_LOG_WARN, "subscribe-get of %" PRIu32 " keys refused: %s", n, refused);
+    ds__req_penalize(r);
+    ds__req_error(r, DS_K_TRY_AGAIN, "subscribe-get of %" PRIu32 " keys refused: %s", n, refused);
+}
+
 /* Waits (subscribe-get) for the keys not in memory, up to timeout ms, or
- * answers at once. */
+ * answers at once. A get of more than DS_SUB_SLICE keys registers its wait
+ * a slice per loop turn (ds__subs_wait_keys), admitted or refused at once
+ * on the keys it names, so that neither its lookups nor a refusal hold the
+ * other clients back for more than a slice. */
 static void get_wait(ds_server_t *srv, ds_req_t *r, int32_t timeout, const key_t_ *keys, uint32_t n)
 {
-    if (timeout > 0) {
+    if (timeout > 0 && n > DS_SUB_SLICE) {
+        /* keys[] point into r's metadata, each after its u32 length */
+        size_t pos = (size_t)((const uint8_t *)keys[0].p - r->meta) - sizeof(uint32_t);
+        if (ds__subs_wait_keys(&srv->subs, r, pos, n, ds__now_ms() + (uint64_t)timeout,
+                               get_wait_done, srv, key_present, srv))
+            return;
+        const char *refused = ds__subs_refusal(&srv->subs);
+        if (refused) {
+            get_refuse(r, n, refused);
+            return;
+        }
+        /* out of memory: answered with what the store holds */
+    } else if (timeout > 0) {
         uint64_t now = ds__now_ms();
         const char **mk = malloc(n * sizeof(*mk));
         uint32_t *ml = malloc(n * sizeof(*ml));
@@ -335,14 +497,8 @@ static void get_wait(ds_server_t *srv, ds_req_t *r, int32_t timeout, const key_t
         free(mk);
         free(ml);
         if (parked) return;
-        /* A wait past a limit is refused with the limit's name: answering at
-         * once would tell the client its keys were not set in time. */
         if (refused) {
-            ds__req_log(r, DS_LOG_WARN, "subscribe-get of %" PRIu32 " keys refused: %s", nm,
-                        refused);
-            ds__req_penalize(r);
-            ds__req_error(r, DS_K_TRY_AGAIN, "subscribe-get of %" PRIu32 " keys refused: %s", nm,
-                          refused);
+            get_refuse(r, nm, refused);
             return;
         }
     }

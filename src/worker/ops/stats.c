@@ -86,6 +86,15 @@ char *ds__server_stats_json(ds_server_t *srv)
     cJSON_AddNumberToObject(root, "lane_requests", (double)srv->net.ctr.lane_requests);
     cJSON_AddNumberToObject(root, "lane_parts", (double)srv->net.ctr.lane_parts);
     cJSON_AddNumberToObject(root, "lane_wakes", (double)srv->net.ctr.lane_wakes);
+    /* What one pass of the loop, and one event in it, held every other
+     * client back at most since the previous STATS (each STATS starts the
+     * window over): the figure the loop's slicing of large requests keeps
+     * small. */
+    uint64_t pass_ns, event_ns;
+    ds__loop_take_longest(srv->net.loop, &pass_ns, &event_ns);
+    cJSON *lp = cJSON_AddObjectToObject(root, "loop");
+    cJSON_AddNumberToObject(lp, "longest_pass_us", (double)(pass_ns / 1000u));
+    cJSON_AddNumberToObject(lp, "longest_event_us", (double)(event_ns / 1000u));
     cJSON *poll = cJSON_AddObjectToObject(root, "polling");
     cJSON_AddNumberToObject(poll, "max_us", (double)srv->cfg.busy_poll_us);
     cJSON_AddNumberToObject(poll, "hits", (double)srv->net.ctr.poll_hits);

@@ -42,9 +42,12 @@ typedef struct ds_wait ds_wait_t;
 typedef struct {
     ds_dict_t keys;                     /* the keys waited on: their subscriptions */
     uint32_t count;                     /* subscriptions (a wait's keys, summed) */
+    uint64_t reserved;                  /* keys of waits still registering, not yet subscribed */
+    ds_wait_t *reg_head, *reg_tail;     /* waits still registering, oldest first */
     ds_wait_t **heap;                   /* waiting, by deadline */
     uint32_t n, cap;                    /* waits in the heap */
     ds_wait_t *ready_head, *ready_tail; /* marked ready, in order, not yet completed */
+    ds_wait_t *gone;                    /* cancelled, still leaving the table a slice a turn */
     uint64_t max;                       /* --max_pending_subscriptions */
     uint64_t per_client;                /* --max_pending_subscriptions_per_client (resolved) */
     ds_dict_t owners;                   /* keys waited on, by client session id */
@@ -70,19 +73,48 @@ void ds__subs_destroy(ds_subs_t *s);
  * (or still parked as it was), the caller answers it. */
 bool ds__subs_wait(ds_subs_t *s, ds_req_t *r, const char *const *keys, const uint32_t *lens,
                    uint32_t nkeys, uint64_t deadline_ms, ds_wait_done_fn done, void *ctx);
+/* Whether the store holds key now (a wait subscribes only to keys missing). */
+typedef bool (*ds_subs_present_fn)(void *ctx, const char *key, uint32_t len);
+/* Keys of a wait registered per loop turn (ds__subs_wait_keys). A key
+ * costs a store lookup and a subscription (~0.2-0.4 us), so a slice holds
+ * other clients back for about one small request's round trip at most. */
+#define DS_SUB_SLICE 64u
+/* Subscriptions of a completed wait taken out of the table per call of
+ * ds__subs_run_ready (~0.1 us each). */
+#define DS_SUB_UNLINK_SLICE 256u
+/* ds__subs_wait for a wait of many keys, registered DS_SUB_SLICE keys per
+ * loop turn so that other clients are served between slices: r's metadata
+ * holds nkeys wire strings (u32 length, bytes; checked by the caller) from
+ * offset pos, and each key present(pctx) says is missing when its slice
+ * runs is subscribed to. The wait is admitted (or refused, at once, with
+ * nothing else done: ds__subs_refusal) on the keys it names, which are
+ * reserved against both limits until registration ends; the keys found
+ * present then give their room back. r is parked at once (its connection
+ * reads nothing more meanwhile, so its later requests keep their order); a
+ * key published between slices counts as arrived; once every key is
+ * registered the wait completes as any other (done), at once if nothing
+ * was missing. false when refused or out of memory: r is then not parked
+ * (or still parked as it was), the caller answers it. */
+bool ds__subs_wait_keys(ds_subs_t *s, ds_req_t *r, size_t pos, uint32_t nkeys, uint64_t deadline_ms,
+                        ds_wait_done_fn done, void *ctx, ds_subs_present_fn present, void *pctx);
 /* After ds__subs_wait refused: the limit it hit, as a message for the
  * client naming the flag, or NULL when memory was short instead. */
 const char *ds__subs_refusal(const ds_subs_t *s);
 /* A key was published: marks ready the waits that now have every key. Runs
  * no callback. */
 void ds__subs_publish(ds_subs_t *s, const char *key, size_t len);
-/* Marks ready the waits whose deadline passed (as timed out); returns the
- * next deadline or 0. Runs no callback. */
+/* Registers the next slice of each wait still registering (oldest
+ * first), takes the next slice of each cancelled wait's subscriptions out
+ * of the table, then marks ready the waits whose deadline passed (as timed
+ * out); returns now_ms while either kind is left (the loop must not
+ * sleep), else the next deadline or 0. Runs no callback. */
 uint64_t ds__subs_expire(ds_subs_t *s, uint64_t now_ms);
 /* True while waits are marked ready (the loop must not sleep). */
 bool ds__subs_ready_pending(const ds_subs_t *s);
 /* Completes the ready waits, in the order they became ready: each one's
- * callback answers its request. For the loop's after-event hook. */
+ * callback answers its request once its subscriptions are out of the
+ * table (a slice a call for a wait of many keys: those are left on the
+ * list for the next call). For the loop's after-event hook. */
 void ds__subs_run_ready(ds_subs_t *s);
 
 #endif

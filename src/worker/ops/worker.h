@@ -153,8 +153,10 @@ struct ds_server {
     char ucx_check_path[4096];       /* ds_ucx_check, next to this binary (ops_ucx_addr.c) */
     struct ds_ucx_check *ucx_checks; /* address checks running */
     int ucx_nchecks;
-    struct ds_grefs *grefs;       /* global reference counts (ops_read.c), lazily made */
-    struct ds_latches *latches;   /* read latches and the writers they hold (latch.c) */
+    struct ds_grefs *grefs;     /* global reference counts (ops_read.c), lazily made */
+    struct ds_latches *latches; /* read latches and the writers they hold (latch.c) */
+    /* answers of subscribe-gets of many keys being read a slice a turn (ops.c) */
+    struct ds_get_slices *get_slices, *get_slices_tail;
     struct ds_streams *streams;   /* streams (stream.c), lazily made */
     struct ds_cstreams *cstreams; /* streams across workers (cluster_stream.c) */
     struct ds_tier *tier;         /* L2 cache and disk I/O thread (tier.c); NULL = none */
@@ -166,6 +168,9 @@ struct ds_server {
 
 /* The worker's request handler (registered as the net layer's dispatch). */
 void ds__ops_dispatch(void *srv, ds_req_t *r);
+/* The next slice of each subscribe-get answer being read (ops.c); now
+ * while any is left (the loop must not sleep), else 0. */
+uint64_t ds__ops_get_tick(ds_server_t *srv, uint64_t now);
 /* Answers a GET from objs[i] (NULL = missing); takes its own references. */
 void ds__ops_get_reply(ds_server_t *srv, ds_req_t *r, uint8_t flags, const char *const *keys,
                        const uint32_t *lens, uint32_t n, ds_obj_t **objs);
