@@ -14,7 +14,12 @@
  *  - worker 0 resumes while a client of worker 1 asks again: the client
  *    library retries within its request timeout and sees the right count,
  *    every moved key shows its reference, and the set goes through once
- *    the latch is released. */
+ *    the latch is released;
+ *  - a client of worker 1 holds read latches (60 s) on keys other workers
+ *    own, and worker 4 joins, taking some of them: a set of a moved key
+ *    through its old owner waits while the latch is held and goes through
+ *    as soon as it is released (the old owner let its copy of the latch go
+ *    once the new owner had it), long before the latch's deadline. */
 #include "cluster_util.h"
 
 #include "common/clock.h"
@@ -205,10 +210,81 @@ static void test_new_owner_answers_try_again_until_rebuilt(void **state)
     ds_client_close(holder);
 }
 
+/* What worker w holds of read latches (its latch table, all holders). */
+static double latches_on(int w)
+{
+    return dst_stat(&C.w[w], "latches.held");
+}
+
+static void test_old_owner_lets_moved_latches_go(void **state)
+{
+    (void)state;
+    ds_client_t *holder = client_within(1, 20000);
+    assert_non_null(holder);
+    /* Keys owned by workers other than 1, latched through worker 1. */
+    static char keys[NKEYS][32];
+    const char *held[NKEYS];
+    int was[NKEYS], nheld = 0;
+    for (int i = 0; i < NKEYS; i++) {
+        snprintf(keys[i], sizeof(keys[i]), "mvl-%d", i);
+        int o = ct_set_find_owner(&C, holder, keys[i], 100, 900 + (uint64_t)i);
+        if (o >= 0 && o != 1) {
+            was[nheld] = o;
+            held[nheld++] = keys[i];
+        }
+    }
+    assert_true(nheld >= 16);
+    assert_int_equal(ds_kv_rlatch(holder, (size_t)nheld, held, 60000, NULL), DS_K_OK);
+
+    /* Worker 4 joins and takes some of the keys. */
+    assert_int_equal(ct_worker_add(&C, LEASE), 0);
+    int d = C.n - 1;
+    /* A moved key: latching it again adds a latch at worker 4 (once the
+     * rebuild there is done: the client library retries until then). */
+    int moved = -1;
+    for (int i = 0; i < nheld && moved < 0; i++) {
+        const char *k1[1] = {held[i]};
+        assert_int_equal(ds_kv_rlatch(holder, 1, k1, 60000, NULL), DS_K_OK);
+        double with = latches_on(d);
+        assert_int_equal(ds_kv_unrlatch(holder, 1, k1, NULL), DS_K_OK);
+        if (with - latches_on(d) == 1) moved = i;
+    }
+    assert_true(moved >= 0);
+    int a = was[moved];
+
+    /* A set through the old owner waits while the latch is held... */
+    ct_writer_t w = {.c = &C, .node = a, .key = held[moved], .len = 300, .seed = 990};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, ct_writer_main, &w), 0);
+    assert_false(ct_writer_finished(&w, 1000));
+    /* ...and goes once it is released, not at the latch's deadline. */
+    const char *mk[1] = {held[moved]};
+    assert_int_equal(ds_kv_unrlatch(holder, 1, mk, NULL), DS_K_OK);
+    assert_true(ct_writer_finished(&w, 10000));
+    pthread_join(th, NULL);
+    assert_int_equal(w.st, DS_K_OK);
+    assert_true(ct_read_ok(holder, held[moved], 300, 990, 0));
+
+    /* Every key, once released, is written through its old owner at once. */
+    const char *rest[NKEYS];
+    int nrest = 0;
+    for (int i = 0; i < nheld; i++)
+        if (i != moved) rest[nrest++] = held[i];
+    assert_int_equal(ds_kv_unrlatch(holder, (size_t)nrest, rest, NULL), DS_K_OK);
+    for (int i = 0; i < nheld; i++) {
+        ds_client_t *c = client_within(was[i], 10000);
+        assert_non_null(c);
+        assert_int_equal(ct_set(c, held[i], 200, 991 + (uint64_t)i), DS_K_OK);
+        ds_client_close(c);
+    }
+    ds_client_close(holder);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_new_owner_answers_try_again_until_rebuilt),
+        cmocka_unit_test(test_old_owner_lets_moved_latches_go),
     };
     return dst_run_group_tests(tests, setup, teardown);
 }
