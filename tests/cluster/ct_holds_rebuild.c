@@ -16,10 +16,12 @@
  *    every moved key shows its reference, and the set goes through once
  *    the latch is released;
  *  - a client of worker 1 holds read latches (60 s) on keys other workers
- *    own, and worker 4 joins, taking some of them: a set of a moved key
- *    through its old owner waits while the latch is held and goes through
- *    as soon as it is released (the old owner let its copy of the latch go
- *    once the new owner had it), long before the latch's deadline. */
+ *    own; worker 1 is paused and worker 4 joins, taking some of them. A set
+ *    of a moved key through its old owner waits behind the old owner's
+ *    copy of the latch; once worker 1 resumes and the latch is rebuilt at
+ *    worker 4, the old owner lets its copy go and the set waits at worker
+ *    4 instead, while the latch is held; it goes through as soon as the
+ *    latch is released, long before the latch's deadline. */
 #include "cluster_util.h"
 
 #include "common/clock.h"
@@ -210,10 +212,19 @@ static void test_new_owner_answers_try_again_until_rebuilt(void **state)
     ds_client_close(holder);
 }
 
-/* What worker w holds of read latches (its latch table, all holders). */
-static double latches_on(int w)
+/* Whether key moved to a worker rebuilding its holds: its reference count
+ * asked through client c answers K_TRY_AGAIN naming the rebuild. */
+static bool being_rebuilt(ds_client_t *c, const char *key)
 {
-    return dst_stat(&C.w[w], "latches.held");
+    uint32_t count = UINT32_MAX;
+    ds_status_t st = ds_object_query_global_ref_num(c, key, &count);
+    if (st == DS_K_OK) {
+        assert_int_equal(count, 0);
+        return false;
+    }
+    assert_int_equal(st, DS_K_TRY_AGAIN);
+    assert_non_null(strstr(ds_last_error(), "rebuilding"));
+    return true;
 }
 
 static void test_old_owner_lets_moved_latches_go(void **state)
@@ -236,28 +247,40 @@ static void test_old_owner_lets_moved_latches_go(void **state)
     assert_true(nheld >= 16);
     assert_int_equal(ds_kv_rlatch(holder, (size_t)nheld, held, 60000, NULL), DS_K_OK);
 
-    /* Worker 4 joins and takes some of the keys. */
-    assert_int_equal(ct_worker_add(&C, LEASE), 0);
-    int d = C.n - 1;
-    /* A moved key: latching it again adds a latch at worker 4 (once the
-     * rebuild there is done: the client library retries until then). */
+    /* Worker 1 stalls and worker 4 joins, taking some of the keys: their
+     * latches reach it only once worker 1 resumes. */
+    assert_int_equal(kill(C.w[1].pid, SIGSTOP), 0);
+    char flags[512];
+    snprintf(flags, sizeof(flags),
+             "--etcd_address %s --cluster_name %s --heartbeat_interval_ms %d " LEASE,
+             C.etcd.address, C.name, CT_HEARTBEAT_MS);
+    assert_int_equal(dst_worker_start_on(&C.w[4], "127.0.0.15", 64, flags), 0);
+    C.n = 5;
+    for (int i = 0; i < 5; i++)
+        if (i != 1) assert_true(dst_wait_members(&C.w[i], 5, 15000) >= 0);
+    ds_client_t *quick = client_within(4, 1000);
+    assert_non_null(quick);
     int moved = -1;
-    for (int i = 0; i < nheld && moved < 0; i++) {
-        const char *k1[1] = {held[i]};
-        assert_int_equal(ds_kv_rlatch(holder, 1, k1, 60000, NULL), DS_K_OK);
-        double with = latches_on(d);
-        assert_int_equal(ds_kv_unrlatch(holder, 1, k1, NULL), DS_K_OK);
-        if (with - latches_on(d) == 1) moved = i;
-    }
+    for (int i = 0; i < nheld && moved < 0; i++)
+        if (being_rebuilt(quick, held[i])) moved = i;
     assert_true(moved >= 0);
     int a = was[moved];
 
-    /* A set through the old owner waits while the latch is held... */
+    /* A set through the old owner waits behind its copy of the latch... */
     ct_writer_t w = {.c = &C, .node = a, .key = held[moved], .len = 300, .seed = 990};
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, ct_writer_main, &w), 0);
     assert_false(ct_writer_finished(&w, 1000));
-    /* ...and goes once it is released, not at the latch's deadline. */
+    /* ...and, once worker 1 resumed and sent the latch to worker 4 (which
+     * then answers for the key), at worker 4 while the latch is held. */
+    assert_int_equal(kill(C.w[1].pid, SIGCONT), 0);
+    bool rebuilt = false;
+    for (int i = 0; i < 100 && !rebuilt; i++)
+        if (!(rebuilt = !being_rebuilt(quick, held[moved]))) usleep(100000);
+    assert_true(rebuilt);
+    ds_client_close(quick);
+    assert_false(ct_writer_finished(&w, 1500));
+    /* It goes once the latch is released, not at the latch's deadline. */
     const char *mk[1] = {held[moved]};
     assert_int_equal(ds_kv_unrlatch(holder, 1, mk, NULL), DS_K_OK);
     assert_true(ct_writer_finished(&w, 10000));
