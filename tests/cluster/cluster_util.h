@@ -10,7 +10,7 @@
 
 #include <stdatomic.h>
 
-#define CT_MAX_WORKERS 4
+#define CT_MAX_WORKERS 5
 /* Short leases so that failures show within seconds. */
 #define CT_NODE_TIMEOUT_S 2
 #define CT_HEARTBEAT_MS 300

@@ -14,7 +14,14 @@
  *  - worker 0 resumes while a client of worker 1 asks again: the client
  *    library retries within its request timeout and sees the right count,
  *    every moved key shows its reference, and the set goes through once
- *    the latch is released. */
+ *    the latch is released;
+ *  - a client of worker 1 holds read latches (60 s) on keys other workers
+ *    own; worker 1 is paused and worker 4 joins, taking some of them. A set
+ *    of a moved key through its old owner waits behind the old owner's
+ *    copy of the latch; once worker 1 resumes and the latch is rebuilt at
+ *    worker 4, the old owner lets its copy go and the set waits at worker
+ *    4 instead, while the latch is held; it goes through as soon as the
+ *    latch is released, long before the latch's deadline. */
 #include "cluster_util.h"
 
 #include "common/clock.h"
@@ -205,10 +212,102 @@ static void test_new_owner_answers_try_again_until_rebuilt(void **state)
     ds_client_close(holder);
 }
 
+/* Whether key moved to a worker rebuilding its holds: its reference count
+ * asked through client c answers K_TRY_AGAIN naming the rebuild. */
+static bool being_rebuilt(ds_client_t *c, const char *key)
+{
+    uint32_t count = UINT32_MAX;
+    ds_status_t st = ds_object_query_global_ref_num(c, key, &count);
+    if (st == DS_K_OK) {
+        assert_int_equal(count, 0);
+        return false;
+    }
+    assert_int_equal(st, DS_K_TRY_AGAIN);
+    assert_non_null(strstr(ds_last_error(), "rebuilding"));
+    return true;
+}
+
+static void test_old_owner_lets_moved_latches_go(void **state)
+{
+    (void)state;
+    ds_client_t *holder = client_within(1, 20000);
+    assert_non_null(holder);
+    /* Keys owned by workers other than 1, latched through worker 1. */
+    static char keys[NKEYS][32];
+    const char *held[NKEYS];
+    int was[NKEYS], nheld = 0;
+    for (int i = 0; i < NKEYS; i++) {
+        snprintf(keys[i], sizeof(keys[i]), "mvl-%d", i);
+        int o = ct_set_find_owner(&C, holder, keys[i], 100, 900 + (uint64_t)i);
+        if (o >= 0 && o != 1) {
+            was[nheld] = o;
+            held[nheld++] = keys[i];
+        }
+    }
+    assert_true(nheld >= 16);
+    assert_int_equal(ds_kv_rlatch(holder, (size_t)nheld, held, 60000, NULL), DS_K_OK);
+
+    /* Worker 1 stalls and worker 4 joins, taking some of the keys: their
+     * latches reach it only once worker 1 resumes. */
+    assert_int_equal(kill(C.w[1].pid, SIGSTOP), 0);
+    char flags[512];
+    snprintf(flags, sizeof(flags),
+             "--etcd_address %s --cluster_name %s --heartbeat_interval_ms %d " LEASE,
+             C.etcd.address, C.name, CT_HEARTBEAT_MS);
+    assert_int_equal(dst_worker_start_on(&C.w[4], "127.0.0.15", 64, flags), 0);
+    C.n = 5;
+    for (int i = 0; i < 5; i++)
+        if (i != 1) assert_true(dst_wait_members(&C.w[i], 5, 15000) >= 0);
+    ds_client_t *quick = client_within(4, 1000);
+    assert_non_null(quick);
+    int moved = -1;
+    for (int i = 0; i < nheld && moved < 0; i++)
+        if (being_rebuilt(quick, held[i])) moved = i;
+    assert_true(moved >= 0);
+    int a = was[moved];
+
+    /* A set through the old owner waits behind its copy of the latch... */
+    ct_writer_t w = {.c = &C, .node = a, .key = held[moved], .len = 300, .seed = 990};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, ct_writer_main, &w), 0);
+    assert_false(ct_writer_finished(&w, 1000));
+    /* ...and, once worker 1 resumed and sent the latch to worker 4 (which
+     * then answers for the key), at worker 4 while the latch is held. */
+    assert_int_equal(kill(C.w[1].pid, SIGCONT), 0);
+    bool rebuilt = false;
+    for (int i = 0; i < 100 && !rebuilt; i++)
+        if (!(rebuilt = !being_rebuilt(quick, held[moved]))) usleep(100000);
+    assert_true(rebuilt);
+    ds_client_close(quick);
+    assert_false(ct_writer_finished(&w, 1500));
+    /* It goes once the latch is released, not at the latch's deadline. */
+    const char *mk[1] = {held[moved]};
+    assert_int_equal(ds_kv_unrlatch(holder, 1, mk, NULL), DS_K_OK);
+    assert_true(ct_writer_finished(&w, 10000));
+    pthread_join(th, NULL);
+    assert_int_equal(w.st, DS_K_OK);
+    assert_true(ct_read_ok(holder, held[moved], 300, 990, 0));
+
+    /* Every key, once released, is written through its old owner at once. */
+    const char *rest[NKEYS];
+    int nrest = 0;
+    for (int i = 0; i < nheld; i++)
+        if (i != moved) rest[nrest++] = held[i];
+    assert_int_equal(ds_kv_unrlatch(holder, (size_t)nrest, rest, NULL), DS_K_OK);
+    for (int i = 0; i < nheld; i++) {
+        ds_client_t *c = client_within(was[i], 10000);
+        assert_non_null(c);
+        assert_int_equal(ct_set(c, held[i], 200, 991 + (uint64_t)i), DS_K_OK);
+        ds_client_close(c);
+    }
+    ds_client_close(holder);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_new_owner_answers_try_again_until_rebuilt),
+        cmocka_unit_test(test_old_owner_lets_moved_latches_go),
     };
     return dst_run_group_tests(tests, setup, teardown);
 }

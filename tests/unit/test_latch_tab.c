@@ -117,6 +117,43 @@ static void test_drop_holder(void **state)
     ds__latch_tab_destroy(&t);
 }
 
+/* Drops the latches on keys whose name starts with "k1" (and k0 until 105). */
+static bool drop_some(void *ctx, const char *key, uint32_t len, uint64_t deadline)
+{
+    (*(int *)ctx)++;
+    return (len >= 2 && memcmp(key, "k1", 2) == 0) ||
+           (len == 2 && memcmp(key, "k0", 2) == 0 && deadline < 105);
+}
+
+static void test_drop_holder_if(void **state)
+{
+    (void)state;
+    ds_latch_tab_t t;
+    ds__latch_tab_init(&t, 100, 1000);
+    char k[16];
+    for (int i = 0; i < 20; i++) {
+        snprintf(k, sizeof(k), "k%d", i % 7);
+        assert_int_equal(add(&t, &A, k, 100 + (uint64_t)i), DS_LATCH_ADDED);
+    }
+    assert_int_equal(add(&t, &B, "k1", 50), DS_LATCH_ADDED);
+    int asked = 0;
+    assert_int_equal(ds__latch_tab_drop_holder_if(&t, &C, drop_some, &asked), 0);
+    assert_int_equal(asked, 0);
+    /* k1: i = 1, 8, 15; k0 before 105: i = 0 (k0 at 107 and 114 stay) */
+    assert_int_equal(ds__latch_tab_drop_holder_if(&t, &A, drop_some, &asked), 4);
+    assert_int_equal(asked, 20);
+    assert_int_equal(ds__latch_tab_holder_count(&t, &A), 16);
+    assert_int_equal(ds__latch_tab_count(&t), 17);
+    assert_true(held(&t, "k1")); /* B's */
+    assert_true(held(&t, "k0"));
+    assert_int_equal(ds__latch_tab_drop_holder_if(&t, &B, drop_some, &asked), 1);
+    assert_false(held(&t, "k1"));
+    assert_int_equal(ds__latch_tab_next(&t), 102);
+    assert_int_equal(ds__latch_tab_drop_holder(&t, &A), 16);
+    assert_int_equal(ds__latch_tab_count(&t), 0);
+    ds__latch_tab_destroy(&t);
+}
+
 static void test_limits(void **state)
 {
     (void)state;
@@ -238,8 +275,11 @@ static void test_against_model(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_counts_and_release), cmocka_unit_test(test_expire_in_deadline_order),
-        cmocka_unit_test(test_drop_holder),        cmocka_unit_test(test_limits),
+        cmocka_unit_test(test_counts_and_release),
+        cmocka_unit_test(test_expire_in_deadline_order),
+        cmocka_unit_test(test_drop_holder),
+        cmocka_unit_test(test_drop_holder_if),
+        cmocka_unit_test(test_limits),
         cmocka_unit_test(test_against_model),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

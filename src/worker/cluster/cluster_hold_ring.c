@@ -126,9 +126,12 @@ void ds__holds_ring_changed(ds_server_t *srv, const ds_ring_t *old_ring)
             }
             if (is_self(srv, was)) {
                 /* This worker owned it: what its session held here moves to
-                 * the new owner (a reference without deleting anything). */
+                 * the new owner (a reference without deleting anything). A
+                 * latch stays hinted here, so the writes it held back here
+                 * wait at the new owner next. */
                 char msg[256];
                 uint64_t until;
+                if (x->kind != KIND_REF) hint_put(h, x->key, x->len, x->until);
                 if (x->kind == KIND_REF) ds__gref_forget(srv, s, x->key, x->len, x->count);
                 for (uint32_t c = 0; x->kind != KIND_REF && c < x->count; c++)
                     (void)ds__latch_apply(srv, s,
@@ -147,6 +150,45 @@ void ds__holds_ring_changed(ds_server_t *srv, const ds_ring_t *old_ring)
             ds__rebuild_submit(srv, j);
         }
     if (moved) DS_LOG_INFO("cluster: %u latches and references taken again at new owners", moved);
+}
+
+/* ---- an old owner's copies of latches that moved ----
+ *
+ * A member's sessions' latches on keys this worker owned, and owns no
+ * more, are at their new owner once that member said it sent its rebuild
+ * for this worker's ring (REBUILD_DONE naming it): their releases go there,
+ * so this worker's copies go (the new owner's hint of them stays, so a
+ * write here asks the new owner, and a client's write parked here behind
+ * them goes to wait there). */
+
+typedef struct {
+    ds_server_t *srv;
+    ds_holds_t *h;
+} moved_ctx_t;
+
+static bool moved_away(void *ctx, const char *key, uint32_t len, uint64_t deadline)
+{
+    moved_ctx_t *m = ctx;
+    const char *owner = ds__cluster_owner(m->srv, key, len);
+    if (owner == NULL || is_self(m->srv, owner)) return false;
+    hint_put(m->h, key, len, deadline);
+    return true;
+}
+
+static void drop_moved(ds_server_t *srv, ds_holds_t *h, const char *addr)
+{
+    moved_ctx_t m = {srv, h};
+    for (rholder_t *x = h->holders; x; x = x->next)
+        if (strcmp(x->addr, addr) == 0) ds__latch_holder_drop_if(srv, x, moved_away, &m);
+}
+
+/* Called once this worker's ring is ring_id: the members that said they
+ * sent their rebuild for it before this worker saw it. */
+static void drop_moved_done(ds_server_t *srv, ds_holds_t *h)
+{
+    uint64_t id = ds__cluster_ring_id(srv);
+    for (done_peer_t *x = h->done; x; x = x->next)
+        if (x->ring_id == id) drop_moved(srv, h, x->addr);
 }
 
 /* ---- the wait for the rebuild ----
@@ -236,6 +278,7 @@ void ds__rebuild_round(ds_server_t *srv, const ds_ring_t *old_ring)
     }
     h->rb_until = ds__now_ms() + (uint64_t)srv->cfg.node_timeout_s * 1000u;
     h->rb_due = true;
+    drop_moved_done(srv, h);
     if (h->rb_out == 0) done_send(srv, h);
 }
 
@@ -352,6 +395,7 @@ void rebuild_done_op(ds_server_t *srv, ds_req_t *r)
         h->done = x;
     }
     x->ring_id = id;
+    if (id == ds__cluster_ring_id(srv)) drop_moved(srv, h, x->addr);
     (void)rebuild_settled(srv, h);
     ds__req_error(r, DS_K_OK, "%s", "");
 }

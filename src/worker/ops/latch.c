@@ -54,6 +54,7 @@ typedef struct waiter {
     ds_latch_cancel_fn cancel;
     void *ctx;
     const void *holder; /* the writer's session: its own write latches do not block it */
+    bool asks_owner;    /* parked by ds__latch_park: keys owned elsewhere ask the owner */
     uint32_t n;
     char **keys;
     uint32_t *lens;
@@ -163,19 +164,38 @@ static void on_cancel(ds_req_t *d, void *ctx)
     ds__req_drop(d);
 }
 
+static bool park(ds_server_t *srv, ds_req_t *r, const void *holder, bool asks_owner,
+                 const char *const *keys, const uint32_t *lens, uint32_t n,
+                 ds_latch_resume_fn resume, ds_latch_cancel_fn cancel, void *ctx);
+
+/* Asks the keys' owners (the cluster's latch_wait) for a writer: true when
+ * it waits there. */
+static bool ask_owner(ds_server_t *srv, ds_req_t *r, const char *const *keys, const uint32_t *lens,
+                      uint32_t n, ds_latch_resume_fn resume, ds_latch_cancel_fn cancel, void *ctx)
+{
+    return srv->remote && srv->remote->latch_wait &&
+           srv->remote->latch_wait(srv, r, keys, lens, n, resume, cancel, ctx);
+}
+
 bool ds__latch_park(ds_server_t *srv, ds_req_t *r, const char *const *keys, const uint32_t *lens,
                     uint32_t n, ds_latch_resume_fn resume, ds_latch_cancel_fn cancel, void *ctx)
 {
-    if (ds__latch_park_as(srv, r, r->session, keys, lens, n, resume, cancel, ctx)) return true;
+    if (park(srv, r, r->session, true, keys, lens, n, resume, cancel, ctx)) return true;
     /* Keys owned elsewhere are latched at their owner: the cluster asks it
      * when a member was told the key is latched (LATCH_HINT). */
-    return srv->remote && srv->remote->latch_wait &&
-           srv->remote->latch_wait(srv, r, keys, lens, n, resume, cancel, ctx);
+    return ask_owner(srv, r, keys, lens, n, resume, cancel, ctx);
 }
 
 bool ds__latch_park_as(ds_server_t *srv, ds_req_t *r, const void *holder, const char *const *keys,
                        const uint32_t *lens, uint32_t n, ds_latch_resume_fn resume,
                        ds_latch_cancel_fn cancel, void *ctx)
+{
+    return park(srv, r, holder, false, keys, lens, n, resume, cancel, ctx);
+}
+
+static bool park(ds_server_t *srv, ds_req_t *r, const void *holder, bool asks_owner,
+                 const char *const *keys, const uint32_t *lens, uint32_t n,
+                 ds_latch_resume_fn resume, ds_latch_cancel_fn cancel, void *ctx)
 {
     struct ds_latches *L = srv->latches;
     if (L == NULL || !local_any(srv)) return false;
@@ -211,6 +231,7 @@ bool ds__latch_park_as(ds_server_t *srv, ds_req_t *r, const void *holder, const 
     w->cancel = cancel;
     w->ctx = ctx;
     w->holder = holder;
+    w->asks_owner = asks_owner;
     w->next = L->waiters;
     L->waiters = w;
     L->nwaiting++;
@@ -222,7 +243,9 @@ bool ds__latch_park_as(ds_server_t *srv, ds_req_t *r, const void *holder, const 
 /* Resumes every waiter none of whose keys is latched any more. A resumed
  * writer may not add latches, so one pass suffices. Each resumed request is
  * unparked first: its waiter (the cancel callback's context) is freed here,
- * and whoever parks it next (the disk, the cluster) gives its own. */
+ * and whoever parks it next (the disk, the cluster) gives its own. A
+ * client's write whose keys are now latched at another owner (the latch
+ * it waited for here moved there with a ring change) waits there next. */
 static void wake(ds_server_t *srv)
 {
     struct ds_latches *L = srv->latches;
@@ -242,7 +265,9 @@ static void wake(ds_server_t *srv)
         waiter_t *w = ready;
         ready = w->next;
         ds__req_unpark(w->d);
-        w->resume(srv, w->d, w->ctx);
+        if (!w->asks_owner || !ask_owner(srv, w->d, (const char *const *)w->keys, w->lens, w->n,
+                                         w->resume, w->cancel, w->ctx))
+            w->resume(srv, w->d, w->ctx);
         waiter_free(w);
     }
 }
@@ -279,6 +304,16 @@ void ds__latch_holder_end(ds_server_t *srv, const void *s)
     struct ds_latches *L = srv->latches;
     if (L == NULL || !local_any(srv)) return;
     uint32_t gone = ds__latch_tab_drop_holder(&L->tab, s) + ds__latch_tab_drop_holder(&L->wtab, s);
+    if (gone > 0) wake(srv);
+}
+
+void ds__latch_holder_drop_if(ds_server_t *srv, const void *holder, ds_latch_drop_fn drop,
+                              void *ctx)
+{
+    struct ds_latches *L = srv->latches;
+    if (L == NULL || !local_any(srv)) return;
+    uint32_t gone = ds__latch_tab_drop_holder_if(&L->tab, holder, drop, ctx) +
+                    ds__latch_tab_drop_holder_if(&L->wtab, holder, drop, ctx);
     if (gone > 0) wake(srv);
 }
 

@@ -313,6 +313,25 @@ uint32_t ds__latch_tab_drop_holder(ds_latch_tab_t *t, const void *holder)
     return n;
 }
 
+uint32_t ds__latch_tab_drop_holder_if(ds_latch_tab_t *t, const void *holder, ds_latch_drop_fn drop,
+                                      void *ctx)
+{
+    ds_latch_holder_t *ho = find_holder(t, holder);
+    uint32_t n = ho ? ho->n : 0, gone = 0;
+    ds_latch_t *l = ho ? ho->first : NULL;
+    /* The next latch is read before l goes (the last removal frees ho). */
+    for (uint32_t i = 0; i < n && l; i++) {
+        ds_latch_t *next = l->ho_next;
+        const ds_latch_key_t *k = l->hk->k;
+        if (drop(ctx, k->key, k->len, l->deadline)) {
+            latch_remove(t, l);
+            gone++;
+        }
+        l = next;
+    }
+    return gone;
+}
+
 uint32_t ds__latch_tab_expire(ds_latch_tab_t *t, uint64_t now)
 {
     uint32_t n = 0;

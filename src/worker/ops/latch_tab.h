@@ -59,6 +59,11 @@ ds_latch_add_t ds__latch_tab_add(ds_latch_tab_t *t, const void *holder, const ch
 bool ds__latch_tab_release(ds_latch_tab_t *t, const void *holder, const char *key, uint32_t len);
 /* Removes every latch of holder; how many there were. */
 uint32_t ds__latch_tab_drop_holder(ds_latch_tab_t *t, const void *holder);
+/* Removes every latch of holder on a key for which drop(ctx, key, len,
+ * deadline) is true; how many. */
+typedef bool (*ds_latch_drop_fn)(void *ctx, const char *key, uint32_t len, uint64_t deadline);
+uint32_t ds__latch_tab_drop_holder_if(ds_latch_tab_t *t, const void *holder, ds_latch_drop_fn drop,
+                                      void *ctx);
 /* Removes the latches whose deadline is at or before now; how many. */
 uint32_t ds__latch_tab_expire(ds_latch_tab_t *t, uint64_t now);
 /* The earliest deadline of a latch, 0 when none. */

@@ -205,6 +205,11 @@ bool ds__latch_park_as(ds_server_t *srv, ds_req_t *r, const void *holder, const 
                        ds_latch_cancel_fn cancel, void *ctx);
 /* Drops every latch of holder (waking the writers it held). */
 void ds__latch_holder_end(ds_server_t *srv, const void *holder);
+/* Drops holder's latches (read and write) on the keys for which
+ * drop(ctx, key, len, deadline) is true, waking the writers they held. */
+typedef bool (*ds_latch_drop_fn)(void *ctx, const char *key, uint32_t len, uint64_t deadline);
+void ds__latch_holder_drop_if(ds_server_t *srv, const void *holder, ds_latch_drop_fn drop,
+                              void *ctx);
 /* One key of a GREF (delta -1, 0 or 1) for holder (ops_read.c); the count
  * after it in *count. */
 ds_status_t ds__gref_apply(ds_server_t *srv, const void *holder, const char *k, uint32_t kl,
