@@ -206,6 +206,8 @@ typedef struct {
     int id;
     atomic_int *phase; /* 1 once the worker is dead */
     bool done;         /* RUN calls in a row succeeded after the kill */
+    int fails;         /* failed rounds after the kill */
+    char last[256];    /* the last failure's message */
 } worker_arg_t;
 
 static void *hammer(void *p)
@@ -216,12 +218,21 @@ static void *hammer(void *p)
     for (int i = 0; ds__now_ms() < deadline && streak < RUN; i++) {
         char key[48];
         snprintf(key, sizeof(key), "disc-t%d-%d", a->id, i % 8);
-        bool ok = ct_set(a->c, key, 200, (uint64_t)(a->id * 1000 + i)) == DS_K_OK;
+        ds_status_t st = ct_set(a->c, key, 200, (uint64_t)(a->id * 1000 + i));
+        const char *what = "set";
         void *v = NULL;
         size_t len = 0;
-        ok = ok && ds_kv_get(a->c, key, 0, &v, &len) == DS_K_OK && len == 200 &&
-             dst_check(v, len, (uint64_t)(a->id * 1000 + i));
+        if (st == DS_K_OK) {
+            what = "get";
+            st = ds_kv_get(a->c, key, 0, &v, &len);
+        }
+        bool ok = st == DS_K_OK && len == 200 && dst_check(v, len, (uint64_t)(a->id * 1000 + i));
         ds_free(v);
+        if (!ok && atomic_load(a->phase) == 1) {
+            a->fails++;
+            snprintf(a->last, sizeof(a->last), "%s of %s: status %d: %s", what, key, (int)st,
+                     st == DS_K_OK ? "wrong value" : ds_last_error());
+        }
         if (atomic_load(a->phase) == 1) streak = ok ? streak + 1 : 0;
         if (!ok) usleep(2000);
     }
@@ -256,6 +267,11 @@ static void test_failover_under_threads(void **state)
     atomic_store(&phase, 1);
     for (int i = 0; i < NTHREADS; i++)
         pthread_join(th[i], NULL);
+    for (int i = 0; i < NTHREADS; i++)
+        if (!args[i].done)
+            fprintf(stderr,
+                    "thread %d: no %d calls in a row within %d ms; %d failed, the last: %s\n", i,
+                    RUN, LIMIT_MS, args[i].fails, args[i].last);
     for (int i = 0; i < NTHREADS; i++)
         assert_true(args[i].done);
     ds_client_close(c);
