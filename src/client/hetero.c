@@ -501,71 +501,126 @@ out:
     return st;
 }
 
+/* The get side of a batch: each key's blob total, the pinned value the
+ * worker holds for it (NULL where it holds none) and the key's own status. */
+typedef struct {
+    size_t *totals;
+    ds_buffer_t **bufs;
+    ds_status_t *ks_all;
+} getbatch_t;
+
+static bool getbatch_alloc(getbatch_t *g, size_t n)
+{
+    g->totals = malloc((n ? n : 1) * sizeof *g->totals);
+    g->bufs = calloc(n ? n : 1, sizeof *g->bufs);
+    g->ks_all = calloc(n ? n : 1, sizeof *g->ks_all);
+    return g->totals && g->bufs && g->ks_all;
+}
+
+static void getbatch_free(getbatch_t *g)
+{
+    free(g->totals);
+    free(g->bufs);
+    free(g->ks_all);
+}
+
+/* Checks the batch, takes the device backend into d->ops and pins the
+ * values the worker holds, waiting up to sub_timeout_ms for them; a key
+ * with no value is not yet an error. */
+static ds_status_t getbatch_fetch(ds_hetero_t *h, getbatch_t *g, size_t n, const char *const *keys,
+                                  const ds_device_blob_list_t *lists, int32_t sub_timeout_ms,
+                                  devcur_t *d)
+{
+    ds_status_t st = check_batch(n, keys, lists, g->totals);
+    if (st != DS_K_OK) return st;
+    d->ops = ds__device_get(&st);
+    if (d->ops == NULL) return st;
+    st = ds_kv_get_buffers(h->kv, n, keys, sub_timeout_ms, g->bufs);
+    if (st != DS_K_OK && st != DS_K_NOT_FOUND) return st;
+    register_arena(h, d->ops);
+    return DS_K_OK;
+}
+
+static ds_status_t value_missing(const char *key)
+{
+    return ds__set_error(DS_K_NOT_FOUND, "Can't find object %.*s", 256, key);
+}
+
+/* A key's value of len data bytes must hold the blobs' total from their
+ * source offset on. */
+static ds_status_t check_span(const char *key, size_t len, size_t total, uint64_t from)
+{
+    if (from > len || total > len - from)
+        return ds__set_error(DS_K_INVALID,
+                             "key '%.*s': the value has %zu bytes, the blobs want %zu "
+                             "from offset %llu",
+                             256, key, len, total, (unsigned long long)from);
+    return DS_K_OK;
+}
+
+/* Once the copies are synced (sync): whether key i is done; a key that
+ * failed on its own keeps its status, the others fail with the sync's. */
+static bool key_done(first_err_t *fe, ds_status_t *statuses, const getbatch_t *g, ds_status_t sync,
+                     size_t i)
+{
+    if (g->ks_all[i] != DS_K_OK) return false;
+    if (sync != DS_K_OK) {
+        note(fe, statuses, i, sync);
+        return false;
+    }
+    if (statuses) statuses[i] = DS_K_OK;
+    return true;
+}
+
+/* A get-side batch succeeds when any key is done; the first failure's
+ * message stays readable otherwise. */
+static ds_status_t batch_end(const first_err_t *fe, bool any)
+{
+    ds_status_t st = any ? DS_K_OK : fe->code;
+    if (fe->code != DS_K_OK) ds__set_error(fe->code, "%s", fe->msg);
+    if (st == DS_K_OK) ds__clear_error();
+    return st;
+}
+
 static ds_status_t mget_h2d(ds_hetero_t *h, size_t n, const char *const *keys,
                             const ds_device_blob_list_t *lists, int32_t sub_timeout_ms,
                             ds_status_t *statuses)
 {
     ds__clear_error();
     if (h == NULL) return ds__set_error(DS_K_INVALID, "client is NULL");
-    size_t *totals = malloc((n ? n : 1) * sizeof *totals);
-    ds_buffer_t **bufs = calloc(n ? n : 1, sizeof *bufs);
-    ds_status_t *ks_all = calloc(n ? n : 1, sizeof *ks_all);
+    getbatch_t g;
+    devcur_t d = {.ops = NULL};
     ds_status_t st;
-    if (!totals || !bufs || !ks_all) {
+    if (!getbatch_alloc(&g, n)) {
         st = ds__set_error(DS_K_OUT_OF_MEMORY, "out of memory for a batch of %zu keys", n);
         goto out;
     }
-    if ((st = check_batch(n, keys, lists, totals)) != DS_K_OK) goto fail_all;
-    devcur_t d = {.ops = ds__device_get(&st)};
-    if (d.ops == NULL) goto fail_all;
-    st = ds_kv_get_buffers(h->kv, n, keys, sub_timeout_ms, bufs);
-    if (st != DS_K_OK && st != DS_K_NOT_FOUND) goto fail_all;
-    register_arena(h, d.ops);
+    if ((st = getbatch_fetch(h, &g, n, keys, lists, sub_timeout_ms, &d)) != DS_K_OK) goto fail_all;
     first_err_t fe = {DS_K_OK, ""};
     for (size_t i = 0; i < n; i++) {
+        uint64_t from = lists[i].src_offset;
         ds_status_t ks;
-        if (bufs[i] == NULL) {
-            ks = ds__set_error(DS_K_NOT_FOUND, "Can't find object %.*s", 256, keys[i]);
-        } else {
-            size_t size = ds_buffer_size(bufs[i]);
-            uint64_t from = lists[i].src_offset;
-            if (from > size || totals[i] > size - from) {
-                ks = ds__set_error(DS_K_INVALID,
-                                   "key '%.*s': the value has %zu bytes, the blobs want %zu "
-                                   "from offset %llu",
-                                   256, keys[i], size, totals[i], (unsigned long long)from);
-            } else {
-                const uint8_t *src = (const uint8_t *)ds_buffer_data(bufs[i]) + from;
-                ks = check_registered(h, &lists[i], keys[i]);
-                if (ks == DS_K_OK) ks = copy_key(&d, &lists[i], NULL, src);
-            }
-        }
-        ks_all[i] = ks;
+        if (g.bufs[i] == NULL)
+            ks = value_missing(keys[i]);
+        else if ((ks = check_span(keys[i], ds_buffer_size(g.bufs[i]), g.totals[i], from)) ==
+                     DS_K_OK &&
+                 (ks = check_registered(h, &lists[i], keys[i])) == DS_K_OK)
+            ks = copy_key(&d, &lists[i], NULL, (const uint8_t *)ds_buffer_data(g.bufs[i]) + from);
+        g.ks_all[i] = ks;
         if (ks != DS_K_OK) note(&fe, statuses, i, ks);
     }
     /* The pins are dropped only once the copies out of them are done. */
     ds_status_t sync = devcur_sync(&d);
     bool any = false;
-    ds__buffers_release(bufs, n);
-    for (size_t i = 0; i < n; i++) {
-        if (ks_all[i] != DS_K_OK) continue;
-        if (sync != DS_K_OK)
-            note(&fe, statuses, i, sync);
-        else {
-            if (statuses) statuses[i] = DS_K_OK;
-            any = true;
-        }
-    }
-    st = any ? DS_K_OK : fe.code;
-    if (fe.code != DS_K_OK) ds__set_error(fe.code, "%s", fe.msg);
-    if (st == DS_K_OK) ds__clear_error();
+    ds__buffers_release(g.bufs, n);
+    for (size_t i = 0; i < n; i++)
+        if (key_done(&fe, statuses, &g, sync, i)) any = true;
+    st = batch_end(&fe, any);
     goto out;
 fail_all:
     fill_statuses(statuses, n, st);
 out:
-    free(totals);
-    free(bufs);
-    free(ks_all);
+    getbatch_free(&g);
     return st;
 }
 
@@ -793,77 +848,59 @@ ds_status_t ds_hetero_dev_subscribe(ds_hetero_t *h, size_t n, const char *const 
 {
     ds__clear_error();
     if (h == NULL) return ds__set_error(DS_K_INVALID, "client is NULL");
-    size_t *totals = malloc((n ? n : 1) * sizeof *totals);
-    ds_buffer_t **bufs = calloc(n ? n : 1, sizeof *bufs);
-    ds_status_t *ks_all = calloc(n ? n : 1, sizeof *ks_all);
+    getbatch_t g;
+    bool ok = getbatch_alloc(&g, n);
     bool *via_d2d = calloc(n ? n : 1, sizeof *via_d2d);
     const char **got = calloc(n ? n : 1, sizeof *got);
     opened_set_t os = {NULL, 0, 0};
+    devcur_t d = {.ops = NULL};
     ds_status_t st;
-    if (!totals || !bufs || !ks_all || !via_d2d || !got) {
+    if (!ok || !via_d2d || !got) {
         st = ds__set_error(DS_K_OUT_OF_MEMORY, "out of memory for a batch of %zu keys", n);
         goto out;
     }
-    if ((st = check_batch(n, keys, lists, totals)) != DS_K_OK) goto fail_all;
-    devcur_t d = {.ops = ds__device_get(&st)};
-    if (d.ops == NULL) goto fail_all;
-    st = ds_kv_get_buffers(h->kv, n, keys, sub_timeout_ms, bufs);
-    if (st != DS_K_OK && st != DS_K_NOT_FOUND) goto fail_all;
-    register_arena(h, d.ops);
+    if ((st = getbatch_fetch(h, &g, n, keys, lists, sub_timeout_ms, &d)) != DS_K_OK) goto fail_all;
     first_err_t fe = {DS_K_OK, ""};
     for (size_t i = 0; i < n; i++) {
         ds_status_t ks = DS_K_OK;
-        if (bufs[i] == NULL) {
-            ks = ds__set_error(DS_K_NOT_FOUND, "Can't find object %.*s", 256, keys[i]);
+        if (g.bufs[i] == NULL) {
+            ks = value_missing(keys[i]);
         } else {
-            const uint8_t *v = ds_buffer_data(bufs[i]);
-            size_t size = ds_buffer_size(bufs[i]);
+            const uint8_t *v = ds_buffer_data(g.bufs[i]);
+            size_t size = ds_buffer_size(g.bufs[i]);
             rec_head_t hd;
             const uint8_t *recs = NULL;
             bool has_rec = rec_parse(v, size, &hd, &recs);
             size_t data_len = has_rec ? (size_t)hd.data_len : size;
             uint64_t from = lists[i].src_offset;
-            if (from > data_len || totals[i] > data_len - from) {
-                ks = ds__set_error(DS_K_INVALID,
-                                   "key '%.*s': the value has %zu bytes, the blobs want %zu "
-                                   "from offset %llu",
-                                   256, keys[i], data_len, totals[i], (unsigned long long)from);
-            } else if ((ks = check_registered(h, &lists[i], keys[i])) == DS_K_OK) {
+            if ((ks = check_span(keys[i], data_len, g.totals[i], from)) == DS_K_OK &&
+                (ks = check_registered(h, &lists[i], keys[i])) == DS_K_OK) {
                 via_d2d[i] = has_rec && try_d2d(&d, &os, &lists[i], from, &hd, recs, &ks);
                 if (!via_d2d[i]) ks = copy_key(&d, &lists[i], NULL, v + from);
             }
         }
-        ks_all[i] = ks;
+        g.ks_all[i] = ks;
         if (ks != DS_K_OK) note(&fe, statuses, i, ks);
     }
     /* The pins and the peers' mappings go only once the copies are done. */
     ds_status_t sync = devcur_sync(&d);
     close_peers(d.ops, &os);
-    ds__buffers_release(bufs, n);
+    ds__buffers_release(g.bufs, n);
     size_t m = 0;
     for (size_t i = 0; i < n; i++) {
-        if (ks_all[i] != DS_K_OK) continue;
-        if (sync != DS_K_OK) {
-            note(&fe, statuses, i, sync);
-            continue;
-        }
-        if (statuses) statuses[i] = DS_K_OK;
+        if (!key_done(&fe, statuses, &g, sync, i)) continue;
         atomic_fetch_add(via_d2d[i] ? &h->d2d_keys : &h->arena_keys, 1);
         got[m++] = keys[i];
     }
     /* Received: the object is consumed (Yuanrong deletes it), which is also
      * what tells the publisher its memory is free again. */
     if (m > 0) (void)ds_kv_del(h->kv, m, got, NULL);
-    st = m > 0 ? DS_K_OK : fe.code;
-    if (fe.code != DS_K_OK) ds__set_error(fe.code, "%s", fe.msg);
-    if (st == DS_K_OK) ds__clear_error();
+    st = batch_end(&fe, m > 0);
     goto out;
 fail_all:
     fill_statuses(statuses, n, st);
 out:
-    free(totals);
-    free(bufs);
-    free(ks_all);
+    getbatch_free(&g);
     free(via_d2d);
     free(got);
     return st;
