@@ -82,6 +82,56 @@ static void pause_ms(uint32_t ms)
     nanosleep(&ts, NULL);
 }
 
+/* The keys a retrying call still asks for: todo[j] is keys[where[j]] and
+ * part[j] its latest answer, for j below m; sts holds all n keys' statuses
+ * (the caller's statuses, or its own array when those are NULL). */
+typedef struct {
+    ds_status_t *statuses, *sts, *part;
+    const char **todo;
+    size_t *where;
+    size_t m;
+} retry_set_t;
+
+static void retry_set_free(retry_set_t *r)
+{
+    if (r->sts != r->statuses) free(r->sts);
+    free(r->todo);
+    free(r->where);
+    free(r->part);
+}
+
+/* Every key to ask for at first; false when out of memory (r is freed). */
+static bool retry_set_init(retry_set_t *r, size_t n, const char *const *keys, ds_status_t *statuses)
+{
+    r->statuses = statuses;
+    r->sts = statuses ? statuses : malloc(n * sizeof(*r->sts));
+    r->todo = malloc(n * sizeof(*r->todo));
+    r->where = malloc(n * sizeof(*r->where));
+    r->part = malloc(n * sizeof(*r->part));
+    if (r->sts == NULL || r->todo == NULL || r->where == NULL || r->part == NULL) {
+        retry_set_free(r);
+        return false;
+    }
+    r->m = n;
+    for (size_t i = 0; i < n; i++) {
+        r->todo[i] = keys[i];
+        r->where[i] = i;
+    }
+    return true;
+}
+
+/* Sleeps *wait_ms (no later than deadline) before the next try, doubling
+ * it up to 32 ms; false, without sleeping, once deadline has passed. */
+static bool retry_pause(uint32_t *wait_ms, uint64_t deadline)
+{
+    uint64_t now = ds__now_ms();
+    if (now >= deadline) return false;
+    uint64_t left = deadline - now;
+    pause_ms(left < *wait_ms ? (uint32_t)left : *wait_ms);
+    if (*wait_ms < 32) *wait_ms *= 2;
+    return true;
+}
+
 /* keys_call, asking again for the keys answered K_TRY_AGAIN (a key's
  * owner rebuilding its holds after a ring change) until the request
  * timeout has passed, sleeping 1 ms, doubling to 32 ms, between tries;
@@ -93,24 +143,18 @@ static ds_status_t retry_call(ds_client_t *c, ds_opcode_t op, int32_t arg, size_
     if (c == NULL) return ds__set_error(DS_K_INVALID, "client is NULL");
     ds_status_t st = ds__check_keys(n, keys, DS_MAX_BATCH);
     if (st != DS_K_OK) return keys_call(c, op, arg, n, keys, statuses, counts, any_ok);
-    ds_status_t *sts = statuses ? statuses : malloc(n * sizeof(*sts));
-    const char **todo = malloc(n * sizeof(*todo));
-    size_t *where = malloc(n * sizeof(*where));
-    ds_status_t *part = malloc(n * sizeof(*part));
+    retry_set_t r;
     uint32_t *cnt = counts ? malloc(n * sizeof(*cnt)) : NULL;
-    if (sts == NULL || todo == NULL || where == NULL || part == NULL || (counts && cnt == NULL)) {
-        if (sts != statuses) free(sts);
-        free(todo);
-        free(where);
-        free(part);
+    bool have = retry_set_init(&r, n, keys, statuses);
+    if (!have || (counts && cnt == NULL)) {
+        if (have) retry_set_free(&r);
         free(cnt);
         return ds__set_error(DS_K_OUT_OF_MEMORY, "out of memory");
     }
-    size_t m = n;
-    for (size_t i = 0; i < n; i++) {
-        todo[i] = keys[i];
-        where[i] = i;
-    }
+    ds_status_t *sts = r.sts, *part = r.part;
+    const char **todo = r.todo;
+    size_t *where = r.where;
+    size_t m = r.m;
     uint64_t deadline = ds__client_deadline(c, 0);
     uint32_t wait_ms = 1;
     char err[512] = "", err_first[512] = "";
@@ -137,11 +181,7 @@ static ds_status_t retry_call(ds_client_t *c, ds_opcode_t op, int32_t arg, size_
                 k++;
             }
         m = k;
-        uint64_t now = ds__now_ms();
-        if (now >= deadline) break;
-        uint64_t left = deadline - now;
-        pause_ms(left < wait_ms ? (uint32_t)left : wait_ms);
-        if (wait_ms < 32) wait_ms *= 2;
+        if (!retry_pause(&wait_ms, deadline)) break;
     }
     ds_status_t first = DS_K_OK;
     size_t nok = 0;
@@ -151,10 +191,7 @@ static ds_status_t retry_call(ds_client_t *c, ds_opcode_t op, int32_t arg, size_
         else if (first == DS_K_OK)
             first = sts[i];
     }
-    if (sts != statuses) free(sts);
-    free(todo);
-    free(where);
-    free(part);
+    retry_set_free(&r);
     free(cnt);
     if (tries == 1) return rc; /* nothing asked again: keys_call's answer and error */
     /* The message of the keys still refused, else the first call's. */
@@ -178,22 +215,13 @@ static ds_status_t latch_call(ds_client_t *c, ds_opcode_t op, int32_t timeout_ms
                              INT32_MAX);
     ds_status_t st = ds__check_keys(n, keys, DS_MAX_BATCH);
     if (st != DS_K_OK) return st;
-    ds_status_t *sts = statuses ? statuses : malloc(n * sizeof(*sts));
-    const char **todo = malloc(n * sizeof(*todo));
-    size_t *where = malloc(n * sizeof(*where));
-    ds_status_t *part = malloc(n * sizeof(*part));
-    if (sts == NULL || todo == NULL || where == NULL || part == NULL) {
-        if (sts != statuses) free(sts);
-        free(todo);
-        free(where);
-        free(part);
+    retry_set_t r;
+    if (!retry_set_init(&r, n, keys, statuses))
         return ds__set_error(DS_K_OUT_OF_MEMORY, "out of memory");
-    }
-    size_t m = n;
-    for (size_t i = 0; i < n; i++) {
-        todo[i] = keys[i];
-        where[i] = i;
-    }
+    ds_status_t *sts = r.sts, *part = r.part;
+    const char **todo = r.todo;
+    size_t *where = r.where;
+    size_t m = r.m;
     uint64_t deadline = ds__now_ms() + (uint64_t)timeout_ms;
     uint32_t wait_ms = 1;
     for (;;) {
@@ -208,11 +236,7 @@ static ds_status_t latch_call(ds_client_t *c, ds_opcode_t op, int32_t timeout_ms
             }
         }
         m = again;
-        uint64_t now = ds__now_ms();
-        if (m == 0 || now >= deadline) break;
-        uint64_t left = deadline - now;
-        pause_ms(left < wait_ms ? (uint32_t)left : wait_ms);
-        if (wait_ms < 32) wait_ms *= 2;
+        if (m == 0 || !retry_pause(&wait_ms, deadline)) break;
     }
     ds_status_t first = DS_K_OK;
     for (size_t i = 0; i < n && first == DS_K_OK; i++)
@@ -221,10 +245,7 @@ static ds_status_t latch_call(ds_client_t *c, ds_opcode_t op, int32_t timeout_ms
     if (m > 0 && strstr(ds_last_error(), "rebuilding") == NULL)
         ds__set_error(DS_K_TRY_AGAIN, "%s: %zu key(s) still latched by another client after %d ms",
                       ds__opcode_name(op), m, (int)timeout_ms);
-    if (sts != statuses) free(sts);
-    free(todo);
-    free(where);
-    free(part);
+    retry_set_free(&r);
     return first;
 }
 
