@@ -265,6 +265,19 @@ static ds_status_t cuda_host_unregister(void *p)
     return DS_K_OK;
 }
 
+/* The device allocation, *base and *size bytes, that holds [p, p + n): the
+ * whole range must lie in it. */
+static ds_status_t cuda_alloc_range(uint64_t p, size_t n, CUdeviceptr *base, size_t *size)
+{
+    CU_CALL("cuMemGetAddressRange", cu.MemGetAddressRange(base, size, p));
+    if (p - *base > *size || n > *size - (p - *base))
+        return ds__set_error(DS_K_INVALID,
+                             "the range 0x%llx + %zu runs past the end of its device allocation "
+                             "(0x%llx + %zu)",
+                             (unsigned long long)p, n, (unsigned long long)*base, *size);
+    return DS_K_OK;
+}
+
 /* A range the driver knows as device memory (cuMemAlloc, PyTorch's caching
  * allocator) is DMA-capable already: it must lie within one allocation, so
  * a later copy into it cannot run off its end. Memory the driver does not
@@ -286,13 +299,7 @@ static ds_status_t cuda_mem_register(uint64_t p, size_t n, int *pinned)
     if (type == CU_MEMORYTYPE_HOST) return DS_K_OK;
     CUdeviceptr base = 0;
     size_t size = 0;
-    CU_CALL("cuMemGetAddressRange", cu.MemGetAddressRange(&base, &size, p));
-    if (p - base > size || n > size - (p - base))
-        return ds__set_error(DS_K_INVALID,
-                             "the range 0x%llx + %zu runs past the end of its device allocation "
-                             "(0x%llx + %zu)",
-                             (unsigned long long)p, n, (unsigned long long)base, size);
-    return DS_K_OK;
+    return cuda_alloc_range(p, n, &base, &size);
 }
 
 static ds_status_t cuda_mem_unregister(uint64_t p, int pinned)
@@ -325,12 +332,8 @@ static ds_status_t cuda_ipc_export(uint64_t p, size_t n, ds__ipc_handle_t *h, ui
         return cuda_no_ipc();
     CUdeviceptr base = 0;
     size_t size = 0;
-    CU_CALL("cuMemGetAddressRange", cu.MemGetAddressRange(&base, &size, p));
-    if (p - base > size || n > size - (p - base))
-        return ds__set_error(DS_K_INVALID,
-                             "the range 0x%llx + %zu runs past the end of its device allocation "
-                             "(0x%llx + %zu)",
-                             (unsigned long long)p, n, (unsigned long long)base, size);
+    ds_status_t st = cuda_alloc_range(p, n, &base, &size);
+    if (st != DS_K_OK) return st;
     cuda_handle_t ch;
     memset(&ch, 0, sizeof ch);
     CU_CALL("cuIpcGetMemHandle", cu.IpcGetMemHandle(&ch.h, base));
