@@ -48,6 +48,14 @@ ds_holds_t *holds(ds_server_t *srv)
     return *h;
 }
 
+uint32_t read_sender(ds_rbuf_t *rb, const ds_req_t *r, const char **addr, uint64_t *id)
+{
+    ds__rbuf_init(rb, r->meta, r->meta_len);
+    uint32_t len = ds__rbuf_str(rb, addr);
+    *id = ds__rbuf_u64(rb);
+    return len;
+}
+
 void ds__holds_free(ds_holds_t *h)
 {
     if (h == NULL) return;

@@ -114,8 +114,13 @@ typedef struct {
 #define rebuild_done_op ds__hold_rebuild_done_op
 #define rebuild_park ds__hold_rebuild_park
 #define latch_wait_op ds__hold_latch_wait_op
+#define read_sender ds__hold_read_sender
 
 ds_holds_t *holds(ds_server_t *srv);
+/* Starts reading r's meta into *rb: a request between workers opens with
+ * the sender's address (*addr; its length returned, 0 when absent) and an
+ * id. */
+uint32_t read_sender(ds_rbuf_t *rb, const ds_req_t *r, const char **addr, uint64_t *id);
 bool is_self(ds_server_t *srv, const char *addr);
 rholder_t *rholder_find(ds_holds_t *h, const char *addr, uint32_t al, uint64_t sid);
 rholder_t *rholder_get(ds_holds_t *h, const char *addr, uint32_t al, uint64_t sid);

@@ -35,10 +35,9 @@ static void statuses_counts_finish(ds_pend_t *p)
 static void op_owned(ds_server_t *srv, ds_req_t *r)
 {
     ds_rbuf_t rb;
-    ds__rbuf_init(&rb, r->meta, r->meta_len);
     const char *origin;
-    uint32_t ol = ds__rbuf_str(&rb, &origin);
-    uint64_t sid = ds__rbuf_u64(&rb);
+    uint64_t sid;
+    uint32_t ol = read_sender(&rb, r, &origin, &sid);
     uint32_t op = ds__rbuf_u32(&rb);
     int32_t arg = ds__rbuf_i32(&rb);
     uint32_t n = ds__rbuf_count(&rb, 10 * DS_MAX_BATCH, 5);
@@ -117,10 +116,9 @@ static bool read_keys(ds_rbuf_t *rb, const char ***keys, uint32_t **lens, uint32
 void latch_wait_op(ds_server_t *srv, ds_req_t *r)
 {
     ds_rbuf_t rb;
-    ds__rbuf_init(&rb, r->meta, r->meta_len);
     const char *origin;
-    uint32_t ol = ds__rbuf_str(&rb, &origin);
-    uint64_t sid = ds__rbuf_u64(&rb);
+    uint64_t sid;
+    uint32_t ol = read_sender(&rb, r, &origin, &sid);
     const char **keys = NULL;
     uint32_t *lens = NULL, n = 0;
     if (!read_keys(&rb, &keys, &lens, &n) || ol == 0) {
@@ -188,10 +186,9 @@ static void op_latch_hint(ds_server_t *srv, ds_req_t *r)
 static void op_holder_end(ds_server_t *srv, ds_req_t *r)
 {
     ds_rbuf_t rb;
-    ds__rbuf_init(&rb, r->meta, r->meta_len);
     const char *origin;
-    uint32_t ol = ds__rbuf_str(&rb, &origin);
-    uint64_t sid = ds__rbuf_u64(&rb);
+    uint64_t sid;
+    uint32_t ol = read_sender(&rb, r, &origin, &sid);
     if (rb.err || ol == 0) {
         ds__req_error(r, DS_K_INVALID, "malformed HOLDER_END");
         return;

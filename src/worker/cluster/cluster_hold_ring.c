@@ -369,10 +369,9 @@ bool ds__rebuild_pending(ds_server_t *srv, const char *key, uint32_t len, char *
 void rebuild_done_op(ds_server_t *srv, ds_req_t *r)
 {
     ds_rbuf_t rb;
-    ds__rbuf_init(&rb, r->meta, r->meta_len);
     const char *from;
-    uint32_t fl = ds__rbuf_str(&rb, &from);
-    uint64_t id = ds__rbuf_u64(&rb);
+    uint64_t id;
+    uint32_t fl = read_sender(&rb, r, &from, &id);
     ds_holds_t *h = holds(srv);
     if (rb.err || fl == 0 || fl >= sizeof(h->done->addr)) {
         ds__req_error(r, DS_K_INVALID, "malformed REBUILD_DONE");
