@@ -341,6 +341,20 @@ static int check_all_inline(const hr_frame_t *f, uint32_t n)
  * its wait a slice per loop turn: requests pipelined behind it on its
  * connection are answered after it, in order; the keys set once it waits
  * complete it with every value in its place; nothing stays subscribed. */
+/* A GET of the NKEYS never-set keys "sl-never:i", waiting wait_ms, into g. */
+static void never_get(ds_wbuf_t *g, int32_t wait_ms)
+{
+    ds__wbuf_init(g);
+    ds__wbuf_i32(g, wait_ms);
+    ds__wbuf_u8(g, 0);
+    ds__wbuf_u32(g, NKEYS);
+    for (int i = 0; i < NKEYS; i++) {
+        char k[32];
+        snprintf(k, sizeof(k), "sl-never:%d", i);
+        ds__wbuf_cstr(g, k);
+    }
+}
+
 static void test_sliced_wait_in_order(void **state)
 {
     (void)state;
@@ -401,15 +415,7 @@ static void test_sliced_wait_in_order(void **state)
      * waits register, right after sending (with a request pipelined
      * behind), or once they wait: nothing stays subscribed or reserved,
      * and the share is whole again for a client that waits next. */
-    ds__wbuf_init(&g);
-    ds__wbuf_i32(&g, 60000);
-    ds__wbuf_u8(&g, 0);
-    ds__wbuf_u32(&g, NKEYS);
-    for (int i = 0; i < NKEYS; i++) {
-        char k[32];
-        snprintf(k, sizeof(k), "sl-never:%d", i);
-        ds__wbuf_cstr(&g, k);
-    }
+    never_get(&g, 60000);
     for (int round = 0; round < 6; round++) {
         hr_conn_t c;
         assert_int_equal(hr_open_hello(&c, &W, false), 0);
@@ -422,15 +428,7 @@ static void test_sliced_wait_in_order(void **state)
     ds__wbuf_free(&g);
     /* The same with a wait of 20 ms, the connection closing at different
      * points of registration, wait, leaving the table and answer. */
-    ds__wbuf_init(&g);
-    ds__wbuf_i32(&g, 20);
-    ds__wbuf_u8(&g, 0);
-    ds__wbuf_u32(&g, NKEYS);
-    for (int i = 0; i < NKEYS; i++) {
-        char k[32];
-        snprintf(k, sizeof(k), "sl-never:%d", i);
-        ds__wbuf_cstr(&g, k);
-    }
+    never_get(&g, 20);
     for (int round = 0; round < 8; round++) {
         hr_conn_t c;
         assert_int_equal(hr_open_hello(&c, &W, false), 0);
