@@ -60,6 +60,21 @@ static int teardown(void **state)
     return 0;
 }
 
+/* Worker stop stalls (SIGSTOP) and worker join starts on addr; every
+ * other worker sees the join. */
+static void stall_and_join(int stop, int join, const char *addr)
+{
+    assert_int_equal(kill(C.w[stop].pid, SIGSTOP), 0);
+    char flags[512];
+    snprintf(flags, sizeof(flags),
+             "--etcd_address %s --cluster_name %s --heartbeat_interval_ms %d " LEASE,
+             C.etcd.address, C.name, CT_HEARTBEAT_MS);
+    assert_int_equal(dst_worker_start_on(&C.w[join], addr, 64, flags), 0);
+    C.n = join + 1;
+    for (int i = 0; i < C.n; i++)
+        if (i != stop) assert_true(dst_wait_members(&C.w[i], C.n, 15000) >= 0);
+}
+
 /* A TCP client of worker i whose requests give up after timeout_ms. */
 static ds_client_t *client_within(int i, int timeout_ms)
 {
@@ -136,15 +151,7 @@ static void test_new_owner_answers_try_again_until_rebuilt(void **state)
     assert_int_equal(ds_kv_rlatch(holder, (size_t)nheld, held, 60000, NULL), DS_K_OK);
 
     /* Worker 0 stalls; worker 3 joins (the survivors see it). */
-    assert_int_equal(kill(C.w[0].pid, SIGSTOP), 0);
-    char flags[512];
-    snprintf(flags, sizeof(flags),
-             "--etcd_address %s --cluster_name %s --heartbeat_interval_ms %d " LEASE,
-             C.etcd.address, C.name, CT_HEARTBEAT_MS);
-    assert_int_equal(dst_worker_start_on(&C.w[3], "127.0.0.14", 64, flags), 0);
-    C.n = 4;
-    for (int i = 1; i < 4; i++)
-        assert_true(dst_wait_members(&C.w[i], 4, 15000) >= 0);
+    stall_and_join(0, 3, "127.0.0.14");
 
     /* A key worker 3 took: its count is being rebuilt (never 0). A key
      * whose owner did not change answers at once. */
@@ -249,15 +256,7 @@ static void test_old_owner_lets_moved_latches_go(void **state)
 
     /* Worker 1 stalls and worker 4 joins, taking some of the keys: their
      * latches reach it only once worker 1 resumes. */
-    assert_int_equal(kill(C.w[1].pid, SIGSTOP), 0);
-    char flags[512];
-    snprintf(flags, sizeof(flags),
-             "--etcd_address %s --cluster_name %s --heartbeat_interval_ms %d " LEASE,
-             C.etcd.address, C.name, CT_HEARTBEAT_MS);
-    assert_int_equal(dst_worker_start_on(&C.w[4], "127.0.0.15", 64, flags), 0);
-    C.n = 5;
-    for (int i = 0; i < 5; i++)
-        if (i != 1) assert_true(dst_wait_members(&C.w[i], 5, 15000) >= 0);
+    stall_and_join(1, 4, "127.0.0.15");
     ds_client_t *quick = client_within(4, 1000);
     assert_non_null(quick);
     int moved = -1;
