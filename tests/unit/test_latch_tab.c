@@ -93,16 +93,23 @@ static void test_expire_in_deadline_order(void **state)
     ds__latch_tab_destroy(&t);
 }
 
+/* A table where A holds 20 latches on k0..k6 (key i % 7), the one of i
+ * until 100 + i. */
+static void init_a20(ds_latch_tab_t *t)
+{
+    ds__latch_tab_init(t, 100, 1000);
+    char k[16];
+    for (int i = 0; i < 20; i++) {
+        snprintf(k, sizeof(k), "k%d", i % 7);
+        assert_int_equal(add(t, &A, k, 100 + (uint64_t)i), DS_LATCH_ADDED);
+    }
+}
+
 static void test_drop_holder(void **state)
 {
     (void)state;
     ds_latch_tab_t t;
-    ds__latch_tab_init(&t, 100, 1000);
-    char k[16];
-    for (int i = 0; i < 20; i++) {
-        snprintf(k, sizeof(k), "k%d", i % 7);
-        assert_int_equal(add(&t, &A, k, 100 + (uint64_t)i), DS_LATCH_ADDED);
-    }
+    init_a20(&t);
     assert_int_equal(add(&t, &B, "k3", 50), DS_LATCH_ADDED);
     assert_int_equal(ds__latch_tab_drop_holder(&t, &C), 0);
     assert_int_equal(ds__latch_tab_drop_holder(&t, &A), 20);
@@ -129,12 +136,7 @@ static void test_drop_holder_if(void **state)
 {
     (void)state;
     ds_latch_tab_t t;
-    ds__latch_tab_init(&t, 100, 1000);
-    char k[16];
-    for (int i = 0; i < 20; i++) {
-        snprintf(k, sizeof(k), "k%d", i % 7);
-        assert_int_equal(add(&t, &A, k, 100 + (uint64_t)i), DS_LATCH_ADDED);
-    }
+    init_a20(&t);
     assert_int_equal(add(&t, &B, "k1", 50), DS_LATCH_ADDED);
     int asked = 0;
     assert_int_equal(ds__latch_tab_drop_holder_if(&t, &C, drop_some, &asked), 0);
