@@ -14,6 +14,20 @@
 
 #define KQ 64
 
+/* The first of n statuses that is not DS_K_OK (DS_K_OK when none);
+ * *nok: how many are DS_K_OK. */
+static ds_status_t first_failure(const ds_status_t *sts, size_t n, size_t *nok)
+{
+    ds_status_t first = DS_K_OK;
+    for (size_t i = 0; i < n; i++) {
+        if (sts[i] == DS_K_OK)
+            (*nok)++;
+        else if (first == DS_K_OK)
+            first = sts[i];
+    }
+    return first;
+}
+
 /* Sends op with head (written by put_head) and the keys, and reads n
  * entries of u32 status (+ u32 count when counts != NULL). any_ok: the
  * return is DS_K_OK when any key succeeded, else when all did. */
@@ -61,14 +75,8 @@ static ds_status_t keys_call(ds_client_t *c, ds_opcode_t op, int32_t arg, size_t
     ds__conn_drain(conn, deadline);
     ds__client_put(c, conn);
 out:;
-    ds_status_t first = DS_K_OK;
     size_t nok = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (sts[i] == DS_K_OK)
-            nok++;
-        else if (first == DS_K_OK)
-            first = sts[i];
-    }
+    ds_status_t first = first_failure(sts, n, &nok);
     if (first != DS_K_OK && ds_last_error()[0] == '\0')
         ds__set_error(first, "%s failed: %s", ds__opcode_name(op), ds_status_message(first));
     if (sts != statuses) free(sts);
@@ -183,14 +191,8 @@ static ds_status_t retry_call(ds_client_t *c, ds_opcode_t op, int32_t arg, size_
         m = k;
         if (!retry_pause(&wait_ms, deadline)) break;
     }
-    ds_status_t first = DS_K_OK;
     size_t nok = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (sts[i] == DS_K_OK)
-            nok++;
-        else if (first == DS_K_OK)
-            first = sts[i];
-    }
+    ds_status_t first = first_failure(sts, n, &nok);
     retry_set_free(&r);
     free(cnt);
     if (tries == 1) return rc; /* nothing asked again: keys_call's answer and error */
