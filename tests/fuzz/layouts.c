@@ -296,6 +296,9 @@ void fz_parse_response(uint16_t op, const uint8_t *meta, size_t len, ds_wbuf_t *
     case DS_OP_DROP:
     case DS_OP_RLATCH:
     case DS_OP_UNRLATCH:
+    case DS_OP_WLATCH:
+    case DS_OP_UNWLATCH:
+    case DS_OP_SEAL:
         statuses(&p);
         break;
     case DS_OP_READ: {
