@@ -29,6 +29,7 @@
  *
  * bench/lane_bursts.sh starts the worker (or two builds' workers in turn)
  * and runs this against it. */
+#include "common/procstat.h"
 #include "ds/kv_client.h"
 
 #include <cjson/cJSON.h>
@@ -68,19 +69,8 @@ static double median(uint64_t *v, int n)
 /* The CPU thread pid last ran on; -1 when unknown. */
 static int last_cpu(int pid)
 {
-    char path[64], buf[1024];
-    snprintf(path, sizeof(path), "/proc/%d/stat", pid);
-    FILE *f = fopen(path, "r");
-    if (f == NULL) return -1;
-    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    char *p = strrchr(buf, ')'); /* the command name may hold spaces */
-    if (p == NULL) return -1;
-    int field = 2;
-    for (char *save = NULL, *t = strtok_r(p + 1, " ", &save); t; t = strtok_r(NULL, " ", &save))
-        if (++field == 39) return atoi(t);
-    return -1;
+    ds_proc_stat_t s;
+    return ds__proc_stat(pid, &s) == 0 ? s.processor : -1;
 }
 
 static void usage(void)

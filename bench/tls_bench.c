@@ -19,6 +19,7 @@
  *   tls_bench --plain H:P --tls H:P --ca FILE [--rounds N] [--pids P,T] [--json FILE] */
 #include "bench/stats.h"
 #include "common/clock.h"
+#include "common/procstat.h"
 #include "ds/kv_client.h"
 
 #include <stdio.h>
@@ -91,21 +92,9 @@ static double phase(ds_client_t *c, const char *key, size_t size, int n, bool se
 /* User+system CPU ms of process pid (all its threads), or -1. */
 static double proc_cpu_ms(long pid)
 {
-    char path[64], buf[1024];
-    snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
-    FILE *f = fopen(path, "r");
-    if (f == NULL) return -1;
-    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    /* Fields after the command name (which may hold spaces): state is the
-     * 3rd, utime the 14th and stime the 15th. */
-    char *p = strrchr(buf, ')');
-    if (p == NULL) return -1;
-    unsigned long long ut = 0, st = 0;
-    if (sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
-        return -1;
-    return (double)(ut + st) * 1e3 / (double)sysconf(_SC_CLK_TCK);
+    ds_proc_stat_t s;
+    if (ds__proc_stat((pid_t)pid, &s) != 0) return -1;
+    return (double)(s.utime + s.stime) * 1e3 / (double)sysconf(_SC_CLK_TCK);
 }
 
 static double self_cpu_ms(void)

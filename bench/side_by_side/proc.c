@@ -8,6 +8,7 @@
 
 #include "common/clock.h"
 #include "common/net.h"
+#include "common/procstat.h"
 #include "ds/kv_client.h"
 
 #include <arpa/inet.h>
@@ -365,24 +366,9 @@ double sbs_worker_stat(const sbs_opts_t *o, const sbs_proc_t *w, const char *pat
 
 double sbs_proc_faults(pid_t pid)
 {
-    char path[64], buf[1024];
-    if (pid > 0)
-        snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-    else
-        snprintf(path, sizeof(path), "/proc/self/stat");
-    FILE *f = fopen(path, "r");
-    if (f == NULL) return 0;
-    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    /* Fields after the command name (which may hold spaces): state ppid
-     * pgrp session tty_nr tpgid flags minflt cminflt majflt. */
-    const char *p = strrchr(buf, ')');
-    unsigned long long minflt = 0, majflt = 0;
-    if (p == NULL ||
-        sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %llu %*u %llu", &minflt, &majflt) != 2)
-        return 0;
-    return (double)(minflt + majflt);
+    ds_proc_stat_t s;
+    if (ds__proc_stat(pid, &s) != 0) return 0;
+    return (double)(s.minflt + s.majflt);
 }
 
 double sbs_proc_cpu_us(pid_t pid)

@@ -14,6 +14,7 @@
 #include "common/auth.h"
 #include "common/clock.h"
 #include "common/net.h"
+#include "common/procstat.h"
 #include "common/tls.h"
 #include "common/wire.h"
 #include "ds/status.h"
@@ -313,15 +314,9 @@ static int ctl_open(const cli_cmd_t *cmd, const cli_args_t *a, bool tcp_ok, uint
 static bool pid_alive(pid_t pid)
 {
     if (kill(pid, 0) != 0 && errno == ESRCH) return false;
-    char p[64], buf[512];
-    snprintf(p, sizeof(p), "/proc/%d/stat", (int)pid);
-    FILE *f = fopen(p, "r");
-    if (f == NULL) return errno != ENOENT;
-    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    const char *rp = strrchr(buf, ')');
-    return !(rp && rp[1] == ' ' && (rp[2] == 'Z' || rp[2] == 'X'));
+    ds_proc_stat_t s;
+    if (ds__proc_stat(pid, &s) != 0) return errno != ENOENT;
+    return s.state != 'Z' && s.state != 'X';
 }
 
 static bool timeout_arg(const cli_cmd_t *cmd, const cli_args_t *a, const char *verb, long *ms)

@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "common/error.h"
+#include "common/procstat.h"
 #include "device.h"
 
 /* Any non-NULL token works as a stream; one static byte keeps it valid
@@ -213,27 +214,12 @@ typedef struct {
 
 _Static_assert(sizeof(host_handle_t) <= DS__IPC_HANDLE_BYTES, "host handle too large");
 
-/* Field 22 of /proc/PID/stat: the process's start time, which tells a
- * process from a later one given the same pid. 0 when unreadable. */
+/* The process's start time, which tells a process from a later one given
+ * the same pid. 0 when unreadable. */
 static uint64_t proc_start_time(int32_t pid)
 {
-    char path[64], buf[1024];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return 0;
-    ssize_t r = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (r <= 0) return 0;
-    buf[r] = 0;
-    /* The command name (field 2) may hold spaces and parentheses: count
-     * from the last ')'. */
-    char *q = strrchr(buf, ')');
-    if (q == NULL) return 0;
-    /* q is the space before field 3; step to the one before field 22. */
-    q++;
-    for (int field = 3; field < 22 && q; field++)
-        q = strchr(q + 1, ' ');
-    return q ? strtoull(q + 1, NULL, 10) : 0;
+    ds_proc_stat_t s;
+    return ds__proc_stat((pid_t)pid, &s) == 0 ? s.starttime : 0;
 }
 
 static uint64_t pid_ns(int32_t pid)

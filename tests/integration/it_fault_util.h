@@ -12,6 +12,7 @@
 
 #include "common/clock.h"
 #include "common/net.h"
+#include "common/procstat.h"
 #include "common/wire.h"
 
 #include <errno.h>
@@ -155,21 +156,9 @@ static inline long fu_rss_kb(pid_t pid)
 /* User + system CPU time of pid in clock ticks, or -1. */
 static inline long fu_cpu_ticks(pid_t pid)
 {
-    char path[64], buf[1024];
-    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-    FILE *f = fopen(path, "r");
-    if (f == NULL) return -1;
-    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    /* Fields after the parenthesised command name: state is field 3,
-     * utime 14 and stime 15. */
-    char *p = strrchr(buf, ')');
-    if (p == NULL) return -1;
-    unsigned long ut = 0, st = 0;
-    if (sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
-        return -1;
-    return (long)(ut + st);
+    ds_proc_stat_t s;
+    if (ds__proc_stat(pid, &s) != 0) return -1;
+    return (long)(s.utime + s.stime);
 }
 
 /* ---- self-describing values ----

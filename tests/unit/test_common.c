@@ -1,16 +1,21 @@
 /* Key rules, status names/messages, address parsing, hashing, the polling
- * window and large copies. */
+ * window, large copies and /proc/PID/stat. */
 #include "common/copy.h"
 #include "common/error.h"
 #include "common/hash.h"
 #include "common/keys.h"
 #include "common/net.h"
 #include "common/clock.h"
+#include "common/procstat.h"
 #include "common/spin.h"
 #include "ds/kv_client.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -563,6 +568,57 @@ static void test_copy_in_mid(void **state)
     free(b);
 }
 
+/* The fields after a command name that holds spaces and parentheses, of a
+ * running child, of the same child as a zombie, and of no process. */
+static void test_proc_stat(void **state)
+{
+    (void)state;
+    ds_proc_stat_t me;
+    assert_int_equal(ds__proc_stat(0, &me), 0);
+    assert_int_equal(me.state, 'R');
+    assert_true(me.starttime > 0);
+    assert_true(me.minflt > 0);
+    assert_true(me.processor >= 0 && me.processor < CPU_SETSIZE);
+
+    int go[2];
+    assert_int_equal(pipe(go), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        prctl(PR_SET_NAME, "a) b ( 1 2 3");
+        char c;
+        close(go[1]);
+        (void)!read(go[0], &c, 1); /* parked until the parent closes */
+        _exit(0);
+    }
+    close(go[0]);
+    ds_proc_stat_t kid;
+    for (int i = 0; i < 1000; i++) { /* until the name is set */
+        char path[64], comm[64] = "";
+        snprintf(path, sizeof(path), "/proc/%d/comm", (int)pid);
+        FILE *f = fopen(path, "r");
+        if (f && fgets(comm, sizeof(comm), f) && strncmp(comm, "a) b (", 6) == 0) {
+            fclose(f);
+            break;
+        }
+        if (f) fclose(f);
+        usleep(1000);
+    }
+    assert_int_equal(ds__proc_stat(pid, &kid), 0);
+    assert_true(kid.state == 'S' || kid.state == 'R');
+    assert_true(kid.starttime >= me.starttime);
+    assert_true(kid.processor >= 0);
+    close(go[1]);
+    siginfo_t si;
+    assert_int_equal(waitid(P_PID, (id_t)pid, &si, WEXITED | WNOWAIT), 0);
+    assert_int_equal(ds__proc_stat(pid, &kid), 0);
+    assert_int_equal(kid.state, 'Z');
+    assert_int_equal(waitpid(pid, NULL, 0), pid);
+    errno = 0;
+    assert_int_equal(ds__proc_stat(pid, &kid), -1);
+    assert_int_equal(errno, ENOENT);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -580,6 +636,7 @@ int main(void)
         cmocka_unit_test(test_spin_move_off),
         cmocka_unit_test(test_copy),
         cmocka_unit_test(test_copy_in_mid),
+        cmocka_unit_test(test_proc_stat),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
