@@ -78,14 +78,15 @@ step "build (asan+ubsan)" bash scripts/build.sh asan
 step "build (tsan)" bash scripts/build.sh tsan
 step "ctest (release)" ctest --test-dir build --output-on-failure -j 2 --timeout 300
 # The sanitizer flavours soak for 30 s (the release soak runs the full 60 s)
-# and skip the cluster suite's TLS variants: the TLS peer path differs from
-# the plain one only in the transport, which the ASan integration suite
-# (it_tls*) covers; the release run keeps every cluster test over TLS.
+# and skip the cluster suite's TLS and UCX variants: their peer paths differ
+# from the plain one only in the transport, which the ASan integration suite
+# (it_tls*, it_ucx_client) and cluster test (ct_rdma) cover; the release run
+# keeps every cluster test over TLS and over UCX.
 export DS_SAN_SOAK_SECONDS=${DS_SAN_SOAK_SECONDS:-30}
 DS_SOAK_SECONDS=$DS_SAN_SOAK_SECONDS \
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     step "ctest (asan+ubsan)" ctest --test-dir build-asan --output-on-failure -j 2 --timeout 600 \
-    -LE tls
+    -LE 'tls|rdma'
 # Unit, integration and C++ SDK suites only (the soak included): the cluster tests
 # need root and etcd, the fuzzers ASan. The integration tests start their
 # workers from build-tsan, so the worker runs under TSan too. Any report fails
