@@ -9,11 +9,12 @@ cd "$(dirname "$0")/.."
 flavour=${1:-release}
 case "$flavour" in
     release) dir=build; args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo) ;;
-    asan) dir=build-asan; args=(-DCMAKE_BUILD_TYPE=Debug -DDS_SANITIZE=ON) ;;
+    # The sanitizer flavours run tests only, so they leave the benchmarks out.
+    asan) dir=build-asan; args=(-DCMAKE_BUILD_TYPE=Debug -DDS_SANITIZE=ON -DDS_BUILD_BENCH=OFF) ;;
     # clang: GCC's TSan does not model atomic_thread_fence (it says so with
     # -Wtsan), which the shared-memory seqlock (common/shm_index.c) needs.
     # RelWithDebInfo: the integration suite runs 2-3x faster than at -O0.
-    tsan) dir=build-tsan; args=(-DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDS_TSAN=ON) ;;
+    tsan) dir=build-tsan; args=(-DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDS_TSAN=ON -DDS_BUILD_BENCH=OFF) ;;
     profile) dir=build-prof; args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_C_FLAGS=-fno-omit-frame-pointer" "-DCMAKE_CXX_FLAGS=-fno-omit-frame-pointer") ;;
     *) echo "build.sh: unknown flavour '$flavour' (release, asan, tsan or profile)" >&2; exit 2 ;;
 esac
