@@ -25,7 +25,9 @@
  *
  * Many keys: a request of thousands of keys (served a slice per loop turn)
  * answers each key's status in its place, holds writers back until its
- * release, and one whose client leaves half served leaves no latch. */
+ * release, and one whose client leaves half served leaves no latch; a
+ * session that ends holding thousands is relieved of them a slice per
+ * turn, its writers woken, its keys free for the next client. */
 #include "harness.h"
 #include "it_hostile_raw.h"
 
@@ -540,6 +542,58 @@ static void test_large_batch(void **state)
     still_serving();
 }
 
+/* A session that ends holding thousands of latches has them dropped a
+ * slice per loop turn: writers of its first and last keys both go on once
+ * they are gone, and a client latching the same keys next holds exactly its
+ * own latches and releases every one of them. */
+static void test_session_ends_with_many_latches(void **state)
+{
+    (void)state;
+    if (getenv("DS_TEST_WORKER")) skip(); /* starts its own worker */
+    assert_int_equal(dst_worker_start(&W, 64, ""), 0);
+    enum { N = 3000 };
+    static char names[N][16];
+    static const char *keys[N];
+    static const void *vals[N];
+    static size_t lens[N];
+    static ds_status_t st[N];
+    for (int i = 0; i < N; i++) {
+        snprintf(names[i], sizeof(names[i]), "ends-%d", i);
+        keys[i] = names[i];
+        vals[i] = "v";
+        lens[i] = 1;
+    }
+    ds_client_t *a = client(0), *b = client(0), *c = client(0);
+    assert_int_equal(ds_kv_mset(a, N, keys, vals, lens, NULL, NULL), DS_K_OK);
+    assert_int_equal(ds_kv_rlatch(a, N, keys, 60000, st), DS_K_OK);
+    assert_true(dst_stat(&W, "latches.held") == N);
+    struct waiting_put first = {.c = b, .key = names[0], .st = DS_K_RUNTIME_ERROR};
+    struct waiting_put last = {.c = c, .key = names[N - 1], .st = DS_K_RUNTIME_ERROR};
+    pthread_t t[2];
+    assert_int_equal(pthread_create(&t[0], NULL, put_thread, &first), 0);
+    assert_int_equal(pthread_create(&t[1], NULL, put_thread, &last), 0);
+    assert_true(dst_wait_stat(&W, "latches.waiting", 2, 10000));
+    ds_client_close(a);
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(pthread_join(t[i], NULL), 0);
+    assert_int_equal(first.st, DS_K_OK);
+    assert_int_equal(last.st, DS_K_OK);
+    want_value(b, names[0], "after");
+    want_value(b, names[N - 1], "after");
+    assert_true(dst_wait_stat(&W, "latches.held", 0, 10000));
+    ds_client_t *d = client(0);
+    assert_int_equal(ds_kv_rlatch(d, N, keys, 60000, st), DS_K_OK);
+    assert_true(dst_stat(&W, "latches.held") == N);
+    assert_int_equal(ds_kv_unrlatch(d, N, keys, st), DS_K_OK);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(st[i], DS_K_OK);
+    assert_true(dst_stat(&W, "latches.held") == 0);
+    ds_client_close(b);
+    ds_client_close(c);
+    ds_client_close(d);
+    still_serving();
+}
+
 /* The flags' ranges: their ends start a worker, values past them do not. */
 static void test_latch_flag_limits(void **state)
 {
@@ -576,6 +630,7 @@ int main(void)
         cmocka_unit_test_teardown(test_latch_limits, teardown),
         cmocka_unit_test_teardown(test_latch_flag_limits, teardown),
         cmocka_unit_test_teardown(test_large_batch, teardown),
+        cmocka_unit_test_teardown(test_session_ends_with_many_latches, teardown),
     };
     return dst_run_group_tests(tests, NULL, NULL);
 }

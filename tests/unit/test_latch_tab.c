@@ -1,7 +1,8 @@
 /* The read-latch table (src/worker/ops/latch_tab.h) on its own: counts per
  * key and per holder, releases of the latest latch, expiry in deadline
- * order, dropping a holder, both limits, and a large table checked against
- * a plain list as the model. */
+ * order, dropping a holder, retiring one and dropping its latches in
+ * slices, both limits, and a large table checked against a plain list as
+ * the model. */
 #include "worker/ops/latch_tab.h"
 
 #include <setjmp.h>
@@ -156,6 +157,62 @@ static void test_drop_holder_if(void **state)
     ds__latch_tab_destroy(&t);
 }
 
+/* A retired holder's latches still latch their keys and count, but its old
+ * name owns none of them: a new holder of that name starts empty, cannot
+ * release them and sees them as another's. They go a slice at a time, or
+ * by expiry, and the name then finds nothing. */
+static void test_retire_holder(void **state)
+{
+    (void)state;
+    ds_latch_tab_t t;
+    ds__latch_tab_init(&t, 1000, 10000);
+    char k[32];
+    for (int i = 0; i < 700; i++) {
+        snprintf(k, sizeof(k), "r%d", i);
+        assert_int_equal(add(&t, &A, k, 1000 + (uint64_t)i), DS_LATCH_ADDED);
+    }
+    assert_int_equal(add(&t, &A, "r0", 5000), DS_LATCH_ADDED); /* r0 twice */
+    assert_int_equal(add(&t, &B, "r1", 5000), DS_LATCH_ADDED);
+    assert_null(ds__latch_tab_retire_holder(&t, &C)); /* no latches: no name */
+    const void *name = ds__latch_tab_retire_holder(&t, &A);
+    assert_non_null(name);
+    assert_ptr_not_equal(name, &A);
+    assert_int_equal(ds__latch_tab_count(&t), 702);
+    assert_int_equal(ds__latch_tab_holder_count(&t, &A), 0);
+    assert_int_equal(ds__latch_tab_holder_count(&t, name), 701);
+    assert_true(held(&t, "r5"));
+    assert_false(release(&t, &A, "r5"));
+    assert_true(ds__latch_tab_held_by_other(&t, &A, "r5", 2));
+    /* A's name serves a new holder, whose latches are its own */
+    assert_int_equal(add(&t, &A, "r5", 9000), DS_LATCH_ADDED);
+    assert_int_equal(ds__latch_tab_holder_count(&t, &A), 1);
+    assert_true(ds__latch_tab_held_by_other(&t, &A, "r5", 2));
+    assert_true(release(&t, &A, "r5"));
+    assert_true(held(&t, "r5")); /* the retired latch is left */
+    /* expiry takes the retired latches due first (r0..r9) */
+    assert_int_equal(ds__latch_tab_expire(&t, 1009), 10);
+    assert_int_equal(ds__latch_tab_holder_count(&t, name), 691);
+    /* slices of 256 */
+    uint32_t gone = 0;
+    assert_false(ds__latch_tab_drop_some(&t, name, 256, &gone));
+    assert_int_equal(gone, 256);
+    assert_false(ds__latch_tab_drop_some(&t, name, 256, &gone));
+    assert_int_equal(gone, 256);
+    assert_true(ds__latch_tab_drop_some(&t, name, 256, &gone));
+    assert_int_equal(gone, 179);
+    assert_true(ds__latch_tab_drop_some(&t, name, 256, &gone));
+    assert_int_equal(gone, 0);
+    /* only B's latch is left, and the heap is whole */
+    assert_int_equal(ds__latch_tab_count(&t), 1);
+    assert_int_equal(ds__latch_tab_keys(&t), 1);
+    assert_true(held(&t, "r1"));
+    assert_false(held(&t, "r0"));
+    assert_int_equal(ds__latch_tab_next(&t), 5000);
+    assert_int_equal(ds__latch_tab_expire(&t, 5000), 1);
+    assert_int_equal(ds__latch_tab_count(&t), 0);
+    ds__latch_tab_destroy(&t);
+}
+
 static void test_limits(void **state)
 {
     (void)state;
@@ -277,11 +334,9 @@ static void test_against_model(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_counts_and_release),
-        cmocka_unit_test(test_expire_in_deadline_order),
-        cmocka_unit_test(test_drop_holder),
-        cmocka_unit_test(test_drop_holder_if),
-        cmocka_unit_test(test_limits),
+        cmocka_unit_test(test_counts_and_release), cmocka_unit_test(test_expire_in_deadline_order),
+        cmocka_unit_test(test_drop_holder),        cmocka_unit_test(test_drop_holder_if),
+        cmocka_unit_test(test_retire_holder),      cmocka_unit_test(test_limits),
         cmocka_unit_test(test_against_model),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

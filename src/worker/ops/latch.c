@@ -33,7 +33,14 @@
  * latch again and publish (Yuanrong's wlatch, memory_copy, publish,
  * unwlatch). A WLATCH is refused with K_TRY_AGAIN while another session
  * holds a read latch on the key. A write latch lasts until UNWLATCH, the end
- * of its session, or --max_read_latch_timeout_ms, whichever comes first. */
+ * of its session, or --max_read_latch_timeout_ms, whichever comes first.
+ *
+ * A holder that ends with more than DS_LATCH_DROP_SLICE latches (a session
+ * may hold --max_read_latches_per_client of them) is retired at once and
+ * its latches dropped that many per turn, by the same tick, so that one
+ * client's disconnect does not hold the loop for milliseconds. Writers keep
+ * waiting on them until they go; the session's memory, and so its name,
+ * may meanwhile serve a new session, which holds none of them. */
 #include "worker/ops/latch_tab.h"
 #include "worker/ops/ops_int.h"
 
@@ -67,6 +74,20 @@ typedef struct waiter {
  * non-waiting epoll_wait, the timers) stays a few percent of it. */
 #define DS_LATCH_SLICE 64u
 
+/* Latches of an ended holder dropped per loop turn. Dropping one costs
+ * ~1 us (its heap entry, two hash entries, three frees), so a turn's share
+ * stays well under a small request's round trip, as a slice of a request
+ * does. */
+#define DS_LATCH_DROP_SLICE 64u
+
+/* An ended holder's latches still to drop, under the name its table gave
+ * them (ds__latch_tab_retire_holder). */
+typedef struct retired {
+    struct retired *next;
+    ds_latch_tab_t *tab;
+    const void *name;
+} retired_t;
+
 /* A latch request of more than one slice: its progress and its answer so
  * far. Parked (d) between slices. */
 typedef struct batch {
@@ -91,6 +112,7 @@ struct ds_latches {
     batch_t *batches, *batches_tail; /* parked latch requests, oldest first */
     bool batching;                   /* a slice runs: releases wake writers after it */
     bool released;                   /* the slice released a latch */
+    retired_t *retired;              /* ended holders with latches left, oldest first */
 };
 
 static struct ds_latches *get(ds_server_t *srv)
@@ -274,12 +296,34 @@ static void wake(ds_server_t *srv)
 
 static bool run_batches(ds_server_t *srv);
 
+/* Drops the next DS_LATCH_DROP_SLICE latches of ended holders, waking the
+ * writers that no longer wait on any; true when some are left. */
+static bool drop_retired(ds_server_t *srv)
+{
+    struct ds_latches *L = srv->latches;
+    uint32_t budget = DS_LATCH_DROP_SLICE, dropped = 0;
+    while (L->retired && budget > 0) {
+        retired_t *x = L->retired;
+        uint32_t gone = 0;
+        bool empty = ds__latch_tab_drop_some(x->tab, x->name, budget, &gone);
+        dropped += gone;
+        budget -= gone;
+        if (!empty) break;
+        L->retired = x->next;
+        free(x);
+    }
+    if (dropped > 0) wake(srv);
+    return L->retired != NULL;
+}
+
 uint64_t ds__latch_expire(ds_server_t *srv, uint64_t now)
 {
     struct ds_latches *L = srv->latches;
     if (L == NULL) return 0;
-    /* Requests with slices left: due again at once. */
-    if (L->batches && run_batches(srv)) {
+    /* Ended holders or requests with slices left: due again at once. */
+    bool again = L->retired && drop_retired(srv);
+    if (L->batches && run_batches(srv)) again = true;
+    if (again) {
         uint64_t gone = ds__latch_tab_expire(&L->tab, now) + ds__latch_tab_expire(&L->wtab, now);
         if (gone > 0) wake(srv);
         return now;
@@ -299,11 +343,29 @@ void ds__latch_session_end(void *ctx, ds_session_t *s)
     ds__latch_holder_end(ctx, s);
 }
 
+/* Ends holder s's latches in t: at once when they are few, else retired
+ * to the back of the queue drop_retired works through. */
+static uint32_t end_in(struct ds_latches *L, ds_latch_tab_t *t, const void *s)
+{
+    if (ds__latch_tab_holder_count(t, s) <= DS_LATCH_DROP_SLICE)
+        return ds__latch_tab_drop_holder(t, s);
+    retired_t *x = malloc(sizeof(*x));
+    if (x == NULL) return ds__latch_tab_drop_holder(t, s); /* all at once, then */
+    x->tab = t;
+    x->name = ds__latch_tab_retire_holder(t, s);
+    x->next = NULL;
+    retired_t **pp = &L->retired;
+    while (*pp)
+        pp = &(*pp)->next;
+    *pp = x;
+    return 0;
+}
+
 void ds__latch_holder_end(ds_server_t *srv, const void *s)
 {
     struct ds_latches *L = srv->latches;
     if (L == NULL || !local_any(srv)) return;
-    uint32_t gone = ds__latch_tab_drop_holder(&L->tab, s) + ds__latch_tab_drop_holder(&L->wtab, s);
+    uint32_t gone = end_in(L, &L->tab, s) + end_in(L, &L->wtab, s);
     if (gone > 0) wake(srv);
 }
 
@@ -321,6 +383,11 @@ void ds__latch_destroy(ds_server_t *srv)
 {
     struct ds_latches *L = srv->latches;
     if (L == NULL) return;
+    while (L->retired) {
+        retired_t *x = L->retired;
+        L->retired = x->next;
+        free(x);
+    }
     ds__latch_tab_destroy(&L->tab);
     ds__latch_tab_destroy(&L->wtab);
     /* Waiters were cancelled with their connections (ds__net_destroy). */

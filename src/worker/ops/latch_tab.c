@@ -15,16 +15,19 @@ struct ds_latch_key {
     char key[];
 };
 
-/* One holder's latches on one key, newest first. */
+/* One holder's latches on one key, newest first. Its holder is ho's
+ * current name: a retired holder's entries stop matching the old name at
+ * once, though they stay in the bucket of its hash. */
 struct ds_latch_hk {
     struct ds_latch_hnode h;
-    const void *holder;
+    ds_latch_holder_t *ho;
     ds_latch_key_t *k;
     ds_latch_t *top;
     uint32_t count;
 };
 
-/* A holder that has latches, and all of them. */
+/* A holder that has latches, and all of them. holder is the caller's name
+ * for it, or the record's own address once retired. */
 struct ds_latch_holder {
     ds_latch_holder_t *next;
     const void *holder;
@@ -116,7 +119,7 @@ static ds_latch_hk_t *find_hk(const ds_latch_tab_t *t, const void *holder, const
     uint32_t hash = hk_hash(holder, key, len);
     for (struct ds_latch_hnode *x = *bucket(&t->hks, hash); x; x = x->next) {
         ds_latch_hk_t *hk = (ds_latch_hk_t *)x;
-        if (x->hash == hash && hk->holder == holder && hk->k->len == len &&
+        if (x->hash == hash && hk->ho->holder == holder && hk->k->len == len &&
             memcmp(hk->k->key, key, len) == 0)
             return hk;
     }
@@ -267,7 +270,7 @@ ds_latch_add_t ds__latch_tab_add(ds_latch_tab_t *t, const void *holder, const ch
     }
     if (nhk) {
         nhk->h.hash = hk_hash(holder, key, len);
-        nhk->holder = holder;
+        nhk->ho = ho ? ho : nho;
         nhk->k = k;
         htab_insert(&t->hks, &nhk->h);
         hk = nhk;
@@ -311,6 +314,25 @@ uint32_t ds__latch_tab_drop_holder(ds_latch_tab_t *t, const void *holder)
     for (uint32_t i = 0; i < n; i++)
         latch_remove(t, ho->first);
     return n;
+}
+
+const void *ds__latch_tab_retire_holder(ds_latch_tab_t *t, const void *holder)
+{
+    ds_latch_holder_t *ho = find_holder(t, holder);
+    if (ho == NULL) return NULL;
+    ho->holder = ho;
+    return ho;
+}
+
+bool ds__latch_tab_drop_some(ds_latch_tab_t *t, const void *holder, uint32_t max, uint32_t *gone)
+{
+    ds_latch_holder_t *ho = find_holder(t, holder);
+    uint32_t n = ho ? ho->n : 0, k = n < max ? n : max;
+    /* the last removal frees ho */
+    for (uint32_t i = 0; i < k; i++)
+        latch_remove(t, ho->first);
+    *gone = k;
+    return k == n;
 }
 
 uint32_t ds__latch_tab_drop_holder_if(ds_latch_tab_t *t, const void *holder, ds_latch_drop_fn drop,

@@ -9,7 +9,12 @@
  * pops a min-heap of deadlines. A release finds the holder's latches on
  * that key through a second hash keyed by (holder, key); dropping a holder
  * walks only its own latches. Holders are found on a list, which has one
- * entry per session that holds latches. */
+ * entry per session that holds latches.
+ *
+ * A holder whose name is about to be reused (a session that ended, whose
+ * memory may hold the next one) can be retired in O(1): its latches keep
+ * counting against their keys, writers still wait on them, but the old
+ * name no longer owns them, and they are dropped a slice at a time. */
 #ifndef DS_WORKER_OPS_LATCH_TAB_H
 #define DS_WORKER_OPS_LATCH_TAB_H
 
@@ -59,6 +64,15 @@ ds_latch_add_t ds__latch_tab_add(ds_latch_tab_t *t, const void *holder, const ch
 bool ds__latch_tab_release(ds_latch_tab_t *t, const void *holder, const char *key, uint32_t len);
 /* Removes every latch of holder; how many there were. */
 uint32_t ds__latch_tab_drop_holder(ds_latch_tab_t *t, const void *holder);
+/* Renames holder's latches to a name of the table's own, which it returns
+ * (NULL when holder has none): holder is then free for a new holder with no
+ * latches, and the old ones are dropped with ds__latch_tab_drop_some or
+ * expire. Once they are all gone the name finds nothing, or names a later
+ * retired holder, whose latches are as much due to go. */
+const void *ds__latch_tab_retire_holder(ds_latch_tab_t *t, const void *holder);
+/* Removes up to max latches of holder (*gone: how many); true when it has
+ * none left. */
+bool ds__latch_tab_drop_some(ds_latch_tab_t *t, const void *holder, uint32_t max, uint32_t *gone);
 /* Removes every latch of holder on a key for which drop(ctx, key, len,
  * deadline) is true; how many. */
 typedef bool (*ds_latch_drop_fn)(void *ctx, const char *key, uint32_t len, uint64_t deadline);
