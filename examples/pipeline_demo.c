@@ -58,7 +58,7 @@ static int spawn(const pd_opts_t *o, int stage, child_t *c)
 {
     int out[2], in[2];
     if (pipe(out) != 0 || pipe(in) != 0) return -1;
-    char sn[8], rq[16], wn[16], mw[16];
+    char sn[16], rq[16], wn[16], mw[16];
     snprintf(sn, sizeof(sn), "%d", stage);
     snprintf(rq, sizeof(rq), "%d", o->requests);
     snprintf(wn, sizeof(wn), "%d", o->window);
@@ -251,7 +251,7 @@ static int orchestrate(const pd_opts_t *o)
         return 2;
     }
     for (int e = 0; e < PD_EDGES; e++) {
-        char from[8], to[8];
+        char from[16], to[16];
         snprintf(from, sizeof(from), "%d", e);
         snprintf(to, sizeof(to), "%d", e + 1);
         const omni_connector_spec_t *s = omni_transfer_config_find(cfg, from, to);

@@ -83,7 +83,7 @@ void pd_print_report(pd_run_t *r)
         qsort(xfer, n, sizeof(double), cmp_double);
         qsort(hand, n, sizeof(double), cmp_double);
         double secs = n > 0 && last > first ? (double)(last - first) / 1e9 : 0;
-        char edge[8], x[32], h[32];
+        char edge[32], x[32], h[32];
         snprintf(edge, sizeof(edge), "%d->%d", e, e + 1);
         snprintf(x, sizeof(x), "%.3f / %.3f", pct(xfer, n, 50), pct(xfer, n, 99));
         snprintf(h, sizeof(h), "%.3f / %.3f", pct(hand, n, 50), pct(hand, n, 99));
@@ -125,7 +125,7 @@ void pd_print_report(pd_run_t *r)
 }
 
 /* Appends the run's keys of edge e into keys[*n]. */
-static int edge_keys(const pd_run_t *r, int e, char (*keys)[48], size_t *n)
+static int edge_keys(const pd_run_t *r, int e, char (*keys)[64], size_t *n)
 {
     char sep = pd_key_sep(r->connector[e]);
     for (int q = 0; q < r->requests; q++) {
@@ -136,7 +136,7 @@ static int edge_keys(const pd_run_t *r, int e, char (*keys)[48], size_t *n)
             if (e == 0 && s == 1) snprintf(suffix, sizeof(suffix), "-hidden");
             if (e == 1) snprintf(suffix, sizeof(suffix), "-c%zu", s);
             pd_request_key(id, sizeof(id), q, suffix);
-            snprintf(keys[(*n)++], 48, "%s%c%d_%d", id, sep, e, e + 1);
+            snprintf(keys[(*n)++], sizeof(keys[0]), "%s%c%d_%d", id, sep, e, e + 1);
         }
     }
     return 0;
@@ -145,7 +145,7 @@ static int edge_keys(const pd_run_t *r, int e, char (*keys)[48], size_t *n)
 int pd_count_leftovers(pd_run_t *r, const char *host, int port, size_t *left, size_t *total)
 {
     size_t cap = (size_t)r->requests * (2 + PM_MAX_CHUNKS), n = 0;
-    char(*keys)[48] = malloc(cap * sizeof(*keys));
+    char(*keys)[64] = malloc(cap * sizeof(*keys));
     const char **kp = malloc(cap * sizeof(*kp));
     bool *exists = malloc(cap * sizeof(*exists));
     ds_client_options_t o;

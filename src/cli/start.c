@@ -162,14 +162,17 @@ static long now_ms(void)
     return ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
 }
 
-/* The flag's value as the worker will see it: "~/" is $HOME. */
-static void expand_home(const char *p, char *out, size_t cap)
+/* The flag's value as the worker will see it: "~/" is $HOME. false when
+ * it does not fit in cap. */
+static bool expand_home(const char *p, char *out, size_t cap)
 {
     const char *home = getenv("HOME");
+    int n;
     if (strncmp(p, "~/", 2) == 0 && home && *home)
-        snprintf(out, cap, "%s/%s", home, p + 2);
+        n = snprintf(out, cap, "%s/%s", home, p + 2);
     else
-        snprintf(out, cap, "%s", p);
+        n = snprintf(out, cap, "%s", p);
+    return n >= 0 && (size_t)n < cap;
 }
 
 static bool file_exists(const char *p)
@@ -304,7 +307,11 @@ int cli_cmd_start(const cli_cmd_t *cmd, const cli_args_t *a)
             }
             given = path;
         }
-        if (i == 1 && given[0]) expand_home(given, ready, sizeof(ready));
+        if (i == 1 && given[0] && !expand_home(given, ready, sizeof(ready))) {
+            fprintf(stderr, "[ERROR] Start failed: the --%s path is too long\n", probe_names[i]);
+            close(logfd);
+            return CLI_EXIT_USAGE;
+        }
     }
     /* A ready file an earlier run left must not pass for this one's. */
     if (ready[0] && file_exists(ready)) unlink(ready);

@@ -124,7 +124,7 @@ static ds_client_t *client_of(int i, ds_transport_t t)
 
 static void set_keys(int nworkers, const char *prefix, uint64_t seed0)
 {
-    ds_client_t *cl[CT_MAX_WORKERS];
+    ds_client_t *cl[CT_MAX_WORKERS] = {0};
     for (int w = 0; w < nworkers; w++)
         assert_non_null(cl[w] = client_of(w, w % 2 ? DS_TRANSPORT_TCP : DS_TRANSPORT_LOCAL));
     assert_int_equal(ct_set_keys(cl, nworkers, prefix, seed0), CT_NKEYS);

@@ -234,7 +234,7 @@ static void test_pipelined_wake_many(void **state)
         assert_int_equal(hr_flush(&w[i]), 0);
     }
     usleep(100000);
-    char pv[NP][8];
+    char pv[NP][16];
     for (int i = 0; i < NP; i++) {
         snprintf(pv[i], sizeof(pv[i]), "p%d", i);
         assert_int_equal(hr_open_hello(&p[i], &W, i % 2 == 1), 0);
@@ -626,7 +626,7 @@ static void test_length_wrap(void **state)
     int set_st[2], health_same[2], st_k0[2], st_k1[2];
     char err[2][256];
     for (int i = 0; i < 2; i++) {
-        char k0[16], k1[16], v[64];
+        char k0[24], k1[24], v[64];
         snprintf(k0, sizeof(k0), "wrap%da", i);
         snprintf(k1, sizeof(k1), "wrap%db", i);
         hr_conn_t c;

@@ -552,7 +552,7 @@ static void test_session_ends_with_many_latches(void **state)
     if (getenv("DS_TEST_WORKER")) skip(); /* starts its own worker */
     assert_int_equal(dst_worker_start(&W, 64, ""), 0);
     enum { N = 3000 };
-    static char names[N][16];
+    static char names[N][24];
     static const char *keys[N];
     static const void *vals[N];
     static size_t lens[N];

@@ -109,7 +109,7 @@ static void test_one_round_trip(void **state)
     /* More large values than the worker keeps on its stack (SETR_SMALL,
      * ops_space.c): one SETR for all twelve, every value as written. */
     enum { MANY = 12 };
-    char many_names[MANY][16];
+    char many_names[MANY][24];
     const char *many_keys[MANY];
     size_t many_lens[MANY];
     uint8_t *many_vals[MANY];

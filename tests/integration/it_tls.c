@@ -114,7 +114,7 @@ static void test_set_get_over_tls(void **state)
     assert_true(dst_stat(&W, "bulk_receives") >= 1);
     /* A batch: many small answers in one write, through one TLS record. */
     const char *keys[40];
-    char names[40][16];
+    char names[40][24];
     uint8_t vals[40][300];
     const void *vp[40];
     size_t lens[40];

@@ -105,7 +105,7 @@ static void test_drop_and_edge_limit(void **state)
     omni__keytrack_drop(t, "r", "not-there");
     omni__keytrack_drop(t, "nobody", "r@5_6");
     assert_int_equal(omni__keytrack_count(t), 1);
-    char name[8];
+    char name[16];
     for (int i = 0; i < OMNI__MAX_EDGES + 10; i++) {
         snprintf(name, sizeof(name), "%d", 100 + i);
         omni__keytrack_add_edge(t, name, "x");

@@ -222,7 +222,7 @@ static void test_damaged_middle_header(void **state)
     ds_l2_t *l2 = open_dd(NULL);
     assert_non_null(l2);
     for (int i = 1; i <= 4; i++) {
-        char k[8];
+        char k[16];
         snprintf(k, sizeof(k), "k%d", i);
         assert_int_equal(put(l2, k, 5000, (uint8_t)i), DS_L2_PENDING);
     }
