@@ -349,6 +349,16 @@ static ds_status_t gone_through(int node, const char *key)
         if (st != DS_K_NOT_FOUND) usleep(50000);
     }
     ds_client_close(c);
+    if (st != DS_K_NOT_FOUND) {
+        /* what each worker holds, for the report */
+        fprintf(stderr, "'%s' still reads %d through worker %d after 5 s;", key, (int)st, node);
+        for (int n = 0; n < C.n; n++)
+            fprintf(stderr, " worker %d: %.0f objects, %.0f hot copies, %.0f hot dropped;", n,
+                    dst_stat(&C.w[n], "objects.count"),
+                    dst_stat(&C.w[n], "cluster.replication.hot_copies"),
+                    dst_stat(&C.w[n], "cluster.replication.hot_dropped"));
+        fprintf(stderr, "\n");
+    }
     return st;
 }
 

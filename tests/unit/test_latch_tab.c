@@ -194,13 +194,13 @@ static void test_retire_holder(void **state)
     assert_int_equal(ds__latch_tab_holder_count(&t, name), 691);
     /* slices of 256 */
     uint32_t gone = 0;
-    assert_false(ds__latch_tab_drop_some(&t, name, 256, &gone));
+    assert_false(ds__latch_tab_drop_retired(&t, name, 256, &gone));
     assert_int_equal(gone, 256);
-    assert_false(ds__latch_tab_drop_some(&t, name, 256, &gone));
+    assert_false(ds__latch_tab_drop_retired(&t, name, 256, &gone));
     assert_int_equal(gone, 256);
-    assert_true(ds__latch_tab_drop_some(&t, name, 256, &gone));
+    assert_true(ds__latch_tab_drop_retired(&t, name, 256, &gone));
     assert_int_equal(gone, 179);
-    assert_true(ds__latch_tab_drop_some(&t, name, 256, &gone));
+    assert_true(ds__latch_tab_drop_retired(&t, name, 256, &gone));
     assert_int_equal(gone, 0);
     /* only B's latch is left, and the heap is whole */
     assert_int_equal(ds__latch_tab_count(&t), 1);

@@ -305,7 +305,7 @@ static bool drop_retired(ds_server_t *srv)
     while (L->retired && budget > 0) {
         retired_t *x = L->retired;
         uint32_t gone = 0;
-        bool empty = ds__latch_tab_drop_some(x->tab, x->name, budget, &gone);
+        bool empty = ds__latch_tab_drop_retired(x->tab, x->name, budget, &gone);
         dropped += gone;
         budget -= gone;
         if (!empty) break;

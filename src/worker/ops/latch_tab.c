@@ -324,9 +324,13 @@ const void *ds__latch_tab_retire_holder(ds_latch_tab_t *t, const void *holder)
     return ho;
 }
 
-bool ds__latch_tab_drop_some(ds_latch_tab_t *t, const void *holder, uint32_t max, uint32_t *gone)
+bool ds__latch_tab_drop_retired(ds_latch_tab_t *t, const void *name, uint32_t max, uint32_t *gone)
 {
-    ds_latch_holder_t *ho = find_holder(t, holder);
+    ds_latch_holder_t *ho = find_holder(t, name);
+    /* Only a retired record is named by its own address. A live holder
+     * whose name equals a name gone stale (its record freed by expiry, the
+     * address reused for a session) is not touched. */
+    if (ho != NULL && (const void *)ho != name) ho = NULL;
     uint32_t n = ho ? ho->n : 0, k = n < max ? n : max;
     /* the last removal frees ho */
     for (uint32_t i = 0; i < k; i++)

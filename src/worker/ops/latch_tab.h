@@ -66,13 +66,15 @@ bool ds__latch_tab_release(ds_latch_tab_t *t, const void *holder, const char *ke
 uint32_t ds__latch_tab_drop_holder(ds_latch_tab_t *t, const void *holder);
 /* Renames holder's latches to a name of the table's own, which it returns
  * (NULL when holder has none): holder is then free for a new holder with no
- * latches, and the old ones are dropped with ds__latch_tab_drop_some or
- * expire. Once they are all gone the name finds nothing, or names a later
- * retired holder, whose latches are as much due to go. */
+ * latches, and the old ones are dropped with ds__latch_tab_drop_retired or
+ * expire. */
 const void *ds__latch_tab_retire_holder(ds_latch_tab_t *t, const void *holder);
-/* Removes up to max latches of holder (*gone: how many); true when it has
- * none left. */
-bool ds__latch_tab_drop_some(ds_latch_tab_t *t, const void *holder, uint32_t max, uint32_t *gone);
+/* Removes up to max latches of the retired holder name (*gone: how many);
+ * true when it has none left. Once its latches are all gone the name finds
+ * nothing, or a later retired holder at the same address, whose latches
+ * are as much due to go; never a live holder whose name happens to equal
+ * it. */
+bool ds__latch_tab_drop_retired(ds_latch_tab_t *t, const void *name, uint32_t max, uint32_t *gone);
 /* Removes every latch of holder on a key for which drop(ctx, key, len,
  * deadline) is true; how many. */
 typedef bool (*ds_latch_drop_fn)(void *ctx, const char *key, uint32_t len, uint64_t deadline);
