@@ -52,17 +52,26 @@ void ds__holds_session_end(ds_server_t *srv, ds_session_t *s)
     }
 }
 
+/* A copy of a key whose references all went: every copy goes. A hot copy
+ * (version 0) goes by HOT_DROP, which also stops one still on its way to
+ * that worker (its HOT_ADD answered before this drop, the answer not yet
+ * read there); this worker's own object the caller deleted. */
 static void drop_copy(void *ctx, const char *loc, uint64_t version)
 {
-    (void)version;
     const char **kp = ctx;
     ds_server_t *srv = (ds_server_t *)(void *)kp[0];
-    if (is_self(srv, loc)) return; /* deleted by the caller */
-    ds_job_t *j = ds__job_new(NULL, loc, DS_OP_DROP, quiet_done);
+    const char *key = kp[1];
+    uint32_t len = (uint32_t)(uintptr_t)kp[2];
+    bool hot = version == 0;
+    if (is_self(srv, loc)) {
+        if (hot) ds__repl_drop_hot(srv, key, len);
+        return;
+    }
+    ds_job_t *j = ds__job_new(NULL, loc, hot ? DS_OP_HOT_DROP : DS_OP_DROP, quiet_done);
     if (j == NULL) return;
     ds__wbuf_u32(&j->req, 1);
-    ds__wbuf_str(&j->req, kp[1], (uint32_t)(uintptr_t)kp[2]);
-    ds__wbuf_u64(&j->req, UINT64_MAX);
+    ds__wbuf_str(&j->req, key, len);
+    if (!hot) ds__wbuf_u64(&j->req, UINT64_MAX);
     ds__job_submit(srv, j);
 }
 

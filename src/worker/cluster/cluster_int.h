@@ -475,6 +475,10 @@ void ds__repl_keep_hot(ds_server_t *srv, const char *key, uint32_t keylen, ds_ob
                        const char *src, uint64_t src_version);
 /* A hot copy on this worker must go (its write was superseded or deleted). */
 void ds__repl_drop_hot(ds_server_t *srv, const char *key, uint32_t keylen);
+/* A hot copy of key on its way here (its HOT_ADD unanswered) is not kept:
+ * a DROP that overtook the owner's answer means the value it pulled is
+ * gone or superseded. */
+void ds__repl_cancel_pending_hot(ds_server_t *srv, const char *key, uint32_t keylen);
 /* Re-registers o with its new owner when it is a replicated write's copy
  * (true), so the owner records every holder of the write; false: o is not. */
 bool ds__repl_rereg(ds_server_t *srv, ds_obj_t *o, const char *owner);

@@ -144,6 +144,7 @@ static void drop_done(ds_job_t *j)
  * a drop the owner queues for itself), its L2 copy with it. */
 static void drop_local(ds_server_t *srv, const char *key, uint32_t keylen, uint64_t version)
 {
+    ds__repl_cancel_pending_hot(srv, key, keylen);
     ds_obj_t *o = ds__store_lookup(srv->store, key, keylen, ds__now_ms());
     if (o == NULL || o->version > version) return;
     ds__store_delete(srv->store, key, keylen);

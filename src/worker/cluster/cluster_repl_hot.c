@@ -149,6 +149,12 @@ void ds__repl_drop_hot(ds_server_t *srv, const char *key, uint32_t keylen)
     ds__repl_copy_remove(rp, c);
 }
 
+void ds__repl_cancel_pending_hot(ds_server_t *srv, const char *key, uint32_t keylen)
+{
+    copy_t *c = ds__repl_copy_find(ds__cluster_repl(srv), key, keylen);
+    if (c && c->kind == COPY_HOT_PENDING) c->cancelled = true;
+}
+
 void ds__repl_op_hot_drop(ds_server_t *srv, ds_req_t *r)
 {
     ds_rbuf_t rb;
