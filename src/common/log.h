@@ -1,5 +1,6 @@
 /* Leveled logging to stderr (the worker redirects stderr to its log file).
- * Lines look like: 2026-11-30T10:00:00.123Z INFO  worker: listening on ... */
+ * Lines look like: <UTC time, ISO 8601 with milliseconds> INFO  worker: listening on ...
+ * (the time as YYYY-MM-DDTHH:MM:SS.mmmZ). */
 #ifndef DS_COMMON_LOG_H
 #define DS_COMMON_LOG_H
 
